@@ -1,0 +1,40 @@
+# Sourced by scripts/test: installs and starts the real services the tests need, on loopback,
+# in throwaway directories, and stops them when the test run exits.
+
+_need_apt=()
+_apt_install() {
+  if [ ${#_need_apt[@]} -eq 0 ]; then return; fi
+  if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test: missing ${_need_apt[*]}; install them (apt-get install ${_need_apt[*]}) or run as root" >&2
+    return
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${_need_apt[@]}" >/dev/null
+}
+
+_pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1; }
+
+start_postgres() {
+  [ -n "${GPUPOOL_TEST_POSTGRES_URL:-}" ] && return
+  local bin; bin=$(_pg_bin)
+  if [ -z "$bin" ]; then _need_apt=(postgresql); _apt_install; bin=$(_pg_bin); fi
+  [ -n "$bin" ] || { echo "scripts/test: PostgreSQL not available; postgres tests will be skipped" >&2; return; }
+  PGTMP=$(mktemp -d /tmp/gpupool-pg.XXXXXX)
+  chmod 755 "$PGTMP"
+  local runas=()
+  if [ "$(id -u)" = 0 ]; then chown postgres "$PGTMP" 2>/dev/null || chown nobody "$PGTMP"; runas=(runuser -u "$(stat -c %U "$PGTMP")" --); fi
+  "${runas[@]}" "$bin/initdb" -D "$PGTMP/data" -U gpupool --auth=trust >/dev/null
+  "${runas[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -o "-k $PGTMP -p 55432 -c listen_addresses=127.0.0.1 -c fsync=off" -l "$PGTMP/log" -w start >/dev/null
+  "${runas[@]}" "$bin/createdb" -h 127.0.0.1 -p 55432 -U gpupool gpupool_test
+  export GPUPOOL_TEST_POSTGRES_URL="postgresql+psycopg://gpupool@127.0.0.1:55432/gpupool_test"
+  _PG_STOP=("${runas[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -m fast stop)
+}
+
+stop_services() {
+  if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; fi
+}
+
+start_services() {
+  trap stop_services EXIT
+  start_postgres
+}

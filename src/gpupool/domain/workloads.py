@@ -1,0 +1,227 @@
+"""Workloads: what users ask for, their request, their state machine, and their allocation.
+
+State changes go through `transition()` only; it checks the table and returns the event
+that records the change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpupool.domain.errors import IllegalTransition, ValidationError
+from gpupool.domain.events import Event
+from gpupool.domain.resources import MILLI_PER_GPU, Share
+
+
+class WorkloadKind(StrEnum):
+    NOTEBOOK = "notebook"
+    JOB = "job"
+
+
+class WorkloadState(StrEnum):
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+    CULLED = "culled"
+    LOST = "lost"
+
+
+S = WorkloadState
+
+#: Allowed state changes. Anything else raises IllegalTransition.
+TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
+    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
+    # admitted -> pending: the executor could not start it; the admission is rolled back.
+    S.ADMITTED: frozenset({S.STARTING, S.PENDING, S.CANCELLED, S.PREEMPTED, S.FAILED}),
+    S.STARTING: frozenset(
+        {S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.CULLED, S.LOST}
+    ),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.CULLED, S.LOST}),
+    # preempted work that allows requeue goes back to pending.
+    S.PREEMPTED: frozenset({S.PENDING}),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.CULLED: frozenset(),
+    S.LOST: frozenset(),
+}
+
+#: States in which a workload holds an allocation.
+ACTIVE_STATES = frozenset({S.ADMITTED, S.STARTING, S.RUNNING})
+#: States a workload never leaves (preempted is terminal unless requeued).
+TERMINAL_STATES = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.CULLED, S.LOST})
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Resources a workload asks for.
+
+    Either `gpus` whole GPUs (>= 1), or a fraction `gpu_milli` in 1..999 of one GPU, or
+    neither (CPU only). `gpu_memory_mib` is the GPU memory a fractional share gets (and, for
+    whole GPUs, the least memory each GPU must have). CPUs in milli-CPU, memory in MiB.
+    """
+
+    gpus: int = 0
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    gpu_model: str | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0:
+            raise ValidationError(f"gpus must be >= 0, got {self.gpus}", "gpus")
+        if self.gpus and self.gpu_milli:
+            raise ValidationError(
+                "ask for either whole GPUs (gpus) or a fraction of one (gpu_fraction), not both",
+                "gpu_fraction",
+            )
+        if not 0 <= self.gpu_milli < MILLI_PER_GPU:
+            raise ValidationError(
+                f"gpu_fraction must be above 0 and below 1, got {self.gpu_milli / 1000:g}; "
+                "for a whole GPU use gpus: 1",
+                "gpu_fraction",
+            )
+        for name in ("gpu_memory_mib", "cpu_milli", "memory_mib"):
+            if getattr(self, name) < 0:
+                raise ValidationError(f"{name} must be >= 0", name)
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpu_milli > 0
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """GPU demand in milli: gpus * 1000 or the fraction."""
+        return self.gpus * MILLI_PER_GPU if self.gpus else self.gpu_milli
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.total_gpu_milli > 0
+
+    def describe(self) -> str:
+        if self.gpus:
+            what = f"{self.gpus} {self.gpu_model or ''} GPU{'s' if self.gpus > 1 else ''}"
+        elif self.gpu_milli:
+            what = f"{self.gpu_milli / 1000:g} of a {self.gpu_model or ''} GPU".replace("  ", " ")
+            if self.gpu_memory_mib:
+                what += f" with {self.gpu_memory_mib / 1024:g} GiB"
+        else:
+            what = "CPU only"
+        return " ".join(what.split())
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The shares on one node that a workload holds, since `since`."""
+
+    workload_id: str
+    node: str
+    shares: tuple[Share, ...]
+    since: float
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(s.milli for s in self.shares)
+
+    @property
+    def gpu_uuids(self) -> tuple[str, ...]:
+        return tuple(s.gpu_uuid for s in self.shares)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A user's request to run a notebook or a job, and where it stands."""
+
+    id: str
+    tenant: str
+    owner: str
+    request: Request = Request()
+    kind: WorkloadKind = WorkloadKind.JOB
+    priority: int = 0
+    preemptible: bool = True
+    requeue_on_preemption: bool = True
+    max_runtime_s: float | None = None
+    submitted_at: float = 0.0
+    state: WorkloadState = WorkloadState.PENDING
+    command: tuple[str, ...] = ()
+    profile: str | None = None
+    admitted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    preemptions: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValidationError("a workload needs an id", "id")
+        if self.max_runtime_s is not None and self.max_runtime_s <= 0:
+            raise ValidationError("max_runtime must be > 0 seconds", "max_runtime")
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def transition(
+    workload: Workload,
+    to: WorkloadState,
+    now: float,
+    reason: str,
+    *,
+    exit_code: int | None = None,
+) -> tuple[Workload, Event]:
+    """Move `workload` to state `to`; return the new workload and the event recording it.
+
+    Raises IllegalTransition if the table does not allow the change. Timestamps follow the
+    state: admitted_at, started_at, finished_at; preemption counts up; a requeue clears the
+    admission and start times.
+    """
+    frm = workload.state
+    if to not in TRANSITIONS[frm]:
+        raise IllegalTransition(
+            f"workload {workload.id} cannot go from {frm} to {to}"
+            + (f" (allowed: {', '.join(sorted(TRANSITIONS[frm]))})" if TRANSITIONS[frm] else "")
+        )
+    changes: dict[str, object] = {"state": to, "reason": reason}
+    if to is S.ADMITTED:
+        changes["admitted_at"] = now
+    elif to is S.RUNNING:
+        changes["started_at"] = workload.started_at if workload.started_at is not None else now
+    elif to is S.PENDING:
+        changes.update(admitted_at=None, started_at=None)
+    elif to is S.PREEMPTED:
+        changes["preemptions"] = workload.preemptions + 1
+        changes["finished_at"] = now
+    if to in TERMINAL_STATES:
+        changes["finished_at"] = now
+        if exit_code is not None:
+            changes["exit_code"] = exit_code
+    if to is S.PENDING and frm is S.PREEMPTED:
+        changes["finished_at"] = None
+    new = dataclasses.replace(workload, **changes)
+    event = Event(
+        at=now,
+        kind=f"workload.{to}",
+        message=reason,
+        workload_id=workload.id,
+        tenant=workload.tenant,
+        user=workload.owner,
+        data={"from": str(frm), "to": str(to)}
+        | ({"exit_code": exit_code} if exit_code is not None else {}),
+    )
+    return new, event

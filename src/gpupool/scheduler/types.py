@@ -1,0 +1,95 @@
+"""The scheduler's inputs and outputs. This is the contract between the pure scheduling core
+and everything that calls it (server loop, simulator, tests).
+
+`cycle(snapshot, pending, now, config) -> Decisions` never mutates its inputs and never does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpupool.domain import Allocation, Enforcement, Node, TenantTree, Workload
+
+
+class Policy(StrEnum):
+    FAIR = "fair"  # gpupool: quotas, hierarchical fair share, reclaim, backfill
+    FIFO = "fifo"  # baseline: first come first served, whole GPUs, no quotas, no preemption
+    LAS = "las"  # least attained service (Tiresias-like), research reference
+
+
+@dataclass(frozen=True, slots=True)
+class RunningWorkload:
+    """An active workload (admitted, starting or running) and the allocation it holds."""
+
+    workload: Workload
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster as the scheduler sees it at the start of a cycle."""
+
+    nodes: tuple[Node, ...]
+    tenants: TenantTree
+    running: tuple[RunningWorkload, ...] = ()
+    #: GPU-seconds each tenant has attained so far (used by the LAS policy), milli-GPU-seconds.
+    attained_service: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    policy: Policy = Policy.FAIR
+    preemption: bool = True
+    #: Work that has run less than this is never preempted.
+    min_runtime_s: float = 300.0
+    backfill: bool = True
+    #: Enforcement recorded on fractional shares of `shared` GPUs (`mps` when the executor runs
+    #: MPS daemons, `policed` otherwise). Whole GPUs and MIG slices are `hardware`.
+    shared_enforcement: Enforcement = Enforcement.POLICED
+    #: Stop after this many admissions in one cycle (None: no cap).
+    max_admissions_per_cycle: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    workload_id: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop `workload_id` so that `for_workload` can get its guaranteed share."""
+
+    workload_id: str
+    for_workload: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    """Why a workload still waits. `position` is 1-based within its tenant's queue."""
+
+    reason: str
+    position: int
+    tenant_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class CycleStats:
+    candidates_considered: int = 0
+    admitted: int = 0
+    preempted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    #: workload id -> why it still waits (every pending workload not admitted is here)
+    pending: dict[str, PendingInfo] = field(default_factory=dict)
+    #: workload id -> why it can never run (no node could ever hold it); callers fail these
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    #: tenant -> fair share in milli-GPU computed this cycle
+    fair_shares: dict[str, int] = field(default_factory=dict)
+    stats: CycleStats = CycleStats()
