@@ -20,18 +20,21 @@ start_postgres() {
   if [ -z "$bin" ]; then _need_apt=(postgresql); _apt_install; bin=$(_pg_bin); fi
   [ -n "$bin" ] || { echo "scripts/test: PostgreSQL not available; postgres tests will be skipped" >&2; return; }
   PGTMP=$(mktemp -d /tmp/gpupool-pg.XXXXXX)
+  # A free port, so that several test runs on one machine do not collide.
+  local port; port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   chmod 755 "$PGTMP"
   local runas=()
   if [ "$(id -u)" = 0 ]; then chown postgres "$PGTMP" 2>/dev/null || chown nobody "$PGTMP"; runas=(runuser -u "$(stat -c %U "$PGTMP")" --); fi
   "${runas[@]}" "$bin/initdb" -D "$PGTMP/data" -U gpupool --auth=trust >/dev/null
-  "${runas[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -o "-k $PGTMP -p 55432 -c listen_addresses=127.0.0.1 -c fsync=off" -l "$PGTMP/log" -w start >/dev/null
-  "${runas[@]}" "$bin/createdb" -h 127.0.0.1 -p 55432 -U gpupool gpupool_test
-  export GPUPOOL_TEST_POSTGRES_URL="postgresql+psycopg://gpupool@127.0.0.1:55432/gpupool_test"
+  "${runas[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -o "-k $PGTMP -p $port -c listen_addresses=127.0.0.1 -c fsync=off" -l "$PGTMP/log" -w start >/dev/null
+  "${runas[@]}" "$bin/createdb" -h 127.0.0.1 -p "$port" -U gpupool gpupool_test
+  export GPUPOOL_TEST_POSTGRES_URL="postgresql+psycopg://gpupool@127.0.0.1:$port/gpupool_test"
   _PG_STOP=("${runas[@]}" "$bin/pg_ctl" -D "$PGTMP/data" -m fast stop)
+  _PG_TMP="$PGTMP"
 }
 
 stop_services() {
-  if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; fi
+  if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$_PG_TMP"; fi
 }
 
 start_services() {
