@@ -33,6 +33,13 @@ start_postgres() {
   _PG_TMP="$PGTMP"
 }
 
+# Debian's Chromium for the dashboard's browser tests (Playwright drives it; never `playwright install`).
+start_chromium() {
+  command -v chromium >/dev/null 2>&1 && return
+  _need_apt=(chromium); _apt_install
+  command -v chromium >/dev/null 2>&1 || echo "scripts/test: chromium not available; browser tests will be skipped" >&2
+}
+
 stop_services() {
   if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$_PG_TMP"; fi
 }
@@ -40,4 +47,5 @@ stop_services() {
 start_services() {
   trap stop_services EXIT
   start_postgres
+  start_chromium
 }
