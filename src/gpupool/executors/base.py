@@ -1,0 +1,187 @@
+"""The executor contract: where work runs.
+
+An executor runs a workload's command on the resources of its allocation and reports what
+happened. The server talks to every executor (local processes, Kubernetes pods, Slurm jobs,
+the fakes used in tests) only through this contract:
+
+- ``start(workload, allocation)`` launches the work and returns a `Handle` at once (it never
+  waits for the work to run). It raises `StartError` when the work could not be launched; the
+  caller then rolls the admission back.
+- ``poll(workload_id)`` says where the work stands: an `ExecStatus`. A workload the executor
+  does not know (never started here, or forgotten) reads as `ExecState.UNKNOWN`; the caller
+  decides (the reconciler marks it lost).
+- ``stop(workload_id, reason, grace_s)`` asks the work to end: a polite signal now, a forced
+  kill once ``grace_s`` seconds have passed on the executor's clock. It never blocks: the
+  escalation happens in a later ``tick()`` (the reconciler calls it every pass). Stopping
+  unknown or finished work is a no-op.
+- ``list_running()`` lists the work the executor sees alive right now, including work started
+  by an earlier server process; the reconciler uses it to adopt jobs after a restart.
+- ``logs(workload_id, tail)`` returns the work's output, for executors with `SupportsLogs`.
+
+Executors are synchronous and cheap to call; the background loops call them from a thread.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpupool.domain import Allocation, Enforcement, Workload
+
+
+class ExecState(StrEnum):
+    """What an executor knows of one workload."""
+
+    STARTING = "starting"  # launched, not yet confirmed running (pod pulling, job queued)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited with code 0
+    FAILED = "failed"  # exited non-zero or was killed by a signal
+    LOST = "lost"  # known, but it vanished without a trace of how it ended
+    UNKNOWN = "unknown"  # the executor has never heard of this workload
+
+    @property
+    def finished(self) -> bool:
+        return self in (ExecState.SUCCEEDED, ExecState.FAILED, ExecState.LOST)
+
+    @property
+    def alive(self) -> bool:
+        return self in (ExecState.STARTING, ExecState.RUNNING)
+
+
+class ExecutorError(Exception):
+    """Base class for executor errors. The message says what happened and what to do."""
+
+
+class StartError(ExecutorError):
+    """The work could not be launched (bad command, no Unix account, engine refused it)."""
+
+
+class NotSupported(ExecutorError):
+    """The executor lacks an optional capability (e.g. logs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """What `start` returns: the executor's own reference to the launched work.
+
+    `ref` is executor specific: a process id, a pod name, a Slurm job id.
+    """
+
+    workload_id: str
+    executor: str
+    ref: str
+    started_at: float
+    #: Enforcement the executor actually applied per GPU UUID (may be weaker than asked, e.g.
+    #: `policed` when no healthy MPS daemon serves the GPU). Empty for CPU-only work.
+    enforcement: Mapping[str, Enforcement] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecStatus:
+    """Where one workload stands, as the executor sees it."""
+
+    workload_id: str
+    state: ExecState
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    #: Human-readable detail ("killed by signal 9", "exit code file missing").
+    message: str = ""
+    #: The reason given to `stop`, once stop was asked for (None otherwise).
+    stop_reason: str | None = None
+
+    @staticmethod
+    def unknown(workload_id: str) -> ExecStatus:
+        return ExecStatus(
+            workload_id, ExecState.UNKNOWN, message="this executor does not know the workload"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunningProcess:
+    """One piece of live work the executor sees (used to adopt work after a restart)."""
+
+    workload_id: str
+    ref: str
+    started_at: float | None = None
+    #: Unix user (local), namespace (Kubernetes) or account (Slurm) the work runs as.
+    user: str | None = None
+    gpu_uuids: tuple[str, ...] = ()
+    #: Process ids of the work on this host (local executor); empty elsewhere.
+    pids: tuple[int, ...] = ()
+
+
+class Executor(ABC):
+    """Runs workloads. See the module docstring for the contract of each method."""
+
+    #: Short name recorded in handles and events: "local", "kubernetes", "slurm", "fake".
+    name: str = "executor"
+
+    @abstractmethod
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        """Launch `workload` on `allocation` (None for CPU-only work); return at once.
+
+        `env` adds environment variables; `unix_user` is the account to run as when the
+        executor can switch users (default: the workload's owner). Raises `StartError`.
+        """
+
+    @abstractmethod
+    def poll(self, workload_id: str) -> ExecStatus:
+        """Where the workload stands; `ExecState.UNKNOWN` if never seen."""
+
+    @abstractmethod
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        """Ask the workload to end; force it after `grace_s` (escalated by `tick`)."""
+
+    @abstractmethod
+    def list_running(self) -> list[RunningProcess]:
+        """Work alive right now, including work started by an earlier server process."""
+
+    def tick(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Housekeeping called by the reconciler each pass (e.g. escalate overdue stops)."""
+
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        """The workload's output (last `tail` lines when given)."""
+        raise NotSupported(f"the {self.name} executor does not keep logs")
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release executor resources on server shutdown. Running work keeps running."""
+
+    def supports(self, capability: type) -> bool:
+        """True if this executor has the capability mixin `capability`."""
+        return isinstance(self, capability)
+
+
+class SupportsLogs:
+    """Capability mixin: `logs()` returns the work's output."""
+
+
+class SupportsFractionalMPS:
+    """Capability mixin: fractional shares on `shared` GPUs can be enforced with CUDA MPS.
+
+    `mps_enforcement(gpu_uuid, unix_user)` tells which enforcement a new fractional share on
+    that GPU would get right now (`mps` only while a healthy daemon can serve that user).
+    """
+
+    def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
+        raise NotImplementedError
+
+
+class SupportsAdoption:
+    """Capability mixin: work survives a server restart and `list_running` finds it again."""
+
+
+def exec_state_for_exit(exit_code: int | None) -> ExecState:
+    """Succeeded for exit code 0, failed for anything else, lost when the code is unknown."""
+    if exit_code is None:
+        return ExecState.LOST
+    return ExecState.SUCCEEDED if exit_code == 0 else ExecState.FAILED
