@@ -1,0 +1,35 @@
+"""Persistence: SQLAlchemy rows, repositories, Alembic migrations, row <-> domain converters.
+
+Open with `open_store(url)`; work inside `store.read()` / `store.write()` sessions through the
+repositories (`TenantRepo(session)`, `WorkloadRepo(session)`, ...).
+"""
+
+from gpupool.store.cluster import NodeRepo
+from gpupool.store.db import Store, StoreError, open_store
+from gpupool.store.errors import Conflict, NotFound
+from gpupool.store.events import EventRepo
+from gpupool.store.profiles import ProfileRepo
+from gpupool.store.tenancy import TenantRepo, TokenRepo, UserRepo, role_in
+from gpupool.store.usage import UsageRepo, UsageTotal
+from gpupool.store.workloads import AllocationRepo, WorkloadRecord, WorkloadRepo, new_workload_id
+
+__all__ = [
+    "AllocationRepo",
+    "Conflict",
+    "EventRepo",
+    "NodeRepo",
+    "NotFound",
+    "ProfileRepo",
+    "Store",
+    "StoreError",
+    "TenantRepo",
+    "TokenRepo",
+    "UsageRepo",
+    "UsageTotal",
+    "UserRepo",
+    "WorkloadRecord",
+    "WorkloadRepo",
+    "new_workload_id",
+    "open_store",
+    "role_in",
+]

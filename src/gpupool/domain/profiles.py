@@ -1,0 +1,34 @@
+"""Profiles: named, admin-defined workload shapes users pick from ("1 x H100", "1/4 GPU, 20 GB")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.errors import ValidationError
+from gpupool.domain.workloads import Request, WorkloadKind
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A named request. `tenants` lists the tenants (and their subtrees) that may use it;
+    empty means every tenant. `image` is used by container executors (Kubernetes)."""
+
+    name: str
+    request: Request = Request()
+    description: str = ""
+    kind: WorkloadKind = WorkloadKind.NOTEBOOK
+    image: str | None = None
+    tenants: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
+            raise ValidationError(
+                f"profile name {self.name!r} may only use letters, digits, '-', '_' and '.'",
+                "name",
+            )
+
+    def allows(self, tenant: str) -> bool:
+        """True if `tenant` (or one of its ancestors) is listed, or nothing is listed."""
+        return not self.tenants or any(
+            tenant == t or tenant.startswith(t + "/") for t in self.tenants
+        )

@@ -1,0 +1,294 @@
+"""Explicit converters between store rows and domain types. Nothing else crosses the boundary."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from gpupool.domain import (
+    GPU,
+    Allocation,
+    Enforcement,
+    Event,
+    GPUHealth,
+    Membership,
+    Node,
+    NodeState,
+    Quota,
+    Request,
+    Role,
+    Share,
+    SharingMode,
+    Tenant,
+    User,
+    Workload,
+    WorkloadKind,
+    WorkloadState,
+)
+from gpupool.domain.profiles import Profile
+from gpupool.store.rows import (
+    AllocationRow,
+    EventRow,
+    GpuRow,
+    MembershipRow,
+    NodeRow,
+    ProfileRow,
+    ShareRow,
+    TenantRow,
+    UserRow,
+    WorkloadRow,
+)
+
+# -- cluster ----------------------------------------------------------------------------------
+
+
+def gpu_to_domain(row: GpuRow) -> GPU:
+    return GPU(
+        index=row.index,
+        uuid=row.uuid,
+        model=row.model,
+        memory_mib=row.memory_mib,
+        sharing=SharingMode(row.sharing),
+        health=GPUHealth(row.health),
+    )
+
+
+def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
+    row = row or GpuRow(uuid=gpu.uuid)
+    row.node = node
+    row.index = gpu.index
+    row.model = gpu.model
+    row.memory_mib = gpu.memory_mib
+    row.sharing = str(gpu.sharing)
+    row.health = str(gpu.health)
+    return row
+
+
+def node_to_domain(row: NodeRow) -> Node:
+    return Node(
+        name=row.name,
+        gpus=tuple(gpu_to_domain(g) for g in sorted(row.gpus, key=lambda g: g.index)),
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        labels=tuple(sorted((str(k), str(v)) for k, v in (row.labels or {}).items())),
+        state=NodeState(row.state),
+        last_heartbeat=row.last_heartbeat,
+    )
+
+
+def node_fields_to_row(node: Node, row: NodeRow) -> NodeRow:
+    """Copy the node's own fields (not its GPUs) onto `row`."""
+    row.name = node.name
+    row.cpu_milli = node.cpu_milli
+    row.memory_mib = node.memory_mib
+    row.labels = dict(node.labels)
+    row.state = str(node.state)
+    row.last_heartbeat = node.last_heartbeat
+    return row
+
+
+# -- tenancy ----------------------------------------------------------------------------------
+
+
+def tenant_to_domain(row: TenantRow) -> Tenant:
+    return Tenant(
+        name=row.name,
+        quota=Quota(
+            guaranteed_milli=row.guaranteed_milli,
+            limit_milli=row.limit_milli,
+            weight=row.weight,
+            max_milli_per_user=row.max_milli_per_user,
+            guaranteed_by_model=MappingProxyType(
+                {str(k): int(v) for k, v in (row.guaranteed_by_model or {}).items()}
+            ),
+        ),
+        idle_timeout_s=row.idle_timeout_s,
+    )
+
+
+def tenant_to_row(tenant: Tenant, row: TenantRow | None = None) -> TenantRow:
+    row = row or TenantRow(name=tenant.name)
+    row.parent = tenant.parent
+    q = tenant.quota
+    row.guaranteed_milli = q.guaranteed_milli
+    row.limit_milli = q.limit_milli
+    row.weight = q.weight
+    row.max_milli_per_user = q.max_milli_per_user
+    row.guaranteed_by_model = dict(q.guaranteed_by_model)
+    row.idle_timeout_s = tenant.idle_timeout_s
+    return row
+
+
+def user_to_domain(row: UserRow) -> User:
+    return User(name=row.name, admin=row.admin, unix_user=row.unix_user)
+
+
+def membership_to_domain(row: MembershipRow) -> Membership:
+    return Membership(user=row.user, tenant=row.tenant, role=Role(row.role))
+
+
+# -- workloads --------------------------------------------------------------------------------
+
+
+def workload_to_domain(row: WorkloadRow) -> Workload:
+    return Workload(
+        id=row.id,
+        tenant=row.tenant,
+        owner=row.owner,
+        request=Request(
+            gpus=row.gpus,
+            gpu_milli=row.gpu_milli,
+            gpu_memory_mib=row.gpu_memory_mib,
+            gpu_model=row.gpu_model,
+            cpu_milli=row.cpu_milli,
+            memory_mib=row.memory_mib,
+        ),
+        kind=WorkloadKind(row.kind),
+        priority=row.priority,
+        preemptible=row.preemptible,
+        requeue_on_preemption=row.requeue_on_preemption,
+        max_runtime_s=row.max_runtime_s,
+        submitted_at=row.submitted_at,
+        state=WorkloadState(row.state),
+        command=tuple(str(c) for c in row.command or ()),
+        profile=row.profile,
+        admitted_at=row.admitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        exit_code=row.exit_code,
+        reason=row.reason,
+        preemptions=row.preemptions,
+    )
+
+
+def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
+    """Copy every domain field of `w` onto `row` (a new row when None)."""
+    row = row or WorkloadRow(id=w.id)
+    row.tenant = w.tenant
+    row.owner = w.owner
+    r = w.request
+    row.gpus = r.gpus
+    row.gpu_milli = r.gpu_milli
+    row.gpu_memory_mib = r.gpu_memory_mib
+    row.gpu_model = r.gpu_model
+    row.cpu_milli = r.cpu_milli
+    row.memory_mib = r.memory_mib
+    row.kind = str(w.kind)
+    row.priority = w.priority
+    row.preemptible = w.preemptible
+    row.requeue_on_preemption = w.requeue_on_preemption
+    row.max_runtime_s = w.max_runtime_s
+    row.submitted_at = w.submitted_at
+    row.state = str(w.state)
+    row.command = list(w.command)
+    row.profile = w.profile
+    row.admitted_at = w.admitted_at
+    row.started_at = w.started_at
+    row.finished_at = w.finished_at
+    row.exit_code = w.exit_code
+    row.reason = w.reason
+    row.preemptions = w.preemptions
+    return row
+
+
+def share_to_domain(row: ShareRow) -> Share:
+    return Share(
+        node=row.node,
+        gpu_index=row.gpu_index,
+        gpu_uuid=row.gpu_uuid,
+        milli=row.milli,
+        memory_mib=row.memory_mib,
+        enforcement=Enforcement(row.enforcement),
+    )
+
+
+def allocation_to_domain(row: AllocationRow) -> Allocation:
+    return Allocation(
+        workload_id=row.workload_id,
+        node=row.node,
+        shares=tuple(share_to_domain(s) for s in row.shares),
+        since=row.since,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+    )
+
+
+def allocation_to_row(a: Allocation) -> AllocationRow:
+    return AllocationRow(
+        workload_id=a.workload_id,
+        node=a.node,
+        since=a.since,
+        cpu_milli=a.cpu_milli,
+        memory_mib=a.memory_mib,
+        shares=[
+            ShareRow(
+                gpu_uuid=s.gpu_uuid,
+                node=s.node,
+                gpu_index=s.gpu_index,
+                milli=s.milli,
+                memory_mib=s.memory_mib,
+                enforcement=str(s.enforcement),
+            )
+            for s in a.shares
+        ],
+    )
+
+
+def event_to_domain(row: EventRow) -> Event:
+    return Event(
+        at=row.at,
+        kind=row.kind,
+        message=row.message,
+        workload_id=row.workload_id,
+        tenant=row.tenant,
+        user=row.user,
+        data=MappingProxyType(dict(row.data or {})),
+    )
+
+
+def event_to_row(e: Event) -> EventRow:
+    return EventRow(
+        at=e.at,
+        kind=e.kind,
+        message=e.message,
+        workload_id=e.workload_id,
+        tenant=e.tenant,
+        user=e.user,
+        data=dict(e.data),
+    )
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+
+def profile_to_domain(row: ProfileRow) -> Profile:
+    return Profile(
+        name=row.name,
+        description=row.description,
+        kind=WorkloadKind(row.kind),
+        image=row.image,
+        tenants=tuple(str(t) for t in row.tenants or ()),
+        request=Request(
+            gpus=row.gpus,
+            gpu_milli=row.gpu_milli,
+            gpu_memory_mib=row.gpu_memory_mib,
+            gpu_model=row.gpu_model,
+            cpu_milli=row.cpu_milli,
+            memory_mib=row.memory_mib,
+        ),
+    )
+
+
+def profile_to_row(p: Profile, row: ProfileRow | None = None) -> ProfileRow:
+    row = row or ProfileRow(name=p.name)
+    row.description = p.description
+    row.kind = str(p.kind)
+    row.image = p.image
+    row.tenants = list(p.tenants)
+    r = p.request
+    row.gpus = r.gpus
+    row.gpu_milli = r.gpu_milli
+    row.gpu_memory_mib = r.gpu_memory_mib
+    row.gpu_model = r.gpu_model
+    row.cpu_milli = r.cpu_milli
+    row.memory_mib = r.memory_mib
+    return row

@@ -1,0 +1,117 @@
+"""Opening the store: engine setup, SQLite pragmas, migrations, transactions.
+
+`open_store(url)` returns a `Store` whose schema is at the newest Alembic revision. Use
+`store.read()` for read-only work and `store.write()` for changes. On SQLite a write
+transaction starts with `BEGIN IMMEDIATE`, so writers are serialized and a check-then-insert
+inside one write transaction (e.g. "do these GPUs still have room?") cannot race; on
+PostgreSQL the repositories lock the rows they check (`SELECT ... FOR UPDATE`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class StoreError(Exception):
+    """The store could not be opened or migrated. The message says what to do."""
+
+
+def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event (below) issue BEGIN, so we choose its kind.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class Store:
+    """The database behind gpupool: engines and transaction helpers."""
+
+    def __init__(self, url: str):
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database in (None, "", ":memory:"):
+                raise StoreError(
+                    "an in-memory SQLite database cannot be shared between connections; "
+                    "use a file URL such as sqlite:////var/lib/gpupool/gpupool.db"
+                )
+            self.engine = _sqlite_engine(url, immediate=False)
+            self._write_engine = _sqlite_engine(url, immediate=True)
+        else:
+            self.engine = create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
+            self._write_engine = self.engine
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(self._write_engine, expire_on_commit=False)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reading; never commits."""
+        with self._read() as s:
+            try:
+                yield s
+            finally:
+                s.rollback()
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction: commits when the block ends, rolls back on an exception."""
+        with self._write() as s, s.begin():
+            yield s
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (idempotent)."""
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self._write_engine.connect() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            conn.commit()
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self._write_engine is not self.engine:
+            self._write_engine.dispose()
+
+
+def open_store(url: str, *, migrate: bool = True) -> Store:
+    """Open the database at `url` and (by default) run migrations up to head."""
+    if url.startswith("sqlite:///"):
+        path = make_url(url).database
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        store = Store(url)
+        if migrate:
+            store.migrate()
+    except StoreError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any driver error becomes one clear message
+        raise StoreError(f"cannot open the database {make_url(url)!r}: {e}") from e
+    return store

@@ -1,0 +1,248 @@
+"""SQLAlchemy rows: the database shape of gpupool's concepts.
+
+Rows are persistence only; code above the store works with domain types through
+`gpupool.store.convert`. Times are float seconds since the epoch (the injected clock's time).
+GPU amounts are milli (1000 = one GPU), memory MiB, CPU milli-CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    labels: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    state: Mapped[str] = mapped_column(String(16), default="ready")
+    last_heartbeat: Mapped[float | None] = mapped_column(Float)
+
+    gpus: Mapped[list[GpuRow]] = relationship(
+        back_populates="node_row", cascade="all, delete-orphan", order_by="GpuRow.index"
+    )
+
+
+class GpuRow(Base):
+    __tablename__ = "gpus"
+    __table_args__ = (UniqueConstraint("node", "index", name="uq_gpus_node_index"),)
+
+    uuid: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(128))
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    sharing: Mapped[str] = mapped_column(String(16), default="exclusive")
+    health: Mapped[str] = mapped_column(String(16), default="healthy")
+
+    node_row: Mapped[NodeRow] = relationship(back_populates="gpus")
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    parent: Mapped[str | None] = mapped_column(
+        ForeignKey("tenants.name", ondelete="RESTRICT"), index=True
+    )
+    guaranteed_milli: Mapped[int] = mapped_column(Integer, default=0)
+    limit_milli: Mapped[int | None] = mapped_column(Integer)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    max_milli_per_user: Mapped[int | None] = mapped_column(Integer)
+    guaranteed_by_model: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    idle_timeout_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    unix_user: Mapped[str | None] = mapped_column(String(64))
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+    memberships: Mapped[list[MembershipRow]] = relationship(
+        cascade="all, delete-orphan", order_by="MembershipRow.tenant", lazy="selectin"
+    )
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+
+    user: Mapped[str] = mapped_column(
+        ForeignKey("users.name", ondelete="CASCADE"), primary_key=True
+    )
+    tenant: Mapped[str] = mapped_column(
+        ForeignKey("tenants.name", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16), default="member")
+
+
+class TokenRow(Base):
+    """An API token. Only the SHA-256 of the secret is stored; the secret is shown once."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float)
+
+
+class WorkloadRow(Base):
+    __tablename__ = "workloads"
+    __table_args__ = (
+        Index("ix_workloads_state_submitted", "state", "submitted_at"),
+        Index("ix_workloads_tenant_state", "tenant", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(128))
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name", ondelete="RESTRICT"))
+    owner: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="RESTRICT"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
+    requeue_on_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
+    max_runtime_s: Mapped[float | None] = mapped_column(Float)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    command: Mapped[list[Any]] = mapped_column(default=list)
+    profile: Mapped[str | None] = mapped_column(String(128))
+    admitted_at: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # The latest why-pending from the scheduler (cleared on admission).
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+    tenant_position: Mapped[int | None] = mapped_column(Integer)
+    # The executor's reference to the launched work (pid, pod, Slurm job id).
+    executor_ref: Mapped[str | None] = mapped_column(String(255))
+
+
+class AllocationRow(Base):
+    """Shares held by a workload on one node. Active while `released_at` is NULL."""
+
+    __tablename__ = "allocations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[str] = mapped_column(
+        ForeignKey("workloads.id", ondelete="CASCADE"), index=True
+    )
+    node: Mapped[str] = mapped_column(String(253))
+    since: Mapped[float] = mapped_column(Float)
+    released_at: Mapped[float | None] = mapped_column(Float, index=True)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+
+    shares: Mapped[list[ShareRow]] = relationship(
+        cascade="all, delete-orphan", order_by="ShareRow.gpu_index", lazy="selectin"
+    )
+
+
+class ShareRow(Base):
+    __tablename__ = "shares"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    allocation_id: Mapped[int] = mapped_column(
+        ForeignKey("allocations.id", ondelete="CASCADE"), index=True
+    )
+    gpu_uuid: Mapped[str] = mapped_column(String(128), index=True)
+    node: Mapped[str] = mapped_column(String(253))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(Integer)
+    enforcement: Mapped[str] = mapped_column(String(16))
+
+
+class EventRow(Base):
+    """Append-only: rows are inserted, never updated or deleted."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(64), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    workload_id: Mapped[str | None] = mapped_column(String(32), index=True)
+    tenant: Mapped[str | None] = mapped_column(String(255), index=True)
+    user: Mapped[str | None] = mapped_column(String(128))
+    data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class UsageRow(Base):
+    """Accounting per workload and UTC day; the accounting loop adds to it."""
+
+    __tablename__ = "usage"
+    __table_args__ = (UniqueConstraint("workload_id", "day", name="uq_usage_workload_day"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[str] = mapped_column(String(32), index=True)
+    tenant: Mapped[str] = mapped_column(String(255), index=True)
+    user: Mapped[str] = mapped_column(String(128), index=True)
+    day: Mapped[str] = mapped_column(String(10), index=True)  # YYYY-MM-DD (UTC)
+    gpu_seconds_allocated: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_seconds_busy: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_memory_mib_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_memory_mib_max: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ProfileRow(Base):
+    __tablename__ = "profiles"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    kind: Mapped[str] = mapped_column(String(16), default="notebook")
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    image: Mapped[str | None] = mapped_column(String(512))
+    tenants: Mapped[list[Any]] = mapped_column(default=list)

@@ -1,0 +1,122 @@
+"""Repository for usage (accounting): per workload and UTC day, rolled up by queries."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from gpupool.store.rows import UsageRow
+
+GroupBy = Literal["user", "tenant", "day", "workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotal:
+    key: str
+    gpu_seconds_allocated: float
+    gpu_seconds_busy: float
+    gpu_memory_mib_seconds: float
+    gpu_memory_mib_max: int
+    workloads: int
+
+    @property
+    def efficiency(self) -> float | None:
+        """Busy / allocated (None when nothing was allocated)."""
+        if self.gpu_seconds_allocated <= 0:
+            return None
+        return self.gpu_seconds_busy / self.gpu_seconds_allocated
+
+
+class UsageRepo:
+    def __init__(self, s: Session):
+        self.s = s
+
+    def add(
+        self,
+        *,
+        workload_id: str,
+        tenant: str,
+        user: str,
+        day: str,
+        gpu_seconds_allocated: float = 0.0,
+        gpu_seconds_busy: float = 0.0,
+        gpu_memory_mib_seconds: float = 0.0,
+        gpu_memory_mib: int = 0,
+    ) -> None:
+        """Add to the (workload, day) row, creating it when missing. `gpu_memory_mib` is the
+        memory seen now; the row keeps the maximum."""
+        row = self.s.scalar(
+            select(UsageRow)
+            .where(UsageRow.workload_id == workload_id, UsageRow.day == day)
+            .with_for_update()
+        )
+        if row is None:
+            row = UsageRow(
+                workload_id=workload_id,
+                tenant=tenant,
+                user=user,
+                day=day,
+                gpu_seconds_allocated=0.0,
+                gpu_seconds_busy=0.0,
+                gpu_memory_mib_seconds=0.0,
+                gpu_memory_mib_max=0,
+            )
+            self.s.add(row)
+        row.gpu_seconds_allocated += gpu_seconds_allocated
+        row.gpu_seconds_busy += gpu_seconds_busy
+        row.gpu_memory_mib_seconds += gpu_memory_mib_seconds
+        row.gpu_memory_mib_max = max(row.gpu_memory_mib_max, gpu_memory_mib)
+        self.s.flush()
+
+    def rollup(
+        self,
+        group_by: GroupBy,
+        *,
+        from_day: str | None = None,
+        to_day: str | None = None,
+        tenants: Iterable[str] | None = None,
+        user: str | None = None,
+    ) -> list[UsageTotal]:
+        """Totals per `group_by` key over days in [from_day, to_day] (inclusive, YYYY-MM-DD).
+
+        `tenants` keeps rows of those subtrees; `user` keeps one user's rows."""
+        col = {
+            "user": UsageRow.user,
+            "tenant": UsageRow.tenant,
+            "day": UsageRow.day,
+            "workload": UsageRow.workload_id,
+        }[group_by]
+        q = select(
+            col,
+            func.sum(UsageRow.gpu_seconds_allocated),
+            func.sum(UsageRow.gpu_seconds_busy),
+            func.sum(UsageRow.gpu_memory_mib_seconds),
+            func.max(UsageRow.gpu_memory_mib_max),
+            func.count(func.distinct(UsageRow.workload_id)),
+        ).group_by(col)
+        if from_day:
+            q = q.where(UsageRow.day >= from_day)
+        if to_day:
+            q = q.where(UsageRow.day <= to_day)
+        if tenants is not None:
+            conds = []
+            for t in tenants:
+                conds += [UsageRow.tenant == t, UsageRow.tenant.startswith(t + "/")]
+            q = q.where(or_(*conds)) if conds else q.where(UsageRow.id < 0)
+        if user is not None:
+            q = q.where(UsageRow.user == user)
+        return [
+            UsageTotal(str(k), float(a or 0), float(b or 0), float(m or 0), int(mx or 0), int(n))
+            for k, a, b, m, mx, n in self.s.execute(q.order_by(col))
+        ]
+
+    def attained_by_tenant(self) -> dict[str, float]:
+        """Milli-GPU-seconds allocated so far per tenant (for the LAS policy)."""
+        q = select(UsageRow.tenant, func.sum(UsageRow.gpu_seconds_allocated)).group_by(
+            UsageRow.tenant
+        )
+        return {t: float(v or 0) * 1000 for t, v in self.s.execute(q)}

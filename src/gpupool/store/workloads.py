@@ -1,0 +1,328 @@
+"""Repositories for workloads and allocations.
+
+`WorkloadRepo.change_state` is the one function that changes a workload's state: it locks
+the row, applies `domain.transition()`, releases the allocation when the workload stops
+holding one, and appends the event, all in the caller's transaction.
+`AllocationRepo.allocate` refuses shares that would oversubscribe a GPU, checked against
+the committed allocations while holding the GPUs' row locks (see `store.db`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.orm import Session
+
+from gpupool.domain import (
+    ACTIVE_STATES,
+    MILLI_PER_GPU,
+    Allocation,
+    Event,
+    Workload,
+    WorkloadState,
+    transition,
+)
+from gpupool.scheduler.types import PendingInfo, RunningWorkload
+from gpupool.store.convert import (
+    allocation_to_domain,
+    allocation_to_row,
+    event_to_row,
+    workload_to_domain,
+    workload_to_row,
+)
+from gpupool.store.errors import Conflict, NotFound
+from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, WorkloadRow
+
+_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def new_workload_id() -> str:
+    """A short random id such as `w-4k9x2m7qpa`."""
+    return "w-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """A stored workload with what the store keeps beside the domain fields."""
+
+    workload: Workload
+    name: str | None = None
+    pending: PendingInfo | None = None
+    executor_ref: str | None = None
+
+
+def _record(row: WorkloadRow) -> WorkloadRecord:
+    pending = None
+    if row.state == WorkloadState.PENDING and row.pending_reason is not None:
+        pending = PendingInfo(
+            reason=row.pending_reason,
+            position=row.queue_position or 0,
+            tenant_position=row.tenant_position or 0,
+        )
+    return WorkloadRecord(workload_to_domain(row), row.name, pending, row.executor_ref)
+
+
+class WorkloadRepo:
+    def __init__(self, s: Session):
+        self.s = s
+
+    def add(self, w: Workload, *, name: str | None = None, message: str | None = None) -> Workload:
+        """Insert a new pending workload and its `workload.submitted` event."""
+        if w.state is not WorkloadState.PENDING:
+            raise Conflict(f"a new workload must be pending, not {w.state}")
+        row = workload_to_row(w)
+        row.name = name
+        self.s.add(row)
+        self.s.flush()
+        self.s.add(
+            event_to_row(
+                Event(
+                    at=w.submitted_at,
+                    kind="workload.submitted",
+                    message=message or f"{w.owner} asked for {w.request.describe()} in {w.tenant}",
+                    workload_id=w.id,
+                    tenant=w.tenant,
+                    user=w.owner,
+                    data={"to": "pending"},
+                )
+            )
+        )
+        return w
+
+    def _row(self, workload_id: str, *, lock: bool = False) -> WorkloadRow:
+        q = select(WorkloadRow).where(WorkloadRow.id == workload_id)
+        if lock:
+            q = q.with_for_update()
+        row = self.s.scalar(q)
+        if row is None:
+            raise NotFound(f"no workload {workload_id!r}; list yours with GET /api/v1/workloads")
+        return row
+
+    def get(self, workload_id: str) -> Workload:
+        return workload_to_domain(self._row(workload_id))
+
+    def record(self, workload_id: str) -> WorkloadRecord:
+        return _record(self._row(workload_id))
+
+    def list(
+        self,
+        *,
+        states: Collection[WorkloadState] | None = None,
+        tenants: Iterable[str] | None = None,
+        tenant: str | None = None,
+        owner: str | None = None,
+        kind: str | None = None,
+        visible_to_user: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = True,
+    ) -> list[WorkloadRecord]:
+        """Workloads matching all filters. `tenants` keeps those subtrees (plus, with
+        `visible_to_user`, that user's own workloads anywhere)."""
+        q = select(WorkloadRow)
+        if states:
+            q = q.where(WorkloadRow.state.in_([str(s) for s in states]))
+        if tenants is not None:
+            conds = []
+            for t in tenants:
+                conds += [WorkloadRow.tenant == t, WorkloadRow.tenant.startswith(t + "/")]
+            if visible_to_user is not None:
+                conds.append(WorkloadRow.owner == visible_to_user)
+            q = q.where(or_(*conds)) if conds else q.where(WorkloadRow.id == "")
+        if tenant is not None:
+            q = q.where(
+                or_(WorkloadRow.tenant == tenant, WorkloadRow.tenant.startswith(tenant + "/"))
+            )
+        if owner is not None:
+            q = q.where(WorkloadRow.owner == owner)
+        if kind is not None:
+            q = q.where(WorkloadRow.kind == kind)
+        order = WorkloadRow.submitted_at.desc() if newest_first else WorkloadRow.submitted_at
+        q = q.order_by(order, WorkloadRow.id).offset(offset)
+        if limit is not None:
+            q = q.limit(limit)
+        return [_record(r) for r in self.s.scalars(q)]
+
+    def pending(self) -> list[Workload]:
+        q = (
+            select(WorkloadRow)
+            .where(WorkloadRow.state == str(WorkloadState.PENDING))
+            .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
+        )
+        return [workload_to_domain(r) for r in self.s.scalars(q)]
+
+    def count_by_state_tenant(self) -> list[tuple[str, str, int]]:
+        q = select(WorkloadRow.state, WorkloadRow.tenant, func.count()).group_by(
+            WorkloadRow.state, WorkloadRow.tenant
+        )
+        return [(s, t, int(n)) for s, t, n in self.s.execute(q)]
+
+    def change_state(
+        self,
+        workload_id: str,
+        to: WorkloadState,
+        now: float,
+        reason: str,
+        *,
+        exit_code: int | None = None,
+        expect: Collection[WorkloadState] | None = None,
+        data: dict[str, object] | None = None,
+    ) -> Workload:
+        """Move a workload to `to` (see the module docstring). `expect` guards against races:
+        if the stored state is not one of them, Conflict is raised and nothing changes."""
+        row = self._row(workload_id, lock=True)
+        current = workload_to_domain(row)
+        if expect is not None and current.state not in expect:
+            raise Conflict(
+                f"workload {workload_id} is {current.state}, not "
+                + " or ".join(sorted(str(s) for s in expect))
+            )
+        new, event = transition(current, to, now, reason, exit_code=exit_code)
+        workload_to_row(new, row)
+        if to is not WorkloadState.PENDING:
+            row.pending_reason = row.queue_position = row.tenant_position = None
+        if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
+            AllocationRepo(self.s).release(workload_id, now)
+        if data:
+            event = Event(
+                at=event.at,
+                kind=event.kind,
+                message=event.message,
+                workload_id=event.workload_id,
+                tenant=event.tenant,
+                user=event.user,
+                data={**event.data, **data},
+            )
+        self.s.add(event_to_row(event))
+        self.s.flush()
+        return new
+
+    def set_pending_info(self, infos: dict[str, PendingInfo]) -> None:
+        """Store the latest why-pending of each listed (still pending) workload."""
+        if not infos:
+            return
+        pending_ids = set(
+            self.s.scalars(
+                select(WorkloadRow.id).where(
+                    WorkloadRow.id.in_(list(infos)),
+                    WorkloadRow.state == str(WorkloadState.PENDING),
+                )
+            )
+        )
+        params = [
+            {
+                "id": wid,
+                "pending_reason": info.reason,
+                "queue_position": info.position,
+                "tenant_position": info.tenant_position,
+            }
+            for wid, info in infos.items()
+            if wid in pending_ids
+        ]
+        if params:
+            self.s.execute(update(WorkloadRow), params)
+
+    def set_executor_ref(self, workload_id: str, ref: str | None) -> None:
+        self._row(workload_id).executor_ref = ref
+
+
+class AllocationRepo:
+    def __init__(self, s: Session):
+        self.s = s
+
+    def active_for(self, workload_id: str) -> Allocation | None:
+        row = self.s.scalar(
+            select(AllocationRow).where(
+                AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
+            )
+        )
+        return None if row is None else allocation_to_domain(row)
+
+    def last_for(self, workload_id: str) -> tuple[Allocation, float | None] | None:
+        """The workload's latest allocation (active or released) and its release time."""
+        row = self.s.scalar(
+            select(AllocationRow)
+            .where(AllocationRow.workload_id == workload_id)
+            .order_by(AllocationRow.id.desc())
+            .limit(1)
+        )
+        return None if row is None else (allocation_to_domain(row), row.released_at)
+
+    def active(self) -> list[Allocation]:
+        q = select(AllocationRow).where(AllocationRow.released_at.is_(None))
+        return [allocation_to_domain(r) for r in self.s.scalars(q)]
+
+    def running(self) -> list[RunningWorkload]:
+        """Active workloads (admitted, starting, running) with their allocations."""
+        q = (
+            select(WorkloadRow, AllocationRow)
+            .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
+            .where(
+                AllocationRow.released_at.is_(None),
+                WorkloadRow.state.in_([str(s) for s in ACTIVE_STATES]),
+            )
+        )
+        return [
+            RunningWorkload(workload_to_domain(w), allocation_to_domain(a))
+            for w, a in self.s.execute(q)
+        ]
+
+    def gpu_usage(self, uuids: Collection[str] | None = None) -> dict[str, tuple[int, int]]:
+        """GPU uuid -> (milli, memory MiB) held by active allocations."""
+        q = (
+            select(ShareRow.gpu_uuid, func.sum(ShareRow.milli), func.sum(ShareRow.memory_mib))
+            .join(AllocationRow, AllocationRow.id == ShareRow.allocation_id)
+            .where(AllocationRow.released_at.is_(None))
+            .group_by(ShareRow.gpu_uuid)
+        )
+        if uuids is not None:
+            q = q.where(ShareRow.gpu_uuid.in_(list(uuids)))
+        return {u: (int(m or 0), int(mem or 0)) for u, m, mem in self.s.execute(q)}
+
+    def allocate(self, allocation: Allocation) -> None:
+        """Record `allocation`; raise Conflict if the workload already holds one or if any
+        share does not fit what its GPU has left."""
+        if self.active_for(allocation.workload_id) is not None:
+            raise Conflict(f"workload {allocation.workload_id} already holds an allocation")
+        uuids = sorted({s.gpu_uuid for s in allocation.shares})
+        if uuids:
+            # Lock the GPUs (PostgreSQL; SQLite's write transaction already excludes writers).
+            gpus = {
+                g.uuid: g
+                for g in self.s.scalars(
+                    select(GpuRow)
+                    .where(GpuRow.uuid.in_(uuids))
+                    .order_by(GpuRow.uuid)
+                    .with_for_update()
+                )
+            }
+            used = self.gpu_usage(uuids)
+            want: dict[str, list[int]] = {}
+            for sh in allocation.shares:
+                g = gpus.get(sh.gpu_uuid)
+                if g is None or g.node != allocation.node or g.node != sh.node:
+                    raise Conflict(f"GPU {sh.gpu_uuid} is not on node {allocation.node}")
+                acc = want.setdefault(sh.gpu_uuid, [0, 0])
+                acc[0] += sh.milli
+                acc[1] += sh.memory_mib
+            for uuid, (milli, mem) in want.items():
+                held_milli, held_mem = used.get(uuid, (0, 0))
+                g = gpus[uuid]
+                if held_milli + milli > MILLI_PER_GPU or held_mem + mem > g.memory_mib:
+                    raise Conflict(
+                        f"GPU {g.index} on {g.node} ({uuid}) has "
+                        f"{(MILLI_PER_GPU - held_milli) / 1000:g} GPU and "
+                        f"{g.memory_mib - held_mem} MiB free, not enough for this share"
+                    )
+        self.s.add(allocation_to_row(allocation))
+        self.s.flush()
+
+    def release(self, workload_id: str, now: float) -> None:
+        self.s.execute(
+            update(AllocationRow)
+            .where(AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None))
+            .values(released_at=now)
+        )
