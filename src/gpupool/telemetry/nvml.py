@@ -1,0 +1,380 @@
+"""The one defensive wrapper over nvidia-ml-py (`pynvml`).
+
+Contract: no NVML call can crash the caller. A driver function that is missing or not
+supported gives `None` ("N/A") silently; any other NVML error gives `None` and is recorded
+in the snapshot's `errors`; a GPU that is lost (or stops answering) stays listed with
+`healthy=False` under the identity it had when it was last seen.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from gpupool.clock import Clock, SystemClock
+from gpupool.telemetry.snapshots import (
+    GPUSnapshot,
+    HostSnapshot,
+    MigDeviceSnapshot,
+    ProcessKind,
+    ProcessSnapshot,
+)
+from gpupool.telemetry.source import NoGPUError
+
+# NVML return codes (stable across driver versions); the module's own constants win if present.
+_CODES = {
+    "NOT_SUPPORTED": 3,
+    "NO_PERMISSION": 4,
+    "NOT_FOUND": 6,
+    "FUNCTION_NOT_FOUND": 13,
+    "GPU_IS_LOST": 15,
+}
+_NA = object()  # "not available": the function is missing or the GPU does not support it
+PROCESS_UTIL_WINDOW_S = 1.0
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+@dataclass
+class _Reads:
+    """Guarded calls for one GPU; collects the errors and whether the GPU is lost."""
+
+    module: ModuleType
+    errors: list[str] = field(default_factory=list)
+    lost: bool = False
+
+    def code(self, name: str) -> int:
+        return int(getattr(self.module, f"NVML_ERROR_{name}", _CODES[name]))
+
+    def classify(self, exc: Exception) -> str:
+        value = getattr(exc, "value", None)
+        base = getattr(self.module, "NVMLError", None)
+        if base is None or not isinstance(exc, base):
+            return "error"
+        if value in (self.code("NOT_SUPPORTED"), self.code("FUNCTION_NOT_FOUND")):
+            return "na"
+        if value == self.code("NOT_FOUND"):
+            return "not_found"
+        if value == self.code("GPU_IS_LOST"):
+            return "lost"
+        return "error"
+
+    def get(self, what: str, fn_name: str, *args: Any, not_found: Any = _NA, **kw: Any) -> Any:
+        """`fn_name(*args)`, or `_NA` when unavailable, or `not_found` for NVML_ERROR_NOT_FOUND."""
+        if self.lost:
+            return _NA
+        fn = getattr(self.module, fn_name, None)
+        if fn is None:  # an older nvidia-ml-py without this function
+            return _NA
+        try:
+            return fn(*args, **kw)
+        except Exception as exc:  # noqa: BLE001 - the contract is "never raise"
+            kind = self.classify(exc)
+            if kind == "na":
+                return _NA
+            if kind == "not_found":
+                return not_found
+            if kind == "lost":
+                self.lost = True
+            self.errors.append(f"{what}: {_describe(exc)}")
+            return _NA
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+def _opt(value: Any) -> Any:
+    return None if value is _NA else value
+
+
+@dataclass
+class _Identity:
+    uuid: str
+    name: str
+    pci_bus_id: str | None
+    minor_number: int | None
+    power_limit_w: float | None
+    handle: Any
+
+
+class NVMLSource:
+    """Real GPUs through NVML. Use `NVMLSource.open()`; `module` lets tests inject a fake."""
+
+    simulated = False
+
+    def __init__(
+        self,
+        module: ModuleType | None = None,
+        clock: Clock | None = None,
+        hostname: str | None = None,
+    ):
+        self.m = module if module is not None else importlib.import_module("pynvml")
+        self.clock = clock or SystemClock()
+        self.hostname = hostname or socket.gethostname()
+        self._identity: dict[int, _Identity] = {}
+        self._last_util_us: dict[int, int] = {}
+        self._open = False
+        self.driver_version: str | None = None
+        self.cuda_version: str | None = None
+        self.nvml_version: str | None = None
+
+    @classmethod
+    def open(
+        cls,
+        module: ModuleType | None = None,
+        clock: Clock | None = None,
+        hostname: str | None = None,
+    ) -> NVMLSource:
+        """Initialise NVML; `NoGPUError` (with what to do) when there is no driver or no GPU."""
+        hint = "Use --simulate 2xH100-80GB to try gpupool without a GPU."
+        try:
+            src = cls(module, clock, hostname)
+        except ImportError as exc:
+            raise NoGPUError(f"nvidia-ml-py is not installed ({exc}). {hint}") from exc
+        src.init()
+        count = _opt(_Reads(src.m).get("device count", "nvmlDeviceGetCount"))
+        if not count:
+            src.close()
+            raise NoGPUError(f"NVML found no NVIDIA GPU on this host. {hint}")
+        return src
+
+    def init(self) -> None:
+        """Initialise NVML and read the driver facts once. Raises `NoGPUError` on failure."""
+        try:
+            self.m.nvmlInit()
+        except Exception as exc:  # noqa: BLE001
+            raise NoGPUError(
+                f"No NVIDIA GPU driver could be loaded (NVML: {_describe(exc)}). "
+                "Use --simulate 2xH100-80GB to try gpupool without a GPU."
+            ) from exc
+        self._open = True
+        r = _Reads(self.m)
+        self.driver_version = _text(_opt(r.get("driver", "nvmlSystemGetDriverVersion")))
+        self.nvml_version = _text(_opt(r.get("nvml", "nvmlSystemGetNVMLVersion")))
+        cuda = _opt(r.get("cuda", "nvmlSystemGetCudaDriverVersion_v2"))
+        if cuda is None:
+            cuda = _opt(r.get("cuda", "nvmlSystemGetCudaDriverVersion"))
+        if isinstance(cuda, int) and cuda > 0:
+            self.cuda_version = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            _Reads(self.m).get("shutdown", "nvmlShutdown")
+
+    def snapshot(self) -> HostSnapshot:
+        now = self.clock.now()
+        host = _Reads(self.m)
+        count = _opt(host.get("device count", "nvmlDeviceGetCount"))
+        indexes = set(range(count or 0)) | set(self._identity)
+        gpus = tuple(self._gpu(i, now, visible=i < (count or 0)) for i in sorted(indexes))
+        return HostSnapshot(
+            hostname=self.hostname,
+            timestamp=now,
+            gpus=gpus,
+            driver_version=self.driver_version,
+            cuda_version=self.cuda_version,
+            nvml_version=self.nvml_version,
+            simulated=False,
+            errors=tuple(host.errors),
+        )
+
+    # -- one GPU ---------------------------------------------------------------------------
+
+    def _lost(self, index: int, now: float, errors: list[str]) -> GPUSnapshot:
+        known = self._identity.pop(index, None)
+        self._last_util_us.pop(index, None)
+        uuid = known.uuid if known else f"GPU-unknown-{index}"
+        name = known.name if known else "N/A"
+        return GPUSnapshot(
+            index=index,
+            uuid=uuid,
+            name=name,
+            timestamp=now,
+            healthy=False,
+            pci_bus_id=known.pci_bus_id if known else None,
+            errors=tuple(errors) or ("GPU is no longer visible to NVML",),
+        )
+
+    def _identify(self, index: int, r: _Reads) -> _Identity | None:
+        known = self._identity.get(index)
+        if known is not None:
+            return known
+        handle = _opt(r.get("handle", "nvmlDeviceGetHandleByIndex", index))
+        if handle is None:
+            return None
+        uuid = _text(_opt(r.get("uuid", "nvmlDeviceGetUUID", handle)))
+        if uuid is None:
+            return None
+        name = _text(_opt(r.get("name", "nvmlDeviceGetName", handle))) or "N/A"
+        pci = _opt(r.get("pci", "nvmlDeviceGetPciInfo", handle))
+        limit = _opt(r.get("power limit", "nvmlDeviceGetEnforcedPowerLimit", handle))
+        ident = _Identity(
+            uuid=uuid,
+            name=name,
+            pci_bus_id=_text(getattr(pci, "busId", None)),
+            minor_number=_opt(r.get("minor", "nvmlDeviceGetMinorNumber", handle)),
+            power_limit_w=None if limit is None else limit / 1000.0,
+            handle=handle,
+        )
+        if not r.lost:
+            self._identity[index] = ident
+        return ident
+
+    def _gpu(self, index: int, now: float, visible: bool) -> GPUSnapshot:
+        r = _Reads(self.m)
+        if not visible:
+            return self._lost(index, now, [])
+        ident = self._identify(index, r)
+        if ident is None or r.lost:
+            return self._lost(index, now, r.errors or ["GPU did not answer"])
+        h = ident.handle
+        total, used, free, reserved = self._memory(r, h)
+        util = _opt(r.get("utilization", "nvmlDeviceGetUtilizationRates", h))
+        temp_sensor = getattr(self.m, "NVML_TEMPERATURE_GPU", 0)
+        temp = _opt(r.get("temperature", "nvmlDeviceGetTemperature", h, temp_sensor))
+        power = _opt(r.get("power", "nvmlDeviceGetPowerUsage", h))
+        mig_mode = _opt(r.get("mig mode", "nvmlDeviceGetMigMode", h))
+        mig_enabled = None
+        if isinstance(mig_mode, list | tuple) and mig_mode:
+            mig_enabled = bool(mig_mode[0])
+        procs = self._processes(r, h, index, ident.uuid, now, None)
+        mig_devices: tuple[MigDeviceSnapshot, ...] = ()
+        if mig_enabled:
+            mig_devices, mig_procs = self._mig(r, h, index, ident.uuid, now)
+            procs = procs + mig_procs
+        if r.lost:
+            return self._lost(index, now, r.errors)
+        return GPUSnapshot(
+            index=index,
+            uuid=ident.uuid,
+            name=ident.name,
+            timestamp=now,
+            healthy=True,
+            memory_total_bytes=total,
+            memory_used_bytes=used,
+            memory_free_bytes=free,
+            memory_reserved_bytes=reserved,
+            util_gpu=None if util is None else float(util.gpu),
+            util_memory=None if util is None else float(util.memory),
+            temperature_c=None if temp is None else float(temp),
+            power_w=None if power is None else power / 1000.0,
+            power_limit_w=ident.power_limit_w,
+            pci_bus_id=ident.pci_bus_id,
+            minor_number=ident.minor_number,
+            mig_enabled=mig_enabled,
+            mig_devices=mig_devices,
+            processes=procs,
+            errors=tuple(r.errors),
+            simulated=False,
+        )
+
+    def _memory(self, r: _Reads, h: Any) -> tuple[int | None, int | None, int | None, int | None]:
+        v2 = getattr(self.m, "nvmlMemory_v2", None)
+        info: Any = _NA
+        if v2 is not None:
+            probe = _Reads(self.m)  # v2 may be unsupported or the binding too old: fall back
+            info = probe.get("memory v2", "nvmlDeviceGetMemoryInfo", h, version=v2)
+            if probe.lost:
+                r.lost = True
+                r.errors.extend(probe.errors)
+                return None, None, None, None
+        if info is _NA:
+            info = r.get("memory", "nvmlDeviceGetMemoryInfo", h)
+        if info is _NA:
+            return None, None, None, None
+        reserved = getattr(info, "reserved", None)
+        return info.total, info.used, info.free, reserved
+
+    def _sm_utils(self, r: _Reads, h: Any, index: int) -> dict[int, float] | None:
+        """Mean SM utilization per pid since the last read, or None where unsupported."""
+        wall_us = int(time.time() * 1e6)
+        since = self._last_util_us.get(index) or wall_us - int(PROCESS_UTIL_WINDOW_S * 1e6)
+        samples = r.get(
+            "process utilization", "nvmlDeviceGetProcessUtilization", h, since, not_found=[]
+        )
+        if samples is _NA:
+            return None
+        acc: dict[int, list[float]] = defaultdict(list)
+        newest = since
+        for s in samples:
+            ts = int(getattr(s, "timeStamp", 0) or 0)
+            if ts <= since:
+                continue
+            newest = max(newest, ts)
+            sm = getattr(s, "smUtil", None)
+            if sm is not None and 0 <= sm <= 100:
+                acc[int(s.pid)].append(float(sm))
+        self._last_util_us[index] = newest if newest > since else since
+        return {pid: sum(v) / len(v) for pid, v in acc.items()}
+
+    def _processes(
+        self, r: _Reads, h: Any, index: int, uuid: str, now: float, mig_uuid: str | None
+    ) -> tuple[ProcessSnapshot, ...]:
+        compute = (
+            _opt(r.get("processes", "nvmlDeviceGetComputeRunningProcesses", h, not_found=[])) or []
+        )
+        mps = (
+            _opt(r.get("mps processes", "nvmlDeviceGetMPSComputeRunningProcesses", h, not_found=[]))
+            or []
+        )
+        sm = self._sm_utils(r, h, index) if mig_uuid is None else None
+        seen: dict[int, ProcessSnapshot] = {}
+        for kind, items in ((ProcessKind.COMPUTE, compute), (ProcessKind.MPS, mps)):
+            for p in items:
+                pid = int(p.pid)
+                mem = getattr(p, "usedGpuMemory", None)
+                prev = seen.get(pid)
+                if mem is None and prev is not None:
+                    mem = prev.used_memory_bytes
+                seen[pid] = ProcessSnapshot(
+                    pid=pid,
+                    gpu_uuid=uuid,
+                    gpu_index=index,
+                    timestamp=now,
+                    used_memory_bytes=None if mem is None else int(mem),
+                    sm_util=None if sm is None else sm.get(pid, 0.0),
+                    kind=kind,
+                    mig_uuid=mig_uuid,
+                )
+        return tuple(seen.values())
+
+    def _mig(
+        self, r: _Reads, h: Any, index: int, uuid: str, now: float
+    ) -> tuple[tuple[MigDeviceSnapshot, ...], tuple[ProcessSnapshot, ...]]:
+        count = _opt(r.get("mig count", "nvmlDeviceGetMaxMigDeviceCount", h)) or 0
+        devices: list[MigDeviceSnapshot] = []
+        procs: list[ProcessSnapshot] = []
+        for j in range(int(count)):
+            mh = _opt(
+                r.get("mig device", "nvmlDeviceGetMigDeviceHandleByIndex", h, j, not_found=None)
+            )
+            if mh is None:
+                continue
+            mig_uuid = _text(_opt(r.get("mig uuid", "nvmlDeviceGetUUID", mh)))
+            mem = _opt(r.get("mig memory", "nvmlDeviceGetMemoryInfo", mh))
+            devices.append(
+                MigDeviceSnapshot(
+                    index=j,
+                    uuid=mig_uuid,
+                    memory_total_bytes=getattr(mem, "total", None),
+                    memory_used_bytes=getattr(mem, "used", None),
+                    gpu_instance_id=_opt(r.get("gi", "nvmlDeviceGetGpuInstanceId", mh)),
+                    compute_instance_id=_opt(r.get("ci", "nvmlDeviceGetComputeInstanceId", mh)),
+                )
+            )
+            procs.extend(self._processes(r, mh, index, uuid, now, mig_uuid or f"mig-{j}"))
+        return tuple(devices), tuple(procs)
