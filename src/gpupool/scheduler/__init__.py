@@ -1,5 +1,9 @@
-"""Pure scheduling core: snapshot + pending -> decisions. No I/O."""
+"""Pure scheduling core: snapshot + pending -> decisions. No I/O.
 
+Use `cycle(snapshot, pending, now, config)`; see docs/scheduler.md for the rules.
+"""
+
+from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.types import (
     Admission,
     CycleStats,
@@ -22,4 +26,5 @@ __all__ = [
     "RunningWorkload",
     "SchedulerConfig",
     "Snapshot",
+    "cycle",
 ]

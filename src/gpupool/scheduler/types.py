@@ -24,6 +24,10 @@ class RunningWorkload:
 
     workload: Workload
     allocation: Allocation
+    #: True once a preemption (or cancel) was asked for and the caller is stopping it: its
+    #: resources are still held, but the scheduler counts them as about to be freed and does
+    #: not pick more victims for the same need.
+    stopping: bool = False
 
 
 @dataclass(frozen=True, slots=True)

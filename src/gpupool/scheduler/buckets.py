@@ -1,0 +1,106 @@
+"""An ordered bucket index: integer items filed under orderable keys.
+
+Used by the capacity index to find, without scanning every node, the node (or GPU) with the
+smallest key at or above a bound that also passes a predicate. Within one key the lowest item
+id wins, so results are deterministic.
+
+Deletion is lazy: every `set` bumps the item's version and pushes a fresh heap entry; entries
+with an old version are skipped and dropped when they reach the top of a heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Hashable
+from typing import Any
+
+Key = Any  # an orderable, hashable key (int or tuple of ints)
+
+
+class BucketIndex:
+    """Items (ints) filed under keys; `find` returns the smallest key >= bound that passes."""
+
+    __slots__ = ("_keys", "_heaps", "_count", "_where", "_ver")
+
+    def __init__(self) -> None:
+        self._keys: list[Key] = []  # sorted keys that hold at least one item
+        self._heaps: dict[Hashable, list[tuple[int, int]]] = {}
+        self._count: dict[Hashable, int] = {}
+        self._where: dict[int, Key] = {}
+        self._ver: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def key_of(self, item: int) -> Key | None:
+        return self._where.get(item)
+
+    def set(self, item: int, key: Key | None) -> None:
+        """File `item` under `key` (None removes it)."""
+        old = self._where.get(item)
+        if old == key:
+            return
+        if old is not None:
+            n = self._count[old] - 1
+            if n:
+                self._count[old] = n
+            else:
+                del self._count[old]
+                del self._heaps[old]
+                self._keys.pop(bisect_left(self._keys, old))
+        ver = self._ver.get(item, 0) + 1
+        self._ver[item] = ver
+        if key is None:
+            self._where.pop(item, None)
+            return
+        self._where[item] = key
+        heap = self._heaps.get(key)
+        if heap is None:
+            heap = self._heaps[key] = []
+            self._count[key] = 0
+            insort(self._keys, key)
+        heapq.heappush(heap, (item, ver))
+        self._count[key] += 1
+
+    def max_key(self) -> Key | None:
+        return self._keys[-1] if self._keys else None
+
+    def keys(self) -> list[Key]:
+        return list(self._keys)
+
+    def items_under(self, key: Key) -> list[int]:
+        """Live items under `key`, lowest id first."""
+        ver = self._ver
+        heap = self._heaps.get(key, [])
+        return sorted(i for i, v in heap if ver[i] == v)
+
+    def find(
+        self,
+        lo: Key,
+        pred: Callable[[int], bool],
+        key_ok: Callable[[Key], bool] | None = None,
+    ) -> tuple[int, Key] | None:
+        """The item with the smallest key >= `lo` (then the lowest id) for which `pred` holds.
+
+        `key_ok` skips whole buckets cheaply. Returns (item, key) or None.
+        """
+        keys = self._keys
+        ver = self._ver
+        for i in range(bisect_left(keys, lo), len(keys)):
+            key = keys[i]
+            if key_ok is not None and not key_ok(key):
+                continue
+            heap = self._heaps[key]
+            while ver[heap[0][0]] != heap[0][1]:
+                heapq.heappop(heap)
+            top = heap[0][0]
+            if pred(top):
+                return top, key
+            best: int | None = None
+            for item, v in heap:
+                if v == ver[item] and item != top and (best is None or item < best) and pred(item):
+                    best = item
+            if best is not None:
+                return best, key
+        return None

@@ -1,0 +1,187 @@
+"""Per-cycle capacity index built from a snapshot.
+
+Holds free milli and memory per GPU, free CPUs and memory per node, and two indexes so that
+placement never rescans every node:
+
+* whole GPUs: per GPU model, nodes filed by how many *whole* free GPUs of that model they have
+  (a whole free GPU has 1000 free milli and all its memory), once counting every GPU and once
+  leaving out `shared` GPUs (whole requests use those only when nothing else fits);
+* fractions: per GPU model, `shared` GPUs filed by (free milli, free memory).
+
+`assume` takes resources for an admission, `hold` takes a node out of the indexes for the rest
+of the cycle (a reservation for blocked work). Nothing here mutates the snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
+from gpupool.scheduler.buckets import BucketIndex
+from gpupool.scheduler.types import RunningWorkload
+
+WHOLE = "whole"
+FRACTION = "fraction"
+CPU_ONLY = "cpu"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A request normalized for placement (and memo keys).
+
+    kind: WHOLE (`count` whole GPUs), FRACTION (`milli` of one shared GPU) or CPU_ONLY.
+    gpu_memory_mib: for WHOLE the least memory each GPU must have; for FRACTION the memory
+    of the share (0: proportional to `milli`).
+    """
+
+    kind: str
+    count: int = 0
+    milli: int = 0
+    gpu_memory_mib: int = 0
+    model: str | None = None
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def gpu_milli(self) -> int:
+        return self.count * MILLI_PER_GPU if self.kind == WHOLE else self.milli
+
+
+class CapacityIndex:
+    """Free resources of one cycle. GPUs and nodes are addressed by dense integer ids."""
+
+    def __init__(self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]):
+        self.nodes = nodes
+        self.node_ids: dict[str, int] = {}
+        self.node_ready: list[bool] = []
+        self.node_held: list[bool] = []
+        self.free_cpu: list[int] = []
+        self.free_mem: list[int] = []
+        self.node_gpus: list[list[int]] = []
+        self.gpu_node: list[int] = []
+        self.gpu_index: list[int] = []
+        self.gpu_uuid: list[str] = []
+        self.gpu_model: list[str] = []
+        self.gpu_total_mem: list[int] = []
+        self.gpu_sharing: list[SharingMode] = []
+        self.gpu_ok: list[bool] = []
+        self.free_milli: list[int] = []
+        self.free_gmem: list[int] = []
+        self._gpu_ids: dict[tuple[int, int], int] = {}
+        self.models: list[str] = []
+        for n, node in enumerate(nodes):
+            if node.name in self.node_ids:  # a duplicate name: the first one wins
+                self.node_ready.append(False)
+                self.node_held.append(True)
+                self.free_cpu.append(0)
+                self.free_mem.append(0)
+                self.node_gpus.append([])
+                continue
+            self.node_ids[node.name] = n
+            self.node_ready.append(node.schedulable)
+            self.node_held.append(False)
+            self.free_cpu.append(node.cpu_milli)
+            self.free_mem.append(node.memory_mib)
+            ids = []
+            for gpu in sorted(node.gpus, key=lambda x: x.index):
+                g = len(self.gpu_node)
+                ids.append(g)
+                self._gpu_ids[(n, gpu.index)] = g
+                self.gpu_node.append(n)
+                self.gpu_index.append(gpu.index)
+                self.gpu_uuid.append(gpu.uuid)
+                self.gpu_model.append(gpu.model)
+                self.gpu_total_mem.append(gpu.memory_mib)
+                self.gpu_sharing.append(gpu.sharing)
+                self.gpu_ok.append(node.schedulable and gpu.schedulable)
+                self.free_milli.append(MILLI_PER_GPU)
+                self.free_gmem.append(gpu.memory_mib)
+            self.node_gpus.append(ids)
+        self.models = sorted(set(self.gpu_model))
+        for rw in running:
+            self._take_running(rw)
+        #: nodes by whole free GPUs of a model: all of them / not counting `shared` GPUs
+        self.whole: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
+        self.whole_unshared: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
+        self.frac: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
+        for n in range(len(nodes)):
+            self._refile(n)
+
+    # -- building -------------------------------------------------------------------------
+
+    def _take_running(self, rw: RunningWorkload) -> None:
+        a = rw.allocation
+        n = self.node_ids.get(a.node)
+        if n is None:
+            return  # work on a node the snapshot does not list holds nothing we could give
+        self.free_cpu[n] -= a.cpu_milli
+        self.free_mem[n] -= a.memory_mib
+        for s in a.shares:
+            g = self._gpu_ids.get((n, s.gpu_index))
+            if g is None:
+                continue
+            self.free_milli[g] -= s.milli
+            self.free_gmem[g] -= self.gpu_total_mem[g] if s.whole else s.memory_mib
+
+    def gpu_id(self, node: int, gpu_index: int) -> int | None:
+        return self._gpu_ids.get((node, gpu_index))
+
+    def is_whole_free(self, g: int) -> bool:
+        return self.free_milli[g] >= MILLI_PER_GPU and self.free_gmem[g] >= self.gpu_total_mem[g]
+
+    def _refile(self, n: int) -> None:
+        """Recompute node `n`'s entries in the whole and fraction indexes."""
+        usable = self.node_ready[n] and not self.node_held[n]
+        counts: dict[str, list[int]] = {}
+        for g in self.node_gpus[n]:
+            model = self.gpu_model[g]
+            c = counts.setdefault(model, [0, 0])
+            ok = usable and self.gpu_ok[g]
+            shared = self.gpu_sharing[g] is SharingMode.SHARED
+            if ok and self.is_whole_free(g):
+                c[0] += 1
+                if not shared:
+                    c[1] += 1
+            if shared:
+                fm = self.free_milli[g]
+                key = (fm, max(self.free_gmem[g], 0)) if ok and fm > 0 else None
+                self.frac[model].set(g, key)
+        for model, (every, unshared) in counts.items():
+            self.whole[model].set(n, every or None)
+            self.whole_unshared[model].set(n, unshared or None)
+
+    # -- changing ---------------------------------------------------------------------------
+
+    def assume(self, n: int, gpu_takes: list[tuple[int, int, int]], cpu: int, mem: int) -> None:
+        """Take `cpu`, `mem` on node `n` and (gpu id, milli, memory) on its GPUs."""
+        self.free_cpu[n] -= cpu
+        self.free_mem[n] -= mem
+        for g, milli, gmem in gpu_takes:
+            self.free_milli[g] -= milli
+            self.free_gmem[g] -= gmem
+        self._refile(n)
+
+    def hold(self, n: int) -> None:
+        """Keep node `n` out of placement for the rest of the cycle (a reservation)."""
+        if not self.node_held[n]:
+            self.node_held[n] = True
+            self._refile(n)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def node_fits_host(self, n: int, shape: Shape) -> bool:
+        return self.free_cpu[n] >= shape.cpu_milli and self.free_mem[n] >= shape.memory_mib
+
+    def most_whole_free(self, model: str | None) -> int:
+        """The most whole free GPUs (of `model`, or of any one model) on one usable node."""
+        models = [model] if model is not None else self.models
+        best = 0
+        for m in models:
+            idx = self.whole.get(m)
+            if idx is not None and idx.max_key() is not None:
+                best = max(best, idx.max_key())
+        return best
+
+    def total_gpu_milli(self) -> int:
+        """Capacity for fair shares: healthy GPUs of ready nodes."""
+        return sum(MILLI_PER_GPU for ok in self.gpu_ok if ok)

@@ -1,0 +1,375 @@
+"""One scheduling cycle: snapshot + pending -> decisions. Pure and deterministic.
+
+The steps (see docs/scheduler.md):
+1. classify pending work: unknown tenant, inner tenant, or a request no node (or no limit)
+   could ever allow -> unschedulable; the rest goes into per-tenant queues;
+2. fair shares by hierarchical water-filling (computed under every policy, for reporting);
+3. walk the candidates in policy order; for each: limits -> placement -> admit (assume);
+4. a blocked candidate may reclaim (fair), or holds a reservation on the node it is closest
+   to fitting on, so that work behind it (backfill) cannot take that node;
+5. every workload not admitted gets a reason and its queue positions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from gpupool.domain import Workload
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.fairshare import fair_shares
+from gpupool.scheduler.limits import Usage, limit_block, never_within_limits
+from gpupool.scheduler.ordering import (
+    fair_tenant_key,
+    fifo_key,
+    in_tenant_key,
+    las_in_tenant_key,
+    las_tenant_key,
+)
+from gpupool.scheduler.placement import (
+    Placement,
+    find_placement,
+    place_on_node,
+    shape_of,
+    to_allocation,
+)
+from gpupool.scheduler.preemption import Reclaimer, within_some_guarantee
+from gpupool.scheduler.reasons import (
+    Hardware,
+    admission_cap_text,
+    behind_text,
+    no_fit_reason,
+    reclaim_text,
+)
+from gpupool.scheduler.types import (
+    Admission,
+    CycleStats,
+    Decisions,
+    PendingInfo,
+    Policy,
+    Preemption,
+    SchedulerConfig,
+    Snapshot,
+)
+
+Candidate = tuple[Workload, Shape]
+
+
+def cycle(
+    snapshot: Snapshot,
+    pending: Sequence[Workload],
+    now: float,
+    config: SchedulerConfig = SchedulerConfig(),
+) -> Decisions:
+    """Decide which pending workloads to admit (and where), which running ones to preempt,
+    and why the others wait. Never mutates its inputs; same inputs give the same decisions."""
+    return _Cycle(snapshot, pending, now, config).run()
+
+
+class _Hold:
+    __slots__ = ("tenant", "workload_id", "soft")
+
+    def __init__(self, tenant: str, workload_id: str, soft: bool):
+        self.tenant = tenant
+        self.workload_id = workload_id
+        #: a hold for work that would borrow: within-guarantee work may still use the node
+        self.soft = soft
+
+
+class _Cycle:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        pending: Sequence[Workload],
+        now: float,
+        config: SchedulerConfig,
+    ):
+        self.snap = snapshot
+        self.now = now
+        self.config = config
+        self.policy = Policy(config.policy)
+        self.quotas = self.policy is Policy.FAIR
+        self.tree = snapshot.tenants
+        self.cap = CapacityIndex(snapshot.nodes, snapshot.running)
+        self.usage = Usage(self.tree)
+        self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
+        for rw in snapshot.running:
+            w = rw.workload
+            self.usage.add(w.tenant, w.owner, rw.allocation.gpu_milli)
+            if not rw.stopping:
+                self.effective.add(w.tenant, w.owner, rw.allocation.gpu_milli)
+        self.hardware = Hardware(snapshot.nodes)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.reasons: dict[str, str] = {}
+        self.unschedulable: dict[str, str] = {}
+        self.queues: dict[str, list[Candidate]] = {}
+        self.nofit: set[Shape] = set()
+        self.holds: dict[int, _Hold] = {}
+        self.reserved_by_tenant: set[str] = set()
+        self.stopped_tenants: set[str] = set()
+        self.considered = 0
+        self._reclaimer: Reclaimer | None = None
+        self._classify(pending)
+        demand = {t: float(self.usage.of(t)) for t in self.tree.leaves()}
+        for t, q in self.queues.items():
+            demand[t] = demand.get(t, 0.0) + sum(s.gpu_milli for _, s in q)
+        self.fair = fair_shares(self.tree, self.cap.total_gpu_milli(), demand)
+
+    # -- 1. classify -----------------------------------------------------------------------
+
+    def _classify(self, pending: Sequence[Workload]) -> None:
+        seen = {rw.workload.id for rw in self.snap.running}
+        whole_only = self.policy is Policy.FIFO
+        for w in pending:
+            if w.id in seen:
+                continue  # already running (or listed twice): nothing to decide
+            seen.add(w.id)
+            if w.tenant not in self.tree:
+                self.unschedulable[w.id] = f"unknown tenant {w.tenant!r}; ask an admin to add it"
+                continue
+            if not self.tree.is_leaf(w.tenant):
+                self.unschedulable[w.id] = (
+                    f"tenant {w.tenant} has sub-tenants; only leaf tenants hold work "
+                    f"(submit to one of {', '.join(self.tree.children(w.tenant))})"
+                )
+                continue
+            shape = shape_of(w.request, whole_only)
+            why = self.hardware.never_fits(shape)
+            if why is None and self.quotas:
+                why = never_within_limits(self.tree, w.tenant, shape.gpu_milli)
+            if why is not None:
+                self.unschedulable[w.id] = why
+                continue
+            self.queues.setdefault(w.tenant, []).append((w, shape))
+        attained = self.snap.attained_service
+        for q in self.queues.values():
+            if self.policy is Policy.LAS:
+                q.sort(key=lambda c: las_in_tenant_key(c[0], attained))
+            elif self.policy is Policy.FIFO:
+                q.sort(key=lambda c: fifo_key(c[0]))
+            else:
+                q.sort(key=lambda c: in_tenant_key(c[0]))
+
+    # -- 3. the walk -----------------------------------------------------------------------
+
+    def run(self) -> Decisions:
+        if self.policy is Policy.FIFO:
+            self._walk_fifo()
+        else:
+            self._walk_tenants()
+        return self._decisions()
+
+    def _cap_reached(self) -> bool:
+        m = self.config.max_admissions_per_cycle
+        return m is not None and len(self.admissions) >= m
+
+    def _tenant_key(self, t: str) -> tuple:
+        if self.policy is Policy.LAS:
+            return las_tenant_key(self.snap.attained_service.get(t, 0.0), self.usage.of(t), t)
+        return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), t)
+
+    def _walk_fifo(self) -> None:
+        merged = sorted((c for q in self.queues.values() for c in q), key=lambda c: fifo_key(c[0]))
+        for w, shape in merged:
+            if self._cap_reached():
+                break
+            self.considered += 1
+            self._place_or_block(w, shape, reserve=False)
+
+    def _walk_tenants(self) -> None:
+        heap = [(self._tenant_key(t), t) for t in self.queues]
+        heapq.heapify(heap)
+        pos = dict.fromkeys(self.queues, 0)
+        while heap and not self._cap_reached():
+            _, t = heapq.heappop(heap)
+            q = self.queues[t]
+            i = pos[t]
+            while i < len(q):
+                w, shape = q[i]
+                i += 1
+                self.considered += 1
+                if self._consider(w, shape):
+                    break  # admitted: re-rank the tenant
+                if t in self.stopped_tenants:
+                    i = len(q)
+            pos[t] = i
+            if i < len(q):
+                heapq.heappush(heap, (self._tenant_key(t), t))
+
+    def _consider(self, w: Workload, shape: Shape) -> bool:
+        """Limits -> placement -> admit, or reclaim / reserve. True if admitted."""
+        if self.quotas:
+            why = limit_block(self.usage, w.tenant, w.owner, shape.gpu_milli)
+            if why is not None:
+                self.reasons[w.id] = why
+                return False
+        reserve = self.policy is Policy.FAIR
+        return self._place_or_block(w, shape, reserve)
+
+    def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
+        if shape not in self.nofit:
+            p = find_placement(self.cap, shape)
+            if p is not None:
+                self._admit(w, shape, p)
+                return True
+            self.nofit.add(shape)
+        if not reserve:
+            self.reasons[w.id] = self._blocked_reason(shape)
+            return False
+        guaranteed_room = self.config.preemption and within_some_guarantee(
+            self.tree, self.effective, w.tenant, shape.gpu_milli
+        )
+        if guaranteed_room:
+            # soft holds belong to work that would borrow: guaranteed work may take the node
+            for n in sorted(self.holds):
+                if self.holds[n].soft:
+                    p = place_on_node(self.cap, n, shape)
+                    if p is not None:
+                        self._admit(w, shape, p)
+                        return True
+            if self._reclaim(w, shape):
+                return False
+        self.reasons[w.id] = self._blocked_reason(shape)
+        if w.tenant not in self.reserved_by_tenant:
+            self.reserved_by_tenant.add(w.tenant)
+            n = self._reservation_node(shape)
+            if n is not None:
+                soft = not within_some_guarantee(self.tree, self.usage, w.tenant, shape.gpu_milli)
+                self._hold(n, _Hold(w.tenant, w.id, soft))
+        if not self.config.backfill:
+            self.stopped_tenants.add(w.tenant)
+        return False
+
+    def _admit(self, w: Workload, shape: Shape, p: Placement) -> None:
+        alloc = to_allocation(self.cap, w.id, p, shape, self.now, self.config.shared_enforcement)
+        self.cap.assume(p.node, list(p.takes), shape.cpu_milli, shape.memory_mib)
+        self.usage.add(w.tenant, w.owner, shape.gpu_milli)
+        self.effective.add(w.tenant, w.owner, shape.gpu_milli)
+        self.admissions.append(Admission(w.id, alloc))
+
+    def _hold(self, n: int, hold: _Hold) -> None:
+        self.holds[n] = hold
+        self.cap.hold(n)
+
+    # -- 4. reclaim and reservations -------------------------------------------------------
+
+    def _reclaim(self, w: Workload, shape: Shape) -> bool:
+        """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
+        if self._reclaimer is None:
+            self._reclaimer = Reclaimer(
+                self.cap,
+                self.tree,
+                self.effective,
+                self.snap.running,
+                self.now,
+                self.config.min_runtime_s,
+            )
+        rc = self._reclaimer
+        hard = {n for n, h in self.holds.items() if not h.soft}
+        waiting = rc.waits_for_stopping(shape, hard)
+        if waiting is not None:
+            n, count = waiting
+            self._promise(w, shape, n)
+            self.reasons[w.id] = reclaim_text(0, count)
+            return True
+        found = rc.find(w.tenant, shape, hard)
+        if found is None:
+            return False
+        rc.commit(found)
+        for v in found.victims:
+            self.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
+        self._promise(w, shape, found.node)
+        self.reasons[w.id] = reclaim_text(len(found.victims), found.stopping)
+        return True
+
+    def _promise(self, w: Workload, shape: Shape, n: int) -> None:
+        """Hold node `n` for `w` and count its GPUs against its guarantee from now on."""
+        self.effective.add(w.tenant, w.owner, shape.gpu_milli)
+        self._hold(n, _Hold(w.tenant, w.id, soft=False))
+
+    def _reservation_node(self, shape: Shape) -> int | None:
+        """The usable node where `shape` is closest to fitting (and could fit when empty)."""
+        cap = self.cap
+        if shape.kind == CPU_ONLY:
+            return None
+        models = [shape.model] if shape.model is not None else cap.models
+        best: tuple | None = None
+        for m in models:
+            idx = cap.whole[m] if shape.kind == WHOLE else cap.frac[m]
+            for key in reversed(idx.keys()):
+                for item in idx.items_under(key):
+                    n = item if shape.kind == WHOLE else cap.gpu_node[item]
+                    if self._could_ever_fit(n, shape):
+                        cand = (key, -n)
+                        if best is None or cand > best:
+                            best = cand
+                        break
+                else:
+                    continue
+                break
+        return None if best is None else -best[1]
+
+    def _could_ever_fit(self, n: int, shape: Shape) -> bool:
+        node = self.cap.nodes[n]
+        if node.cpu_milli < shape.cpu_milli or node.memory_mib < shape.memory_mib:
+            return False
+        if shape.kind == FRACTION:
+            return True
+        ok = [
+            g
+            for g in node.gpus
+            if g.schedulable
+            and (shape.model is None or g.model == shape.model)
+            and g.memory_mib >= shape.gpu_memory_mib
+        ]
+        return len(ok) >= shape.count
+
+    def _blocked_reason(self, shape: Shape) -> str:
+        for n in sorted(self.holds):
+            if place_on_node(self.cap, n, shape) is not None:
+                h = self.holds[n]
+                return behind_text(h.tenant, h.workload_id)
+        return no_fit_reason(self.cap, shape)
+
+    # -- 5. decisions ----------------------------------------------------------------------
+
+    def _decisions(self) -> Decisions:
+        admitted = {a.workload_id for a in self.admissions}
+        capped = self._cap_reached()
+        pending: dict[str, PendingInfo] = {}
+        if self.policy is Policy.FIFO:
+            first = {t: fifo_key(q[0][0]) for t, q in self.queues.items() if q}
+            tenant_order = sorted(first, key=lambda t: (first[t], t))
+        else:
+            tenant_order = sorted(self.queues, key=self._tenant_key)
+        rank = {t: i + 1 for i, t in enumerate(tenant_order)}
+        for t, q in self.queues.items():
+            pos = 0
+            blocked_by: str | None = None
+            for w, _ in q:
+                if w.id in admitted:
+                    continue
+                pos += 1
+                reason = self.reasons.get(w.id)
+                if reason is None:
+                    if capped:
+                        reason = admission_cap_text(self.config.max_admissions_per_cycle or 0)
+                    elif blocked_by is not None:
+                        reason = (
+                            f"waiting behind {blocked_by}, which is ahead in {t}'s queue "
+                            "and does not fit yet (backfill is off)"
+                        )
+                    else:
+                        reason = "waiting for the next cycle"
+                elif blocked_by is None and t in self.stopped_tenants:
+                    blocked_by = w.id
+                pending[w.id] = PendingInfo(reason, pos, rank[t])
+        return Decisions(
+            admissions=tuple(self.admissions),
+            preemptions=tuple(self.preemptions),
+            pending=pending,
+            unschedulable=self.unschedulable,
+            fair_shares={t: int(round(v)) for t, v in sorted(self.fair.items())},
+            stats=CycleStats(self.considered, len(self.admissions), len(self.preemptions)),
+        )

@@ -1,0 +1,92 @@
+"""Tenant limits over the whole ancestor chain, and per-user caps.
+
+`Usage` counts GPU milli held per tenant subtree and per (capping tenant, user); admissions in
+a cycle are added with `add`, preemptions taken back with `remove`.
+"""
+
+from __future__ import annotations
+
+from gpupool.domain import TenantTree
+
+
+def gpus_text(milli: float) -> str:
+    """'8 GPUs', '1 GPU', '2.5 GPUs'."""
+    v = milli / 1000
+    return f"{v:g} GPU" + ("" if v == 1 else "s")
+
+
+class Usage:
+    """GPU milli held per tenant (each subtree) and per user under tenants that cap users."""
+
+    def __init__(self, tree: TenantTree):
+        self.tree = tree
+        self.tenant: dict[str, int] = {}
+        self.user: dict[tuple[str, str], int] = {}
+        self._chain: dict[str, list[str]] = {}
+        self._user_caps: dict[str, list[str]] = {}
+
+    def chain(self, tenant: str) -> list[str]:
+        """`tenant` and its ancestors, nearest first (just `tenant` if unknown)."""
+        c = self._chain.get(tenant)
+        if c is None:
+            c = self.tree.ancestors(tenant) if tenant in self.tree else [tenant]
+            self._chain[tenant] = c
+        return c
+
+    def capping(self, tenant: str) -> list[str]:
+        """Tenants in the chain that set a per-user cap."""
+        c = self._user_caps.get(tenant)
+        if c is None:
+            c = [
+                a
+                for a in self.chain(tenant)
+                if a in self.tree and self.tree.get(a).quota.max_milli_per_user is not None
+            ]
+            self._user_caps[tenant] = c
+        return c
+
+    def add(self, tenant: str, user: str, milli: int) -> None:
+        for a in self.chain(tenant):
+            self.tenant[a] = self.tenant.get(a, 0) + milli
+        for a in self.capping(tenant):
+            self.user[(a, user)] = self.user.get((a, user), 0) + milli
+
+    def remove(self, tenant: str, user: str, milli: int) -> None:
+        self.add(tenant, user, -milli)
+
+    def of(self, tenant: str) -> int:
+        return self.tenant.get(tenant, 0)
+
+
+def limit_block(usage: Usage, tenant: str, user: str, milli: int) -> str | None:
+    """Why admitting `milli` more for (`tenant`, `user`) would break a limit, or None."""
+    if milli <= 0:
+        return None
+    tree = usage.tree
+    for a in usage.chain(tenant):
+        if a not in tree:
+            continue
+        lim = tree.get(a).quota.limit_milli
+        if lim is not None and usage.of(a) + milli > lim:
+            return f"{a} is at its limit of {gpus_text(lim)} ({gpus_text(usage.of(a))} in use)"
+    for a in usage.capping(tenant):
+        cap = tree.get(a).quota.max_milli_per_user
+        assert cap is not None
+        used = usage.user.get((a, user), 0)
+        if used + milli > cap:
+            return f"{user} is at the per-user cap of {gpus_text(cap)} in {a}"
+    return None
+
+
+def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:
+    """Why `milli` can never be admitted for `tenant` even with nothing running, or None."""
+    for a in tree.ancestors(tenant):
+        q = tree.get(a).quota
+        if q.limit_milli is not None and milli > q.limit_milli:
+            return f"asks for {gpus_text(milli)} but {a}'s limit is {gpus_text(q.limit_milli)}"
+        if q.max_milli_per_user is not None and milli > q.max_milli_per_user:
+            return (
+                f"asks for {gpus_text(milli)} but the per-user cap in {a} is "
+                f"{gpus_text(q.max_milli_per_user)}"
+            )
+    return None

@@ -1,0 +1,39 @@
+"""Queue order for each policy.
+
+* inside a tenant (fair, las): higher priority first, then earlier submit time, then id;
+* fifo: one global queue by submit time, then id (priority and tenants ignored);
+* fair: tenants by allocated / fair share, lowest first (re-ranked after every admission);
+* las: tenants by attained GPU-service, least first; inside a tenant, jobs with the least
+  attained service first (when the snapshot lists per-workload service under the workload id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpupool.domain import Workload
+
+INF = float("inf")
+
+
+def in_tenant_key(w: Workload) -> tuple:
+    return (-w.priority, w.submitted_at, w.id)
+
+
+def fifo_key(w: Workload) -> tuple:
+    return (w.submitted_at, w.id)
+
+
+def las_in_tenant_key(w: Workload, attained: Mapping[str, float]) -> tuple:
+    return (attained.get(w.id, 0.0), -w.priority, w.submitted_at, w.id)
+
+
+def fair_tenant_key(allocated: float, fair_share: float, tenant: str) -> tuple:
+    """Lower is served first: allocated / fair share; a zero share goes last."""
+    if fair_share > 0:
+        return (0, allocated / fair_share, allocated, tenant)
+    return (1, INF, allocated, tenant)
+
+
+def las_tenant_key(attained: float, allocated: float, tenant: str) -> tuple:
+    return (attained, allocated, tenant)

@@ -1,0 +1,186 @@
+"""Reclaim: a candidate within its tenant's guarantee that does not fit may preempt borrowed work.
+
+Rules (all must hold for a victim):
+* it belongs to another tenant, and on the branch where the two tenants part (the children of
+  their lowest common ancestor) the victim's branch is over its guarantee — that is, it holds
+  borrowed capacity — while the candidate's branch stays within its own guarantee with the
+  candidate added;
+* it is preemptible, has run at least `min_runtime_s`, and is not already stopping;
+* victims are taken on one node, lowest priority first and newest first, only until the
+  candidate fits there; victims that turn out not to be needed are put back; the node whose
+  victim set has the lowest top priority, then the fewest victims, then the least GPU time
+  taken, wins.
+
+Work that is already stopping counts as freed: if the candidate fits once it has stopped, no
+new victim is chosen. Victims are returned; the candidate is admitted in a later cycle, once
+the caller has stopped them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain import TenantTree
+from gpupool.scheduler.capacity import CapacityIndex, Shape
+from gpupool.scheduler.limits import Usage, gpus_text
+from gpupool.scheduler.placement import Placement, place_on_node
+from gpupool.scheduler.types import RunningWorkload
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    node: int
+    victims: tuple[RunningWorkload, ...]
+    #: stopping workloads on the node the candidate waits for
+    stopping: int
+
+
+def branches(tree: TenantTree, a: str, b: str) -> tuple[str, str]:
+    """The ancestors of `a` and `b` just below their lowest common ancestor."""
+    ca = tree.ancestors(a)[::-1] if a in tree else [a]
+    cb = tree.ancestors(b)[::-1] if b in tree else [b]
+    i = 0
+    while i < len(ca) and i < len(cb) and ca[i] == cb[i]:
+        i += 1
+    return ca[min(i, len(ca) - 1)], cb[min(i, len(cb) - 1)]
+
+
+def guaranteed(tree: TenantTree, tenant: str) -> int:
+    return tree.get(tenant).quota.guaranteed_milli if tenant in tree else 0
+
+
+def within_some_guarantee(tree: TenantTree, usage: Usage, tenant: str, milli: int) -> bool:
+    """True if some tenant on `tenant`'s chain keeps within its guarantee with `milli` added."""
+    for a in usage.chain(tenant):
+        g = guaranteed(tree, a)
+        if g > 0 and usage.of(a) + milli <= g:
+            return True
+    return False
+
+
+class Reclaimer:
+    """Finds victims for candidates; one per cycle. `usage` excludes stopping work."""
+
+    def __init__(
+        self,
+        cap: CapacityIndex,
+        tree: TenantTree,
+        usage: Usage,
+        running: tuple[RunningWorkload, ...],
+        now: float,
+        min_runtime_s: float,
+    ):
+        self.cap = cap
+        self.tree = tree
+        self.usage = usage
+        self.taken: set[str] = set()
+        self.stopping: dict[int, list[RunningWorkload]] = {}
+        self.victims: dict[int, list[RunningWorkload]] = {}
+        for rw in running:
+            n = cap.node_ids.get(rw.allocation.node)
+            if n is None:
+                continue
+            if rw.stopping:
+                self.stopping.setdefault(n, []).append(rw)
+                continue
+            w = rw.workload
+            started = w.started_at if w.started_at is not None else rw.allocation.since
+            if w.preemptible and now - started >= min_runtime_s:
+                self.victims.setdefault(n, []).append(rw)
+        for lst in self.victims.values():
+            lst.sort(key=lambda r: (r.workload.priority, -r.allocation.since, r.workload.id))
+        self._failed: set[tuple[Shape, str]] = set()
+
+    def _freed(self, rws: list[RunningWorkload]) -> tuple[int, int, dict[int, tuple[int, int]]]:
+        cpu = mem = 0
+        gpu: dict[int, tuple[int, int]] = {}
+        n = self.cap.node_ids[rws[0].allocation.node] if rws else 0
+        for rw in rws:
+            a = rw.allocation
+            cpu += a.cpu_milli
+            mem += a.memory_mib
+            for s in a.shares:
+                g = self.cap.gpu_id(n, s.gpu_index)
+                if g is None:
+                    continue
+                m0, g0 = gpu.get(g, (0, 0))
+                smem = self.cap.gpu_total_mem[g] if s.whole else s.memory_mib
+                gpu[g] = (m0 + s.milli, g0 + smem)
+        return cpu, mem, gpu
+
+    def _fits(self, n: int, shape: Shape, rws: list[RunningWorkload]) -> Placement | None:
+        cpu, mem, gpu = self._freed(rws)
+        return place_on_node(self.cap, n, shape, cpu, mem, gpu)
+
+    def waits_for_stopping(self, shape: Shape, skip: set[int]) -> tuple[int, int] | None:
+        """(node, how many) if `shape` fits once work already stopping there has stopped."""
+        for n in sorted(self.stopping):
+            if n in skip:
+                continue
+            if self._fits(n, shape, self.stopping[n]) is not None:
+                return n, len(self.stopping[n])
+        return None
+
+    def find(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
+        """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`."""
+        if (shape, tenant) in self._failed:
+            return None
+        milli = shape.gpu_milli
+        tree, usage = self.tree, self.usage
+        best: tuple[tuple, Reclaim] | None = None
+        for n in sorted(self.victims):
+            if n in skip or not self.cap.node_ready[n]:
+                continue
+            stopping = self.stopping.get(n, [])
+            chosen: list[RunningWorkload] = []
+            removed: dict[str, int] = {}
+            fit = None
+            for rw in self.victims[n]:
+                w = rw.workload
+                if w.id in self.taken or w.tenant == tenant:
+                    continue
+                mine, theirs = branches(tree, tenant, w.tenant)
+                g_mine = guaranteed(tree, mine)
+                if usage.of(mine) + milli > g_mine:
+                    continue
+                held = usage.of(theirs) - removed.get(theirs, 0)
+                if held <= guaranteed(tree, theirs):
+                    continue
+                chosen.append(rw)
+                removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
+                fit = self._fits(n, shape, stopping + chosen)
+                if fit is not None:
+                    break
+            if fit is None:
+                continue
+            # put back victims that are not needed (most valuable first)
+            for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, r.allocation.since)):
+                trial = [c for c in chosen if c is not rw]
+                if self._fits(n, shape, stopping + trial) is not None:
+                    chosen = trial
+            score = (
+                max(c.workload.priority for c in chosen),
+                len(chosen),
+                sum(c.allocation.gpu_milli for c in chosen),
+                n,
+            )
+            if best is None or score < best[0]:
+                best = (score, Reclaim(n, tuple(chosen), len(stopping)))
+        if best is None:
+            self._failed.add((shape, tenant))
+            return None
+        return best[1]
+
+    def commit(self, reclaim: Reclaim) -> None:
+        """Mark the victims taken and their GPUs no longer held (for later borrowing checks)."""
+        for rw in reclaim.victims:
+            self.taken.add(rw.workload.id)
+            self.usage.remove(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
+
+    def reason(self, victim: RunningWorkload, tenant: str, workload_id: str) -> str:
+        w = victim.workload
+        _, theirs = branches(self.tree, tenant, w.tenant)
+        return (
+            f"{tenant} reclaims its guaranteed share for {workload_id}; {theirs} is "
+            f"borrowing beyond its guarantee of {gpus_text(guaranteed(self.tree, theirs))}"
+        )
