@@ -1,0 +1,425 @@
+"""Discrete-event replay of a Scenario through the scheduler, on a virtual clock.
+
+Events are submissions and completions. A scheduler cycle runs at every instant where
+something changed (no two cycles closer than `min_cycle_gap_s`), right again after a cycle
+that preempted work or hit its admission cap, and — while work waits — on the
+`cycle_interval_s` grid when time alone can change the outcome: a running workload passing
+`min_runtime_s` while some tenant with waiting work is below its guarantee (it may now be
+reclaimed). Nothing else changes with time, so the engine never spins.
+
+Decisions are applied through `gpupool.domain.transition()`:
+- admission: pending -> admitted -> starting -> running at once; it completes (`succeeded`)
+  `duration` seconds later;
+- preemption: running -> preempted, its shares freed at once; with requeue it goes back to
+  pending keeping its submit time and **loses its progress** (it restarts from the beginning,
+  as Philly jobs without checkpoints do);
+- unschedulable: pending -> failed, with the scheduler's reason.
+Every admission is checked against the free capacity; an over-allocation raises
+SimulationError (that would be a scheduler bug).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpupool.clock import ManualClock
+from gpupool.domain import Allocation, Workload, WorkloadState, transition
+from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
+from gpupool.sim.fairshare import FairShares
+from gpupool.sim.scenario import Scenario
+
+S = WorkloadState
+CycleFn = Callable[[Snapshot, Sequence[Workload], float, SchedulerConfig], Decisions]
+ProgressFn = Callable[[int, int], None]
+
+_SUBMIT, _COMPLETE = 1, 0  # completions first at equal times: their capacity is visible
+_MAX_SAME_INSTANT_CYCLES = 5
+
+
+class SimulationError(Exception):
+    """The scheduler made a decision the simulator cannot apply (e.g. over-allocation)."""
+
+
+@dataclass(slots=True)
+class WorkloadRecord:
+    """What happened to one workload during the replay."""
+
+    workload: Workload
+    duration: float
+    first_start: float | None = None
+    last_start: float | None = None
+    run_time: float = 0.0  # seconds spent running, all attempts
+    allocation: Allocation | None = None  # the last one held
+    epoch: int = 0  # bumps on preemption, so a stale completion event is ignored
+    reason: str | None = None  # last pending/unschedulable reason
+
+    @property
+    def state(self) -> WorkloadState:
+        return self.workload.state
+
+
+@dataclass(slots=True)
+class TenantTimeline:
+    """Per-tenant time integrals (milli-GPU-seconds) over the replay."""
+
+    allocated: float = 0.0
+    fair: float = 0.0
+    owed: float = 0.0  # min(guarantee, demand) integrated
+    owed_met: float = 0.0  # min(allocated, guarantee, demand) integrated
+
+
+@dataclass(slots=True)
+class SimResult:
+    records: dict[str, WorkloadRecord]
+    capacity_milli: int
+    tenants: list[str]
+    guarantees: dict[str, int]
+    integrals: dict[str, TenantTimeline]
+    first_submit: float | None
+    last_end: float | None
+    allocation_ratio_at_last_submit: float | None
+    cycle_ms: list[float]
+    preemptions: int
+    events: int
+    #: (time, {tenant: allocated milli}, {tenant: fair share milli}, pending count) samples
+    samples: list[tuple[float, dict[str, int], dict[str, float], int]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def stuck(self) -> list[WorkloadRecord]:
+        """Workloads still pending when nothing more could happen."""
+        return [r for r in self.records.values() if r.state is S.PENDING]
+
+
+class Simulator:
+    """Replays `scenario` with `cycle_fn` (default: `gpupool.scheduler.cycle`)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        cycle_fn: CycleFn | None = None,
+        *,
+        sample_every_s: float | None = None,
+        progress: ProgressFn | None = None,
+    ):
+        if cycle_fn is None:
+            from gpupool.scheduler import cycle as cycle_fn  # type: ignore[attr-defined]
+        self.s = scenario
+        self.cycle_fn = cycle_fn
+        self.clock = ManualClock(0.0)
+        self.sample_every_s = sample_every_s
+        self.progress = progress
+        tree = scenario.tenants
+        self.leaves = tree.leaves()
+        self.ancestors = {t: tree.ancestors(t) for t in self.leaves}
+        self.guarantee = {t.name: t.quota.guaranteed_milli for t in tree}
+        self.records: dict[str, WorkloadRecord] = {}
+        self.pending: dict[str, Workload] = {}
+        self.running: dict[str, RunningWorkload] = {}
+        self.alloc = dict.fromkeys(self.leaves, 0)  # milli held per leaf tenant
+        self.pending_milli = dict.fromkeys(self.leaves, 0)
+        self.pending_count = dict.fromkeys(self.leaves, 0)
+        self.fair: dict[str, float] = dict.fromkeys(self.leaves, 0.0)
+        self.fair_shares = FairShares(tree)
+        self.integrals = {t: TenantTimeline() for t in self.leaves}
+        self.attained: dict[str, float] = {t.name: 0.0 for t in tree}
+        self.capacity = scenario.capacity_milli
+        self.preempting = scenario.config.preemption and scenario.config.policy != Policy.FIFO
+        self.gpu_used: dict[tuple[str, int], list[int]] = {}  # (node, gpu) -> [milli, mib]
+        self.gpu_cap = {
+            (n.name, g.index): (1000, g.memory_mib) for n in scenario.nodes for g in n.gpus
+        }
+        self.node_used: dict[str, list[int]] = {n.name: [0, 0] for n in scenario.nodes}
+        self.node_cap = {n.name: (n.cpu_milli, n.memory_mib) for n in scenario.nodes}
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.min_runtime_heap: list[tuple[float, str, int]] = []
+        self.seq = 0
+        self.last_t = 0.0
+        self.cycle_ms: list[float] = []
+        self.preemptions = 0
+        self.events = 0
+        self.samples: list[tuple[float, dict[str, int], dict[str, float], int]] = []
+        self.next_sample = 0.0
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _push(self, t: float, kind: int, wid: str, epoch: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, wid, epoch))
+
+    def _advance(self, t: float) -> None:
+        """Integrate per-tenant quantities from the last instant to `t`."""
+        dt = t - self.last_t
+        if dt > 0:
+            if self.sample_every_s:
+                while self.next_sample < t:
+                    self._sample(self.next_sample)
+                    self.next_sample += self.sample_every_s
+            for ten in self.leaves:
+                a = self.alloc[ten]
+                tl = self.integrals[ten]
+                demand = a + self.pending_milli[ten]
+                tl.allocated += a * dt
+                tl.fair += self.fair[ten] * dt
+                owed = min(self.guarantee[ten], demand)
+                if owed:
+                    tl.owed += owed * dt
+                    tl.owed_met += min(a, owed) * dt
+                if a:
+                    for anc in self.ancestors[ten]:
+                        self.attained[anc] += a * dt
+        self.last_t = t
+        self.clock.set(t)
+
+    def _sample(self, t: float) -> None:
+        self.samples.append(
+            (t, dict(self.alloc), dict(self.fair), sum(self.pending_count.values()))
+        )
+
+    def _add_pending(self, w: Workload) -> None:
+        self.pending[w.id] = w
+        self.pending_milli[w.tenant] += w.request.total_gpu_milli
+        self.pending_count[w.tenant] += 1
+
+    def _remove_pending(self, wid: str) -> Workload:
+        w = self.pending.pop(wid)
+        self.pending_milli[w.tenant] -= w.request.total_gpu_milli
+        self.pending_count[w.tenant] -= 1
+        return w
+
+    def _take(self, alloc: Allocation, sign: int) -> None:
+        used = self.node_used.get(alloc.node)
+        if used is None:
+            raise SimulationError(f"allocation of {alloc.workload_id} on unknown node {alloc.node}")
+        used[0] += sign * alloc.cpu_milli
+        used[1] += sign * alloc.memory_mib
+        if sign > 0 and (
+            used[0] > self.node_cap[alloc.node][0] or used[1] > self.node_cap[alloc.node][1]
+        ):
+            raise SimulationError(
+                f"node {alloc.node} over-allocated in CPUs or memory by {alloc.workload_id}"
+            )
+        for sh in alloc.shares:
+            key = (alloc.node, sh.gpu_index)
+            if key not in self.gpu_cap:
+                raise SimulationError(f"{alloc.workload_id}: no GPU {key}")
+            u = self.gpu_used.setdefault(key, [0, 0])
+            u[0] += sign * sh.milli
+            u[1] += sign * sh.memory_mib
+            cap = self.gpu_cap[key]
+            if sign > 0 and (u[0] > cap[0] or u[1] > cap[1]):
+                raise SimulationError(
+                    f"GPU {key[1]} of node {key[0]} over-allocated by {alloc.workload_id}: "
+                    f"{u[0]} milli / {u[1]} MiB used of {cap[0]} / {cap[1]}"
+                )
+
+    # ------------------------------------------------------------------ decisions
+
+    def _admit(self, wid: str, alloc: Allocation, t: float) -> None:
+        if wid not in self.pending:
+            raise SimulationError(f"the scheduler admitted {wid}, which is not pending")
+        w = self._remove_pending(wid)
+        self._take(alloc, +1)
+        w, _ = transition(w, S.ADMITTED, t, "admitted by the scheduler")
+        w, _ = transition(w, S.STARTING, t, "starting")
+        w, _ = transition(w, S.RUNNING, t, "running")
+        rec = self.records[wid]
+        rec.workload = w
+        rec.allocation = alloc
+        rec.last_start = t
+        if rec.first_start is None:
+            rec.first_start = t
+        self.running[wid] = RunningWorkload(w, alloc)
+        self.alloc[w.tenant] += alloc.gpu_milli
+        self._push(t + rec.duration, _COMPLETE, wid, rec.epoch)
+        if self.preempting and w.preemptible:
+            heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
+
+    def _release(self, wid: str, t: float) -> WorkloadRecord:
+        rw = self.running.pop(wid)
+        rec = self.records[wid]
+        self._take(rw.allocation, -1)
+        self.alloc[rw.workload.tenant] -= rw.allocation.gpu_milli
+        rec.run_time += t - (rec.last_start if rec.last_start is not None else t)
+        rec.epoch += 1
+        return rec
+
+    def _preempt(self, wid: str, reason: str, t: float) -> None:
+        if wid not in self.running:
+            raise SimulationError(f"the scheduler preempted {wid}, which is not running")
+        rec = self._release(wid, t)
+        w, _ = transition(rec.workload, S.PREEMPTED, t, reason)
+        self.preemptions += 1
+        if w.requeue_on_preemption:
+            w, _ = transition(w, S.PENDING, t, "requeued after preemption; restarts from scratch")
+            self._add_pending(w)
+        rec.workload = w
+
+    def _complete(self, wid: str, t: float) -> None:
+        rec = self._release(wid, t)
+        rec.workload, _ = transition(rec.workload, S.SUCCEEDED, t, "finished", exit_code=0)
+
+    def _fail(self, wid: str, reason: str, t: float) -> None:
+        w = self._remove_pending(wid)
+        rec = self.records[wid]
+        rec.workload, _ = transition(w, S.FAILED, t, reason)
+        rec.reason = reason
+
+    # ------------------------------------------------------------------ cycle
+
+    def _run_cycle(self, t: float) -> Decisions:
+        snap = Snapshot(
+            nodes=self.s.nodes,
+            tenants=self.s.tenants,
+            running=tuple(self.running.values()),
+            attained_service=dict(self.attained),
+        )
+        pending = tuple(self.pending.values())
+        t0 = time.perf_counter()
+        d = self.cycle_fn(snap, pending, t, self.s.config)
+        self.cycle_ms.append((time.perf_counter() - t0) * 1000.0)
+        for p in d.preemptions:
+            self._preempt(p.workload_id, p.reason, t)
+        for a in d.admissions:
+            self._admit(a.workload_id, a.allocation, t)
+        for wid, reason in d.unschedulable.items():
+            if wid in self.pending:
+                self._fail(wid, reason, t)
+        for wid, info in d.pending.items():
+            rec = self.records.get(wid)
+            if rec is not None:
+                rec.reason = info.reason
+        demand = {ten: self.alloc[ten] + self.pending_milli[ten] for ten in self.leaves}
+        self.fair = self.fair_shares(demand, self.capacity)
+        return d
+
+    def _reclaim_possible(self) -> bool:
+        """Some tenant with waiting work is below its guarantee (at any level of the tree)."""
+        below: dict[str, int] = {}
+        for ten in self.leaves:
+            for anc in self.ancestors[ten]:
+                below[anc] = below.get(anc, 0) + self.alloc[ten]
+        return any(
+            self.pending_count[ten]
+            and any(below[anc] < self.guarantee[anc] for anc in self.ancestors[ten])
+            for ten in self.leaves
+        )
+
+    def _time_wakeup(self, t: float) -> float | None:
+        """When time alone could change the next cycle's outcome; None if never."""
+        if not self.pending or not self.preempting or not self.s.cycle_interval_s:
+            return None
+        h = self.min_runtime_heap
+        while h and (h[0][0] <= t or self.records[h[0][1]].epoch != h[0][2]):
+            heapq.heappop(h)
+        if not h or not self._reclaim_possible():
+            return None
+        step = self.s.cycle_interval_s
+        return t + step * max(1, math.ceil((h[0][0] - t) / step))
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> SimResult:
+        wall0 = time.perf_counter()
+        for sw in self.s.workloads:
+            self.records[sw.workload.id] = WorkloadRecord(sw.workload, sw.duration)
+            self._push(sw.workload.submitted_at, _SUBMIT, sw.workload.id)
+        for wid, reason in self.s.unschedulable.items():
+            rec = self.records[wid]
+            rec.workload, _ = transition(rec.workload, S.FAILED, rec.workload.submitted_at, reason)
+            rec.reason = reason
+        last_submit = max((sw.workload.submitted_at for sw in self.s.workloads), default=None)
+        first_submit = min((sw.workload.submitted_at for sw in self.s.workloads), default=None)
+        self.last_t = first_submit or 0.0
+        self.next_sample = self.last_t
+        self.clock.set(self.last_t)
+        total = len(self.heap)
+        alloc_ratio_at_last_submit: float | None = None
+        cycle_due: float | None = None
+        last_cycle_t = -math.inf
+        same_instant = 0
+        last_end: float | None = None
+        gap = self.s.min_cycle_gap_s
+        done = reported = 0
+        while True:
+            t_ev = self.heap[0][0] if self.heap else math.inf
+            t = min(t_ev, cycle_due if cycle_due is not None else math.inf)
+            if t == math.inf:
+                break
+            self._advance(t)
+            while self.heap and self.heap[0][0] <= t:
+                _, kind, _, wid, epoch = heapq.heappop(self.heap)
+                rec = self.records[wid]
+                if kind == _SUBMIT:
+                    done += 1
+                    if rec.state is S.PENDING:
+                        self._add_pending(rec.workload)
+                        due = max(t, last_cycle_t + gap)
+                        cycle_due = due if cycle_due is None else min(cycle_due, due)
+                elif epoch == rec.epoch and wid in self.running:
+                    self._complete(wid, t)
+                    last_end = t
+                    due = max(t, last_cycle_t + gap)
+                    cycle_due = due if cycle_due is None else min(cycle_due, due)
+                self.events += 1
+            if self.progress and done - reported >= 2048:
+                reported = done
+                self.progress(done, total)
+            if cycle_due is None or t < cycle_due:
+                continue
+            same_instant = same_instant + 1 if t == last_cycle_t else 0
+            d = self._run_cycle(t)
+            last_cycle_t = t
+            cycle_due = None
+            if d.admissions:
+                last_end = t if last_end is None else max(last_end, t)
+            if alloc_ratio_at_last_submit is None and last_submit is not None and t >= last_submit:
+                alloc_ratio_at_last_submit = sum(self.alloc.values()) / max(
+                    1, self.s.capacity_milli
+                )
+            cap_hit = (
+                self.s.config.max_admissions_per_cycle is not None
+                and len(d.admissions) >= self.s.config.max_admissions_per_cycle
+            )
+            if self.pending and (d.preemptions or cap_hit):
+                cycle_due = (
+                    t + gap
+                    if same_instant < _MAX_SAME_INSTANT_CYCLES
+                    else t + max(gap, self.s.cycle_interval_s or 1.0)
+                )
+            else:
+                cycle_due = self._time_wakeup(t)
+        if self.progress:
+            self.progress(total, total)
+        if self.sample_every_s:
+            self._sample(self.last_t)
+        return SimResult(
+            records=self.records,
+            capacity_milli=self.s.capacity_milli,
+            tenants=self.leaves,
+            guarantees={t: self.guarantee[t] for t in self.leaves},
+            integrals=self.integrals,
+            first_submit=first_submit,
+            last_end=last_end,
+            allocation_ratio_at_last_submit=alloc_ratio_at_last_submit,
+            cycle_ms=self.cycle_ms,
+            preemptions=self.preemptions,
+            events=self.events,
+            samples=self.samples,
+            wall_s=time.perf_counter() - wall0,
+        )
+
+
+def simulate(
+    scenario: Scenario,
+    cycle_fn: CycleFn | None = None,
+    *,
+    sample_every_s: float | None = None,
+    progress: ProgressFn | None = None,
+) -> SimResult:
+    """Replay `scenario` and return what happened."""
+    return Simulator(scenario, cycle_fn, sample_every_s=sample_every_s, progress=progress).run()

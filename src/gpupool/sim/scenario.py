@@ -1,0 +1,512 @@
+"""Scenario files: a YAML description of a cluster, its tenants, the workloads to replay and
+the scheduler settings, parsed and validated into domain objects.
+
+`load_scenario(path)` and `parse_scenario(data)` return a `Scenario` or raise `ScenarioError`,
+whose message names the item and field at fault (e.g. ``workloads[3] (id j4): duration must
+be >= 0``). The format and every default are documented in docs/scenarios.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from gpupool.domain import (
+    GPU,
+    MILLI_PER_GPU,
+    Node,
+    Quota,
+    Request,
+    SharingMode,
+    Tenant,
+    TenantTree,
+    Workload,
+    WorkloadKind,
+)
+from gpupool.domain.errors import ValidationError as DomainValidationError
+from gpupool.scheduler.types import Policy, SchedulerConfig
+
+MIB_PER_GIB = 1024
+
+
+class ScenarioError(Exception):
+    """A scenario (or trace) cannot be used. The message says what and where; `problems`
+    lists every problem found, one line each."""
+
+    def __init__(self, problems: Sequence[str], source: str | None = None):
+        self.problems = list(problems)
+        self.source = source
+        head = f"{source}: " if source else ""
+        if len(self.problems) == 1:
+            msg = head + self.problems[0]
+        else:
+            msg = (
+                head
+                + f"{len(self.problems)} problems:\n"
+                + "\n".join(f"  - {p}" for p in self.problems)
+            )
+        super().__init__(msg)
+
+
+# --------------------------------------------------------------------------- file models
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeSpec(_Strict):
+    """One node, or `count` identical nodes named `<name>-0`, `<name>-1`, ..."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    count: int = Field(default=1, ge=1, le=100_000)
+    gpus: int = Field(default=8, ge=0, le=64)
+    gpu_model: str = Field(default="GPU", min_length=1)
+    gpu_memory_gib: float = Field(default=80, gt=0)
+    cpus: float = Field(default=64, ge=0)
+    memory_gib: float = Field(default=512, ge=0)
+    sharing: SharingMode = SharingMode.EXCLUSIVE
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ClusterSpec(_Strict):
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+
+class TenantSpec(_Strict):
+    """A tenant; `name` may be a path (`physics/lab-a`) that builds the tree."""
+
+    name: str = Field(min_length=1)
+    guaranteed_gpus: float = Field(default=0, ge=0)
+    limit_gpus: float | None = Field(default=None, ge=0)
+    weight: float = Field(default=1.0, gt=0)
+    max_gpus_per_user: float | None = Field(default=None, gt=0)
+    guaranteed_by_model: dict[str, float] = Field(default_factory=dict)
+
+
+class WorkloadSpec(_Strict):
+    """A workload to submit. With `count` > 1 it is repeated as `<id>-0`, `<id>-1`, ...,
+    submitted `every` seconds apart."""
+
+    id: str = Field(min_length=1)
+    tenant: str = Field(min_length=1)
+    user: str = "user"
+    submit: float = Field(default=0, ge=0)
+    duration: float = Field(ge=0)
+    gpus: int = Field(default=0, ge=0)
+    gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
+    gpu_memory_gib: float = Field(default=0, ge=0)
+    gpu_model: str | None = None
+    cpus: float = Field(default=0, ge=0)
+    memory_gib: float = Field(default=0, ge=0)
+    kind: WorkloadKind = WorkloadKind.JOB
+    priority: int = 0
+    preemptible: bool = True
+    requeue: bool = True
+    count: int = Field(default=1, ge=1, le=1_000_000)
+    every: float = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_gpu_kind(self) -> WorkloadSpec:
+        if self.gpus and self.gpu_fraction is not None:
+            raise ValueError(
+                "ask for either whole GPUs (gpus) or a fraction of one (gpu_fraction), not both"
+            )
+        return self
+
+
+class SchedulerSpec(_Strict):
+    policy: Policy = Policy.FAIR
+    preemption: bool = True
+    min_runtime_s: float = Field(default=300.0, ge=0)
+    backfill: bool = True
+    #: while work waits, run a cycle at least this often (virtual seconds) when time alone can
+    #: change the outcome (e.g. running work passing min_runtime_s); 0 disables
+    cycle_interval_s: float = Field(default=10.0, ge=0)
+    #: coalesce events: no two cycles closer than this (virtual seconds); 0 = a cycle at every
+    #: event time
+    min_cycle_gap_s: float = Field(default=0.0, ge=0)
+    max_admissions_per_cycle: int | None = Field(default=None, ge=1)
+
+
+class ScenarioFile(_Strict):
+    cluster: ClusterSpec
+    tenants: list[TenantSpec] = Field(min_length=1)
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+
+
+class ClusterFile(_Strict):
+    """A cluster + tenants + scheduler file without workloads (used with `--trace`).
+    `tenants` may be omitted: trace replay then derives them (docs/simulate.md)."""
+
+    cluster: ClusterSpec
+    tenants: list[TenantSpec] = Field(default_factory=list)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+
+
+# --------------------------------------------------------------------------- domain result
+
+
+@dataclass(frozen=True, slots=True)
+class SimWorkload:
+    """A workload to replay: the domain workload (state pending, submitted_at set) and how
+    long it runs once started."""
+
+    workload: Workload
+    duration: float
+
+
+@dataclass(slots=True)
+class Scenario:
+    """Everything a simulation needs, as domain objects."""
+
+    nodes: tuple[Node, ...]
+    tenants: TenantTree
+    workloads: list[SimWorkload]
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cycle_interval_s: float = 10.0
+    min_cycle_gap_s: float = 0.0
+    #: workloads the loader already knows can never run: id -> reason (trace replay only;
+    #: scenario files reject them instead)
+    unschedulable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def capacity_milli(self) -> int:
+        return sum(MILLI_PER_GPU for n in self.nodes for _ in n.gpus)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _loc_text(loc: Sequence[Any], data: Any) -> str:
+    """`('workloads', 3, 'duration')` -> `workloads[3] (id j4): duration`."""
+    out = ""
+    node: Any = data
+    field_parts: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+            item = node[part] if isinstance(node, list) and part < len(node) else None
+            label = None
+            if isinstance(item, Mapping):
+                for key in ("id", "name"):
+                    if isinstance(item.get(key), str | int):
+                        label = f"{key} {item[key]}"
+                        break
+            if label:
+                out += f" ({label})"
+            node = item
+            rest = [str(p) for p in loc[i + 1 :]]
+            if rest:
+                field_parts = rest
+                break
+        else:
+            out += ("." if out else "") + str(part)
+            node = node.get(part) if isinstance(node, Mapping) else None
+    if field_parts:
+        return f"{out}: {'.'.join(field_parts)}"
+    return out
+
+
+_MSG_REWRITES = {
+    "greater_than_equal": "must be >= {ge:g}",
+    "greater_than": "must be > {gt:g}",
+    "less_than_equal": "must be <= {le:g}",
+    "less_than": "must be < {lt:g}",
+    "missing": "is required",
+}
+
+
+def _pydantic_problems(err: PydanticValidationError, data: Any, model: type[BaseModel]) -> list:
+    problems = []
+    for e in err.errors():
+        loc = e["loc"]
+        where = _loc_text(loc, data)
+        kind = e["type"]
+        ctx = e.get("ctx") or {}
+        if kind == "extra_forbidden":
+            allowed = _allowed_fields(model, loc[:-1])
+            msg = f"unknown field {loc[-1]!r}" + (
+                f"; allowed fields: {', '.join(allowed)}" if allowed else ""
+            )
+            where = _loc_text(loc[:-1], data)
+            problems.append(f"{where}: {msg}" if where else msg)
+            continue
+        if kind in _MSG_REWRITES:
+            try:
+                msg = _MSG_REWRITES[kind].format(**ctx)
+            except (KeyError, ValueError, TypeError):
+                msg = e["msg"]
+        elif kind == "value_error":
+            msg = str(ctx.get("error", e["msg"]))
+        else:
+            msg = e["msg"][0].lower() + e["msg"][1:]
+            if "input" in e and not isinstance(e["input"], dict | list):
+                msg += f" (got {e['input']!r})"
+        # "workloads[3] (id j4): duration must be >= 0"
+        problems.append(f"{where} {msg}" if ":" in where else f"{where}: {msg}")
+    return problems
+
+
+def _allowed_fields(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
+    cur: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = cur.model_fields.get(part) if hasattr(cur, "model_fields") else None
+        if info is None:
+            return []
+        ann = info.annotation
+        args = getattr(ann, "__args__", ())
+        cur = next(
+            (a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None
+        )
+        if cur is None:
+            return []
+    return sorted(cur.model_fields) if hasattr(cur, "model_fields") else []
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read a YAML file; a missing file or a syntax error becomes a ScenarioError."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError([f"file not found: {p}"]) from None
+    except OSError as exc:
+        raise ScenarioError([f"cannot read {p}: {exc.strerror or exc}"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([f"YAML syntax error{where}: {problem}"], str(p)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file."""
+    data = read_yaml(path)
+    try:
+        return parse_scenario(data)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.problems, str(path)) from None
+
+
+def _validate(model: type[BaseModel], data: Any) -> Any:
+    if not isinstance(data, Mapping):
+        raise ScenarioError(
+            ["the file must be a mapping with keys " + ", ".join(model.model_fields)]
+        )
+    try:
+        return model.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ScenarioError(_pydantic_problems(exc, data, model)) from None
+
+
+def build_nodes(cluster: ClusterSpec) -> tuple[Node, ...]:
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    problems: list[str] = []
+    for i, spec in enumerate(cluster.nodes):
+        names = [spec.name] if spec.count == 1 else [f"{spec.name}-{k}" for k in range(spec.count)]
+        for name in names:
+            if name in seen:
+                problems.append(
+                    f"cluster.nodes[{i}] (name {spec.name}): node {name} is defined twice"
+                )
+                continue
+            seen.add(name)
+            gpus = tuple(
+                GPU(
+                    index=g,
+                    uuid=f"GPU-{name}-{g}",
+                    model=spec.gpu_model,
+                    memory_mib=int(round(spec.gpu_memory_gib * MIB_PER_GIB)),
+                    sharing=spec.sharing,
+                )
+                for g in range(spec.gpus)
+            )
+            nodes.append(
+                Node(
+                    name=name,
+                    gpus=gpus,
+                    cpu_milli=int(round(spec.cpus * 1000)),
+                    memory_mib=int(round(spec.memory_gib * MIB_PER_GIB)),
+                    labels=tuple(sorted(spec.labels.items())),
+                )
+            )
+    if problems:
+        raise ScenarioError(problems)
+    return tuple(nodes)
+
+
+def build_tenants(specs: Sequence[TenantSpec]) -> TenantTree:
+    problems: list[str] = []
+    tenants: list[Tenant] = []
+    for i, t in enumerate(specs):
+        where = f"tenants[{i}] (name {t.name})"
+        try:
+            quota = Quota.gpus(
+                guaranteed=t.guaranteed_gpus,
+                limit=t.limit_gpus,
+                weight=t.weight,
+                max_per_user=t.max_gpus_per_user,
+                by_model=t.guaranteed_by_model,
+            )
+            tenants.append(Tenant(t.name, quota))
+        except DomainValidationError as exc:
+            problems.append(f"{where}: {_field_name(exc.field)}: {exc}")
+    if problems:
+        raise ScenarioError(problems)
+    try:
+        return TenantTree(tenants)
+    except DomainValidationError as exc:
+        raise ScenarioError([f"tenants: {exc}"]) from None
+
+
+_FIELD_NAMES = {"guaranteed": "guaranteed_gpus", "limit": "limit_gpus"}
+
+
+def _field_name(name: str | None) -> str:
+    return _FIELD_NAMES.get(name or "", name or "value")
+
+
+def unfit_reason(request: Request, nodes: Sequence[Node]) -> str | None:
+    """Why no node could ever hold `request`, even with the cluster empty; None if one can."""
+    best_gpus = 0
+    for n in nodes:
+        if request.cpu_milli > n.cpu_milli or request.memory_mib > n.memory_mib:
+            continue
+        fitting = [
+            g
+            for g in n.gpus
+            if (request.gpu_model is None or g.model == request.gpu_model)
+            and g.memory_mib >= request.gpu_memory_mib
+        ]
+        if request.fractional:
+            if any(g.sharing is not SharingMode.EXCLUSIVE for g in fitting):
+                return None
+            continue
+        if len(fitting) >= request.gpus:
+            return None
+        best_gpus = max(best_gpus, len(fitting))
+    model = f" {request.gpu_model}" if request.gpu_model else ""
+    mem = f" with >= {request.gpu_memory_mib / MIB_PER_GIB:g} GiB" if request.gpu_memory_mib else ""
+    if request.fractional:
+        return (
+            f"no node has a shared{model} GPU{mem} (with the CPUs and memory asked for) that "
+            f"could hold a fraction; fractions need GPUs with sharing: shared"
+        )
+    if request.gpus:
+        return (
+            f"no node can ever hold {request.gpus}{model} GPUs{mem} on one host together with "
+            f"the CPUs and memory asked for; the most on one node is {best_gpus}"
+        )
+    return "no node has the CPUs and memory asked for"
+
+
+def build_workloads(
+    specs: Sequence[WorkloadSpec], tenants: TenantTree, nodes: Sequence[Node]
+) -> list[SimWorkload]:
+    problems: list[str] = []
+    out: list[SimWorkload] = []
+    seen: dict[str, int] = {}
+    leaves = set(tenants.leaves())
+    for i, w in enumerate(specs):
+        where = f"workloads[{i}] (id {w.id})"
+        if w.tenant not in tenants:
+            problems.append(
+                f"{where}: tenant: unknown tenant {w.tenant!r}; define it under tenants "
+                f"(known: {', '.join(sorted(leaves))})"
+            )
+            continue
+        if w.tenant not in leaves:
+            problems.append(
+                f"{where}: tenant: {w.tenant!r} has sub-tenants; only leaf tenants hold work "
+                f"(use one of {', '.join(c for c in sorted(leaves) if c.startswith(w.tenant))})"
+            )
+            continue
+        try:
+            request = Request(
+                gpus=w.gpus,
+                gpu_milli=0 if w.gpu_fraction is None else int(round(w.gpu_fraction * 1000)),
+                gpu_memory_mib=int(round(w.gpu_memory_gib * MIB_PER_GIB)),
+                gpu_model=w.gpu_model,
+                cpu_milli=int(round(w.cpus * 1000)),
+                memory_mib=int(round(w.memory_gib * MIB_PER_GIB)),
+            )
+        except DomainValidationError as exc:
+            problems.append(f"{where}: {exc.field or 'request'}: {exc}")
+            continue
+        reason = unfit_reason(request, nodes)
+        if reason:
+            problems.append(f"{where}: request can never run: {reason}")
+            continue
+        ids = [w.id] if w.count == 1 else [f"{w.id}-{k}" for k in range(w.count)]
+        for k, wid in enumerate(ids):
+            if wid in seen:
+                problems.append(f"{where}: id: {wid!r} is already used by workloads[{seen[wid]}]")
+                continue
+            seen[wid] = i
+            try:
+                wl = Workload(
+                    id=wid,
+                    tenant=w.tenant,
+                    owner=w.user,
+                    request=request,
+                    kind=w.kind,
+                    priority=w.priority,
+                    preemptible=w.preemptible,
+                    requeue_on_preemption=w.requeue,
+                    submitted_at=w.submit + k * w.every,
+                )
+            except DomainValidationError as exc:
+                problems.append(f"{where}: {exc.field or 'workload'}: {exc}")
+                continue
+            out.append(SimWorkload(wl, w.duration))
+    if problems:
+        raise ScenarioError(problems)
+    out.sort(key=lambda s: s.workload.submitted_at)  # stable: file order breaks ties
+    return out
+
+
+def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> SchedulerConfig:
+    return SchedulerConfig(
+        policy=policy or spec.policy,
+        preemption=spec.preemption,
+        min_runtime_s=spec.min_runtime_s,
+        backfill=spec.backfill,
+        max_admissions_per_cycle=spec.max_admissions_per_cycle,
+    )
+
+
+def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
+    """Validate parsed YAML (a dict) into a Scenario; raise ScenarioError on bad input."""
+    f: ScenarioFile = _validate(ScenarioFile, data)
+    nodes = build_nodes(f.cluster)
+    tenants = build_tenants(f.tenants)
+    workloads = build_workloads(f.workloads, tenants, nodes)
+    return Scenario(
+        nodes=nodes,
+        tenants=tenants,
+        workloads=workloads,
+        config=scheduler_config(f.scheduler, policy),
+        cycle_interval_s=f.scheduler.cycle_interval_s,
+        min_cycle_gap_s=f.scheduler.min_cycle_gap_s,
+    )
+
+
+def parse_cluster_file(data: Any) -> ClusterFile:
+    """Validate a cluster file (cluster, optional tenants and scheduler) for trace replay."""
+    return _validate(ClusterFile, data)
