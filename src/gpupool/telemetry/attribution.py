@@ -13,6 +13,7 @@ into (user, tenant). The `/proc` root is injectable so tests build a fake tree.
 
 from __future__ import annotations
 
+import os
 import pwd
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -103,12 +104,22 @@ class ProcReader:
 
     def __init__(self, root: str | Path = "/proc"):
         self.root = Path(root)
+        self._prefix = str(root).rstrip("/") + "/"
 
     def _read(self, pid: int, name: str) -> bytes | None:
         try:
-            return (self.root / str(pid) / name).read_bytes()
+            fd = os.open(f"{self._prefix}{pid}/{name}", os.O_RDONLY)
         except OSError:
             return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def environ(self, pid: int) -> dict[str, str] | None:
         raw = self._read(pid, "environ")
@@ -155,7 +166,10 @@ class ProcReader:
 
 
 class Attributor:
-    """Finds the owner of GPU processes. Results are cached per (pid, start time).
+    """Finds the owner of GPU processes.
+
+    Results are cached per pid and re-checked (start time, to catch a reused pid) every
+    `recheck_every` calls of `attribute_all`; `attribute()` always re-checks.
 
     `resolve_workload`: workload id -> WorkloadOwner (or a mapping to one / to (user, tenant)).
     `resolve_pod`: Kubernetes pod UID -> workload id.
@@ -169,6 +183,7 @@ class Attributor:
         resolve_pod: Callable[[str], str | None] | Mapping[str, str] | None = None,
         user_name: Callable[[int], str | None] = _user_name,
         max_depth: int = 64,
+        recheck_every: int = 10,
     ):
         self.proc = ProcReader(proc_root)
         self.resolve_workload = _as_resolver(resolve_workload)
@@ -179,7 +194,9 @@ class Attributor:
             self.resolve_pod = resolve_pod or (lambda _uid: None)
         self.user_name = user_name
         self.max_depth = max_depth
-        self._cache: dict[int, tuple[int, Attribution]] = {}
+        self.recheck_every = max(1, recheck_every)
+        self._cache: dict[int, tuple[int, Attribution, int]] = {}
+        self._round = 0
 
     def attribute(self, pid: int) -> Attribution:
         """The owner of one process; never raises."""
@@ -187,18 +204,27 @@ class Attributor:
         start = st[2] if st else -1
         hit = self._cache.get(pid)
         if hit is not None and hit[0] == start and start != -1:
+            self._cache[pid] = (start, hit[1], self._round)
             return hit[1]
         result = self._attribute(pid, st)
         if start != -1:
-            self._cache[pid] = (start, result)
+            self._cache[pid] = (start, result, self._round)
         return result
 
     def attribute_all(self, pids: Iterable[int]) -> dict[int, Attribution]:
         """Owners of many processes; forgets cached pids not in `pids`."""
+        self._round += 1
         wanted = set(pids)
         for gone in set(self._cache) - wanted:
             del self._cache[gone]
-        return {pid: self.attribute(pid) for pid in wanted}
+        out: dict[int, Attribution] = {}
+        for pid in wanted:
+            hit = self._cache.get(pid)
+            if hit is not None and self._round - hit[2] < self.recheck_every:
+                out[pid] = hit[1]
+            else:
+                out[pid] = self.attribute(pid)
+        return out
 
     def _attribute(self, pid: int, st: tuple[str, int, int] | None) -> Attribution:
         command = st[0] if st else None
