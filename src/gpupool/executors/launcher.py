@@ -1,0 +1,137 @@
+"""The tiny process that runs one job and records how it ended.
+
+    python -m gpupool.executors.launcher STATE_DIR [--uid U --gid G --groups G1,G2] -- COMMAND...
+
+The local executor starts this launcher in a new session (so the launcher leads the job's
+process group) with stdout/stderr already pointing at the job's log file. The launcher:
+
+1. writes ``STATE_DIR/pid`` ("<pid> <starttime>", starttime from /proc/<pid>/stat, which
+   tells a live launcher from a later process that reused its pid);
+2. runs COMMAND as its child (as user U / group G when given: the launcher itself stays with
+   the server's account, so the job's owner cannot forge its exit code), forwarding
+   SIGTERM/SIGINT/SIGHUP to it;
+3. when the child ends, kills what is left of the job's process group (background
+   processes the job left behind must not keep holding its GPU);
+4. writes ``STATE_DIR/exitcode`` ("<code> <epoch seconds>") atomically and exits with it.
+
+Exit codes follow the shell: a child killed by signal N ends with 128 + N; a command that
+cannot be executed ends with 127 (not found) or 126 (not executable). If the launcher itself
+is killed with SIGKILL no exit code is written; the executor then knows the end from its
+own stop record, or reports the work as lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PID_FILE = "pid"
+EXIT_FILE = "exitcode"
+
+
+def proc_starttime(pid: int) -> tuple[int, str] | None:
+    """(starttime in clock ticks since boot, state letter) of `pid`, or None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    rest = raw[raw.rfind(")") + 2 :].split()
+    # rest[0] is field 3 (state); starttime is field 22 -> rest[19].
+    return int(rest[19]), rest[0]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see either nothing or the whole content."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _kill_leftovers() -> None:
+    """SIGKILL every other process of this launcher's process group."""
+    me = os.getpid()
+    pgid = os.getpgid(0)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.getpgid(int(entry)) == pgid:
+                os.kill(int(entry), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def _parse(argv: list[str]) -> tuple[Path, dict[str, object], list[str]] | None:
+    if "--" not in argv or argv.index("--") < 1 or argv.index("--") == len(argv) - 1:
+        return None
+    sep = argv.index("--")
+    opts, command = argv[1:sep], argv[sep + 1 :]
+    ids: dict[str, object] = {}
+    it = iter(opts)
+    for flag in it:
+        value = next(it, None)
+        if value is None or flag not in ("--uid", "--gid", "--groups"):
+            return None
+        if flag == "--groups":
+            ids["extra_groups"] = [int(g) for g in value.split(",") if g]
+        else:
+            ids["user" if flag == "--uid" else "group"] = int(value)
+    return Path(argv[0]), ids, command
+
+
+def main(argv: list[str]) -> int:
+    parsed = _parse(argv)
+    if parsed is None:
+        usage = "usage: python -m gpupool.executors.launcher STATE_DIR [--uid U --gid G] -- CMD..."
+        print(usage, file=sys.stderr)
+        return 2
+    state, ids, command = parsed
+    me = os.getpid()
+    info = proc_starttime(me)
+    write_atomic(state / PID_FILE, f"{me} {info[0] if info else 0}\n")
+
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+        else:
+            pending.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    try:
+        child = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            restore_signals=True,
+            **ids,  # type: ignore[arg-type]
+        )
+    except FileNotFoundError:
+        print(f"gpupool: command not found: {command[0]}", file=sys.stderr, flush=True)
+        code = 127
+    except PermissionError:
+        print(f"gpupool: permission denied: {command[0]}", file=sys.stderr, flush=True)
+        code = 126
+    else:
+        for sig in pending:
+            child.send_signal(sig)
+        rc = child.wait()
+        code = 128 - rc if rc < 0 else rc
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _kill_leftovers()
+    write_atomic(state / EXIT_FILE, f"{code} {time.time():.3f}\n")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through real subprocesses
+    sys.exit(main(sys.argv[1:]))

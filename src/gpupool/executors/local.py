@@ -1,0 +1,458 @@
+"""The local executor: jobs run as processes on this host, bound to their GPUs.
+
+Each job runs under `gpupool.executors.launcher` in a session of its own (the launcher leads
+its process group), with stdout and stderr in ``<state_dir>/<workload>/output.log``.
+
+Who a job runs as (`UserMode`):
+
+- ``per-user`` (default when the server runs as root): the owner's Unix account (the user's
+  `unix_user`, else the gpupool user name). No such account -> `StartError` saying what to do.
+  Jobs never run as root unless ``allow_root_jobs``.
+- ``single-user`` (default otherwise): every job runs as the server's own Unix user. Fine for
+  one person's workstation or a demo; there is no isolation between gpupool users.
+
+Environment: the server's environment without secrets (``GPUPOOL_*``, ``CUDA_*``,
+``NVIDIA_VISIBLE_DEVICES``), then ``CUDA_VISIBLE_DEVICES=<GPU UUIDs>`` (empty for CPU-only work,
+so it sees no GPU), ``GPUPOOL_WORKLOAD_ID``, ``GPUPOOL_GPU_MILLI``, and for a fractional share
+enforced by MPS the variables of `gpupool.executors.mps`. In per-user mode HOME, USER, LOGNAME
+and SHELL are the account's. The working directory is the account's home directory.
+
+Restart safety: everything the executor needs lives in files of the workload's state dir
+(``spec.json``, ``pid`` with the process start time, ``exitcode``, ``stop.json``). A new
+executor over the same directory sees running jobs (`list_running`, `poll`) and the real exit
+codes of jobs that ended while no server was up. A pid whose /proc start time differs is a
+reused pid, not the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import re
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from gpupool.clock import Clock, SystemClock
+from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.executors.base import (
+    ExecState,
+    ExecStatus,
+    Executor,
+    Handle,
+    RunningProcess,
+    StartError,
+    SupportsAdoption,
+    SupportsFractionalMPS,
+    SupportsLogs,
+    exec_state_for_exit,
+)
+from gpupool.executors.launcher import EXIT_FILE, PID_FILE, proc_starttime, write_atomic
+from gpupool.executors.mps import MPSError, MPSManager, limits_for
+
+SPEC_FILE = "spec.json"
+STOP_FILE = "stop.json"
+LOG_FILE = "output.log"
+SIGKILL_EXIT = 128 + signal.SIGKILL
+SIGTERM_EXIT = 128 + signal.SIGTERM
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SECRET_PREFIXES = ("GPUPOOL_", "CUDA_", "NVIDIA_VISIBLE_DEVICES")
+
+
+class UserMode(StrEnum):
+    PER_USER = "per-user"
+    SINGLE_USER = "single-user"
+
+    @staticmethod
+    def default() -> UserMode:
+        return UserMode.PER_USER if os.geteuid() == 0 else UserMode.SINGLE_USER
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+    home: str
+    shell: str
+
+
+class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractionalMPS):
+    """Runs workloads as local processes. See the module docstring.
+
+    `state_dir` holds one directory per workload. `resolve_unix_user(owner)` maps a gpupool
+    user to a Unix account name (None: use the owner's name). `mps` manages MPS daemons of
+    shared GPUs (None: fractional shares are `policed`).
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        clock: Clock | None = None,
+        user_mode: UserMode | str | None = None,
+        resolve_unix_user: Callable[[str], str | None] | None = None,
+        mps: MPSManager | None = None,
+        allow_root_jobs: bool = False,
+        python: str = sys.executable,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.clock = clock or SystemClock()
+        self.user_mode = UserMode(user_mode) if user_mode else UserMode.default()
+        if self.user_mode is UserMode.PER_USER and os.geteuid() != 0:
+            raise StartError(
+                "per-user mode needs the server to run as root (to start jobs as their owners); "
+                "run gpupool as root or use single-user mode"
+            )
+        self.resolve_unix_user = resolve_unix_user or (lambda owner: None)
+        self.mps = mps
+        self.allow_root_jobs = allow_root_jobs
+        self.python = python
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._final: dict[str, ExecStatus] = {}
+
+    # -- helpers -------------------------------------------------------------------------
+    def _dir(self, workload_id: str) -> Path:
+        return self.state_dir / workload_id
+
+    def _read_json(self, path: Path) -> dict | None:
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def _account(self, workload: Workload, unix_user: str | None) -> Account:
+        if self.user_mode is UserMode.SINGLE_USER:
+            pw = pwd.getpwuid(os.geteuid())
+        else:
+            name = unix_user or self.resolve_unix_user(workload.owner) or workload.owner
+            try:
+                pw = pwd.getpwnam(name)
+            except KeyError:
+                raise StartError(
+                    f"gpupool user {workload.owner!r} has no Unix account {name!r} on this host; "
+                    f"create it (useradd -m {name}), set the user's unix_user to an existing "
+                    "account, or run gpupool in single-user mode"
+                ) from None
+            if pw.pw_uid == 0 and not self.allow_root_jobs:
+                raise StartError(
+                    f"refusing to run {workload.owner!r}'s job as root; map the user to an "
+                    "unprivileged Unix account"
+                )
+        return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir, pw.pw_shell)
+
+    def _mps_users(self, gpu_uuid: str) -> list[str]:
+        """Unix users of live MPS clients on `gpu_uuid` (from the state dirs)."""
+        users = []
+        for wid in self._workload_ids():
+            spec = self._read_json(self._dir(wid) / SPEC_FILE) or {}
+            if spec.get("enforcement", {}).get(gpu_uuid) != Enforcement.MPS:
+                continue
+            if self._alive(wid):
+                users.append(spec.get("unix_user", ""))
+        return users
+
+    def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
+        return self._decide_mps(gpu_uuid, unix_user or pwd.getpwuid(os.geteuid()).pw_name)[0]
+
+    def _decide_mps(self, gpu_uuid: str, unix_user: str) -> tuple[Enforcement, str]:
+        if self.mps is None:
+            return Enforcement.POLICED, "this executor manages no MPS daemons"
+        try:
+            healthy = self.mps.ensure(gpu_uuid)
+        except MPSError:
+            healthy = False
+        return self.mps.enforcement_for(
+            gpu_uuid, unix_user, self._mps_users(gpu_uuid), healthy=healthy
+        )
+
+    def _environment(
+        self, workload: Workload, allocation: Allocation | None, account: Account
+    ) -> tuple[dict[str, str], dict[str, str], list[str]]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_SECRET_PREFIXES)}
+        if self.user_mode is UserMode.PER_USER:
+            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
+            env["SHELL"] = account.shell
+        shares = allocation.shares if allocation else ()
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(s.gpu_uuid for s in shares)
+        env["GPUPOOL_WORKLOAD_ID"] = workload.id
+        env["GPUPOOL_GPU_MILLI"] = str(sum(s.milli for s in shares))
+        enforcement: dict[str, str] = {}
+        notes: list[str] = []
+        for s in shares:
+            wants_mps = not s.whole and s.enforcement is Enforcement.MPS
+            if not wants_mps:
+                enforcement[s.gpu_uuid] = str(s.enforcement)
+                continue
+            got, why = self._decide_mps(s.gpu_uuid, account.name)
+            enforcement[s.gpu_uuid] = str(got)
+            notes.append(why)
+            if got is Enforcement.MPS and self.mps is not None:
+                env.update(
+                    limits_for(s).env(self.mps.pipe_dir(s.gpu_uuid), self.mps.log_dir(s.gpu_uuid))
+                )
+        return env, enforcement, notes
+
+    # -- contract ------------------------------------------------------------------------
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        if not _SAFE_ID.match(workload.id):
+            raise StartError(f"workload id {workload.id!r} is not usable as a directory name")
+        if not workload.command:
+            raise StartError(f"workload {workload.id} has no command to run")
+        if self._alive(workload.id):
+            raise StartError(f"workload {workload.id} is already running on this host")
+        fractional_mps = allocation is not None and any(
+            not s.whole and s.enforcement is Enforcement.MPS for s in allocation.shares
+        )
+        if fractional_mps and self.mps is not None and self.mps.service_account:
+            unix_user = self.mps.service_account
+        account = self._account(workload, unix_user)
+        full_env, enforcement, notes = self._environment(workload, allocation, account)
+        full_env.update(env or {})
+
+        d = self._dir(workload.id)
+        d.mkdir(parents=True, exist_ok=True)
+        for stale in (PID_FILE, EXIT_FILE, STOP_FILE):
+            (d / stale).unlink(missing_ok=True)
+        self._final.pop(workload.id, None)
+        now = self.clock.now()
+        spec = {
+            "workload_id": workload.id,
+            "owner": workload.owner,
+            "unix_user": account.name,
+            "command": list(workload.command),
+            "gpu_uuids": list(allocation.gpu_uuids) if allocation else [],
+            "enforcement": enforcement,
+            "enforcement_notes": notes,
+            "started_at": now,
+        }
+        write_atomic(d / SPEC_FILE, json.dumps(spec, indent=1))
+        switch = self.user_mode is UserMode.PER_USER and account.uid != os.geteuid()
+        ids: list[str] = []
+        if switch:
+            groups = ",".join(str(g) for g in os.getgrouplist(account.name, account.gid))
+            ids = ["--uid", str(account.uid), "--gid", str(account.gid), "--groups", groups]
+        log = open(d / LOG_FILE, "ab")  # noqa: SIM115 - handed to the child, closed below
+        argv = [self.python, "-m", "gpupool.executors.launcher", str(d), *ids, "--"]
+        argv += list(workload.command)
+        cwd = account.home if os.path.isdir(account.home) else "/"
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            raise StartError(f"could not start workload {workload.id}: {e}") from e
+        finally:
+            log.close()
+        self._children[workload.id] = proc
+        info = proc_starttime(proc.pid)
+        if info is not None and not (d / PID_FILE).exists():
+            write_atomic(d / PID_FILE, f"{proc.pid} {info[0]}\n")
+        return Handle(
+            workload.id,
+            self.name,
+            str(proc.pid),
+            now,
+            {k: Enforcement(v) for k, v in enforcement.items()},
+        )
+
+    def _pid(self, workload_id: str) -> tuple[int, int] | None:
+        try:
+            pid_s, start_s = (self._dir(workload_id) / PID_FILE).read_text().split()[:2]
+            return int(pid_s), int(start_s)
+        except (FileNotFoundError, ValueError):
+            child = self._children.get(workload_id)
+            if child is not None and child.poll() is None:
+                info = proc_starttime(child.pid)
+                return (child.pid, info[0]) if info else None
+            return None
+
+    def _alive(self, workload_id: str) -> bool:
+        child = self._children.get(workload_id)
+        if child is not None:
+            child.poll()  # reap our own exited launcher so it is not a zombie
+        ident = self._pid(workload_id)
+        if ident is None:
+            return False
+        info = proc_starttime(ident[0])
+        return info is not None and info[1] not in ("Z", "X") and info[0] == ident[1]
+
+    def poll(self, workload_id: str) -> ExecStatus:
+        if workload_id in self._final:
+            return self._final[workload_id]
+        d = self._dir(workload_id)
+        spec = self._read_json(d / SPEC_FILE)
+        if spec is None:
+            return ExecStatus.unknown(workload_id)
+        stop = self._read_json(d / STOP_FILE) or {}
+        started = spec.get("started_at")
+        reason = stop.get("reason")
+        if self._alive(workload_id):
+            return ExecStatus(
+                workload_id, ExecState.RUNNING, started_at=started, stop_reason=reason
+            )
+        try:
+            code_s, at_s = (d / EXIT_FILE).read_text().split()[:2]
+            code, finished = int(code_s), float(at_s)
+            msg = f"killed by signal {code - 128}" if code > 128 else f"exited with code {code}"
+        except (FileNotFoundError, ValueError):
+            if stop.get("killed_at") is not None:
+                code, finished = SIGKILL_EXIT, stop["killed_at"]
+                msg = "killed (SIGKILL) after its stop grace period"
+            elif stop:
+                code, finished = SIGTERM_EXIT, stop["requested_at"]
+                msg = "ended by the stop signal before it could record an exit code"
+            elif (child := self._children.get(workload_id)) is not None and (
+                child.returncode is not None
+            ):
+                rc = child.returncode
+                code, finished = (128 - rc if rc < 0 else rc or 1), self.clock.now()
+                msg = f"the launcher failed (exit {child.returncode}); see the job's log"
+            else:
+                status = ExecStatus(
+                    workload_id,
+                    ExecState.LOST,
+                    started_at=started,
+                    message="the job's process is gone and left no exit code",
+                    stop_reason=reason,
+                )
+                self._final[workload_id] = status
+                return status
+        status = ExecStatus(
+            workload_id,
+            exec_state_for_exit(code),
+            exit_code=code,
+            started_at=started,
+            finished_at=finished,
+            message=msg,
+            stop_reason=reason,
+        )
+        self._final[workload_id] = status
+        self._children.pop(workload_id, None)
+        return status
+
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        d = self._dir(workload_id)
+        ident = self._pid(workload_id)
+        if ident is None or not self._alive(workload_id):
+            return
+        stop = self._read_json(d / STOP_FILE)
+        now = self.clock.now()
+        if stop is None:
+            stop = {"reason": reason, "requested_at": now, "kill_at": now + max(0.0, grace_s)}
+            write_atomic(d / STOP_FILE, json.dumps(stop))
+        self._signal_group(ident[0], signal.SIGTERM)
+        if grace_s <= 0:
+            self._kill(workload_id, ident[0], stop)
+
+    def _signal_group(self, pgid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def _kill(self, workload_id: str, pgid: int, stop: dict) -> None:
+        stop["killed_at"] = self.clock.now()
+        write_atomic(self._dir(workload_id) / STOP_FILE, json.dumps(stop))
+        self._signal_group(pgid, signal.SIGKILL)
+
+    def tick(self) -> None:
+        """Escalate overdue stops to SIGKILL; reap exited launchers."""
+        now = self.clock.now()
+        for wid in self._workload_ids():
+            d = self._dir(wid)
+            if not (d / STOP_FILE).exists() or (d / EXIT_FILE).exists():
+                continue
+            stop = self._read_json(d / STOP_FILE) or {}
+            if stop.get("killed_at") is None and now >= stop.get("kill_at", now):
+                ident = self._pid(wid)
+                if ident is not None and self._alive(wid):
+                    self._kill(wid, ident[0], stop)
+
+    def _workload_ids(self) -> list[str]:
+        try:
+            return sorted(p.name for p in self.state_dir.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def list_running(self) -> list[RunningProcess]:
+        sessions = _sessions()
+        out = []
+        for wid in self._workload_ids():
+            if not self._alive(wid):
+                continue
+            spec = self._read_json(self._dir(wid) / SPEC_FILE) or {}
+            ident = self._pid(wid)
+            pid = ident[0] if ident else 0
+            out.append(
+                RunningProcess(
+                    workload_id=wid,
+                    ref=str(pid),
+                    started_at=spec.get("started_at"),
+                    user=spec.get("unix_user"),
+                    gpu_uuids=tuple(spec.get("gpu_uuids", ())),
+                    pids=tuple(sorted(sessions.get(pid, [pid]))),
+                )
+            )
+        return out
+
+    def process_map(self) -> dict[int, str]:
+        """pid -> workload id for every process of every running job (one /proc scan)."""
+        return {pid: rp.workload_id for rp in self.list_running() for pid in rp.pids}
+
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement]:
+        """Enforcement applied at start, per GPU UUID (empty if unknown)."""
+        spec = self._read_json(self._dir(workload_id) / SPEC_FILE) or {}
+        return {k: Enforcement(v) for k, v in spec.get("enforcement", {}).items()}
+
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        path = self._dir(workload_id) / LOG_FILE
+        try:
+            with open(path, "rb") as f:
+                data = f.read() if tail is None else b"".join(deque(f, maxlen=max(0, tail)))
+        except FileNotFoundError:
+            return ""
+        return data.decode("utf-8", errors="replace")
+
+    def log_path(self, workload_id: str) -> Path:
+        return self._dir(workload_id) / LOG_FILE
+
+    def close(self) -> None:
+        """Forget child handles; jobs keep running and a later executor adopts them."""
+        self._children.clear()
+
+
+def _sessions() -> dict[int, list[int]]:
+    """session id -> pids in it, from /proc (processes we may not read are skipped)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            sid = os.getsid(int(entry))
+        except (ProcessLookupError, PermissionError):
+            continue
+        out.setdefault(sid, []).append(int(entry))
+    return out
