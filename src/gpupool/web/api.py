@@ -1,0 +1,92 @@
+"""Data routes the dashboard needs beyond the REST API: `/api/v1/dashboard/...`.
+
+- `GET /dashboard/cluster`: every node and GPU with live readings and holders (one call per
+  refresh instead of nodes + GPUs + workloads + telemetry).
+- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time.
+
+Both need a logged-in user (the server's `authenticated` dependency). Any role may read them:
+everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone can see").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+
+from gpupool.domain import ValidationError
+from gpupool.telemetry.sampler import Frame, GPUPoint
+from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view
+
+
+def _samplers(telemetry: Any) -> Iterator[Any]:
+    """The telemetry samplers behind the server's `telemetry` slot (a Sampler, an object
+    holding one as `.sampler`, or a list of either); nothing when telemetry is off."""
+    if telemetry is None:
+        return
+    if isinstance(telemetry, list | tuple):
+        for t in telemetry:
+            yield from _samplers(t)
+        return
+    if hasattr(telemetry, "gpu_history") and hasattr(telemetry, "latest"):
+        yield telemetry
+        return
+    inner = getattr(telemetry, "sampler", None)
+    if inner is not None:
+        yield from _samplers(inner)
+
+
+def _frames(telemetry: Any) -> list[Frame]:
+    return [s.latest for s in _samplers(telemetry) if getattr(s, "latest", None) is not None]
+
+
+def _history(telemetry: Any, uuids: set[str]) -> dict[str, tuple[list[GPUPoint], list[GPUPoint]]]:
+    out: dict[str, tuple[list[GPUPoint], list[GPUPoint]]] = {}
+    for s in _samplers(telemetry):
+        for uuid in uuids:
+            if uuid in out:
+                continue
+            fine = s.gpu_history(uuid)
+            if fine:
+                out[uuid] = (fine, s.gpu_history(uuid, per_minute=True))
+    return out
+
+
+def create_api_router() -> APIRouter:
+    """The `/dashboard/...` data routes, to be mounted under the API prefix."""
+    from gpupool.server.auth import Principal, authenticated
+    from gpupool.server.context import AppContext, get_ctx
+    from gpupool.store import AllocationRepo, NodeRepo
+
+    router = APIRouter(prefix="/dashboard", tags=["dashboard"])
+
+    @router.get("/cluster", summary="Nodes and GPUs with live readings and holders")
+    def cluster(
+        ctx: AppContext = Depends(get_ctx), _: Principal = Depends(authenticated)
+    ) -> dict[str, Any]:
+        with ctx.store.read() as s:
+            nodes = NodeRepo(s).list()
+            running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
+        return cluster_view(nodes, running, _frames(ctx.telemetry), now=ctx.clock.now())
+
+    @router.get("/gpu-history", summary="Utilization and memory per GPU over time")
+    def gpu_history(
+        range_s: int = Query(
+            86400,
+            description="how far back, in seconds: 3600, 86400, 604800 or 2592000",
+        ),
+        ctx: AppContext = Depends(get_ctx),
+        _: Principal = Depends(authenticated),
+    ) -> dict[str, Any]:
+        if range_s not in RANGES_S:
+            raise ValidationError(
+                f"range_s must be one of {', '.join(map(str, RANGES_S))} (1 h, 24 h, 7 d, 30 d)",
+                "range_s",
+            )
+        with ctx.store.read() as s:
+            gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
+        hist = _history(ctx.telemetry, {g[1] for g in gpus})
+        return gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s)
+
+    return router

@@ -1,0 +1,133 @@
+/* Admin page: users and roles, API tokens, GPU sharing modes, profiles, idle policies,
+ * audit events. Only admins see the link; the API refuses everyone else. */
+"use strict";
+(() => {
+  const { h } = GP;
+  const items = (x) => (Array.isArray(x) ? x : (x && (x.items || x.users || x.tokens || x.gpus || x.events || x.profiles || x.tenants)) || []);
+  let events = [];
+
+  function section(id, fn) {
+    return fn().catch((e) => {
+      const sec = document.getElementById(id);
+      const msg = e.status === 403 ? `Not allowed: only admins can see this section. ${e.message}` : `Could not load: ${e.message}`;
+      sec.querySelector("table") ? GP.fillTable(sec.querySelector("table"), [], msg) : GP.flash(msg);
+    });
+  }
+
+  async function users() {
+    const us = items(await GP.get("/users"));
+    GP.fillTable("users-table", us.map((u) => h("tr", {},
+      h("th", { scope: "row" }, u.name), h("td", {}, u.admin ? "yes" : "no"),
+      h("td", {}, (u.memberships || []).map((m) => `${m.tenant}: ${m.role}`).join(", ") || "—"))), "No users.");
+    document.getElementById("m-user").replaceChildren(...us.map((u) => h("option", { value: u.name }, u.name)));
+  }
+
+  async function tenants() {
+    const ts = items(await GP.get("/tenants"));
+    document.getElementById("m-tenant").replaceChildren(...ts.map((t) => h("option", { value: t.name }, t.name)));
+    GP.fillTable("idle-table", ts.map((t) => h("tr", {}, h("th", { scope: "row" }, t.name),
+      h("td", {}, t.idle_timeout_s ? `cull after ${GP.duration(t.idle_timeout_s)} idle` : "never culled"))), "No tenants.");
+  }
+
+  async function tokens() {
+    const ts = items(await GP.get("/tokens"));
+    GP.fillTable("tokens-table", ts.map((t) => {
+      const revoked = !!t.revoked_at;
+      const expired = t.expires_at && t.expires_at < Date.now() / 1000;
+      return h("tr", {}, h("td", {}, t.id), h("td", {}, t.user), h("td", {}, t.name || "—"), h("td", {}, GP.when(t.expires_at)),
+        h("td", {}, revoked ? "revoked" : expired ? "expired" : "active"),
+        h("td", {}, revoked ? null : h("button", { type: "button", class: "danger", onclick: () => revoke(t.id), "aria-label": `Revoke token ${t.id}` }, "Revoke")));
+    }), "No tokens.");
+  }
+
+  async function revoke(id) {
+    if (!confirm(`Revoke token ${id}? Programs using it stop working.`)) return;
+    try { await GP.api("DELETE", `/tokens/${encodeURIComponent(id)}`); GP.flash(`Revoked token ${id}.`, "ok"); await tokens(); }
+    catch (e) { GP.flash(GP.actionError(`revoke token ${id}`, e)); }
+  }
+
+  async function gpus() {
+    const gs = items(await GP.get("/gpus"));
+    GP.fillTable("gpus-table", gs.map((g) => {
+      const sel = h("select", { "aria-label": `Sharing mode of ${g.node} GPU ${g.index}` },
+        ["exclusive", "shared", "mig"].map((m) => h("option", { value: m, selected: m === g.sharing }, m)));
+      return h("tr", {}, h("td", {}, g.node), h("td", {}, `${g.index} (${g.uuid})`), h("td", {}, g.model), h("td", {}, sel),
+        h("td", {}, h("button", { type: "button", class: "secondary", onclick: () => setSharing(g, sel.value) }, "Save")));
+    }), "No GPUs registered.");
+  }
+
+  async function setSharing(g, mode) {
+    try {
+      await GP.api("PATCH", `/gpus/${encodeURIComponent(g.uuid)}`, { sharing: mode });
+      GP.flash(`GPU ${g.index} on ${g.node} is now ${mode}.`, "ok");
+      await gpus();
+    } catch (e) { GP.flash(GP.actionError(`set GPU ${g.index} on ${g.node} to ${mode}`, e)); }
+  }
+
+  async function profiles() {
+    const ps = items(await GP.get("/profiles"));
+    GP.fillTable("profiles-table", ps.map((p) => h("tr", {}, h("th", { scope: "row" }, p.name), h("td", {}, p.kind),
+      h("td", {}, GP.describeRequest(p.request || p)), h("td", {}, (p.tenants || []).join(", ") || "all"), h("td", {}, p.description || ""))),
+    "No profiles.");
+  }
+
+  function renderEvents() {
+    const f = document.getElementById("ev-filter").value.trim().toLowerCase();
+    const shown = events.filter((e) => !f || [e.kind, e.user, e.tenant, e.workload_id, e.message].some((v) => v && String(v).toLowerCase().includes(f)));
+    GP.fillTable("events-table", shown.slice(0, 300).map((e) => h("tr", {}, h("td", {}, GP.when(e.at)), h("td", {}, e.kind),
+      h("td", {}, e.user || "—"), h("td", {}, e.tenant || "—"), h("td", {}, e.workload_id || "—"), h("td", {}, e.message))), "No events.");
+  }
+
+  async function loadEvents() { events = items(await GP.get("/events?limit=500")).sort((a, b) => b.at - a.at); renderEvents(); }
+
+  async function createUser(ev) {
+    ev.preventDefault();
+    const name = document.getElementById("u-name").value.trim();
+    const password = document.getElementById("u-password").value;
+    if (!name) return GP.formError("user-error", "Name: enter a user name (letters, digits, - _ . @).");
+    if (password.length < 8) return GP.formError("user-error", "Password: use at least 8 characters.");
+    try {
+      await GP.api("POST", "/users", { name, password, admin: document.getElementById("u-admin").checked });
+      GP.formError("user-error", "");
+      GP.flash(`Created user ${name}.`, "ok");
+      ev.target.reset();
+      await users();
+    } catch (e) { GP.formError("user-error", GP.actionError(`create user ${name}`, e)); }
+  }
+
+  async function addMember(ev) {
+    ev.preventDefault();
+    const user = document.getElementById("m-user").value, tenant = document.getElementById("m-tenant").value, role = document.getElementById("m-role").value;
+    try {
+      await GP.api("PUT", `/users/${encodeURIComponent(user)}/memberships/${tenant.split("/").map(encodeURIComponent).join("/")}`, { role });
+      GP.formError("member-error", "");
+      GP.flash(`${user} is now ${role} of ${tenant}.`, "ok");
+      await users();
+    } catch (e) { GP.formError("member-error", GP.actionError(`add ${user} to ${tenant}`, e)); }
+  }
+
+  async function createToken(ev) {
+    ev.preventDefault();
+    const days = GP.numberField("tok-days", { integer: true, min: 1, label: "Expires in days" });
+    if (days.error) return GP.formError("token-error", days.error);
+    try {
+      const t = await GP.api("POST", "/tokens", { name: document.getElementById("tok-name").value.trim(), expires_in_s: days.value * 86400 });
+      GP.formError("token-error", "");
+      const out = document.getElementById("token-new");
+      out.textContent = `New token (shown once; copy it now): ${t.token || t.secret}`;
+      out.hidden = false;
+      await tokens();
+    } catch (e) { GP.formError("token-error", GP.actionError("create a token", e)); }
+  }
+
+  GP.ready.then((u) => {
+    if (!u) return;
+    if (!GP.isAdmin(u)) GP.flash("Not allowed: the Admin page is for gpupool admins. Ask an admin if you need a change here.");
+    document.getElementById("user-form").addEventListener("submit", createUser);
+    document.getElementById("member-form").addEventListener("submit", addMember);
+    document.getElementById("token-form").addEventListener("submit", createToken);
+    document.getElementById("ev-filter").addEventListener("input", renderEvents);
+    section("users", users); section("tenants", tenants); section("tokens", tokens);
+    section("gpus", gpus); section("profiles", profiles); section("events", loadEvents);
+  });
+})();

@@ -1,0 +1,64 @@
+/* Cluster page: every node and GPU as a tile, refreshed every few seconds. */
+"use strict";
+(() => {
+  const { h, badge } = GP;
+  const REFRESH_MS = 3000;
+
+  const statusText = { free: "free", busy: "in use", idle: "held but idle", down: "unhealthy" };
+
+  function holderItem(x) {
+    const share = x.milli >= 1000 ? "whole GPU" : `${+(x.milli / 1000).toFixed(3)} GPU`;
+    const mem = x.milli < 1000 && x.memory_mib ? `, ${GP.gib(x.memory_mib)}` : "";
+    return h("li", {},
+      h("b", {}, x.user), " · ", x.tenant, " · ",
+      h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(x.workload)}` }, x.workload),
+      h("br"), `${share}${mem} `,
+      badge(`enforced: ${x.enforcement}`, `enf-${x.enforcement}`));
+  }
+
+  function tile(node, g) {
+    const memPct = g.memory_used_mib !== null && g.memory_total_mib ? (100 * g.memory_used_mib) / g.memory_total_mib : null;
+    const label = `GPU ${g.index} on ${node.name}: ${g.model}, ${statusText[g.status]}`;
+    return h("li", { class: `gpu ${g.status}`, tabindex: "0", "aria-label": label, dataset: { uuid: g.uuid, status: g.status } },
+      h("header", {}, h("span", {}, `GPU ${g.index} · ${g.model}`),
+        h("span", {}, badge(statusText[g.status], `state-${g.status}`), g.simulated ? [" ", badge("simulated", "sim")] : null)),
+      h("dl", { class: "metrics" },
+        h("dt", {}, "Memory"), h("dd", {}, `${GP.gib(g.memory_used_mib)} / ${GP.gib(g.memory_total_mib)}`,
+          h("div", { class: "bar", role: "presentation" }, h("span", { style: `width:${Math.min(100, memPct || 0)}%` }))),
+        h("dt", {}, "Utilization"), h("dd", {}, GP.pct(g.util),
+          h("div", { class: "bar", role: "presentation" }, h("span", { style: `width:${Math.min(100, g.util || 0)}%` }))),
+        h("dt", {}, "Temperature"), h("dd", {}, g.temperature_c === null ? "—" : `${g.temperature_c} °C`),
+        h("dt", {}, "Sharing"), h("dd", {}, g.sharing),
+        g.idle_for_s ? [h("dt", {}, "Idle for"), h("dd", {}, GP.duration(g.idle_for_s))] : null),
+      g.holders.length
+        ? h("ul", { class: "holders", "aria-label": "Held by" }, g.holders.map(holderItem))
+        : h("p", { class: "muted holders" }, "Not allocated"));
+  }
+
+  function render(view) {
+    const s = view.summary;
+    const sum = document.getElementById("summary");
+    const item = (k, v) => h("div", {}, h("dt", {}, k), h("dd", {}, v));
+    sum.replaceChildren(item("GPUs", s.gpus), item("Free", s.free), item("In use", s.busy),
+      item("Held but idle", s.idle), item("Unhealthy", s.down), item("Allocated", `${GP.gpus(s.allocated_milli)} GPUs`),
+      ...(view.simulated ? [item("Telemetry", "simulated GPUs")] : []));
+    const nodes = document.getElementById("nodes");
+    nodes.setAttribute("aria-busy", "false");
+    if (!view.nodes.length) {
+      nodes.replaceChildren(h("p", { class: "muted" }, "No nodes are registered yet."));
+      return;
+    }
+    // Keep keyboard focus on the same tile across refreshes.
+    const focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.uuid : null;
+    nodes.replaceChildren(...view.nodes.map((n) => h("section", { class: "node", "aria-label": `Node ${n.name}` },
+      h("h2", {}, n.name, " ", badge(n.state, n.state === "ready" ? "state-free" : "state-down"),
+        h("span", { class: "muted" }, `${n.gpus.length} GPU${n.gpus.length === 1 ? "" : "s"}`)),
+      h("ul", { class: "gpus" }, n.gpus.map((g) => tile(n, g))))));
+    if (focused) { const el = nodes.querySelector(`[data-uuid="${CSS.escape(focused)}"]`); if (el) el.focus(); }
+  }
+
+  GP.ready.then((u) => {
+    if (!u) return;
+    GP.poll(async () => { render(await GP.get("/dashboard/cluster")); GP.stamp(); }, REFRESH_MS);
+  });
+})();

@@ -1,0 +1,293 @@
+/* gpupool dashboard: shared helpers. Every page script uses window.GP.
+ *
+ * Auth: the login page stores the API bearer token in this tab's sessionStorage (never a
+ * cookie, so no CSRF; closing the tab forgets it). Every call goes to the REST API with that
+ * token; the API's role rules decide what comes back. A 401 sends the user to the login page.
+ * DOM is built with textContent only, never innerHTML, so API data cannot inject markup.
+ */
+"use strict";
+
+const GP = (() => {
+  const body = document.body;
+  const API = body.dataset.api || "/api/v1";
+  const BASE = body.dataset.base || "/dashboard";
+  const TOKEN_KEY = "gpupool.token";
+  const ME_KEY = "gpupool.me";
+
+  class ApiError extends Error {
+    constructor(status, message, problem) {
+      super(message);
+      this.status = status;
+      this.problem = problem || {};
+    }
+  }
+
+  const token = () => sessionStorage.getItem(TOKEN_KEY);
+  const me = () => {
+    try { return JSON.parse(sessionStorage.getItem(ME_KEY) || "null"); } catch { return null; }
+  };
+
+  function setSession(tok, user) {
+    sessionStorage.setItem(TOKEN_KEY, tok);
+    sessionStorage.setItem(ME_KEY, JSON.stringify(user || null));
+  }
+
+  function clearSession() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(ME_KEY);
+  }
+
+  function toLogin() {
+    const next = location.pathname + location.search + location.hash;
+    location.assign(`${BASE}/login?next=${encodeURIComponent(next)}`);
+  }
+
+  /** A readable sentence from an API error body (problem+json or FastAPI's detail). */
+  function problemMessage(status, p) {
+    if (p && typeof p === "object") {
+      if (typeof p.detail === "string" && p.detail) return p.detail;
+      if (Array.isArray(p.detail) && p.detail.length) {
+        return p.detail.map((d) => `${(d.loc || []).filter((x) => x !== "body").join(".")}: ${d.msg}`).join("; ");
+      }
+      if (Array.isArray(p.errors) && p.errors.length) {
+        return p.errors.map((d) => (d.field ? `${d.field}: ` : "") + (d.message || d.msg || "")).join("; ");
+      }
+      if (p.title) return p.title;
+    }
+    if (status === 403) return "Your role does not allow this.";
+    return `The server answered ${status}.`;
+  }
+
+  /** Call the API. Resolves to parsed JSON (or text); rejects with ApiError. */
+  async function api(method, path, data, opts = {}) {
+    const headers = { Accept: "application/json, application/problem+json, text/plain" };
+    const tok = token();
+    if (tok) headers.Authorization = `Bearer ${tok}`;
+    let bodyText;
+    if (data !== undefined) {
+      headers["Content-Type"] = "application/json";
+      bodyText = JSON.stringify(data);
+    }
+    let r;
+    try {
+      r = await fetch(API + path, { method, headers, body: bodyText, cache: "no-store" });
+    } catch (e) {
+      throw new ApiError(0, "Cannot reach the gpupool server; check that it is running.");
+    }
+    const ct = r.headers.get("content-type") || "";
+    const parsed = ct.includes("json") ? await r.json().catch(() => null) : await r.text();
+    if (r.status === 401 && !opts.noRedirect) {
+      clearSession();
+      toLogin();
+      throw new ApiError(401, "Your session has ended; log in again.");
+    }
+    if (!r.ok) {
+      const p = parsed && typeof parsed === "object" ? parsed : {};
+      throw new ApiError(r.status, problemMessage(r.status, p), p);
+    }
+    return parsed;
+  }
+  const get = (path) => api("GET", path);
+
+  /** h("td", {class: "num"}, "3") — an element with attributes and text/element children. */
+  function h(tag, attrs, ...kids) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k === "dataset") Object.assign(el.dataset, v);
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else if (k === "text") el.textContent = v;
+      else el.setAttribute(k, v === true ? "" : v);
+    }
+    for (const kid of kids.flat()) {
+      if (kid === undefined || kid === null || kid === false) continue;
+      el.append(kid instanceof Node ? kid : String(kid));
+    }
+    return el;
+  }
+
+  /** Replace a table body's rows; `empty` is shown when there are none. */
+  function fillTable(table, rows, empty, cols) {
+    const tb = (typeof table === "string" ? document.getElementById(table) : table).tBodies[0];
+    const n = cols || tb.parentElement.tHead.rows[0].cells.length;
+    tb.replaceChildren(...(rows.length ? rows : [h("tr", { class: "empty" }, h("td", { colspan: n }, empty))]));
+  }
+
+  const flashEl = () => document.getElementById("flash");
+  let flashTimer;
+  /** A page-level message in the alert region. kind: "error" (default) or "ok". */
+  function flash(message, kind = "error") {
+    const el = flashEl();
+    if (!el) return;
+    el.textContent = message;
+    el.classList.toggle("ok", kind === "ok");
+    el.hidden = false;
+    clearTimeout(flashTimer);
+    if (kind === "ok") flashTimer = setTimeout(() => { el.hidden = true; }, 6000);
+  }
+  function clearFlash() { const el = flashEl(); if (el) el.hidden = true; }
+
+  /** Message for a failed action, saying plainly when the role forbids it. */
+  function actionError(what, err) {
+    if (err.status === 403) return `Not allowed: you cannot ${what}. ${err.message}`;
+    return `Could not ${what}: ${err.message}`;
+  }
+
+  /** Show an error inside a form's alert element (or hide it when msg is empty). */
+  function formError(id, msg) {
+    const el = document.getElementById(id);
+    if (!el) return flash(msg);
+    el.textContent = msg || "";
+    el.hidden = !msg;
+  }
+
+  /** Mark one input invalid with a message next to it; empty msg clears it. */
+  function fieldError(inputId, msg) {
+    const input = document.getElementById(inputId);
+    const err = document.getElementById(`${inputId}-err`);
+    if (input) input.setAttribute("aria-invalid", msg ? "true" : "false");
+    if (err) err.textContent = msg || "";
+  }
+
+  /** Run `fn` now and every `ms` while the tab is visible; returns a function that stops it. */
+  function poll(fn, ms) {
+    let timer = null;
+    let stopped = false;
+    const tick = async () => {
+      timer = null;
+      if (stopped) return;
+      if (!document.hidden) {
+        try {
+          await fn();
+          clearFlash();
+        } catch (e) {
+          if (e.status !== 401) flash(e.status === 403 ? actionError("see this page", e) : `Live update failed: ${e.message}`);
+        }
+      }
+      if (!stopped) timer = setTimeout(tick, ms);
+    };
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden && timer !== null) { clearTimeout(timer); tick(); }
+    });
+    tick();
+    return () => { stopped = true; if (timer) clearTimeout(timer); };
+  }
+
+  function stamp() {
+    const t = document.getElementById("updated");
+    if (t) { const d = new Date(); t.dateTime = d.toISOString(); t.textContent = d.toLocaleTimeString(); }
+  }
+
+  // --- formatting ---
+  const gpus = (milli) => (milli === null || milli === undefined ? "—" : `${+(milli / 1000).toFixed(3)}`);
+  const gib = (mib) => (mib === null || mib === undefined ? "—" : `${+(mib / 1024).toFixed(1)} GiB`);
+  const pct = (x) => (x === null || x === undefined ? "—" : `${Math.round(x)}%`);
+  function duration(s) {
+    if (s === null || s === undefined || !isFinite(s)) return "—";
+    s = Math.max(0, s);
+    if (s < 60) return `${Math.round(s)} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+    return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+  }
+  const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "—");
+
+  /** "2 GPUs", "0.25 GPU, 20 GiB", "CPU only" from an API request object. */
+  function describeRequest(req) {
+    if (!req) return "—";
+    const model = req.gpu_model ? ` ${req.gpu_model}` : "";
+    if (req.gpus) return `${req.gpus}${model} GPU${req.gpus > 1 ? "s" : ""}`;
+    const frac = req.gpu_fraction ?? (req.gpu_milli ? req.gpu_milli / 1000 : 0);
+    if (frac) {
+      const mem = req.gpu_memory_mib ? `, ${gib(req.gpu_memory_mib)}` : "";
+      return `${+frac.toFixed(3)} of a${model} GPU${mem}`;
+    }
+    return "CPU only";
+  }
+
+  const badge = (text, cls) => h("span", { class: `badge ${cls || ""}` }, text);
+
+  /** Parse a number field: "" → null (when allowed), else a finite number ≥ min or an error. */
+  function numberField(id, { optional = false, min = 0, integer = false, label } = {}) {
+    const input = document.getElementById(id);
+    const raw = input.value.trim();
+    const name = label || input.labels?.[0]?.textContent.trim() || id;
+    if (raw === "") {
+      if (optional) return { value: null };
+      return { error: `${name}: enter a number.` };
+    }
+    const v = Number(raw);
+    if (!isFinite(v)) return { error: `${name}: "${raw}" is not a number.` };
+    if (integer && !Number.isInteger(v)) return { error: `${name}: enter a whole number.` };
+    if (v < min) return { error: `${name}: must be at least ${min}.` };
+    return { value: v };
+  }
+
+  function isAdmin(u = me()) { return !!(u && (u.admin || u.role === "admin")); }
+  /** The user's tenant roles as {tenant: role}. */
+  function roles(u = me()) {
+    const out = {};
+    for (const m of (u && u.memberships) || []) out[m.tenant] = m.role;
+    return out;
+  }
+  /** True if the user may administer `tenant` (admin, or tenant-admin of it or an ancestor). */
+  function canAdminTenant(tenant, u = me()) {
+    if (isAdmin(u)) return true;
+    return Object.entries(roles(u)).some(([t, r]) => r === "tenant-admin" && (tenant === t || tenant.startsWith(`${t}/`)));
+  }
+  function canSubmit(u = me()) {
+    return isAdmin(u) || Object.values(roles(u)).some((r) => r === "member" || r === "tenant-admin");
+  }
+
+  function downloadCsv(filename, rows) {
+    const esc = (v) => {
+      const s = v === null || v === undefined ? "" : String(v);
+      return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+    };
+    const text = rows.map((r) => r.map(esc).join(",")).join("\n") + "\n";
+    const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+    const a = h("a", { href: url, download: filename });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  }
+
+  /** Header: who is logged in, admin-only links, logout. Pages other than login need a token. */
+  async function initShell() {
+    if (body.dataset.page && !token()) { toLogin(); return null; }
+    const logout = document.getElementById("logout");
+    if (logout) logout.addEventListener("click", () => { clearSession(); location.assign(`${BASE}/login`); });
+    let u = me();
+    if (body.dataset.page) {
+      try {
+        u = await api("GET", "/users/me");
+        sessionStorage.setItem(ME_KEY, JSON.stringify(u));
+      } catch (e) {
+        if (e.status === 401) return null;
+      }
+    }
+    const who = document.getElementById("whoami");
+    if (who && u) {
+      const rs = isAdmin(u) ? "admin" : [...new Set(Object.values(roles(u)))].join(", ") || "no tenant";
+      who.textContent = `${u.name} (${rs})`;
+    }
+    if (isAdmin(u)) document.querySelectorAll(".admin-only").forEach((e) => { e.hidden = false; });
+    return u;
+  }
+
+  const ready = new Promise((resolve) => {
+    const go = () => initShell().then(resolve, () => resolve(null));
+    if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", go);
+    else go();
+  });
+
+  return {
+    API, BASE, ApiError, api, get, h, fillTable, flash, clearFlash, actionError, formError,
+    fieldError, poll, stamp, gpus, gib, pct, duration, when, describeRequest, badge, numberField,
+    isAdmin, roles, canAdminTenant, canSubmit, downloadCsv, me, setSession, clearSession, ready,
+    token,
+  };
+})();
+window.GP = GP;

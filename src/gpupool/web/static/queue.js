@@ -1,0 +1,54 @@
+/* Queue page: pending workloads in order with why they wait, and running workloads.
+ * The API returns only what the role may see (members: their own; tenant-admins: their
+ * tenant; admins: all). */
+"use strict";
+(() => {
+  const { h } = GP;
+  const REFRESH_MS = 3000;
+  const items = (x) => (Array.isArray(x) ? x : (x && (x.items || x.pending || x.workloads)) || []);
+  const wlink = (id) => h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(id)}` }, id);
+
+  function holds(w) {
+    const a = w.allocation;
+    if (!a) return GP.describeRequest(w.request);
+    const shares = a.shares || [];
+    const gpus = shares.map((s) => `${s.gpu_index}${s.milli < 1000 ? ` (${+(s.milli / 1000).toFixed(3)})` : ""}`).join(", ");
+    return `${a.node}${gpus ? `: GPU ${gpus}` : ""}`;
+  }
+
+  async function refresh() {
+    const [queue, running] = await Promise.all([
+      GP.get("/queue"),
+      GP.get("/workloads?state=running&state=starting&state=admitted&limit=1000"),
+    ]);
+    const now = Date.now() / 1000;
+    const pending = items(queue);
+    GP.fillTable("pending", pending.map((w) => h("tr", {},
+      h("td", { class: "num" }, w.position ?? w.queue_position ?? "—"),
+      h("td", {}, wlink(w.id), w.name ? ` ${w.name}` : ""),
+      h("td", {}, w.owner), h("td", {}, w.tenant),
+      h("td", {}, GP.describeRequest(w.request || w)),
+      h("td", { class: "num" }, w.priority ?? 0),
+      h("td", {}, GP.duration(now - (w.submitted_at || now))),
+      h("td", {}, w.reason || w.pending_reason || "waiting for the next scheduling cycle"))),
+    "Nothing is waiting.");
+    const run = items(running);
+    GP.fillTable("running", run.map((w) => h("tr", {},
+      h("td", {}, wlink(w.id)), h("td", {}, w.owner), h("td", {}, w.tenant), h("td", {}, w.kind),
+      h("td", {}, holds(w)), h("td", {}, w.state),
+      h("td", {}, GP.duration(now - (w.started_at || w.admitted_at || now))))),
+    "Nothing is running.");
+    document.getElementById("pending-count").textContent = `(${pending.length})`;
+    document.getElementById("running-count").textContent = `(${run.length})`;
+    GP.stamp();
+  }
+
+  GP.ready.then((u) => {
+    if (!u) return;
+    const scope = document.getElementById("scope");
+    scope.textContent = GP.isAdmin(u) ? "You see every tenant's queue."
+      : Object.values(GP.roles(u)).some((r) => r === "tenant-admin") ? "You see the queues of the tenants you administer and your own work."
+      : "You see the work your role lets you see.";
+    GP.poll(refresh, REFRESH_MS);
+  });
+})();

@@ -1,0 +1,203 @@
+"""Plain-data views the dashboard's pages draw: the cluster map and GPU history.
+
+Pure functions over domain types and telemetry frames (no I/O), so they are tested without a
+server and reused by any route that serves them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpupool.domain import Allocation, GPUHealth, Node, NodeState, Workload
+from gpupool.telemetry.policing import DetectionKind
+from gpupool.telemetry.sampler import Frame, GPUPoint
+from gpupool.telemetry.snapshots import MIB
+
+#: A GPU held by work whose utilization is at or below this (percent) shows as idle when
+#: telemetry has no idle detection of its own (e.g. before the policer's window has passed).
+IDLE_UTIL_PCT = 5.0
+
+#: Ranges the usage page offers, in seconds.
+RANGES_S = (3600, 86400, 7 * 86400, 30 * 86400)
+#: At most this many points per GPU series are sent to the browser.
+MAX_POINTS = 240
+
+
+def _round(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def cluster_view(
+    nodes: Sequence[Node],
+    running: Iterable[tuple[Workload, Allocation]],
+    frames: Iterable[Frame] = (),
+    *,
+    now: float,
+) -> dict[str, Any]:
+    """Every node and GPU with its live readings and holders, plus a summary.
+
+    A GPU's `status` is `down` (unhealthy or node down), `idle` (held, telemetry says idle),
+    `busy` (held) or `free`. Readings are None where no telemetry covers the GPU.
+    """
+    holders: dict[str, list[dict[str, Any]]] = {}
+    for w, a in running:
+        for s in a.shares:
+            holders.setdefault(s.gpu_uuid, []).append(
+                {
+                    "workload": w.id,
+                    "kind": str(w.kind),
+                    "user": w.owner,
+                    "tenant": w.tenant,
+                    "state": str(w.state),
+                    "milli": s.milli,
+                    "memory_mib": s.memory_mib,
+                    "enforcement": str(s.enforcement),
+                    "since": a.since,
+                }
+            )
+    readings: dict[str, Any] = {}
+    idle_from_telemetry: dict[str, float] = {}
+    simulated_hosts: set[str] = set()
+    for f in frames:
+        if f.snapshot.simulated:
+            simulated_hosts.add(f.snapshot.hostname)
+        for g in f.snapshot.gpus:
+            readings[g.uuid] = g
+        for d in f.detections:
+            if d.kind is DetectionKind.IDLE:
+                idle_from_telemetry[d.gpu_uuid] = max(
+                    idle_from_telemetry.get(d.gpu_uuid, 0.0), d.duration_s
+                )
+
+    out_nodes = []
+    counts = {"gpus": 0, "free": 0, "busy": 0, "idle": 0, "down": 0}
+    allocated_milli = 0
+    any_simulated = bool(simulated_hosts)
+    for n in nodes:
+        gpus = []
+        for g in n.gpus:
+            r = readings.get(g.uuid)
+            held = holders.get(g.uuid, [])
+            milli = sum(h["milli"] for h in held)
+            allocated_milli += milli
+            util = r.util_gpu if r is not None else None
+            simulated = bool(r is not None and r.simulated) or n.name in simulated_hosts
+            any_simulated = any_simulated or simulated
+            if (
+                g.health is not GPUHealth.HEALTHY
+                or n.state is NodeState.DOWN
+                or (r is not None and not r.healthy)
+            ):
+                status = "down"
+            elif not held:
+                status = "free"
+            elif g.uuid in idle_from_telemetry or (util is not None and util <= IDLE_UTIL_PCT):
+                status = "idle"
+            else:
+                status = "busy"
+            counts["gpus"] += 1
+            counts[status] += 1
+            mem_used = None
+            if r is not None and r.memory_used_bytes is not None:
+                mem_used = round(r.memory_used_bytes / MIB)
+            gpus.append(
+                {
+                    "index": g.index,
+                    "uuid": g.uuid,
+                    "model": g.model,
+                    "memory_total_mib": g.memory_mib,
+                    "memory_used_mib": mem_used,
+                    "util": _round(util),
+                    "temperature_c": _round(r.temperature_c if r is not None else None, 0),
+                    "power_w": _round(r.power_w if r is not None else None, 0),
+                    "sharing": str(g.sharing),
+                    "health": str(g.health),
+                    "simulated": simulated,
+                    "status": status,
+                    "idle_for_s": _round(idle_from_telemetry.get(g.uuid)),
+                    "allocated_milli": milli,
+                    "holders": held,
+                }
+            )
+        out_nodes.append(
+            {
+                "name": n.name,
+                "state": str(n.state),
+                "last_heartbeat": n.last_heartbeat,
+                "labels": dict(n.labels),
+                "gpus": gpus,
+            }
+        )
+    return {
+        "now": now,
+        "simulated": any_simulated,
+        "summary": counts | {"allocated_milli": allocated_milli},
+        "nodes": out_nodes,
+    }
+
+
+def _downsample(points: Sequence[GPUPoint], start: float, n: int) -> list[GPUPoint]:
+    """Points at or after `start`, averaged into at most `n` buckets (oldest first)."""
+    pts = [p for p in points if p.t >= start]
+    if len(pts) <= n:
+        return pts
+    size = len(pts) / n
+    out = []
+    for i in range(n):
+        chunk = pts[int(i * size) : int((i + 1) * size)] or [pts[min(int(i * size), len(pts) - 1)]]
+        utils = [p.util for p in chunk if p.util is not None]
+        mems = [p.memory_used_mib for p in chunk if p.memory_used_mib is not None]
+        out.append(
+            GPUPoint(
+                chunk[len(chunk) // 2].t,
+                sum(utils) / len(utils) if utils else None,
+                sum(mems) / len(mems) if mems else None,
+                None,
+                None,
+            )
+        )
+    return out
+
+
+def gpu_history_view(
+    gpus: Sequence[tuple[str, str, int, str]],
+    history: Mapping[str, tuple[Sequence[GPUPoint], Sequence[GPUPoint]]],
+    *,
+    now: float,
+    range_s: float,
+    max_points: int = MAX_POINTS,
+) -> dict[str, Any]:
+    """Utilization and memory per GPU over the last `range_s` seconds.
+
+    `gpus`: (node, uuid, index, model) for each GPU. `history[uuid]` = (fine points, per-minute
+    points). Ranges up to an hour use the fine points, longer ones the per-minute points; each
+    series is averaged down to at most `max_points`. `covered_from` says how far back the
+    telemetry actually reaches (the sampler keeps a week of minutes).
+    """
+    start = now - range_s
+    series = []
+    earliest: float | None = None
+    for node, uuid, index, model in gpus:
+        fine, minutes = history.get(uuid, ((), ()))
+        source = fine if range_s <= 3600 else minutes
+        pts = _downsample(source, start, max_points)
+        if pts:
+            earliest = pts[0].t if earliest is None else min(earliest, pts[0].t)
+        series.append(
+            {
+                "node": node,
+                "uuid": uuid,
+                "label": f"{node}/{index} {model}",
+                "t": [round(p.t, 1) for p in pts],
+                "util": [_round(p.util) for p in pts],
+                "memory_used_mib": [_round(p.memory_used_mib, 0) for p in pts],
+            }
+        )
+    return {
+        "now": now,
+        "from": start,
+        "range_s": range_s,
+        "covered_from": earliest,
+        "series": series,
+    }
