@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Query
 
 from gpupool.domain import ValidationError
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view
+from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
 
 
 def _samplers(telemetry: Any) -> Iterator[Any]:
@@ -53,11 +53,28 @@ def _history(telemetry: Any, uuids: set[str]) -> dict[str, tuple[list[GPUPoint],
     return out
 
 
+def _fair_shares(ctx: Any) -> dict[str, int]:
+    """Tenant -> fair share (milli) from the scheduler's last cycle, where the server keeps it."""
+    found = (
+        ctx.extras.get("fair_shares") if isinstance(getattr(ctx, "extras", None), dict) else None
+    )
+    if found is None:
+        loops = getattr(ctx, "loops", None)
+        get = getattr(loops, "get", None)
+        loop = get("scheduler") if callable(get) else None
+        for attr in ("fair_shares", "last_decisions"):
+            v = getattr(loop, attr, None)
+            if v is not None:
+                found = getattr(v, "fair_shares", v)
+                break
+    return dict(found) if isinstance(found, dict) else {}
+
+
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
     from gpupool.server.context import AppContext, get_ctx
-    from gpupool.store import AllocationRepo, NodeRepo
+    from gpupool.store import AllocationRepo, NodeRepo, TenantRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
 
@@ -69,6 +86,21 @@ def create_api_router() -> APIRouter:
             nodes = NodeRepo(s).list()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
         return cluster_view(nodes, running, _frames(ctx.telemetry), now=ctx.clock.now())
+
+    @router.get("/tenants", summary="Fair share and busy GPUs per tenant")
+    def tenants(
+        ctx: AppContext = Depends(get_ctx), who: Principal = Depends(authenticated)
+    ) -> dict[str, Any]:
+        with ctx.store.read() as s:
+            names = [t.name for t in TenantRepo(s).tree()]
+            running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
+        view = tenant_live_view(names, running, _frames(ctx.telemetry), _fair_shares(ctx))
+        roots = who.readable_roots()
+        if roots is not None:
+            view = {
+                t: v for t, v in view.items() if any(t == r or t.startswith(r + "/") for r in roots)
+            }
+        return {"now": ctx.clock.now(), "tenants": view}
 
     @router.get("/gpu-history", summary="Utilization and memory per GPU over time")
     def gpu_history(

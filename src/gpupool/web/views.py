@@ -137,6 +137,44 @@ def cluster_view(
     }
 
 
+def tenant_live_view(
+    tenants: Sequence[str],
+    running: Iterable[tuple[Workload, Allocation]],
+    frames: Iterable[Frame] = (),
+    fair_shares: Mapping[str, int] | None = None,
+) -> dict[str, dict[str, int | None]]:
+    """Per tenant (its subtree rolled up): fair share and GPUs busy now, both in milli.
+
+    Busy is each share's size times its GPU's utilization (a GPU's utilization is split among
+    its holders in proportion to their shares); None where no telemetry covers the GPUs.
+    """
+    util = {g.uuid: g.util_gpu for f in frames for g in f.snapshot.gpus}
+    fair = dict(fair_shares or {})
+    out: dict[str, dict[str, int | None]] = {
+        t: {"fair_share_milli": fair.get(t), "busy_milli": None} for t in tenants
+    }
+    for w, a in running:
+        for s in a.shares:
+            u = util.get(s.gpu_uuid)
+            if u is None:
+                continue
+            busy = round(s.milli * u / 100)
+            parts = w.tenant.split("/")
+            for i in range(1, len(parts) + 1):
+                row = out.get("/".join(parts[:i]))
+                if row is not None:
+                    row["busy_milli"] = (row["busy_milli"] or 0) + busy
+    if util:
+        for row in out.values():
+            if row["busy_milli"] is None:
+                row["busy_milli"] = 0
+    for t, row in out.items():
+        if row["fair_share_milli"] is None and fair:
+            kids = [v for k, v in fair.items() if k.startswith(t + "/")]
+            row["fair_share_milli"] = sum(kids) if kids else None
+    return out
+
+
 def _downsample(points: Sequence[GPUPoint], start: float, n: int) -> list[GPUPoint]:
     """Points at or after `start`, averaged into at most `n` buckets (oldest first)."""
     pts = [p for p in points if p.t >= start]

@@ -196,6 +196,7 @@ const GP = (() => {
   /** "2 GPUs", "0.25 GPU, 20 GiB", "CPU only" from an API request object. */
   function describeRequest(req) {
     if (!req) return "—";
+    if (req.description) return req.description + (req.gpu_fraction && req.gpu_memory_mib && !/GiB/.test(req.description) ? `, ${gib(req.gpu_memory_mib)}` : "");
     const model = req.gpu_model ? ` ${req.gpu_model}` : "";
     if (req.gpus) return `${req.gpus}${model} GPU${req.gpus > 1 ? "s" : ""}`;
     const frac = req.gpu_fraction ?? (req.gpu_milli ? req.gpu_milli / 1000 : 0);

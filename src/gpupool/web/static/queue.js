@@ -22,15 +22,16 @@
       GP.get("/workloads?state=running&state=starting&state=admitted&limit=1000"),
     ]);
     const now = Date.now() / 1000;
-    const pending = items(queue);
+    // Queue entries are {position, tenant_position, reason, workload}.
+    const pending = items(queue).map((e) => (e.workload ? { ...e.workload, position: e.position, tenant_position: e.tenant_position, why: e.reason } : e));
     GP.fillTable("pending", pending.map((w) => h("tr", {},
-      h("td", { class: "num" }, w.position ?? w.queue_position ?? "—"),
+      h("td", { class: "num" }, w.position ?? (w.pending && w.pending.position) ?? "—"),
       h("td", {}, wlink(w.id), w.name ? ` ${w.name}` : ""),
       h("td", {}, w.owner), h("td", {}, w.tenant),
       h("td", {}, GP.describeRequest(w.request || w)),
       h("td", { class: "num" }, w.priority ?? 0),
       h("td", {}, GP.duration(now - (w.submitted_at || now))),
-      h("td", {}, w.reason || w.pending_reason || "waiting for the next scheduling cycle"))),
+      h("td", {}, w.why || (w.pending && w.pending.reason) || "waiting for the next scheduling cycle"))),
     "Nothing is waiting.");
     const run = items(running);
     GP.fillTable("running", run.map((w) => h("tr", {},

@@ -9,11 +9,12 @@
 
   const items = (x) => (Array.isArray(x) ? x : (x && (x.items || x.tenants)) || []);
   const enc = (name) => name.split("/").map(encodeURIComponent).join("/");
-  // Quotas come as milli (1000 = one GPU); the page shows and edits GPU counts.
-  const q = (t) => t.quota || t;
-  const milli = (t, k) => { const v = q(t)[`${k}_milli`]; return v === undefined ? null : v; };
-  const gpuCell = (v) => h("td", { class: "num" }, v === null || v === undefined ? "—" : GP.gpus(v));
-
+  // The API gives quotas in GPUs (fractions allowed); `live` adds the fair share and the
+  // GPUs actually busy per tenant (milli) from /dashboard/tenants.
+  let live = {};
+  const q = (t) => t.quota || {};
+  const num = (v) => (v === null || v === undefined ? null : v);
+  const gpuCell = (v, none = "—") => h("td", { class: "num" }, v === null || v === undefined ? none : `${+Number(v).toFixed(3)}`);
   function render() {
     const u = GP.me();
     GP.fillTable("tenants", tenants.map((t) => {
@@ -21,17 +22,21 @@
       const may = GP.canAdminTenant(t.name, u);
       return h("tr", { class: `depth-${Math.min(depth, 3)}`, dataset: { tenant: t.name } },
         h("th", { scope: "row" }, t.name),
-        gpuCell(milli(t, "guaranteed")), gpuCell(t.fair_share_milli ?? null),
-        h("td", { class: "num" }, milli(t, "limit") === null ? "none" : GP.gpus(milli(t, "limit"))),
+        gpuCell(q(t).guaranteed ?? 0),
+        gpuCell(live[t.name] ? live[t.name].fair_share_milli / 1000 : null),
+        gpuCell(num(q(t).limit), "none"),
         h("td", { class: "num" }, q(t).weight ?? 1),
-        h("td", { class: "num" }, milli(t, "max_per_user") === null ? "—" : GP.gpus(milli(t, "max_per_user"))),
-        gpuCell(t.allocated_milli ?? 0), gpuCell(t.used_milli ?? t.busy_milli ?? null),
+        gpuCell(num(q(t).max_per_user)),
+        gpuCell(t.allocated_gpus ?? 0),
+        gpuCell(live[t.name] ? live[t.name].busy_milli / 1000 : null),
         h("td", {}, may ? h("button", { type: "button", class: "secondary", onclick: () => openEditor(t), "aria-label": `Edit quota of ${t.name}` }, "Edit") : null));
     }), "No tenants yet.");
   }
 
   async function refresh() {
-    tenants = items(await GP.get("/tenants")).sort((a, b) => a.name.localeCompare(b.name));
+    const [ts, lv] = await Promise.all([GP.get("/tenants"), GP.get("/dashboard/tenants").catch(() => ({ tenants: {} }))]);
+    tenants = items(ts).sort((a, b) => a.name.localeCompare(b.name));
+    live = lv.tenants || {};
     render();
     GP.stamp();
   }
@@ -41,11 +46,10 @@
   function openEditor(t) {
     editing = t.name;
     document.getElementById("quota-tenant").textContent = t.name;
-    const g = (k) => { const v = milli(t, k); return v === null ? null : v / 1000; };
-    setVal("q-guaranteed", g("guaranteed") ?? 0);
-    setVal("q-limit", g("limit"));
+    setVal("q-guaranteed", q(t).guaranteed ?? 0);
+    setVal("q-limit", num(q(t).limit));
     setVal("q-weight", q(t).weight ?? 1);
-    setVal("q-max-per-user", g("max_per_user"));
+    setVal("q-max-per-user", num(q(t).max_per_user));
     setVal("q-idle", t.idle_timeout_s ? t.idle_timeout_s / 60 : null);
     ["q-guaranteed", "q-limit", "q-weight", "q-max-per-user", "q-idle"].forEach((id) => GP.fieldError(id, ""));
     GP.formError("quota-error", "");
@@ -73,18 +77,25 @@
       GP.fieldError("q-limit", `Limit GPUs: ${fields.limit.value} is below the guarantee of ${fields.guaranteed.value}; raise the limit or lower the guarantee.`);
       return null;
     }
-    return {
-      guaranteed_gpus: fields.guaranteed.value,
-      limit_gpus: fields.limit.value,
-      weight: fields.weight.value,
-      max_gpus_per_user: fields.max_per_user.value,
-      idle_timeout_s: fields.idle.value === null ? null : fields.idle.value * 60,
+    if (fields.idle.value === 0) { GP.fieldError("q-idle", "Idle timeout: must be above 0 minutes, or empty to never cull."); return null; }
+    const t = tenants.find((x) => x.name === editing) || {};
+    const body = {
+      quota: {
+        guaranteed: fields.guaranteed.value,
+        limit: fields.limit.value,
+        weight: fields.weight.value,
+        max_per_user: fields.max_per_user.value,
+        guaranteed_by_model: q(t).guaranteed_by_model || {},
+      },
     };
+    if (fields.idle.value === null) body.clear_idle_timeout = true;
+    else body.idle_timeout_s = fields.idle.value * 60;
+    return body;
   }
 
-  const FIELD_IDS = { guaranteed: "q-guaranteed", guaranteed_gpus: "q-guaranteed", guaranteed_milli: "q-guaranteed",
-    limit: "q-limit", limit_gpus: "q-limit", limit_milli: "q-limit", weight: "q-weight",
-    max_gpus_per_user: "q-max-per-user", max_per_user: "q-max-per-user", idle_timeout_s: "q-idle" };
+  // API field names (last part of the error's path) -> inputs.
+  const FIELD_IDS = { guaranteed: "q-guaranteed", limit: "q-limit", weight: "q-weight",
+    max_per_user: "q-max-per-user", max_gpus_per_user: "q-max-per-user", idle_timeout_s: "q-idle" };
 
   async function save(ev) {
     ev.preventDefault();
@@ -96,8 +107,9 @@
       GP.flash(`Saved the quota of ${editing}.`, "ok");
       await refresh();
     } catch (e) {
-      const field = e.problem && (e.problem.field || (e.problem.errors && e.problem.errors[0] && e.problem.errors[0].field));
-      if (field && FIELD_IDS[field]) GP.fieldError(FIELD_IDS[field], e.message);
+      const p = e.problem || {};
+      const fields = [p.field, ...(p.errors || []).map((x) => x.field)].filter(Boolean).map((f) => String(f).split(".").pop());
+      for (const f of fields) if (FIELD_IDS[f]) GP.fieldError(FIELD_IDS[f], e.message);
       GP.formError("quota-error", GP.actionError(`change the quota of ${editing}`, e));
     }
   }
@@ -110,7 +122,7 @@
     const err = !name ? "Path: enter a tenant path such as physics/lab-a." : g.error || l.error;
     if (err) { GP.formError("tenant-error", err); return; }
     try {
-      await GP.api("POST", "/tenants", { name, guaranteed_gpus: g.value, limit_gpus: l.value });
+      await GP.api("POST", "/tenants", { name, quota: { guaranteed: g.value, limit: l.value } });
       GP.formError("tenant-error", "");
       GP.flash(`Created tenant ${name}.`, "ok");
       document.getElementById("t-name").value = "";
@@ -120,7 +132,7 @@
     }
   }
 
-  GP.saveQuota = (name, body) => GP.api("PATCH", `/tenants/${enc(name)}/quota`, body);
+  GP.saveQuota = (name, body) => GP.api("PATCH", `/tenants/${enc(name)}`, body);
 
   GP.ready.then((u) => {
     if (!u) return;

@@ -64,7 +64,7 @@
     const ws = items(await GP.get(q));
     GP.fillTable("mine", ws.map((w) => {
       const active = ACTIVE.has(w.state);
-      const result = active ? (w.reason || w.pending_reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
+      const result = active ? ((w.pending && w.pending.reason) || w.reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
       return h("tr", { id: `w-${w.id}`, dataset: { id: w.id, state: w.state } },
         h("th", { scope: "row" }, w.id, w.name ? ` ${w.name}` : ""), h("td", {}, w.kind), h("td", {}, w.owner), h("td", {}, w.tenant),
         h("td", {}, GP.describeRequest(w.request || w)), h("td", {}, GP.badge(w.state, `st-${w.state}`)), h("td", {}, result),
@@ -109,18 +109,19 @@
     const gpus = GP.numberField("j-gpus", { optional: true, integer: true, label: "Whole GPUs" });
     const frac = GP.numberField("j-fraction", { optional: true, label: "Fraction" });
     const mem = GP.numberField("j-memory", { optional: true, label: "GPU memory" });
-    const prio = GP.numberField("j-priority", { optional: true, integer: true, min: -1000000, label: "Priority" });
+    const prio = GP.numberField("j-priority", { optional: true, integer: true, min: -1000, label: "Priority" });
     const errs = [["j-gpus", gpus], ["j-fraction", frac], ["j-memory", mem], ["j-priority", prio]].filter(([, r]) => r.error);
+    if (prio.value !== null && prio.value > 1000) errs.push(["j-priority", { error: "Priority: must be between -1000 and 1000." }]);
     errs.forEach(([id, r]) => GP.fieldError(id, r.error));
     if (errs.length) return;
     if (frac.value !== null && frac.value > 0 && (frac.value >= 1)) { GP.fieldError("j-fraction", "Fraction: must be above 0 and below 1; for whole GPUs use “Whole GPUs”."); return; }
     if (frac.value && gpus.value) { GP.fieldError("j-fraction", "Ask for whole GPUs or a fraction of one, not both: clear one of the two fields."); return; }
-    const request = {};
-    if (frac.value) request.gpu_fraction = frac.value; else if (gpus.value) request.gpus = gpus.value;
-    if (mem.value) request.gpu_memory_mib = Math.round(mem.value * 1024);
+    // The API takes the resources at the top level of the workload (gpus, gpu_fraction, ...).
+    const body = { kind: "job", command, tenant: document.getElementById("j-tenant").value, priority: prio.value ?? 0 };
+    if (frac.value) body.gpu_fraction = frac.value; else if (gpus.value) body.gpus = gpus.value;
+    if (mem.value) body.gpu_memory_mib = Math.round(mem.value * 1024);
     const model = document.getElementById("j-model").value.trim();
-    if (model) request.gpu_model = model;
-    const body = { kind: "job", command, tenant: document.getElementById("j-tenant").value, request, priority: prio.value ?? 0 };
+    if (model) body.gpu_model = model;
     try {
       const w = await GP.api("POST", "/workloads", body);
       GP.flash(`Submitted ${w.id}${w.state ? ` (${w.state})` : ""}.`, "ok");
