@@ -1,0 +1,129 @@
+"""Authentication (bearer token or session cookie) and the role rules every route applies.
+
+Roles: `admin` (everything); `tenant-admin` (its tenant's subtree: manage workloads and
+members; create and edit sub-tenants); `member` (submit and manage own workloads, read its
+tenant); `viewer` (read its tenant). A membership on a tenant covers its whole subtree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gpupool.domain import Membership, Role, User
+from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.problems import NotAuthenticated, PermissionDenied
+from gpupool.server.security import hash_token
+from gpupool.store import TokenRepo, UserRepo, role_in
+
+#: last_used_at is written at most this often per token (keeps reads read-only).
+TOUCH_EVERY_S = 60.0
+
+_bearer = HTTPBearer(auto_error=False, description="an API token from POST /api/v1/auth/login")
+
+
+def _in(tenant: str, root: str) -> bool:
+    return tenant == root or tenant.startswith(root + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller and what it may do."""
+
+    user: User
+    memberships: tuple[Membership, ...]
+    token_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.user.name
+
+    @property
+    def admin(self) -> bool:
+        return self.user.admin
+
+    def role_on(self, tenant: str) -> Role | None:
+        if self.admin:
+            return Role.ADMIN
+        return role_in(list(self.memberships), tenant)
+
+    def can_read(self, tenant: str) -> bool:
+        return self.role_on(tenant) is not None
+
+    def can_submit(self, tenant: str) -> bool:
+        return self.role_on(tenant) in (Role.ADMIN, Role.TENANT_ADMIN, Role.MEMBER)
+
+    def can_manage(self, tenant: str) -> bool:
+        """Manage the tenant's workloads and members."""
+        return self.role_on(tenant) in (Role.ADMIN, Role.TENANT_ADMIN)
+
+    def can_configure(self, tenant: str) -> bool:
+        """Create/edit/delete `tenant` itself: admins, and tenant-admins of an ancestor."""
+        if self.admin:
+            return True
+        return any(
+            m.role is Role.TENANT_ADMIN and tenant.startswith(m.tenant + "/")
+            for m in self.memberships
+        )
+
+    def readable_roots(self) -> list[str] | None:
+        """Tenant subtrees this caller may read; None means all."""
+        return None if self.admin else sorted({m.tenant for m in self.memberships})
+
+    def managed_roots(self) -> list[str] | None:
+        if self.admin:
+            return None
+        return sorted({m.tenant for m in self.memberships if m.role is Role.TENANT_ADMIN})
+
+    def require_admin(self, what: str) -> None:
+        if not self.admin:
+            raise PermissionDenied(f"only an admin may {what}")
+
+    def require_read(self, tenant: str) -> None:
+        if not self.can_read(tenant):
+            raise PermissionDenied(f"you have no role in tenant {tenant!r}; ask its tenant-admin")
+
+    def require_manage(self, tenant: str, what: str) -> None:
+        if not self.can_manage(tenant):
+            raise PermissionDenied(f"only a tenant-admin of {tenant!r} or an admin may {what}")
+
+
+def principal_for_token(ctx: AppContext, secret: str) -> Principal:
+    now = ctx.clock.now()
+    with ctx.store.read() as s:
+        tok = TokenRepo(s).by_hash(hash_token(secret))
+        if tok is None or tok.revoked_at is not None:
+            raise NotAuthenticated("the token is unknown or revoked; log in again (gpupool login)")
+        if tok.expires_at is not None and tok.expires_at <= now:
+            raise NotAuthenticated("the token has expired; log in again (gpupool login)")
+        users = UserRepo(s)
+        user = users.find(tok.user)
+        if user is None:
+            raise NotAuthenticated(f"user {tok.user!r} is disabled or gone; ask an admin")
+        memberships = tuple(users.memberships(user.name))
+        stale = tok.last_used_at is None or now - tok.last_used_at >= TOUCH_EVERY_S
+        token_id = tok.id
+    if stale:
+        with ctx.store.write() as s:
+            TokenRepo(s).touch(token_id, now)
+    return Principal(user, memberships, token_id)
+
+
+def authenticated(
+    request: Request,
+    creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+    ctx: AppContext = Depends(get_ctx),
+) -> Principal:
+    """FastAPI dependency: the caller, from `Authorization: Bearer <token>` or the session
+    cookie. Raises 401 when neither holds a valid token."""
+    secret = creds.credentials if creds is not None else None
+    if secret is None:
+        secret = request.cookies.get(ctx.settings.cookie_name)
+    if not secret:
+        raise NotAuthenticated(
+            "authentication required: send 'Authorization: Bearer <token>' "
+            "(get one with POST /api/v1/auth/login or `gpupool login`)"
+        )
+    return principal_for_token(ctx, secret)

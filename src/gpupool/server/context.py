@@ -1,0 +1,38 @@
+"""What every request handler and loop shares: store, executor, clock, settings, loops, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+
+from gpupool.clock import Clock
+from gpupool.executors.base import Executor
+from gpupool.server.settings import Settings
+from gpupool.store import Store
+
+if TYPE_CHECKING:
+    from gpupool.server.loops.base import LoopGroup
+    from gpupool.server.metrics import Metrics
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    store: Store
+    executor: Executor
+    clock: Clock
+    loops: LoopGroup
+    metrics: Metrics
+    telemetry: Any = None
+    #: Free-form slots for components plugged in later (e.g. telemetry state for the UI).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def wake_scheduler(self) -> None:
+        """Ask the scheduler loop to run a cycle soon (safe from any thread)."""
+        self.loops.wake("scheduler")
+
+
+def get_ctx(request: Request) -> AppContext:
+    return request.app.state.ctx  # type: ignore[no-any-return]

@@ -1,0 +1,67 @@
+"""Schemas for nodes and GPUs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gpupool.server.schemas.base import In, Out
+
+Sharing = Literal["exclusive", "shared", "mig"]
+
+
+class HolderOut(Out):
+    workload_id: str
+    tenant: str
+    user: str
+    milli: int
+    memory_mib: int
+    enforcement: str
+
+
+class GpuOut(Out):
+    uuid: str
+    node: str
+    index: int
+    model: str
+    memory_mib: int
+    sharing: Sharing
+    health: Literal["healthy", "unhealthy"]
+    allocated_milli: int
+    allocated_memory_mib: int
+    holders: list[HolderOut]
+
+
+class NodeOut(Out):
+    name: str
+    state: Literal["ready", "draining", "down"]
+    cpu_milli: int
+    memory_mib: int
+    labels: dict[str, str]
+    last_heartbeat: float | None
+    gpus: list[GpuOut]
+
+
+class GpuIn(In):
+    index: int = Field(ge=0, le=1024)
+    uuid: str = Field(min_length=1, max_length=128)
+    model: str = Field(min_length=1, max_length=128)
+    memory_mib: int = Field(gt=0, le=1 << 24)
+    health: Literal["healthy", "unhealthy"] = "healthy"
+
+
+class NodeIn(In):
+    cpu_milli: int = Field(default=0, ge=0, le=1 << 30)
+    memory_mib: int = Field(default=0, ge=0, le=1 << 40)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    gpus: list[GpuIn] = Field(default_factory=list, max_length=64)
+    state: Literal["ready", "draining", "down"] = "ready"
+
+
+class NodeStateIn(In):
+    state: Literal["ready", "draining", "down"]
+
+
+class GpuUpdateIn(In):
+    sharing: Sharing

@@ -1,0 +1,185 @@
+"""Converters between domain values and API schemas."""
+
+from __future__ import annotations
+
+from gpupool.domain import (
+    MILLI_PER_GPU,
+    Allocation,
+    Event,
+    Membership,
+    Quota,
+    Request,
+    Share,
+    User,
+    ValidationError,
+)
+from gpupool.domain.profiles import Profile
+from gpupool.server.schemas.cluster import HolderOut
+from gpupool.server.schemas.tenancy import MembershipOut, QuotaIO, UserOut
+from gpupool.server.schemas.workloads import (
+    AllocationOut,
+    EventOut,
+    PendingOut,
+    ProfileOut,
+    RequestOut,
+    ResourcesIn,
+    ShareOut,
+    WorkloadOut,
+)
+from gpupool.store import WorkloadRecord
+
+
+def request_from_in(r: ResourcesIn) -> Request:
+    """Build a domain Request; domain rules raise ValidationError naming the field."""
+    return Request(
+        gpus=r.gpus,
+        gpu_milli=0 if r.gpu_fraction is None else _fraction_milli(r.gpu_fraction),
+        gpu_memory_mib=r.gpu_memory_mib,
+        gpu_model=r.gpu_model,
+        cpu_milli=int(round(r.cpus * 1000)),
+        memory_mib=r.memory_mib,
+    )
+
+
+def _fraction_milli(f: float) -> int:
+    milli = int(round(f * MILLI_PER_GPU))
+    if not 0 < milli < MILLI_PER_GPU:
+        raise ValidationError(
+            f"gpu_fraction {f:g} rounds to {milli / 1000:g}; use a value between 0.001 and 0.999",
+            "gpu_fraction",
+        )
+    return milli
+
+
+def request_out(r: Request) -> RequestOut:
+    return RequestOut(
+        gpus=r.gpus,
+        gpu_fraction=r.gpu_milli / MILLI_PER_GPU if r.gpu_milli else None,
+        gpu_memory_mib=r.gpu_memory_mib,
+        gpu_model=r.gpu_model,
+        cpus=r.cpu_milli / 1000,
+        memory_mib=r.memory_mib,
+        description=r.describe(),
+    )
+
+
+def share_out(s: Share) -> ShareOut:
+    return ShareOut(
+        node=s.node,
+        gpu_index=s.gpu_index,
+        gpu_uuid=s.gpu_uuid,
+        milli=s.milli,
+        memory_mib=s.memory_mib,
+        enforcement=str(s.enforcement),  # type: ignore[arg-type]
+    )
+
+
+def allocation_out(a: Allocation, released_at: float | None = None) -> AllocationOut:
+    return AllocationOut(
+        node=a.node,
+        since=a.since,
+        released_at=released_at,
+        gpu_uuids=list(a.gpu_uuids),
+        shares=[share_out(s) for s in a.shares],
+    )
+
+
+def workload_out(rec: WorkloadRecord, allocation: AllocationOut | None = None) -> WorkloadOut:
+    w = rec.workload
+    return WorkloadOut(
+        id=w.id,
+        name=rec.name,
+        tenant=w.tenant,
+        owner=w.owner,
+        kind=str(w.kind),  # type: ignore[arg-type]
+        state=str(w.state),  # type: ignore[arg-type]
+        request=request_out(w.request),
+        command=list(w.command),
+        profile=w.profile,
+        priority=w.priority,
+        preemptible=w.preemptible,
+        requeue_on_preemption=w.requeue_on_preemption,
+        max_runtime_s=w.max_runtime_s,
+        submitted_at=w.submitted_at,
+        admitted_at=w.admitted_at,
+        started_at=w.started_at,
+        finished_at=w.finished_at,
+        exit_code=w.exit_code,
+        reason=w.reason,
+        preemptions=w.preemptions,
+        pending=None
+        if rec.pending is None
+        else PendingOut(
+            reason=rec.pending.reason,
+            position=rec.pending.position,
+            tenant_position=rec.pending.tenant_position,
+        ),
+        allocation=allocation,
+    )
+
+
+def event_out(event_id: int, e: Event) -> EventOut:
+    return EventOut(
+        id=event_id,
+        at=e.at,
+        kind=e.kind,
+        message=e.message,
+        workload_id=e.workload_id,
+        tenant=e.tenant,
+        user=e.user,
+        data=dict(e.data),
+    )
+
+
+def quota_out(q: Quota) -> QuotaIO:
+    return QuotaIO(
+        guaranteed=q.guaranteed_milli / 1000,
+        limit=None if q.limit_milli is None else q.limit_milli / 1000,
+        weight=q.weight,
+        max_per_user=None if q.max_milli_per_user is None else q.max_milli_per_user / 1000,
+        guaranteed_by_model={m: v / 1000 for m, v in q.guaranteed_by_model.items()},
+    )
+
+
+def quota_from_in(q: QuotaIO) -> Quota:
+    return Quota.gpus(
+        guaranteed=q.guaranteed,
+        limit=q.limit,
+        weight=q.weight,
+        max_per_user=q.max_per_user,
+        by_model=dict(q.guaranteed_by_model),
+    )
+
+
+def user_out(u: User, memberships: list[Membership]) -> UserOut:
+    return UserOut(
+        name=u.name,
+        admin=u.admin,
+        unix_user=u.unix_user,
+        memberships=[
+            MembershipOut(user=m.user, tenant=m.tenant, role=str(m.role))  # type: ignore[arg-type]
+            for m in memberships
+        ],
+    )
+
+
+def holder_out(s: Share, workload_id: str, tenant: str, user: str) -> HolderOut:
+    return HolderOut(
+        workload_id=workload_id,
+        tenant=tenant,
+        user=user,
+        milli=s.milli,
+        memory_mib=s.memory_mib,
+        enforcement=str(s.enforcement),
+    )
+
+
+def profile_out(p: Profile) -> ProfileOut:
+    return ProfileOut(
+        name=p.name,
+        description=p.description,
+        kind=str(p.kind),  # type: ignore[arg-type]
+        image=p.image,
+        tenants=list(p.tenants),
+        request=request_out(p.request),
+    )

@@ -1,0 +1,117 @@
+"""Schemas for auth, tokens, users, memberships and tenants."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gpupool.server.schemas.base import In, Out
+
+UserName = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
+TenantName = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+TenantRole = Literal["tenant-admin", "member", "viewer"]
+
+
+class LoginIn(In):
+    username: str = Field(min_length=1, max_length=128)
+    password: str = Field(min_length=1, max_length=1024)
+    token_name: str = Field(default="login", max_length=128)
+
+
+class TokenCreateIn(In):
+    name: str = Field(default="", max_length=128)
+    #: Lifetime in seconds; omitted: the server's default; null is not allowed (no eternal tokens).
+    expires_in_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+
+
+class TokenOut(Out):
+    id: str
+    user: str
+    name: str
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    last_used_at: float | None
+
+
+class TokenSecretOut(TokenOut):
+    token: str = Field(description="the secret; shown only in this response")
+
+
+class MembershipOut(Out):
+    user: str
+    tenant: str
+    role: TenantRole
+
+
+class UserOut(Out):
+    name: str
+    admin: bool
+    unix_user: str | None
+    memberships: list[MembershipOut] = []
+
+
+class MeOut(UserOut):
+    token_id: str | None
+
+
+class LoginOut(Out):
+    token: str
+    token_id: str
+    expires_at: float | None
+    user: UserOut
+
+
+class UserCreateIn(In):
+    name: str = UserName
+    password: str | None = Field(default=None, min_length=8, max_length=1024)
+    admin: bool = False
+    unix_user: str | None = Field(default=None, max_length=64, pattern=r"^[a-z_][a-z0-9_.-]*\$?$")
+
+
+class UserUpdateIn(In):
+    password: str | None = Field(default=None, min_length=8, max_length=1024)
+    admin: bool | None = None
+    unix_user: str | None = Field(default=None, max_length=64)
+    disabled: bool | None = None
+
+
+class MembershipIn(In):
+    role: TenantRole = "member"
+
+
+class QuotaIO(In):
+    """GPU amounts in GPUs (fractions allowed): 0.5 is half a GPU."""
+
+    guaranteed: float = Field(default=0, ge=0, le=1_000_000)
+    limit: float | None = Field(default=None, ge=0, le=1_000_000)
+    weight: float = Field(default=1.0, gt=0, le=1_000_000)
+    max_per_user: float | None = Field(default=None, gt=0, le=1_000_000)
+    guaranteed_by_model: dict[str, float] = Field(default_factory=dict, max_length=64)
+
+
+class TenantCreateIn(In):
+    name: str = TenantName
+    quota: QuotaIO = Field(default_factory=QuotaIO)
+    idle_timeout_s: float | None = Field(default=None, gt=0)
+
+
+class TenantUpdateIn(In):
+    quota: QuotaIO | None = None
+    idle_timeout_s: float | None = Field(default=None, gt=0)
+    clear_idle_timeout: bool = False
+
+
+class TenantOut(Out):
+    name: str
+    parent: str | None
+    children: list[str]
+    leaf: bool
+    quota: QuotaIO
+    idle_timeout_s: float | None
+    #: GPUs held right now by the tenant's subtree, and pending demand.
+    allocated_gpus: float
+    pending_gpus: float
+    running: int
+    pending: int

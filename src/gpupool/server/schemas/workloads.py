@@ -1,0 +1,171 @@
+"""Schemas for workloads, the queue, events, usage and profiles."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gpupool.server.schemas.base import In, Out
+
+Kind = Literal["notebook", "job"]
+State = Literal[
+    "pending",
+    "admitted",
+    "starting",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "preempted",
+    "culled",
+    "lost",
+]
+
+
+class ResourcesIn(In):
+    """What to run on. Either `gpus` (whole GPUs) or `gpu_fraction` (0 < f < 1 of one GPU)."""
+
+    gpus: int = Field(default=0, ge=0, le=1024)
+    gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
+    gpu_memory_mib: int = Field(default=0, ge=0, le=1 << 24)
+    gpu_model: str | None = Field(default=None, min_length=1, max_length=128)
+    cpus: float = Field(default=0, ge=0, le=100_000)
+    memory_mib: int = Field(default=0, ge=0, le=1 << 40)
+
+
+class WorkloadIn(ResourcesIn):
+    kind: Kind = "job"
+    tenant: str | None = Field(default=None, min_length=1, max_length=255)
+    name: str | None = Field(default=None, max_length=128)
+    command: list[str] = Field(default_factory=list, max_length=1024)
+    profile: str | None = Field(default=None, min_length=1, max_length=128)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    preemptible: bool = True
+    requeue_on_preemption: bool = True
+    max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+
+
+class RequestOut(Out):
+    gpus: int
+    gpu_fraction: float | None
+    gpu_memory_mib: int
+    gpu_model: str | None
+    cpus: float
+    memory_mib: int
+    description: str
+
+
+class ShareOut(Out):
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    milli: int
+    memory_mib: int
+    enforcement: Literal["hardware", "mps", "policed", "none"]
+
+
+class AllocationOut(Out):
+    node: str
+    since: float
+    released_at: float | None = None
+    gpu_uuids: list[str]
+    shares: list[ShareOut]
+
+
+class PendingOut(Out):
+    reason: str
+    position: int
+    tenant_position: int
+
+
+class EventOut(Out):
+    id: int
+    at: float
+    kind: str
+    message: str
+    workload_id: str | None
+    tenant: str | None
+    user: str | None
+    data: dict[str, Any]
+
+
+class WorkloadOut(Out):
+    id: str
+    name: str | None
+    tenant: str
+    owner: str
+    kind: Kind
+    state: State
+    request: RequestOut
+    command: list[str]
+    profile: str | None
+    priority: int
+    preemptible: bool
+    requeue_on_preemption: bool
+    max_runtime_s: float | None
+    submitted_at: float
+    admitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    exit_code: int | None
+    reason: str | None
+    preemptions: int
+    pending: PendingOut | None
+    allocation: AllocationOut | None = None
+
+
+class WorkloadDetailOut(WorkloadOut):
+    events: list[EventOut]
+
+
+class QueueEntryOut(Out):
+    position: int
+    tenant_position: int
+    reason: str
+    workload: WorkloadOut
+
+
+class LogsOut(Out):
+    workload_id: str
+    state: State
+    text: str
+
+
+class UsageOut(Out):
+    key: str
+    gpu_hours_allocated: float
+    gpu_hours_busy: float
+    gpu_seconds_allocated: float
+    gpu_seconds_busy: float
+    efficiency: float | None
+    gpu_memory_mib_max: int
+    gpu_memory_gib_hours: float
+    workloads: int
+
+
+class UsageReportOut(Out):
+    group_by: Literal["user", "tenant", "day"]
+    from_day: str | None = Field(default=None, serialization_alias="from")
+    to_day: str | None = Field(default=None, serialization_alias="to")
+    rows: list[UsageOut]
+
+
+class ProfileSpecIn(ResourcesIn):
+    description: str = Field(default="", max_length=2000)
+    kind: Kind = "notebook"
+    image: str | None = Field(default=None, max_length=512)
+    tenants: list[str] = Field(default_factory=list, max_length=256)
+
+
+class ProfileIn(ProfileSpecIn):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+
+
+class ProfileOut(Out):
+    name: str
+    description: str
+    kind: Kind
+    image: str | None
+    tenants: list[str]
+    request: RequestOut

@@ -1,0 +1,1 @@
+"""Server logic. Routers are thin: they parse, call one service function, and shape output."""

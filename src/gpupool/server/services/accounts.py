@@ -1,0 +1,172 @@
+"""Login, tokens, users and memberships."""
+
+from __future__ import annotations
+
+from gpupool.domain import Membership, Role, User
+from gpupool.server.auth import Principal
+from gpupool.server.context import AppContext
+from gpupool.server.problems import NotAuthenticated, PermissionDenied
+from gpupool.server.schemas.convert import user_out
+from gpupool.server.schemas.tenancy import (
+    LoginOut,
+    MeOut,
+    TokenOut,
+    TokenSecretOut,
+    UserCreateIn,
+    UserOut,
+    UserUpdateIn,
+)
+from gpupool.server.security import hash_password, new_token, verify_password
+from gpupool.store import TokenRepo, UserRepo
+from gpupool.store.rows import TokenRow
+
+
+def _token_out(row: TokenRow) -> TokenOut:
+    return TokenOut.model_validate(row)
+
+
+def issue_token(
+    ctx: AppContext, user: str, name: str, expires_in_s: float | None
+) -> TokenSecretOut:
+    """Create a token for `user`; the secret is in the result and nowhere else."""
+    now = ctx.clock.now()
+    ttl = ctx.settings.token_ttl_s if expires_in_s is None else expires_in_s
+    token_id, secret, digest = new_token()
+    row = TokenRow(
+        id=token_id,
+        user=user,
+        name=name,
+        token_hash=digest,
+        created_at=now,
+        expires_at=now + ttl,
+        revoked_at=None,
+        last_used_at=None,
+    )
+    with ctx.store.write() as s:
+        TokenRepo(s).add(row)
+    return TokenSecretOut(**_token_out(row).model_dump(), token=secret)
+
+
+def login(ctx: AppContext, username: str, password: str, token_name: str) -> LoginOut:
+    with ctx.store.read() as s:
+        users = UserRepo(s)
+        ok = verify_password(users.password_hash(username), password)
+        user = users.find(username) if ok else None
+        memberships = users.memberships(username) if user else []
+    if user is None:
+        raise NotAuthenticated("wrong user name or password")
+    tok = issue_token(ctx, user.name, token_name, None)
+    return LoginOut(
+        token=tok.token,
+        token_id=tok.id,
+        expires_at=tok.expires_at,
+        user=user_out(user, memberships),
+    )
+
+
+def me(p: Principal) -> MeOut:
+    return MeOut(**user_out(p.user, list(p.memberships)).model_dump(), token_id=p.token_id)
+
+
+def list_tokens(ctx: AppContext, p: Principal, user: str | None) -> list[TokenOut]:
+    if user is not None and user != p.name:
+        p.require_admin("list other users' tokens")
+    with ctx.store.read() as s:
+        return [_token_out(r) for r in TokenRepo(s).list(user or p.name)]
+
+
+def revoke_token(ctx: AppContext, p: Principal, token_id: str) -> TokenOut:
+    with ctx.store.write() as s:
+        repo = TokenRepo(s)
+        row = repo.get(token_id)
+        if row.user != p.name:
+            p.require_admin("revoke other users' tokens")
+        return _token_out(repo.revoke(token_id, ctx.clock.now()))
+
+
+def _visible_users(p: Principal, memberships: list[Membership]) -> set[str] | None:
+    roots = p.managed_roots()
+    if roots is None:
+        return None
+    return {p.name} | {
+        m.user
+        for m in memberships
+        if any(m.tenant == r or m.tenant.startswith(r + "/") for r in roots)
+    }
+
+
+def list_users(ctx: AppContext, p: Principal) -> list[UserOut]:
+    if not p.admin and not p.managed_roots():
+        raise PermissionDenied("only admins and tenant-admins may list users")
+    with ctx.store.read() as s:
+        repo = UserRepo(s)
+        ms = repo.memberships()
+        visible = _visible_users(p, ms)
+        by_user: dict[str, list[Membership]] = {}
+        for m in ms:
+            by_user.setdefault(m.user, []).append(m)
+        return [
+            user_out(u, by_user.get(u.name, []))
+            for u in repo.list()
+            if visible is None or u.name in visible
+        ]
+
+
+def get_user(ctx: AppContext, p: Principal, name: str) -> UserOut:
+    with ctx.store.read() as s:
+        repo = UserRepo(s)
+        user = repo.get(name)
+        ms = repo.memberships(name)
+        visible = _visible_users(p, repo.memberships())
+    if visible is not None and name not in visible:
+        raise PermissionDenied("you may only see yourself and the members of tenants you manage")
+    return user_out(user, ms)
+
+
+def create_user(ctx: AppContext, p: Principal | None, body: UserCreateIn) -> UserOut:
+    """Create a user (admins only; `p=None` is the server itself, e.g. the first admin)."""
+    if p is not None:
+        p.require_admin("create users")
+    user = User(body.name, admin=body.admin, unix_user=body.unix_user)
+    digest = hash_password(body.password) if body.password else None
+    with ctx.store.write() as s:
+        UserRepo(s).create(user, digest, ctx.clock.now())
+    return user_out(user, [])
+
+
+def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) -> UserOut:
+    if not p.admin:
+        if (
+            name != p.name
+            or body.admin is not None
+            or body.unix_user is not None
+            or (body.disabled is not None)
+        ):
+            raise PermissionDenied("only an admin may change users; you may change your password")
+    digest = hash_password(body.password) if body.password else None
+    with ctx.store.write() as s:
+        repo = UserRepo(s)
+        user = repo.update(
+            name,
+            admin=body.admin,
+            unix_user=body.unix_user,
+            password_hash=digest,
+            disabled=body.disabled,
+        )
+        return user_out(user, repo.memberships(name))
+
+
+def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: str) -> UserOut:
+    p.require_manage(tenant, "add members to it")
+    with ctx.store.write() as s:
+        repo = UserRepo(s)
+        repo.set_membership(Membership(user, tenant, Role(role)))
+        return user_out(repo.get(user), repo.memberships(user))
+
+
+def remove_membership(ctx: AppContext, p: Principal, user: str, tenant: str) -> UserOut:
+    p.require_manage(tenant, "remove its members")
+    with ctx.store.write() as s:
+        repo = UserRepo(s)
+        repo.remove_membership(user, tenant)
+        return user_out(repo.get(user), repo.memberships(user))

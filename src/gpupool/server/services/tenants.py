@@ -1,0 +1,112 @@
+"""Tenants: the tree, quotas and idle policy, with what each subtree holds and waits for."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpupool.domain import Tenant, TenantTree
+from gpupool.server.auth import Principal
+from gpupool.server.context import AppContext
+from gpupool.server.problems import PermissionDenied
+from gpupool.server.schemas.convert import quota_from_in, quota_out
+from gpupool.server.schemas.tenancy import TenantCreateIn, TenantOut, TenantUpdateIn
+from gpupool.store import AllocationRepo, TenantRepo, WorkloadRepo
+
+
+def _visible(p: Principal, tree: TenantTree) -> list[Tenant]:
+    roots = p.readable_roots()
+    if roots is None:
+        return list(tree)
+    keep: set[str] = set()
+    for t in tree:
+        if any(tree.in_subtree(t.name, r) for r in roots):
+            keep.update(tree.ancestors(t.name))  # ancestors too, so the tree renders
+    return [t for t in tree if t.name in keep]
+
+
+def list_tenants(ctx: AppContext, p: Principal) -> list[TenantOut]:
+    with ctx.store.read() as s:
+        tree = TenantRepo(s).tree()
+        running = AllocationRepo(s).running()
+        pending = WorkloadRepo(s).pending()
+    held: dict[str, int] = {}
+    for r in running:
+        held[r.workload.tenant] = held.get(r.workload.tenant, 0) + r.allocation.gpu_milli
+    waiting: dict[str, int] = {}
+    for w in pending:
+        waiting[w.tenant] = waiting.get(w.tenant, 0) + w.request.total_gpu_milli
+    nrun: dict[str, int] = {}
+    for r in running:
+        nrun[r.workload.tenant] = nrun.get(r.workload.tenant, 0) + 1
+    npend: dict[str, int] = {}
+    for w in pending:
+        npend[w.tenant] = npend.get(w.tenant, 0) + 1
+
+    def total(d: dict[str, int], name: str) -> int:
+        return sum(v for k, v in d.items() if tree.in_subtree(k, name))
+
+    return [
+        TenantOut(
+            name=t.name,
+            parent=t.parent,
+            children=list(tree.children(t.name)),
+            leaf=tree.is_leaf(t.name),
+            quota=quota_out(t.quota),
+            idle_timeout_s=t.idle_timeout_s,
+            allocated_gpus=total(held, t.name) / 1000,
+            pending_gpus=total(waiting, t.name) / 1000,
+            running=total(nrun, t.name),
+            pending=total(npend, t.name),
+        )
+        for t in _visible(p, tree)
+    ]
+
+
+def get_tenant(ctx: AppContext, p: Principal, name: str) -> TenantOut:
+    with ctx.store.read() as s:
+        TenantRepo(s).get(name)  # 404 first
+    for t in list_tenants(ctx, p):
+        if t.name == name:
+            return t
+    raise PermissionDenied(f"you have no role in tenant {name!r}; ask its tenant-admin")
+
+
+def _require_configure(p: Principal, name: str, what: str) -> None:
+    if not p.can_configure(name):
+        raise PermissionDenied(
+            f"only an admin, or a tenant-admin of a tenant above {name!r}, may {what}"
+        )
+
+
+def create_tenant(ctx: AppContext, p: Principal, body: TenantCreateIn) -> TenantOut:
+    _require_configure(p, body.name, "create it")
+    tenant = Tenant(body.name, quota_from_in(body.quota), body.idle_timeout_s)
+    with ctx.store.write() as s:
+        TenantRepo(s).save(tenant, ctx.clock.now(), create=True)
+    ctx.wake_scheduler()
+    return get_tenant(ctx, p, body.name)
+
+
+def update_tenant(ctx: AppContext, p: Principal, name: str, body: TenantUpdateIn) -> TenantOut:
+    with ctx.store.write() as s:
+        repo = TenantRepo(s)
+        current = repo.get(name)
+        _require_configure(p, name, "change its quota or policy")
+        changed = current
+        if body.quota is not None:
+            changed = dataclasses.replace(changed, quota=quota_from_in(body.quota))
+        if body.clear_idle_timeout:
+            changed = dataclasses.replace(changed, idle_timeout_s=None)
+        elif body.idle_timeout_s is not None:
+            changed = dataclasses.replace(changed, idle_timeout_s=body.idle_timeout_s)
+        repo.save(changed, ctx.clock.now(), create=False)
+    ctx.wake_scheduler()
+    return get_tenant(ctx, p, name)
+
+
+def delete_tenant(ctx: AppContext, p: Principal, name: str) -> None:
+    with ctx.store.write() as s:
+        repo = TenantRepo(s)
+        repo.get(name)
+        _require_configure(p, name, "delete it")
+        repo.delete(name)

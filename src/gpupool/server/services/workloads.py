@@ -1,0 +1,341 @@
+"""Workloads: submit (validated so that nothing that can never run enters the queue), list,
+show, cancel, logs, and the queue."""
+
+from __future__ import annotations
+
+import logging
+
+from gpupool.domain import (
+    MILLI_PER_GPU,
+    Node,
+    Request,
+    SharingMode,
+    TenantTree,
+    ValidationError,
+    Workload,
+    WorkloadKind,
+    WorkloadState,
+)
+from gpupool.domain.profiles import Profile
+from gpupool.executors.base import ExecutorError, NotSupported
+from gpupool.server.auth import Principal
+from gpupool.server.context import AppContext
+from gpupool.server.problems import PermissionDenied
+from gpupool.server.schemas.convert import allocation_out, event_out, request_from_in, workload_out
+from gpupool.server.schemas.workloads import (
+    LogsOut,
+    QueueEntryOut,
+    ResourcesIn,
+    WorkloadDetailOut,
+    WorkloadIn,
+    WorkloadOut,
+)
+from gpupool.store import (
+    AllocationRepo,
+    Conflict,
+    EventRepo,
+    NodeRepo,
+    NotFound,
+    ProfileRepo,
+    TenantRepo,
+    WorkloadRepo,
+    new_workload_id,
+)
+
+log = logging.getLogger(__name__)
+S = WorkloadState
+RESOURCE_FIELDS = set(ResourcesIn.model_fields)
+
+
+def _gpus(milli: int) -> str:
+    n = milli / MILLI_PER_GPU
+    return f"{n:g} GPU" + ("" if n == 1 else "s")
+
+
+def check_fits_some_node(req: Request, nodes: list[Node]) -> None:
+    """Raise ValidationError if no registered node could ever hold `req`, saying what could."""
+    if not req.wants_gpu and not req.cpu_milli and not req.memory_mib:
+        return
+    model = f" {req.gpu_model}" if req.gpu_model else ""
+    if req.wants_gpu and not any(n.gpus for n in nodes):
+        raise ValidationError(
+            "no node with GPUs is registered; ask for CPU only or ask an admin to add a node",
+            "gpus",
+        )
+
+    def fitting(n: Node) -> list:
+        return [
+            g
+            for g in n.gpus
+            if (req.gpu_model is None or g.model == req.gpu_model)
+            and g.memory_mib >= req.gpu_memory_mib
+        ]
+
+    if req.gpus:
+        best = max((len(fitting(n)) for n in nodes), default=0)
+        if best < req.gpus:
+            mem = f" with {req.gpu_memory_mib} MiB" if req.gpu_memory_mib else ""
+            raise ValidationError(
+                f"no node has {req.gpus}{model} GPUs{mem} (the most on one node is {best}); "
+                f"ask for at most {best}" + (" or another GPU model" if model else ""),
+                "gpus",
+            )
+    elif req.gpu_milli:
+        shareable = [
+            g
+            for n in nodes
+            for g in fitting(n)
+            if g.sharing in (SharingMode.SHARED, SharingMode.MIG)
+        ]
+        if not shareable:
+            raise ValidationError(
+                f"no{model} GPU with {req.gpu_memory_mib} MiB allows fractional shares; ask for "
+                "whole GPUs (gpus: 1), or ask an admin to set a GPU's sharing mode to 'shared'",
+                "gpu_fraction",
+            )
+    if req.cpu_milli and all(n.cpu_milli and n.cpu_milli < req.cpu_milli for n in nodes):
+        most = max(n.cpu_milli for n in nodes) / 1000
+        raise ValidationError(
+            f"no node has {req.cpu_milli / 1000:g} CPUs; ask for at most {most:g}", "cpus"
+        )
+    if req.memory_mib and all(n.memory_mib and n.memory_mib < req.memory_mib for n in nodes):
+        most = max(n.memory_mib for n in nodes)
+        raise ValidationError(
+            f"no node has {req.memory_mib} MiB of memory; ask for at most {most}", "memory_mib"
+        )
+
+
+def check_within_limits(req: Request, tenant: str, tree: TenantTree) -> None:
+    """Raise ValidationError if a limit of the tenant (or an ancestor) or its per-user cap is
+    below the request, so it could never be admitted."""
+    want = req.total_gpu_milli
+    if not want:
+        return
+    for name in tree.ancestors(tenant):
+        q = tree.get(name).quota
+        if q.limit_milli is not None and want > q.limit_milli:
+            raise ValidationError(
+                f"{name}'s limit is {_gpus(q.limit_milli)}, so a request for {_gpus(want)} can "
+                f"never run; ask for at most {q.limit_milli / 1000:g} or ask an admin to raise it",
+                "gpus",
+            )
+    cap = tree.get(tenant).quota.max_milli_per_user
+    if cap is not None and want > cap:
+        raise ValidationError(
+            f"{tenant} allows at most {_gpus(cap)} per user; ask for at most {cap / 1000:g}",
+            "gpus",
+        )
+
+
+def _pick_tenant(p: Principal, tree: TenantTree, asked: str | None) -> str:
+    if asked is not None:
+        if asked not in tree:
+            mine = [t for t in tree.leaves() if p.can_submit(t)]
+            raise ValidationError(
+                f"unknown tenant {asked!r}; you may submit to: {', '.join(mine) or 'none'}",
+                "tenant",
+            )
+        if not p.can_submit(asked):
+            raise PermissionDenied(
+                f"you may not submit to {asked!r}; members and tenant-admins of it may"
+            )
+        if not tree.is_leaf(asked):
+            raise ValidationError(
+                f"{asked!r} has sub-tenants and only leaf tenants hold work; submit to one of "
+                + ", ".join(t for t in tree.leaves() if tree.in_subtree(t, asked)),
+                "tenant",
+            )
+        return asked
+    mine = [t for t in tree.leaves() if p.can_submit(t)]
+    direct = [t for t in mine if any(m.tenant == t for m in p.memberships)]
+    choices = direct or mine
+    if len(choices) == 1:
+        return choices[0]
+    if not choices:
+        raise PermissionDenied("you are not a member of any tenant; ask a tenant-admin to add you")
+    raise ValidationError(
+        f"you belong to several tenants; say which one (tenant): {', '.join(choices)}", "tenant"
+    )
+
+
+def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request, WorkloadKind]:
+    if profile is None:
+        return request_from_in(body), WorkloadKind(body.kind)
+    if body.model_fields_set & RESOURCE_FIELDS:
+        raise ValidationError(
+            f"give either a profile or resources ({', '.join(sorted(body.model_fields_set & RESOURCE_FIELDS))}), not both",
+            "profile",
+        )
+    kind = WorkloadKind(body.kind) if "kind" in body.model_fields_set else profile.kind
+    return profile.request, kind
+
+
+def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
+    now = ctx.clock.now()
+    with ctx.store.write() as s:
+        tree = TenantRepo(s).tree()
+        tenant = _pick_tenant(p, tree, body.tenant)
+        profile = None
+        if body.profile is not None:
+            try:
+                profile = ProfileRepo(s).get(body.profile)
+            except NotFound as e:
+                raise ValidationError(str(e), "profile") from None
+            if not profile.allows(tenant):
+                raise PermissionDenied(f"profile {profile.name!r} is not offered to {tenant!r}")
+        req, kind = _resolve_request(body, profile)
+        if kind is WorkloadKind.JOB and not body.command:
+            raise ValidationError(
+                'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
+            )
+        check_fits_some_node(req, NodeRepo(s).list())
+        check_within_limits(req, tenant, tree)
+        w = Workload(
+            id=new_workload_id(),
+            tenant=tenant,
+            owner=p.name,
+            request=req,
+            kind=kind,
+            priority=body.priority,
+            preemptible=body.preemptible,
+            requeue_on_preemption=body.requeue_on_preemption,
+            max_runtime_s=body.max_runtime_s,
+            submitted_at=now,
+            command=tuple(body.command),
+            profile=body.profile,
+        )
+        repo = WorkloadRepo(s)
+        repo.add(w, name=body.name)
+        rec = repo.record(w.id)
+    ctx.wake_scheduler()
+    return workload_out(rec)
+
+
+def _visible_or_403(p: Principal, w: Workload) -> None:
+    if w.owner != p.name and not p.can_read(w.tenant):
+        raise PermissionDenied(f"you may not see workload {w.id}; it belongs to {w.tenant}")
+
+
+def list_workloads(
+    ctx: AppContext,
+    p: Principal,
+    *,
+    states: list[WorkloadState] | None,
+    tenant: str | None,
+    user: str | None,
+    kind: str | None,
+    limit: int,
+    offset: int,
+) -> list[WorkloadOut]:
+    with ctx.store.read() as s:
+        recs = WorkloadRepo(s).list(
+            states=states,
+            tenants=p.readable_roots(),
+            visible_to_user=p.name,
+            tenant=tenant,
+            owner=user,
+            kind=kind,
+            limit=limit,
+            offset=offset,
+        )
+        allocs = {a.workload_id: a for a in AllocationRepo(s).active()}
+    return [
+        workload_out(
+            r,
+            allocation_out(allocs[r.workload.id]) if r.workload.id in allocs else None,
+        )
+        for r in recs
+    ]
+
+
+def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDetailOut:
+    with ctx.store.read() as s:
+        rec = WorkloadRepo(s).record(workload_id)
+        _visible_or_403(p, rec.workload)
+        last = AllocationRepo(s).last_for(workload_id)
+        events = EventRepo(s).list(workload_id=workload_id, limit=1000)
+    alloc = allocation_out(*last) if last else None
+    out = workload_out(rec, alloc)
+    return WorkloadDetailOut(
+        **out.model_dump(), events=[event_out(i, e) for i, e in reversed(events)]
+    )
+
+
+def _may_change(p: Principal, w: Workload) -> None:
+    if w.owner != p.name and not p.can_manage(w.tenant):
+        raise PermissionDenied(
+            f"only {w.owner} (the owner), a tenant-admin of {w.tenant} or an admin may do this"
+        )
+    if w.owner == p.name and not p.can_submit(w.tenant):
+        raise PermissionDenied(f"your role in {w.tenant} is read-only")
+
+
+def cancel(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadOut:
+    now = ctx.clock.now()
+    reason = f"cancelled by {p.name}"
+    with ctx.store.write() as s:
+        repo = WorkloadRepo(s)
+        w = repo.get(workload_id)
+        _visible_or_403(p, w)
+        _may_change(p, w)
+        if w.terminal or w.state is S.PREEMPTED:
+            raise Conflict(f"workload {workload_id} already ended ({w.state}); nothing to cancel")
+        was_active = w.active
+        repo.change_state(workload_id, S.CANCELLED, now, reason)
+        rec = repo.record(workload_id)
+    if was_active:
+        try:
+            ctx.executor.stop(workload_id, reason, ctx.settings.stop_grace_s)
+        except ExecutorError:
+            log.exception("stopping %s failed; the reconciler will retry", workload_id)
+    ctx.wake_scheduler()
+    return workload_out(rec)
+
+
+def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> LogsOut:
+    with ctx.store.read() as s:
+        w = WorkloadRepo(s).get(workload_id)
+    _visible_or_403(p, w)
+    if w.owner != p.name and not p.can_manage(w.tenant):
+        raise PermissionDenied(
+            f"only {w.owner} (the owner), a tenant-admin of {w.tenant} or an admin may read its logs"
+        )
+    if w.state is S.PENDING:
+        return LogsOut(workload_id=w.id, state="pending", text="")
+    try:
+        text = ctx.executor.logs(workload_id, tail)
+    except NotSupported as e:
+        raise NotFound(str(e)) from None
+    except ExecutorError as e:
+        raise Conflict(f"cannot read the logs of {workload_id}: {e}") from None
+    return LogsOut(workload_id=w.id, state=str(w.state), text=text)  # type: ignore[arg-type]
+
+
+def queue(ctx: AppContext, p: Principal, tenant: str | None) -> list[QueueEntryOut]:
+    with ctx.store.read() as s:
+        recs = WorkloadRepo(s).list(
+            states={S.PENDING},
+            tenants=p.readable_roots(),
+            visible_to_user=p.name,
+            tenant=tenant,
+            newest_first=False,
+        )
+    recs.sort(
+        key=lambda r: (
+            r.pending is None,
+            r.pending.position if r.pending else 0,
+            r.workload.submitted_at,
+        )
+    )
+    out = []
+    for i, r in enumerate(recs, 1):
+        info = r.pending
+        out.append(
+            QueueEntryOut(
+                position=info.position if info else i,
+                tenant_position=info.tenant_position if info else 0,
+                reason=info.reason if info else "waiting for the next scheduling cycle",
+                workload=workload_out(r),
+            )
+        )
+    return out

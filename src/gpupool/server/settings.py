@@ -1,0 +1,60 @@
+"""Process settings of the server, read once (from the environment or given by the caller)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from gpupool.scheduler.types import SchedulerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the server runs. Domain configuration (tenants, quotas, sharing modes) lives in the
+    database, not here.
+
+    database_url: SQLAlchemy URL (SQLite file by default; PostgreSQL for clusters).
+    token_ttl_s: lifetime of tokens issued by login (and the default for new tokens).
+    max_body_bytes: larger request bodies are refused with 413.
+    scheduler_interval_s: the scheduler loop also runs this often without being woken.
+    start_loops: run the background loops while the app is serving (tests drive them by hand).
+    stop_grace_s: time work gets between the polite stop signal and the forced kill.
+    """
+
+    database_url: str = "sqlite:///gpupool.db"
+    token_ttl_s: float = 30 * 86400.0
+    max_body_bytes: int = 1 << 20
+    scheduler_interval_s: float = 2.0
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    start_loops: bool = True
+    stop_grace_s: float = 30.0
+    cookie_name: str = "gpupool_session"
+    cookie_secure: bool = False
+
+    @staticmethod
+    def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
+        GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_COOKIE_SECURE), then
+        `overrides`."""
+        env = os.environ if environ is None else environ
+        s = Settings()
+        values: dict[str, object] = {}
+        if "GPUPOOL_DATABASE_URL" in env:
+            values["database_url"] = env["GPUPOOL_DATABASE_URL"]
+        for key, conv in (
+            ("token_ttl_s", float),
+            ("max_body_bytes", int),
+            ("scheduler_interval_s", float),
+            ("stop_grace_s", float),
+        ):
+            name = "GPUPOOL_" + key.upper()
+            if name in env:
+                try:
+                    values[key] = conv(env[name])
+                except ValueError:
+                    raise ValueError(f"{name}={env[name]!r} is not a number") from None
+        if "GPUPOOL_COOKIE_SECURE" in env:
+            values["cookie_secure"] = env["GPUPOOL_COOKIE_SECURE"].lower() in ("1", "true", "yes")
+        values.update(overrides)
+        return replace(s, **values)  # type: ignore[arg-type]
