@@ -1,0 +1,424 @@
+"""Notebooks that gpupool admits and JupyterHub starts: the hand-off between the two.
+
+For a `notebook` workload submitted without a command, gpupool admits and allocates as for
+any workload, but JupyterHub's spawner starts the process (so JupyterHub keeps its OAuth, its
+proxy routes and its own view of the server). `HubLaunchExecutor` wraps the server's real
+executor and takes those workloads over; every other workload goes to the wrapped executor.
+
+The two sides meet in a directory on this host, one sub-directory per workload:
+
+- ``grant.json``    written by the executor at admission: the environment the notebook must
+                    run with (``CUDA_VISIBLE_DEVICES=<GPU UUIDs>``, ``GPUPOOL_WORKLOAD_ID``,
+                    ``GPUPOOL_GPU_MILLI``, MPS variables for fractional shares under MPS);
+- ``launched.json`` written by the spawner once the notebook process runs (pid + start time);
+- ``exited.json``   written by the spawner when it stopped the notebook itself;
+- ``stop.json``     written by the executor when the server stops the notebook (cull,
+                    preemption, cancel): it signals the process, the spawner notices.
+
+Everything lives in files, so both the hub and the gpupool server may restart at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from gpupool.clock import Clock, SystemClock
+from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
+from gpupool.executors.base import (
+    ExecState,
+    ExecStatus,
+    Executor,
+    Handle,
+    NotSupported,
+    RunningProcess,
+    SupportsAdoption,
+    SupportsFractionalMPS,
+    SupportsLogs,
+)
+
+GRANT = "grant.json"
+LAUNCHED = "launched.json"
+EXITED = "exited.json"
+STOP = "stop.json"
+#: Exit code recorded for a notebook the server stopped (128 + SIGTERM, as the shell does).
+STOPPED_EXIT = 128 + signal.SIGTERM
+
+
+def is_hub_launched(workload: Workload) -> bool:
+    """True for workloads JupyterHub starts: notebooks submitted without a command."""
+    return workload.kind is WorkloadKind.NOTEBOOK and not workload.command
+
+
+def _write_json(path: Path, data: Mapping[str, object]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
+        return None
+
+
+def process_start_time(pid: int) -> float | None:
+    """The process's start time (epoch seconds), or None if it is gone (or a zombie)."""
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return p.create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    workload_id: str
+    env: dict[str, str]
+    gpu_uuids: tuple[str, ...]
+    enforcement: dict[str, str]
+    granted_at: float
+
+
+class LaunchDir:
+    """The shared hand-off directory (see the module docstring). Safe for concurrent use."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def _d(self, workload_id: str) -> Path:
+        if not workload_id or "/" in workload_id or workload_id.startswith("."):
+            raise ValueError(f"bad workload id {workload_id!r}")
+        return self.path / workload_id
+
+    def known(self, workload_id: str) -> bool:
+        return (self._d(workload_id) / GRANT).exists()
+
+    def ids(self) -> list[str]:
+        if not self.path.is_dir():
+            return []
+        return sorted(p.name for p in self.path.iterdir() if (p / GRANT).exists())
+
+    # -- executor side -------------------------------------------------------------------
+    def write_grant(self, grant: Grant) -> None:
+        d = self._d(grant.workload_id)
+        d.mkdir(parents=True, exist_ok=True)
+        _write_json(
+            d / GRANT,
+            {
+                "workload_id": grant.workload_id,
+                "env": grant.env,
+                "gpu_uuids": list(grant.gpu_uuids),
+                "enforcement": grant.enforcement,
+                "granted_at": grant.granted_at,
+            },
+        )
+
+    def ask_stop(self, workload_id: str, reason: str, at: float, grace_s: float) -> None:
+        d = self._d(workload_id)
+        if d.is_dir() and not (d / STOP).exists():
+            _write_json(d / STOP, {"reason": reason, "at": at, "grace_s": grace_s})
+
+    def stop_request(self, workload_id: str) -> dict | None:
+        return _read_json(self._d(workload_id) / STOP)
+
+    # -- spawner side --------------------------------------------------------------------
+    def grant(self, workload_id: str) -> Grant | None:
+        data = _read_json(self._d(workload_id) / GRANT)
+        if data is None:
+            return None
+        return Grant(
+            workload_id=data["workload_id"],
+            env={str(k): str(v) for k, v in data.get("env", {}).items()},
+            gpu_uuids=tuple(data.get("gpu_uuids", ())),
+            enforcement=dict(data.get("enforcement", {})),
+            granted_at=float(data.get("granted_at", 0.0)),
+        )
+
+    def mark_launched(self, workload_id: str, pid: int, at: float) -> None:
+        d = self._d(workload_id)
+        d.mkdir(parents=True, exist_ok=True)
+        _write_json(d / LAUNCHED, {"pid": pid, "pid_start": process_start_time(pid), "at": at})
+
+    def launched(self, workload_id: str) -> dict | None:
+        return _read_json(self._d(workload_id) / LAUNCHED)
+
+    def mark_exited(self, workload_id: str, exit_code: int, at: float) -> None:
+        d = self._d(workload_id)
+        if d.is_dir():
+            _write_json(d / EXITED, {"exit_code": exit_code, "at": at})
+
+    def exited(self, workload_id: str) -> dict | None:
+        return _read_json(self._d(workload_id) / EXITED)
+
+    def alive_pid(self, workload_id: str) -> int | None:
+        """The notebook's pid if that very process still runs (not a reused pid)."""
+        info = self.launched(workload_id)
+        if not info:
+            return None
+        started = process_start_time(int(info["pid"]))
+        if started is None:
+            return None
+        if info.get("pid_start") is not None and abs(started - float(info["pid_start"])) > 1.0:
+            return None
+        return int(info["pid"])
+
+
+def hub_launch_env(
+    workload: Workload, allocation: Allocation | None, mps_env: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The GPU environment of a hub-launched notebook, as the local executor would set it.
+
+    `mps_env` maps GPU UUID -> MPS client variables for fractional shares served by MPS.
+    """
+    shares = allocation.shares if allocation else ()
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(s.gpu_uuid for s in shares),
+        "GPUPOOL_WORKLOAD_ID": workload.id,
+        "GPUPOOL_GPU_MILLI": str(sum(s.milli for s in shares)),
+    }
+    for s in shares:
+        env.update(mps_env.get(s.gpu_uuid, {}))
+    return env
+
+
+class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractionalMPS):
+    """Wraps `inner`; notebooks without a command are started by JupyterHub instead.
+
+    `launch_timeout_s`: a grant the hub never picks up (hub down, spawn abandoned) fails
+    after this long, which releases its GPUs.
+    """
+
+    name = "jupyterhub"
+
+    def __init__(
+        self,
+        inner: Executor,
+        launch_dir: Path | str,
+        *,
+        clock: Clock | None = None,
+        launch_timeout_s: float = 600.0,
+    ) -> None:
+        self.inner = inner
+        self.dir = LaunchDir(launch_dir)
+        self.dir.path.mkdir(parents=True, exist_ok=True)
+        self.clock = clock or SystemClock()
+        self.launch_timeout_s = launch_timeout_s
+
+    def supports(self, capability: type) -> bool:
+        if capability is SupportsAdoption:
+            return True
+        return isinstance(self.inner, capability)
+
+    def _mine(self, workload_id: str) -> bool:
+        try:
+            return self.dir.known(workload_id)
+        except ValueError:
+            return False
+
+    def _mps_env(self, allocation: Allocation | None, unix_user: str | None) -> tuple[dict, dict]:
+        mps_env: dict[str, dict[str, str]] = {}
+        enforcement: dict[str, str] = {}
+        manager = getattr(self.inner, "mps", None)
+        for s in allocation.shares if allocation else ():
+            got = s.enforcement
+            if not s.whole and s.enforcement is Enforcement.MPS:
+                got = Enforcement.POLICED
+                if manager is not None and isinstance(self.inner, SupportsFractionalMPS):
+                    got = self.inner.mps_enforcement(s.gpu_uuid, unix_user)
+                if got is Enforcement.MPS and manager is not None:
+                    from gpupool.executors.mps import limits_for
+
+                    mps_env[s.gpu_uuid] = limits_for(s).env(
+                        manager.pipe_dir(s.gpu_uuid), manager.log_dir(s.gpu_uuid)
+                    )
+            enforcement[s.gpu_uuid] = str(got)
+        return mps_env, enforcement
+
+    # -- contract ------------------------------------------------------------------------
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        if not is_hub_launched(workload):
+            return self.inner.start(workload, allocation, env=env, unix_user=unix_user)
+        now = self.clock.now()
+        mps_env, enforcement = self._mps_env(allocation, unix_user)
+        grant_env = dict(env or {}) | hub_launch_env(workload, allocation, mps_env)
+        uuids = allocation.gpu_uuids if allocation else ()
+        self.dir.write_grant(Grant(workload.id, grant_env, uuids, enforcement, now))
+        return Handle(
+            workload_id=workload.id,
+            executor=self.name,
+            ref=f"hub:{workload.id}",
+            started_at=now,
+            enforcement={k: Enforcement(v) for k, v in enforcement.items()},
+        )
+
+    def poll(self, workload_id: str) -> ExecStatus:
+        if not self._mine(workload_id):
+            return self.inner.poll(workload_id)
+        stop = self.dir.stop_request(workload_id)
+        stop_reason = stop["reason"] if stop else None
+        exited = self.dir.exited(workload_id)
+        launched = self.dir.launched(workload_id)
+        grant = self.dir.grant(workload_id)
+        started = launched["at"] if launched else None
+        if exited is not None:
+            code = int(exited["exit_code"])
+            return ExecStatus(
+                workload_id,
+                ExecState.SUCCEEDED if code == 0 else ExecState.FAILED,
+                exit_code=code,
+                started_at=started,
+                finished_at=exited.get("at"),
+                message="JupyterHub stopped the notebook server",
+                stop_reason=stop_reason,
+            )
+        if launched is None:
+            if stop is not None:
+                return ExecStatus(
+                    workload_id,
+                    ExecState.FAILED,
+                    exit_code=STOPPED_EXIT,
+                    message="stopped before JupyterHub started the notebook server",
+                    stop_reason=stop_reason,
+                )
+            waited = self.clock.now() - (grant.granted_at if grant else 0.0)
+            if waited > self.launch_timeout_s:
+                return ExecStatus(
+                    workload_id,
+                    ExecState.FAILED,
+                    message=f"JupyterHub did not start the notebook server within "
+                    f"{self.launch_timeout_s:g} s of the GPU being granted; start it again",
+                )
+            return ExecStatus(workload_id, ExecState.STARTING, message="waiting for JupyterHub")
+        if self.dir.alive_pid(workload_id) is not None:
+            return ExecStatus(
+                workload_id, ExecState.RUNNING, started_at=started, stop_reason=stop_reason
+            )
+        if stop is not None:
+            return ExecStatus(
+                workload_id,
+                ExecState.FAILED,
+                exit_code=STOPPED_EXIT,
+                started_at=started,
+                message="notebook server stopped",
+                stop_reason=stop_reason,
+            )
+        return ExecStatus(
+            workload_id,
+            ExecState.SUCCEEDED,
+            exit_code=0,
+            started_at=started,
+            message="the notebook server ended",
+        )
+
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        if not self._mine(workload_id):
+            self.inner.stop(workload_id, reason, grace_s)
+            return
+        if self.dir.exited(workload_id) is not None:
+            return
+        self.dir.ask_stop(workload_id, reason, self.clock.now(), grace_s)
+        pid = self.dir.alive_pid(workload_id)
+        if pid is not None:
+            _signal_tree(pid, signal.SIGTERM)
+
+    def tick(self) -> None:
+        self.inner.tick()
+        now = self.clock.now()
+        for wid in self.dir.ids():
+            stop = self.dir.stop_request(wid)
+            if not stop or now - float(stop["at"]) < float(stop.get("grace_s", 30.0)):
+                continue
+            pid = self.dir.alive_pid(wid)
+            if pid is not None:
+                _signal_tree(pid, signal.SIGKILL)
+
+    def list_running(self) -> list[RunningProcess]:
+        out = list(self.inner.list_running())
+        for wid in self.dir.ids():
+            pid = self.dir.alive_pid(wid)
+            if pid is None:
+                continue
+            grant = self.dir.grant(wid)
+            launched = self.dir.launched(wid) or {}
+            out.append(
+                RunningProcess(
+                    workload_id=wid,
+                    ref=f"hub:{wid}",
+                    started_at=launched.get("at"),
+                    gpu_uuids=grant.gpu_uuids if grant else (),
+                    pids=tuple(_tree(pid)),
+                )
+            )
+        return out
+
+    def process_map(self) -> dict[int, str]:
+        """pid -> workload id for every process of running work, notebooks included."""
+        inner = getattr(self.inner, "process_map", None)
+        out: dict[int, str] = dict(inner()) if callable(inner) else {}
+        for rp in self.list_running():
+            if rp.ref.startswith("hub:"):
+                out.update({pid: rp.workload_id for pid in rp.pids})
+        return out
+
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement]:
+        """Enforcement applied at grant (hub notebooks) or at start (other work)."""
+        if self._mine(workload_id):
+            grant = self.dir.grant(workload_id)
+            return {k: Enforcement(v) for k, v in (grant.enforcement if grant else {}).items()}
+        inner = getattr(self.inner, "enforcement_of", None)
+        return inner(workload_id) if callable(inner) else {}
+
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        if self._mine(workload_id):
+            raise NotSupported("a notebook's output is in the JupyterHub log and in its kernels")
+        return self.inner.logs(workload_id, tail)
+
+    def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
+        if isinstance(self.inner, SupportsFractionalMPS):
+            return self.inner.mps_enforcement(gpu_uuid, unix_user)
+        return Enforcement.POLICED
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> object:
+        # Executor-specific extras of the wrapped executor (process_map, log_path, mps...).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (kernels run in sessions of their own)."""
+    try:
+        p = psutil.Process(pid)
+        return [pid, *(c.pid for c in p.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """SIGTERM goes to the notebook server only (it shuts its kernels down); SIGKILL to all."""
+    targets = [pid] if sig == signal.SIGTERM else _tree(pid)
+    for p in targets:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            continue

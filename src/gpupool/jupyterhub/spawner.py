@@ -1,0 +1,413 @@
+"""`GpupoolSpawner`: JupyterHub asks gpupool for GPUs, waits in its queue, then starts the
+notebook bound to the GPUs granted.
+
+Flow of one spawn (see docs/jupyterhub.md):
+
+1. the form (`options_form`, async) lists the profiles the user's tenants may use, with live
+   availability; `user_options` (from the form or the REST API) are validated here
+   (`gpupool.jupyterhub.options`) and then by the gpupool server on submit;
+2. `start()` submits a `notebook` workload without a command, as the user (a token the hub
+   mints for the user with its admin token), and waits while `progress()` reports the queue
+   position and reason;
+3. once admitted, gpupool's `HubLaunchExecutor` writes the grant (GPU environment) into the
+   shared launch directory; the spawner starts the notebook with it (LocalProcessSpawner)
+   and records the process there;
+4. `poll()` notices a server-side stop (culled, preempted, cancelled by an admin) and tells
+   the user why; `stop()` stops the process and releases the allocation (cancel while queued
+   included). `get_state`/`load_state` keep the workload id across hub restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from typing import Any
+
+from jupyterhub.spawner import LocalProcessSpawner
+from tornado import web
+from traitlets import Bool, Float, Unicode, default
+
+from gpupool.jupyterhub import notices
+from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUnavailable
+from gpupool.jupyterhub.launch import LaunchDir
+from gpupool.jupyterhub.options import (
+    OptionsError,
+    pending_message,
+    render_form,
+    submit_tenants,
+    usable_profiles,
+    validate,
+)
+
+ACTIVE = ("admitted", "starting", "running")
+ENDED = ("succeeded", "failed", "cancelled", "preempted", "culled", "lost")
+#: Why-stopped messages, by final state, for the page banner.
+STOPPED_BECAUSE = {
+    "culled": "Your notebook was stopped because its GPU sat idle",
+    "preempted": "Your notebook was stopped to give a GPU back to a team within its guarantee",
+    "cancelled": "Your notebook was stopped by gpupool",
+    "lost": "gpupool lost track of your notebook",
+    "failed": "Your notebook's GPU allocation ended",
+}
+
+
+async def _options_form(spawner: GpupoolSpawner) -> str:
+    return await spawner.render_options_form()
+
+
+def _simple_form(formdata: dict[str, Any]) -> dict[str, Any]:
+    """Form fields arrive as lists of strings; keep single values as strings."""
+    return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in formdata.items()}
+
+
+class GpupoolSpawner(LocalProcessSpawner):
+    """A LocalProcessSpawner whose GPUs come from gpupool (see the module docstring)."""
+
+    api_url = Unicode("http://127.0.0.1:8080", config=True, help="gpupool server URL.")
+    api_token = Unicode(
+        config=True,
+        help="gpupool API token with admin rights; the hub acts for its users with it.",
+    )
+    launch_dir = Unicode(
+        config=True,
+        help="Hand-off directory shared with the gpupool server's HubLaunchExecutor.",
+    )
+    single_user_mode = Bool(
+        True,
+        config=True,
+        help="Run notebooks as the hub's own Unix user (no per-user accounts needed).",
+    )
+    home_dir_template = Unicode(
+        "/tmp/gpupool-home/{username}",
+        config=True,
+        help="Home (and working) directory of notebooks in single-user mode.",
+    )
+    admission_poll_s = Float(0.2, config=True, help="How often start() asks gpupool.")
+    grant_wait_s = Float(60.0, config=True, help="How long to wait for the grant once admitted.")
+    user_token_ttl_s = Float(7 * 86400.0, config=True, help="Lifetime of minted user tokens.")
+
+    workload_id = Unicode("")
+    user_token = Unicode("")
+    user_token_id = Unicode("")
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        return _options_form
+
+    @default("options_from_form")
+    def _default_options_from_form(self) -> Any:
+        return _simple_form
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._progress: dict[str, Any] = {"progress": 5, "message": "Asking gpupool for a GPU"}
+        self._progress_changed = asyncio.Event()
+        self._launched = False
+        self._grant_env: dict[str, str] = {}
+        self._stopping = False
+
+    # -- helpers -------------------------------------------------------------------------
+    @property
+    def _launch(self) -> LaunchDir:
+        if not self.launch_dir:
+            raise web.HTTPError(
+                500,
+                "GpupoolSpawner.launch_dir is not set; start JupyterHub with `gpupool up` "
+                "or set it to the gpupool server's hub launch directory",
+            )
+        return LaunchDir(self.launch_dir)
+
+    @property
+    def _server_label(self) -> str:
+        return f"jupyterhub/{self.user.name}/{self.name or 'default'}"
+
+    def _admin(self) -> GpupoolClient:
+        return GpupoolClient(self.api_url, self.api_token)
+
+    async def _as_user(self) -> GpupoolClient:
+        """A client acting as this hub user (token from login, or minted by the hub)."""
+        if not self.user_token:
+            admin = self._admin()
+            try:
+                tok = await admin.create_token_for(
+                    self.user.name, "jupyterhub", self.user_token_ttl_s
+                )
+            finally:
+                await admin.aclose()
+            self.user_token, self.user_token_id = tok["token"], tok.get("id", "")
+        return GpupoolClient(self.api_url, self.user_token)
+
+    def _set_progress(self, progress: int, message: str) -> None:
+        if message != self._progress.get("message"):
+            self.log.info("gpupool %s: %s", self._log_name, message)
+        self._progress = {"progress": progress, "message": message}
+        self._progress_changed.set()
+
+    def _persist_state(self) -> None:
+        """Save the workload id now (not only after start), so a hub restart keeps it."""
+        orm = getattr(self, "orm_spawner", None)
+        if orm is None:
+            return
+        try:
+            from sqlalchemy.orm import object_session
+
+            orm.state = self.get_state()
+            session = object_session(orm)
+            if session is not None:
+                session.commit()
+        except Exception:  # the hub saves state again when start() returns
+            self.log.warning("could not save spawner state early", exc_info=True)
+
+    async def auth_state_hook_gpupool(self, auth_state: dict | None) -> None:
+        if auth_state and auth_state.get("gpupool_token") and not self.user_token:
+            self.user_token = auth_state["gpupool_token"]
+
+    async def run_auth_state_hook(self, auth_state: Any) -> None:
+        await self.auth_state_hook_gpupool(auth_state)
+        await super().run_auth_state_hook(auth_state)
+
+    # -- the form ------------------------------------------------------------------------
+    async def _context(self) -> tuple[list[dict], list[str], list[dict], dict[str, dict]]:
+        admin = self._admin()
+        try:
+            user, profiles, tenants, gpus = await asyncio.gather(
+                admin.user(self.user.name), admin.profiles(), admin.tenants(), admin.gpus()
+            )
+        finally:
+            await admin.aclose()
+        mine = submit_tenants(user, tenants)
+        return usable_profiles(profiles, mine), mine, gpus, {t["name"]: t for t in tenants}
+
+    async def _last_stop_notice(self) -> str | None:
+        notice = notices.get_notice(self.user.name)
+        if notice:
+            return notice
+        admin = self._admin()
+        try:
+            recent = await admin.workloads(owner=self.user.name, kind="notebook")
+        except GpupoolAPIError:
+            return None
+        finally:
+            await admin.aclose()
+        mine = [w for w in recent if w.get("name") == self._server_label]
+        if not mine:
+            return None
+        last = max(mine, key=lambda w: w.get("submitted_at") or 0)
+        if last.get("state") in ("culled", "preempted"):
+            return f"{STOPPED_BECAUSE[last['state']]}: {last.get('reason') or ''}".rstrip(": ")
+        return None
+
+    async def render_options_form(self) -> str:
+        try:
+            profiles, tenants, gpus, info = await self._context()
+            notice = await self._last_stop_notice()
+        except GpupoolAPIError as e:
+            return f'<p class="text-danger">gpupool: {e.message}</p>'
+        return render_form(profiles, tenants, gpus, info, notice)
+
+    async def _choice(self) -> Any:
+        try:
+            profiles, tenants, _, _ = await self._context()
+            return validate(self.user_options, profiles, tenants)
+        except OptionsError as e:
+            raise web.HTTPError(400, str(e)) from None
+        except GpupoolAPIError as e:
+            raise web.HTTPError(503 if e.status >= 500 else 400, f"gpupool: {e.message}") from None
+
+    # -- environment ---------------------------------------------------------------------
+    def get_env(self) -> dict[str, str]:
+        env = super().get_env()
+        env.update(self._grant_env)
+        return env
+
+    def user_env(self, env: dict[str, str]) -> dict[str, str]:
+        if not self.single_user_mode:
+            return super().user_env(env)
+        env["USER"] = self.user.name
+        env["HOME"] = self.home_dir
+        return env
+
+    @property
+    def home_dir(self) -> str:
+        return self.home_dir_template.format(username=self.user.name)
+
+    def make_preexec_fn(self, name: str) -> Any:
+        if not self.single_user_mode:
+            return super().make_preexec_fn(name)
+        home = self.home_dir
+        os.makedirs(home, 0o755, exist_ok=True)
+
+        def preexec() -> None:
+            os.chdir(home)
+
+        return preexec
+
+    # -- start ---------------------------------------------------------------------------
+    async def _existing(self, client: GpupoolClient) -> dict | None:
+        """An active or queued workload of this server (e.g. from before a hub restart)."""
+        if self.workload_id:
+            try:
+                w = await client.workload(self.workload_id)
+                if w["state"] in ("pending", *ACTIVE):
+                    return w
+            except GpupoolAPIError as e:
+                if e.status != 404:
+                    raise
+        self.workload_id = ""
+        for w in await client.workloads(owner=self.user.name, kind="notebook"):
+            if w.get("name") == self._server_label and w["state"] in ("pending", *ACTIVE):
+                return w
+        return None
+
+    async def start(self) -> Any:
+        self._launched = False
+        self._grant_env = {}
+        choice = await self._choice()
+        client = await self._as_user()
+        try:
+            wl = await self._existing(client)
+            if wl is None:
+                try:
+                    wl = await client.submit(
+                        {
+                            "kind": "notebook",
+                            "tenant": choice.tenant,
+                            "profile": choice.profile["name"],
+                            "name": self._server_label,
+                        }
+                    )
+                except GpupoolAPIError as e:
+                    status = e.status if 400 <= e.status < 500 else 503
+                    msg = f"gpupool refused the notebook: {e.message}"
+                    raise web.HTTPError(status, msg) from None
+            self.workload_id = wl["id"]
+            self._persist_state()
+            notices.set_notice(self.user.name, None)
+            wl = await self._wait_admitted(client, wl)
+        finally:
+            await client.aclose()
+        grant = await self._wait_grant()
+        self._grant_env = dict(grant.env)
+        gpus = ", ".join(grant.gpu_uuids) or "no GPU"
+        self._set_progress(80, f"GPU granted ({gpus}); starting the notebook server")
+        result = await super().start()
+        self._launch.mark_launched(self.workload_id, self.pid, time.time())
+        self._launched = True
+        self._progress_changed.set()
+        return result
+
+    async def _wait_admitted(self, client: GpupoolClient, wl: dict) -> dict:
+        while True:
+            state = wl["state"]
+            if state in ACTIVE:
+                return wl
+            if state in ENDED:
+                reason = wl.get("reason") or state
+                raise web.HTTPError(409, f"gpupool did not start the notebook: {reason}")
+            self._set_progress(10, pending_message(wl))
+            await asyncio.sleep(self.admission_poll_s)
+            try:
+                wl = await client.workload(self.workload_id)
+            except GpupoolUnavailable as e:
+                self._set_progress(10, f"gpupool is not answering ({e.message}); still waiting")
+
+    async def _wait_grant(self) -> Any:
+        deadline = time.monotonic() + self.grant_wait_s
+        self._set_progress(60, "GPU admitted; waiting for gpupool to hand it over")
+        while True:
+            grant = self._launch.grant(self.workload_id)
+            if grant is not None:
+                return grant
+            if time.monotonic() > deadline:
+                raise web.HTTPError(
+                    503,
+                    "gpupool admitted the notebook but did not hand it to JupyterHub; "
+                    "the gpupool server must run with the JupyterHub launcher (gpupool up "
+                    "does this) and share its launch directory with the hub",
+                )
+            await asyncio.sleep(self.admission_poll_s)
+
+    async def progress(self) -> Any:
+        """Queue position and reason while waiting, then the GPU granted."""
+        last = None
+        while True:
+            if self._progress != last:
+                last = dict(self._progress)
+                yield last
+            if self._launched:
+                return
+            self._progress_changed.clear()
+            try:
+                await asyncio.wait_for(self._progress_changed.wait(), timeout=5.0)
+            except TimeoutError:
+                continue
+
+    # -- poll / stop ---------------------------------------------------------------------
+    async def poll(self) -> int | None:
+        status = await super().poll()
+        if self._stopping or not self.workload_id:
+            return status
+        if status is not None:
+            return status
+        try:
+            client = await self._as_user()
+            try:
+                wl = await client.workload(self.workload_id)
+            finally:
+                await client.aclose()
+        except GpupoolAPIError as e:
+            # gpupool down or the token expired: the notebook keeps running; try next time.
+            self.log.warning("gpupool poll of %s failed: %s", self._log_name, e.message)
+            return None
+        if wl["state"] in ENDED:
+            why = STOPPED_BECAUSE.get(wl["state"], "Your notebook was stopped")
+            notices.set_notice(self.user.name, f"{why}: {wl.get('reason') or wl['state']}")
+            self.log.warning("gpupool ended %s: %s", self._log_name, wl.get("reason"))
+            return 1
+        warning = (wl.get("warning") or "") if isinstance(wl.get("warning"), str) else ""
+        notices.set_notice(self.user.name, warning or None)
+        return None
+
+    async def stop(self, now: bool = False) -> None:
+        self._stopping = True
+        try:
+            await super().stop(now=now)
+            wid = self.workload_id
+            if not wid:
+                return
+            with contextlib.suppress(web.HTTPError):
+                self._launch.mark_exited(wid, 0, time.time())
+            try:
+                client = await self._as_user()
+                try:
+                    await client.cancel(wid)
+                finally:
+                    await client.aclose()
+            except GpupoolAPIError as e:
+                if e.status not in (404, 409):
+                    self.log.warning("gpupool did not release %s: %s", wid, e.message)
+            self.workload_id = ""
+        finally:
+            self._stopping = False
+
+    # -- state ---------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self.workload_id:
+            state["gpupool_workload"] = self.workload_id
+        if self.user_token:
+            state["gpupool_token"] = self.user_token
+            state["gpupool_token_id"] = self.user_token_id
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.workload_id = state.get("gpupool_workload", "")
+        self.user_token = state.get("gpupool_token", "")
+        self.user_token_id = state.get("gpupool_token_id", "")
+
+    def clear_state(self) -> None:
+        # The workload id stays until stop() released it; the token may be reused.
+        super().clear_state()
