@@ -14,7 +14,7 @@ of the cycle (a reservation for blocked work). Nothing here mutates the snapshot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
 from gpupool.scheduler.buckets import BucketIndex
@@ -25,8 +25,7 @@ FRACTION = "fraction"
 CPU_ONLY = "cpu"
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
+class Shape(NamedTuple):
     """A request normalized for placement (and memo keys).
 
     kind: WHOLE (`count` whole GPUs), FRACTION (`milli` of one shared GPU) or CPU_ONLY.
@@ -47,16 +46,16 @@ class Shape:
         return self.count * MILLI_PER_GPU if self.kind == WHOLE else self.milli
 
 
-class CapacityIndex:
-    """Free resources of one cycle. GPUs and nodes are addressed by dense integer ids."""
+class _Static:
+    """The parts of the index that depend only on the nodes (reused while they are unchanged)."""
 
-    def __init__(self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]):
+    def __init__(self, nodes: tuple[Node, ...]):
         self.nodes = nodes
         self.node_ids: dict[str, int] = {}
         self.node_ready: list[bool] = []
         self.node_held: list[bool] = []
-        self.free_cpu: list[int] = []
-        self.free_mem: list[int] = []
+        self.cpu: list[int] = []
+        self.mem: list[int] = []
         self.node_gpus: list[list[int]] = []
         self.gpu_node: list[int] = []
         self.gpu_index: list[int] = []
@@ -65,28 +64,24 @@ class CapacityIndex:
         self.gpu_total_mem: list[int] = []
         self.gpu_sharing: list[SharingMode] = []
         self.gpu_ok: list[bool] = []
-        self.free_milli: list[int] = []
-        self.free_gmem: list[int] = []
-        self._gpu_ids: dict[tuple[int, int], int] = {}
-        self.models: list[str] = []
+        self.milli: list[int] = []
+        self.gpu_ids: dict[tuple[int, int], int] = {}
         for n, node in enumerate(nodes):
-            if node.name in self.node_ids:  # a duplicate name: the first one wins
-                self.node_ready.append(False)
-                self.node_held.append(True)
-                self.free_cpu.append(0)
-                self.free_mem.append(0)
-                self.node_gpus.append([])
+            dup = node.name in self.node_ids  # a duplicate name: the first one wins
+            if not dup:
+                self.node_ids[node.name] = n
+            self.node_ready.append(node.schedulable and not dup)
+            self.node_held.append(dup)
+            self.cpu.append(0 if dup else node.cpu_milli)
+            self.mem.append(0 if dup else node.memory_mib)
+            ids: list[int] = []
+            self.node_gpus.append(ids)
+            if dup:
                 continue
-            self.node_ids[node.name] = n
-            self.node_ready.append(node.schedulable)
-            self.node_held.append(False)
-            self.free_cpu.append(node.cpu_milli)
-            self.free_mem.append(node.memory_mib)
-            ids = []
             for gpu in sorted(node.gpus, key=lambda x: x.index):
                 g = len(self.gpu_node)
                 ids.append(g)
-                self._gpu_ids[(n, gpu.index)] = g
+                self.gpu_ids[(n, gpu.index)] = g
                 self.gpu_node.append(n)
                 self.gpu_index.append(gpu.index)
                 self.gpu_uuid.append(gpu.uuid)
@@ -94,17 +89,58 @@ class CapacityIndex:
                 self.gpu_total_mem.append(gpu.memory_mib)
                 self.gpu_sharing.append(gpu.sharing)
                 self.gpu_ok.append(node.schedulable and gpu.schedulable)
-                self.free_milli.append(MILLI_PER_GPU)
-                self.free_gmem.append(gpu.memory_mib)
-            self.node_gpus.append(ids)
+                self.milli.append(MILLI_PER_GPU)
         self.models = sorted(set(self.gpu_model))
+
+
+_cache: tuple[tuple[Node, ...], _Static] | None = None
+
+
+def _static(nodes: tuple[Node, ...]) -> _Static:
+    """The static part for `nodes`, reused when the same (equal) nodes come again.
+
+    Node tuples built from the same Node objects compare by identity, so the check is cheap.
+    The cached value is immutable in use, so reuse cannot change any decision."""
+    global _cache
+    c = _cache
+    if c is not None and c[0] == nodes:
+        return c[1]
+    st = _Static(nodes)
+    _cache = (nodes, st)
+    return st
+
+
+class CapacityIndex:
+    """Free resources of one cycle. GPUs and nodes are addressed by dense integer ids."""
+
+    def __init__(self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]):
+        st = _static(tuple(nodes))
+        self.nodes = st.nodes
+        self.node_ids = st.node_ids
+        self.node_ready = st.node_ready
+        self.node_gpus = st.node_gpus
+        self.gpu_node = st.gpu_node
+        self.gpu_index = st.gpu_index
+        self.gpu_uuid = st.gpu_uuid
+        self.gpu_model = st.gpu_model
+        self.gpu_total_mem = st.gpu_total_mem
+        self.gpu_sharing = st.gpu_sharing
+        self.gpu_ok = st.gpu_ok
+        self._gpu_ids = st.gpu_ids
+        self.models = st.models
+        # the per-cycle, mutable part
+        self.node_held = list(st.node_held)
+        self.free_cpu = list(st.cpu)
+        self.free_mem = list(st.mem)
+        self.free_milli = list(st.milli)
+        self.free_gmem = list(st.gpu_total_mem)
         for rw in running:
             self._take_running(rw)
         #: nodes by whole free GPUs of a model: all of them / not counting `shared` GPUs
         self.whole: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.whole_unshared: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.frac: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
-        for n in range(len(nodes)):
+        for n in range(len(self.nodes)):
             self._refile(n)
 
     # -- building -------------------------------------------------------------------------

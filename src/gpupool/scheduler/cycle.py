@@ -15,10 +15,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from gpupool.domain import Workload
+from gpupool.domain import Request, Workload
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.fairshare import fair_shares
-from gpupool.scheduler.limits import Usage, limit_block, never_within_limits
+from gpupool.scheduler.limits import TENANT, Usage, limit_check, never_within_limits
 from gpupool.scheduler.ordering import (
     fair_tenant_key,
     fifo_key,
@@ -93,11 +93,19 @@ class _Cycle:
         self.cap = CapacityIndex(snapshot.nodes, snapshot.running)
         self.usage = Usage(self.tree)
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
+        held: dict[tuple[str, str], int] = {}
+        staying: dict[tuple[str, str], int] = {}
         for rw in snapshot.running:
             w = rw.workload
-            self.usage.add(w.tenant, w.owner, rw.allocation.gpu_milli)
+            k = (w.tenant, w.owner)
+            milli = rw.allocation.gpu_milli
+            held[k] = held.get(k, 0) + milli
             if not rw.stopping:
-                self.effective.add(w.tenant, w.owner, rw.allocation.gpu_milli)
+                staying[k] = staying.get(k, 0) + milli
+        for (t, u), milli in held.items():
+            self.usage.add(t, u, milli)
+        for (t, u), milli in staying.items():
+            self.effective.add(t, u, milli)
         self.hardware = Hardware(snapshot.nodes)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -105,9 +113,14 @@ class _Cycle:
         self.unschedulable: dict[str, str] = {}
         self.queues: dict[str, list[Candidate]] = {}
         self.nofit: set[Shape] = set()
+        self._reason_memo: dict[Shape, str] = {}
+        #: memos of failures, valid for the rest of the cycle (see _walk_tenants)
+        self._failed_shape: dict[tuple[str, Shape], str] = {}
+        self._tenant_fail: dict[str, tuple[int, str]] = {}
+        self._user_fail: dict[tuple[str, str], tuple[int, str]] = {}
         self.holds: dict[int, _Hold] = {}
         self.reserved_by_tenant: set[str] = set()
-        self.stopped_tenants: set[str] = set()
+        self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
         self._classify(pending)
@@ -121,27 +134,31 @@ class _Cycle:
     def _classify(self, pending: Sequence[Workload]) -> None:
         seen = {rw.workload.id for rw in self.snap.running}
         whole_only = self.policy is Policy.FIFO
+        memo: dict[tuple[str, Request], tuple[Shape, str | None]] = {}
+        tenant_why: dict[str, str | None] = {}
+        queues = self.queues
         for w in pending:
             if w.id in seen:
                 continue  # already running (or listed twice): nothing to decide
             seen.add(w.id)
-            if w.tenant not in self.tree:
-                self.unschedulable[w.id] = f"unknown tenant {w.tenant!r}; ask an admin to add it"
+            t = w.tenant
+            mk = (t, w.request)
+            hit = memo.get(mk)
+            if hit is None:
+                if t not in tenant_why:
+                    tenant_why[t] = self._tenant_problem(t)
+                shape = shape_of(w.request, whole_only)
+                why = tenant_why[t] or self.hardware.never_fits(shape)
+                if why is None and self.quotas:
+                    why = never_within_limits(self.tree, t, shape.gpu_milli)
+                hit = memo[mk] = (shape, why)
+            if hit[1] is not None:
+                self.unschedulable[w.id] = hit[1]
                 continue
-            if not self.tree.is_leaf(w.tenant):
-                self.unschedulable[w.id] = (
-                    f"tenant {w.tenant} has sub-tenants; only leaf tenants hold work "
-                    f"(submit to one of {', '.join(self.tree.children(w.tenant))})"
-                )
-                continue
-            shape = shape_of(w.request, whole_only)
-            why = self.hardware.never_fits(shape)
-            if why is None and self.quotas:
-                why = never_within_limits(self.tree, w.tenant, shape.gpu_milli)
-            if why is not None:
-                self.unschedulable[w.id] = why
-                continue
-            self.queues.setdefault(w.tenant, []).append((w, shape))
+            q = queues.get(t)
+            if q is None:
+                q = queues[t] = []
+            q.append((w, hit[0]))
         attained = self.snap.attained_service
         for q in self.queues.values():
             if self.policy is Policy.LAS:
@@ -150,6 +167,16 @@ class _Cycle:
                 q.sort(key=lambda c: fifo_key(c[0]))
             else:
                 q.sort(key=lambda c: in_tenant_key(c[0]))
+
+    def _tenant_problem(self, t: str) -> str | None:
+        if t not in self.tree:
+            return f"unknown tenant {t!r}; ask an admin to add it"
+        if not self.tree.is_leaf(t):
+            return (
+                f"tenant {t} has sub-tenants; only leaf tenants hold work "
+                f"(submit to one of {', '.join(self.tree.children(t))})"
+            )
+        return None
 
     # -- 3. the walk -----------------------------------------------------------------------
 
@@ -181,31 +208,73 @@ class _Cycle:
         heap = [(self._tenant_key(t), t) for t in self.queues]
         heapq.heapify(heap)
         pos = dict.fromkeys(self.queues, 0)
+        reasons = self.reasons
+        consider = self._consider
+        ufail = self._user_fail
+        failed_shape = self._failed_shape
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
-            i = pos[t]
-            while i < len(q):
+            i = start = pos[t]
+            end = len(q)
+            tfail = self._tenant_fail.get(t)
+            while i < end:
                 w, shape = q[i]
                 i += 1
-                self.considered += 1
-                if self._consider(w, shape):
+                # fast paths: what already failed this cycle fails again (usage only grows
+                # and capacity only shrinks within a cycle)
+                if tfail is not None or ufail:
+                    milli = shape.gpu_milli
+                    if tfail is not None and milli >= tfail[0]:
+                        reasons[w.id] = tfail[1]
+                        continue
+                    uf = ufail.get((t, w.owner))
+                    if uf is not None and milli >= uf[0]:
+                        reasons[w.id] = uf[1]
+                        continue
+                why = failed_shape.get((t, shape))
+                if why is not None:
+                    reasons[w.id] = why
+                    continue
+                if consider(w, shape):
                     break  # admitted: re-rank the tenant
                 if t in self.stopped_tenants:
-                    i = len(q)
+                    self.considered += i - start
+                    i = start = end
+                tfail = self._tenant_fail.get(t)
+            self.considered += i - start
             pos[t] = i
-            if i < len(q):
+            if i < end:
                 heapq.heappush(heap, (self._tenant_key(t), t))
 
     def _consider(self, w: Workload, shape: Shape) -> bool:
-        """Limits -> placement -> admit, or reclaim / reserve. True if admitted."""
+        """Limits -> placement -> admit, or reclaim / reserve. True if admitted.
+
+        A (tenant, user, shape) that failed stays failed for the rest of the cycle (usage
+        only grows and capacity only shrinks), until a hold or a reclaim clears the memo."""
+        milli = shape.gpu_milli
         if self.quotas:
-            why = limit_block(self.usage, w.tenant, w.owner, shape.gpu_milli)
-            if why is not None:
+            hit = limit_check(self.usage, w.tenant, w.owner, milli)
+            if hit is not None:
+                scope, why = hit
                 self.reasons[w.id] = why
+                if scope == TENANT:
+                    old = self._tenant_fail.get(w.tenant)
+                    if old is None or milli < old[0]:
+                        self._tenant_fail[w.tenant] = (milli, why)
+                else:
+                    old = self._user_fail.get((w.tenant, w.owner))
+                    if old is None or milli < old[0]:
+                        self._user_fail[(w.tenant, w.owner)] = (milli, why)
                 return False
         reserve = self.policy is Policy.FAIR
-        return self._place_or_block(w, shape, reserve)
+        holds, preempted = len(self.holds), len(self.preemptions)
+        if self._place_or_block(w, shape, reserve):
+            return True
+        if len(self.holds) == holds and len(self.preemptions) == preempted:
+            # placement failures do not depend on the user
+            self._failed_shape[(w.tenant, shape)] = self.reasons[w.id]
+        return False
 
     def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
         if shape not in self.nofit:
@@ -238,7 +307,7 @@ class _Cycle:
                 soft = not within_some_guarantee(self.tree, self.usage, w.tenant, shape.gpu_milli)
                 self._hold(n, _Hold(w.tenant, w.id, soft))
         if not self.config.backfill:
-            self.stopped_tenants.add(w.tenant)
+            self.stopped_tenants[w.tenant] = w.id
         return False
 
     def _admit(self, w: Workload, shape: Shape, p: Placement) -> None:
@@ -250,6 +319,8 @@ class _Cycle:
 
     def _hold(self, n: int, hold: _Hold) -> None:
         self.holds[n] = hold
+        self._reason_memo.clear()
+        self._failed_shape.clear()
         self.cap.hold(n)
 
     # -- 4. reclaim and reservations -------------------------------------------------------
@@ -326,11 +397,28 @@ class _Cycle:
         return len(ok) >= shape.count
 
     def _blocked_reason(self, shape: Shape) -> str:
+        """Memoized per shape until the next hold (capacity only shrinks within a cycle)."""
+        r = self._reason_memo.get(shape)
+        if r is None:
+            r = self._reason_memo[shape] = self._compute_blocked_reason(shape)
+        return r
+
+    def _compute_blocked_reason(self, shape: Shape) -> str:
         for n in sorted(self.holds):
             if place_on_node(self.cap, n, shape) is not None:
                 h = self.holds[n]
                 return behind_text(h.tenant, h.workload_id)
         return no_fit_reason(self.cap, shape)
+
+    def _untried_reason(self, t: str, capped: bool, blocked_by: str | None) -> str:
+        if capped:
+            return admission_cap_text(self.config.max_admissions_per_cycle or 0)
+        if blocked_by is not None:
+            return (
+                f"waiting behind {blocked_by}, which is ahead in {t}'s queue "
+                "and does not fit yet (backfill is off)"
+            )
+        return "waiting for the next cycle"
 
     # -- 5. decisions ----------------------------------------------------------------------
 
@@ -344,27 +432,20 @@ class _Cycle:
         else:
             tenant_order = sorted(self.queues, key=self._tenant_key)
         rank = {t: i + 1 for i, t in enumerate(tenant_order)}
+        reasons = self.reasons
         for t, q in self.queues.items():
+            r = rank[t]
             pos = 0
-            blocked_by: str | None = None
+            blocked_by = self.stopped_tenants.get(t)
             for w, _ in q:
-                if w.id in admitted:
+                wid = w.id
+                if wid in admitted:
                     continue
                 pos += 1
-                reason = self.reasons.get(w.id)
+                reason = reasons.get(wid)
                 if reason is None:
-                    if capped:
-                        reason = admission_cap_text(self.config.max_admissions_per_cycle or 0)
-                    elif blocked_by is not None:
-                        reason = (
-                            f"waiting behind {blocked_by}, which is ahead in {t}'s queue "
-                            "and does not fit yet (backfill is off)"
-                        )
-                    else:
-                        reason = "waiting for the next cycle"
-                elif blocked_by is None and t in self.stopped_tenants:
-                    blocked_by = w.id
-                pending[w.id] = PendingInfo(reason, pos, rank[t])
+                    reason = self._untried_reason(t, capped, blocked_by)
+                pending[wid] = PendingInfo(reason, pos, r)
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

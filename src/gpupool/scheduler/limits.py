@@ -58,8 +58,13 @@ class Usage:
         return self.tenant.get(tenant, 0)
 
 
-def limit_block(usage: Usage, tenant: str, user: str, milli: int) -> str | None:
-    """Why admitting `milli` more for (`tenant`, `user`) would break a limit, or None."""
+TENANT = "tenant"
+USER = "user"
+
+
+def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> tuple[str, str] | None:
+    """(TENANT or USER, why) if admitting `milli` more for (`tenant`, `user`) would break a
+    tenant limit (anywhere on the ancestor chain) or a per-user cap; None if it would not."""
     if milli <= 0:
         return None
     tree = usage.tree
@@ -68,14 +73,21 @@ def limit_block(usage: Usage, tenant: str, user: str, milli: int) -> str | None:
             continue
         lim = tree.get(a).quota.limit_milli
         if lim is not None and usage.of(a) + milli > lim:
-            return f"{a} is at its limit of {gpus_text(lim)} ({gpus_text(usage.of(a))} in use)"
+            used = gpus_text(usage.of(a))
+            return TENANT, f"{a} is at its limit of {gpus_text(lim)} ({used} in use)"
     for a in usage.capping(tenant):
         cap = tree.get(a).quota.max_milli_per_user
         assert cap is not None
         used = usage.user.get((a, user), 0)
         if used + milli > cap:
-            return f"{user} is at the per-user cap of {gpus_text(cap)} in {a}"
+            return USER, f"{user} is at the per-user cap of {gpus_text(cap)} in {a}"
     return None
+
+
+def limit_block(usage: Usage, tenant: str, user: str, milli: int) -> str | None:
+    """Why admitting `milli` more for (`tenant`, `user`) would break a limit, or None."""
+    r = limit_check(usage, tenant, user, milli)
+    return None if r is None else r[1]
 
 
 def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:

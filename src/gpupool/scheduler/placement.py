@@ -164,15 +164,7 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
 
 
 def _with_model(shape: Shape, model: str) -> Shape:
-    return Shape(
-        shape.kind,
-        shape.count,
-        shape.milli,
-        shape.gpu_memory_mib,
-        model,
-        shape.cpu_milli,
-        shape.memory_mib,
-    )
+    return shape._replace(model=model)
 
 
 def _find_cpu_only(cap: CapacityIndex, shape: Shape) -> Placement | None:
