@@ -154,15 +154,21 @@ const GP = (() => {
   function poll(fn, ms) {
     let timer = null;
     let stopped = false;
+    let failing = null; // the message this poller put up, cleared once it works again
     const tick = async () => {
       timer = null;
       if (stopped) return;
       if (!document.hidden) {
         try {
           await fn();
-          clearFlash();
+          const el = flashEl();
+          if (failing && el && el.textContent === failing) clearFlash();
+          failing = null;
         } catch (e) {
-          if (e.status !== 401) flash(e.status === 403 ? actionError("see this page", e) : `Live update failed: ${e.message}`);
+          if (e.status !== 401) {
+            failing = e.status === 403 ? actionError("see this page", e) : `Live update failed: ${e.message}`;
+            flash(failing);
+          }
         }
       }
       if (!stopped) timer = setTimeout(tick, ms);
@@ -232,10 +238,11 @@ const GP = (() => {
     for (const m of (u && u.memberships) || []) out[m.tenant] = m.role;
     return out;
   }
-  /** True if the user may administer `tenant` (admin, or tenant-admin of it or an ancestor). */
+  /** True if the user may change `tenant`'s quota: admins, and tenant-admins of an ancestor
+   * (the API's rule; a tenant-admin cannot raise its own tenant's quota). */
   function canAdminTenant(tenant, u = me()) {
     if (isAdmin(u)) return true;
-    return Object.entries(roles(u)).some(([t, r]) => r === "tenant-admin" && (tenant === t || tenant.startsWith(`${t}/`)));
+    return Object.entries(roles(u)).some(([t, r]) => r === "tenant-admin" && tenant.startsWith(`${t}/`));
   }
   function canSubmit(u = me()) {
     return isAdmin(u) || Object.values(roles(u)).some((r) => r === "member" || r === "tenant-admin");

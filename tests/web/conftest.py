@@ -1,0 +1,145 @@
+"""Fixtures for the dashboard tests: a real uvicorn server on 127.0.0.1 serving the gpupool app
+(seeded SQLite store, simulated GPUs, fake executor) and Debian's Chromium driven by
+Playwright. Browser tests are skipped where Chromium or Playwright is missing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.web.seed import PASSWORD, Seeded, seed
+
+CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
+
+
+@dataclass
+class LiveServer:
+    url: str
+    app: object
+    seeded: Seeded
+    store: object
+
+
+def build_app(db_url: str, seeded_now: float, **seed_kw: object):
+    """A gpupool app over a freshly seeded store, with the dashboard router included."""
+    from gpupool.executors.fake import FakeExecutor
+    from gpupool.server.settings import Settings
+    from gpupool.store import open_store
+
+    create_app = importlib.import_module("gpupool.server.app").create_app
+
+    store = open_store(db_url)
+    seeded = seed(store, now=seeded_now, **seed_kw)  # type: ignore[arg-type]
+    store.close()
+    settings = Settings(database_url=db_url, start_loops=False)
+    app = create_app(
+        settings,
+        executor=FakeExecutor(seeded.clock),
+        clock=seeded.clock,
+        telemetry=seeded.samplers,
+    )
+    if not any(getattr(r, "path", "") == "/dashboard/{slug}" for r in app.routes):
+        from gpupool.web import create_router
+
+        app.include_router(create_router())
+    return app, seeded
+
+
+class _Server:
+    """uvicorn in a thread on a socket bound to a free loopback port."""
+
+    def __init__(self, app: object):
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        cfg = uvicorn.Config(app, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(cfg)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:  # readiness wait, not a timing assumption
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    pytest.importorskip("gpupool.server.app", reason="the server app is not built yet")
+    db = tmp_path_factory.mktemp("web") / "gpupool.db"
+    app, seeded = build_app(f"sqlite:///{db}", time.time(), gpus=8, workloads=24)
+    with _Server(app) as url:
+        yield LiveServer(url, app, seeded, None)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
+        pytest.skip(f"Chromium not found at {CHROMIUM}; scripts/test installs Debian's chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, live: LiveServer):
+    ctx = browser.new_context(
+        base_url=live.url, viewport={"width": 1366, "height": 768}, accept_downloads=True
+    )
+    ctx.set_default_timeout(10_000)
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.js_errors = errors  # type: ignore[attr-defined]
+    yield pg
+    ctx.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def login(page, user: str, password: str = PASSWORD, next_page: str = "cluster") -> None:
+    """Log in through the login form and land on `next_page`."""
+    page.goto(f"/dashboard/login?next=/dashboard/{next_page}")
+    page.get_by_label("User name").fill(user)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"**/dashboard/{next_page}")
+    page.locator("#whoami").filter(has_text=user).wait_for()
+
+
+def shot(page, name: str) -> Path:
+    """Save a full-page screenshot under test-artifacts/web/."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
