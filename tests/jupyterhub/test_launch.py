@@ -1,0 +1,140 @@
+"""HubLaunchExecutor: hub-launched notebooks hand-off, with real processes and a manual clock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gpupool.clock import ManualClock
+from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
+from gpupool.executors.base import ExecState
+from gpupool.executors.fake import FakeExecutor
+from gpupool.jupyterhub.launch import STOPPED_EXIT, HubLaunchExecutor, LaunchDir, is_hub_launched
+
+
+def _notebook(wid: str = "w1") -> Workload:
+    return Workload(
+        id=wid, tenant="lab", owner="alice", kind=WorkloadKind.NOTEBOOK, request=Request(gpus=1)
+    )
+
+
+def _alloc(wid: str = "w1") -> Allocation:
+    share = Share("n1", 0, "GPU-aaa", 1000, 40960, Enforcement.HARDWARE)
+    return Allocation(wid, "n1", (share,), since=0.0)
+
+
+def _proc(ignore_term: bool = False) -> subprocess.Popen:
+    code = "import signal, time\n"
+    if ignore_term:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "print('ready', flush=True)\ntime.sleep(120)\n"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return p
+
+
+def _wait_dead(p: subprocess.Popen) -> int:
+    return p.wait(timeout=20)  # bounded wait for a real process to end
+
+
+@pytest.fixture
+def setup(tmp_path):
+    clock = ManualClock(1000.0)
+    inner = FakeExecutor(clock)
+    ex = HubLaunchExecutor(inner, tmp_path / "launch", clock=clock, launch_timeout_s=60)
+    return clock, inner, ex, LaunchDir(tmp_path / "launch")
+
+
+def test_only_commandless_notebooks_go_to_the_hub(setup):
+    clock, inner, ex, _ = setup
+    assert is_hub_launched(_notebook())
+    job = Workload(id="j1", tenant="lab", owner="a", command=("python", "x.py"))
+    ex.start(job, None)
+    assert "j1" in inner.world.processes
+    assert ex.poll("j1").state is ExecState.RUNNING
+
+
+def test_grant_launch_run_and_user_stop(setup):
+    clock, inner, ex, d = setup
+    h = ex.start(_notebook(), _alloc())
+    assert h.executor == "jupyterhub" and not inner.world.processes
+    grant = d.grant("w1")
+    assert grant.env["CUDA_VISIBLE_DEVICES"] == "GPU-aaa"
+    assert grant.env["GPUPOOL_WORKLOAD_ID"] == "w1" and grant.env["GPUPOOL_GPU_MILLI"] == "1000"
+    assert ex.poll("w1").state is ExecState.STARTING
+    p = _proc()
+    try:
+        d.mark_launched("w1", p.pid, clock.now())
+        assert ex.poll("w1").state is ExecState.RUNNING
+        running = [r for r in ex.list_running() if r.workload_id == "w1"]
+        assert running and p.pid in running[0].pids and running[0].gpu_uuids == ("GPU-aaa",)
+        assert ex.process_map()[p.pid] == "w1"
+    finally:
+        p.kill()
+        _wait_dead(p)
+    d.mark_exited("w1", 0, clock.now())
+    st = ex.poll("w1")
+    assert st.state is ExecState.SUCCEEDED and st.exit_code == 0
+
+
+def test_server_side_stop_terminates_then_kills(setup):
+    clock, _, ex, d = setup
+    ex.start(_notebook(), _alloc())
+    p = _proc(ignore_term=True)
+    try:
+        d.mark_launched("w1", p.pid, clock.now())
+        ex.stop("w1", "idle for 1 h", grace_s=30)
+        assert d.stop_request("w1")["reason"] == "idle for 1 h"
+        ex.tick()  # grace not over: the process ignores SIGTERM and lives on
+        assert p.poll() is None
+        clock.advance(31)
+        ex.tick()
+        assert _wait_dead(p) == -9
+    finally:
+        if p.poll() is None:
+            p.kill()
+    st = ex.poll("w1")
+    assert st.state is ExecState.FAILED and st.exit_code == STOPPED_EXIT
+    assert st.stop_reason == "idle for 1 h"
+
+
+def test_stop_before_launch_and_launch_timeout(setup):
+    clock, _, ex, d = setup
+    ex.start(_notebook("w1"), _alloc("w1"))
+    ex.stop("w1", "cancelled by alice")
+    assert ex.poll("w1").state is ExecState.FAILED
+    ex.start(_notebook("w2"), _alloc("w2"))
+    clock.advance(61)
+    st = ex.poll("w2")
+    assert st.state is ExecState.FAILED and "did not start the notebook" in st.message
+
+
+def test_a_reused_pid_is_not_the_notebook(setup, tmp_path):
+    clock, _, ex, d = setup
+    ex.start(_notebook(), _alloc())
+    p = _proc()
+    try:
+        d.mark_launched("w1", p.pid, clock.now())
+        info = d.launched("w1")
+        info["pid_start"] -= 100  # as if the pid now belonged to a later process
+        (tmp_path / "launch" / "w1" / "launched.json").write_text(__import__("json").dumps(info))
+        assert ex.poll("w1").state is ExecState.SUCCEEDED
+    finally:
+        p.kill()
+        _wait_dead(p)
+
+
+def test_a_new_executor_over_the_same_dir_adopts(setup, tmp_path):
+    clock, inner, ex, d = setup
+    ex.start(_notebook(), _alloc())
+    p = _proc()
+    try:
+        d.mark_launched("w1", p.pid, clock.now())
+        again = HubLaunchExecutor(inner, tmp_path / "launch", clock=clock)
+        assert [r.workload_id for r in again.list_running()] == ["w1"]
+        assert again.poll("w1").state is ExecState.RUNNING
+    finally:
+        p.kill()
+        _wait_dead(p)
