@@ -163,6 +163,12 @@ class WorkloadRow(Base):
     tenant_position: Mapped[int | None] = mapped_column(Integer)
     # The executor's reference to the launched work (pid, pod, Slurm job id).
     executor_ref: Mapped[str | None] = mapped_column(String(255))
+    # A stop asked of the executor and not yet confirmed: why, and what the workload becomes
+    # once the work has ended ("preempted", "cancelled", "culled"). The allocation is held
+    # until then, so a GPU is never handed out while the old work may still use it.
+    stop_state: Mapped[str | None] = mapped_column(String(16))
+    stop_reason: Mapped[str | None] = mapped_column(Text)
+    stop_requested_at: Mapped[float | None] = mapped_column(Float)
 
 
 class AllocationRow(Base):

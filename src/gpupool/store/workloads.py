@@ -52,6 +52,8 @@ class WorkloadRecord:
     name: str | None = None
     pending: PendingInfo | None = None
     executor_ref: str | None = None
+    #: A stop asked of the executor, not yet confirmed: (state to become, reason).
+    stopping: tuple[WorkloadState, str] | None = None
 
 
 def _record(row: WorkloadRow) -> WorkloadRecord:
@@ -62,7 +64,10 @@ def _record(row: WorkloadRow) -> WorkloadRecord:
             position=row.queue_position or 0,
             tenant_position=row.tenant_position or 0,
         )
-    return WorkloadRecord(workload_to_domain(row), row.name, pending, row.executor_ref)
+    stopping = None
+    if row.stop_state is not None:
+        stopping = (WorkloadState(row.stop_state), row.stop_reason or "")
+    return WorkloadRecord(workload_to_domain(row), row.name, pending, row.executor_ref, stopping)
 
 
 class WorkloadRepo:
@@ -186,6 +191,7 @@ class WorkloadRepo:
             row.pending_reason = row.queue_position = row.tenant_position = None
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
             AllocationRepo(self.s).release(workload_id, now)
+            row.stop_state = row.stop_reason = row.stop_requested_at = None
         if data:
             event = Event(
                 at=event.at,
@@ -224,6 +230,34 @@ class WorkloadRepo:
         ]
         if params:
             self.s.execute(update(WorkloadRow), params)
+
+    def request_stop(
+        self, workload_id: str, to: WorkloadState, reason: str, now: float
+    ) -> WorkloadRecord:
+        """Note that the active workload is being stopped and will become `to` once its work
+        has ended; it keeps its allocation until then. A second request keeps the first."""
+        row = self._row(workload_id, lock=True)
+        if WorkloadState(row.state) not in ACTIVE_STATES:
+            raise Conflict(f"workload {workload_id} is {row.state}, not running; nothing to stop")
+        if row.stop_state is None:
+            row.stop_state = str(to)
+            row.stop_reason = reason
+            row.stop_requested_at = now
+            self.s.add(
+                event_to_row(
+                    Event(
+                        at=now,
+                        kind="workload.stopping",
+                        message=reason,
+                        workload_id=workload_id,
+                        tenant=row.tenant,
+                        user=row.owner,
+                        data={"to": str(to)},
+                    )
+                )
+            )
+            self.s.flush()
+        return _record(row)
 
     def set_executor_ref(self, workload_id: str, ref: str | None) -> None:
         self._row(workload_id).executor_ref = ref
@@ -266,7 +300,9 @@ class AllocationRepo:
             )
         )
         return [
-            RunningWorkload(workload_to_domain(w), allocation_to_domain(a))
+            RunningWorkload(
+                workload_to_domain(w), allocation_to_domain(a), stopping=w.stop_state is not None
+            )
             for w, a in self.s.execute(q)
         ]
 

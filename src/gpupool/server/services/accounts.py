@@ -135,14 +135,13 @@ def create_user(ctx: AppContext, p: Principal | None, body: UserCreateIn) -> Use
 
 
 def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) -> UserOut:
-    if not p.admin:
-        if (
-            name != p.name
-            or body.admin is not None
-            or body.unix_user is not None
-            or (body.disabled is not None)
-        ):
-            raise PermissionDenied("only an admin may change users; you may change your password")
+    if not p.admin and (
+        name != p.name
+        or body.admin is not None
+        or body.unix_user is not None
+        or (body.disabled is not None)
+    ):
+        raise PermissionDenied("only an admin may change users; you may change your password")
     digest = hash_password(body.password) if body.password else None
     with ctx.store.write() as s:
         repo = UserRepo(s)

@@ -30,6 +30,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadIn,
     WorkloadOut,
 )
+from gpupool.server.services import lifecycle
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -163,7 +164,8 @@ def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request
         return request_from_in(body), WorkloadKind(body.kind)
     if body.model_fields_set & RESOURCE_FIELDS:
         raise ValidationError(
-            f"give either a profile or resources ({', '.join(sorted(body.model_fields_set & RESOURCE_FIELDS))}), not both",
+            "give either a profile or resources "
+            f"({', '.join(sorted(body.model_fields_set & RESOURCE_FIELDS))}), not both",
             "profile",
         )
     kind = WorkloadKind(body.kind) if "kind" in body.model_fields_set else profile.kind
@@ -271,7 +273,8 @@ def _may_change(p: Principal, w: Workload) -> None:
 
 
 def cancel(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadOut:
-    now = ctx.clock.now()
+    """Pending work is cancelled at once; active work is stopped and becomes `cancelled`
+    when the executor confirms the end (its GPUs stay held until then)."""
     reason = f"cancelled by {p.name}"
     with ctx.store.write() as s:
         repo = WorkloadRepo(s)
@@ -280,16 +283,13 @@ def cancel(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadOut:
         _may_change(p, w)
         if w.terminal or w.state is S.PREEMPTED:
             raise Conflict(f"workload {workload_id} already ended ({w.state}); nothing to cancel")
-        was_active = w.active
-        repo.change_state(workload_id, S.CANCELLED, now, reason)
-        rec = repo.record(workload_id)
-    if was_active:
-        try:
-            ctx.executor.stop(workload_id, reason, ctx.settings.stop_grace_s)
-        except ExecutorError:
-            log.exception("stopping %s failed; the reconciler will retry", workload_id)
+        if w.state is S.PENDING:
+            repo.change_state(workload_id, S.CANCELLED, ctx.clock.now(), reason)
+    if w.active:
+        lifecycle.request_stop(ctx, workload_id, S.CANCELLED, reason)
     ctx.wake_scheduler()
-    return workload_out(rec)
+    with ctx.store.read() as s:
+        return workload_out(WorkloadRepo(s).record(workload_id))
 
 
 def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> LogsOut:
@@ -298,7 +298,8 @@ def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> L
     _visible_or_403(p, w)
     if w.owner != p.name and not p.can_manage(w.tenant):
         raise PermissionDenied(
-            f"only {w.owner} (the owner), a tenant-admin of {w.tenant} or an admin may read its logs"
+            f"only {w.owner} (the owner), a tenant-admin of {w.tenant} or an admin "
+            "may read its logs"
         )
     if w.state is S.PENDING:
         return LogsOut(workload_id=w.id, state="pending", text="")

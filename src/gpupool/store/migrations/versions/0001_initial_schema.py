@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 02:04:54.454178
+Create Date: 2026-11-22
 """
 
 import sqlalchemy as sa
@@ -198,6 +198,9 @@ def upgrade() -> None:
         sa.Column("queue_position", sa.Integer(), nullable=True),
         sa.Column("tenant_position", sa.Integer(), nullable=True),
         sa.Column("executor_ref", sa.String(length=255), nullable=True),
+        sa.Column("stop_state", sa.String(length=16), nullable=True),
+        sa.Column("stop_reason", sa.Text(), nullable=True),
+        sa.Column("stop_requested_at", sa.Float(), nullable=True),
         sa.ForeignKeyConstraint(
             ["owner"], ["users.name"], name=op.f("fk_workloads_owner_users"), ondelete="RESTRICT"
         ),

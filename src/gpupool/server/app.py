@@ -1,0 +1,93 @@
+"""The FastAPI app factory.
+
+`create_app(settings, executor=..., clock=...)` opens the store (running migrations), wires
+the scheduler loop and metrics, and mounts the API under /api/v1 (OpenAPI at
+/api/v1/openapi.json). More loops (reconciler, telemetry, ...) are added with
+`app.state.ctx.loops.add(loop)` before the app starts serving; with `settings.start_loops`
+they run while it serves and stop on shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from gpupool import __version__
+from gpupool.clock import Clock
+from gpupool.executors.base import Executor
+from gpupool.server import problems
+from gpupool.server.context import AppContext
+from gpupool.server.loops.base import LoopGroup
+from gpupool.server.loops.scheduler import SchedulerLoop
+from gpupool.server.metrics import Metrics
+from gpupool.server.routers import accounts, cluster, profiles, reports, system, tenants, workloads
+from gpupool.server.settings import Settings
+from gpupool.store import Store, open_store
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(
+    settings: Settings,
+    *,
+    executor: Executor,
+    clock: Clock,
+    telemetry: Any = None,
+    store: Store | None = None,
+) -> FastAPI:
+    """Build the app. `store` may be given (tests share one); otherwise it is opened from
+    `settings.database_url`. `telemetry`, when given, is a prometheus collector whose series
+    are served on /metrics beside gpupool's own."""
+    own_store = store is None
+    store = store or open_store(settings.database_url)
+    loops = LoopGroup()
+    ctx = AppContext(
+        settings=settings,
+        store=store,
+        executor=executor,
+        clock=clock,
+        loops=loops,
+        metrics=Metrics(store, telemetry),
+        telemetry=telemetry,
+    )
+    loops.add(SchedulerLoop(ctx))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.start_loops:
+            loops.start_all()
+        try:
+            yield
+        finally:
+            await loops.stop_all()
+            executor.close()
+            if own_store:
+                store.close()
+
+    app = FastAPI(
+        title="gpupool",
+        version=__version__,
+        description="Pool GPUs and share them fairly among users and teams.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    problems.install(app)
+    app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
+    for r in (
+        accounts.router,
+        tenants.router,
+        cluster.router,
+        workloads.router,
+        reports.router,
+        profiles.router,
+    ):
+        app.include_router(r, prefix=API_PREFIX)
+    app.include_router(system.router)
+    return app

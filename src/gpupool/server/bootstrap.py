@@ -1,0 +1,38 @@
+"""First-run setup used by `gpupool up`: the first admin, a default tenant, the local node."""
+
+from __future__ import annotations
+
+import secrets
+
+from gpupool.domain import Membership, Node, Role, Tenant, User
+from gpupool.server.security import hash_password
+from gpupool.store import NodeRepo, Store, TenantRepo, UserRepo
+
+
+def ensure_admin(store: Store, name: str, password: str | None, now: float) -> str | None:
+    """Create admin `name` if no admin exists yet. Returns the password it was given (the
+    generated one when `password` is None), or None when an admin already existed."""
+    with store.write() as s:
+        users = UserRepo(s)
+        if any(u.admin for u in users.list()):
+            return None
+        pw = password or secrets.token_urlsafe(12)
+        users.create(User(name, admin=True), hash_password(pw), now)
+        return pw
+
+
+def ensure_tenant(store: Store, name: str, now: float, members: tuple[str, ...] = ()) -> None:
+    """Create tenant `name` (no quota limits) if missing, and make `members` its members."""
+    with store.write() as s:
+        tenants = TenantRepo(s)
+        if not tenants.exists(name):
+            tenants.save(Tenant(name), now, create=True)
+        users = UserRepo(s)
+        for m in members:
+            users.set_membership(Membership(m, name, Role.MEMBER))
+
+
+def register_node(store: Store, node: Node) -> Node:
+    """Register or refresh `node` (keeps the admin's sharing modes of known GPUs)."""
+    with store.write() as s:
+        return NodeRepo(s).upsert(node)

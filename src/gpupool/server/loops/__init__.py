@@ -1,0 +1,1 @@
+"""Background loops: small classes with one job each (see `base.Loop`)."""

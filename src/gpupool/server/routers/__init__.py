@@ -1,0 +1,1 @@
+"""HTTP routers: thin; parse, authorize through `auth.authenticated`, call one service."""

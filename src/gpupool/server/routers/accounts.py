@@ -1,0 +1,133 @@
+"""/auth, /tokens, /users."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+
+from gpupool.server.auth import Principal, authenticated
+from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.schemas.tenancy import (
+    LoginIn,
+    LoginOut,
+    MembershipIn,
+    MeOut,
+    TokenCreateIn,
+    TokenOut,
+    TokenSecretOut,
+    UserCreateIn,
+    UserOut,
+    UserUpdateIn,
+)
+from gpupool.server.services import accounts
+
+router = APIRouter()
+
+
+@router.post("/auth/login", tags=["auth"], summary="Log in; returns a new API token")
+def login(body: LoginIn, response: Response, ctx: AppContext = Depends(get_ctx)) -> LoginOut:
+    out = accounts.login(ctx, body.username, body.password, body.token_name)
+    response.set_cookie(
+        ctx.settings.cookie_name,
+        out.token,
+        max_age=int(ctx.settings.token_ttl_s),
+        httponly=True,
+        samesite="lax",
+        secure=ctx.settings.cookie_secure,
+    )
+    return out
+
+
+@router.post("/auth/logout", tags=["auth"], summary="Revoke the token used for this request")
+def logout(
+    response: Response,
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> TokenOut | None:
+    response.delete_cookie(ctx.settings.cookie_name)
+    if p.token_id is None:
+        return None
+    return accounts.revoke_token(ctx, p, p.token_id)
+
+
+@router.get("/auth/me", tags=["auth"], summary="Who am I, and my roles")
+def me(p: Principal = Depends(authenticated)) -> MeOut:
+    return accounts.me(p)
+
+
+@router.get("/tokens", tags=["tokens"], summary="My tokens (admins: ?user=NAME)")
+def list_tokens(
+    user: str | None = None,
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> list[TokenOut]:
+    return accounts.list_tokens(ctx, p, user)
+
+
+@router.post("/tokens", tags=["tokens"], status_code=201, summary="New token (secret shown once)")
+def create_token(
+    body: TokenCreateIn, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> TokenSecretOut:
+    return accounts.issue_token(ctx, p.name, body.name, body.expires_in_s)
+
+
+@router.delete("/tokens/{token_id}", tags=["tokens"], summary="Revoke a token")
+def revoke_token(
+    token_id: str, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> TokenOut:
+    return accounts.revoke_token(ctx, p, token_id)
+
+
+@router.get("/users", tags=["users"], summary="Users (admins: all; tenant-admins: their members)")
+def list_users(
+    p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> list[UserOut]:
+    return accounts.list_users(ctx, p)
+
+
+@router.post("/users", tags=["users"], status_code=201, summary="Create a user (admin)")
+def create_user(
+    body: UserCreateIn, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> UserOut:
+    return accounts.create_user(ctx, p, body)
+
+
+@router.get("/users/{name}", tags=["users"])
+def get_user(
+    name: str, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> UserOut:
+    return accounts.get_user(ctx, p, name)
+
+
+@router.patch("/users/{name}", tags=["users"], summary="Change a user (admin) or my password")
+def update_user(
+    name: str,
+    body: UserUpdateIn,
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> UserOut:
+    return accounts.update_user(ctx, p, name, body)
+
+
+@router.put(
+    "/users/{name}/memberships/{tenant:path}",
+    tags=["users"],
+    summary="Add a user to a tenant or change the role (tenant-admin of the tenant, admin)",
+)
+def set_membership(
+    name: str,
+    tenant: str,
+    body: MembershipIn,
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> UserOut:
+    return accounts.set_membership(ctx, p, name, tenant, body.role)
+
+
+@router.delete("/users/{name}/memberships/{tenant:path}", tags=["users"])
+def remove_membership(
+    name: str,
+    tenant: str,
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> UserOut:
+    return accounts.remove_membership(ctx, p, name, tenant)

@@ -1,0 +1,36 @@
+"""/healthz, /readyz, /metrics (no authentication: for probes and Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.problems import problem
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz", summary="The process is alive")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="The database answers and the loops run", response_model=None)
+def readyz(ctx: AppContext = Depends(get_ctx)) -> dict[str, object] | Response:
+    try:
+        with ctx.store.read() as s:
+            s.execute(text("SELECT 1"))
+    except Exception as e:  # noqa: BLE001 - report, do not crash
+        return problem(503, f"the database does not answer: {e}", title="Not ready")
+    loops = {loop.name: loop.running for loop in ctx.loops}
+    if ctx.settings.start_loops and not all(loops.values()):
+        stopped = ", ".join(n for n, up in loops.items() if not up)
+        return problem(503, f"background loops not running: {stopped}", title="Not ready")
+    return {"status": "ready", "loops": loops}
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+def metrics(ctx: AppContext = Depends(get_ctx)) -> Response:
+    return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)

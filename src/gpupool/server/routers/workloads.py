@@ -1,0 +1,84 @@
+"""/workloads and /queue."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from gpupool.domain import WorkloadState
+from gpupool.server.auth import Principal, authenticated
+from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.schemas.workloads import (
+    Kind,
+    LogsOut,
+    QueueEntryOut,
+    State,
+    WorkloadDetailOut,
+    WorkloadIn,
+    WorkloadOut,
+)
+from gpupool.server.services import workloads
+
+router = APIRouter()
+
+
+@router.post("/workloads", tags=["workloads"], status_code=201, summary="Submit a job or notebook")
+def submit(
+    body: WorkloadIn, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> WorkloadOut:
+    return workloads.submit(ctx, p, body)
+
+
+@router.get("/workloads", tags=["workloads"], summary="Workloads I may see, newest first")
+def list_workloads(
+    state: list[State] | None = Query(None, description="repeat to match several states"),
+    tenant: str | None = Query(None, max_length=255),
+    user: str | None = Query(None, max_length=128),
+    kind: Kind | None = None,
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> list[WorkloadOut]:
+    return workloads.list_workloads(
+        ctx,
+        p,
+        states=[WorkloadState(s) for s in state] if state else None,
+        tenant=tenant,
+        user=user,
+        kind=kind,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/workloads/{workload_id}", tags=["workloads"], summary="One workload, with events")
+def get_workload(
+    workload_id: str, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> WorkloadDetailOut:
+    return workloads.get_workload(ctx, p, workload_id)
+
+
+@router.delete("/workloads/{workload_id}", tags=["workloads"], summary="Cancel a workload")
+def cancel(
+    workload_id: str, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+) -> WorkloadOut:
+    return workloads.cancel(ctx, p, workload_id)
+
+
+@router.get("/workloads/{workload_id}/logs", tags=["workloads"], summary="Output of the work")
+def logs(
+    workload_id: str,
+    tail: int | None = Query(None, ge=1, le=100_000),
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> LogsOut:
+    return workloads.logs(ctx, p, workload_id, tail)
+
+
+@router.get("/queue", tags=["queue"], summary="Pending workloads with position and reason")
+def queue(
+    tenant: str | None = Query(None, max_length=255),
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> list[QueueEntryOut]:
+    return workloads.queue(ctx, p, tenant)
