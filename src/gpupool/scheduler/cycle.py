@@ -194,7 +194,8 @@ class _Cycle:
     def _tenant_key(self, t: str) -> tuple:
         if self.policy is Policy.LAS:
             return las_tenant_key(self.snap.attained_service.get(t, 0.0), self.usage.of(t), t)
-        return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), t)
+        g = self.tree.get(t).quota.guaranteed_milli if t in self.tree else 0
+        return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), g, t)
 
     def _walk_fifo(self) -> None:
         merged = sorted((c for q in self.queues.values() for c in q), key=lambda c: fifo_key(c[0]))
@@ -300,7 +301,10 @@ class _Cycle:
             if self._reclaim(w, shape):
                 return False
         self.reasons[w.id] = self._blocked_reason(shape)
-        if w.tenant not in self.reserved_by_tenant:
+        # one reservation per tenant and cycle, for tenants below their fair share
+        if w.tenant not in self.reserved_by_tenant and self.usage.of(w.tenant) < self.fair.get(
+            w.tenant, 0.0
+        ):
             self.reserved_by_tenant.add(w.tenant)
             n = self._reservation_node(shape)
             if n is not None:

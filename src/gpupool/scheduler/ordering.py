@@ -2,7 +2,8 @@
 
 * inside a tenant (fair, las): higher priority first, then earlier submit time, then id;
 * fifo: one global queue by submit time, then id (priority and tenants ignored);
-* fair: tenants by allocated / fair share, lowest first (re-ranked after every admission);
+* fair: tenants below their guarantee first, then by allocated / fair share, lowest first
+  (re-ranked after every admission);
 * las: tenants by attained GPU-service, least first; inside a tenant, jobs with the least
   attained service first (when the snapshot lists per-workload service under the workload id).
 """
@@ -28,11 +29,12 @@ def las_in_tenant_key(w: Workload, attained: Mapping[str, float]) -> tuple:
     return (attained.get(w.id, 0.0), -w.priority, w.submitted_at, w.id)
 
 
-def fair_tenant_key(allocated: float, fair_share: float, tenant: str) -> tuple:
-    """Lower is served first: allocated / fair share; a zero share goes last."""
-    if fair_share > 0:
-        return (0, allocated / fair_share, allocated, tenant)
-    return (1, INF, allocated, tenant)
+def fair_tenant_key(allocated: float, fair_share: float, guaranteed: float, tenant: str) -> tuple:
+    """Lower is served first: tenants below their guarantee before the others, then
+    allocated / fair share (a zero share last), then the tenant name."""
+    below = 0 if allocated < guaranteed else 1
+    ratio = allocated / fair_share if fair_share > 0 else INF
+    return (below, ratio, allocated, tenant)
 
 
 def las_tenant_key(attained: float, allocated: float, tenant: str) -> tuple:
