@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import socket
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -300,25 +299,29 @@ class NVMLSource:
         return info.total, info.used, info.free, reserved
 
     def _sm_utils(self, r: _Reads, h: Any, index: int) -> dict[int, float] | None:
-        """Mean SM utilization per pid since the last read, or None where unsupported."""
-        wall_us = int(time.time() * 1e6)
-        since = self._last_util_us.get(index) or wall_us - int(PROCESS_UTIL_WINDOW_S * 1e6)
+        """Mean SM utilization per pid since the last read, or None where unsupported.
+
+        The first read asks for NVML's whole buffer and keeps the newest
+        `PROCESS_UTIL_WINDOW_S` of it (relative to the newest sample, so no assumption is
+        made about NVML's clock); later reads ask only for samples newer than the last seen.
+        """
+        last = self._last_util_us.get(index)
         samples = r.get(
-            "process utilization", "nvmlDeviceGetProcessUtilization", h, since, not_found=[]
+            "process utilization", "nvmlDeviceGetProcessUtilization", h, last or 0, not_found=[]
         )
         if samples is _NA:
             return None
+        stamped = [(int(getattr(s, "timeStamp", 0) or 0), s) for s in samples]
+        if not stamped:
+            return {}
+        newest = max(ts for ts, _ in stamped)
+        cutoff = last if last is not None else newest - int(PROCESS_UTIL_WINDOW_S * 1e6) - 1
         acc: dict[int, list[float]] = defaultdict(list)
-        newest = since
-        for s in samples:
-            ts = int(getattr(s, "timeStamp", 0) or 0)
-            if ts <= since:
-                continue
-            newest = max(newest, ts)
+        for ts, s in stamped:
             sm = getattr(s, "smUtil", None)
-            if sm is not None and 0 <= sm <= 100:
+            if ts > cutoff and sm is not None and 0 <= sm <= 100:
                 acc[int(s.pid)].append(float(sm))
-        self._last_util_us[index] = newest if newest > since else since
+        self._last_util_us[index] = max(newest, last or 0)
         return {pid: sum(v) / len(v) for pid, v in acc.items()}
 
     def _processes(

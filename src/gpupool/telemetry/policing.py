@@ -19,7 +19,7 @@ from enum import StrEnum
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Share
 from gpupool.telemetry.attribution import Attribution
-from gpupool.telemetry.snapshots import MIB, HostSnapshot, ProcessSnapshot
+from gpupool.telemetry.snapshots import MIB, HostSnapshot, ProcessKind, ProcessSnapshot
 
 
 class DetectionKind(StrEnum):
@@ -121,7 +121,7 @@ class Policer:
                 )
 
         for (wid, uuid), share in sorted(shares.items()):
-            util = self._share_util(snapshot, uuid, wid, share, by_workload_gpu, owners)
+            util = self._share_util(snapshot, uuid, wid, share, by_workload_gpu, holders)
             if util is None or util > self.config.idle_util_pct:
                 continue
             key = (str(DetectionKind.IDLE), uuid, wid)
@@ -168,7 +168,7 @@ class Policer:
         wid: str,
         share: Share,
         by_workload_gpu: Mapping[tuple[str, str], list[ProcessSnapshot]],
-        owners: Mapping[int, Attribution],
+        holders: Mapping[str, list[str]],
     ) -> float | None:
         """Utilization that counts for this share; None when it cannot be known."""
         gpu = snapshot.gpu(uuid)
@@ -176,11 +176,14 @@ class Policer:
             return None
         procs = by_workload_gpu.get((wid, uuid), [])
         sm = [p.sm_util for p in procs]
-        if procs and all(v is not None for v in sm):
+        mps = any(p.kind is ProcessKind.MPS for p in procs)
+        # Under MPS, NVML charges SM use to the MPS server, not to its clients: a client's own
+        # figure says nothing, so only the whole GPU's utilization can tell (sole holder).
+        if procs and not mps and all(v is not None for v in sm):
             return float(sum(v for v in sm if v is not None))
         if not share.whole and not procs:
             return 0.0  # a fractional holder with no process on the GPU does nothing there
-        if share.whole:
+        if share.whole or len(holders.get(uuid, ())) == 1:
             return gpu.util_gpu
         return None
 
