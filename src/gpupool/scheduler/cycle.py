@@ -33,7 +33,7 @@ from gpupool.scheduler.placement import (
     shape_of,
     to_allocation,
 )
-from gpupool.scheduler.preemption import Reclaimer, within_some_guarantee
+from gpupool.scheduler.preemption import Reclaim, Reclaimer, within_some_guarantee
 from gpupool.scheduler.reasons import (
     Hardware,
     admission_cap_text,
@@ -116,6 +116,7 @@ class _Cycle:
         self._reason_memo: dict[Shape, str] = {}
         #: memos of failures, valid for the rest of the cycle (see _walk_tenants)
         self._failed_shape: dict[tuple[str, Shape], str] = {}
+        self._epoch = 0
         self._tenant_fail: dict[str, tuple[int, str]] = {}
         self._user_fail: dict[tuple[str, str], tuple[int, str]] = {}
         self.holds: dict[int, _Hold] = {}
@@ -269,10 +270,10 @@ class _Cycle:
                         self._user_fail[(w.tenant, w.owner)] = (milli, why)
                 return False
         reserve = self.policy is Policy.FAIR
-        holds, preempted = len(self.holds), len(self.preemptions)
+        epoch = self._epoch
         if self._place_or_block(w, shape, reserve):
             return True
-        if len(self.holds) == holds and len(self.preemptions) == preempted:
+        if self._epoch == epoch:
             # placement failures do not depend on the user
             self._failed_shape[(w.tenant, shape)] = self.reasons[w.id]
         return False
@@ -323,8 +324,7 @@ class _Cycle:
 
     def _hold(self, n: int, hold: _Hold) -> None:
         self.holds[n] = hold
-        self._reason_memo.clear()
-        self._failed_shape.clear()
+        self._changed()
         self.cap.hold(n)
 
     # -- 4. reclaim and reservations -------------------------------------------------------
@@ -341,27 +341,41 @@ class _Cycle:
                 self.config.min_runtime_s,
             )
         rc = self._reclaimer
-        hard = {n for n, h in self.holds.items() if not h.soft}
-        waiting = rc.waits_for_stopping(shape, hard)
-        if waiting is not None:
-            n, count = waiting
-            self._promise(w, shape, n)
-            self.reasons[w.id] = reclaim_text(0, count)
-            return True
-        found = rc.find(w.tenant, shape, hard)
+        found = rc.waits_for_stopping(shape)
         if found is None:
-            return False
-        rc.commit(found)
-        for v in found.victims:
-            self.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
-        self._promise(w, shape, found.node)
+            hard = {n for n, h in self.holds.items() if not h.soft}
+            found = rc.find(w.tenant, shape, hard)
+            if found is None:
+                return False
+            rc.commit(found)
+            for v in found.victims:
+                reason = rc.reason(v, w.tenant, w.id)
+                self.preemptions.append(Preemption(v.workload.id, w.id, reason))
+        self._promise(w, shape, found)
         self.reasons[w.id] = reclaim_text(len(found.victims), found.stopping)
         return True
 
-    def _promise(self, w: Workload, shape: Shape, n: int) -> None:
-        """Hold node `n` for `w` and count its GPUs against its guarantee from now on."""
+    def _promise(self, w: Workload, shape: Shape, found: Reclaim) -> None:
+        """Keep for `w` what it will use (the part that is free now is assumed, so no one
+        else takes it this cycle) and count its GPUs against its guarantee from now on."""
+        cap = self.cap
+        n = found.placement.node
+        takes = []
+        for g, milli, mem in found.placement.takes:
+            takes.append(
+                (g, min(milli, max(0, cap.free_milli[g])), min(mem, max(0, cap.free_gmem[g])))
+            )
+        cpu = min(shape.cpu_milli, max(0, cap.free_cpu[n]))
+        mem = min(shape.memory_mib, max(0, cap.free_mem[n]))
+        cap.assume(n, takes, cpu, mem)
         self.effective.add(w.tenant, w.owner, shape.gpu_milli)
-        self._hold(n, _Hold(w.tenant, w.id, soft=False))
+        self._changed()
+
+    def _changed(self) -> None:
+        """Holds or reclaims changed what later candidates see: drop the failure memos."""
+        self._epoch += 1
+        self._failed_shape.clear()
+        self._reason_memo.clear()
 
     def _reservation_node(self, shape: Shape) -> int | None:
         """The usable node where `shape` is closest to fitting (and could fit when empty)."""

@@ -33,6 +33,8 @@ class Reclaim:
     victims: tuple[RunningWorkload, ...]
     #: stopping workloads on the node the candidate waits for
     stopping: int
+    #: where the candidate will go once victims (and stopping work) are gone
+    placement: Placement
 
 
 def branches(tree: TenantTree, a: str, b: str) -> tuple[str, str]:
@@ -112,17 +114,32 @@ class Reclaimer:
         cpu, mem, gpu = self._freed(rws)
         return place_on_node(self.cap, n, shape, cpu, mem, gpu)
 
-    def waits_for_stopping(self, shape: Shape, skip: set[int]) -> tuple[int, int] | None:
-        """(node, how many) if `shape` fits once work already stopping there has stopped."""
+    def waits_for_stopping(self, shape: Shape) -> Reclaim | None:
+        """If `shape` fits once some work that is already stopping has stopped: that work
+        (claimed, so no other candidate counts on it too) and the placement."""
         for n in sorted(self.stopping):
-            if n in skip:
+            pool = self.stopping[n]
+            if not pool or not self.cap.node_ready[n]:
                 continue
-            if self._fits(n, shape, self.stopping[n]) is not None:
-                return n, len(self.stopping[n])
+            chosen: list[RunningWorkload] = []
+            fit = None
+            for rw in pool:
+                chosen.append(rw)
+                fit = self._fits(n, shape, chosen)
+                if fit is not None:
+                    break
+            if fit is None:
+                continue
+            claimed = {id(c) for c in chosen}
+            self.stopping[n] = [rw for rw in pool if id(rw) not in claimed]
+            return Reclaim(n, (), len(chosen), fit)
         return None
 
     def find(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
-        """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`."""
+        """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`.
+
+        Work already stopping on a node is not counted as freed here (another candidate may
+        have claimed it); only fresh victims are."""
         if (shape, tenant) in self._failed:
             return None
         milli = shape.gpu_milli
@@ -131,7 +148,6 @@ class Reclaimer:
         for n in sorted(self.victims):
             if n in skip or not self.cap.node_ready[n]:
                 continue
-            stopping = self.stopping.get(n, [])
             chosen: list[RunningWorkload] = []
             removed: dict[str, int] = {}
             fit = None
@@ -148,7 +164,7 @@ class Reclaimer:
                     continue
                 chosen.append(rw)
                 removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
-                fit = self._fits(n, shape, stopping + chosen)
+                fit = self._fits(n, shape, chosen)
                 if fit is not None:
                     break
             if fit is None:
@@ -156,8 +172,10 @@ class Reclaimer:
             # put back victims that are not needed (most valuable first)
             for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, r.allocation.since)):
                 trial = [c for c in chosen if c is not rw]
-                if self._fits(n, shape, stopping + trial) is not None:
+                if self._fits(n, shape, trial) is not None:
                     chosen = trial
+            fit = self._fits(n, shape, chosen)
+            assert fit is not None
             score = (
                 max(c.workload.priority for c in chosen),
                 len(chosen),
@@ -165,7 +183,7 @@ class Reclaimer:
                 n,
             )
             if best is None or score < best[0]:
-                best = (score, Reclaim(n, tuple(chosen), len(stopping)))
+                best = (score, Reclaim(n, tuple(chosen), 0, fit))
         if best is None:
             self._failed.add((shape, tenant))
             return None

@@ -1,0 +1,69 @@
+"""Backfill: smaller work may start behind a blocked request only where it does not delay it.
+
+A blocked request of a tenant below its fair share reserves the node where it is closest to
+fitting; nothing ranked after it may be placed there in that cycle.
+"""
+
+from gpupool.scheduler import SchedulerConfig, cycle
+from tests.scheduler.builders import job, node, placed, running, snapshot, tenant
+
+N0, N1 = node("n0"), node("n1")
+TENANTS = [tenant("lab-a"), tenant("lab-b"), tenant("lab-c")]
+# lab-c holds 2 GPUs on n0 (6 free) and 4 on n1 (4 free)
+RUN = [
+    running(job("c0", "lab-c", "carl", gpus=2), N0, [0, 1], since=0),
+    running(job("c1", "lab-c", "carl", gpus=4), N1, [0, 1, 2, 3], since=0),
+]
+
+
+def test_blocked_head_reserves_the_node_it_is_closest_to_fitting_on():
+    pending = [job("big", "lab-a", gpus=8)] + [
+        job(f"b{i}", "lab-b", "bob", gpus=1, submit=i) for i in range(6)
+    ]
+    d = cycle(snapshot([N0, N1], TENANTS, RUN), pending, 0.0)
+    where = placed(d)
+    assert sorted(where) == ["b0", "b1", "b2", "b3"]
+    assert {nd for nd, _ in where.values()} == {"n1"}  # n0 is kept for big
+    assert d.pending["big"].reason == "no node has 8 free GPUs on one host; the most is 6"
+    assert d.pending["b4"].reason.startswith("waiting behind higher-priority work of lab-a")
+
+
+def test_backfill_inside_a_tenant_uses_other_nodes():
+    pending = [job("big", gpus=8), job("small", gpus=2, submit=1)]
+    d = cycle(snapshot([N0, N1], TENANTS, RUN), pending, 0.0)
+    assert placed(d)["small"][0] == "n1"
+
+
+def test_without_backfill_a_blocked_head_stops_its_tenant():
+    pending = [job("big", gpus=8), job("small", gpus=2, submit=1)]
+    cfg = SchedulerConfig(backfill=False)
+    d = cycle(snapshot([N0, N1], TENANTS, RUN), pending, 0.0, cfg)
+    assert d.admissions == ()
+    assert d.pending["small"].reason.startswith("waiting behind big")
+    # other tenants still run on the capacity big cannot use
+    pending.append(job("b", "lab-b", "bob", gpus=1))
+    d = cycle(snapshot([N0, N1], TENANTS, RUN), pending, 0.0, cfg)
+    assert placed(d)["b"][0] == "n1"
+
+
+def test_tenant_at_or_over_its_fair_share_reserves_nothing():
+    # lab-a already holds 8 GPUs, more than its fair share: its blocked work keeps nothing
+    extra = node("n2")
+    run = [*RUN, running(job("a0", "lab-a", gpus=8), extra, range(8), since=0)]
+    pending = [job("big", "lab-a", gpus=8)] + [
+        job(f"b{i}", "lab-b", "bob", gpus=1, submit=i) for i in range(10)
+    ]
+    t = [tenant("lab-a"), tenant("lab-b", weight=3), tenant("lab-c")]
+    d = cycle(snapshot([N0, N1, extra], t, run), pending, 0.0)
+    assert d.fair_shares["lab-a"] == 8000
+    assert len(d.admissions) == 10  # both n0 and n1 fill up
+
+
+def test_guaranteed_work_may_use_a_node_reserved_for_borrowing_work():
+    # lab-a (no guarantee) blocks with an 8-GPU job and reserves n0; lab-b is below its
+    # guarantee, so its job may still start on n0
+    t = [tenant("lab-a"), tenant("lab-b", 4), tenant("lab-c")]
+    full_n1 = [RUN[0], running(job("c1", "lab-c", "carl", gpus=8), N1, range(8), since=0)]
+    pending = [job("big", "lab-a", gpus=8), job("b", "lab-b", "bob", gpus=2, submit=5)]
+    d = cycle(snapshot([N0, N1], t, full_n1), pending, 0.0)
+    assert placed(d)["b"][0] == "n0"

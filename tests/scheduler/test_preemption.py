@@ -1,0 +1,149 @@
+"""Reclaim: guaranteed work preempts borrowed work of other tenants, and only that."""
+
+from gpupool.scheduler import SchedulerConfig, cycle
+from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
+
+NOW = 10_000.0
+N = node("n", gpus=4)
+TENANTS = [tenant("lab-a", 2), tenant("lab-b", 2)]
+
+
+def borrowers(*specs, on=N):
+    """lab-b work, one GPU each: (id, priority, since, preemptible)."""
+    return [
+        running(job(i, "lab-b", "bob", gpus=1, priority=p, preemptible=pre), on, [k], since=s)
+        for k, (i, p, s, pre) in enumerate(specs)
+    ]
+
+
+def victims(d):
+    return sorted(p.workload_id for p in d.preemptions)
+
+
+def test_lowest_priority_then_newest_borrowed_work_is_preempted_and_only_as_much_as_needed():
+    run = borrowers(("old", 0, 100, True), ("new", 0, 900, True), ("vip", 5, 950, True)) + [
+        running(job("b4", "lab-b", "bob", gpus=1, priority=5), N, [3], since=50)
+    ]
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1)], NOW)
+    assert victims(d) == ["new"]
+    assert d.preemptions[0].for_workload == "a"
+    assert "reclaims its guaranteed share" in d.preemptions[0].reason
+    assert d.pending["a"].reason.startswith("reclaiming its guaranteed share")
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=2)], NOW)
+    assert victims(d) == ["new", "old"]
+
+
+def test_victim_is_admitted_the_next_cycle_once_freed():
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    snap = snapshot([N], TENANTS, run)
+    pending = [job("a", gpus=2)]
+    d1 = cycle(snap, pending, NOW)
+    assert victims(d1) == ["b2", "b3"] and d1.admissions == ()
+    snap, pending = apply(snap, pending, d1, NOW)
+    d2 = cycle(snap, pending, NOW + 1)
+    assert [x.workload_id for x in d2.admissions] == ["a"]
+    assert d2.preemptions == ()
+
+
+def test_non_preemptible_work_is_never_preempted():
+    run = borrowers(*[(f"b{i}", 0, 100 * i, False) for i in range(4)])
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1)], NOW)
+    assert d.preemptions == ()
+    assert "a" in d.pending
+
+
+def test_work_younger_than_min_runtime_is_not_preempted():
+    run = borrowers(("young", 0, NOW - 10, True), *[(f"b{i}", 0, 100, False) for i in range(3)])
+    cfg = SchedulerConfig(min_runtime_s=60)
+    assert cycle(snapshot([N], TENANTS, run), [job("a", gpus=1)], NOW, cfg).preemptions == ()
+    cfg = SchedulerConfig(min_runtime_s=5)
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1)], NOW, cfg)
+    assert victims(d) == ["young"]
+
+
+def test_work_within_its_own_guarantee_is_not_preempted():
+    # lab-b holds exactly its guarantee of 4: nothing is borrowed
+    t = [tenant("lab-a", 2), tenant("lab-b", 4)]
+    n = node("n", gpus=4)
+    run = borrowers(*[(f"b{i}", 0, 100, True) for i in range(4)], on=n)
+    assert cycle(snapshot([n], t, run), [job("a", gpus=1)], NOW).preemptions == ()
+
+
+def test_borrowing_tenant_is_taken_down_only_to_its_guarantee():
+    # lab-b holds 4 with a guarantee of 3: one GPU is borrowed, so only one victim
+    t = [tenant("lab-a", 4), tenant("lab-b", 3)]
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    d = cycle(snapshot([N], t, run), [job("a", gpus=2)], NOW)
+    assert d.preemptions == ()  # taking 2 would cut into lab-b's guarantee
+    d = cycle(snapshot([N], t, run), [job("a", gpus=1)], NOW)
+    assert victims(d) == ["b3"]
+
+
+def test_no_reclaim_beyond_the_candidates_own_guarantee():
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    # lab-a has a guarantee of 2; asking for 3 would borrow, so no reclaim
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=3)], NOW)
+    assert d.preemptions == ()
+
+
+def test_own_tenant_work_is_never_a_victim():
+    n = node("n", gpus=2)
+    run = [running(job(f"a{i}", "lab-a", gpus=1), n, [i], since=0) for i in range(2)]
+    t = [tenant("lab-a", 4)]
+    d = cycle(snapshot([n], t, run), [job("a9", gpus=1, priority=10)], NOW)
+    assert d.preemptions == ()
+
+
+def test_preemption_off():
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    cfg = SchedulerConfig(preemption=False)
+    assert cycle(snapshot([N], TENANTS, run), [job("a", gpus=1)], NOW, cfg).preemptions == ()
+
+
+def test_victims_are_chosen_on_one_node_where_the_candidate_then_fits():
+    a, b = node("a", gpus=2), node("b", gpus=2)
+    run = [
+        running(job("a0", "lab-b", "bob", gpus=1), a, [0], since=100),
+        running(job("x", "lab-c", "carl", gpus=1), a, [1], since=100),  # within guarantee
+        running(job("b0", "lab-b", "bob", gpus=1), b, [0], since=100),
+        running(job("b1", "lab-b", "bob", gpus=1), b, [1], since=200),
+    ]
+    t = [tenant("lab-a", 2), tenant("lab-b", 0), tenant("lab-c", 1)]
+    d = cycle(snapshot([a, b], t, run), [job("j", gpus=2)], NOW)
+    assert victims(d) == ["b0", "b1"]  # freeing a-0 alone would not make room on node a
+
+
+def test_work_already_stopping_is_waited_for_not_doubled():
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    run[3] = running(run[3].workload, N, [3], since=300, stopping=True)
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1)], NOW)
+    assert d.preemptions == ()
+    assert d.pending["a"].reason.startswith("reclaiming its guaranteed share: waiting for 1")
+
+
+def test_hierarchy_siblings_borrowing_within_their_parent_are_not_victims_of_outsiders():
+    # physics (guarantee 4) holds 4 GPUs through lab-b alone, lab-b has no own guarantee.
+    # bio (guarantee 2) wants 1: physics as a whole does not borrow, so no victim.
+    t = tree(
+        tenant("physics", 4),
+        tenant("physics/lab-a", 0),
+        tenant("physics/lab-b", 0),
+        tenant("bio", 2),
+    )
+    n = node("n", gpus=4)
+    run = [
+        running(job(f"p{i}", "physics/lab-b", "bob", gpus=1), n, [i], since=100 + i)
+        for i in range(4)
+    ]
+    d = cycle(snapshot([n], t, run), [job("c", "bio", "carl", gpus=1)], NOW)
+    assert d.preemptions == ()
+    # between siblings the branches are the siblings themselves: lab-b (no guarantee of its
+    # own) borrows from lab-a, which has a guarantee of 2, so lab-a may reclaim one GPU
+    t2 = tree(
+        tenant("physics", 4),
+        tenant("physics/lab-a", 2),
+        tenant("physics/lab-b", 0),
+        tenant("bio", 0),
+    )
+    d = cycle(snapshot([n], t2, run), [job("s", "physics/lab-a", "ann", gpus=1)], NOW)
+    assert victims(d) == ["p3"]
