@@ -51,12 +51,8 @@ def build_app(db_url: str, seeded_now: float, **seed_kw: object):
     seeded = seed(store, now=seeded_now, **seed_kw)  # type: ignore[arg-type]
     store.close()
     settings = Settings(database_url=db_url, start_loops=False)
-    app = create_app(
-        settings,
-        executor=FakeExecutor(seeded.clock),
-        clock=seeded.clock,
-        telemetry=seeded.samplers,
-    )
+    app = create_app(settings, executor=FakeExecutor(seeded.clock), clock=seeded.clock)
+    app.state.ctx.extras["samplers"] = seeded.samplers
     if not any(getattr(r, "path", "") == "/dashboard/{slug}" for r in app.routes):
         from gpupool.web import create_router
 

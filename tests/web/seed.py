@@ -149,6 +149,7 @@ def seed(
         for i in range(per_node):
             k = n * per_node + i
             src.set_utilization(i, 0.0 if k % 5 == 4 else 35.0 + (k * 7) % 60)
+            src.add_process(i, 10_000 + k, memory_mib=8_000.0 + (k * 3_331) % 60_000)
     step = samplers[0].interval_s
     while True:
         for sm in samplers:

@@ -15,7 +15,9 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
-from gpupool.domain import ValidationError
+from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
+from gpupool.domain.resources import Capacity
+from gpupool.scheduler.fairshare import fair_shares
 from gpupool.telemetry.sampler import Frame, GPUPoint
 from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
 
@@ -37,13 +39,33 @@ def _samplers(telemetry: Any) -> Iterator[Any]:
         yield from _samplers(inner)
 
 
-def _frames(telemetry: Any) -> list[Frame]:
-    return [s.latest for s in _samplers(telemetry) if getattr(s, "latest", None) is not None]
+def _sources(ctx: Any) -> list[Any]:
+    """Where the server keeps telemetry samplers, in the order looked at: `ctx.extras["samplers"]`,
+    the telemetry loop (`ctx.loops.get("telemetry")`, holding `.sampler`), `ctx.telemetry`."""
+    extras = getattr(ctx, "extras", None) or {}
+    loops = getattr(ctx, "loops", None)
+    get = getattr(loops, "get", None)
+    found: list[Any] = []
+    seen: set[int] = set()
+    for holder in (
+        extras.get("samplers"),
+        get("telemetry") if callable(get) else None,
+        ctx.telemetry,
+    ):
+        for s in _samplers(holder):
+            if id(s) not in seen:
+                seen.add(id(s))
+                found.append(s)
+    return found
 
 
-def _history(telemetry: Any, uuids: set[str]) -> dict[str, tuple[list[GPUPoint], list[GPUPoint]]]:
+def _frames(ctx: Any) -> list[Frame]:
+    return [s.latest for s in _sources(ctx) if getattr(s, "latest", None) is not None]
+
+
+def _history(ctx: Any, uuids: set[str]) -> dict[str, tuple[list[GPUPoint], list[GPUPoint]]]:
     out: dict[str, tuple[list[GPUPoint], list[GPUPoint]]] = {}
-    for s in _samplers(telemetry):
+    for s in _sources(ctx):
         for uuid in uuids:
             if uuid in out:
                 continue
@@ -70,11 +92,27 @@ def _fair_shares(ctx: Any) -> dict[str, int]:
     return dict(found) if isinstance(found, dict) else {}
 
 
+def _compute_fair_shares(
+    tree: TenantTree,
+    nodes: list[Node],
+    running: list[tuple[Workload, Allocation]],
+    pending: list[Workload],
+) -> dict[str, int]:
+    """Fair shares as the scheduler computes them: demand = GPUs held + GPUs asked for."""
+    demand: dict[str, float] = {}
+    for w, a in running:
+        demand[w.tenant] = demand.get(w.tenant, 0.0) + a.gpu_milli
+    for w in pending:
+        demand[w.tenant] = demand.get(w.tenant, 0.0) + w.request.total_gpu_milli
+    shares = fair_shares(tree, Capacity.of(nodes).gpu_milli, demand)
+    return {t: round(v) for t, v in shares.items()}
+
+
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
     from gpupool.server.context import AppContext, get_ctx
-    from gpupool.store import AllocationRepo, NodeRepo, TenantRepo
+    from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
 
@@ -85,16 +123,22 @@ def create_api_router() -> APIRouter:
         with ctx.store.read() as s:
             nodes = NodeRepo(s).list()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
-        return cluster_view(nodes, running, _frames(ctx.telemetry), now=ctx.clock.now())
+        return cluster_view(nodes, running, _frames(ctx), now=ctx.clock.now())
 
     @router.get("/tenants", summary="Fair share and busy GPUs per tenant")
     def tenants(
         ctx: AppContext = Depends(get_ctx), who: Principal = Depends(authenticated)
     ) -> dict[str, Any]:
         with ctx.store.read() as s:
-            names = [t.name for t in TenantRepo(s).tree()]
+            tree = TenantRepo(s).tree()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
-        view = tenant_live_view(names, running, _frames(ctx.telemetry), _fair_shares(ctx))
+            fair = _fair_shares(ctx)
+            if not fair:
+                nodes = NodeRepo(s).list()
+                pending = WorkloadRepo(s).pending()
+                fair = _compute_fair_shares(tree, nodes, running, pending)
+        names = [t.name for t in tree]
+        view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
         if roots is not None:
             view = {
@@ -118,7 +162,7 @@ def create_api_router() -> APIRouter:
             )
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-        hist = _history(ctx.telemetry, {g[1] for g in gpus})
+        hist = _history(ctx, {g[1] for g in gpus})
         return gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s)
 
     return router

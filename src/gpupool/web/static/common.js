@@ -270,7 +270,7 @@ const GP = (() => {
     let u = me();
     if (body.dataset.page) {
       try {
-        u = await api("GET", "/users/me");
+        u = await api("GET", "/auth/me");
         sessionStorage.setItem(ME_KEY, JSON.stringify(u));
       } catch (e) {
         if (e.status === 401) return null;

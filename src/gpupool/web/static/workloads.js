@@ -60,7 +60,7 @@
   async function refresh() {
     const u = GP.me();
     const all = document.getElementById("show-finished").checked;
-    const q = `/workloads?owner=${encodeURIComponent(u.name)}&limit=500${all ? "" : "&state=pending&state=admitted&state=starting&state=running"}`;
+    const q = `/workloads?user=${encodeURIComponent(u.name)}&limit=500${all ? "" : "&state=pending&state=admitted&state=starting&state=running"}`;
     const ws = items(await GP.get(q));
     GP.fillTable("mine", ws.map((w) => {
       const active = ACTIVE.has(w.state);

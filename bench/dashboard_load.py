@@ -1,0 +1,154 @@
+"""Dashboard page-load benchmark: every page with 64 GPUs and 500 workloads in the store.
+
+Starts a real gpupool server (uvicorn on 127.0.0.1, seeded SQLite store, simulated GPUs with
+telemetry history), drives Debian's Chromium with Playwright, and measures for each page the
+time from navigation start until its data is on screen (the page's own "ready" condition:
+all 64 GPU tiles drawn, both queue tables filled, all four charts drawn, ...).
+
+"cold" = a fresh browser context (empty cache: Plotly's 4.8 MB bundle is fetched);
+"warm" = the same page opened again in that context. Target: every page <= 1 s.
+
+    python bench/dashboard_load.py [--repeat 5] [--out bench/results/dashboard_load.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, _Server, build_app  # noqa: E402
+from tests.web.seed import PASSWORD  # noqa: E402
+
+GPUS, WORKLOADS, NODES = 64, 500, 8
+TARGET_MS = 1000.0
+
+READY = {
+    "cluster": f"document.querySelectorAll('li.gpu').length === {GPUS}",
+    "queue": "document.querySelector('#pending tbody tr:not(.empty)') !== null"
+    " && document.querySelector('#running tbody tr:not(.empty)') !== null",
+    "usage": "document.querySelectorAll('.chart .main-svg').length >= 4"
+    " && document.querySelector('#efficiency tbody tr:not(.empty)') !== null",
+    "tenants": "document.querySelector('#tenants tbody tr:not(.empty)') !== null",
+    "workloads": "document.querySelector('#mine tbody tr') !== null"
+    " && document.querySelector('input[name=profile]') !== null",
+    "admin": "['users-table','tokens-table','gpus-table','profiles-table','events-table']"
+    ".every(id => document.querySelector('#' + id + ' tbody tr') !== null)",
+}
+
+
+def measure(context, slug: str) -> float:
+    page = context.new_page()
+    page.goto(f"/dashboard/{slug}", wait_until="commit")
+    page.wait_for_function(READY[slug], timeout=30_000, polling="raf")
+    ms = page.evaluate("performance.now()")
+    page.close()
+    return float(ms)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/dashboard_load.md")
+    args = ap.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    tmp = tempfile.mkdtemp(prefix="gpupool-dash-")
+    t0 = time.perf_counter()
+    app, seeded = build_app(
+        f"sqlite:///{tmp}/gpupool.db", time.time(), gpus=GPUS, workloads=WORKLOADS, nodes=NODES
+    )
+    seed_s = time.perf_counter() - t0
+    results: dict[str, dict[str, list[float]]] = {s: {"cold": [], "warm": []} for s in READY}
+    api_ms: dict[str, list[float]] = {}
+    with _Server(app) as url:
+        token = httpx.post(
+            f"{url}/api/v1/auth/login", json={"username": "root", "password": PASSWORD}
+        ).json()["token"]
+        init = f"sessionStorage.setItem('gpupool.token', {token!r});"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            for _ in range(args.repeat):
+                for slug in READY:
+                    ctx = browser.new_context(base_url=url, viewport={"width": 1366, "height": 768})
+                    ctx.add_init_script(init)
+                    results[slug]["cold"].append(measure(ctx, slug))
+                    results[slug]["warm"].append(measure(ctx, slug))
+                    ctx.close()
+            browser.close()
+        # The data calls on their own (server time as seen by a client), 20 each.
+        headers = {"Authorization": f"Bearer {token}"}
+        calls = {
+            "GET /dashboard/cluster": "/api/v1/dashboard/cluster",
+            "GET /dashboard/gpu-history (24 h)": "/api/v1/dashboard/gpu-history?range_s=86400",
+            "GET /queue": "/api/v1/queue",
+            "GET /workloads?state=running…": "/api/v1/workloads?state=running&limit=1000",
+            "GET /tenants": "/api/v1/tenants",
+            "GET /events?limit=500": "/api/v1/events?limit=500",
+        }
+        with httpx.Client(base_url=url, headers=headers) as c:
+            for name, path in calls.items():
+                c.get(path).raise_for_status()
+                for _ in range(20):
+                    t = time.perf_counter()
+                    c.get(path).raise_for_status()
+                    api_ms.setdefault(name, []).append((time.perf_counter() - t) * 1000)
+
+    lines = [
+        "# Dashboard page load",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        " by `bench/dashboard_load.py`"
+        f" on {platform.node() or 'this machine'}: {os.cpu_count()} CPU cores,"
+        f" {platform.machine()}, Python {platform.python_version()}, Debian Chromium (headless),"
+        " server and browser on the same machine.",
+        "",
+        f"Store: {GPUS} simulated H100 GPUs on {NODES} nodes, {WORKLOADS} workloads"
+        f" ({', '.join(f'{len(v)} {k}' for k, v in seeded.workloads.items())}), 2 h of telemetry"
+        f" per GPU, 10 days of usage. SQLite. Seeding took {seed_s:.1f} s.",
+        "",
+        "Time from navigation start until the page's data is on screen (ms), logged in as"
+        f" admin (who sees everything), {args.repeat} runs each. Target: ≤ {TARGET_MS:.0f} ms.",
+        "",
+        "| page | cold median | cold max | warm median | warm max | ≤ 1 s |",
+        "|---|---:|---:|---:|---:|:---:|",
+    ]
+    ok_all = True
+    for slug, r in results.items():
+        worst = max(r["cold"] + r["warm"])
+        ok = worst <= TARGET_MS
+        ok_all &= ok
+        lines.append(
+            f"| {slug} | {statistics.median(r['cold']):.0f} | {max(r['cold']):.0f} | "
+            f"{statistics.median(r['warm']):.0f} | {max(r['warm']):.0f} | {'yes' if ok else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Data calls alone (20 sequential requests each, ms):",
+        "",
+        "| call | median | max |",
+        "|---|---:|---:|",
+    ]
+    for name, v in api_ms.items():
+        lines.append(f"| `{name}` | {statistics.median(v):.1f} | {max(v):.1f} |")
+    lines += ["", f"All pages within target: {'yes' if ok_all else 'NO'}.", ""]
+    text = "\n".join(lines)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
