@@ -22,8 +22,7 @@ from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUna
 class GpupoolAuthenticator(Authenticator):
     """Checks user name and password against gpupool; admin status follows gpupool."""
 
-    api_url = Unicode("http://127.0.0.1:8080", config=True, help="gpupool server URL.")
-    login_service = "gpupool"
+    gpupool_url = Unicode("http://127.0.0.1:8080", config=True, help="gpupool server URL.")
 
     @default("allow_all")
     def _allow_all(self) -> bool:
@@ -37,7 +36,7 @@ class GpupoolAuthenticator(Authenticator):
         password = data.get("password") or ""
         if not username or not password:
             return None
-        client = GpupoolClient(self.api_url)
+        client = GpupoolClient(self.gpupool_url)
         try:
             result = await client.login(username, password, token_name="jupyterhub-login")
         except GpupoolUnavailable as e:

@@ -16,6 +16,7 @@ hub answers. Nothing here imports JupyterHub, so `gpupool up` stays light.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -130,9 +131,11 @@ def render_hub_config(settings: HubSettings) -> str:
         "c.JupyterHub.spawner_class = 'gpupool.jupyterhub.spawner.GpupoolSpawner'",
         f"_api_url = os.environ.get({URL_ENV!r}, {settings.api_url!r})",
         f"_token = os.environ.get({TOKEN_ENV!r}, '')",
-        "c.GpupoolAuthenticator.api_url = _api_url",
-        "c.GpupoolSpawner.api_url = _api_url",
-        "c.GpupoolSpawner.api_token = _token",
+        "c.GpupoolAuthenticator.gpupool_url = _api_url",
+        # The user's gpupool token (from login) is kept encrypted in auth_state.
+        "c.Authenticator.enable_auth_state = bool(os.environ.get('JUPYTERHUB_CRYPT_KEY'))",
+        "c.GpupoolSpawner.gpupool_url = _api_url",
+        "c.GpupoolSpawner.gpupool_token = _token",
         f"c.GpupoolSpawner.single_user_mode = {settings.single_user_mode!r}",
         f"c.GpupoolSpawner.home_dir_template = {home!r}",
         f"c.GpupoolSpawner.cmd = {_singleuser_command()!r}",
@@ -182,12 +185,25 @@ def hub_command(settings: HubSettings) -> list[str]:
     return [sys.executable, "-m", "jupyterhub", "-f", str(config)]
 
 
+def crypt_key(settings: HubSettings) -> str:
+    """The hub's auth_state encryption key, made once and kept in ``<data_dir>/crypt_key``."""
+    path = settings.data_dir / "crypt_key"
+    if not path.exists():
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path.read_text().strip()
+
+
 def hub_env(settings: HubSettings, token: str, base: Mapping[str, str] | None = None) -> dict:
-    """Environment for the hub process: `base` (default os.environ) plus the gpupool token."""
+    """Environment for the hub process: `base` (default os.environ), the gpupool token and
+    the auth_state key."""
     env = dict(os.environ if base is None else base)
     env.update(settings.env)
     env[TOKEN_ENV] = token
     env.setdefault(URL_ENV, settings.api_url)
+    env.setdefault("JUPYTERHUB_CRYPT_KEY", crypt_key(settings))
     return env
 
 

@@ -65,8 +65,9 @@ def _simple_form(formdata: dict[str, Any]) -> dict[str, Any]:
 class GpupoolSpawner(LocalProcessSpawner):
     """A LocalProcessSpawner whose GPUs come from gpupool (see the module docstring)."""
 
-    api_url = Unicode("http://127.0.0.1:8080", config=True, help="gpupool server URL.")
-    api_token = Unicode(
+    # Not `api_url`/`api_token`: those are the Spawner's own (the hub API token of the notebook).
+    gpupool_url = Unicode("http://127.0.0.1:8080", config=True, help="gpupool server URL.")
+    gpupool_token = Unicode(
         config=True,
         help="gpupool API token with admin rights; the hub acts for its users with it.",
     )
@@ -96,6 +97,11 @@ class GpupoolSpawner(LocalProcessSpawner):
     def _default_options_form(self) -> Any:
         return _options_form
 
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        # user_options are validated against gpupool in start(); nothing to apply here.
+        return lambda spawner, user_options: None
+
     @default("options_from_form")
     def _default_options_from_form(self) -> Any:
         return _simple_form
@@ -124,20 +130,36 @@ class GpupoolSpawner(LocalProcessSpawner):
         return f"jupyterhub/{self.user.name}/{self.name or 'default'}"
 
     def _admin(self) -> GpupoolClient:
-        return GpupoolClient(self.api_url, self.api_token)
+        return GpupoolClient(self.gpupool_url, self.gpupool_token)
 
     async def _as_user(self) -> GpupoolClient:
-        """A client acting as this hub user (token from login, or minted by the hub)."""
+        """A client acting as this hub user: the token from the user's gpupool login (auth
+        state), else one the hub mints for the user with its admin token."""
+        if not self.user_token:
+            auth_state = await self.user.get_auth_state() if self.user else None
+            if auth_state and auth_state.get("gpupool_token"):
+                self.user_token = auth_state["gpupool_token"]
+                self.user_token_id = auth_state.get("gpupool_token_id") or ""
         if not self.user_token:
             admin = self._admin()
             try:
                 tok = await admin.create_token_for(
                     self.user.name, "jupyterhub", self.user_token_ttl_s
                 )
+            except GpupoolAPIError as e:
+                raise GpupoolAPIError(
+                    e.status,
+                    f"the hub cannot act for {self.user.name} in gpupool ({e.message}); "
+                    "log out and log in to the hub again with your gpupool password",
+                ) from None
             finally:
                 await admin.aclose()
+            if tok.get("user") != self.user.name:
+                raise GpupoolAPIError(
+                    403, f"gpupool issued a token for {tok.get('user')!r}, not {self.user.name!r}"
+                )
             self.user_token, self.user_token_id = tok["token"], tok.get("id", "")
-        return GpupoolClient(self.api_url, self.user_token)
+        return GpupoolClient(self.gpupool_url, self.user_token)
 
     def _set_progress(self, progress: int, message: str) -> None:
         if message != self._progress.get("message"):
@@ -160,12 +182,11 @@ class GpupoolSpawner(LocalProcessSpawner):
         except Exception:  # the hub saves state again when start() returns
             self.log.warning("could not save spawner state early", exc_info=True)
 
-    async def auth_state_hook_gpupool(self, auth_state: dict | None) -> None:
-        if auth_state and auth_state.get("gpupool_token") and not self.user_token:
-            self.user_token = auth_state["gpupool_token"]
-
     async def run_auth_state_hook(self, auth_state: Any) -> None:
-        await self.auth_state_hook_gpupool(auth_state)
+        # A fresh login brings a fresh gpupool token: prefer it over a stored one.
+        if auth_state and auth_state.get("gpupool_token"):
+            self.user_token = auth_state["gpupool_token"]
+            self.user_token_id = auth_state.get("gpupool_token_id") or ""
         await super().run_auth_state_hook(auth_state)
 
     # -- the form ------------------------------------------------------------------------
@@ -186,7 +207,7 @@ class GpupoolSpawner(LocalProcessSpawner):
             return notice
         admin = self._admin()
         try:
-            recent = await admin.workloads(owner=self.user.name, kind="notebook")
+            recent = await admin.workloads(user=self.user.name, kind="notebook")
         except GpupoolAPIError:
             return None
         finally:
@@ -233,6 +254,13 @@ class GpupoolSpawner(LocalProcessSpawner):
     def home_dir(self) -> str:
         return self.home_dir_template.format(username=self.user.name)
 
+    def get_args(self) -> list[str]:
+        args = super().get_args()
+        if self.single_user_mode and os.geteuid() == 0:
+            # Single-user mode under root (containers, CI): notebooks run as the hub's user.
+            args.append("--ServerApp.allow_root=True")
+        return args
+
     def make_preexec_fn(self, name: str) -> Any:
         if not self.single_user_mode:
             return super().make_preexec_fn(name)
@@ -256,7 +284,7 @@ class GpupoolSpawner(LocalProcessSpawner):
                 if e.status != 404:
                     raise
         self.workload_id = ""
-        for w in await client.workloads(owner=self.user.name, kind="notebook"):
+        for w in await client.workloads(user=self.user.name, kind="notebook"):
             if w.get("name") == self._server_label and w["state"] in ("pending", *ACTIVE):
                 return w
         return None
