@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import sys
+import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -42,14 +46,45 @@ def wait_job(ex: LocalExecutor, workload_id: str, timeout: float = 20.0) -> None
     wait_exit(pid, timeout)
 
 
-def release(fifo: Path) -> None:
+def _open_fifo(fifo: Path, flags: int, timeout: float) -> int:
+    """Open one end of `fifo`, waiting at most `timeout` seconds for the other end.
+
+    On timeout the other end is opened by us to unblock the waiting thread, and the test fails
+    instead of hanging.
+    """
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(os.open(fifo, flags)), daemon=True)
+    t.start()
+    t.join(timeout)
+    if not result:
+        other = os.O_RDONLY if flags == os.O_WRONLY else os.O_WRONLY
+        unblock = os.open(fifo, other | os.O_NONBLOCK)
+        t.join(5)
+        os.close(unblock)
+        for fd in result:
+            os.close(fd)
+        raise TimeoutError(f"no job opened {fifo} within {timeout:g}s; see its log")
+    return result[0]
+
+
+def release(fifo: Path, timeout: float = 20.0) -> None:
     """Let a job blocked on `read < fifo` go on."""
-    fd = os.open(fifo, os.O_WRONLY)
+    fd = _open_fifo(fifo, os.O_WRONLY, timeout)
     os.write(fd, b"go\n")
     os.close(fd)
 
 
-def wait_ready(fifo: Path) -> str:
+def wait_ready(fifo: Path, timeout: float = 20.0) -> str:
     """Block until the job writes a line into `fifo` (it is then past its setup)."""
-    with open(fifo) as f:
+    fd = _open_fifo(fifo, os.O_RDONLY, timeout)
+    with os.fdopen(fd) as f:
         return f.readline()
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A temp dir that other Unix accounts (nobody) can reach, for per-user-mode tests."""
+    d = Path(tempfile.mkdtemp(prefix="gpupool-exec-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -212,9 +212,8 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="per-user mode needs ro
 
 
 @root_only
-def test_per_user_mode_runs_as_the_owner(tmp_path):
-    jobs = tmp_path / "jobs"
-    tmp_path.chmod(0o755)
+def test_per_user_mode_runs_as_the_owner(shared_tmp):
+    jobs = shared_tmp / "jobs"
     ex = LocalExecutor(
         jobs,
         user_mode=UserMode.PER_USER,
