@@ -20,14 +20,19 @@ from gpupool.executors.local import LocalExecutor
 FAKE_MPS = Path(__file__).with_name("fake_mps_control.py")
 
 
-@pytest.fixture
-def fake_mps_binary(tmp_path: Path) -> str:
-    """An executable that behaves like nvidia-cuda-mps-control."""
-    path = tmp_path / "bin" / "nvidia-cuda-mps-control"
-    path.parent.mkdir()
+def make_fake_mps_binary(directory: Path) -> str:
+    """Write an executable that behaves like nvidia-cuda-mps-control into `directory`."""
+    path = directory / "nvidia-cuda-mps-control"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_MPS}" "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
+
+
+@pytest.fixture
+def fake_mps_binary(tmp_path: Path) -> str:
+    """An executable that behaves like nvidia-cuda-mps-control."""
+    return make_fake_mps_binary(tmp_path / "bin")
 
 
 def wait_exit(pid: int, timeout: float = 20.0) -> None:

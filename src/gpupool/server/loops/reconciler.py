@@ -1,0 +1,188 @@
+"""The reconciler loop: executor truth -> workload states.
+
+Each pass:
+
+1. `executor.tick()` (overdue stops are escalated to a forced kill);
+2. every active workload in the store (admitted, starting, running) is polled and the
+   status applied through `services.lifecycle.apply_status` (the one place that turns an
+   `ExecStatus` into state changes): running work stays or becomes `running`, ended work
+   gets its real exit state, work the executor no longer knows becomes `lost`;
+3. a stop that the store recorded but the executor never received (the server died in
+   between) is sent again;
+4. admitted work the executor never launched (the server died between admission and start)
+   is requeued once it is older than `launch_grace_s`;
+5. live work the store does not hold as active (e.g. cancelled while no server ran) is
+   stopped: gpupool never leaves unaccounted work on a GPU;
+6. with an `MPSManager`, the MPS daemons of this node's `shared` GPUs are kept up.
+
+After a restart the first pass adopts running work: the local executor still sees it, so it
+is neither restarted (the scheduler only starts `pending` work) nor lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from gpupool.domain import Event, SharingMode, WorkloadState
+from gpupool.executors.base import ExecState, ExecutorError
+from gpupool.executors.mps import MPSManager
+from gpupool.server.context import AppContext
+from gpupool.server.loops.base import Loop
+from gpupool.server.services import lifecycle
+from gpupool.store import Conflict, EventRepo, NodeRepo, NotFound, WorkloadRepo
+
+log = logging.getLogger(__name__)
+S = WorkloadState
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass changed, by workload id -> new state (for tests and logs)."""
+
+    changed: dict[str, str] = field(default_factory=dict)
+    adopted: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+    stops_resent: list[str] = field(default_factory=list)
+    orphans_stopped: list[str] = field(default_factory=list)
+    mps: dict[str, bool] = field(default_factory=dict)
+
+
+class ReconcilerLoop(Loop):
+    name = "reconciler"
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        *,
+        interval_s: float = 2.0,
+        launch_grace_s: float = 60.0,
+        mps: MPSManager | None = None,
+        node: str | None = None,
+    ):
+        super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
+        self.ctx = ctx
+        self.launch_grace_s = launch_grace_s
+        self.mps = mps
+        self.node = node
+        self._seen_running: set[str] = set()
+        self.last: ReconcileReport | None = None
+
+    def run_once(self) -> ReconcileReport:
+        ctx = self.ctx
+        report = ReconcileReport()
+        ctx.executor.tick()
+        with ctx.store.read() as s:
+            records = WorkloadRepo(s).list(states=(S.ADMITTED, S.STARTING, S.RUNNING))
+        active = {r.workload.id for r in records}
+        for rec in records:
+            self._reconcile_one(rec, report)
+        self._stop_orphans(active, report)
+        if self.mps is not None:
+            report.mps = self._keep_mps()
+        if report.changed or report.requeued or report.orphans_stopped:
+            log.info("reconciler: %s", report)
+            ctx.wake_scheduler()
+        self.last = report
+        return report
+
+    def _reconcile_one(self, rec, report: ReconcileReport) -> None:  # noqa: ANN001
+        ctx = self.ctx
+        w = rec.workload
+        try:
+            status = ctx.executor.poll(w.id)
+        except ExecutorError as e:
+            log.warning("polling %s failed: %s", w.id, e)
+            return
+        now = ctx.clock.now()
+        if status.state.alive and w.id not in self._seen_running:
+            self._seen_running.add(w.id)
+            if self.passes == 0:
+                report.adopted.append(w.id)
+        if rec.stopping is not None and status.state.alive and status.stop_reason is None:
+            try:
+                ctx.executor.stop(w.id, rec.stopping[1], ctx.settings.stop_grace_s)
+                report.stops_resent.append(w.id)
+            except ExecutorError as e:
+                log.warning("re-sending the stop of %s failed: %s", w.id, e)
+        if (
+            status.state is ExecState.UNKNOWN
+            and w.state is S.ADMITTED
+            and rec.stopping is None
+            and w.admitted_at is not None
+            and now - w.admitted_at >= self.launch_grace_s
+        ):
+            try:
+                with ctx.store.write() as s:
+                    WorkloadRepo(s).change_state(
+                        w.id,
+                        S.PENDING,
+                        now,
+                        "admitted but never launched (the server stopped in between); requeued",
+                        expect={S.ADMITTED},
+                    )
+                report.requeued.append(w.id)
+            except Conflict:
+                pass
+            return
+        try:
+            with ctx.store.write() as s:
+                fresh = WorkloadRepo(s).record(w.id)
+                new = lifecycle.apply_status(s, fresh, status, now)
+        except (Conflict, NotFound):
+            return  # changed meanwhile (cancelled, settled by the scheduler): next pass
+        if new.state is not w.state:
+            report.changed[w.id] = str(new.state)
+            if not new.active:
+                self._seen_running.discard(w.id)
+
+    def _stop_orphans(self, active: set[str], report: ReconcileReport) -> None:
+        ctx = self.ctx
+        try:
+            running = ctx.executor.list_running()
+        except ExecutorError as e:
+            log.warning("listing the executor's work failed: %s", e)
+            return
+        for rp in running:
+            if rp.workload_id in active:
+                continue
+            # re-check: it may have been admitted since we listed the active workloads
+            with ctx.store.read() as s:
+                try:
+                    current = WorkloadRepo(s).get(rp.workload_id)
+                except NotFound:
+                    current = None
+            if current is not None and current.active:
+                continue
+            why = (
+                f"workload {rp.workload_id} is {current.state} in the store"
+                if current is not None
+                else f"no workload {rp.workload_id} in the store"
+            )
+            log.warning("stopping orphaned work: %s but its process runs", why)
+            ctx.executor.stop(rp.workload_id, f"orphaned: {why}", ctx.settings.stop_grace_s)
+            with ctx.store.write() as s:
+                EventRepo(s).add(
+                    Event(
+                        at=ctx.clock.now(),
+                        kind="executor.orphan_stopped",
+                        message=f"stopped work that gpupool does not hold as active: {why}",
+                        workload_id=rp.workload_id if current is not None else None,
+                        tenant=current.tenant if current is not None else None,
+                        user=current.owner if current is not None else None,
+                        data={"ref": rp.ref},
+                    )
+                )
+            report.orphans_stopped.append(rp.workload_id)
+
+    def _keep_mps(self) -> dict[str, bool]:
+        """Keep a daemon for each `shared` GPU of this node; stop the others'."""
+        assert self.mps is not None
+        with self.ctx.store.read() as s:
+            shared = [
+                g.uuid
+                for node, g in NodeRepo(s).gpus()
+                if g.sharing is SharingMode.SHARED and (self.node is None or node == self.node)
+            ]
+        self.mps.manage(shared)
+        return self.mps.ensure_all()
