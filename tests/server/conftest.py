@@ -70,6 +70,7 @@ class World:
         body.setdefault("command", ["python", "train.py"])
         r = self.post(role, "/workloads", json=body)
         assert r.status_code == 201, r.text
+        self.clock.advance(1)  # distinct submit times: a deterministic queue order
         return r.json()
 
 

@@ -1,0 +1,217 @@
+"""The scheduler loop over a real store with the fake executors and a ManualClock: admission,
+start failure and requeue, preemption, unschedulable work, cancel while stopping, and no
+double allocation when two schedulers race. Also the loop base class."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from gpupool.domain import Quota, Tenant, WorkloadState
+from gpupool.executors.fake import FailingExecutor, FakeExecutor
+from gpupool.server.app import create_app
+from gpupool.server.context import AppContext
+from gpupool.server.loops.base import Loop, LoopGroup
+from gpupool.server.loops.scheduler import SchedulerLoop
+from gpupool.server.services import lifecycle
+from gpupool.server.settings import Settings
+from gpupool.store import AllocationRepo, TenantRepo, WorkloadRepo, open_store
+
+S = WorkloadState
+
+
+def state(world, wid: str) -> str:
+    return world.get("admin", f"/workloads/{wid}").json()["state"]
+
+
+def test_admitted_work_is_started_with_its_gpus(world):
+    a = world.submit(gpus=2)
+    report = world.scheduler.run_once()
+    assert report.admitted == report.started == [a["id"]]
+    assert state(world, a["id"]) == "running"
+    proc = world.executor.process(a["id"])
+    assert len(proc.env["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    assert world.executor.launches_of(a["id"]) == 1
+    world.scheduler.run_once()  # nothing new: no second launch
+    assert world.executor.launches_of(a["id"]) == 1
+
+
+def test_start_failure_rolls_back_and_requeues_with_the_reason(world):
+    world.ctx.executor = FailingExecutor(world.clock, failures=1, message="engine said no")
+    a = world.submit(gpus=1)
+    report = world.scheduler.run_once()
+    assert a["id"] in report.start_failed
+    got = world.get("admin", f"/workloads/{a['id']}").json()
+    assert got["state"] == "pending" and "engine said no" in got["reason"]
+    assert got["allocation"]["released_at"] is not None
+    with world.ctx.store.read() as s:
+        assert AllocationRepo(s).active() == []
+    world.scheduler.run_once()  # the second try works
+    assert state(world, a["id"]) == "running"
+
+
+def test_unschedulable_work_fails_with_the_reason(world):
+    # the request fit when submitted, then the admin made every GPU exclusive
+    a = world.submit(gpu_fraction=0.5)
+    assert world.patch("admin", "/gpus/GPU-n1-3", json={"sharing": "exclusive"}).status_code == 200
+    report = world.scheduler.run_once()
+    assert report.failed == [a["id"]]
+    got = world.get("admin", f"/workloads/{a['id']}").json()
+    assert got["state"] == "failed" and got["reason"]
+
+
+def test_preemption_stops_borrowed_work_and_requeues_it(world):
+    # "other" borrows all 4 GPUs beyond its guarantee of 1; then lab (guaranteed 2) asks
+    with world.ctx.store.write() as s:
+        TenantRepo(s).save(Tenant("other", Quota.gpus(1, 4)), 0, create=False)
+    big = world.submit(role="outsider", gpus=4)
+    world.scheduler.run_once()
+    assert state(world, big["id"]) == "running"
+    world.clock.advance(3600)  # past the minimum runtime
+    small = world.submit(gpus=2)
+    report = world.scheduler.run_once()
+    assert report.preempted == [big["id"]]
+    victim = world.get("admin", f"/workloads/{big['id']}").json()
+    assert victim["state"] == "pending" and victim["preemptions"] == 1
+    kinds = [e["kind"] for e in victim["events"]]
+    assert "workload.stopping" in kinds and "workload.preempted" in kinds
+    world.scheduler.run_once()
+    assert state(world, small["id"]) == "running"
+
+
+def test_cancel_of_work_that_ignores_the_stop_holds_the_gpu_until_it_ends(world):
+    ex = FakeExecutor(world.clock, ignores_term=True)
+    world.ctx.executor = ex
+    a = world.submit(gpus=3)
+    world.scheduler.run_once()
+    r = world.delete("member", f"/workloads/{a['id']}")
+    assert r.status_code == 200 and r.json()["state"] == "running"  # stopping
+    b = world.submit(gpus=3)
+    world.scheduler.run_once()
+    assert state(world, b["id"]) == "pending"  # a's GPUs are still in use
+    world.clock.advance(world.ctx.settings.stop_grace_s)
+    ex.tick()  # forced kill
+    lifecycle.settle(world.ctx, a["id"])
+    assert state(world, a["id"]) == "cancelled"
+    world.scheduler.run_once()
+    assert state(world, b["id"]) == "running"
+
+
+def test_pending_reasons_are_stored_each_cycle(world):
+    world.submit(gpus=3)
+    world.clock.advance(1)
+    b = world.submit(gpus=2)
+    world.scheduler.run_once()
+    got = world.get("member", f"/workloads/{b['id']}").json()
+    assert got["pending"]["position"] == 1 and got["pending"]["reason"]
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_two_schedulers_racing_never_double_allocate(db, tmp_path):
+    from tests.store.databases import POSTGRES_URL, store_url
+
+    if db == "postgres" and not POSTGRES_URL:
+        pytest.skip("GPUPOOL_TEST_POSTGRES_URL is not set")
+    url = store_url(db, tmp_path)
+    from tests.server.conftest import seed
+
+    contexts: list[AppContext] = []
+    from gpupool.clock import ManualClock
+    from gpupool.executors.fake import FakeWorld
+
+    clock = ManualClock(1_780_000_000.0)
+    fake_world = FakeWorld()
+    for i in range(2):
+        store = open_store(url)
+        app = create_app(
+            Settings(database_url=url, start_loops=False),
+            executor=FakeExecutor(clock, world=fake_world),
+            clock=clock,
+            store=store,
+        )
+        contexts.append(app.state.ctx)
+        if i == 0:
+            seed(app.state.ctx)
+            with store.write() as s:
+                TenantRepo(s).save(Tenant("lab", Quota.gpus(0, 10)), 0, create=False)
+    from gpupool.domain import Request, Workload
+    from gpupool.store import new_workload_id
+
+    with contexts[0].store.write() as s:
+        for i in range(20):
+            WorkloadRepo(s).add(
+                Workload(
+                    new_workload_id(), "lab", "ann", Request(gpus=1), submitted_at=i, command=("x",)
+                )
+            )
+    loops = [SchedulerLoop(c) for c in contexts]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(loop: SchedulerLoop) -> None:
+        try:
+            for _ in range(3):
+                barrier.wait()
+                loop.run_once()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(lp,)) for lp in loops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with contexts[0].store.read() as s:
+        usage = AllocationRepo(s).gpu_usage()
+        running = AllocationRepo(s).running()
+        states = [r.workload.state for r in WorkloadRepo(s).list()]
+    assert all(milli <= 1000 for milli, _ in usage.values())
+    assert len(running) == 4 and states.count(S.PENDING) == 16
+    launched = fake_world.launches
+    assert len(launched) == len(set(launched)) == 4  # nothing launched twice
+    for c in contexts:
+        c.store.close()
+
+
+class CountingLoop(Loop):
+    name = "counting"
+
+    def __init__(self, fail_first: bool = False):
+        super().__init__(interval_s=3600)
+        self.fail_first = fail_first
+        self.done = 0
+        self.ran: asyncio.Event | None = None
+
+    def run_once(self) -> None:
+        self.done += 1
+        if self.fail_first and self.done == 1:
+            raise RuntimeError("boom")
+
+
+def test_loop_survives_errors_and_is_woken_and_restartable():
+    async def scenario() -> None:
+        loop = CountingLoop(fail_first=True)
+        group = LoopGroup()
+        group.add(loop)
+        group.start_all()
+        # the first pass fails; the loop carries on and runs again when woken
+        while loop.passes < 1:
+            await asyncio.sleep(0)
+        assert loop.errors == 1 and loop.running
+        group.wake("counting")
+        while loop.passes < 2:
+            await asyncio.sleep(0)
+        assert loop.done == 2
+        await group.stop_all()
+        assert not loop.running
+        loop.start()  # safe to restart
+        while loop.passes < 3:
+            await asyncio.sleep(0)
+        await loop.stop()
+        with pytest.raises(ValueError):
+            group.add(CountingLoop())
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=30))
