@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 
-from conftest import write_proc
+from telemetry_fakes import write_proc
 
 from gpupool.telemetry import WORKLOAD_ENV, Attributor, Via, WorkloadOwner
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import (
+from telemetry_fakes import (
     FUNCTION_NOT_FOUND,
     GPU_IS_LOST,
     LIBRARY_NOT_FOUND,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import write_proc
+from telemetry_fakes import write_proc
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Share
