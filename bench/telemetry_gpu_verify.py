@@ -183,6 +183,17 @@ def main() -> int:
             policer=Policer(SystemClock(), PolicingConfig(idle_after_s=0)),
             allocations=lambda: allocs,
         )
+        import pynvml
+
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        raw = pynvml.nvmlDeviceGetProcessUtilization(h, 0)
+        res["nvml_process_util_raw"] = {
+            "wall_us": int(time.time() * 1e6),
+            "samples": len(raw),
+            "newest": [
+                (s.pid, s.timeStamp, s.smUtil) for s in sorted(raw, key=lambda s: s.timeStamp)[-6:]
+            ],
+        }
         frames = sample_frames(sampler, 6)
         res["frames_torch"] = frames
         procs = {p["pid"]: p for p in frames[-1]["gpus"][0]["processes"]}
@@ -202,11 +213,16 @@ def main() -> int:
         ]
         res["sm_util_series_w_demo"] = sm_series
         checks["per_process_sm_util_read"] = any((v or 0) > 0 for v in sm_series)
+        first = frames[0]["gpus"][0]["processes"]
+        checks["first_sample_sm_util_nonzero"] = sum(p["sm_util"] or 0 for p in first) > 0
         kinds = {d["kind"] for d in frames[-1]["gpus"][0]["detections"]}
         checks["policing_over_memory_w_demo"] = "over_memory" in kinds
         checks["policing_foreign_gpu_w_child"] = "foreign_gpu" in kinds
         log("torch frame checks", checks)
 
+        wide = {**base_env, "COLUMNS": "200"}
+        res["top_once_screen"] = sh([*cli, "top", "--once"], env=wide).stdout
+        res["devices_screen"] = sh([*cli, "devices"], env=wide).stdout
         top = sh([*cli, "top", "--once", "--json"], env=base_env)
         res["top_once_json_rc"] = top.returncode
         res["top_once_json"] = json.loads(top.stdout) if top.returncode == 0 else top.stderr
