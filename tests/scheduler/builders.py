@@ -148,7 +148,7 @@ def apply(
         w = dataclasses.replace(
             by_id[wid], state=WorkloadState.RUNNING, admitted_at=now, started_at=now
         )
-        run.append(RunningWorkload(w, a))
+        run.append(RunningWorkload(w, a.allocation))
     requeued = [
         dataclasses.replace(
             rw.workload,

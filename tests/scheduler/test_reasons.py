@@ -93,7 +93,9 @@ def test_no_nodes_registered_yet_means_waiting():
 def test_admission_cap_reason():
     n = node("n", gpus=8)
     pending = [job(f"j{i}", gpus=1, submit=i) for i in range(3)]
-    d = cycle(snapshot([n], [tenant("lab-a")]), pending, 0.0, SchedulerConfig(max_admissions_per_cycle=1))
+    d = cycle(
+        snapshot([n], [tenant("lab-a")]), pending, 0.0, SchedulerConfig(max_admissions_per_cycle=1)
+    )
     assert len(d.admissions) == 1
     assert d.pending["j2"].reason == "waiting for the next cycle (at most 1 admissions per cycle)"
 
