@@ -275,6 +275,9 @@ def main() -> int:
         checks["metrics_process_series_w_demo"] = bool(
             pm and any(s.labels.get("workload") == "w-demo" for s in pm.samples)
         )
+        ps = fams.get("gpupool_gpu_process_sm_util")
+        sm_values = [x.value for x in ps.samples] if ps else []
+        checks["metrics_process_sm_util_nonzero"] = any(v > 0 for v in sm_values)
         log("exporter", res["exporter_scrape_ms"], "ms", checks)
 
         # -- sampling cost on the real GPU, with the workers running --------------------
