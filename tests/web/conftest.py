@@ -102,6 +102,8 @@ def browser():
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
         pytest.skip(f"Chromium not found at {CHROMIUM}; scripts/test installs Debian's chromium")
     sync_api = pytest.importorskip("playwright.sync_api")
+    # A shared 2-core CI machine can be slow to run Plotly's bundle; waits are for readiness.
+    sync_api.expect.set_options(timeout=20_000)
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield b

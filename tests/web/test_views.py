@@ -116,25 +116,30 @@ def test_tenant_live_view_rolls_busy_up_the_tree():
     assert v["other"] == {"fair_share_milli": None, "busy_milli": 0}
 
 
-def test_gpu_history_view_picks_resolution_and_downsamples():
+def test_gpu_history_view_puts_every_gpu_on_one_time_grid():
     clock = ManualClock(10_000.0)
-    src = SimulatedSource("1xA100-40GB", clock=clock, hostname="sim")
+    src = SimulatedSource("2xA100-40GB", clock=clock, hostname="sim")
     sampler = Sampler(src, clock=clock)
     for i in range(7200):  # two hours at 1 s
         src.set_utilization(0, float(i % 100))
+        src.set_utilization(1, 50.0)
         sampler.sample_once()
         clock.advance(1.0)
-    uuid = next(iter(sampler.gpus))
-    hist = {uuid: (sampler.gpu_history(uuid), sampler.gpu_history(uuid, per_minute=True))}
-    gpus = [("sim", uuid, 0, "A100")]
-    hour = gpu_history_view(gpus, hist, now=clock.now(), range_s=3600, max_points=100)
-    s = hour["series"][0]
-    assert len(s["t"]) == 100 and s["label"] == "sim/0 A100"
-    assert s["t"][0] >= clock.now() - 3600 and s["t"] == sorted(s["t"])
-    assert all(0 <= u <= 99 for u in s["util"])
-    day = gpu_history_view(gpus, hist, now=clock.now(), range_s=86400, max_points=500)
-    # per-minute points: two hours minus the open minute
-    assert 118 <= len(day["series"][0]["t"]) <= 120
-    assert day["covered_from"] is not None and day["covered_from"] < clock.now() - 3600
+    u0, u1 = list(sampler.gpus)
+    gpus = [("sim", u0, 0, "A100"), ("sim", u1, 1, "A100")]
+    fine = {u: sampler.gpu_history(u) for u in (u0, u1)}
+    hour = gpu_history_view(gpus, fine, now=clock.now(), range_s=3600, buckets=100)
+    assert len(hour["t"]) == 100 and hour["t"] == sorted(hour["t"])
+    assert hour["t"][0] >= clock.now() - 3600 and hour["t"][-1] <= clock.now()
+    s0, s1 = hour["series"]
+    assert s0["label"] == "sim/0 A100" and len(s0["util"]) == len(s1["util"]) == 100
+    assert all(0 <= u <= 99 for u in s0["util"])
+    assert set(s1["util"]) == {50.0}
+    minutes = {u: sampler.gpu_history(u, per_minute=True) for u in (u0, u1)}
+    day = gpu_history_view(gpus, minutes, now=clock.now(), range_s=86400, buckets=240)
+    filled = [u for u in day["series"][1]["util"] if u is not None]
+    # two hours of a day in 6-minute slots: about 20 slots hold data, the rest are gaps
+    assert 19 <= len(filled) <= 21 and day["series"][1]["util"][0] is None
+    assert day["covered_from"] < clock.now() - 3600
     empty = gpu_history_view([("sim", "GPU-x", 1, "A100")], {}, now=clock.now(), range_s=3600)
-    assert empty["series"][0]["t"] == [] and empty["covered_from"] is None
+    assert set(empty["series"][0]["util"]) == {None} and empty["covered_from"] is None

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
 
 from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
 from gpupool.domain.resources import Capacity
@@ -63,15 +64,17 @@ def _frames(ctx: Any) -> list[Frame]:
     return [s.latest for s in _sources(ctx) if getattr(s, "latest", None) is not None]
 
 
-def _history(ctx: Any, uuids: set[str]) -> dict[str, tuple[list[GPUPoint], list[GPUPoint]]]:
-    out: dict[str, tuple[list[GPUPoint], list[GPUPoint]]] = {}
+def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:
+    """GPU uuid -> its points at one resolution, from whichever sampler has them."""
+    out: dict[str, list[GPUPoint]] = {}
     for s in _sources(ctx):
+        known = getattr(s, "gpus", None)
         for uuid in uuids:
-            if uuid in out:
+            if uuid in out or (isinstance(known, dict) and uuid not in known):
                 continue
-            fine = s.gpu_history(uuid)
-            if fine:
-                out[uuid] = (fine, s.gpu_history(uuid, per_minute=True))
+            pts = s.gpu_history(uuid, per_minute=per_minute)
+            if pts:
+                out[uuid] = pts
     return out
 
 
@@ -116,19 +119,23 @@ def create_api_router() -> APIRouter:
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
 
-    @router.get("/cluster", summary="Nodes and GPUs with live readings and holders")
+    # Responses are built as plain dicts and sent as JSONResponse (no response-model pass:
+    # these are the dashboard's hottest calls).
+    @router.get(
+        "/cluster", response_model=None, summary="Nodes and GPUs with live readings and holders"
+    )
     def cluster(
         ctx: AppContext = Depends(get_ctx), _: Principal = Depends(authenticated)
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         with ctx.store.read() as s:
             nodes = NodeRepo(s).list()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
-        return cluster_view(nodes, running, _frames(ctx), now=ctx.clock.now())
+        return JSONResponse(cluster_view(nodes, running, _frames(ctx), now=ctx.clock.now()))
 
-    @router.get("/tenants", summary="Fair share and busy GPUs per tenant")
+    @router.get("/tenants", response_model=None, summary="Fair share and busy GPUs per tenant")
     def tenants(
         ctx: AppContext = Depends(get_ctx), who: Principal = Depends(authenticated)
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         with ctx.store.read() as s:
             tree = TenantRepo(s).tree()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
@@ -144,9 +151,11 @@ def create_api_router() -> APIRouter:
             view = {
                 t: v for t, v in view.items() if any(t == r or t.startswith(r + "/") for r in roots)
             }
-        return {"now": ctx.clock.now(), "tenants": view}
+        return JSONResponse({"now": ctx.clock.now(), "tenants": view})
 
-    @router.get("/gpu-history", summary="Utilization and memory per GPU over time")
+    @router.get(
+        "/gpu-history", response_model=None, summary="Utilization and memory per GPU over time"
+    )
     def gpu_history(
         range_s: int = Query(
             86400,
@@ -154,7 +163,7 @@ def create_api_router() -> APIRouter:
         ),
         ctx: AppContext = Depends(get_ctx),
         _: Principal = Depends(authenticated),
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         if range_s not in RANGES_S:
             raise ValidationError(
                 f"range_s must be one of {', '.join(map(str, RANGES_S))} (1 h, 24 h, 7 d, 30 d)",
@@ -162,7 +171,8 @@ def create_api_router() -> APIRouter:
             )
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-        hist = _history(ctx, {g[1] for g in gpus})
-        return gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s)
+        # The sampler keeps every sample for an hour and per-minute means for a week.
+        hist = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
+        return JSONResponse(gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s))
 
     return router

@@ -6,6 +6,7 @@ server and reused by any route that serves them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ IDLE_UTIL_PCT = 5.0
 
 #: Ranges the usage page offers, in seconds.
 RANGES_S = (3600, 86400, 7 * 86400, 30 * 86400)
-#: At most this many points per GPU series are sent to the browser.
+#: Time slots per GPU series sent to the browser.
 MAX_POINTS = 240
 
 
@@ -175,61 +176,51 @@ def tenant_live_view(
     return out
 
 
-def _downsample(points: Sequence[GPUPoint], start: float, n: int) -> list[GPUPoint]:
-    """Points at or after `start`, averaged into at most `n` buckets (oldest first)."""
-    pts = [p for p in points if p.t >= start]
-    if len(pts) <= n:
-        return pts
-    size = len(pts) / n
-    out = []
-    for i in range(n):
-        chunk = pts[int(i * size) : int((i + 1) * size)] or [pts[min(int(i * size), len(pts) - 1)]]
-        utils = [p.util for p in chunk if p.util is not None]
-        mems = [p.memory_used_mib for p in chunk if p.memory_used_mib is not None]
-        out.append(
-            GPUPoint(
-                chunk[len(chunk) // 2].t,
-                sum(utils) / len(utils) if utils else None,
-                sum(mems) / len(mems) if mems else None,
-                None,
-                None,
-            )
-        )
-    return out
-
-
 def gpu_history_view(
     gpus: Sequence[tuple[str, str, int, str]],
-    history: Mapping[str, tuple[Sequence[GPUPoint], Sequence[GPUPoint]]],
+    history: Mapping[str, Sequence[GPUPoint]],
     *,
     now: float,
     range_s: float,
-    max_points: int = MAX_POINTS,
+    buckets: int = MAX_POINTS,
 ) -> dict[str, Any]:
-    """Utilization and memory per GPU over the last `range_s` seconds.
+    """Utilization and memory per GPU over the last `range_s` seconds on one time grid.
 
-    `gpus`: (node, uuid, index, model) for each GPU. `history[uuid]` = (fine points, per-minute
-    points). Ranges up to an hour use the fine points, longer ones the per-minute points; each
-    series is averaged down to at most `max_points`. `covered_from` says how far back the
-    telemetry actually reaches (the sampler keeps a week of minutes).
+    `gpus`: (node, uuid, index, model) for each GPU; `history[uuid]`: its points, oldest first
+    (the caller picks the resolution). The range is cut into `buckets` equal slots; each
+    GPU's value in a slot is the mean of its points there, None where it has none.
+    `covered_from` is the oldest point seen (telemetry may not reach back the whole range).
     """
     start = now - range_s
+    width = range_s / buckets
+    grid = [round(start + (i + 0.5) * width, 1) for i in range(buckets)]
     series = []
     earliest: float | None = None
     for node, uuid, index, model in gpus:
-        fine, minutes = history.get(uuid, ((), ()))
-        source = fine if range_s <= 3600 else minutes
-        pts = _downsample(source, start, max_points)
-        if pts:
-            earliest = pts[0].t if earliest is None else min(earliest, pts[0].t)
+        pts = history.get(uuid, ())
+        u_sum = [0.0] * buckets
+        u_n = [0] * buckets
+        m_sum = [0.0] * buckets
+        m_n = [0] * buckets
+        for p in pts[bisect_left(pts, start, key=lambda q: q.t) :]:
+            i = min(int((p.t - start) / width), buckets - 1)
+            if p.util is not None:
+                u_sum[i] += p.util
+                u_n[i] += 1
+            if p.memory_used_mib is not None:
+                m_sum[i] += p.memory_used_mib
+                m_n[i] += 1
+            if earliest is None or p.t < earliest:
+                earliest = p.t
         series.append(
             {
                 "node": node,
                 "uuid": uuid,
                 "label": f"{node}/{index} {model}",
-                "t": [round(p.t, 1) for p in pts],
-                "util": [_round(p.util) for p in pts],
-                "memory_used_mib": [_round(p.memory_used_mib, 0) for p in pts],
+                "util": [round(a / n, 1) if n else None for a, n in zip(u_sum, u_n, strict=True)],
+                "memory_used_mib": [
+                    round(a / n) if n else None for a, n in zip(m_sum, m_n, strict=True)
+                ],
             }
         )
     return {
@@ -237,5 +228,6 @@ def gpu_history_view(
         "from": start,
         "range_s": range_s,
         "covered_from": earliest,
+        "t": grid,
         "series": series,
     }

@@ -78,7 +78,7 @@
       h("td", {}, e.user || "—"), h("td", {}, e.tenant || "—"), h("td", {}, e.workload_id || "—"), h("td", {}, e.message))), "No events.");
   }
 
-  async function loadEvents() { events = items(await GP.get("/events?limit=500")).sort((a, b) => b.at - a.at); renderEvents(); }
+  async function loadEvents() { events = items(await GP.get("/events?limit=200")).sort((a, b) => b.at - a.at); renderEvents(); }
 
   async function createUser(ev) {
     ev.preventDefault();

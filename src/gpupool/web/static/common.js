@@ -267,13 +267,18 @@ const GP = (() => {
     if (body.dataset.page && !token()) { toLogin(); return null; }
     const logout = document.getElementById("logout");
     if (logout) logout.addEventListener("click", () => { clearSession(); location.assign(`${BASE}/login`); });
+    // Who am I: the copy kept at login lets the page start its data calls at once; a fresh
+    // copy is fetched alongside (roles may have changed) and awaited only when none is kept.
     let u = me();
     if (body.dataset.page) {
-      try {
-        u = await api("GET", "/auth/me");
-        sessionStorage.setItem(ME_KEY, JSON.stringify(u));
-      } catch (e) {
-        if (e.status === 401) return null;
+      const fresh = api("GET", "/auth/me").then((x) => {
+        sessionStorage.setItem(ME_KEY, JSON.stringify(x));
+        return x;
+      });
+      if (!u) {
+        try { u = await fresh; } catch (e) { return null; }
+      } else {
+        fresh.catch(() => {});
       }
     }
     const who = document.getElementById("whoami");

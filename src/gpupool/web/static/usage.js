@@ -1,12 +1,17 @@
 /* Usage page: GPU utilization and memory over time (telemetry history), allocated vs busy
  * GPU-hours per tenant and per user (accounting), efficiency per user, CSV export.
- * Charts are drawn by Plotly, served from the installed `plotly` package. */
+ *
+ * Charts are drawn by Plotly, served from the installed `plotly` package. Its bundle is large
+ * (~4.8 MB), so it is loaded only after the numbers are on screen: the efficiency table and
+ * CSV export never wait for it, and the charts fill in as soon as it is ready. */
 "use strict";
 (() => {
   const { h } = GP;
   const REFRESH_MS = 30000;
+  const CHARTS = ["chart-util", "chart-mem", "chart-tenant", "chart-user"];
   let rangeS = 86400;
   let last = { tenants: [], users: [], from: null, to: null };
+  let plotly = null;
 
   const items = (x) => (Array.isArray(x) ? x : (x && (x.items || x.rows || x.groups)) || []);
   const hours = (s) => (s || 0) / 3600;
@@ -17,16 +22,30 @@
   }, extra);
   const config = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["sendDataToCloud"] };
 
-  function draw(id, traces, lay, emptyMsg) {
-    const el = document.getElementById(id);
-    if (!window.Plotly) { el.textContent = "Charts are unavailable: the plotly package is not installed on the server."; return; }
-    if (!traces.length) {
-      window.Plotly.purge(el);
-      el.replaceChildren(h("p", { class: "muted" }, emptyMsg));
-      return;
+  /** Load Plotly once (a script from this server, allowed by the page's CSP). */
+  function loadPlotly() {
+    if (!plotly) {
+      plotly = new Promise((resolve, reject) => {
+        const s = h("script", { src: `${GP.BASE}/vendor/plotly.min.js` });
+        s.addEventListener("load", () => (window.Plotly ? resolve(window.Plotly) : reject(new Error("no Plotly"))));
+        s.addEventListener("error", () => reject(new Error("the chart library could not be loaded")));
+        document.head.append(s);
+      });
     }
+    return plotly;
+  }
+
+  function placeholder(id, msg, cls = "muted") {
+    const el = document.getElementById(id);
+    if (window.Plotly && el.classList.contains("js-plotly-plot")) window.Plotly.purge(el);
+    el.replaceChildren(h("p", { class: cls }, msg));
+  }
+
+  function draw(P, id, traces, lay, emptyMsg) {
+    if (!traces.length) { placeholder(id, emptyMsg); return; }
+    const el = document.getElementById(id);
     if (el.firstChild && el.firstChild.nodeName === "P") el.replaceChildren();
-    window.Plotly.react(el, traces, layout(lay), config);
+    P.react(el, traces, layout(lay), config);
   }
 
   function key(r) { return r.key ?? r.user ?? r.tenant ?? r.day ?? "?"; }
@@ -41,6 +60,30 @@
     ];
   }
 
+  function drawCharts(P, hist, t, u) {
+    // Utilization: one heatmap row per GPU (readable with 64 GPUs, one trace to draw).
+    const x = hist.t.map((v) => new Date(v * 1000));
+    const withData = hist.series.filter((s) => s.util.some((v) => v !== null));
+    draw(P, "chart-util", withData.length ? [{
+      type: "heatmap", x, y: withData.map((s) => s.label), z: withData.map((s) => s.util),
+      zmin: 0, zmax: 100, colorscale: "Viridis", colorbar: { title: { text: "%" } },
+      hovertemplate: "%{y}<br>%{x}<br>%{z:.0f}%<extra></extra>",
+    }] : [], { margin: { l: 150, r: 10, t: 10, b: 40 }, yaxis: { automargin: true } }, "No telemetry for this range yet.");
+    // Memory: GiB used per node (the sum of its GPUs).
+    const byNode = new Map();
+    for (const s of hist.series) {
+      const acc = byNode.get(s.node) || hist.t.map(() => null);
+      s.memory_used_mib.forEach((m, i) => { if (m !== null) acc[i] = (acc[i] || 0) + m / 1024; });
+      byNode.set(s.node, acc);
+    }
+    const mem = [...byNode].filter(([, ys]) => ys.some((v) => v !== null))
+      .map(([node, ys]) => ({ type: "scatter", mode: "lines", name: node, x, y: ys }));
+    draw(P, "chart-mem", mem, { yaxis: { title: { text: "GiB used" }, rangemode: "tozero" } }, "No telemetry for this range yet.");
+    const gpuh = { barmode: "group", yaxis: { title: { text: "GPU-hours" } } };
+    draw(P, "chart-tenant", t.length ? bars(t) : [], gpuh, "No usage recorded in this range.");
+    draw(P, "chart-user", u.length ? bars(u) : [], gpuh, "No usage recorded in this range.");
+  }
+
   async function refresh() {
     const now = Date.now() / 1000;
     const from = now - rangeS;
@@ -50,19 +93,16 @@
       GP.get(`/usage?group_by=tenant&${q}`),
       GP.get(`/usage?group_by=user&${q}`),
     ]);
-    const x = (s) => s.t.map((t) => new Date(t * 1000));
-    draw("chart-util", hist.series.filter((s) => s.t.length).map((s) => ({ type: "scatter", mode: "lines", name: s.label, x: x(s), y: s.util })),
-      { yaxis: { title: { text: "%" }, range: [0, 100] } }, "No telemetry for this range yet.");
-    draw("chart-mem", hist.series.filter((s) => s.t.length).map((s) => ({ type: "scatter", mode: "lines", name: s.label, x: x(s), y: s.memory_used_mib.map((m) => (m === null ? null : m / 1024)) })),
-      { yaxis: { title: { text: "GiB" }, rangemode: "tozero" } }, "No telemetry for this range yet.");
     const t = items(tenants), u = items(users);
-    draw("chart-tenant", t.length ? bars(t) : [], { barmode: "group", yaxis: { title: { text: "GPU-hours" } } }, "No usage recorded in this range.");
-    draw("chart-user", u.length ? bars(u) : [], { barmode: "group", yaxis: { title: { text: "GPU-hours" } } }, "No usage recorded in this range.");
-    const eff = u.map((r) => ({ key: key(r), a: alloc(r), b: busy(r) })).sort((p, q2) => (p.a ? p.b / p.a : 1) - (q2.a ? q2.b / q2.a : 1));
+    const eff = u.map((r) => ({ key: key(r), a: alloc(r), b: busy(r) }))
+      .sort((p, p2) => (p.a ? p.b / p.a : 1) - (p2.a ? p2.b / p2.a : 1));
     GP.fillTable("efficiency", eff.map((r) => h("tr", {},
       h("td", {}, r.key), h("td", { class: "num" }, r.a.toFixed(2)), h("td", { class: "num" }, r.b.toFixed(2)),
       h("td", { class: "num" }, r.a ? GP.pct((100 * r.b) / r.a) : "—"))), "No usage recorded in this range.");
     last = { tenants: t, users: u, from: day(from), to: day(now) };
+    loadPlotly().then((P) => drawCharts(P, hist, t, u), (e) => {
+      CHARTS.forEach((id) => placeholder(id, `Charts are unavailable: ${e.message}. The numbers above and the CSV export still work.`, "error"));
+    });
   }
 
   function exportCsv() {
@@ -78,6 +118,7 @@
 
   GP.ready.then((u) => {
     if (!u) return;
+    CHARTS.forEach((id) => placeholder(id, "Loading chart…"));
     let stop = GP.poll(refresh, REFRESH_MS);
     document.querySelectorAll("button.range").forEach((b) => b.addEventListener("click", () => {
       rangeS = Number(b.dataset.range);
