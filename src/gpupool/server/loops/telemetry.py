@@ -1,0 +1,226 @@
+"""The telemetry loop: samples this node's GPUs, attributes processes, polices shares.
+
+Each pass takes one sample through `gpupool.telemetry.Sampler` (the allocations it polices
+come from the store; processes are attributed to workloads by their `GPUPOOL_WORKLOAD_ID`),
+refreshes the node's heartbeat, and acts on the policing detections:
+
+- `over_memory` on a share that is not enforced by hardware or MPS, and `foreign_gpu`
+  (a workload's process on a GPU it does not hold): an event warns at once; if the
+  condition still holds after `kill_after_s`, the offending processes are killed and a
+  `gpu.policed` event records why. Shares enforced by `mps`/`hardware` are never killed
+  for memory: the limit holds there (an event is still recorded).
+- `unowned_on_allocated` (a process no workload owns on a held GPU): an event, no action.
+- `idle`: nothing here; the culler reads idleness from `idle_seconds()`.
+
+Events are written once per condition (and once more when acted on), not on every pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+from gpupool.domain import Allocation, Enforcement, Event
+from gpupool.server.context import AppContext
+from gpupool.server.loops.base import Loop
+from gpupool.store import AllocationRepo, EventRepo, NodeRepo, NotFound, WorkloadRepo
+from gpupool.telemetry import (
+    Attributor,
+    Detection,
+    DetectionKind,
+    GPUSource,
+    Policer,
+    PolicingConfig,
+    Sampler,
+    WorkloadOwner,
+)
+
+log = logging.getLogger(__name__)
+ENFORCED = (Enforcement.MPS, Enforcement.HARDWARE)
+
+
+def default_killer(source: GPUSource) -> Callable[[int], None]:
+    """Kill a real process with SIGKILL; on simulated GPUs, take the process off the GPU."""
+    if getattr(source, "simulated", False) and hasattr(source, "remove_process"):
+        return lambda pid: source.remove_process(pid)  # type: ignore[attr-defined]
+
+    def kill(pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    return kill
+
+
+class TelemetryLoop(Loop):
+    name = "telemetry"
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        source: GPUSource,
+        *,
+        node: str,
+        interval_s: float = 5.0,
+        kill_after_s: float = 30.0,
+        kill: Callable[[int], None] | None = None,
+        policing: PolicingConfig | None = None,
+        proc_root: str = "/proc",
+        attributor: Attributor | None = None,
+    ):
+        super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
+        self.ctx = ctx
+        self.node = node
+        self.kill_after_s = kill_after_s
+        self.kill = kill or default_killer(source)
+        self.policer = Policer(ctx.clock, policing or PolicingConfig(idle_after_s=0.0))
+        self.sampler = Sampler(
+            source,
+            ctx.clock,
+            interval_s=interval_s,
+            attributor=attributor or Attributor(proc_root, resolve_workload=self._owner),
+            policer=self.policer,
+            allocations=self._allocations,
+        )
+        #: detection key -> the `since` it was reported with (dedupes events)
+        self._warned: dict[tuple, float] = {}
+        self._acted: set[tuple] = set()
+
+    # -- store lookups (called by the sampler) --------------------------------------------
+    def _owner(self, workload_id: str) -> WorkloadOwner | None:
+        with self.ctx.store.read() as s:
+            try:
+                w = WorkloadRepo(s).get(workload_id)
+            except NotFound:
+                return None
+        return WorkloadOwner(w.owner, w.tenant)
+
+    def _allocations(self) -> list[Allocation]:
+        with self.ctx.store.read() as s:
+            return [a for a in AllocationRepo(s).active() if a.node == self.node]
+
+    # -- the pass ----------------------------------------------------------------------------
+    def run_once(self) -> list[Detection]:
+        frame = self.sampler.sample_once()
+        now = self.ctx.clock.now()
+        with self.ctx.store.write() as s, contextlib.suppress(NotFound):
+            NodeRepo(s).heartbeat(self.node, now)
+        current = {d.key: d for d in frame.detections}
+        for key in set(self._warned) - set(current):
+            del self._warned[key]
+            self._acted.discard(key)
+        for d in frame.detections:
+            self._handle(d, now)
+        return list(frame.detections)
+
+    def _handle(self, d: Detection, now: float) -> None:
+        if d.kind is DetectionKind.IDLE:
+            return
+        if self._warned.get(d.key) != d.since:
+            self._warned[d.key] = d.since
+            self._acted.discard(d.key)
+            self._record(d, now, f"telemetry.{d.kind}", d.message)
+        actionable = d.kind is DetectionKind.FOREIGN_GPU or (
+            d.kind is DetectionKind.OVER_MEMORY and d.enforcement not in ENFORCED
+        )
+        if not actionable or d.key in self._acted or d.duration_s < self.kill_after_s:
+            return
+        self._acted.add(d.key)
+        for pid in d.pids:
+            try:
+                self.kill(pid)
+            except (PermissionError, OSError) as e:
+                log.warning("policing could not kill pid %d: %s", pid, e)
+        self._record(
+            d,
+            now,
+            "gpu.policed",
+            f"killed process{'es' if len(d.pids) > 1 else ''} "
+            f"{', '.join(map(str, d.pids))}: {d.message} for {d.duration_s:.0f} s",
+        )
+
+    def _record(self, d: Detection, now: float, kind: str, message: str) -> None:
+        tenant = user = None
+        if d.workload_id:
+            owner = self._owner(d.workload_id)
+            if owner is not None:
+                tenant, user = owner.tenant, owner.user
+        data: dict[str, object] = {"gpu": d.gpu_uuid, "pids": list(d.pids), "kind": str(d.kind)}
+        if d.observed is not None:
+            data["observed"] = d.observed
+        if d.limit is not None:
+            data["limit"] = d.limit
+        if d.enforcement is not None:
+            data["enforcement"] = str(d.enforcement)
+        with self.ctx.store.write() as s:
+            EventRepo(s).add(
+                Event(
+                    at=now,
+                    kind=kind,
+                    message=message,
+                    workload_id=d.workload_id,
+                    tenant=tenant,
+                    user=user,
+                    data=data,
+                )
+            )
+
+    # -- for the culler and accounting ------------------------------------------------------
+    def idle_seconds(self, allocation: Allocation) -> float | None:
+        """How long every GPU of `allocation` has been idle (0 when any is busy).
+
+        None when telemetry has not sampled yet (no evidence: never cull on no evidence)."""
+        if self.sampler.latest is None or not allocation.shares:
+            return None
+        return min(
+            self.policer.idle_for(allocation.workload_id, s.gpu_uuid) for s in allocation.shares
+        )
+
+    def busy_fraction(self, allocation: Allocation) -> float | None:
+        """Busy GPU-seconds per allocated GPU-second of `allocation` in the latest sample.
+
+        Per share: its processes' SM use if known, else the GPU's utilization (whole GPUs),
+        capped at the share's size. None when not sampled or no figure is known."""
+        frame = self.sampler.latest
+        if frame is None or not allocation.shares:
+            return None
+        owners = frame.owners
+        busy = 0.0
+        known = False
+        for sh in allocation.shares:
+            gpu = frame.snapshot.gpu(sh.gpu_uuid)
+            if gpu is None:
+                continue
+            procs = [
+                p
+                for p in frame.snapshot.processes
+                if p.gpu_uuid == sh.gpu_uuid
+                and (o := owners.get(p.pid)) is not None
+                and o.workload_id == allocation.workload_id
+            ]
+            sm = [p.sm_util for p in procs if p.sm_util is not None]
+            if sm and not sh.whole:
+                util = sum(sm)
+            elif sh.whole and gpu.util_gpu is not None:
+                util = gpu.util_gpu
+            else:
+                continue
+            known = True
+            busy += min(sh.milli / 1000, util / 100)
+        if not known:
+            return None
+        return busy / (allocation.gpu_milli / 1000)
+
+    def memory_mib(self, allocation: Allocation) -> float:
+        """GPU memory the workload's processes use now, MiB (0 when not sampled)."""
+        frame = self.sampler.latest
+        if frame is None:
+            return 0.0
+        total = 0
+        for p in frame.snapshot.processes:
+            o = frame.owners.get(p.pid)
+            if o is not None and o.workload_id == allocation.workload_id:
+                total += p.used_memory_bytes or 0
+        return total / (1024 * 1024)
