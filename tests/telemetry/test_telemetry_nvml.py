@@ -47,15 +47,20 @@ def test_processes_merge_compute_and_mps_lists_with_memory_and_sm_util(fake_nvml
     assert procs[100].sm_util == 60.0 and procs[101].sm_util == 10.0
 
 
-def test_process_utilization_later_reads_only_take_newer_samples(fake_nvml):
+def test_process_utilization_is_held_between_sparse_samples_then_expires(fake_nvml):
+    # NVML samples processes sparsely: a read may hold no new sample for a busy process.
     src = _open(fake_nvml)
     src.snapshot()
     fake_nvml.gpus[0].samples.append((100, 2_600_000, 90))
     procs = {p.pid: p for p in src.snapshot().gpus[0].processes}
-    assert procs[100].sm_util == 90.0
-    assert procs[101].sm_util == 0.0  # the call worked and had no sample for it: no SM use
+    assert procs[100].sm_util == 90.0  # only the newer sample counts
+    assert procs[101].sm_util == 10.0  # no new sample: last value, 1.0 s old, is held
+    procs = {p.pid: p for p in src.snapshot().gpus[0].processes}  # NOT_FOUND: nothing new
+    assert (procs[100].sm_util, procs[101].sm_util) == (90.0, 10.0)
+    fake_nvml.gpus[0].samples.append((100, 5_000_000, 30))
     procs = {p.pid: p for p in src.snapshot().gpus[0].processes}
-    assert procs[100].sm_util == 0.0  # NVML_ERROR_NOT_FOUND: no samples since the last read
+    assert procs[100].sm_util == 30.0
+    assert procs[101].sm_util == 0.0  # its last sample is over 3 s older than the newest
 
 
 def test_process_utilization_not_supported_is_none(fake_nvml):

@@ -34,7 +34,7 @@ _CODES = {
     "GPU_IS_LOST": 15,
 }
 _NA = object()  # "not available": the function is missing or the GPU does not support it
-PROCESS_UTIL_WINDOW_S = 1.0
+PROCESS_UTIL_HOLD_S = 3.0
 
 
 def _text(value: Any) -> str | None:
@@ -125,6 +125,7 @@ class NVMLSource:
         self.hostname = hostname or socket.gethostname()
         self._identity: dict[int, _Identity] = {}
         self._last_util_us: dict[int, int] = {}
+        self._held_sm: dict[int, dict[int, tuple[float, int]]] = {}
         self._open = False
         self.driver_version: str | None = None
         self.cuda_version: str | None = None
@@ -196,6 +197,7 @@ class NVMLSource:
     def _lost(self, index: int, now: float, errors: list[str]) -> GPUSnapshot:
         known = self._identity.pop(index, None)
         self._last_util_us.pop(index, None)
+        self._held_sm.pop(index, None)
         uuid = known.uuid if known else f"GPU-unknown-{index}"
         name = known.name if known else "N/A"
         return GPUSnapshot(
@@ -299,11 +301,13 @@ class NVMLSource:
         return info.total, info.used, info.free, reserved
 
     def _sm_utils(self, r: _Reads, h: Any, index: int) -> dict[int, float] | None:
-        """Mean SM utilization per pid since the last read, or None where unsupported.
+        """SM utilization per pid, or None where NVML does not support it.
 
-        The first read asks for NVML's whole buffer and keeps the newest
-        `PROCESS_UTIL_WINDOW_S` of it (relative to the newest sample, so no assumption is
-        made about NVML's clock); later reads ask only for samples newer than the last seen.
+        NVML keeps sparse per-process samples (seen on an H200: not every process gets one
+        each second, and a read returns only samples newer than the timestamp passed). So:
+        the mean of a pid's new samples; with none, its last value while that is at most
+        `PROCESS_UTIL_HOLD_S` older than the newest sample seen; else 0. Timestamps are
+        compared only with each other, never with this host's clock.
         """
         last = self._last_util_us.get(index)
         samples = r.get(
@@ -311,18 +315,25 @@ class NVMLSource:
         )
         if samples is _NA:
             return None
-        stamped = [(int(getattr(s, "timeStamp", 0) or 0), s) for s in samples]
-        if not stamped:
-            return {}
-        newest = max(ts for ts, _ in stamped)
-        cutoff = last if last is not None else newest - int(PROCESS_UTIL_WINDOW_S * 1e6) - 1
+        held = self._held_sm.setdefault(index, {})
         acc: dict[int, list[float]] = defaultdict(list)
-        for ts, s in stamped:
+        stamp: dict[int, int] = {}
+        newest = last or 0
+        for s in samples:
+            ts = int(getattr(s, "timeStamp", 0) or 0)
             sm = getattr(s, "smUtil", None)
-            if ts > cutoff and sm is not None and 0 <= sm <= 100:
-                acc[int(s.pid)].append(float(sm))
-        self._last_util_us[index] = max(newest, last or 0)
-        return {pid: sum(v) / len(v) for pid, v in acc.items()}
+            if (last is None or ts > last) and sm is not None and 0 <= sm <= 100:
+                newest = max(newest, ts)
+                pid = int(s.pid)
+                acc[pid].append(float(sm))
+                stamp[pid] = max(stamp.get(pid, 0), ts)
+        self._last_util_us[index] = newest
+        for pid, values in acc.items():
+            held[pid] = (sum(values) / len(values), stamp[pid])
+        horizon = newest - int(PROCESS_UTIL_HOLD_S * 1e6)
+        for pid in [p for p, (_, ts) in held.items() if ts < horizon]:
+            del held[pid]
+        return {pid: value for pid, (value, _) in held.items()}
 
     def _processes(
         self, r: _Reads, h: Any, index: int, uuid: str, now: float, mig_uuid: str | None

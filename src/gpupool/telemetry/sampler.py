@@ -183,7 +183,12 @@ class Sampler:
         return [ProcessPoint(*r) for r in rows]
 
     def run(self, stop: threading.Event) -> None:
-        """Sample every `interval_s` until `stop` is set (wall-clock waits; for services)."""
+        """Sample every `interval_s` until `stop` is set (wall-clock waits; for services).
+
+        If a sample was already taken (`latest`), the first one here waits an interval.
+        """
+        if self.latest is not None:
+            stop.wait(self.interval_s)
         while not stop.is_set():
             started = self.clock.now()
             try:
