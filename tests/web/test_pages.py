@@ -237,3 +237,40 @@ def test_admin_page_forbidden_for_member(page):
     expect(page.get_by_role("link", name="Admin")).to_be_hidden()
     expect(page.locator("#flash")).to_contain_text("Not allowed")
     shot(page, "admin-member-forbidden")
+
+
+def test_admin_creates_a_tenant_and_sees_why_one_is_refused(page):
+    login(page, "root", next_page="tenants")
+    form = page.locator("#tenant-creator")
+    # bio holds workloads, so it cannot get a sub-tenant: the API says why.
+    form.get_by_label("Path").fill("bio/new-lab")
+    form.get_by_role("button", name="Create tenant").click()
+    expect(page.locator("#tenant-error")).to_contain_text("Could not create tenant bio/new-lab")
+    expect(page.locator("#tenant-error")).to_contain_text("workloads")
+    form.get_by_label("Path").fill("chem")
+    form.get_by_label("Guaranteed GPUs").fill("1")
+    form.get_by_label("Limit GPUs").fill("2")
+    form.get_by_role("button", name="Create tenant").click()
+    expect(page.locator("#flash")).to_contain_text("Created tenant chem")
+    expect(page.locator("tr[data-tenant='chem']")).to_contain_text("2")
+
+
+def test_admin_defines_and_deletes_a_profile(page):
+    login(page, "root", next_page="admin")
+    form = page.locator("#profile-form")
+    form.get_by_label("Profile name").fill("half")
+    form.get_by_label("GPU fraction").fill("0.5")
+    form.get_by_label("GPU memory, GiB").fill("40")
+    form.get_by_label("Description").fill("Half a GPU, 40 GiB")
+    form.get_by_role("button", name="Add profile").click()
+    expect(page.locator("#flash")).to_contain_text("Added profile half")
+    row = page.locator("#profiles-table tr[data-profile='half']")
+    expect(row).to_contain_text("0.5")
+    # Bad input is refused by the API with a reason next to the form.
+    form.get_by_label("Profile name").fill("bad name!")
+    form.get_by_role("button", name="Add profile").click()
+    expect(page.locator("#profile-error")).to_contain_text("Could not add profile")
+    page.once("dialog", lambda d: d.accept())
+    row.get_by_role("button", name="Delete profile half").click()
+    expect(page.locator("#flash")).to_contain_text("Deleted profile half")
+    expect(row).to_have_count(0)

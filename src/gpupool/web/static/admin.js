@@ -66,9 +66,37 @@
 
   async function profiles() {
     const ps = items(await GP.get("/profiles"));
-    GP.fillTable("profiles-table", ps.map((p) => h("tr", {}, h("th", { scope: "row" }, p.name), h("td", {}, p.kind),
-      h("td", {}, GP.describeRequest(p.request || p)), h("td", {}, (p.tenants || []).join(", ") || "all"), h("td", {}, p.description || ""))),
+    GP.fillTable("profiles-table", ps.map((p) => h("tr", { dataset: { profile: p.name } }, h("th", { scope: "row" }, p.name), h("td", {}, p.kind),
+      h("td", {}, GP.describeRequest(p.request || p)), h("td", {}, (p.tenants || []).join(", ") || "all"), h("td", {}, p.description || ""),
+      h("td", {}, h("button", { type: "button", class: "danger", onclick: () => deleteProfile(p.name), "aria-label": `Delete profile ${p.name}` }, "Delete")))),
     "No profiles.");
+  }
+
+  async function deleteProfile(name) {
+    if (!confirm(`Delete profile ${name}? Running notebooks keep running.`)) return;
+    try { await GP.api("DELETE", `/profiles/${encodeURIComponent(name)}`); GP.flash(`Deleted profile ${name}.`, "ok"); await profiles(); }
+    catch (e) { GP.flash(GP.actionError(`delete profile ${name}`, e)); }
+  }
+
+  async function createProfile(ev) {
+    ev.preventDefault();
+    const name = document.getElementById("p-name").value.trim();
+    const gpus = GP.numberField("p-gpus", { optional: true, integer: true, label: "Whole GPUs" });
+    const frac = GP.numberField("p-fraction", { optional: true, label: "GPU fraction" });
+    const mem = GP.numberField("p-memory", { optional: true, label: "GPU memory" });
+    const err = !name ? "Profile name: enter a name (letters, digits, - _ .)." : gpus.error || frac.error || mem.error
+      || (gpus.value && frac.value ? "Give whole GPUs or a fraction, not both." : "");
+    if (err) return GP.formError("profile-error", err);
+    const body = { name, kind: document.getElementById("p-kind").value, description: document.getElementById("p-description").value.trim() };
+    if (gpus.value) body.gpus = gpus.value;
+    if (frac.value) body.gpu_fraction = frac.value;
+    if (mem.value) body.gpu_memory_mib = Math.round(mem.value * 1024);
+    try {
+      await GP.api("POST", "/profiles", body);
+      GP.formError("profile-error", "");
+      GP.flash(`Added profile ${name}.`, "ok");
+      await profiles();
+    } catch (e) { GP.formError("profile-error", GP.actionError(`add profile ${name}`, e)); }
   }
 
   function renderEvents() {
@@ -126,6 +154,7 @@
     document.getElementById("user-form").addEventListener("submit", createUser);
     document.getElementById("member-form").addEventListener("submit", addMember);
     document.getElementById("token-form").addEventListener("submit", createToken);
+    document.getElementById("profile-form").addEventListener("submit", createProfile);
     document.getElementById("ev-filter").addEventListener("input", renderEvents);
     section("users", users); section("tenants", tenants); section("tokens", tokens);
     section("gpus", gpus); section("profiles", profiles); section("events", loadEvents);
