@@ -21,9 +21,6 @@ from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.limits import TENANT, Usage, limit_check, never_within_limits
 from gpupool.scheduler.ordering import (
     fair_tenant_key,
-    fifo_key,
-    in_tenant_key,
-    las_in_tenant_key,
     las_tenant_key,
 )
 from gpupool.scheduler.placement import (
@@ -35,9 +32,9 @@ from gpupool.scheduler.placement import (
 )
 from gpupool.scheduler.preemption import Reclaim, Reclaimer, within_some_guarantee
 from gpupool.scheduler.reasons import (
-    Hardware,
     admission_cap_text,
     behind_text,
+    hardware_of,
     no_fit_reason,
     reclaim_text,
 )
@@ -52,7 +49,8 @@ from gpupool.scheduler.types import (
     Snapshot,
 )
 
-Candidate = tuple[Workload, Shape]
+#: (order key, workload, shape)
+Candidate = tuple[tuple, Workload, Shape]
 
 
 def cycle(
@@ -64,6 +62,28 @@ def cycle(
     """Decide which pending workloads to admit (and where), which running ones to preempt,
     and why the others wait. Never mutates its inputs; same inputs give the same decisions."""
     return _Cycle(snapshot, pending, now, config).run()
+
+
+class _Carry:
+    """What `_classify` worked out per workload object (order key, shape, unschedulable
+    reason), reused by the next cycle if it sees the same nodes, tenants and policy.
+
+    A plain memo: entries are found by object identity and checked with `is`, so a reused
+    entry is exactly what would be computed again; decisions do not depend on it."""
+
+    __slots__ = ("nodes", "tenants", "policy", "entries")
+
+    def __init__(self, snap: Snapshot, policy: Policy, entries: dict[int, tuple]):
+        self.nodes = snap.nodes
+        self.tenants = snap.tenants
+        self.policy = policy
+        self.entries = entries
+
+    def matches(self, snap: Snapshot, policy: Policy) -> bool:
+        return self.policy is policy and self.tenants is snap.tenants and self.nodes == snap.nodes
+
+
+_carry: _Carry | None = None
 
 
 class _Hold:
@@ -106,12 +126,13 @@ class _Cycle:
             self.usage.add(t, u, milli)
         for (t, u), milli in staying.items():
             self.effective.add(t, u, milli)
-        self.hardware = Hardware(snapshot.nodes)
+        self.hardware = hardware_of(tuple(snapshot.nodes))
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, str] = {}
         self.unschedulable: dict[str, str] = {}
         self.queues: dict[str, list[Candidate]] = {}
+        self.pending_demand: dict[str, int] = {}
         self.nofit: set[Shape] = set()
         self._reason_memo: dict[Shape, str] = {}
         #: memos of failures, valid for the rest of the cycle (see _walk_tenants)
@@ -126,48 +147,76 @@ class _Cycle:
         self._reclaimer: Reclaimer | None = None
         self._classify(pending)
         demand = {t: float(self.usage.of(t)) for t in self.tree.leaves()}
-        for t, q in self.queues.items():
-            demand[t] = demand.get(t, 0.0) + sum(s.gpu_milli for _, s in q)
+        for t, milli in self.pending_demand.items():
+            demand[t] = demand.get(t, 0.0) + milli
         self.fair = fair_shares(self.tree, self.cap.total_gpu_milli(), demand)
 
     # -- 1. classify -----------------------------------------------------------------------
 
     def _classify(self, pending: Sequence[Workload]) -> None:
+        """Unschedulable work out; the rest into per-tenant queues, sorted by policy order.
+
+        Queue entries are (order key, workload, shape); keys end with the workload id, so
+        they are unique and plain tuple comparison sorts them. What is worked out per workload
+        is carried over to the next cycle (see `_Carry`)."""
+        global _carry
         seen = {rw.workload.id for rw in self.snap.running}
         whole_only = self.policy is Policy.FIFO
-        memo: dict[tuple[str, Request], tuple[Shape, str | None]] = {}
+        policy = self.policy
+        las = policy is Policy.LAS
+        old = _carry
+        if old is None or not old.matches(self.snap, policy):
+            old = None
+        before = old.entries if old is not None else {}
+        entries: dict[int, tuple] = {}
+        memo: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
+        demand = self.pending_demand
+        attained = self.snap.attained_service
+        unschedulable = self.unschedulable
         for w in pending:
-            if w.id in seen:
+            wid = w.id
+            if wid in seen:
                 continue  # already running (or listed twice): nothing to decide
-            seen.add(w.id)
-            t = w.tenant
-            mk = (t, w.request)
-            hit = memo.get(mk)
-            if hit is None:
-                if t not in tenant_why:
-                    tenant_why[t] = self._tenant_problem(t)
-                shape = shape_of(w.request, whole_only)
-                why = tenant_why[t] or self.hardware.never_fits(shape)
-                if why is None and self.quotas:
-                    why = never_within_limits(self.tree, t, shape.gpu_milli)
-                hit = memo[mk] = (shape, why)
-            if hit[1] is not None:
-                self.unschedulable[w.id] = hit[1]
+            seen.add(wid)
+            e = before.get(id(w))
+            if e is None or e[0] is not w:
+                t = w.tenant
+                mk = (t, w.request)
+                hit = memo.get(mk)
+                if hit is None:
+                    if t not in tenant_why:
+                        tenant_why[t] = self._tenant_problem(t)
+                    shape = shape_of(w.request, whole_only)
+                    why = tenant_why[t] or self.hardware.never_fits(shape)
+                    if why is None and self.quotas:
+                        why = never_within_limits(self.tree, t, shape.gpu_milli)
+                    hit = memo[mk] = (shape, why, shape.gpu_milli)
+                if policy is Policy.FAIR:
+                    key: tuple = (-w.priority, w.submitted_at, wid)
+                elif policy is Policy.FIFO:
+                    key = (w.submitted_at, wid)
+                else:
+                    key = (0.0, -w.priority, w.submitted_at, wid)
+                e = (w, key, hit[0], hit[1], hit[2])
+            entries[id(w)] = e
+            if e[3] is not None:
+                unschedulable[wid] = e[3]
                 continue
+            t = w.tenant
             q = queues.get(t)
             if q is None:
                 q = queues[t] = []
-            q.append((w, hit[0]))
-        attained = self.snap.attained_service
-        for q in self.queues.values():
-            if self.policy is Policy.LAS:
-                q.sort(key=lambda c: las_in_tenant_key(c[0], attained))
-            elif self.policy is Policy.FIFO:
-                q.sort(key=lambda c: fifo_key(c[0]))
-            else:
-                q.sort(key=lambda c: in_tenant_key(c[0]))
+                demand[t] = 0
+            key = e[1]
+            if las:
+                key = (attained.get(wid, 0.0), *key[1:])
+            q.append((key, w, e[2]))
+            demand[t] += e[4]
+        _carry = _Carry(self.snap, policy, entries)
+        for q in queues.values():
+            q.sort()
 
     def _tenant_problem(self, t: str) -> str | None:
         if t not in self.tree:
@@ -182,6 +231,17 @@ class _Cycle:
     # -- 3. the walk -----------------------------------------------------------------------
 
     def run(self) -> Decisions:
+        if self.policy is Policy.FIFO:
+            first = {t: q[0][0] for t, q in self.queues.items()}
+            order = sorted(first, key=lambda t: (first[t], t))
+        else:
+            order = sorted(self.queues, key=self._tenant_key)
+        #: tenant -> its place in this cycle's order (at the start of the cycle), 1-based
+        self.rank = {t: i + 1 for i, t in enumerate(order)}
+        #: tenant -> how many of its queue were walked / how many of those still wait
+        self.walked = dict.fromkeys(self.queues, 0)
+        self.waiting = dict.fromkeys(self.queues, 0)
+        self.info: dict[str, PendingInfo] = {}
         if self.policy is Policy.FIFO:
             self._walk_fifo()
         else:
@@ -199,17 +259,24 @@ class _Cycle:
         return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), g, t)
 
     def _walk_fifo(self) -> None:
-        merged = sorted((c for q in self.queues.values() for c in q), key=lambda c: fifo_key(c[0]))
-        for w, shape in merged:
+        merged = sorted(c for q in self.queues.values() for c in q)
+        for _, w, shape in merged:
             if self._cap_reached():
                 break
+            t = w.tenant
             self.considered += 1
-            self._place_or_block(w, shape, reserve=False)
+            self.walked[t] += 1
+            if not self._place_or_block(w, shape, reserve=False):
+                n = self.waiting[t] = self.waiting[t] + 1
+                self.info[w.id] = PendingInfo(self.reasons[w.id], n, self.rank[t])
 
     def _walk_tenants(self) -> None:
+        """Tenants from a heap (re-ranked after each admission); inside a tenant, its queue
+        in order until one is admitted. A failure does not change the tenant's key, so the
+        same tenant goes on without touching the heap."""
         heap = [(self._tenant_key(t), t) for t in self.queues]
         heapq.heapify(heap)
-        pos = dict.fromkeys(self.queues, 0)
+        walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
         ufail = self._user_fail
@@ -217,36 +284,42 @@ class _Cycle:
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
-            i = start = pos[t]
+            i = start = walked[t]
+            n = waiting[t]
+            r = self.rank[t]
             end = len(q)
             tfail = self._tenant_fail.get(t)
             while i < end:
-                w, shape = q[i]
+                _, w, shape = q[i]
                 i += 1
                 # fast paths: what already failed this cycle fails again (usage only grows
                 # and capacity only shrinks within a cycle)
+                why = None
                 if tfail is not None or ufail:
                     milli = shape.gpu_milli
                     if tfail is not None and milli >= tfail[0]:
-                        reasons[w.id] = tfail[1]
-                        continue
-                    uf = ufail.get((t, w.owner))
-                    if uf is not None and milli >= uf[0]:
-                        reasons[w.id] = uf[1]
-                        continue
-                why = failed_shape.get((t, shape))
-                if why is not None:
-                    reasons[w.id] = why
-                    continue
-                if consider(w, shape):
-                    break  # admitted: re-rank the tenant
-                if t in self.stopped_tenants:
-                    self.considered += i - start
-                    i = start = end
-                tfail = self._tenant_fail.get(t)
+                        why = tfail[1]
+                    else:
+                        uf = ufail.get((t, w.owner))
+                        if uf is not None and milli >= uf[0]:
+                            why = uf[1]
+                if why is None:
+                    why = failed_shape.get((t, shape))
+                if why is None:
+                    if consider(w, shape):
+                        break  # admitted: re-rank the tenant
+                    why = reasons[w.id]
+                    tfail = self._tenant_fail.get(t)
+                    if t in self.stopped_tenants:
+                        n += 1
+                        info[w.id] = PendingInfo(why, n, r)
+                        break
+                n += 1
+                info[w.id] = PendingInfo(why, n, r)
             self.considered += i - start
-            pos[t] = i
-            if i < end:
+            walked[t] = i
+            waiting[t] = n
+            if i < end and t not in self.stopped_tenants:
                 heapq.heappush(heap, (self._tenant_key(t), t))
 
     def _consider(self, w: Workload, shape: Shape) -> bool:
@@ -441,33 +514,24 @@ class _Cycle:
     # -- 5. decisions ----------------------------------------------------------------------
 
     def _decisions(self) -> Decisions:
-        admitted = {a.workload_id for a in self.admissions}
+        """Reasons for what was never walked (admission cap, a blocked head without
+        backfill), then the decisions."""
         capped = self._cap_reached()
-        pending: dict[str, PendingInfo] = {}
-        if self.policy is Policy.FIFO:
-            first = {t: fifo_key(q[0][0]) for t, q in self.queues.items() if q}
-            tenant_order = sorted(first, key=lambda t: (first[t], t))
-        else:
-            tenant_order = sorted(self.queues, key=self._tenant_key)
-        rank = {t: i + 1 for i, t in enumerate(tenant_order)}
-        reasons = self.reasons
+        info = self.info
         for t, q in self.queues.items():
-            r = rank[t]
-            pos = 0
-            blocked_by = self.stopped_tenants.get(t)
-            for w, _ in q:
-                wid = w.id
-                if wid in admitted:
-                    continue
-                pos += 1
-                reason = reasons.get(wid)
-                if reason is None:
-                    reason = self._untried_reason(t, capped, blocked_by)
-                pending[wid] = PendingInfo(reason, pos, r)
+            i = self.walked[t]
+            if i == len(q):
+                continue
+            n = self.waiting[t]
+            r = self.rank[t]
+            why = self._untried_reason(t, capped, self.stopped_tenants.get(t))
+            for _, w, _ in q[i:]:
+                n += 1
+                info[w.id] = PendingInfo(why, n, r)
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
-            pending=pending,
+            pending=info,
             unschedulable=self.unschedulable,
             fair_shares={t: int(round(v)) for t, v in sorted(self.fair.items())},
             stats=CycleStats(self.considered, len(self.admissions), len(self.preemptions)),
