@@ -1,7 +1,335 @@
-"""CLI commands: up (to be filled in)."""
+"""`gpupool up`: the whole single-machine system in one command.
+
+Opens the store (SQLite in the data dir), registers this machine and its GPUs (real ones
+through NVML; simulated ones when asked, or when none exist, said loudly), creates the first
+admin and a `default` tenant, and serves the API and dashboard with every background loop
+(scheduler, reconciler, telemetry, culler, accounting) until Ctrl-C. On shutdown the MPS
+daemons stop; running jobs keep running and are adopted by the next `gpupool up`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
 
 import typer
+
+from gpupool.clock import SystemClock
+
+DEFAULT_SIMULATION = "4xH100-80GB"
+ADMIN = "admin"
+DEFAULT_TENANT = "default"
+
+
+def default_data_dir() -> Path:
+    """`$GPUPOOL_DATA_DIR`, else `$XDG_DATA_HOME/gpupool` (`~/.local/share/gpupool`)."""
+    if os.environ.get("GPUPOOL_DATA_DIR"):
+        return Path(os.environ["GPUPOOL_DATA_DIR"])
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpupool"
+
+
+@dataclass
+class Plan:
+    """What `up` decided, printed before serving (and used by tests)."""
+
+    data_dir: Path
+    node: str
+    simulated: bool
+    spec: str | None
+    user_mode: str
+    mps: bool
+
+
+def _say(msg: str, *, loud: bool = False) -> None:
+    if loud:
+        typer.secho(msg, fg=typer.colors.YELLOW, bold=True, err=True)
+    else:
+        typer.echo(msg, err=True)
+
+
+def _open_gpus(simulate: str | None, node: str):  # noqa: ANN202 - GPUSource
+    from gpupool.telemetry import NoGPUError, SpecError, open_source
+
+    if simulate:
+        try:
+            return open_source(simulate, hostname=node), simulate
+        except SpecError as e:
+            _say(f"error: --simulate {simulate!r}: {e}")
+            raise typer.Exit(2) from None
+    try:
+        return open_source(None, hostname=node), None
+    except NoGPUError as e:
+        _say(
+            f"No NVIDIA GPU found ({e}). Starting on SIMULATED GPUs ({DEFAULT_SIMULATION}): "
+            "jobs run for real but see fake GPU UUIDs. Pass --simulate SPEC to choose them.",
+            loud=True,
+        )
+        return open_source(DEFAULT_SIMULATION, hostname=node), DEFAULT_SIMULATION
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+
+    @app.command("up")
+    def up(
+        simulate: str | None = typer.Option(
+            None,
+            "--simulate",
+            metavar="SPEC",
+            help="Use simulated GPUs, e.g. 4xH100-80GB or 2xH100-80GB,2xA100-40GB.",
+        ),
+        data_dir: Path | None = typer.Option(
+            None,
+            "--data-dir",
+            help="Database, job logs and state (default: ~/.local/share/gpupool).",
+        ),
+        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+        port: int = typer.Option(8000, "--port", help="Port to listen on."),
+        user_mode: str = typer.Option(
+            "auto",
+            "--user-mode",
+            help="Who jobs run as: per-user (owner's Unix account; needs root), single-user "
+            "(the server's own account), or auto (per-user when root on real GPUs).",
+        ),
+        mps: str = typer.Option(
+            "auto",
+            "--mps",
+            help="CUDA MPS for fractional shares on shared GPUs: on, off, or auto (on when "
+            "nvidia-cuda-mps-control exists and the GPUs are real).",
+        ),
+        mps_binary: str = typer.Option(
+            "nvidia-cuda-mps-control", "--mps-binary", help="The MPS control program."
+        ),
+        mps_service_account: str | None = typer.Option(
+            None,
+            "--mps-service-account",
+            help="Run every job on shared GPUs as this Unix account so all of them get MPS.",
+        ),
+        node_name: str | None = typer.Option(
+            None, "--node-name", help="Name of this machine in gpupool (default: hostname)."
+        ),
+        log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
+    ) -> None:
+        """Start gpupool on this machine: API, dashboard and background loops."""
+        serve(
+            simulate=simulate,
+            data_dir=data_dir or default_data_dir(),
+            host=host,
+            port=port,
+            user_mode=user_mode,
+            mps=mps,
+            mps_binary=mps_binary,
+            mps_service_account=mps_service_account,
+            node_name=node_name or socket.gethostname(),
+            log_level=log_level,
+        )
+
+
+def _choose_user_mode(requested: str, simulated: bool) -> str:
+    from gpupool.executors.local import UserMode
+
+    if requested not in ("auto", "per-user", "single-user"):
+        _say(f"error: --user-mode must be auto, per-user or single-user, not {requested!r}")
+        raise typer.Exit(2)
+    if requested == "auto":
+        return str(
+            UserMode.PER_USER if os.geteuid() == 0 and not simulated else UserMode.SINGLE_USER
+        )
+    if requested == "per-user" and os.geteuid() != 0:
+        _say("error: --user-mode per-user needs gpupool to run as root; use single-user")
+        raise typer.Exit(2)
+    return requested
+
+
+def _choose_mps(requested: str, binary: str, simulated: bool) -> bool:
+    if requested not in ("auto", "on", "off"):
+        _say(f"error: --mps must be auto, on or off, not {requested!r}")
+        raise typer.Exit(2)
+    found = shutil.which(binary) is not None
+    if requested == "on" and not found:
+        _say(f"error: --mps on, but {binary!r} was not found; install it or use --mps off")
+        raise typer.Exit(2)
+    return requested == "on" or (requested == "auto" and found and not simulated)
+
+
+def serve(
+    *,
+    simulate: str | None,
+    data_dir: Path,
+    host: str,
+    port: int,
+    user_mode: str,
+    mps: str,
+    mps_binary: str,
+    mps_service_account: str | None,
+    node_name: str,
+    log_level: str,
+) -> None:
+    """Set everything up and serve until interrupted (see the module docstring)."""
+    import psutil
+    import uvicorn
+
+    from gpupool.domain import Enforcement, Event, Node
+    from gpupool.executors.local import LocalExecutor
+    from gpupool.executors.mps import MPSManager
+    from gpupool.scheduler.types import SchedulerConfig
+    from gpupool.server.app import create_app
+    from gpupool.server.bootstrap import ensure_admin, ensure_tenant, register_node
+    from gpupool.server.loops.accounting import AccountingLoop
+    from gpupool.server.loops.culler import CullerLoop
+    from gpupool.server.loops.reconciler import ReconcilerLoop
+    from gpupool.server.loops.telemetry import TelemetryLoop
+    from gpupool.server.settings import Settings
+    from gpupool.store import EventRepo, StoreError, open_store
+    from gpupool.telemetry.exporter import TelemetryCollector
+
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    data_dir = data_dir.expanduser().resolve()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _say(f"error: cannot create the data directory {data_dir}: {e}; choose --data-dir")
+        raise typer.Exit(2) from None
+    clock = SystemClock()
+    source, spec = _open_gpus(simulate, node_name)
+    simulated = bool(getattr(source, "simulated", False))
+    chosen_mode = _choose_user_mode(user_mode, simulated)
+    use_mps = _choose_mps(mps, mps_binary, simulated)
+    plan = Plan(data_dir, node_name, simulated, spec, chosen_mode, use_mps)
+    if simulated:
+        _say(f"*** SIMULATED GPUs ({spec}): not real hardware ***", loud=True)
+
+    settings = Settings.from_env(
+        database_url=os.environ.get("GPUPOOL_DATABASE_URL", f"sqlite:///{data_dir}/gpupool.db"),
+        scheduler=SchedulerConfig(
+            shared_enforcement=Enforcement.MPS if use_mps else Enforcement.POLICED
+        ),
+    )
+    try:
+        store = open_store(settings.database_url)
+    except StoreError as e:
+        _say(f"error: {e}")
+        raise typer.Exit(2) from None
+    now = clock.now()
+    snap = source.snapshot()
+    node = Node(
+        node_name,
+        tuple(g.to_domain() for g in snap.gpus),
+        cpu_milli=(os.cpu_count() or 1) * 1000,
+        memory_mib=psutil.virtual_memory().total // (1024 * 1024),
+        last_heartbeat=now,
+    )
+    register_node(store, node)
+    password = ensure_admin(store, ADMIN, os.environ.get("GPUPOOL_ADMIN_PASSWORD"), now)
+    ensure_tenant(store, DEFAULT_TENANT, now, members=(ADMIN,))
+
+    def record(kind: str, message: str, data: dict[str, object]) -> None:
+        with store.write() as s:
+            EventRepo(s).add(Event(at=clock.now(), kind=kind, message=message, data=data))
+
+    manager = None
+    if use_mps:
+        manager = MPSManager(
+            data_dir / "mps",
+            binary=mps_binary,
+            service_account=mps_service_account,
+            on_event=record,
+        )
+    executor = LocalExecutor(data_dir / "jobs", clock=clock, user_mode=chosen_mode, mps=manager)
+    holder: dict[str, TelemetryLoop] = {}
+    collector = TelemetryCollector(
+        lambda: holder["t"].sampler.latest if "t" in holder else None, node_name
+    )
+    app = create_app(settings, executor=executor, clock=clock, telemetry=collector, store=store)
+    ctx = app.state.ctx
+    if not any(str(getattr(r, "path", "")).startswith("/dashboard") for r in app.routes):
+        from gpupool.web import create_router
+
+        app.include_router(create_router())
+    tl = TelemetryLoop(ctx, source, node=node_name)
+    holder["t"] = tl
+    ctx.loops.add(ReconcilerLoop(ctx, mps=manager, node=node_name))
+    ctx.loops.add(tl)
+    ctx.loops.add(CullerLoop(ctx, tl.idle_seconds))
+    ctx.loops.add(AccountingLoop(ctx, tl.busy_fraction, tl.memory_mib))
+    ctx.extras["up_plan"] = plan
+
+    _say(f"gpupool: data in {data_dir}")
+    _say(
+        f"gpupool: node {node_name} with {len(node.gpus)} GPU(s): "
+        + ", ".join(f"{g.index}:{g.model}" for g in node.gpus)
+    )
+    if chosen_mode == "single-user":
+        _say(
+            "gpupool: single-user mode: every job runs as this Unix account "
+            f"({_me()}); no isolation between gpupool users"
+        )
+    else:
+        _say("gpupool: per-user mode: jobs run as their owners' Unix accounts")
+    _say(f"gpupool: fractional shares are enforced by {'CUDA MPS' if use_mps else 'policing'}")
+    if password is not None:
+        shown = (
+            "from GPUPOOL_ADMIN_PASSWORD" if os.environ.get("GPUPOOL_ADMIN_PASSWORD") else password
+        )
+        _say(f"gpupool: first admin created: user {ADMIN!r}, password {shown}", loud=True)
+        if not os.environ.get("GPUPOOL_ADMIN_PASSWORD"):
+            _say("gpupool: (shown once; keep it)", loud=True)
+    url = f"http://{host}:{port}"
+    _say(f"gpupool: serving on {url}  (log in: gpupool login --url {url} --user {ADMIN})")
+
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
+    server = _Server(config)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _stop(signum: int, _frame: object) -> None:
+        if server.should_exit:
+            server.force_exit = True  # a second Ctrl-C: do not wait for open connections
+        server.should_exit = True
+
+    for sig in previous:
+        signal.signal(sig, _stop)
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if manager is not None:
+            manager.stop_all()
+        source.close()
+        store.close()
+        _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
+
+
+def _server_class():  # noqa: ANN202 - built lazily so `gpupool --help` does not import uvicorn
+    import contextlib
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its own signal capture (which re-raises SIGTERM after
+        shutdown and so would skip our cleanup); `serve()` installs our handlers instead."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]
+            yield
+
+    return Server
+
+
+def _Server(config):  # noqa: ANN001, ANN202, N802
+    return _server_class()(config)
+
+
+def _me() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name

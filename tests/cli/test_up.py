@@ -1,0 +1,191 @@
+"""`gpupool up` as a real subprocess on a free port: it starts, answers /healthz, the first
+admin logs in, a job runs on a simulated GPU and sees it; kill -9 of the server while the job
+runs, start again: the job is adopted (not relaunched, not lost) and gets its real exit code.
+
+Waits here are bounded waits on the server subprocess (its output, its HTTP answers), never
+assumptions about how long something takes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.executors.conftest import release, wait_ready
+
+pytestmark = pytest.mark.slow
+PASSWORD = "up-test-password"
+#: The `gpupool` command, run by this interpreter.
+GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Up:
+    """One `gpupool up` process; `ready` is set when uvicorn says it is listening."""
+
+    def __init__(self, data_dir: Path, port: int, *extra: str):
+        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
+        env.pop("GPUPOOL_DATABASE_URL", None)
+        self.proc = subprocess.Popen(
+            [*GPUPOOL, "up", "--simulate", "2xH100-80GB"]
+            + ["--data-dir", str(data_dir), "--port", str(port), "--user-mode", "single-user"]
+            + list(extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if "Uvicorn running on" in line:
+                self.ready.set()
+        self.ready.set()  # the process ended: stop waiting
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        assert self.ready.wait(timeout), f"gpupool up did not start:\n{self.output}"
+        assert self.proc.poll() is None, f"gpupool up exited:\n{self.output}"
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        rc = self.proc.wait(timeout)
+        self._reader.join(10)
+        return rc
+
+
+def login(url: str) -> dict[str, str]:
+    r = httpx.post(f"{url}/api/v1/auth/login", json={"username": "admin", "password": PASSWORD})
+    assert r.status_code == 200, r.text
+    return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
+def until(check, timeout: float = 60, what: str = "condition"):  # noqa: ANN001, ANN201
+    """Ask `check()` until it returns something truthy (bounded; the server works on its
+    own loops' timers, so there is nothing to block on)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.1)
+
+
+def workload(url: str, h: dict[str, str], wid: str) -> dict:
+    r = httpx.get(f"{url}/api/v1/workloads/{wid}", headers=h)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
+    port = free_port()
+    up = Up(data_dir, port)
+    try:
+        up.wait_ready()
+        assert httpx.get(f"{up.url}/healthz").json() == {"status": "ok"}
+        assert "SIMULATED GPUs" in up.output
+        assert "single-user mode" in up.output
+        h = login(up.url)
+        readyz = until(lambda: httpx.get(f"{up.url}/readyz").status_code == 200, what="readyz")
+        assert readyz
+        gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
+        uuids = {g["uuid"] for g in (gpus["items"] if isinstance(gpus, dict) else gpus)}
+        assert len(uuids) == 2
+
+        ready, go = tmp_path / "ready", tmp_path / "go"
+        os.mkfifo(ready)
+        os.mkfifo(go)
+        cmd = f'echo "CVD=$CUDA_VISIBLE_DEVICES"; echo up > {ready}; read x < {go}; exit 5'
+        r = httpx.post(
+            f"{up.url}/api/v1/workloads",
+            headers=h,
+            json={"gpus": 1, "command": ["sh", "-c", cmd], "tenant": "default"},
+        )
+        assert r.status_code == 201, r.text
+        wid = r.json()["id"]
+        wait_ready(ready, timeout=60)  # the job runs
+        got = until(
+            lambda: (w := workload(up.url, h, wid))["state"] == "running" and w, what="running"
+        )
+        gpu = got["allocation"]["shares"][0]["gpu_uuid"]
+        assert gpu in uuids
+        log = (data_dir / "jobs" / wid / "output.log").read_text()
+        assert log.splitlines() == [f"CVD={gpu}"]
+        job_pid = int((data_dir / "jobs" / wid / "pid").read_text().split()[0])
+
+        up.stop(signal.SIGKILL)  # the server dies hard; the job must survive
+        assert psutil.pid_exists(job_pid)
+
+        up = Up(data_dir, port)
+        up.wait_ready()
+        assert "first admin created" not in up.output  # the admin exists already
+        h = login(up.url)
+        assert workload(up.url, h, wid)["state"] == "running"
+        # adopted, not relaunched: one launch, one line of output
+        assert (data_dir / "jobs" / wid / "output.log").read_text().splitlines() == [f"CVD={gpu}"]
+        # no double allocation: a second 1-GPU job gets the other GPU
+        r2 = httpx.post(
+            f"{up.url}/api/v1/workloads",
+            headers=h,
+            json={"gpus": 1, "command": ["true"], "tenant": "default"},
+        )
+        w2 = r2.json()["id"]
+        done2 = until(
+            lambda: (w := workload(up.url, h, w2))["state"] == "succeeded" and w, what="job 2"
+        )
+        assert done2["exit_code"] == 0
+
+        release(go)
+        final = until(
+            lambda: (w := workload(up.url, h, wid))["state"] in ("failed", "succeeded") and w,
+            what="the adopted job's end",
+        )
+        assert final["state"] == "failed" and final["exit_code"] == 5
+        assert up.stop(signal.SIGINT) == 0
+        assert "adopted on the next start" in up.output
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
+
+
+def test_up_rejects_a_bad_simulation_spec(data_dir):
+    r = subprocess.run(
+        [*GPUPOOL, "up", "--simulate", "3xNOPE", "--data-dir"] + [str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
