@@ -150,3 +150,19 @@ def test_busy_port_is_a_clear_error():
         s.listen()
         with pytest.raises(TelemetryError, match="choose another --port"):
             serve(lambda: None, port=s.getsockname()[1])
+
+
+def test_metrics_app_renders_once_per_frame_and_404s_elsewhere():
+    from gpupool.telemetry.exporter import MetricsApp
+
+    _sim, frame = _frame()
+    current = {"frame": frame}
+    app = MetricsApp(lambda: current["frame"])
+    first = app.body()
+    assert app.body() is first  # same frame: the rendered bytes are reused
+    _sim2, current["frame"] = _frame()
+    assert app.body() is not first
+
+    statuses = []
+    out = app({"PATH_INFO": "/other"}, lambda status, headers: statuses.append(status))
+    assert statuses == ["404 Not Found"] and b"/metrics" in out[0]

@@ -13,20 +13,18 @@ tenant and workload, and `gpupool_policing_detections` by kind.
 
 from __future__ import annotations
 
-import socket
+import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpupool.telemetry.policing import DetectionKind
 from gpupool.telemetry.sampler import Frame
 from gpupool.telemetry.source import TelemetryError
-
-if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
 
 DCGM_LABELS = [
     "gpu",
@@ -156,21 +154,60 @@ def render(frame: Frame, hostname: str | None = None) -> str:
     return generate_latest(registry_for(lambda: frame, hostname)).decode()
 
 
+class MetricsApp:
+    """A WSGI app serving /metrics; the text is rendered once per frame and then reused.
+
+    Frames are immutable and change once per sampling interval, so scrapes between two
+    samples (Prometheus, Grafana, several scrapers) cost no rendering.
+    """
+
+    def __init__(self, frame: Callable[[], Frame | None], hostname: str | None = None):
+        self.frame = frame
+        self.hostname = hostname
+        self._lock = threading.Lock()
+        self._cached: tuple[Frame | None, bytes] | None = None
+
+    def body(self) -> bytes:
+        frame = self.frame()
+        with self._lock:
+            if self._cached is None or self._cached[0] is not frame:
+                text = b"" if frame is None else render(frame, self.hostname).encode()
+                self._cached = (frame, text)
+            return self._cached[1]
+
+    def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: metrics are at /metrics\n"]
+        body = self.body()
+        start_response(
+            "200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        """No access log on stderr."""
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
 def serve(
     frame: Callable[[], Frame | None], port: int = 9400, host: str = "127.0.0.1"
 ) -> WSGIServer:
-    """Serve /metrics on host:port in a daemon thread (port 0 picks a free port)."""
+    """Serve /metrics on host:port in a daemon thread (port 0 picks a free port).
+
+    Stop it with `server.shutdown()`. Raises `TelemetryError` when the port is taken.
+    """
     try:
-        started = start_http_server(port, addr=host, registry=registry_for(frame))
+        server = make_server(host, port, MetricsApp(frame), _ThreadingServer, handler_class=_Quiet)
     except OSError as exc:
         raise TelemetryError(
             f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); "
             "choose another --port or stop what uses it"
         ) from exc
-    if not isinstance(started, tuple):  # prometheus-client < 0.17 returns nothing
-        raise TelemetryError("prometheus-client >= 0.20 is needed to serve metrics")
-    return started[0]
-
-
-def default_hostname() -> str:
-    return socket.gethostname()
+    threading.Thread(target=server.serve_forever, name="gpupool-metrics", daemon=True).start()
+    return server
