@@ -166,13 +166,13 @@ def test_pending_message():
         "tenant": "lab-a",
         "pending": {
             "reason": "lab-a is at its limit of 2 GPUs",
-            "position": 5,
-            "tenant_position": 3,
+            "position": 3,
+            "tenant_position": 2,
         },
     }
     assert pending_message(w) == (
         "Waiting for a GPU: 3rd in line for lab-a (lab-a is at its limit of 2 GPUs)"
     )
-    w["pending"]["tenant_position"] = 11
+    w["pending"]["position"] = 11
     assert "11th in line" in pending_message(w)
     assert pending_message({"tenant": "x", "pending": None}) == "Waiting for a GPU for x"

@@ -224,7 +224,9 @@ def pending_message(workload: Mapping) -> str:
     tenant = workload.get("tenant", "")
     if not info:
         return f"Waiting for a GPU for {tenant}"
-    pos = int(info.get("tenant_position") or info.get("position") or 0)
+    # PendingInfo: `position` is 1-based within the tenant's queue (tenant_position ranks
+    # the tenant among tenants).
+    pos = int(info.get("position") or 0)
     line = f"{_ordinal(pos)} in line for {tenant}" if pos else f"in line for {tenant}"
     reason = info.get("reason")
     return f"Waiting for a GPU: {line}" + (f" ({reason})" if reason else "")

@@ -62,6 +62,23 @@ def _simple_form(formdata: dict[str, Any]) -> dict[str, Any]:
     return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in formdata.items()}
 
 
+def _latest_warning(workload: dict) -> str | None:
+    """The newest warning event (the culler's "idle; will be stopped at ...") if it is newer
+    than the last state change, else None."""
+    latest_change = 0.0
+    warning: tuple[float, str] | None = None
+    for ev in workload.get("events") or []:
+        kind, at = str(ev.get("kind", "")), float(ev.get("at") or 0.0)
+        if kind.endswith("warning"):
+            if warning is None or at >= warning[0]:
+                warning = (at, str(ev.get("message") or ""))
+        elif kind.startswith("workload."):
+            latest_change = max(latest_change, at)
+    if warning is None or warning[0] < latest_change:
+        return None
+    return warning[1] or None
+
+
 class GpupoolSpawner(LocalProcessSpawner):
     """A LocalProcessSpawner whose GPUs come from gpupool (see the module docstring)."""
 
@@ -374,49 +391,78 @@ class GpupoolSpawner(LocalProcessSpawner):
 
     # -- poll / stop ---------------------------------------------------------------------
     async def poll(self) -> int | None:
+        """None while the notebook runs. A stop gpupool made (culling, preemption, an admin)
+        ends it here too, and the user is told why on the hub's pages."""
         status = await super().poll()
         if self._stopping or not self.workload_id:
             return status
-        if status is not None:
+        wid = self.workload_id
+        try:
+            stop = self._launch.stop_request(wid)
+        except web.HTTPError:
+            stop = None
+        if stop is not None:
+            notices.set_notice(
+                self.user.name, f"Your notebook was stopped by gpupool: {stop.get('reason')}"
+            )
+        wl = await self._fetch_workload(wid)
+        if wl is None:
             return status
+        state = wl["state"]
+        if state in ENDED:
+            why = STOPPED_BECAUSE.get(state, "Your notebook was stopped")
+            notices.set_notice(self.user.name, f"{why}: {wl.get('reason') or state}")
+            if status is None:
+                self.log.warning("gpupool ended %s: %s", self._log_name, wl.get("reason"))
+                return 1
+            return status
+        if status is None:
+            if stop is None:
+                notices.set_notice(self.user.name, _latest_warning(wl))
+            return None
+        if state in ("pending", "admitted", "starting") and self._launch.launched(wid) is None:
+            # Queued (or granted, not launched yet): the spawn holds a gpupool request, so
+            # the hub must call stop() to release it (cancel while queued).
+            return None
+        # The notebook ended by itself (crash, shut down from JupyterLab): free its GPUs.
+        await self._release(wid)
+        return status
+
+    async def _fetch_workload(self, wid: str) -> dict | None:
         try:
             client = await self._as_user()
             try:
-                wl = await client.workload(self.workload_id)
+                return await client.workload(wid)
             finally:
                 await client.aclose()
         except GpupoolAPIError as e:
             # gpupool down or the token expired: the notebook keeps running; try next time.
             self.log.warning("gpupool poll of %s failed: %s", self._log_name, e.message)
             return None
-        if wl["state"] in ENDED:
-            why = STOPPED_BECAUSE.get(wl["state"], "Your notebook was stopped")
-            notices.set_notice(self.user.name, f"{why}: {wl.get('reason') or wl['state']}")
-            self.log.warning("gpupool ended %s: %s", self._log_name, wl.get("reason"))
-            return 1
-        warning = (wl.get("warning") or "") if isinstance(wl.get("warning"), str) else ""
-        notices.set_notice(self.user.name, warning or None)
-        return None
+
+    async def _release(self, wid: str) -> None:
+        """Tell gpupool the notebook is gone: it ends the workload and frees its GPUs."""
+        with contextlib.suppress(web.HTTPError):
+            self._launch.mark_exited(wid, 0, time.time())
+        try:
+            client = await self._as_user()
+            try:
+                await client.cancel(wid)
+            finally:
+                await client.aclose()
+        except GpupoolAPIError as e:
+            if e.status not in (404, 409):
+                self.log.warning("gpupool did not release %s: %s", wid, e.message)
+                return
+        if self.workload_id == wid:
+            self.workload_id = ""
 
     async def stop(self, now: bool = False) -> None:
         self._stopping = True
         try:
             await super().stop(now=now)
-            wid = self.workload_id
-            if not wid:
-                return
-            with contextlib.suppress(web.HTTPError):
-                self._launch.mark_exited(wid, 0, time.time())
-            try:
-                client = await self._as_user()
-                try:
-                    await client.cancel(wid)
-                finally:
-                    await client.aclose()
-            except GpupoolAPIError as e:
-                if e.status not in (404, 409):
-                    self.log.warning("gpupool did not release %s: %s", wid, e.message)
-            self.workload_id = ""
+            if self.workload_id:
+                await self._release(self.workload_id)
         finally:
             self._stopping = False
 

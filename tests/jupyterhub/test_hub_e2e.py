@@ -1,0 +1,139 @@
+"""End to end: a real gpupool server, a real JupyterHub with configurable-http-proxy, real
+notebook servers (jupyterhub-singleuser + JupyterLab), 2 simulated GPUs, driven through the
+hub's REST API. The tests share one stack and run in order (each leaves a known state).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from gpupool.domain import WorkloadState
+from gpupool.server.services import lifecycle
+from tests.jupyterhub.stack import GPU_UUIDS, Stack, build, events, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("configurable-http-proxy") is None,
+        reason="configurable-http-proxy missing; scripts/test installs it with npm",
+    ),
+]
+#: A notebook server with JupyterLab takes 10-20 s to come up on a 2-core CI machine.
+SPAWN_S = 180
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Stack:
+    st = build(tmp_path_factory.mktemp("hub"))
+    for user in ("alice", "bob", "carol", "dave"):
+        st.login(user)
+    yield st
+    st.close()
+
+
+def _active(stack: Stack, user: str) -> list[dict]:
+    return [
+        w
+        for w in stack.notebooks(user)
+        if w["state"] in ("pending", "admitted", "starting", "running")
+    ]
+
+
+def test_forged_user_options_are_refused_with_a_clear_message(stack):
+    r = stack.spawn("alice", {"gpus": 2})
+    assert r.status_code == 400
+    assert "unknown option 'gpus'" in r.json()["message"]
+    r = stack.spawn("alice", {"profile": "other-only"})
+    assert r.status_code == 400 and "no profile 'other-only'" in r.json()["message"]
+    # a profile the form offers, but beyond lab's per-user cap: gpupool itself refuses it
+    r = stack.spawn("alice", {"profile": "pair"})
+    assert r.status_code in (400, 422), r.text
+    msg = r.json()["message"]
+    assert "gpupool refused the notebook" in msg and "at most 1" in msg
+    assert _active(stack, "alice") == []
+    assert stack.server_model("alice") is None
+
+
+def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack):
+    for user in ("alice", "bob"):
+        assert stack.spawn(user, {"profile": "gpu"}).status_code in (201, 202)
+    for user in ("alice", "bob"):
+        wait_for(lambda u=user: stack.ready(u), f"{user}'s notebook", SPAWN_S, 0.5)
+    env_a, env_b = stack.notebook_env("alice"), stack.notebook_env("bob")
+    gpus = {env_a["CUDA_VISIBLE_DEVICES"], env_b["CUDA_VISIBLE_DEVICES"]}
+    assert gpus == set(GPU_UUIDS)
+    (wa,) = _active(stack, "alice")
+    assert env_a["GPUPOOL_WORKLOAD_ID"] == wa["id"]
+    assert wa["allocation"]["gpu_uuids"] == [env_a["CUDA_VISIBLE_DEVICES"]]
+
+    # carol waits, and sees where she stands
+    assert stack.spawn("carol", {"profile": "gpu"}).status_code == 202
+    seen = events(stack, "carol", lambda ev: "in line" in ev.get("message", ""))
+    assert "Waiting for a GPU: 1st in line for lab" in seen[-1]["message"]
+    (wc,) = _active(stack, "carol")
+    assert wc["state"] == "pending" and wc["pending"]["position"] == 1
+
+    # dave queues behind her, then cancels while queued: his request leaves the queue
+    assert stack.spawn("dave", {"profile": "gpu"}).status_code == 202
+    seen = events(stack, "dave", lambda ev: "2nd in line" in ev.get("message", ""))
+    assert stack.hub_api("DELETE", "/users/dave/server").status_code in (202, 204)
+    wait_for(lambda: not stack.server_model("dave"), "dave's spawn to be cancelled", 60)
+    wait_for(lambda: not _active(stack, "dave"), "dave's workload to leave the queue", 30)
+    assert stack.notebooks("dave")[0]["state"] == "cancelled"
+
+    # alice stops: her GPU goes to carol, whose notebook starts by itself
+    assert stack.hub_api("DELETE", "/users/alice/server").status_code in (202, 204)
+    wait_for(lambda: stack.ready("carol"), "carol's notebook", SPAWN_S, 0.5)
+    assert stack.notebook_env("carol")["CUDA_VISIBLE_DEVICES"] == env_a["CUDA_VISIBLE_DEVICES"]
+    assert _active(stack, "alice") == []
+    assert stack.notebooks("alice")[0]["state"] == "cancelled"
+
+
+def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
+    before = {u: stack.ready(u)["state"]["pid"] for u in ("bob", "carol")}
+    allocs = {u: _active(stack, u)[0] for u in ("bob", "carol")}
+    stack.stop_hub()
+    for pid in before.values():
+        os.kill(pid, 0)  # still alive while the hub is down
+    stack.start_hub()
+    for user, pid in before.items():
+        m = wait_for(lambda u=user: stack.ready(u), f"{user} after the restart", 60)
+        assert m["state"]["pid"] == pid
+        (w,) = _active(stack, user)
+        assert w["id"] == allocs[user]["id"]
+        assert w["allocation"]["gpu_uuids"] == allocs[user]["allocation"]["gpu_uuids"]
+    # and the new proxy routes to them
+    r = stack.hub_api("GET", "/users/bob")
+    url = stack.hub.public_url + r.json()["servers"][""]["url"] + "api/status"
+    import httpx
+
+    resp = wait_for(
+        lambda: (
+            x
+            if (
+                x := httpx.get(url, headers={"Authorization": f"token {stack.driver_token}"})
+            ).status_code
+            == 200
+            else None
+        ),
+        "bob's notebook through the new proxy",
+        30,
+    )
+    assert "started" in resp.json()
+
+
+def test_a_stop_by_gpupool_ends_the_notebook_and_tells_the_user_why(stack):
+    (wb,) = _active(stack, "bob")
+    ctx = stack.app.state.ctx
+    reason = "idle: no GPU use for 30 min (lab's idle limit)"
+    lifecycle.request_stop(ctx, wb["id"], WorkloadState.CULLED, reason)
+    wait_for(lambda: not stack.server_model("bob"), "bob's notebook to be stopped", 60)
+    wait_for(lambda: not _active(stack, "bob"), "bob's GPU to be released", 30)
+    assert stack.notebooks("bob")[0]["state"] == "culled"
+    home = stack.login("bob").get("/hub/home")
+    assert "stopped by gpupool" in home.text and "idle: no GPU use for 30 min" in home.text
+    # carol, who was busy, is untouched
+    assert stack.ready("carol")
