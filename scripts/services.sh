@@ -44,8 +44,17 @@ stop_services() {
   if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$_PG_TMP"; fi
 }
 
+# JupyterHub's proxy for the JupyterHub tests (tests/jupyterhub), from npm when missing.
+start_chp() {
+  command -v configurable-http-proxy >/dev/null 2>&1 && return
+  if ! command -v npm >/dev/null 2>&1; then _need_apt=(nodejs npm); _apt_install; fi
+  npm install -g --silent configurable-http-proxy >/dev/null 2>&1 || true
+  command -v configurable-http-proxy >/dev/null 2>&1 || echo "scripts/test: configurable-http-proxy not available (npm install -g configurable-http-proxy); JupyterHub tests will be skipped" >&2
+}
+
 start_services() {
   trap stop_services EXIT
   start_postgres
   start_chromium
+  start_chp
 }
