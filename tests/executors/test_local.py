@@ -248,3 +248,22 @@ def test_whole_gpu_keeps_scheduler_enforcement(ex):
     h = ex.start(wl("true"), alloc())
     assert h.enforcement == {"GPU-aaa": Enforcement.HARDWARE, "GPU-bbb": Enforcement.HARDWARE}
     wait_job(ex, "w1")
+
+
+def test_spec_without_a_launched_process_reads_as_unknown(ex):
+    # the server died after writing the spec and before the launcher registered
+    d = ex.state_dir / "w8"
+    d.mkdir()
+    (d / "spec.json").write_text('{"workload_id": "w8", "started_at": 1}')
+    assert ex.poll("w8").state is ExecState.UNKNOWN
+    assert ex.list_running() == []
+
+
+def test_many_finished_jobs_are_not_rescanned(ex):
+    for i in range(5):
+        ex.start(wl("exit 0", wid=f"f{i}"), None)
+    for i in range(5):
+        wait_job(ex, f"f{i}")
+    assert ex.list_running() == []
+    assert set(ex._final) == {f"f{i}" for i in range(5)}
+    assert ex._live_candidates() == []

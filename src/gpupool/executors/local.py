@@ -34,6 +34,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         self.python = python
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._final: dict[str, ExecStatus] = {}
+        # start/poll/stop/tick may be called from different loop threads at once
+        self._lock = threading.RLock()
 
     # -- helpers -------------------------------------------------------------------------
     def _dir(self, workload_id: str) -> Path:
@@ -154,7 +157,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
     def _mps_users(self, gpu_uuid: str) -> list[str]:
         """Unix users of live MPS clients on `gpu_uuid` (from the state dirs)."""
         users = []
-        for wid in self._workload_ids():
+        for wid in self._live_candidates():
             spec = self._read_json(self._dir(wid) / SPEC_FILE) or {}
             if spec.get("enforcement", {}).get(gpu_uuid) != Enforcement.MPS:
                 continue
@@ -211,6 +214,17 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         *,
         env: Mapping[str, str] | None = None,
         unix_user: str | None = None,
+    ) -> Handle:
+        with self._lock:
+            return self._start(workload, allocation, env=env, unix_user=unix_user)
+
+    def _start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None,
+        unix_user: str | None,
     ) -> Handle:
         if not _SAFE_ID.match(workload.id):
             raise StartError(f"workload id {workload.id!r} is not usable as a directory name")
@@ -302,6 +316,10 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         return info is not None and info[1] not in ("Z", "X") and info[0] == ident[1]
 
     def poll(self, workload_id: str) -> ExecStatus:
+        with self._lock:
+            return self._poll(workload_id)
+
+    def _poll(self, workload_id: str) -> ExecStatus:
         if workload_id in self._final:
             return self._final[workload_id]
         d = self._dir(workload_id)
@@ -332,6 +350,9 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
                 rc = child.returncode
                 code, finished = (128 - rc if rc < 0 else rc or 1), self.clock.now()
                 msg = f"the launcher failed (exit {child.returncode}); see the job's log"
+            elif not (d / PID_FILE).exists() and workload_id not in self._children:
+                # spec written, launcher never registered: the server died in between
+                return ExecStatus.unknown(workload_id)
             else:
                 status = ExecStatus(
                     workload_id,
@@ -356,6 +377,10 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         return status
 
     def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        with self._lock:
+            self._stop(workload_id, reason, grace_s)
+
+    def _stop(self, workload_id: str, reason: str, grace_s: float) -> None:
         d = self._dir(workload_id)
         ident = self._pid(workload_id)
         if ident is None or not self._alive(workload_id):
@@ -380,10 +405,14 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
 
     def tick(self) -> None:
         """Escalate overdue stops to SIGKILL; reap exited launchers."""
+        with self._lock:
+            self._tick()
+
+    def _tick(self) -> None:
         now = self.clock.now()
-        for wid in self._workload_ids():
+        for wid in self._live_candidates():
             d = self._dir(wid)
-            if not (d / STOP_FILE).exists() or (d / EXIT_FILE).exists():
+            if not (d / STOP_FILE).exists():
                 continue
             stop = self._read_json(d / STOP_FILE) or {}
             if stop.get("killed_at") is None and now >= stop.get("kill_at", now):
@@ -397,10 +426,26 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         except FileNotFoundError:
             return []
 
-    def list_running(self) -> list[RunningProcess]:
-        sessions = _sessions()
+    def _live_candidates(self) -> list[str]:
+        """Workload dirs that may hold live work: those not known to have ended."""
         out = []
         for wid in self._workload_ids():
+            if wid in self._final:
+                continue
+            if (self._dir(wid) / EXIT_FILE).exists():
+                self.poll(wid)  # remember it as ended; never scanned again
+                continue
+            out.append(wid)
+        return out
+
+    def list_running(self) -> list[RunningProcess]:
+        sessions = _sessions()
+        with self._lock:
+            return self._list_running(sessions)
+
+    def _list_running(self, sessions: dict[int, list[int]]) -> list[RunningProcess]:
+        out = []
+        for wid in self._live_candidates():
             if not self._alive(wid):
                 continue
             spec = self._read_json(self._dir(wid) / SPEC_FILE) or {}
