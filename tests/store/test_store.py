@@ -131,10 +131,11 @@ def test_tenants_create_ancestors_and_refuse_invalid_trees(store):
     with store.write() as s:
         TenantRepo(s).save(Tenant("physics", Quota.gpus(2, 4)), 0.0)
         TenantRepo(s).save(Tenant("physics/lab-a", Quota.gpus(2, 3, weight=2)), 0.0)
-        TenantRepo(s).save(Tenant("bio/lab-b"), 0.0)
+        TenantRepo(s).save(Tenant("bio/lab-b/x"), 0.0)
     with store.read() as s:
         tree = TenantRepo(s).tree()
-        assert sorted(t.name for t in tree) == ["bio", "bio/lab-b", "physics", "physics/lab-a"]
+        names = sorted(t.name for t in tree)
+        assert names == ["bio", "bio/lab-b", "bio/lab-b/x", "physics", "physics/lab-a"]
         assert tree.get("physics/lab-a").quota == Quota.gpus(2, 3, weight=2)
     # children's guarantees beyond the parent's limit: refused, nothing written
     with pytest.raises(ValidationError), store.write() as s:

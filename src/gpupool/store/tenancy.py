@@ -57,7 +57,7 @@ class TenantRepo:
                     "create the sub-tenant after its workloads have finished"
                 )
         self.tree().with_tenant(tenant)  # raises ValidationError if the tree would be invalid
-        for ancestor in reversed(_ancestors(tenant.name)):
+        for ancestor in _ancestors(tenant.name):  # root first
             if self.s.get(TenantRow, ancestor) is None:
                 self.s.add(
                     tenant_to_row(Tenant(ancestor), TenantRow(name=ancestor, created_at=now))

@@ -35,7 +35,7 @@ def list_workloads(
     user: str | None = Query(None, max_length=128),
     kind: Kind | None = None,
     limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=10_000_000),
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
 ) -> list[WorkloadOut]:
