@@ -18,8 +18,8 @@ from gpupool.telemetry import NoGPUError, ProcessKind
 from gpupool.telemetry.nvml import NVMLSource
 
 
-def _open(fake: FakeNVML) -> NVMLSource:
-    return NVMLSource.open(module=fake, clock=ManualClock(100.0), hostname="node-1")
+def _open(fake: FakeNVML, clock: ManualClock | None = None) -> NVMLSource:
+    return NVMLSource.open(module=fake, clock=clock or ManualClock(100.0), hostname="node-1")
 
 
 def test_discovers_gpus_with_identity_memory_and_sensors(fake_nvml):
@@ -49,18 +49,48 @@ def test_processes_merge_compute_and_mps_lists_with_memory_and_sm_util(fake_nvml
 
 def test_process_utilization_is_held_between_sparse_samples_then_expires(fake_nvml):
     # NVML samples processes sparsely: a read may hold no new sample for a busy process.
-    src = _open(fake_nvml)
+    clock = ManualClock(100.0)
+    src = _open(fake_nvml, clock)
     src.snapshot()
     fake_nvml.gpus[0].samples.append((100, 2_600_000, 90))
+    clock.advance(5)
     procs = {p.pid: p for p in src.snapshot().gpus[0].processes}
     assert procs[100].sm_util == 90.0  # only the newer sample counts
     assert procs[101].sm_util == 10.0  # no new sample: last value, 1.0 s old, is held
+    clock.advance(5)
     procs = {p.pid: p for p in src.snapshot().gpus[0].processes}  # NOT_FOUND: nothing new
     assert (procs[100].sm_util, procs[101].sm_util) == (90.0, 10.0)
     fake_nvml.gpus[0].samples.append((100, 5_000_000, 30))
+    clock.advance(5)
     procs = {p.pid: p for p in src.snapshot().gpus[0].processes}
     assert procs[100].sm_util == 30.0
     assert procs[101].sm_util == 0.0  # its last sample is over 3 s older than the newest
+
+
+def test_expensive_calls_are_rate_limited_and_skipped_on_gpus_without_processes(fake_nvml):
+    clock = ManualClock(100.0)
+    src = _open(fake_nvml, clock)
+    for _ in range(5):  # five 1-second samples
+        src.snapshot()
+        clock.advance(1)
+    util_calls = fake_nvml.calls.count("nvmlDeviceGetProcessUtilization")
+    assert util_calls == 1  # GPU 0 at t=100 only (next due at 105); GPU 1 has no processes
+    assert fake_nvml.calls.count("nvmlDeviceGetMigMode") == 2  # once per GPU per minute
+    fake_nvml.gpus[0].samples.append((100, 9_000_000, 77))
+    procs = {p.pid: p.sm_util for p in src.snapshot().gpus[0].processes}  # t=105: due
+    assert procs[100] == 77.0
+    assert fake_nvml.calls.count("nvmlDeviceGetProcessUtilization") == 2
+
+
+def test_passing_process_utilization_error_is_retried(fake_nvml):
+    clock = ManualClock(100.0)
+    fake_nvml.fail("nvmlDeviceGetProcessUtilization", UNKNOWN)
+    src = _open(fake_nvml, clock)
+    g = src.snapshot().gpus[0]
+    assert g.processes[0].sm_util is None and "process utilization" in g.errors[0]
+    del fake_nvml.failures[("nvmlDeviceGetProcessUtilization", None)]
+    clock.advance(5)
+    assert src.snapshot().gpus[0].processes[0].sm_util == 60.0
 
 
 def test_process_utilization_not_supported_is_none(fake_nvml):
