@@ -285,6 +285,8 @@ def main() -> int:
         import telemetry_overhead
 
         res["overhead_real"] = telemetry_overhead.real(60)
+        calls = sh([sys.executable, str(HERE / "telemetry_nvml_calls.py"), "--samples", "100"])
+        res["nvml_calls_busy"] = json.loads(calls.stdout) if calls.returncode == 0 else calls.stderr
         log("overhead real", res["overhead_real"])
         src.close()
     finally:
