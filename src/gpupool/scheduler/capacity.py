@@ -91,6 +91,11 @@ class _Static:
                 self.gpu_ok.append(node.schedulable and gpu.schedulable)
                 self.milli.append(MILLI_PER_GPU)
         self.models = sorted(set(self.gpu_model))
+        self.gpu_shared = [s is SharingMode.SHARED for s in self.gpu_sharing]
+        #: the GPU models on each node (most nodes have one)
+        self.node_models = [
+            tuple(sorted({self.gpu_model[g] for g in ids})) for ids in self.node_gpus
+        ]
 
 
 _cache: tuple[tuple[Node, ...], _Static] | None = None
@@ -126,6 +131,8 @@ class CapacityIndex:
         self.gpu_total_mem = st.gpu_total_mem
         self.gpu_sharing = st.gpu_sharing
         self.gpu_ok = st.gpu_ok
+        self.gpu_shared = st.gpu_shared
+        self.node_models = st.node_models
         self._gpu_ids = st.gpu_ids
         self.models = st.models
         # the per-cycle, mutable part
@@ -168,20 +175,21 @@ class CapacityIndex:
     def _refile(self, n: int) -> None:
         """Recompute node `n`'s entries in the whole and fraction indexes."""
         usable = self.node_ready[n] and not self.node_held[n]
-        counts: dict[str, list[int]] = {}
+        free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
+        ok, shared, gmodel = self.gpu_ok, self.gpu_shared, self.gpu_model
+        models = self.node_models[n]
+        counts = {m: [0, 0] for m in models}
         for g in self.node_gpus[n]:
-            model = self.gpu_model[g]
-            c = counts.setdefault(model, [0, 0])
-            ok = usable and self.gpu_ok[g]
-            shared = self.gpu_sharing[g] is SharingMode.SHARED
-            if ok and self.is_whole_free(g):
+            good = usable and ok[g]
+            fm = free_milli[g]
+            if shared[g]:
+                key = (fm, max(free_gmem[g], 0)) if good and fm > 0 else None
+                self.frac[gmodel[g]].set(g, key)
+            if good and fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
+                c = counts[gmodel[g]]
                 c[0] += 1
-                if not shared:
+                if not shared[g]:
                     c[1] += 1
-            if shared:
-                fm = self.free_milli[g]
-                key = (fm, max(self.free_gmem[g], 0)) if ok and fm > 0 else None
-                self.frac[model].set(g, key)
         for model, (every, unshared) in counts.items():
             self.whole[model].set(n, every or None)
             self.whole_unshared[model].set(n, unshared or None)

@@ -16,8 +16,9 @@ Shares record their enforcement: whole GPUs `hardware`, fractions the configured
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share, SharingMode
+from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
 
 #: (gpu id, milli, memory MiB) taken on one GPU
@@ -67,43 +68,73 @@ def place_on_node(
         return None
     if cap.free_mem[n] + freed_mem < shape.memory_mib:
         return None
-    freed_gpu = freed_gpu or {}
     if shape.kind == CPU_ONLY:
         return Placement(n, ())
-    options: list[tuple[tuple[int, ...], int, int, int]] = []  # (score, g, milli, mem)
+    if shape.kind == WHOLE:
+        return _whole_on_node(cap, n, shape, freed_gpu or _NOTHING)
+    return _fraction_on_node(cap, n, shape, freed_gpu or _NOTHING)
+
+
+_NOTHING: dict[int, tuple[int, int]] = {}
+_ZERO = (0, 0)
+
+
+def _whole_on_node(
+    cap: CapacityIndex, n: int, shape: Shape, freed: dict[int, tuple[int, int]]
+) -> Placement | None:
+    """`count` whole GPUs of one model; exclusive (and MIG) GPUs before shared ones."""
+    model = shape.model
+    need_mem = shape.gpu_memory_mib
+    ok, gmodel, shared = cap.gpu_ok, cap.gpu_model, cap.gpu_shared
+    free_milli, free_gmem, total = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
+    unshared_ids: list[int] = []
+    shared_ids: list[int] = []
     for g in cap.node_gpus[n]:
-        if not cap.gpu_ok[g] or (shape.model is not None and cap.gpu_model[g] != shape.model):
+        if not ok[g] or (model is not None and gmodel[g] != model):
             continue
-        fm, fg = freed_gpu.get(g, (0, 0))
+        fm, fg = freed.get(g, _ZERO) if freed else _ZERO
+        if free_milli[g] + fm >= MILLI_PER_GPU and free_gmem[g] + fg >= total[g] >= need_mem:
+            (shared_ids if shared[g] else unshared_ids).append(g)
+    if model is None and len({gmodel[g] for g in unshared_ids + shared_ids}) > 1:
+        # all GPUs of one request share a model: the model with the fewest that suffice
+        best = None
+        for m in sorted({gmodel[g] for g in unshared_ids + shared_ids}):
+            picks = [g for g in unshared_ids if gmodel[g] == m]
+            picks += [g for g in shared_ids if gmodel[g] == m]
+            if len(picks) >= shape.count and (best is None or len(picks) < len(best)):
+                best = picks
+        if best is None:
+            return None
+        picks = best
+    else:
+        picks = unshared_ids + shared_ids
+    if len(picks) < shape.count:
+        return None
+    return Placement(n, tuple((g, MILLI_PER_GPU, total[g]) for g in picks[: shape.count]))
+
+
+def _fraction_on_node(
+    cap: CapacityIndex, n: int, shape: Shape, freed: dict[int, tuple[int, int]]
+) -> Placement | None:
+    """One shared GPU: the least free milli, then the least free memory, that suffices."""
+    best: tuple[int, int, int, int] | None = None
+    for g in cap.node_gpus[n]:
+        if not cap.gpu_ok[g] or not cap.gpu_shared[g]:
+            continue
+        if shape.model is not None and cap.gpu_model[g] != shape.model:
+            continue
+        fm, fg = freed.get(g, _ZERO)
         milli = cap.free_milli[g] + fm
         gmem = cap.free_gmem[g] + fg
-        total = cap.gpu_total_mem[g]
-        if shape.kind == WHOLE:
-            if milli >= MILLI_PER_GPU and gmem >= total and total >= shape.gpu_memory_mib:
-                shared = cap.gpu_sharing[g] is SharingMode.SHARED
-                options.append(((int(shared), cap.gpu_index[g]), g, MILLI_PER_GPU, total))
-        elif cap.gpu_sharing[g] is SharingMode.SHARED:
-            need = share_memory(cap, g, shape)
-            if milli >= shape.milli and gmem >= need:
-                options.append(((milli, gmem, cap.gpu_index[g]), g, shape.milli, need))
-    if shape.kind == WHOLE:
-        if shape.model is None:
-            # all GPUs of one request share a model: pick the model with the best fit
-            by_model: dict[str, list] = {}
-            for o in options:
-                by_model.setdefault(cap.gpu_model[o[1]], []).append(o)
-            fits = [v for _, v in sorted(by_model.items()) if len(v) >= shape.count]
-            if not fits:
-                return None
-            options = min(fits, key=len)
-        if len(options) < shape.count:
-            return None
-        options.sort()
-        return Placement(n, tuple((g, m, mem) for _, g, m, mem in options[: shape.count]))
-    if not options:
+        need = share_memory(cap, g, shape)
+        if milli >= shape.milli and gmem >= need:
+            cand = (milli, gmem, cap.gpu_index[g], g)
+            if best is None or cand < best:
+                best = cand
+    if best is None:
         return None
-    _, g, m, mem = min(options)
-    return Placement(n, ((g, m, mem),))
+    g = best[3]
+    return Placement(n, ((g, shape.milli, share_memory(cap, g, shape)),))
 
 
 # -- through the indexes ---------------------------------------------------------------------
@@ -121,48 +152,51 @@ def find_placement(cap: CapacityIndex, shape: Shape) -> Placement | None:
 
 
 def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
+    """Per model, the best node (whole) or GPU (fraction) from the index; the best of those."""
     models = [shape.model] if shape.model is not None else cap.models
-    best: tuple[tuple, Placement] | None = None
+    best: tuple | None = None  # (key, item, shape with its model)
+    fits_host = cap.node_fits_host
     for model in models:
+        idx = indexes.get(model)
+        if idx is None:
+            continue
         if shape.kind == WHOLE:
-            idx = indexes.get(model)
-            if idx is None:
-                continue
             mshape = shape if shape.model else _with_model(shape, model)
+            if mshape.gpu_memory_mib:
 
-            def pred(n: int, s: Shape = mshape) -> bool:
-                if not cap.node_fits_host(n, s):
-                    return False
-                return not s.gpu_memory_mib or place_on_node(cap, n, s) is not None
+                def pred(n: int, s: Shape = mshape) -> bool:
+                    return fits_host(n, s) and place_on_node(cap, n, s) is not None
+
+            else:
+
+                def pred(n: int, s: Shape = mshape) -> bool:
+                    return fits_host(n, s)
 
             hit = idx.find(shape.count, pred)
-            if hit is None:
-                continue
-            n, key = hit
-            cand = ((key, n), place_on_node(cap, n, mshape))
         else:
-            idx = indexes.get(model)
-            if idx is None:
-                continue
+            mshape = shape
             lo_mem = shape.gpu_memory_mib
 
             def gpred(g: int) -> bool:
-                n = cap.gpu_node[g]
-                if not cap.node_fits_host(n, shape):
+                if not fits_host(cap.gpu_node[g], shape):
                     return False
                 return cap.free_gmem[g] >= share_memory(cap, g, shape)
 
             hit = idx.find((shape.milli, lo_mem), gpred, lambda k, lo=lo_mem: k[1] >= lo)
-            if hit is None:
-                continue
-            g, key = hit
-            mem = share_memory(cap, g, shape)
-            cand = ((key, g), Placement(cap.gpu_node[g], ((g, shape.milli, mem),)))
-        if cand[1] is not None and (best is None or cand[0] < best[0]):
-            best = cand  # type: ignore[assignment]
-    return None if best is None else best[1]
+        if hit is not None:
+            item, key = hit
+            if best is None or (key, item) < (best[0], best[1]):
+                best = (key, item, mshape)
+    if best is None:
+        return None
+    _, item, mshape = best
+    if shape.kind == WHOLE:
+        return place_on_node(cap, item, mshape)
+    mem = share_memory(cap, item, shape)
+    return Placement(cap.gpu_node[item], ((item, shape.milli, mem),))
 
 
+@lru_cache(maxsize=4096)
 def _with_model(shape: Shape, model: str) -> Shape:
     return shape._replace(model=model)
 
