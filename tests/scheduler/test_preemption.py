@@ -147,3 +147,26 @@ def test_hierarchy_siblings_borrowing_within_their_parent_are_not_victims_of_out
     )
     d = cycle(snapshot([n], t2, run), [job("s", "physics/lab-a", "ann", gpus=1)], NOW)
     assert victims(d) == ["p3"]
+
+
+def test_stopping_work_is_claimed_by_one_candidate_only():
+    # b3 is already stopping; a1 waits for it, a2 needs a fresh victim
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    run[3] = running(run[3].workload, N, [3], since=300, stopping=True)
+    d = cycle(snapshot([N], TENANTS, run), [job("a1", gpus=1), job("a2", gpus=1, submit=1)], NOW)
+    assert victims(d) == ["b2"]
+    assert [p.for_workload for p in d.preemptions] == ["a2"]
+    assert d.pending["a1"].reason.startswith("reclaiming its guaranteed share: waiting for 1")
+
+
+def test_freed_capacity_is_not_taken_by_borrowers_in_the_same_cycle():
+    # one GPU is free but a needs 2: b1 is preempted, and the free GPU is kept for a, so
+    # lab-c's pending work does not take it
+    n = node("n", gpus=4)
+    run = [running(job(f"b{i}", "lab-b", "bob", gpus=1), n, [i], since=100 * i) for i in range(3)]
+    t = [tenant("lab-a", 2), tenant("lab-b", 1), tenant("lab-c", 0)]
+    pending = [job("a", gpus=2), job("c", "lab-c", "carl", gpus=1, submit=1)]
+    d = cycle(snapshot([n], t, run), pending, NOW)
+    assert victims(d) == ["b2"]
+    assert d.admissions == ()
+    assert "c" in d.pending

@@ -1,0 +1,38 @@
+"""The bucket index answers like a brute-force scan, whatever the sequence of changes."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpupool.scheduler.buckets import BucketIndex
+
+OPS = st.lists(st.tuples(st.integers(0, 15), st.one_of(st.none(), st.integers(0, 8))), max_size=60)
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPS, st.integers(0, 9), st.sets(st.integers(0, 15)))
+def test_find_matches_a_brute_force_scan(ops, lo, rejected):
+    idx = BucketIndex()
+    truth: dict[int, int] = {}
+    for item, key in ops:
+        idx.set(item, key)
+        if key is None:
+            truth.pop(item, None)
+        else:
+            truth[item] = key
+    assert len(idx) == len(truth)
+    assert idx.max_key() == (max(truth.values()) if truth else None)
+    for key in set(truth.values()):
+        assert idx.items_under(key) == sorted(i for i, k in truth.items() if k == key)
+    ok = [(k, i) for i, k in truth.items() if k >= lo and i not in rejected]
+    expected = min(ok) if ok else None
+    got = idx.find(lo, lambda i: i not in rejected)
+    assert (None if got is None else (got[1], got[0])) == expected
+
+
+def test_key_ok_skips_whole_buckets():
+    idx = BucketIndex()
+    idx.set(1, (500, 10))
+    idx.set(2, (500, 40))
+    idx.set(3, (1000, 80))
+    assert idx.find((400, 30), lambda i: True, lambda k: k[1] >= 30) == (2, (500, 40))
+    assert idx.find((600, 0), lambda i: True) == (3, (1000, 80))
