@@ -20,6 +20,7 @@ SimulationError (that would be a scheduler bug).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -144,6 +145,7 @@ class Simulator:
         self.events = 0
         self.samples: list[tuple[float, dict[str, int], dict[str, float], int]] = []
         self.next_sample = 0.0
+        self.last_pending_info: dict = {}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -289,10 +291,7 @@ class Simulator:
         for wid, reason in d.unschedulable.items():
             if wid in self.pending:
                 self._fail(wid, reason, t)
-        for wid, info in d.pending.items():
-            rec = self.records.get(wid)
-            if rec is not None:
-                rec.reason = info.reason
+        self.last_pending_info = d.pending  # reasons are copied once, at the end
         demand = {ten: self.alloc[ten] + self.pending_milli[ten] for ten in self.leaves}
         self.fair = self.fair_shares(demand, self.capacity)
         return d
@@ -307,6 +306,26 @@ class Simulator:
             self.pending_count[ten]
             and any(below[anc] < self.guarantee[anc] for anc in self.ancestors[ten])
             for ten in self.leaves
+        )
+
+    def _futile(self, new_subs: list[Workload]) -> bool:
+        """True when a cycle now cannot admit or reclaim anything the last one could not:
+        no GPU milli is free, every newcomer wants a GPU, and (when preempting) no newcomer's
+        tenant is below its guarantee."""
+        if sum(self.alloc.values()) < self.capacity:
+            return False
+        if any(not w.request.wants_gpu for w in new_subs):
+            return False
+        if not self.preempting:
+            return True
+        used: dict[str, int] = {}
+        for ten in self.leaves:
+            for anc in self.ancestors[ten]:
+                used[anc] = used.get(anc, 0) + self.alloc[ten]
+        return not any(
+            used[anc] < self.guarantee[anc]
+            for w in new_subs
+            for anc in self.ancestors.get(w.tenant, ())
         )
 
     def _time_wakeup(self, t: float) -> float | None:
@@ -324,6 +343,17 @@ class Simulator:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> SimResult:
+        """Replay to the end. The cyclic garbage collector is paused meanwhile: the replay
+        makes millions of short-lived acyclic objects, and its scans would dominate."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self) -> SimResult:
         wall0 = time.perf_counter()
         for sw in self.s.workloads:
             self.records[sw.workload.id] = WorkloadRecord(sw.workload, sw.duration)
@@ -345,6 +375,9 @@ class Simulator:
         last_end: float | None = None
         gap = self.s.min_cycle_gap_s
         done = reported = 0
+        new_subs: list[Workload] = []  # submitted since the last cycle
+        freed = False  # capacity freed since the last cycle
+        tick = False  # the due cycle is a follow-up or time-driven one
         while True:
             t_ev = self.heap[0][0] if self.heap else math.inf
             t = min(t_ev, cycle_due if cycle_due is not None else math.inf)
@@ -358,10 +391,12 @@ class Simulator:
                     done += 1
                     if rec.state is S.PENDING:
                         self._add_pending(rec.workload)
+                        new_subs.append(rec.workload)
                         due = max(t, last_cycle_t + gap)
                         cycle_due = due if cycle_due is None else min(cycle_due, due)
                 elif epoch == rec.epoch and wid in self.running:
                     self._complete(wid, t)
+                    freed = True
                     last_end = t
                     due = max(t, last_cycle_t + gap)
                     cycle_due = due if cycle_due is None else min(cycle_due, due)
@@ -371,10 +406,18 @@ class Simulator:
                 self.progress(done, total)
             if cycle_due is None or t < cycle_due:
                 continue
+            if not self.pending or (not freed and not tick and self._futile(new_subs)):
+                # nothing could change: no work waits, or the cluster is full and nothing was
+                # freed and the newcomers cannot reclaim
+                cycle_due = None
+                new_subs.clear()
+                continue
             same_instant = same_instant + 1 if t == last_cycle_t else 0
             d = self._run_cycle(t)
             last_cycle_t = t
             cycle_due = None
+            new_subs.clear()
+            freed = bool(d.preemptions)
             if d.admissions:
                 last_end = t if last_end is None else max(last_end, t)
             if alloc_ratio_at_last_submit is None and last_submit is not None and t >= last_submit:
@@ -385,6 +428,7 @@ class Simulator:
                 self.s.config.max_admissions_per_cycle is not None
                 and len(d.admissions) >= self.s.config.max_admissions_per_cycle
             )
+            tick = True  # a follow-up or time-driven cycle is never skipped
             if self.pending and (d.preemptions or cap_hit):
                 cycle_due = (
                     t + gap
@@ -393,6 +437,11 @@ class Simulator:
                 )
             else:
                 cycle_due = self._time_wakeup(t)
+                tick = cycle_due is not None
+        for wid in self.pending:
+            info = self.last_pending_info.get(wid)
+            if info is not None:
+                self.records[wid].reason = info.reason
         if self.progress:
             self.progress(total, total)
         if self.sample_every_s:

@@ -251,7 +251,8 @@ def _pydantic_problems(err: PydanticValidationError, data: Any, model: type[Base
             if "input" in e and not isinstance(e["input"], dict | list):
                 msg += f" (got {e['input']!r})"
         # "workloads[3] (id j4): duration must be >= 0"
-        problems.append(f"{where} {msg}" if ":" in where else f"{where}: {msg}")
+        joiner = " " if msg.startswith(("must", "is ")) else ": "
+        problems.append(f"{where}{joiner}{msg}" if where else msg)
     return problems
 
 

@@ -254,12 +254,14 @@ def offered_gpu_seconds(jobs: Iterable[TraceJob]) -> float:
 
 def gpus_for_load(jobs: Sequence[TraceJob], load: float, gpus_per_node: int = 8) -> int:
     """Whole nodes of `gpus_per_node` GPUs so that offered load ≈ `load` over the submit span
-    (offered GPU-time ÷ (GPUs × span from first to last submission))."""
+    (offered GPU-time ÷ (GPUs × span from first to last submission)); jobs wider than a node
+    are left out, since they can never run."""
     if not jobs:
         return gpus_per_node
     span = max(j.submit for j in jobs) - min(j.submit for j in jobs)
     span = max(span, 1.0)
-    gpus = offered_gpu_seconds(jobs) / (span * load)
+    fits = [j for j in jobs if j.gpus <= gpus_per_node]  # bigger ones can never run
+    gpus = offered_gpu_seconds(fits) / (span * load)
     return max(1, math.ceil(gpus / gpus_per_node)) * gpus_per_node
 
 
