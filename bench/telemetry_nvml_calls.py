@@ -3,7 +3,8 @@
     python bench/telemetry_nvml_calls.py --samples 200 [--json out.json]
 
 Wraps every `nvml*` function of pynvml with timers, then takes `--samples` snapshots
-through `NVMLSource` (the same calls the sampler makes).
+through `NVMLSource` (the same calls the sampler makes), as at 1 Hz (a manual clock moves
+1 s per snapshot, so the source's rate limits apply; the snapshots run back to back).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pynvml
 
+from gpupool.clock import ManualClock
 from gpupool.telemetry.nvml import NVMLSource
 
 
@@ -45,11 +47,13 @@ def main() -> None:
     for name in dir(pynvml):
         if name.startswith("nvml") and callable(getattr(pynvml, name)):
             setattr(pynvml, name, timed(name, getattr(pynvml, name)))
-    src = NVMLSource.open(module=pynvml)
+    clock = ManualClock(time.time())  # moved 1 s per snapshot: the source's rate limits as at 1 Hz
+    src = NVMLSource.open(module=pynvml, clock=clock)
     snap = src.snapshot()
     cpu.clear(), wall.clear(), calls.clear()
     c0 = time.process_time()
     for _ in range(args.samples):
+        clock.advance(1.0)
         src.snapshot()
     total = time.process_time() - c0
     src.close()

@@ -148,15 +148,18 @@ def simulated(gpus: int, per_gpu: int, samples: int) -> dict:
 def real(samples: int) -> dict:
     from gpupool.telemetry.nvml import NVMLSource
 
-    src = NVMLSource.open()
+    # A manual clock moved 1 s per sample makes the source's own rate limits (per-process
+    # utilization every 5 s, MIG mode every 60 s) behave as they do at 1 Hz.
+    clock = ManualClock(time.time())
+    src = NVMLSource.open(clock=clock)
     try:
-        sampler = Sampler(src, attributor=Attributor(), policer=None)
+        sampler = Sampler(src, clock=clock, attributor=Attributor(), policer=None)
         first = sampler.sample_once().snapshot
         result = {
             "gpus": len(first.gpus),
             "processes": len(first.processes),
             "models": sorted({g.name for g in first.gpus}),
-            **measure(sampler, None, samples),
+            **measure(sampler, clock, samples),
         }
         result["metrics"] = render_times(sampler, 100)
     finally:
