@@ -274,3 +274,13 @@ def test_admin_defines_and_deletes_a_profile(page):
     row.get_by_role("button", name="Delete profile half").click()
     expect(page.locator("#flash")).to_contain_text("Deleted profile half")
     expect(row).to_have_count(0)
+
+
+def test_workload_link_from_the_queue_lands_on_its_row(page):
+    login(page, "ann", next_page="queue")
+    link = page.locator("#running tbody a").first
+    wid = link.inner_text()
+    link.click()
+    page.wait_for_url(f"**/dashboard/workloads#{wid}")
+    expect(page.locator(f"tr[id='{wid}']")).to_be_focused()
+    expect(page.locator(f"tr[id='{wid}']")).to_have_class("target")

@@ -6,6 +6,7 @@
   const ACTIVE = new Set(["pending", "admitted", "starting", "running"]);
   const items = (x) => (Array.isArray(x) ? x : (x && (x.items || x.workloads || x.profiles)) || []);
   let logsFor = null;
+  let landedOn = null;
 
   /** Split a command line like a POSIX shell does for words and quotes (no expansion). */
   function splitCommand(s) {
@@ -65,7 +66,7 @@
     GP.fillTable("mine", ws.map((w) => {
       const active = ACTIVE.has(w.state);
       const result = active ? ((w.pending && w.pending.reason) || w.reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
-      return h("tr", { id: `w-${w.id}`, dataset: { id: w.id, state: w.state } },
+      return h("tr", { id: w.id, tabindex: "-1", dataset: { id: w.id, state: w.state } },
         h("th", { scope: "row" }, w.id, w.name ? ` ${w.name}` : ""), h("td", {}, w.kind), h("td", {}, w.owner), h("td", {}, w.tenant),
         h("td", {}, GP.describeRequest(w.request || w)), h("td", {}, GP.badge(w.state, `st-${w.state}`)), h("td", {}, result),
         h("td", {},
@@ -73,6 +74,13 @@
           w.kind === "job" ? h("button", { type: "button", class: "secondary", onclick: () => showLogs(w.id), "aria-label": `Logs of ${w.id}` }, "Logs") : null,
           w.url ? h("a", { href: w.url, target: "_blank", rel: "noopener" }, "Open") : null));
     }), all ? "You have no workloads." : "You have no active workloads. Tick “Show finished” to see older ones.");
+    // A link such as /dashboard/workloads#w-abc (from the Cluster or Queue page) lands on its row.
+    const wanted = location.hash ? decodeURIComponent(location.hash.slice(1)) : null;
+    const target = wanted && document.getElementById(wanted);
+    if (target) {
+      target.classList.add("target");
+      if (landedOn !== wanted) { landedOn = wanted; target.scrollIntoView({ block: "center" }); target.focus(); }
+    }
   }
 
   async function cancel(id) {
