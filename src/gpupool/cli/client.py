@@ -1,7 +1,480 @@
-"""CLI commands: client (to be filled in)."""
+"""CLI commands that talk to a gpupool server over its REST API.
 
+The server URL and token come from GPUPOOL_URL / GPUPOOL_TOKEN, else from
+`~/.config/gpupool/config.toml` (written by `gpupool login`). Errors from the server are
+printed as their problem detail; exit code 1 for refused requests and unreachable servers,
+2 for bad command-line input. No tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import httpx
 import typer
+from rich.console import Console
+from rich.table import Table
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TERMINAL = {"succeeded", "failed", "cancelled", "culled", "lost", "preempted"}
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+# -- configuration and HTTP ---------------------------------------------------------------
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gpupool" / "config.toml"
+
+
+def load_config() -> dict[str, str]:
+    cfg: dict[str, str] = {}
+    p = config_path()
+    if p.exists():
+        try:
+            cfg = {k: str(v) for k, v in tomllib.loads(p.read_text()).items()}
+        except (tomllib.TOMLDecodeError, OSError) as e:
+            raise CliError(f"cannot read {p}: {e}; fix or delete it and run gpupool login") from e
+    if os.environ.get("GPUPOOL_URL"):
+        cfg["url"] = os.environ["GPUPOOL_URL"]
+    if os.environ.get("GPUPOOL_TOKEN"):
+        cfg["token"] = os.environ["GPUPOOL_TOKEN"]
+    cfg.setdefault("url", DEFAULT_URL)
+    return cfg
+
+
+def save_config(url: str, token: str) -> Path:
+    p = config_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"url = {json.dumps(url)}\ntoken = {json.dumps(token)}\n")
+    p.chmod(0o600)
+    return p
+
+
+class Api:
+    """A thin httpx client of /api/v1 that turns problem+json answers into CliError."""
+
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.url + "/api/v1", headers=headers, timeout=timeout)
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise CliError(
+                f"cannot reach the gpupool server at {self.url} ({e.__class__.__name__}: {e}); "
+                "is it running? Set GPUPOOL_URL or run gpupool login --url URL"
+            ) from None
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+                detail = body.get("detail") or body.get("title") or r.text
+            except ValueError:
+                detail = r.text or r.reason_phrase
+            hint = "; run gpupool login" if r.status_code == 401 else ""
+            raise CliError(f"{detail}{hint} (HTTP {r.status_code})")
+        if r.status_code == 204 or not r.content:
+            return None
+        return r.json()
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        return self.call("POST", path, json=body)
+
+
+def api() -> Api:
+    cfg = load_config()
+    if not cfg.get("token"):
+        raise CliError("not logged in: run gpupool login (or set GPUPOOL_TOKEN)")
+    return Api(cfg["url"], cfg["token"])
+
+
+def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Print CliError as a message and exit with its code."""
+
+    @wraps(fn)
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        try:
+            return fn(*a, **kw)
+        except CliError as e:
+            err.print(f"[red]error:[/red] {e}", markup=True)
+            raise typer.Exit(e.code) from None
+
+    return wrapper
+
+
+# -- parsing and printing -------------------------------------------------------------------
+
+_UNITS = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def parse_mib(text: str, what: str = "--gpu-memory") -> int:
+    """'20G', '512M', '1.5GiB' -> MiB."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT])(?:i?[bB])?\s*", text)
+    if not m:
+        raise CliError(f"{what} {text!r}: give a size with a unit, e.g. 20G or 512M", 2)
+    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(columns: list[str], rows: list[list[Any]]) -> Table:
+    """A plain table; the first column and any ID column are never cut short."""
+    cells = [["-" if v is None else str(v) for v in r] for r in rows]
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for i, c in enumerate(columns):
+        whole = i == 0 or c == "ID"
+        width = max([len(c), *(len(r[i]) for r in cells)]) if whole else None
+        t.add_column(c, no_wrap=whole, min_width=width)
+    for r in cells:
+        t.add_row(*r)
+    return t
+
+
+def _print_json(data: Any) -> None:
+    out.print_json(json.dumps(data))
+
+
+def _gpus_of(w: dict[str, Any]) -> str:
+    a = w.get("allocation")
+    if not a:
+        return ""
+    return ",".join(f"{s['node']}:{s['gpu_index']}" for s in a["shares"])
+
+
+# -- user commands ------------------------------------------------------------------------
+
+
+def login(
+    url: str = typer.Option(None, "--url", help="server URL (default: saved, or GPUPOOL_URL)"),
+    user: str = typer.Option(None, "--user", "-u", help="user name (default: $USER)"),
+    password_stdin: bool = typer.Option(False, "--password-stdin", help="read the password"),
+) -> None:
+    """Log in and save the server URL and a token to ~/.config/gpupool/config.toml."""
+
+    @handled
+    def go() -> None:
+        base = url or load_config()["url"]
+        name = user or os.environ.get("USER") or typer.prompt("user")
+        pw = sys.stdin.readline().rstrip("\n") if password_stdin else None
+        if pw is None:
+            pw = typer.prompt("password", hide_input=True)
+        res = Api(base, None).post(
+            "/auth/login", {"username": name, "password": pw, "token_name": "cli"}
+        )
+        path = save_config(base, res["token"])
+        roles = ", ".join(f"{m['role']} of {m['tenant']}" for m in res["user"]["memberships"])
+        admin = " (admin)" if res["user"]["admin"] else ""
+        out.print(f"logged in to {base} as {name}{admin}; {roles or 'no tenant roles'}")
+        out.print(f"token saved to {path}")
+
+    go()
+
+
+def run(
+    command: list[str] = typer.Argument(..., help="the command, after --"),
+    gpus: int = typer.Option(None, "--gpus", min=0, help="whole GPUs"),
+    gpu_fraction: float = typer.Option(None, "--gpu-fraction", help="a fraction of one GPU"),
+    gpu_memory: str = typer.Option(None, "--gpu-memory", help="GPU memory, e.g. 20G"),
+    gpu_model: str = typer.Option(None, "--gpu-model", help="GPU model, e.g. H100"),
+    tenant: str = typer.Option(None, "--tenant", "-t", help="tenant (if you have several)"),
+    priority: int = typer.Option(0, "--priority", "-p", help="higher runs first in a tenant"),
+    name: str = typer.Option(None, "--name", help="a label for the job"),
+    cpus: float = typer.Option(0, "--cpus", min=0, help="CPUs"),
+    memory: str = typer.Option(None, "--memory", help="host memory, e.g. 16G"),
+    max_runtime: float = typer.Option(None, "--max-runtime", help="seconds before it is stopped"),
+    wait: bool = typer.Option(False, "--wait", "-w", help="stream logs, exit with its code"),
+    poll: float = typer.Option(1.0, "--poll", hidden=True, help="seconds between polls"),
+) -> None:
+    """Submit a job: gpupool run --gpus 1 -- python train.py"""
+
+    @handled
+    def go() -> None:
+        if gpus is not None and gpu_fraction is not None:
+            raise CliError("use --gpus or --gpu-fraction, not both", 2)
+        body: dict[str, Any] = {"command": command, "priority": priority}
+        if gpus is not None:
+            body["gpus"] = gpus
+        if gpu_fraction is not None:
+            body["gpu_fraction"] = gpu_fraction
+        if gpu_memory:
+            body["gpu_memory_mib"] = parse_mib(gpu_memory)
+        if memory:
+            body["memory_mib"] = parse_mib(memory, "--memory")
+        for key, value in (
+            ("gpu_model", gpu_model),
+            ("tenant", tenant),
+            ("name", name),
+            ("max_runtime_s", max_runtime),
+        ):
+            if value is not None:
+                body[key] = value
+        if cpus:
+            body["cpus"] = cpus
+        c = api()
+        w = c.post("/workloads", body)
+        if not wait:
+            out.print(w["id"])
+            return
+        err.print(f"{w['id']} submitted ({w['request']['description']} in {w['tenant']})")
+        raise typer.Exit(_wait(c, w["id"], poll))
+
+    go()
+
+
+def _wait(c: Api, wid: str, poll: float) -> int:
+    """Follow a workload to its end, printing queue changes and logs; return an exit code."""
+    last_note = None
+    for state, note, text in _follow(c, wid, poll):
+        if note and note != last_note:
+            err.print(note)
+            last_note = note
+        if text:
+            out.out(text, end="")
+        if state in TERMINAL:
+            w = c.get(f"/workloads/{wid}")
+            code = w["exit_code"]
+            err.print(f"{wid} {state}" + (f": {w['reason']}" if w["reason"] else ""))
+            if state == "succeeded":
+                return 0
+            return code if isinstance(code, int) and 0 < code < 256 else 1
+    return 1
+
+
+def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, str]]:
+    """Yield (state, note, new log text) until the workload ends."""
+    printed = 0
+    while True:
+        w = c.get(f"/workloads/{wid}")
+        state = w["state"]
+        note = None
+        if state == "pending" and w.get("pending"):
+            p = w["pending"]
+            note = f"waiting (#{p['position']} in the queue): {p['reason']}"
+        text = ""
+        if state != "pending":
+            logs = c.get(f"/workloads/{wid}/logs")["text"]
+            text, printed = logs[printed:], max(printed, len(logs))
+        yield state, note, text
+        if state in TERMINAL:
+            return
+        time.sleep(poll)
+
+
+def ls(
+    all_: bool = typer.Option(False, "--all", "-a", help="everything you may see, not only yours"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    state: list[str] = typer.Option(None, "--state", "-s", help="only these states"),
+    limit: int = typer.Option(100, "--limit", min=1, max=1000),
+) -> None:
+    """List workloads (yours, unless --all)."""
+
+    @handled
+    def go() -> None:
+        c = api()
+        params: list[tuple[str, Any]] = [("limit", limit)]
+        if not all_:
+            params.append(("user", c.get("/auth/me")["name"]))
+        params += [("state", s) for s in state or []]
+        ws = c.get("/workloads", params=params)
+        if as_json:
+            return _print_json(ws)
+        rows = [
+            [
+                w["id"],
+                w["name"] or "",
+                w["owner"],
+                w["tenant"],
+                w["kind"],
+                w["state"],
+                w["request"]["description"],
+                _gpus_of(w),
+                _when(w["submitted_at"]),
+            ]
+            for w in ws
+        ]
+        cols = ["ID", "NAME", "USER", "TENANT", "KIND", "STATE", "ASKS", "GPUS", "SUBMITTED"]
+        out.print(_table(cols, rows))
+
+    go()
+
+
+def show(
+    workload_id: str = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """One workload: request, state, allocation (with enforcement), why pending, events."""
+
+    @handled
+    def go() -> None:
+        w = api().get(f"/workloads/{workload_id}")
+        if as_json:
+            return _print_json(w)
+        out.print(f"[bold]{w['id']}[/bold] {w['name'] or ''}")
+        for k, v in (
+            ("owner", f"{w['owner']} in {w['tenant']}"),
+            ("kind", w["kind"]),
+            ("state", w["state"] + (f" ({w['reason']})" if w["reason"] else "")),
+            ("asks", w["request"]["description"]),
+            ("command", " ".join(w["command"]) or "-"),
+            ("priority", w["priority"]),
+            ("submitted", _when(w["submitted_at"])),
+            ("started", _when(w["started_at"])),
+            ("finished", _when(w["finished_at"])),
+            ("exit code", w["exit_code"]),
+        ):
+            out.print(f"  {k:<10} {'-' if v is None else v}")
+        if w.get("pending"):
+            p = w["pending"]
+            out.print(f"  {'waiting':<10} #{p['position']} in the queue: {p['reason']}")
+        a = w.get("allocation")
+        if a:
+            held = "released " + _when(a["released_at"]) if a["released_at"] else "held"
+            out.print(f"  {'allocation':<10} {a['node']} ({held})")
+            for s in a["shares"]:
+                out.print(
+                    f"    GPU {s['gpu_index']} {s['gpu_uuid']}: {s['milli'] / 1000:g} GPU, "
+                    f"{s['memory_mib']} MiB, enforcement {s['enforcement']}"
+                )
+        out.print("  events")
+        for e in w["events"]:
+            out.print(f"    {_when(e['at'])}  {e['kind']:<20} {e['message']}")
+
+    go()
+
+
+def cancel(workload_id: str = typer.Argument(...)) -> None:
+    """Cancel a workload (queued: at once; running: stopped, then cancelled)."""
+
+    @handled
+    def go() -> None:
+        w = api().call("DELETE", f"/workloads/{workload_id}")
+        note = "" if w["state"] == "cancelled" else " (stopping)"
+        out.print(f"{w['id']} {w['state']}{note}")
+
+    go()
+
+
+def logs(
+    workload_id: str = typer.Argument(...),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until it ends"),
+    tail: int = typer.Option(None, "--tail", "-n", min=1, help="only the last N lines"),
+    poll: float = typer.Option(1.0, "--poll", hidden=True),
+) -> None:
+    """Print a job's output."""
+
+    @handled
+    def go() -> None:
+        c = api()
+        if not follow:
+            params = {"tail": tail} if tail else {}
+            out.out(c.get(f"/workloads/{workload_id}/logs", params=params)["text"], end="")
+            return
+        for _, _, text in _follow(c, workload_id, poll):
+            if text:
+                out.out(text, end="")
+
+    go()
+
+
+def queue(
+    as_json: bool = typer.Option(False, "--json"),
+    tenant: str = typer.Option(None, "--tenant", "-t"),
+) -> None:
+    """Pending workloads, in order, with the reason each one waits."""
+
+    @handled
+    def go() -> None:
+        q = api().get("/queue", params={"tenant": tenant} if tenant else {})
+        if as_json:
+            return _print_json(q)
+        rows = [
+            [
+                e["position"],
+                e["workload"]["id"],
+                e["workload"]["owner"],
+                e["workload"]["tenant"],
+                e["workload"]["request"]["description"],
+                e["reason"],
+            ]
+            for e in q
+        ]
+        out.print(_table(["#", "ID", "USER", "TENANT", "ASKS", "WHY IT WAITS"], rows))
+
+    go()
+
+
+def usage(
+    by: str = typer.Option("tenant", "--by", help="user, tenant or day"),
+    from_: str = typer.Option(None, "--from", help="first day, YYYY-MM-DD"),
+    to: str = typer.Option(None, "--to", help="last day, YYYY-MM-DD"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """GPU-hours allocated and busy, and efficiency."""
+
+    @handled
+    def go() -> None:
+        params = {"group_by": by} | {k: v for k, v in (("from", from_), ("to", to)) if v}
+        rep = api().get("/usage", params=params)
+        if as_json:
+            return _print_json(rep)
+        rows = [
+            [
+                r["key"],
+                f"{r['gpu_hours_allocated']:.2f}",
+                f"{r['gpu_hours_busy']:.2f}",
+                "-" if r["efficiency"] is None else f"{r['efficiency']:.0%}",
+                r["gpu_memory_mib_max"],
+                r["workloads"],
+            ]
+            for r in rep["rows"]
+        ]
+        cols = [by.upper(), "GPU-H ALLOC", "GPU-H BUSY", "EFFICIENCY", "MAX MiB", "WORKLOADS"]
+        out.print(_table(cols, rows))
+
+    go()
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add the client commands (user and admin) to the root app."""
+    from gpupool.cli import client_admin  # admin commands live beside these
+
+    app.command()(login)
+    app.command(
+        context_settings={"allow_interspersed_args": False},
+        epilog="Example: gpupool run --gpus 1 --gpu-model H100 -- python train.py",
+    )(run)
+    app.command("ls")(ls)
+    app.command()(show)
+    app.command()(cancel)
+    app.command()(logs)
+    app.command()(queue)
+    app.command()(usage)
+    client_admin.register(app)

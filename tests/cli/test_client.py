@@ -1,0 +1,223 @@
+"""The CLI against a real server: uvicorn on a loopback port in a thread, with the scheduler
+loop running and a scripted fake executor (`echo ...` prints and succeeds, `exit N` fails
+with N, anything else keeps running)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from gpupool.cli.main import app as cli
+from gpupool.clock import SystemClock
+from gpupool.domain import Allocation, Workload
+from gpupool.executors.base import Handle
+from gpupool.executors.fake import FakeExecutor
+from gpupool.server.app import create_app
+from gpupool.server.services.accounts import issue_token
+from gpupool.server.settings import Settings
+from gpupool.store import UsageRepo, open_store
+from tests.server.conftest import PASSWORD, seed
+
+
+class ScriptedExecutor(FakeExecutor):
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        h = super().start(workload, allocation, env=env, unix_user=unix_user)
+        cmd = list(workload.command)
+        if cmd[:1] == ["echo"]:
+            self.write_log(workload.id, " ".join(cmd[1:]) + "\n")
+            self.finish(workload.id, 0)
+        elif cmd[:1] == ["exit"]:
+            self.write_log(workload.id, "failing on purpose\n")
+            self.finish(workload.id, int(cmd[1]))
+        return h
+
+
+@pytest.fixture
+def server(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
+    clock = SystemClock()
+    settings = Settings(database_url=store.url, scheduler_interval_s=0.05)
+    app = create_app(settings, executor=ScriptedExecutor(clock), clock=clock, store=store)
+    seed(app.state.ctx)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:  # wait for the socket, not for a duration
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}", app.state.ctx
+    srv.should_exit = True
+    thread.join(timeout=10)
+    store.close()
+
+
+@pytest.fixture
+def env(server, tmp_path, monkeypatch):
+    url, ctx = server
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.delenv("GPUPOOL_TOKEN", raising=False)
+    monkeypatch.setenv("GPUPOOL_URL", url)
+    return url, ctx
+
+
+def gp(*args: str, input: str | None = None, token: str | None = None):
+    env = {"GPUPOOL_TOKEN": token} if token else {}
+    return CliRunner().invoke(cli, list(args), input=input, env=env)
+
+
+def as_(ctx, user: str) -> str:
+    return issue_token(ctx, user, "cli-test", None).token
+
+
+def test_login_saves_config_and_ls_uses_it(env, tmp_path):
+    url, _ = env
+    r = gp("login", "--user", "ann", "--password-stdin", input=PASSWORD + "\n")
+    assert r.exit_code == 0, r.output
+    assert "logged in" in r.output and "member of lab" in r.output
+    cfg = (tmp_path / "cfg" / "gpupool" / "config.toml").read_text()
+    assert url in cfg and "gp_" in cfg
+    r = gp("ls")
+    assert r.exit_code == 0, r.output
+    r = gp("login", "--user", "ann", "--password-stdin", input="wrong password\n")
+    assert r.exit_code == 1 and "wrong user name or password" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_run_wait_streams_logs_and_exits_with_the_job_code(env):
+    _, ctx = env
+    t = as_(ctx, "ann")
+    r = gp("run", "--gpus", "1", "--wait", "--poll", "0.05", "--", "echo", "hello", token=t)
+    assert r.exit_code == 0, r.output
+    assert "hello" in r.output and "succeeded" in r.output
+    r = gp("run", "--gpus", "1", "--wait", "--poll", "0.05", "--", "exit", "3", token=t)
+    assert r.exit_code == 3, r.output
+    assert "failing on purpose" in r.output
+
+
+def test_run_show_queue_cancel_logs(env):
+    _, ctx = env
+    t = as_(ctx, "ann")
+    r = gp("run", "--gpus", "3", "--name", "big", "--", "python", "train.py", token=t)
+    assert r.exit_code == 0, r.output
+    big = r.output.strip()
+    assert big.startswith("w-")
+    r = gp("run", "--gpu-fraction", "0.25", "--gpu-memory", "20G", "--", "python", "x", token=t)
+    small = r.output.strip()
+    deadline = time.monotonic() + 30
+    while True:  # wait for the scheduler loop to get to both
+        q = json.loads(gp("queue", "--json", token=t).output)
+        shown = json.loads(gp("show", big, "--json", token=t).output)
+        if shown["state"] == "running" and q and q[0]["workload"]["id"] == small:
+            break
+        assert time.monotonic() < deadline, (shown["state"], q)
+        time.sleep(0.05)
+    assert "limit" in q[0]["reason"]
+    r = gp("queue", token=t)
+    assert small in r.output and "WHY IT WAITS" in r.output
+    r = gp("show", big, token=t)
+    assert "enforcement hardware" in r.output and "workload.admitted" in r.output
+    r = gp("ls", token=t)
+    assert big in r.output and small in r.output
+    r = gp("ls", "--all", "--json", "--state", "running", token=t)
+    assert [w["id"] for w in json.loads(r.output)] == [big]
+    r = gp("logs", big, token=t)
+    assert r.exit_code == 0
+    r = gp("cancel", small, token=t)
+    assert r.exit_code == 0 and "cancelled" in r.output
+    r = gp("cancel", small, token=t)
+    assert r.exit_code == 1 and "already ended" in r.output
+
+
+def test_errors_are_messages_not_tracebacks(env):
+    _, ctx = env
+    t = as_(ctx, "ann")
+    r = gp("run", "--gpus", "9", "--", "x", token=t)
+    assert r.exit_code == 1 and "no node has 9" in r.output and "(HTTP 422)" in r.output
+    r = gp("run", "--gpus", "1", "--gpu-fraction", "0.5", "--", "x", token=t)
+    assert r.exit_code == 2 and "not both" in r.output
+    r = gp("run", "--gpu-fraction", "0.5", "--gpu-memory", "lots", "--", "x", token=t)
+    assert r.exit_code == 2 and "e.g. 20G" in r.output
+    r = gp("show", "w-nothing", token=t)
+    assert r.exit_code == 1 and "no workload" in r.output
+    r = gp("ls")  # no token at all
+    assert r.exit_code == 1 and "gpupool login" in r.output
+    r = gp("ls", token="gp_forged")
+    assert r.exit_code == 1 and "HTTP 401" in r.output
+    r = CliRunner().invoke(
+        cli, ["ls"], env={"GPUPOOL_URL": "http://127.0.0.1:9", "GPUPOOL_TOKEN": t}
+    )
+    assert r.exit_code == 1 and "cannot reach" in r.output
+    r = gp("tenant", "create", "x", token=t)
+    assert r.exit_code == 1 and "only an admin" in r.output
+    for res in (r,):
+        assert "Traceback" not in res.output
+
+
+def test_admin_commands(env):
+    _, ctx = env
+    t = as_(ctx, "root")
+    r = gp("tenant", "create", "physics", "--guaranteed", "1", "--limit", "2", token=t)
+    assert r.exit_code == 0, r.output
+    r = gp("tenant", "set-quota", "physics", "--limit", "3", token=t)
+    assert "limit 3" in r.output
+    r = gp("tenant", "set-quota", "physics", "--guaranteed", "5", token=t)
+    assert r.exit_code == 1 and "below guaranteed" in r.output
+    assert "physics" in gp("tenant", "ls", token=t).output
+    r = gp("user", "create", "newbie", "--password-stdin", input="a long password\n", token=t)
+    assert r.exit_code == 0, r.output
+    r = gp("user", "add-to-tenant", "newbie", "physics", "--role", "viewer", token=t)
+    assert "viewer of physics" in r.output
+    assert "viewer:physics" in gp("user", "ls", token=t).output
+    r = gp("gpu", "set-sharing", "GPU-n1-0", "shared", token=t)
+    assert r.exit_code == 0 and "shared" in r.output
+    assert "GPU-n1-0" in gp("gpu", "ls", token=t).output
+    r = gp(
+        "profile",
+        "create",
+        "quarter",
+        "--gpu-fraction",
+        "0.25",
+        "--gpu-memory",
+        "20G",
+        "-t",
+        "lab",
+        token=t,
+    )
+    assert r.exit_code == 0, r.output
+    assert "quarter" in gp("profile", "ls", token=t).output
+    assert gp("profile", "rm", "quarter", token=t).exit_code == 0
+    assert "quarter" not in gp("profile", "ls", token=t).output
+
+
+def test_usage(env):
+    _, ctx = env
+    with ctx.store.write() as s:
+        UsageRepo(s).add(
+            workload_id="w-a",
+            tenant="lab",
+            user="ann",
+            day="2026-05-01",
+            gpu_seconds_allocated=7200,
+            gpu_seconds_busy=1800,
+        )
+    t = as_(ctx, "ann")
+    r = gp("usage", "--by", "user", token=t)
+    assert r.exit_code == 0 and "ann" in r.output and "25%" in r.output
+    rep = json.loads(gp("usage", "--json", "--from", "2026-05-01", token=t).output)
+    assert rep["rows"][0]["gpu_hours_allocated"] == 2.0
