@@ -50,8 +50,8 @@ from gpupool.scheduler.types import (
     Snapshot,
 )
 
-#: (order key, workload, shape)
-Candidate = tuple[tuple, Workload, Shape]
+#: (order key, workload, shape, GPU milli)
+Candidate = tuple[tuple, Workload, Shape, int]
 
 
 def cycle(
@@ -147,10 +147,12 @@ class _Cycle:
         self.nofit: set[Shape] = set()
         self._reason_memo: dict[Shape, str] = {}
         #: memos of failures, valid for the rest of the cycle (see _walk_tenants)
-        self._failed_shape: dict[tuple[str, Shape], str] = {}
+        #: tenant -> {shape: why} for placements that failed
+        self._failed_shape: dict[str, dict[Shape, str]] = {}
         self._epoch = 0
         self._tenant_fail: dict[str, tuple[int, str]] = {}
-        self._user_fail: dict[tuple[str, str], tuple[int, str]] = {}
+        #: tenant -> {user: (smallest milli refused, why)}
+        self._user_fail: dict[str, dict[str, tuple[int, str]]] = {}
         self.holds: dict[int, _Hold] = {}
         self.reserved_by_tenant: set[str] = set()
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
@@ -223,7 +225,7 @@ class _Cycle:
             key = e[1]
             if las:
                 key = (attained.get(wid, 0.0), *key[1:])
-            q.append((key, w, e[2]))
+            q.append((key, w, e[2], e[4]))
             demand[t] += e[4]
         _carry = _Carry(self.snap, policy, entries)
         for q in queues.values():
@@ -271,7 +273,7 @@ class _Cycle:
 
     def _walk_fifo(self) -> None:
         merged = sorted(c for q in self.queues.values() for c in q)
-        for _, w, shape in merged:
+        for _, w, shape, _ in merged:
             if self._cap_reached():
                 break
             t = w.tenant
@@ -290,8 +292,6 @@ class _Cycle:
         walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
-        ufail = self._user_fail
-        failed_shape = self._failed_shape
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
@@ -300,22 +300,22 @@ class _Cycle:
             r = self.rank[t]
             end = len(q)
             tfail = self._tenant_fail.get(t)
+            ufail = self._user_fail.setdefault(t, {})
+            failed_shape = self._failed_shape.setdefault(t, {})
             while i < end:
-                _, w, shape = q[i]
+                _, w, shape, milli = q[i]
                 i += 1
                 # fast paths: what already failed this cycle fails again (usage only grows
                 # and capacity only shrinks within a cycle)
                 why = None
-                if tfail is not None or ufail:
-                    milli = shape.gpu_milli
-                    if tfail is not None and milli >= tfail[0]:
-                        why = tfail[1]
-                    else:
-                        uf = ufail.get((t, w.owner))
-                        if uf is not None and milli >= uf[0]:
-                            why = uf[1]
+                if tfail is not None and milli >= tfail[0]:
+                    why = tfail[1]
+                elif ufail:
+                    uf = ufail.get(w.owner)
+                    if uf is not None and milli >= uf[0]:
+                        why = uf[1]
                 if why is None:
-                    why = failed_shape.get((t, shape))
+                    why = failed_shape.get(shape)
                 if why is None:
                     if consider(w, shape):
                         break  # admitted: re-rank the tenant
@@ -349,9 +349,10 @@ class _Cycle:
                     if old is None or milli < old[0]:
                         self._tenant_fail[w.tenant] = (milli, why)
                 else:
-                    old = self._user_fail.get((w.tenant, w.owner))
+                    users = self._user_fail.setdefault(w.tenant, {})
+                    old = users.get(w.owner)
                     if old is None or milli < old[0]:
-                        self._user_fail[(w.tenant, w.owner)] = (milli, why)
+                        users[w.owner] = (milli, why)
                 return False
         reserve = self.policy is Policy.FAIR
         epoch = self._epoch
@@ -359,7 +360,7 @@ class _Cycle:
             return True
         if self._epoch == epoch:
             # placement failures do not depend on the user
-            self._failed_shape[(w.tenant, shape)] = self.reasons[w.id]
+            self._failed_shape.setdefault(w.tenant, {})[shape] = self.reasons[w.id]
         return False
 
     def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
@@ -458,7 +459,8 @@ class _Cycle:
     def _changed(self) -> None:
         """Holds or reclaims changed what later candidates see: drop the failure memos."""
         self._epoch += 1
-        self._failed_shape.clear()
+        for memo in self._failed_shape.values():
+            memo.clear()
         self._reason_memo.clear()
 
     def _reservation_node(self, shape: Shape) -> int | None:
@@ -536,7 +538,7 @@ class _Cycle:
             n = self.waiting[t]
             r = self.rank[t]
             why = self._untried_reason(t, capped, self.stopped_tenants.get(t))
-            for _, w, _ in q[i:]:
+            for _, w, _, _ in q[i:]:
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
         return Decisions(
