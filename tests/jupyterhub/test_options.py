@@ -135,8 +135,8 @@ GPUS = [
 
 
 def test_availability_texts():
-    assert gpu_availability(PROFILES[0], GPUS) == "1 of 3 GPUs free"
-    assert gpu_availability(PROFILES[1], GPUS) == "1 of 3 GPUs have room for this share"
+    assert gpu_availability(PROFILES[0], GPUS) == "1 of 3 A100 free"
+    assert gpu_availability(PROFILES[1], GPUS) == "1 of 3 A100 have room for this share"
 
 
 def test_form_lists_profiles_with_availability_and_escapes():
@@ -155,7 +155,7 @@ def test_form_lists_profiles_with_availability_and_escapes():
         notice="<b>stopped</b>",
     )
     assert 'value="one-gpu" checked' in html and 'value="quarter"' in html
-    assert "1 of 3 GPUs free" in html
+    assert "1 of 3 A100 free" in html
     assert "physics/lab-a uses 1 of its 2 guaranteed GPUs (limit 3)" in html
     assert "&lt;b&gt;stopped&lt;/b&gt;" in html
     assert "No gpupool profile" in render_form([], ["bio"], GPUS, {})

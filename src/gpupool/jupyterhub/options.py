@@ -133,7 +133,8 @@ def gpu_availability(profile: Mapping, gpus: Iterable[Mapping]) -> str:
     pool = [g for g in gpus if g.get("health", "healthy") == "healthy"]
     if model:
         pool = [g for g in pool if g.get("model") == model]
-    label = model or "GPUs"
+    models = {g.get("model") for g in pool}
+    label = model or (next(iter(models)) if len(models) == 1 else "GPUs")
     if not req.get("gpus") and not req.get("gpu_fraction"):
         return "CPU only"
     if req.get("gpus"):
