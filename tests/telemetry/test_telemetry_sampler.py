@@ -85,3 +85,23 @@ def test_frame_carries_owners_and_detections_and_reaches_listeners(proc_root):
 def test_interval_must_be_positive():
     with pytest.raises(ValueError, match="interval"):
         Sampler(SimulatedSource("T4"), interval_s=0)
+
+
+def test_run_samples_until_stopped_and_survives_a_failing_sample():
+    import threading
+
+    sim = SimulatedSource("T4")
+    sampler = Sampler(sim, interval_s=0.001)
+    stop = threading.Event()
+    frames = []
+
+    def listener(frame):
+        frames.append(frame)
+        if len(frames) == 2:
+            raise RuntimeError("a broken listener")  # logged; the loop goes on
+        if len(frames) == 4:
+            stop.set()
+
+    sampler.on_frame(listener)
+    sampler.run(stop)  # ends because the listener sets `stop`, not on a timer
+    assert len(frames) == 4 and sampler.latest is frames[-1]
