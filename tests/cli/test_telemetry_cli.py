@@ -135,3 +135,34 @@ def test_exporter_on_a_busy_port_is_a_clear_error(app):
         result = runner.invoke(app, ["exporter", "--simulate", "H100", "--port", port])
     assert result.exit_code == 1
     assert "choose another --port" in result.output
+
+
+def test_exporter_serves_metrics_until_interrupted():
+    import signal
+    import subprocess
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpupool.cli.telemetry",
+        "exporter",
+        "--simulate",
+        "2xA100-40GB",
+        "--port",
+        "0",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # "serving http://127.0.0.1:PORT/metrics (SIMULATED GPUs)"
+        assert "SIMULATED" in line, line + proc.stderr.read()
+        url = line.split()[1].rstrip(";")
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = resp.read().decode()
+        names = {f.name for f in text_string_to_metric_families(body)}
+        assert {"DCGM_FI_DEV_GPU_UTIL", "gpupool_gpu_info"} <= names
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
