@@ -170,3 +170,15 @@ def test_freed_capacity_is_not_taken_by_borrowers_in_the_same_cycle():
     assert victims(d) == ["b2"]
     assert d.admissions == ()
     assert "c" in d.pending
+
+
+def test_newest_first_across_nodes():
+    a, b = node("a", gpus=2), node("b", gpus=2)
+    run = [
+        running(job("old0", "lab-b", "bob", gpus=1), a, [0], since=100),
+        running(job("old1", "lab-b", "bob", gpus=1), a, [1], since=200),
+        running(job("new0", "lab-b", "bob", gpus=1), b, [0], since=800),
+        running(job("new1", "lab-b", "bob", gpus=1), b, [1], since=900),
+    ]
+    d = cycle(snapshot([a, b], TENANTS, run), [job("j", gpus=1)], NOW)
+    assert victims(d) == ["new1"]

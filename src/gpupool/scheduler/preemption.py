@@ -8,8 +8,8 @@ Rules (all must hold for a victim):
 * it is preemptible, has run at least `min_runtime_s`, and is not already stopping;
 * victims are taken on one node, lowest priority first and newest first, only until the
   candidate fits there; victims that turn out not to be needed are put back; the node whose
-  victim set has the lowest top priority, then the fewest victims, then the least GPU time
-  taken, wins.
+  victim set has the lowest top priority, then the newest oldest victim, then the fewest
+  victims, then the fewest GPUs, wins.
 
 Work that is already stopping counts as freed: if the candidate fits once it has stopped, no
 new victim is chosen. Victims are returned; the candidate is admitted in a later cycle, once
@@ -178,6 +178,7 @@ class Reclaimer:
             assert fit is not None
             score = (
                 max(c.workload.priority for c in chosen),
+                -min(c.allocation.since for c in chosen),  # newest first across nodes too
                 len(chosen),
                 sum(c.allocation.gpu_milli for c in chosen),
                 n,
