@@ -30,8 +30,9 @@ from gpupool.clock import SystemClock
 from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
 from gpupool.executors.fake import FakeExecutor
-from gpupool.jupyterhub.config import HubSettings, start_hub, wait_hub_ready
+from gpupool.jupyterhub.config import HubSettings, service_secret, start_hub, wait_hub_ready
 from gpupool.jupyterhub.launch import HubLaunchExecutor
+from gpupool.jupyterhub.sso import SSOSettings, create_sso_router
 from gpupool.server.app import create_app
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
@@ -226,8 +227,6 @@ def build(root: Path, *, hub_poll_s: int = 1, extra_config: str = "") -> Stack:
     app = create_app(settings, executor=executor, clock=SystemClock())
     admin_token = issue_token(app.state.ctx, "root", "jupyterhub", None).token
     port = free_port()
-    server = _Uvicorn(app, port)
-    server.start()
     api_url = f"http://127.0.0.1:{port}"
     driver_token = secrets.token_hex(16)
     driver = f"""
@@ -252,6 +251,15 @@ c.JupyterHub.last_activity_interval = 5
         home_dir_template=str(root / "homes" / "{username}"),
         extra_config=driver + extra_config,
     )
+    # Dashboard SSO through the hub; "signed in" lands on /auth/me to show who we are.
+    sso = SSOSettings(
+        hub_api_url=hub.hub_api_url,
+        client_secret=service_secret(hub),
+        dashboard_url=f"{api_url}/api/v1/auth/me",
+    )
+    app.include_router(create_sso_router(sso))
+    server = _Uvicorn(app, port)
+    server.start()
     stack = Stack(root, api_url, hub, admin_token, driver_token, app, server)
     stack.start_hub()
     return stack

@@ -92,6 +92,18 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
     assert stack.notebooks("alice")[0]["state"] == "cancelled"
 
 
+def test_dashboard_single_sign_on_through_the_hub(stack):
+    """A user signed in to the hub reaches gpupool as themselves, without a password."""
+    c = stack.login("carol")
+    r = c.get("/services/gpupool/")
+    assert r.status_code == 200, r.text[:300]
+    assert str(r.url) == f"{stack.api_url}/api/v1/auth/me"
+    assert r.json()["name"] == "carol"
+    # a forged callback is refused with a message, not a traceback
+    bad = c.get("/services/gpupool/oauth_callback", params={"code": "x", "state": "y"})
+    assert bad.status_code == 400 and "stale" in bad.text
+
+
 def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
     before = {u: stack.ready(u)["state"]["pid"] for u in ("bob", "carol")}
     allocs = {u: _active(stack, u)[0] for u in ("bob", "carol")}

@@ -29,6 +29,9 @@ import httpx
 
 #: Environment variable carrying the gpupool API token the hub (spawner, services) uses.
 TOKEN_ENV = "GPUPOOL_HUB_TOKEN"
+#: Environment variable carrying the dashboard service's OAuth client secret (its api_token);
+#: the gpupool server's SSO router needs the same value (`service_secret`).
+SERVICE_SECRET_ENV = "GPUPOOL_HUB_SERVICE_SECRET"
 #: Environment variable carrying the gpupool API base URL (overrides the generated value).
 URL_ENV = "GPUPOOL_HUB_API_URL"
 CONFIG_FILE = "jupyterhub_config.py"
@@ -155,7 +158,7 @@ def render_hub_config(settings: HubSettings) -> str:
             f"    'url': {settings.dashboard_url.rstrip('/')!r},",
             "    'display': True,",
             "    'oauth_no_confirm': True,",
-            "    'api_token': _token or None,",
+            f"    'api_token': os.environ.get({SERVICE_SECRET_ENV!r}) or None,",
             "}]",
             "c.JupyterHub.services = [{k: v for k, v in s.items() if v is not None}"
             " for s in c.JupyterHub.services]",
@@ -185,15 +188,26 @@ def hub_command(settings: HubSettings) -> list[str]:
     return [sys.executable, "-m", "jupyterhub", "-f", str(config)]
 
 
-def crypt_key(settings: HubSettings) -> str:
-    """The hub's auth_state encryption key, made once and kept in ``<data_dir>/crypt_key``."""
-    path = settings.data_dir / "crypt_key"
+def _secret_file(settings: HubSettings, name: str) -> str:
+    """A random secret made once and kept (mode 0600) in ``<data_dir>/<name>``."""
+    path = settings.data_dir / name
     if not path.exists():
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
     return path.read_text().strip()
+
+
+def crypt_key(settings: HubSettings) -> str:
+    """The hub's auth_state encryption key (``<data_dir>/crypt_key``)."""
+    return _secret_file(settings, "crypt_key")
+
+
+def service_secret(settings: HubSettings) -> str:
+    """The dashboard service's OAuth client secret (``<data_dir>/service_secret``); give it
+    to the gpupool server's SSO router (`gpupool.jupyterhub.sso.SSOSettings`)."""
+    return _secret_file(settings, "service_secret")
 
 
 def hub_env(settings: HubSettings, token: str, base: Mapping[str, str] | None = None) -> dict:
@@ -204,6 +218,7 @@ def hub_env(settings: HubSettings, token: str, base: Mapping[str, str] | None = 
     env[TOKEN_ENV] = token
     env.setdefault(URL_ENV, settings.api_url)
     env.setdefault("JUPYTERHUB_CRYPT_KEY", crypt_key(settings))
+    env.setdefault(SERVICE_SECRET_ENV, service_secret(settings))
     return env
 
 
