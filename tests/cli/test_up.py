@@ -189,3 +189,30 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     )
     assert r.returncode == 2
     assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(
+    __import__("shutil").which("configurable-http-proxy") is None,
+    reason="configurable-http-proxy is not installed (scripts/services.sh installs it)",
+)
+def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir):
+    hub_port = free_port()
+    up = Up(data_dir, free_port(), "--jupyterhub", "--hub-port", str(hub_port))
+    try:
+        up.wait_ready()
+        assert "JupyterHub on" in up.output
+        hub = f"http://127.0.0.1:{hub_port}/hub/api/"
+
+        def answers() -> bool:
+            try:
+                return httpx.get(hub, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        until(answers, timeout=120, what="JupyterHub")
+        pid = int((data_dir / "hub" / "jupyterhub.pid").read_text())
+        assert up.stop(signal.SIGINT) == 0
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()

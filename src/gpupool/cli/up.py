@@ -114,6 +114,13 @@ def register(app: typer.Typer) -> None:
         node_name: str | None = typer.Option(
             None, "--node-name", help="Name of this machine in gpupool (default: hostname)."
         ),
+        jupyterhub: bool = typer.Option(
+            False,
+            "--jupyterhub",
+            help="Also run JupyterHub (notebooks through gpupool's queue) on --hub-port; "
+            "the gpupool API and dashboard then default to port 8080.",
+        ),
+        hub_port: int = typer.Option(8000, "--hub-port", help="JupyterHub's public port."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
     ) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
@@ -128,6 +135,8 @@ def register(app: typer.Typer) -> None:
             mps_service_account=mps_service_account,
             node_name=node_name or socket.gethostname(),
             log_level=log_level,
+            jupyterhub=jupyterhub,
+            hub_port=hub_port,
         )
 
 
@@ -170,6 +179,8 @@ def serve(
     mps_service_account: str | None,
     node_name: str,
     log_level: str,
+    jupyterhub: bool = False,
+    hub_port: int = 8000,
 ) -> None:
     """Set everything up and serve until interrupted (see the module docstring)."""
     import psutil
@@ -199,6 +210,11 @@ def serve(
     except OSError as e:
         _say(f"error: cannot create the data directory {data_dir}: {e}; choose --data-dir")
         raise typer.Exit(2) from None
+    if jupyterhub and port == hub_port:
+        if port != 8000:
+            _say(f"error: --port and --hub-port are both {port}; choose two ports")
+            raise typer.Exit(2)
+        port = 8080
     clock = SystemClock()
     source, spec = _open_gpus(simulate, node_name)
     simulated = bool(getattr(source, "simulated", False))
@@ -245,6 +261,10 @@ def serve(
             on_event=record,
         )
     executor = LocalExecutor(data_dir / "jobs", clock=clock, user_mode=chosen_mode, mps=manager)
+    if jupyterhub:
+        from gpupool.jupyterhub.launch import HubLaunchExecutor
+
+        executor = HubLaunchExecutor(executor, data_dir / "hub-launch", clock=clock)
     holder: dict[str, TelemetryLoop] = {}
     collector = TelemetryCollector(
         lambda: holder["t"].sampler.latest if "t" in holder else None, node_name
@@ -286,6 +306,8 @@ def serve(
     url = f"http://{host}:{port}"
     _say(f"gpupool: serving on {url}  (log in: gpupool login --url {url} --user {ADMIN})")
 
+    hub_proc = _start_hub(ctx, data_dir, host, port, hub_port, chosen_mode) if jupyterhub else None
+
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
     server = _Server(config)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -302,11 +324,61 @@ def serve(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if hub_proc is not None:
+            _stop_hub(hub_proc)
         if manager is not None:
             manager.stop_all()
         source.close()
         store.close()
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
+
+
+def _start_hub(ctx, data_dir: Path, host: str, port: int, hub_port: int, mode: str):  # noqa: ANN001, ANN202
+    """Start JupyterHub as a child process talking to this server (see gpupool.jupyterhub)."""
+    from gpupool.jupyterhub.config import HubSettings, HubSetupError, find_proxy, start_hub
+    from gpupool.server.services.accounts import issue_token
+
+    api = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+    hub = HubSettings(
+        data_dir=data_dir / "hub",
+        launch_dir=data_dir / "hub-launch",
+        api_url=api,
+        dashboard_url=api,
+        ip=host,
+        port=hub_port,
+        # JupyterHub's defaults for a public port of 8000 (proxy API 8001, hub API 8081)
+        proxy_api_port=hub_port + 1,
+        hub_port=hub_port + 81,
+        single_user_mode=mode == "single-user",
+    )
+    try:
+        find_proxy()
+        hub.data_dir.mkdir(parents=True, exist_ok=True)
+        token = issue_token(ctx, ADMIN, "jupyterhub", None).token
+        proc = start_hub(hub, token)
+    except HubSetupError as e:
+        _say(f"error: cannot start JupyterHub: {e}")
+        raise typer.Exit(2) from None
+    _say(
+        f"gpupool: JupyterHub on {hub.public_url} (users log in there; log: "
+        f"{hub.data_dir / 'jupyterhub.log'})",
+        loud=True,
+    )
+    return proc
+
+
+def _stop_hub(proc) -> None:  # noqa: ANN001
+    """Stop JupyterHub and its proxy; notebooks are gpupool workloads and keep running."""
+    import subprocess
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def _server_class():  # noqa: ANN202 - built lazily so `gpupool --help` does not import uvicorn
