@@ -284,3 +284,29 @@ def test_workload_link_from_the_queue_lands_on_its_row(page):
     page.wait_for_url(f"**/dashboard/workloads#{wid}")
     expect(page.locator(f"tr[id='{wid}']")).to_be_focused()
     expect(page.locator(f"tr[id='{wid}']")).to_have_class("target")
+
+
+PAGE_READY = {
+    "cluster": "li.gpu",
+    "queue": "#pending tbody tr",
+    "usage": "#efficiency tbody tr",
+    "tenants": "#tenants tbody tr",
+    "workloads": "#mine tbody tr",
+    "admin": "#users-table tbody tr",
+}
+
+
+@pytest.mark.parametrize("user", ["root", "tess", "ann", "vic"])
+def test_every_page_loads_for_every_role(page, user):
+    """Each page draws its data (or, for the Admin page, a clear refusal) for each role, with
+    no JavaScript error (the `page` fixture checks) and no failed live update."""
+    login(page, user)
+    for slug, ready in PAGE_READY.items():
+        page.goto(f"/dashboard/{slug}")
+        page.locator(ready).first.wait_for(state="attached")
+        flash = page.locator("#flash")
+        if slug == "admin" and user != "root":
+            expect(flash).to_contain_text("Not allowed")
+        else:
+            expect(page.locator("#flash.ok, #flash[hidden]")).to_have_count(1)
+        shot(page, f"role-{user}-{slug}")

@@ -59,3 +59,33 @@ def test_chart_library_comes_from_the_installed_plotly_package(client):
     assert r.headers["content-type"].startswith("text/javascript")
     assert r.content == plotly_bundle().read_bytes()
     assert "site-packages" in str(plotly_bundle()) or "dist-packages" in str(plotly_bundle())
+
+
+def test_pages_work_behind_jupyterhubs_service_prefix():
+    from gpupool.web import HUB_SERVICE_PREFIX, ServePrefix
+
+    app = FastAPI()
+    app.include_router(create_router())
+
+    @app.get("/api/v1/ping")
+    def ping() -> dict[str, str]:
+        return {"pong": "yes"}
+
+    app.add_middleware(ServePrefix)
+    c = TestClient(app)
+    pre = HUB_SERVICE_PREFIX
+    r = c.get(f"{pre}/dashboard/queue")
+    assert r.status_code == 200
+    assert f'data-api="{pre}/api/v1"' in r.text and f'data-base="{pre}/dashboard"' in r.text
+    scripts = re.findall(r'<script src="([^"]+)"', r.text)
+    assert scripts and all(s.startswith(f"{pre}/dashboard/static/") for s in scripts)
+    for src in scripts:
+        assert c.get(src).status_code == 200
+    assert f'href="{pre}/dashboard/usage"' in r.text
+    r = c.get(f"{pre}/dashboard", follow_redirects=False)
+    assert r.headers["location"] == f"{pre}/dashboard/cluster"
+    assert c.get(f"{pre}/api/v1/ping").json() == {"pong": "yes"}
+    # Without the prefix nothing changes.
+    r = c.get("/dashboard/queue")
+    assert 'data-api="/api/v1"' in r.text
+    assert c.get("/dashboard", follow_redirects=False).headers["location"] == "/dashboard/cluster"

@@ -98,19 +98,26 @@ def create_router(*, api_prefix: str = "/api/v1") -> APIRouter:
     static_names = {p.name for p in STATIC_DIR.iterdir() if p.is_file()}
 
     def render(request: Request, template: str, **ctx: object) -> HTMLResponse:
+        # Behind a path prefix (ASGI root_path, e.g. JupyterHub's /services/gpupool) every
+        # link, script and API call the page makes starts with that prefix.
+        root = request.scope.get("root_path", "").rstrip("/")
+        ctx.update(
+            base=root + PREFIX,
+            api=root + api_prefix,
+            static=lambda name: root + static_url(name),
+        )
         resp = templates.TemplateResponse(request, template, ctx)
         resp.headers.update(SECURITY_HEADERS)
         resp.headers["Cache-Control"] = "no-cache"
         return resp
 
-    @router.get("/", include_in_schema=False)
-    def root() -> RedirectResponse:
-        return RedirectResponse(f"{PREFIX}/cluster", status_code=307)
+    def to_cluster(request: Request) -> RedirectResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{root}{PREFIX}/cluster", status_code=307)
 
-    @router.get(PREFIX, include_in_schema=False)
-    @router.get(PREFIX + "/", include_in_schema=False)
-    def dashboard_root() -> RedirectResponse:
-        return RedirectResponse(f"{PREFIX}/cluster", status_code=307)
+    router.add_api_route("/", to_cluster, methods=["GET"], include_in_schema=False)
+    router.add_api_route(PREFIX, to_cluster, methods=["GET"], include_in_schema=False)
+    router.add_api_route(PREFIX + "/", to_cluster, methods=["GET"], include_in_schema=False)
 
     @router.get(PREFIX + "/login", response_class=HTMLResponse, include_in_schema=False)
     def login(request: Request) -> HTMLResponse:

@@ -38,7 +38,7 @@ const GP = (() => {
   }
 
   function toLogin() {
-    const next = location.pathname + location.search + location.hash;
+    const next = location.pathname + location.search;
     location.assign(`${BASE}/login?next=${encodeURIComponent(next)}`);
   }
 

@@ -3,9 +3,9 @@
 (() => {
   const form = document.getElementById("login-form");
   const params = new URLSearchParams(location.search);
-  // Only same-site dashboard paths are allowed as a return target.
+  // Only this dashboard's own pages are allowed as a return target (no open redirect).
   const next = params.get("next") || "";
-  const target = /^\/dashboard(\/|$)/.test(next) && !next.startsWith("//") ? next : `${GP.BASE}/cluster`;
+  const target = (next === GP.BASE || next.startsWith(`${GP.BASE}/`)) && !next.includes("//") ? next : `${GP.BASE}/cluster`;
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const username = form.username.value.trim();
