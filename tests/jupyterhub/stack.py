@@ -32,7 +32,7 @@ from gpupool.domain.profiles import Profile
 from gpupool.executors.fake import FakeExecutor
 from gpupool.jupyterhub.config import HubSettings, service_secret, start_hub, wait_hub_ready
 from gpupool.jupyterhub.launch import HubLaunchExecutor
-from gpupool.jupyterhub.sso import SSOSettings, create_sso_router
+from gpupool.jupyterhub.sso import SSOSettings, install_hub_sso
 from gpupool.server.app import create_app
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
@@ -251,13 +251,11 @@ c.JupyterHub.last_activity_interval = 5
         home_dir_template=str(root / "homes" / "{username}"),
         extra_config=driver + extra_config,
     )
-    # Dashboard SSO through the hub; "signed in" lands on /auth/me to show who we are.
-    sso = SSOSettings(
-        hub_api_url=hub.hub_api_url,
-        client_secret=service_secret(hub),
-        dashboard_url=f"{api_url}/api/v1/auth/me",
-    )
-    app.include_router(create_sso_router(sso))
+    # The dashboard, served under the hub's service prefix with hub sign-on (as gpupool up).
+    from gpupool.web import create_router
+
+    app.include_router(create_router())
+    install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
     server = _Uvicorn(app, port)
     server.start()
     stack = Stack(root, api_url, hub, admin_token, driver_token, app, server)

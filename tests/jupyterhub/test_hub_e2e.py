@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
+import httpx
 import pytest
 
 from gpupool.domain import WorkloadState
@@ -93,13 +94,18 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
 
 
 def test_dashboard_single_sign_on_through_the_hub(stack):
-    """A user signed in to the hub reaches gpupool as themselves, without a password."""
+    """A user signed in to the hub opens the dashboard from the Services menu and is signed in
+    to gpupool as themselves, without a password."""
     c = stack.login("carol")
-    r = c.get("/services/gpupool/")
+    r = c.get("/services/gpupool/", headers={"Accept": "text/html"})
     assert r.status_code == 200, r.text[:300]
-    assert str(r.url) == f"{stack.api_url}/api/v1/auth/me"
-    assert r.json()["name"] == "carol"
-    # a forged callback is refused with a message, not a traceback
+    assert str(r.url).endswith("/services/gpupool/dashboard/cluster")
+    assert any("/hub/api/oauth2/authorize" in str(h.url) for h in r.history)
+    me = c.get("/services/gpupool/api/v1/auth/me")
+    assert me.status_code == 200 and me.json()["name"] == "carol"
+    # API calls are not redirected, and a forged callback is refused with a message
+    anon = httpx.get(stack.hub.public_url + "/services/gpupool/api/v1/auth/me")
+    assert anon.status_code == 401
     bad = c.get("/services/gpupool/oauth_callback", params={"code": "x", "state": "y"})
     assert bad.status_code == 400 and "stale" in bad.text
 
@@ -120,8 +126,6 @@ def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
     # and the new proxy routes to them
     r = stack.hub_api("GET", "/users/bob")
     url = stack.hub.public_url + r.json()["servers"][""]["url"] + "api/status"
-    import httpx
-
     resp = wait_for(
         lambda: (
             x

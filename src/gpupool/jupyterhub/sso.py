@@ -1,32 +1,36 @@
-"""Single sign-on from JupyterHub into the gpupool dashboard (the hub's OAuth provider).
+"""Single sign-on from JupyterHub into the gpupool dashboard (the hub is the OAuth provider).
 
 The hub lists the dashboard in its Services menu as the service ``gpupool`` and proxies
-``/services/gpupool/`` to the gpupool server. `create_sso_router` answers there:
+``/services/gpupool/...`` to the gpupool server, which serves its dashboard there too
+(`gpupool.web.ServePrefix`). `HubSSO`, an ASGI middleware in front of it:
 
-1. ``GET /services/gpupool/`` sends the browser to the hub's ``/hub/api/oauth2/authorize``
-   (no confirmation page: the service is ``oauth_no_confirm``);
-2. ``GET /services/gpupool/oauth_callback`` trades the code for a hub token, asks the hub
-   who the user is, issues a gpupool session for the gpupool user of the same name, and
-   redirects to the dashboard. A hub user gpupool does not know gets a 403 that says so.
+1. a page request under ``/services/gpupool/`` without a valid gpupool session goes to the
+   hub's ``/hub/api/oauth2/authorize`` (no confirmation page: the service is
+   ``oauth_no_confirm``);
+2. ``/services/gpupool/oauth_callback`` trades the code for a hub token, asks the hub who the
+   user is, issues a gpupool session (cookie) for the gpupool user of the same name, and
+   returns to the page first asked for. A hub user gpupool does not know gets a 403 page that
+   says so. API calls are never redirected (they get the API's own 401).
 
-The server includes the router when it runs beside a hub (`gpupool up` does); the client
-secret is the service's api_token, shared through ``GPUPOOL_HUB_SERVICE_SECRET``.
+`install_hub_sso(app, sso)` adds it (and ServePrefix). The client secret is the service's
+api_token, shared with the hub through ``GPUPOOL_HUB_SERVICE_SECRET``
+(`gpupool.jupyterhub.config.service_secret`).
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gpupool.domain import DomainError
 from gpupool.jupyterhub.config import DASHBOARD_SERVICE
-from gpupool.server.context import AppContext, get_ctx
-from gpupool.server.services.accounts import issue_token
-from gpupool.store import UserRepo
 
 STATE_COOKIE = "gpupool-hub-oauth-state"
 
@@ -34,12 +38,10 @@ STATE_COOKIE = "gpupool-hub-oauth-state"
 @dataclass(frozen=True, slots=True)
 class SSOSettings:
     """hub_api_url: the hub's API as this server reaches it (``http://127.0.0.1:8081/hub/api``).
-    client_secret: the service's api_token. dashboard_url: where to land once signed in
-    (absolute when the dashboard is on another port than the hub)."""
+    client_secret: the dashboard service's api_token."""
 
     hub_api_url: str
     client_secret: str
-    dashboard_url: str = "/dashboard/"
     service: str = DASHBOARD_SERVICE
     hub_prefix: str = "/hub/"
     session_ttl_s: float = 12 * 3600.0
@@ -65,56 +67,84 @@ def _page(status: int, text: str) -> HTMLResponse:
     return HTMLResponse(body, status_code=status)
 
 
-def create_sso_router(sso: SSOSettings) -> APIRouter:
-    """The two routes above, under ``/services/<service>``."""
-    router = APIRouter(prefix=sso.prefix, include_in_schema=False)
+class HubSSO:
+    """ASGI middleware: sign hub users in to gpupool (see the module docstring)."""
 
-    @router.get("/")
-    def start(request: Request) -> Response:
+    def __init__(self, app: ASGIApp, sso: SSOSettings) -> None:
+        self.app = app
+        self.sso = sso
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._under_prefix(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if scope["path"] == self.sso.redirect_uri:
+            response = await self._callback(request)
+        elif self._wants_sign_in(request):
+            response = self._authorize(request)
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)
+
+    def _under_prefix(self, path: str) -> bool:
+        return path == self.sso.prefix or path.startswith(self.sso.prefix + "/")
+
+    def _ctx(self, request: Request) -> Any:
+        return request.app.state.ctx
+
+    def _session_ok(self, request: Request) -> bool:
+        from gpupool.server.auth import principal_for_token
+
+        ctx = self._ctx(request)
+        secret = request.cookies.get(ctx.settings.cookie_name)
+        if not secret:
+            return False
+        try:
+            principal_for_token(ctx, secret)
+        except DomainError:
+            return False
+        return True
+
+    def _wants_sign_in(self, request: Request) -> bool:
+        """A browser navigating to a page (not an API call) without a valid session."""
+        if request.method != "GET" or "text/html" not in request.headers.get("accept", ""):
+            return False
+        return not self._session_ok(request)
+
+    def _authorize(self, request: Request) -> Response:
         state = secrets.token_urlsafe(24)
         query = urlencode(
             {
-                "client_id": sso.client_id,
-                "redirect_uri": sso.redirect_uri,
+                "client_id": self.sso.client_id,
+                "redirect_uri": self.sso.redirect_uri,
                 "response_type": "code",
                 "state": state,
             }
         )
-        resp = RedirectResponse(f"{sso.hub_prefix}api/oauth2/authorize?{query}", 302)
-        resp.set_cookie(STATE_COOKIE, state, httponly=True, samesite="lax", path=sso.prefix)
+        resp = RedirectResponse(f"{self.sso.hub_prefix}api/oauth2/authorize?{query}", 302)
+        nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        resp.set_cookie(
+            STATE_COOKIE, f"{state}|{nxt}", httponly=True, samesite="lax", path=self.sso.prefix
+        )
         return resp
 
-    @router.get("/oauth_callback")
-    async def callback(
-        request: Request,
-        code: str | None = None,
-        state: str | None = None,
-        ctx: AppContext = Depends(get_ctx),
-    ) -> Response:
-        expected = request.cookies.get(STATE_COOKIE)
+    async def _callback(self, request: Request) -> Response:
+        code, state = request.query_params.get("code"), request.query_params.get("state")
+        expected, _, nxt = request.cookies.get(STATE_COOKIE, "").partition("|")
         if not code or not state or not expected or not secrets.compare_digest(state, expected):
             return _page(400, "The sign-in link is stale or incomplete; open gpupool again.")
+        if not nxt.startswith(self.sso.prefix) or nxt.startswith(self.sso.redirect_uri):
+            nxt = self.sso.prefix + "/"
         try:
-            async with httpx.AsyncClient(timeout=10) as http:
-                tok = await http.post(
-                    f"{sso.hub_api_url}/oauth2/token",
-                    data={
-                        "client_id": sso.client_id,
-                        "client_secret": sso.client_secret,
-                        "grant_type": "authorization_code",
-                        "code": code,
-                        "redirect_uri": sso.redirect_uri,
-                    },
-                )
-                tok.raise_for_status()
-                who = await http.get(
-                    f"{sso.hub_api_url}/user",
-                    headers={"Authorization": f"token {tok.json()['access_token']}"},
-                )
-                who.raise_for_status()
-                name = str(who.json()["name"])
+            name = await self._hub_user(code)
         except (httpx.HTTPError, KeyError, ValueError) as e:
             return _page(502, f"JupyterHub did not confirm who you are ({type(e).__name__}).")
+        from gpupool.server.services.accounts import issue_token
+        from gpupool.store import UserRepo
+
+        ctx = self._ctx(request)
         with ctx.store.read() as s:
             known = UserRepo(s).find(name) is not None
         if not known:
@@ -123,18 +153,44 @@ def create_sso_router(sso: SSOSettings) -> APIRouter:
                 f"JupyterHub user {name!r} has no gpupool account; ask a gpupool admin to "
                 "create one with the same name.",
             )
-        session = issue_token(ctx, name, "jupyterhub-sso", sso.session_ttl_s)
-        resp = RedirectResponse(sso.dashboard_url, 302)
+        session = issue_token(ctx, name, "jupyterhub-sso", self.sso.session_ttl_s)
+        resp = RedirectResponse(nxt, 302)
         resp.set_cookie(
             ctx.settings.cookie_name,
             session.token,
-            max_age=int(sso.session_ttl_s),
+            max_age=int(self.sso.session_ttl_s),
             httponly=True,
             samesite="lax",
             secure=ctx.settings.cookie_secure,
             path="/",
         )
-        resp.delete_cookie(STATE_COOKIE, path=sso.prefix)
+        resp.delete_cookie(STATE_COOKIE, path=self.sso.prefix)
         return resp
 
-    return router
+    async def _hub_user(self, code: str) -> str:
+        async with httpx.AsyncClient(timeout=10) as http:
+            tok = await http.post(
+                f"{self.sso.hub_api_url}/oauth2/token",
+                data={
+                    "client_id": self.sso.client_id,
+                    "client_secret": self.sso.client_secret,
+                    "grant_type": "authorization_code",
+                    "code": code,
+                    "redirect_uri": self.sso.redirect_uri,
+                },
+            )
+            tok.raise_for_status()
+            who = await http.get(
+                f"{self.sso.hub_api_url}/user",
+                headers={"Authorization": f"token {tok.json()['access_token']}"},
+            )
+            who.raise_for_status()
+            return str(who.json()["name"])
+
+
+def install_hub_sso(app: Any, sso: SSOSettings) -> None:
+    """Serve the app under the hub's service prefix too, with hub sign-on in front."""
+    from gpupool.web.prefix import ServePrefix
+
+    app.add_middleware(ServePrefix, prefix=sso.prefix)
+    app.add_middleware(HubSSO, sso=sso)
