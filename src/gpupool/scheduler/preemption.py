@@ -26,6 +26,9 @@ from gpupool.scheduler.limits import Usage, gpus_text
 from gpupool.scheduler.placement import Placement, place_on_node
 from gpupool.scheduler.types import RunningWorkload
 
+#: how many nodes where a candidate would fit are compared before victims are chosen
+NODES_COMPARED = 4
+
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
@@ -91,7 +94,33 @@ class Reclaimer:
                 self.victims.setdefault(n, []).append(rw)
         for lst in self.victims.values():
             lst.sort(key=lambda r: (r.workload.priority, -r.allocation.since, r.workload.id))
+        #: every possible victim, best first (lowest priority, newest), with its node
+        flat = [(n, rw) for n, lst in self.victims.items() for rw in lst]
+        keys = sorted(
+            (rw.workload.priority, -rw.allocation.since, rw.workload.id, n, k)
+            for k, (n, rw) in enumerate(flat)
+        )
+        self.order = [(n, flat[k][1]) for *_, n, k in keys]
         self._failed: set[tuple[Shape, str]] = set()
+        self._branches: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def branches(self, a: str, b: str) -> tuple[str, str]:
+        k = (a, b)
+        r = self._branches.get(k)
+        if r is None:
+            r = self._branches[k] = branches(self.tree, a, b)
+        return r
+
+    def _eligible(self, tenant: str, milli: int, rw: RunningWorkload, removed: dict) -> bool:
+        """May `rw` be preempted for `milli` of `tenant`? (`removed`: milli already chosen
+        per branch in the set being built.)"""
+        w = rw.workload
+        if w.id in self.taken or w.tenant == tenant:
+            return False
+        mine, theirs = self.branches(tenant, w.tenant)
+        if self.usage.of(mine) + milli > guaranteed(self.tree, mine):
+            return False
+        return self.usage.of(theirs) - removed.get(theirs, 0) > guaranteed(self.tree, theirs)
 
     def _freed(self, rws: list[RunningWorkload]) -> tuple[int, int, dict[int, tuple[int, int]]]:
         cpu = mem = 0
@@ -138,57 +167,70 @@ class Reclaimer:
     def find(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
         """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`.
 
+        Nodes are visited in the order of their best possible victim (lowest priority, then
+        newest); on each, victims are added best first until the candidate fits, and the ones
+        not needed are put back. The first `NODES_COMPARED` nodes where it fits are compared
+        and the best set wins, so the cost stays bounded on large clusters.
         Work already stopping on a node is not counted as freed here (another candidate may
         have claimed it); only fresh victims are."""
         if (shape, tenant) in self._failed:
             return None
         milli = shape.gpu_milli
-        tree, usage = self.tree, self.usage
         best: tuple[tuple, Reclaim] | None = None
-        for n in sorted(self.victims):
+        visited: set[int] = set()
+        fits = 0
+        for n, first in self.order:
+            if n in visited or not self._eligible(tenant, milli, first, {}):
+                continue
+            visited.add(n)
             if n in skip or not self.cap.node_ready[n]:
                 continue
-            chosen: list[RunningWorkload] = []
-            removed: dict[str, int] = {}
-            fit = None
-            for rw in self.victims[n]:
-                w = rw.workload
-                if w.id in self.taken or w.tenant == tenant:
-                    continue
-                mine, theirs = branches(tree, tenant, w.tenant)
-                g_mine = guaranteed(tree, mine)
-                if usage.of(mine) + milli > g_mine:
-                    continue
-                held = usage.of(theirs) - removed.get(theirs, 0)
-                if held <= guaranteed(tree, theirs):
-                    continue
-                chosen.append(rw)
-                removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
-                fit = self._fits(n, shape, chosen)
-                if fit is not None:
-                    break
-            if fit is None:
+            found = self._on_node(tenant, shape, milli, n)
+            if found is None:
                 continue
-            # put back victims that are not needed (most valuable first)
-            for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, r.allocation.since)):
-                trial = [c for c in chosen if c is not rw]
-                if self._fits(n, shape, trial) is not None:
-                    chosen = trial
-            fit = self._fits(n, shape, chosen)
-            assert fit is not None
-            score = (
-                max(c.workload.priority for c in chosen),
-                -min(c.allocation.since for c in chosen),  # newest first across nodes too
-                len(chosen),
-                sum(c.allocation.gpu_milli for c in chosen),
-                n,
-            )
+            score, reclaim = found
             if best is None or score < best[0]:
-                best = (score, Reclaim(n, tuple(chosen), 0, fit))
+                best = (score, reclaim)
+            fits += 1
+            if fits >= NODES_COMPARED:
+                break
         if best is None:
             self._failed.add((shape, tenant))
             return None
         return best[1]
+
+    def _on_node(
+        self, tenant: str, shape: Shape, milli: int, n: int
+    ) -> tuple[tuple, Reclaim] | None:
+        chosen: list[RunningWorkload] = []
+        removed: dict[str, int] = {}
+        fit = None
+        for rw in self.victims[n]:
+            if not self._eligible(tenant, milli, rw, removed):
+                continue
+            chosen.append(rw)
+            theirs = self.branches(tenant, rw.workload.tenant)[1]
+            removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
+            fit = self._fits(n, shape, chosen)
+            if fit is not None:
+                break
+        if fit is None:
+            return None
+        # put back victims that are not needed (most valuable first)
+        for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, r.allocation.since)):
+            trial = [c for c in chosen if c is not rw]
+            if self._fits(n, shape, trial) is not None:
+                chosen = trial
+        fit = self._fits(n, shape, chosen)
+        assert fit is not None
+        score = (
+            max(c.workload.priority for c in chosen),
+            -min(c.allocation.since for c in chosen),  # newest first across nodes too
+            len(chosen),
+            sum(c.allocation.gpu_milli for c in chosen),
+            n,
+        )
+        return score, Reclaim(n, tuple(chosen), 0, fit)
 
     def commit(self, reclaim: Reclaim) -> None:
         """Mark the victims taken and their GPUs no longer held (for later borrowing checks)."""
@@ -198,7 +240,7 @@ class Reclaimer:
 
     def reason(self, victim: RunningWorkload, tenant: str, workload_id: str) -> str:
         w = victim.workload
-        _, theirs = branches(self.tree, tenant, w.tenant)
+        _, theirs = self.branches(tenant, w.tenant)
         return (
             f"{tenant} reclaims its guaranteed share for {workload_id}; {theirs} is "
             f"borrowing beyond its guarantee of {gpus_text(guaranteed(self.tree, theirs))}"
