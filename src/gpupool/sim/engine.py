@@ -146,6 +146,7 @@ class Simulator:
         self.samples: list[tuple[float, dict[str, int], dict[str, float], int]] = []
         self.next_sample = 0.0
         self.last_pending_info: dict = {}
+        self.last_demand: dict[str, int] = {}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -292,9 +293,14 @@ class Simulator:
             if wid in self.pending:
                 self._fail(wid, reason, t)
         self.last_pending_info = d.pending  # reasons are copied once, at the end
-        demand = {ten: self.alloc[ten] + self.pending_milli[ten] for ten in self.leaves}
-        self.fair = self.fair_shares(demand, self.capacity)
         return d
+
+    def _update_fair(self) -> None:
+        """Recompute the reference fair shares when demand changed (after events/cycles)."""
+        demand = {ten: self.alloc[ten] + self.pending_milli[ten] for ten in self.leaves}
+        if demand != self.last_demand:
+            self.last_demand = demand
+            self.fair = self.fair_shares(demand, self.capacity)
 
     def _reclaim_possible(self) -> bool:
         """Some tenant with waiting work is below its guarantee (at any level of the tree)."""
@@ -401,6 +407,7 @@ class Simulator:
                     due = max(t, last_cycle_t + gap)
                     cycle_due = due if cycle_due is None else min(cycle_due, due)
                 self.events += 1
+            self._update_fair()
             if self.progress and done - reported >= 2048:
                 reported = done
                 self.progress(done, total)
@@ -414,6 +421,7 @@ class Simulator:
                 continue
             same_instant = same_instant + 1 if t == last_cycle_t else 0
             d = self._run_cycle(t)
+            self._update_fair()
             last_cycle_t = t
             cycle_due = None
             new_subs.clear()

@@ -28,33 +28,35 @@ def water_fill(
     guarantee: Mapping[str, float],
     weight: Mapping[str, float],
 ) -> dict[str, float]:
-    """Split `amount` among keys of `demand`: guarantees first, then by weight (see module)."""
-    give = {k: 0.0 for k in demand}
-    g = {k: min(guarantee.get(k, 0.0), demand[k]) for k in demand}
+    """Split `amount` among keys of `demand`: guarantees first, then by weight (see module).
+
+    The weighted part raises one water level L: each key gets min(unmet demand, L × weight);
+    keys are visited in order of the level at which they are satisfied."""
+    g = {k: min(guarantee.get(k, 0.0), d) for k, d in demand.items()}
     total_g = sum(g.values())
     if total_g >= amount:
-        if total_g > 0:
-            for k in demand:
-                give[k] = amount * g[k] / total_g
-        return give
-    for k in demand:
-        give[k] = g[k]
+        if total_g <= 0:
+            return dict.fromkeys(demand, 0.0)
+        return {k: amount * g[k] / total_g for k in demand}
     left = amount - total_g
-    while left > _EPS:
-        active = [k for k in demand if demand[k] - give[k] > _EPS]
-        if not active:
+    unmet = [
+        ((demand[k] - g[k]) / weight.get(k, 1.0), k) for k in demand if demand[k] - g[k] > _EPS
+    ]
+    unmet.sort()
+    wsum = sum(weight.get(k, 1.0) for _, k in unmet)
+    level = 0.0
+    for ratio, k in unmet:
+        cost = (ratio - level) * wsum
+        if cost > left:
+            level += left / wsum
             break
-        wsum = sum(weight.get(k, 1.0) for k in active)
-        used = 0.0
-        for k in active:
-            offer = left * weight.get(k, 1.0) / wsum
-            take = min(offer, demand[k] - give[k])
-            give[k] += take
-            used += take
-        left -= used
-        if used <= _EPS:
-            break
-    return give
+        left -= cost
+        level = ratio
+        wsum -= weight.get(k, 1.0)
+    out = dict(g)
+    for ratio, k in unmet:
+        out[k] = g[k] + min(ratio, level) * weight.get(k, 1.0)
+    return out
 
 
 class FairShares:

@@ -1,0 +1,101 @@
+"""Metric definitions and the reference fair share."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupool.domain import Quota, Tenant, TenantTree
+from gpupool.sim.fairshare import reference_fair_shares, water_fill
+from gpupool.sim.metrics import compute_metrics, jain, percentile
+
+from .builders import job, node, run, scenario, tenant
+
+
+def test_percentile_interpolates():
+    assert percentile([], 50) is None
+    assert percentile([5], 99) == 5
+    assert percentile([0, 10], 50) == 5
+    assert percentile(list(range(101)), 95) == 95
+
+
+@pytest.mark.parametrize(
+    "xs,expected",
+    [([1, 1, 1], 1.0), ([1, 0], 0.5), ([2, 0, 0, 0], 0.25), ([0, 0], 1.0), ([], None)],
+)
+def test_jain_index(xs, expected):
+    assert jain(xs) == expected
+
+
+def test_water_fill_guarantees_first_then_weights_capped_at_demand():
+    got = water_fill(
+        10_000,
+        demand={"a": 8000, "b": 1000, "c": 10_000},
+        guarantee={"a": 2000, "b": 2000, "c": 0},
+        weight={"a": 1, "b": 1, "c": 3},
+    )
+    # guarantees: a 2000, b 1000 (capped at its demand); 7000 left split 1:3 between a and c
+    assert got == pytest.approx({"a": 2000 + 1750, "b": 1000, "c": 5250})
+
+
+def test_hierarchical_fair_share_splits_per_level():
+    tree = TenantTree(
+        [
+            Tenant("phys", Quota.gpus(guaranteed=6)),
+            Tenant("phys/a", Quota.gpus(guaranteed=2)),
+            Tenant("phys/b"),
+            Tenant("bio", Quota.gpus(guaranteed=2)),
+        ]
+    )
+    got = reference_fair_shares(tree, {"phys/a": 8000, "phys/b": 8000, "bio": 8000}, 8000)
+    # roots: phys 6 + bio 2 (guarantees fill the cluster); inside phys: a 2, then 4 split 1:1
+    assert got == pytest.approx({"phys/a": 4000, "phys/b": 2000, "bio": 2000})
+
+
+def test_limits_cap_fair_share():
+    tree = TenantTree([Tenant("a", Quota.gpus(limit=1)), Tenant("b")])
+    got = reference_fair_shares(tree, {"a": 4000, "b": 4000}, 4000)
+    assert got == pytest.approx({"a": 1000, "b": 3000})
+
+
+def test_utilization_share_and_waits_on_a_hand_computed_scenario():
+    # 4 GPUs; a runs 2 GPUs for 100 s; b waits 50 s for 4 GPUs and runs 100 s
+    data = scenario(
+        tenants=[tenant("a"), tenant("b")],
+        workloads=[
+            job("a1", tenant="a", gpus=2, duration=100),
+            job("b1", tenant="b", gpus=4, submit=50, duration=100),
+        ],
+    )
+    m = compute_metrics(run(data))
+    assert m["makespan"] == 200
+    assert m["gpu_utilization"] == pytest.approx((2 * 100 + 4 * 100) / (4 * 200))
+    assert (m["avg_wait"], m["p50_wait"], m["avg_jct"]) == (25, 25, 125)
+    assert m["per_tenant"]["a"]["gpu_hours"] == pytest.approx(200 / 3600, abs=1e-3)
+    assert m["per_tenant"]["a"]["share"] == pytest.approx(0.25)
+    assert m["per_tenant"]["b"]["share"] == pytest.approx(0.5)
+    assert m["per_tenant"]["b"]["avg_wait"] == 50
+    assert m["allocation_ratio"] == 0.5  # right after the cycle at the last submission
+    assert m["states"] == {"succeeded": 2}
+    assert m["scheduler"]["cycles"] >= 2
+
+
+def test_fair_share_integral_and_guarantee_attainment():
+    # b has a guarantee of 2 but its work is stuck behind non-preemptible a for 100 s
+    data = scenario(
+        nodes=[node(gpus=2)],
+        tenants=[tenant("a"), tenant("b", guaranteed_gpus=2)],
+        workloads=[
+            job("a1", tenant="a", gpus=2, duration=100, preemptible=False),
+            job("b1", tenant="b", gpus=2, duration=100, submit=1),
+        ],
+    )
+    m = compute_metrics(run(data))
+    pt = m["per_tenant"]
+    # busy span 0..200; b owed 2 GPUs from 1 to 200 (199 s) and got them from 100 to 200
+    assert pt["b"]["guarantee_attainment"] == pytest.approx(100 / 199, abs=1e-4)
+    # fair share: a holds the cluster's fair share only for its first second, b for the rest
+    assert pt["a"]["fair_share"] == pytest.approx(1 / 200, abs=1e-4)
+    assert pt["b"]["fair_share"] == pytest.approx(199 / 200, abs=1e-4)
+    assert pt["a"]["share"] == pytest.approx(0.5)
+    xa, xb = 0.5 / (1 / 200), 0.5 / (199 / 200)
+    assert m["jain_fairness"] == pytest.approx((xa + xb) ** 2 / (2 * (xa**2 + xb**2)), abs=1e-3)
