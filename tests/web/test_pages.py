@@ -236,7 +236,22 @@ def test_admin_page_forbidden_for_member(page):
     login(page, "ann", next_page="admin")
     expect(page.get_by_role("link", name="Admin")).to_be_hidden()
     expect(page.locator("#flash")).to_contain_text("Not allowed")
+    for hidden in ("#users", "#gpus", "#profiles", "#events"):
+        expect(page.locator(hidden)).to_be_hidden()
+    expect(page.locator("#tokens-table tbody")).to_contain_text("ann")
     shot(page, "admin-member-forbidden")
+
+
+def test_admin_page_for_tenant_admin_shows_members_and_refuses_other_tenants(page):
+    login(page, "tess", next_page="admin")
+    expect(page.locator("#flash")).to_contain_text("tenant-admin")
+    expect(page.locator("#users-table tbody")).to_contain_text("ann")
+    expect(page.locator("#gpus")).to_be_hidden()
+    page.locator("#m-user").select_option("bob")
+    page.locator("#m-tenant").select_option("physics/lab-a")
+    page.get_by_role("button", name="Add membership").click()
+    expect(page.locator("#flash")).to_contain_text("bob is now member of physics/lab-a")
+    shot(page, "admin-tenant-admin")
 
 
 def test_admin_creates_a_tenant_and_sees_why_one_is_refused(page):
@@ -292,7 +307,7 @@ PAGE_READY = {
     "usage": "#efficiency tbody tr",
     "tenants": "#tenants tbody tr",
     "workloads": "#mine tbody tr",
-    "admin": "#users-table tbody tr",
+    "admin": "#tokens-table tbody tr",
 }
 
 

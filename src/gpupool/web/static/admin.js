@@ -148,15 +148,32 @@
     } catch (e) { GP.formError("token-error", GP.actionError("create a token", e)); }
   }
 
+  /** Non-admins see only what they may use here: their own tokens, and for tenant-admins the
+   * members of their tenants and its events. Everything else is hidden, not just refused. */
+  function limitTo(u) {
+    const tenantAdmin = Object.values(GP.roles(u)).includes("tenant-admin");
+    const keep = new Set(["tokens", ...(tenantAdmin ? ["users", "events"] : [])]);
+    document.querySelectorAll("main section.card").forEach((sec) => { sec.hidden = !keep.has(sec.id); });
+    document.querySelectorAll(".tabs a").forEach((a) => { a.hidden = !keep.has(a.getAttribute("href").slice(1)); });
+    document.getElementById("user-form").hidden = true;
+    GP.flash("Not allowed: the Admin page is for gpupool admins. "
+      + (tenantAdmin ? "As a tenant-admin you can manage your tenants' members, see their events, and your own API tokens here."
+        : "You can manage your own API tokens here; ask an admin for anything else."));
+  }
+
   GP.ready.then((u) => {
     if (!u) return;
-    if (!GP.isAdmin(u)) GP.flash("Not allowed: the Admin page is for gpupool admins. Ask an admin if you need a change here.");
+    const admin = GP.isAdmin(u);
+    if (!admin) limitTo(u);
     document.getElementById("user-form").addEventListener("submit", createUser);
     document.getElementById("member-form").addEventListener("submit", addMember);
     document.getElementById("token-form").addEventListener("submit", createToken);
     document.getElementById("profile-form").addEventListener("submit", createProfile);
     document.getElementById("ev-filter").addEventListener("input", renderEvents);
-    section("users", users); section("tenants", tenants); section("tokens", tokens);
-    section("gpus", gpus); section("profiles", profiles); section("events", loadEvents);
+    const visible = (id) => !document.getElementById(id).hidden;
+    section("tokens", tokens);
+    if (visible("users")) { section("users", users); section("tenants", tenants); }
+    if (visible("events")) section("events", loadEvents);
+    if (admin) { section("gpus", gpus); section("profiles", profiles); }
   });
 })();
