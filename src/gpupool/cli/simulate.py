@@ -213,7 +213,11 @@ def _print_summary(out: dict, scen: Scenario, show_workloads: bool) -> None:
     s.add_column("value", justify="right")
     states = ", ".join(f"{v} {k}" for k, v in m["states"].items())
     rows = [
-        ("cluster", f"{len(scen.nodes)} nodes, {m['capacity_gpus']:g} GPUs"),
+        (
+            "cluster",
+            f"{len(scen.nodes)} node{'s' if len(scen.nodes) != 1 else ''}, "
+            f"{m['capacity_gpus']:g} GPUs",
+        ),
         ("workloads", f"{m['workloads']} ({states})"),
         (
             "wait avg / p50 / p95 / p99",
