@@ -263,7 +263,11 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         if switch:
             groups = ",".join(str(g) for g in os.getgrouplist(account.name, account.gid))
             ids = ["--uid", str(account.uid), "--gid", str(account.gid), "--groups", groups]
-        log = open(d / LOG_FILE, "ab")  # noqa: SIM115 - handed to the child, closed below
+        # the log is private to the job's owner (and the server)
+        fd = os.open(d / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if switch:
+            os.fchown(fd, account.uid, account.gid)
+        log = os.fdopen(fd, "ab")
         argv = [self.python, "-m", "gpupool.executors.launcher", str(d), *ids, "--"]
         argv += list(workload.command)
         cwd = account.home if os.path.isdir(account.home) else "/"
