@@ -44,6 +44,8 @@ from gpupool.sim.scenario import (
 
 GENERIC_REQUIRED = ("submit_time", "duration", "num_gpus", "tenant")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
+#: without a cluster file, trace replay runs the scheduler at most once a minute of trace time
+DEFAULT_TRACE_CYCLE_GAP_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +296,7 @@ def trace_scenario(
             cluster=ClusterSpec(
                 nodes=[NodeSpec(name="n", count=max(1, math.ceil(n_gpus / 8)), gpus=8)]
             ),
-            scheduler=SchedulerSpec(min_cycle_gap_s=0, cycle_interval_s=60),
+            scheduler=SchedulerSpec(min_cycle_gap_s=DEFAULT_TRACE_CYCLE_GAP_S, cycle_interval_s=60),
         )
     nodes = build_nodes(cluster.cluster)
     capacity_gpus = sum(len(n.gpus) for n in nodes)
