@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.domain import TenantTree
-from gpupool.scheduler.capacity import CapacityIndex, Shape
+from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import Usage, gpus_text
 from gpupool.scheduler.placement import Placement, place_on_node
 from gpupool.scheduler.types import RunningWorkload
@@ -103,6 +103,7 @@ class Reclaimer:
         self.order = [(n, flat[k][1]) for *_, n, k in keys]
         self._failed: set[tuple[Shape, str]] = set()
         self._branches: dict[tuple[str, str], tuple[str, str]] = {}
+        self._hosts: dict[tuple[int, Shape], bool] = {}
 
     def branches(self, a: str, b: str) -> tuple[str, str]:
         k = (a, b)
@@ -111,16 +112,17 @@ class Reclaimer:
             r = self._branches[k] = branches(self.tree, a, b)
         return r
 
-    def _eligible(self, tenant: str, milli: int, rw: RunningWorkload, removed: dict) -> bool:
-        """May `rw` be preempted for `milli` of `tenant`? (`removed`: milli already chosen
-        per branch in the set being built.)"""
-        w = rw.workload
-        if w.id in self.taken or w.tenant == tenant:
-            return False
-        mine, theirs = self.branches(tenant, w.tenant)
+    def _room(self, tenant: str, milli: int, victim_tenant: str) -> tuple[str, int] | None:
+        """(victim's branch, milli it borrows) if work of `victim_tenant` may be preempted for
+        `milli` of `tenant`: another tenant, whose branch (below the common ancestor) is over
+        its guarantee while the candidate's branch stays within its own. None if not."""
+        if victim_tenant == tenant:
+            return None
+        mine, theirs = self.branches(tenant, victim_tenant)
         if self.usage.of(mine) + milli > guaranteed(self.tree, mine):
-            return False
-        return self.usage.of(theirs) - removed.get(theirs, 0) > guaranteed(self.tree, theirs)
+            return None
+        room = self.usage.of(theirs) - guaranteed(self.tree, theirs)
+        return (theirs, room) if room > 0 else None
 
     def _freed(self, rws: list[RunningWorkload]) -> tuple[int, int, dict[int, tuple[int, int]]]:
         cpu = mem = 0
@@ -179,13 +181,20 @@ class Reclaimer:
         best: tuple[tuple, Reclaim] | None = None
         visited: set[int] = set()
         fits = 0
+        rooms: dict[str, tuple[str, int] | None] = {}  # victim tenant -> _room(), this call
+        taken = self.taken
         for n, first in self.order:
-            if n in visited or not self._eligible(tenant, milli, first, {}):
+            if n in visited or first.workload.id in taken:
+                continue
+            vt = first.workload.tenant
+            if vt not in rooms:
+                rooms[vt] = self._room(tenant, milli, vt)
+            if rooms[vt] is None:
                 continue
             visited.add(n)
-            if n in skip or not self.cap.node_ready[n]:
+            if n in skip or not self.cap.node_ready[n] or not self._could_host(n, shape):
                 continue
-            found = self._on_node(tenant, shape, milli, n)
+            found = self._on_node(shape, n, rooms, tenant, milli)
             if found is None:
                 continue
             score, reclaim = found
@@ -199,17 +208,55 @@ class Reclaimer:
             return None
         return best[1]
 
+    def _could_host(self, n: int, shape: Shape) -> bool:
+        """Could node `n` hold `shape` if everything on it stopped? (memoized)"""
+        k = (n, shape)
+        r = self._hosts.get(k)
+        if r is None:
+            cap = self.cap
+            node = cap.nodes[n]
+            ok = node.cpu_milli >= shape.cpu_milli and node.memory_mib >= shape.memory_mib
+            if ok and shape.kind == WHOLE:
+                counts: dict[str, int] = {}
+                for g in cap.node_gpus[n]:
+                    if cap.gpu_ok[g] and cap.gpu_total_mem[g] >= shape.gpu_memory_mib:
+                        m = cap.gpu_model[g]
+                        if shape.model in (None, m):
+                            counts[m] = counts.get(m, 0) + 1
+                ok = max(counts.values(), default=0) >= shape.count
+            elif ok and shape.kind == FRACTION:
+                ok = any(
+                    cap.gpu_ok[g] and cap.gpu_shared[g] and shape.model in (None, cap.gpu_model[g])
+                    for g in cap.node_gpus[n]
+                )
+            r = self._hosts[k] = ok
+        return r
+
     def _on_node(
-        self, tenant: str, shape: Shape, milli: int, n: int
+        self,
+        shape: Shape,
+        n: int,
+        rooms: dict[str, tuple[str, int] | None],
+        tenant: str,
+        milli: int,
     ) -> tuple[tuple, Reclaim] | None:
         chosen: list[RunningWorkload] = []
         removed: dict[str, int] = {}
         fit = None
         for rw in self.victims[n]:
-            if not self._eligible(tenant, milli, rw, removed):
+            w = rw.workload
+            if w.id in self.taken:
                 continue
+            vt = w.tenant
+            if vt not in rooms:
+                rooms[vt] = self._room(tenant, milli, vt)
+            room = rooms[vt]
+            if room is None:
+                continue
+            theirs, borrowed = room
+            if removed.get(theirs, 0) >= borrowed:
+                continue  # that branch would be back at its guarantee
             chosen.append(rw)
-            theirs = self.branches(tenant, rw.workload.tenant)[1]
             removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
             fit = self._fits(n, shape, chosen)
             if fit is not None:
