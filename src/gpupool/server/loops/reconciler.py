@@ -66,6 +66,7 @@ class ReconcilerLoop(Loop):
         self.mps = mps
         self.node = node
         self._seen_running: set[str] = set()
+        self._runs = 0
         self.last: ReconcileReport | None = None
 
     def run_once(self) -> ReconcileReport:
@@ -80,6 +81,9 @@ class ReconcilerLoop(Loop):
         self._stop_orphans(active, report)
         if self.mps is not None:
             report.mps = self._keep_mps()
+        self._runs += 1
+        if report.adopted:
+            log.info("reconciler: adopted running work %s", ", ".join(report.adopted))
         if report.changed or report.requeued or report.orphans_stopped:
             log.info("reconciler: %s", report)
             ctx.wake_scheduler()
@@ -97,7 +101,7 @@ class ReconcilerLoop(Loop):
         now = ctx.clock.now()
         if status.state.alive and w.id not in self._seen_running:
             self._seen_running.add(w.id)
-            if self.passes == 0:
+            if self._runs == 0:
                 report.adopted.append(w.id)
         if rec.stopping is not None and status.state.alive and status.stop_reason is None:
             try:
