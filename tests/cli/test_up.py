@@ -166,6 +166,7 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
             lambda: (w := workload(up.url, h, w2))["state"] == "succeeded" and w, what="job 2"
         )
         assert done2["exit_code"] == 0
+        assert done2["allocation"]["shares"][0]["gpu_uuid"] == (uuids - {gpu}).pop()
 
         release(go)
         final = until(
