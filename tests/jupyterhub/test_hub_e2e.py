@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import httpx
 import pytest
 
-from gpupool.domain import WorkloadState
+from gpupool.domain import Event, WorkloadState
 from gpupool.server.services import lifecycle
+from gpupool.store import EventRepo
 from tests.jupyterhub.stack import GPU_UUIDS, Stack, build, events, wait_for
 
 pytestmark = [
@@ -153,6 +155,31 @@ def test_a_stop_by_gpupool_ends_the_notebook_and_tells_the_user_why(stack):
     assert "stopped by gpupool" in home.text and "idle: no GPU use for 30 min" in home.text
     # carol, who was busy, is untouched
     assert stack.ready("carol")
+
+
+def test_a_culling_warning_is_shown_to_the_user(stack):
+    (wc,) = _active(stack, "carol")
+    ctx = stack.app.state.ctx
+    msg = f"workload {wc['id']} its GPUs have been idle for 50 min; it will be stopped in 10 min"
+    with ctx.store.write() as s:  # what the culler loop records
+        EventRepo(s).add(
+            Event(
+                at=time.time(),
+                kind="workload.cull_warning",
+                message=msg,
+                workload_id=wc["id"],
+                tenant=wc["tenant"],
+                user="carol",
+            )
+        )
+    c = stack.login("carol")
+
+    def warned() -> str | None:
+        text = c.get("/hub/home").text
+        return text if "stopped in 10 min" in text else None
+
+    home = wait_for(warned, "the warning on carol's hub page", 30)
+    assert 'id="gpupool-announcement"' in home and "idle for 50 min" in home
 
 
 CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")

@@ -62,9 +62,10 @@ def _simple_form(formdata: dict[str, Any]) -> dict[str, Any]:
     return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in formdata.items()}
 
 
-def _latest_warning(workload: dict) -> str | None:
-    """The newest warning event (the culler's "idle; will be stopped at ...") if it is newer
-    than the last state change, else None."""
+def _latest_warning(workload: dict, now: float, show_s: float) -> str | None:
+    """The newest warning event (the culler's `workload.cull_warning`: "idle ...; it will be
+    stopped in 10 min") if it is newer than the last state change and than `show_s` seconds
+    (a notebook busy again gets no new warning, so an old one must fade), else None."""
     latest_change = 0.0
     warning: tuple[float, str] | None = None
     for ev in workload.get("events") or []:
@@ -74,7 +75,7 @@ def _latest_warning(workload: dict) -> str | None:
                 warning = (at, str(ev.get("message") or ""))
         elif kind.startswith("workload."):
             latest_change = max(latest_change, at)
-    if warning is None or warning[0] < latest_change:
+    if warning is None or warning[0] < latest_change or now - warning[0] > show_s:
         return None
     return warning[1] or None
 
@@ -104,6 +105,9 @@ class GpupoolSpawner(LocalProcessSpawner):
     )
     admission_poll_s = Float(0.2, config=True, help="How often start() asks gpupool.")
     grant_wait_s = Float(60.0, config=True, help="How long to wait for the grant once admitted.")
+    warning_show_s = Float(
+        900.0, config=True, help="How long a culling warning stays on the hub's pages."
+    )
     user_token_ttl_s = Float(7 * 86400.0, config=True, help="Lifetime of minted user tokens.")
 
     workload_id = Unicode("")
@@ -418,7 +422,8 @@ class GpupoolSpawner(LocalProcessSpawner):
             return status
         if status is None:
             if stop is None:
-                notices.set_notice(self.user.name, _latest_warning(wl))
+                warning = _latest_warning(wl, time.time(), self.warning_show_s)
+                notices.set_notice(self.user.name, warning)
             return None
         if state in ("pending", "admitted", "starting") and self._launch.launched(wid) is None:
             # Queued (or granted, not launched yet): the spawn holds a gpupool request, so

@@ -1,0 +1,39 @@
+"""Pure parts of the spawner: which culling warning the user sees."""
+
+from __future__ import annotations
+
+from gpupool.jupyterhub.notices import notice_for, set_notice
+from gpupool.jupyterhub.spawner import _latest_warning
+
+
+def _ev(kind: str, at: float, message: str = "") -> dict:
+    return {"kind": kind, "at": at, "message": message}
+
+
+def test_latest_warning_shows_the_newest_recent_warning():
+    w = {
+        "events": [
+            _ev("workload.admitted", 10),
+            _ev("workload.cull_warning", 20, "idle for 50 min; stopped in 10 min"),
+            _ev("workload.cull_warning", 30, "idle for 55 min; stopped in 5 min"),
+        ]
+    }
+    assert _latest_warning(w, now=40, show_s=900) == "idle for 55 min; stopped in 5 min"
+    # an old warning fades (the notebook was busy again: the culler sends nothing new)
+    assert _latest_warning(w, now=30 + 901, show_s=900) is None
+
+
+def test_a_state_change_after_the_warning_clears_it():
+    w = {"events": [_ev("workload.cull_warning", 20, "idle"), _ev("workload.running", 25)]}
+    assert _latest_warning(w, now=30, show_s=900) is None
+    assert _latest_warning({"events": []}, now=30, show_s=900) is None
+
+
+def test_notices_are_per_user_and_escaped():
+    class U:
+        name = "eve"
+
+    set_notice("eve", "<script>x</script> stopped")
+    assert "&lt;script&gt;" in notice_for(U()) and "<script>" not in notice_for(U())
+    set_notice("eve", None)
+    assert notice_for(U()) == "" and notice_for(None) == ""
