@@ -173,3 +173,26 @@ def test_fake_executor_untouched_by_unknown_admitted_within_grace(world):
     world.ctx.executor = ex
     rec = ReconcilerLoop(world.ctx)
     assert rec.run_once().changed == {}
+
+
+def test_enforcement_the_executor_really_applied_is_recorded(world):
+    import dataclasses
+
+    from gpupool.domain import Enforcement
+    from gpupool.scheduler.types import SchedulerConfig
+
+    world.ctx.settings = dataclasses.replace(
+        world.ctx.settings, scheduler=SchedulerConfig(shared_enforcement=Enforcement.MPS)
+    )
+    world.executor.downgrade = {"GPU-n1-3": Enforcement.POLICED}  # e.g. no healthy daemon
+    w = world.submit(gpu_fraction=0.5, gpu_memory_mib=10240)
+    world.scheduler.run_once()
+    before = state(world, w["id"])["allocation"]["shares"][0]["enforcement"]
+    assert before == "mps"
+    rec = ReconcilerLoop(world.ctx)
+    report = rec.run_once()
+    assert report.enforcement_corrected == {w["id"]: {"GPU-n1-3": "policed"}}
+    got = state(world, w["id"])
+    assert got["allocation"]["shares"][0]["enforcement"] == "policed"
+    assert "workload.enforcement" in [e["kind"] for e in got["events"]]
+    assert rec.run_once().enforcement_corrected == {}  # once

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Workload
+from gpupool.domain import Allocation, Enforcement, Workload
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -50,6 +50,7 @@ class FakeProcess:
     stop_reason: str | None = None
     kill_at: float | None = None
     output: list[str] = field(default_factory=list)
+    enforcement: dict[str, Enforcement] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,6 +78,9 @@ class FakeExecutor(Executor, SupportsLogs, SupportsAdoption):
         self.ignores_term = ignores_term
         #: Every stop call: (workload_id, reason, grace_s).
         self.stop_calls: list[tuple[str, str, float]] = []
+        #: GPU uuid -> enforcement to apply instead of the share's (a weaker fallback, as
+        #: the local executor does when no healthy MPS daemon can serve a job).
+        self.downgrade: dict[str, Enforcement] = {}
 
     # -- contract ------------------------------------------------------------------------
     def start(
@@ -107,7 +111,12 @@ class FakeExecutor(Executor, SupportsLogs, SupportsAdoption):
             unix_user=unix_user or workload.owner,
         )
         self.world.launches.append(workload.id)
-        enforcement = {s.gpu_uuid: s.enforcement for s in allocation.shares} if allocation else {}
+        enforcement = (
+            {s.gpu_uuid: self.downgrade.get(s.gpu_uuid, s.enforcement) for s in allocation.shares}
+            if allocation
+            else {}
+        )
+        self.world.processes[workload.id].enforcement = enforcement
         return Handle(workload.id, self.name, ref, now, enforcement)
 
     def poll(self, workload_id: str) -> ExecStatus:
@@ -162,6 +171,11 @@ class FakeExecutor(Executor, SupportsLogs, SupportsAdoption):
             return ""
         lines = "".join(p.output).splitlines(keepends=True)
         return "".join(lines[-tail:] if tail else lines)
+
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement]:
+        """Enforcement applied at start, per GPU UUID (empty if unknown)."""
+        p = self.world.processes.get(workload_id)
+        return dict(p.enforcement) if p is not None else {}
 
     # -- scripting for tests ---------------------------------------------------------------
     def process(self, workload_id: str) -> FakeProcess:

@@ -13,7 +13,11 @@ Each pass:
    is requeued once it is older than `launch_grace_s`;
 5. live work the store does not hold as active (e.g. cancelled while no server ran) is
    stopped: gpupool never leaves unaccounted work on a GPU;
-6. with an `MPSManager`, the MPS daemons of this node's `shared` GPUs are kept up.
+6. with an `MPSManager`, the MPS daemons of this node's `shared` GPUs are kept up;
+7. the enforcement the executor really applied (e.g. `policed` instead of `mps` when no
+   healthy daemon could serve the job's Unix user) replaces what the scheduler asked for on
+   the allocation's shares, with a `workload.enforcement` event: never claim more than is
+   enforced.
 
 After a restart the first pass adopts running work: the local executor still sees it, so it
 is neither restarted (the scheduler only starts `pending` work) nor lost.
@@ -24,13 +28,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from gpupool.domain import Event, SharingMode, WorkloadState
+from sqlalchemy import select, update
+
+from gpupool.domain import Enforcement, Event, SharingMode, WorkloadState
 from gpupool.executors.base import ExecState, ExecutorError
 from gpupool.executors.mps import MPSManager
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle
 from gpupool.store import Conflict, EventRepo, NodeRepo, NotFound, WorkloadRepo
+from gpupool.store.rows import AllocationRow, ShareRow
 
 log = logging.getLogger(__name__)
 S = WorkloadState
@@ -46,6 +53,7 @@ class ReconcileReport:
     stops_resent: list[str] = field(default_factory=list)
     orphans_stopped: list[str] = field(default_factory=list)
     mps: dict[str, bool] = field(default_factory=dict)
+    enforcement_corrected: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class ReconcilerLoop(Loop):
@@ -66,6 +74,7 @@ class ReconcilerLoop(Loop):
         self.mps = mps
         self.node = node
         self._seen_running: set[str] = set()
+        self._enforcement_synced: set[tuple[str, float]] = set()
         self._runs = 0
         self.last: ReconcileReport | None = None
 
@@ -99,6 +108,8 @@ class ReconcilerLoop(Loop):
             log.warning("polling %s failed: %s", w.id, e)
             return
         now = ctx.clock.now()
+        if status.state.alive:
+            self._sync_enforcement(w.id, report)
         if status.state.alive and w.id not in self._seen_running:
             self._seen_running.add(w.id)
             if self._runs == 0:
@@ -139,6 +150,54 @@ class ReconcilerLoop(Loop):
             report.changed[w.id] = str(new.state)
             if not new.active:
                 self._seen_running.discard(w.id)
+
+    def _sync_enforcement(self, workload_id: str, report: ReconcileReport) -> None:
+        """Record on the allocation the enforcement the executor really applied."""
+        applied_of = getattr(self.ctx.executor, "enforcement_of", None)
+        if applied_of is None:
+            return
+        with self.ctx.store.read() as s:
+            alloc = s.scalar(
+                select(AllocationRow).where(
+                    AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
+                )
+            )
+            if alloc is None or (workload_id, alloc.since) in self._enforcement_synced:
+                return
+            key = (workload_id, alloc.since)
+            alloc_id = alloc.id
+            shares = {
+                r.gpu_uuid: r.enforcement
+                for r in s.scalars(select(ShareRow).where(ShareRow.allocation_id == alloc_id))
+            }
+        applied: dict[str, Enforcement] = applied_of(workload_id)
+        if not applied:
+            return  # not launched by this executor (yet)
+        self._enforcement_synced.add(key)
+        changes = {u: str(e) for u, e in applied.items() if u in shares and shares[u] != str(e)}
+        if not changes:
+            return
+        with self.ctx.store.write() as s:
+            for uuid, enf in changes.items():
+                s.execute(
+                    update(ShareRow)
+                    .where(ShareRow.allocation_id == alloc_id, ShareRow.gpu_uuid == uuid)
+                    .values(enforcement=enf)
+                )
+            w = WorkloadRepo(s).get(workload_id)
+            what = ", ".join(f"GPU {u}: {shares[u]} -> {e}" for u, e in changes.items())
+            EventRepo(s).add(
+                Event(
+                    at=self.ctx.clock.now(),
+                    kind="workload.enforcement",
+                    message=f"the executor enforces this share differently than planned ({what})",
+                    workload_id=workload_id,
+                    tenant=w.tenant,
+                    user=w.owner,
+                    data={"enforcement": changes},
+                )
+            )
+        report.enforcement_corrected[workload_id] = changes
 
     def _stop_orphans(self, active: set[str], report: ReconcileReport) -> None:
         ctx = self.ctx
