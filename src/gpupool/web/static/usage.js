@@ -88,8 +88,8 @@
     const now = Date.now() / 1000;
     const from = now - rangeS;
     const q = `from=${day(from)}&to=${day(now)}`;
-    const [hist, tenants, users] = await Promise.all([
-      GP.get(`/dashboard/gpu-history?range_s=${rangeS}`),
+    // The history is only for the charts: it loads beside the chart library, after the numbers.
+    const [tenants, users] = await Promise.all([
       GP.get(`/usage?group_by=tenant&${q}`),
       GP.get(`/usage?group_by=user&${q}`),
     ]);
@@ -100,8 +100,10 @@
       h("td", {}, r.key), h("td", { class: "num" }, r.a.toFixed(2)), h("td", { class: "num" }, r.b.toFixed(2)),
       h("td", { class: "num" }, r.a ? GP.pct((100 * r.b) / r.a) : "—"))), "No usage recorded in this range.");
     last = { tenants: t, users: u, from: day(from), to: day(now) };
-    loadPlotly().then((P) => drawCharts(P, hist, t, u), (e) => {
-      CHARTS.forEach((id) => placeholder(id, `Charts are unavailable: ${e.message}. The numbers above and the CSV export still work.`, "error"));
+    const hist = GP.get(`/dashboard/gpu-history?range_s=${rangeS}`);
+    Promise.all([loadPlotly(), hist]).then(([P, hi]) => drawCharts(P, hi, t, u), (e) => {
+      const what = e instanceof GP.ApiError ? `the GPU history could not be read (${e.message})` : e.message;
+      CHARTS.forEach((id) => placeholder(id, `Charts are unavailable: ${what}. The numbers below and the CSV export still work.`, "error"));
     });
   }
 
