@@ -99,6 +99,8 @@ class _Static:
 
 
 _cache: tuple[tuple[Node, ...], _Static] | None = None
+#: (static part, {id(RunningWorkload): (it, node id, GPU takes, cpu, memory, milli)})
+_run_carry: tuple[_Static, dict[int, tuple]] | None = None
 
 
 def _static(nodes: tuple[Node, ...]) -> _Static:
@@ -141,8 +143,8 @@ class CapacityIndex:
         self.free_mem = list(st.mem)
         self.free_milli = list(st.milli)
         self.free_gmem = list(st.gpu_total_mem)
-        for rw in running:
-            self._take_running(rw)
+        #: GPU milli each running workload holds, in snapshot order
+        self.running_milli: list[int] = self._take_running_all(st, running)
         #: nodes by whole free GPUs of a model: all of them / not counting `shared` GPUs
         self.whole: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.whole_unshared: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
@@ -152,19 +154,45 @@ class CapacityIndex:
 
     # -- building -------------------------------------------------------------------------
 
-    def _take_running(self, rw: RunningWorkload) -> None:
+    def _take_running_all(self, st: _Static, running: tuple[RunningWorkload, ...]) -> list[int]:
+        """Subtract what running work holds. What each allocation takes (node id, GPU ids) is
+        carried over to the next cycle for the same RunningWorkload objects (a memo)."""
+        global _run_carry
+        old = _run_carry
+        before = old[1] if old is not None and old[0] is st else {}
+        carried: dict[int, tuple] = {}
+        free_cpu, free_mem = self.free_cpu, self.free_mem
+        free_milli, free_gmem = self.free_milli, self.free_gmem
+        out = []
+        for rw in running:
+            e = before.get(id(rw))
+            if e is None or e[0] is not rw:
+                e = self._takes_of(rw)
+            carried[id(rw)] = e
+            _, n, takes, cpu, mem, milli = e
+            out.append(milli)
+            if n < 0:
+                continue  # on a node the snapshot does not list: holds nothing we could give
+            free_cpu[n] -= cpu
+            free_mem[n] -= mem
+            for g, m, gm in takes:
+                free_milli[g] -= m
+                free_gmem[g] -= gm
+        _run_carry = (st, carried)
+        return out
+
+    def _takes_of(self, rw: RunningWorkload) -> tuple:
         a = rw.allocation
+        milli = sum(s.milli for s in a.shares)
         n = self.node_ids.get(a.node)
         if n is None:
-            return  # work on a node the snapshot does not list holds nothing we could give
-        self.free_cpu[n] -= a.cpu_milli
-        self.free_mem[n] -= a.memory_mib
+            return (rw, -1, (), 0, 0, milli)
+        takes = []
         for s in a.shares:
             g = self._gpu_ids.get((n, s.gpu_index))
-            if g is None:
-                continue
-            self.free_milli[g] -= s.milli
-            self.free_gmem[g] -= self.gpu_total_mem[g] if s.whole else s.memory_mib
+            if g is not None:
+                takes.append((g, s.milli, self.gpu_total_mem[g] if s.whole else s.memory_mib))
+        return (rw, n, tuple(takes), a.cpu_milli, a.memory_mib, milli)
 
     def gpu_id(self, node: int, gpu_index: int) -> int | None:
         return self._gpu_ids.get((node, gpu_index))

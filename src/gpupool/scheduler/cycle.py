@@ -95,6 +95,9 @@ class _Carry:
 
 
 _carry: _Carry | None = None
+#: the last cycle's pending info and tenant ranks (PendingInfo is immutable: reusable)
+_last_info: dict[str, PendingInfo] | None = None
+_last_rank: dict[str, int] | None = None
 
 
 class _Hold:
@@ -126,10 +129,9 @@ class _Cycle:
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
         held: dict[tuple[str, str], int] = {}
         staying: dict[tuple[str, str], int] = {}
-        for rw in snapshot.running:
+        for rw, milli in zip(snapshot.running, self.cap.running_milli, strict=True):
             w = rw.workload
             k = (w.tenant, w.owner)
-            milli = rw.allocation.gpu_milli
             held[k] = held.get(k, 0) + milli
             if not rw.stopping:
                 staying[k] = staying.get(k, 0) + milli
@@ -255,6 +257,7 @@ class _Cycle:
         self.walked = dict.fromkeys(self.queues, 0)
         self.waiting = dict.fromkeys(self.queues, 0)
         self.info: dict[str, PendingInfo] = {}
+        self._last_rank = _last_rank if _last_rank is not None else {}
         if self.policy is Policy.FIFO:
             self._walk_fifo()
         else:
@@ -292,12 +295,15 @@ class _Cycle:
         walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
+        last_all = _last_info if _last_info is not None else {}
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
             i = start = walked[t]
             n = waiting[t]
             r = self.rank[t]
+            # PendingInfo objects of the last cycle are reused when unchanged (fewer objects)
+            last = last_all if self._last_rank.get(t) == r else {}
             end = len(q)
             tfail = self._tenant_fail.get(t)
             ufail = self._user_fail.setdefault(t, {})
@@ -326,7 +332,11 @@ class _Cycle:
                         info[w.id] = PendingInfo(why, n, r)
                         break
                 n += 1
-                info[w.id] = PendingInfo(why, n, r)
+                old = last.get(w.id)
+                if old is not None and old.position == n and old.reason == why:
+                    info[w.id] = old  # the same as last cycle: reuse (tenant rank checked above)
+                else:
+                    info[w.id] = PendingInfo(why, n, r)
             self.considered += i - start
             walked[t] = i
             waiting[t] = n
@@ -541,6 +551,8 @@ class _Cycle:
             for _, w, _, _ in q[i:]:
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
+        global _last_info, _last_rank
+        _last_info, _last_rank = info, self.rank
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
