@@ -1,0 +1,51 @@
+"""bench/sharing.py end to end without a GPU (--dry-run): the real local executor, barriers,
+the stand-in MPS daemon, the telemetry library policing a simulated GPU, and the reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dry_run_measures_every_mode_and_proves_isolation(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "bench" / "sharing.py"), "--dry-run", "--out", str(out)]
+    cmd += ["--counts", "1,2", "--duration", "0.3", "--warmup", "0.1"]
+    cmd += ["--isolation-tenants", "2", "--kill-after", "0.3", "--interval", "0.1"]
+    cmd += ["--after-s", "0.1", "--work-dir", str(tmp_path / "work")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads((out / "sharing.json").read_text())
+    got = {(m["mode"], m["n"], m["workload"]) for m in res["measurements"]}
+    assert got == {
+        (mode, n, w)
+        for mode, n in [("exclusive", 1), ("timeslice", 2), ("mps", 2)]
+        for w in ("small", "matmul")
+    }
+    mps2 = next(g for g in res["groups"] if g["tag"] == "mps-n2")
+    env = mps2["tenants"][0]["worker"]["env"]
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=40779M"  # half of a simulated 80 GB
+    assert env["GPUPOOL_WORKLOAD_ID"] == "mps-n2-t0"
+    ts2 = next(g for g in res["groups"] if g["tag"] == "timeslice-n2")
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in ts2["tenants"][0]["worker"]["env"]
+    assert res["isolation"]["mps"]["verdict"]["ok"]
+    assert res["isolation"]["mps"]["offender"]["status"]["exit_code"] == 3
+    policed = res["isolation"]["policed"]
+    assert policed["verdict"]["ok"]
+    assert [e["what"] for e in policed["agent"]["events"]] == ["warn", "killed"]
+    assert res["mps_daemon"]["stopped"] is True
+    md = (out / "sharing.md").read_text()
+    assert "DRY RUN" in md and "| matmul | 2 |" in md
+
+
+def test_bad_arguments_get_a_clear_error_not_a_traceback(tmp_path):
+    cmd = [sys.executable, str(ROOT / "bench" / "sharing.py"), "--counts", "1,x"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "tenant counts must be integers" in proc.stderr
+    assert "Traceback" not in proc.stderr
