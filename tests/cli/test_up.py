@@ -145,6 +145,15 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
         assert log.splitlines() == [f"CVD={gpu}"]
         job_pid = int((data_dir / "jobs" / wid / "pid").read_text().split()[0])
 
+        second = subprocess.run(
+            [*GPUPOOL, "up", "--simulate", "1xH100-80GB", "--data-dir", str(data_dir)]
+            + ["--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2 and "already running" in second.stderr
+
         up.stop(signal.SIGKILL)  # the server dies hard; the job must survive
         assert psutil.pid_exists(job_pid)
 

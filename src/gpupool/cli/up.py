@@ -215,6 +215,7 @@ def serve(
             _say(f"error: --port and --hub-port are both {port}; choose two ports")
             raise typer.Exit(2)
         port = 8080
+    lock = _lock_data_dir(data_dir)  # noqa: F841 - held (flock) until the process exits
     clock = SystemClock()
     source, spec = _open_gpus(simulate, node_name)
     simulated = bool(getattr(source, "simulated", False))
@@ -331,6 +332,30 @@ def serve(
         source.close()
         store.close()
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
+
+
+def _lock_data_dir(data_dir: Path):  # noqa: ANN202 - an open file holding the lock
+    """One `gpupool up` per data dir: two servers would both run and adopt the same jobs.
+
+    The lock is an flock, so the kernel drops it when the process dies (even by kill -9)."""
+    import fcntl
+
+    f = open(data_dir / "gpupool.lock", "a+")  # noqa: SIM115 - kept open for the lock
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        _say(
+            f"error: gpupool is already running with the data directory {data_dir} "
+            f"(pid {holder}); stop it first or choose another --data-dir"
+        )
+        raise typer.Exit(2) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def _start_hub(ctx, data_dir: Path, host: str, port: int, hub_port: int, mode: str):  # noqa: ANN001, ANN202
