@@ -256,7 +256,7 @@ def serve(
     manager = None
     if use_mps:
         manager = MPSManager(
-            data_dir / "mps",
+            _mps_base(data_dir, chosen_mode),
             binary=mps_binary,
             service_account=mps_service_account,
             on_event=record,
@@ -332,6 +332,19 @@ def serve(
         source.close()
         store.close()
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
+
+
+def _mps_base(data_dir: Path, mode: str) -> Path:
+    """Where MPS pipe directories go. Jobs of other Unix accounts must reach them (a client
+    that cannot reach its pipe directory silently runs without MPS, i.e. without limits), so
+    in per-user mode they live in /run/gpupool/mps (world-traversable), not in the data dir."""
+    if mode != "per-user":
+        return data_dir / "mps"
+    base = Path("/run/gpupool/mps")
+    base.mkdir(parents=True, exist_ok=True)
+    for d in (base.parent, base):
+        d.chmod(0o755)
+    return base
 
 
 def _lock_data_dir(data_dir: Path):  # noqa: ANN202 - an open file holding the lock

@@ -172,6 +172,7 @@ class MPSManager:
         pipe.mkdir(parents=True, exist_ok=True)
         log.mkdir(parents=True, exist_ok=True)
         os.chmod(pipe, 0o755)
+        os.chmod(log, 0o755)
         (pipe / PID_FILE).unlink(missing_ok=True)  # stale pid file of a crashed daemon
         try:
             proc = subprocess.run(
