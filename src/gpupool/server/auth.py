@@ -7,6 +7,7 @@ tenant); `viewer` (read its tenant). A membership on a tenant covers its whole s
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from fastapi import Depends, Request
@@ -20,6 +21,10 @@ from gpupool.store import TokenRepo, UserRepo, role_in
 
 #: last_used_at is written at most this often per token (keeps reads read-only).
 TOUCH_EVERY_S = 60.0
+#: A checked token is trusted this long without asking the database again. Revocation and
+#: role changes made through this server take effect at once (the cache is cleared); made
+#: through another replica, within this many seconds.
+CACHE_TTL_S = 5.0
 
 _bearer = HTTPBearer(auto_error=False, description="an API token from POST /api/v1/auth/login")
 
@@ -90,10 +95,45 @@ class Principal:
             raise PermissionDenied(f"only a tenant-admin of {tenant!r} or an admin may {what}")
 
 
+class TokenCache:
+    """Recently checked tokens: sha256 -> (checked at, principal, expires at). Thread-safe."""
+
+    def __init__(self, ttl_s: float = CACHE_TTL_S, max_entries: int = 10_000):
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[str, tuple[float, Principal, float | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, digest: str, now: float) -> Principal | None:
+        with self._lock:
+            hit = self._entries.get(digest)
+        if hit is None:
+            return None
+        checked, principal, expires = hit
+        if now - checked > self.ttl_s or now < checked or (expires is not None and now >= expires):
+            return None
+        return principal
+
+    def put(self, digest: str, now: float, principal: Principal, expires: float | None) -> None:
+        with self._lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[digest] = (now, principal, expires)
+
+    def clear(self) -> None:
+        """Forget everything (after a revocation or a change of users or roles)."""
+        with self._lock:
+            self._entries.clear()
+
+
 def principal_for_token(ctx: AppContext, secret: str) -> Principal:
     now = ctx.clock.now()
+    digest = hash_token(secret)
+    cached = ctx.auth_cache.get(digest, now)
+    if cached is not None:
+        return cached
     with ctx.store.read() as s:
-        tok = TokenRepo(s).by_hash(hash_token(secret))
+        tok = TokenRepo(s).by_hash(digest)
         if tok is None or tok.revoked_at is not None:
             raise NotAuthenticated("the token is unknown or revoked; log in again (gpupool login)")
         if tok.expires_at is not None and tok.expires_at <= now:
@@ -104,11 +144,13 @@ def principal_for_token(ctx: AppContext, secret: str) -> Principal:
             raise NotAuthenticated(f"user {tok.user!r} is disabled or gone; ask an admin")
         memberships = tuple(users.memberships(user.name))
         stale = tok.last_used_at is None or now - tok.last_used_at >= TOUCH_EVERY_S
-        token_id = tok.id
+        token_id, expires = tok.id, tok.expires_at
     if stale:
         with ctx.store.write() as s:
             TokenRepo(s).touch(token_id, now)
-    return Principal(user, memberships, token_id)
+    principal = Principal(user, memberships, token_id)
+    ctx.auth_cache.put(digest, now, principal, expires)
+    return principal
 
 
 def authenticated(

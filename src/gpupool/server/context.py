@@ -13,6 +13,7 @@ from gpupool.server.settings import Settings
 from gpupool.store import Store
 
 if TYPE_CHECKING:
+    from gpupool.server.auth import TokenCache
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
 
@@ -28,10 +29,17 @@ class AppContext:
     telemetry: Any = None
     #: Free-form slots for components plugged in later (e.g. telemetry state for the UI).
     extras: dict[str, Any] = field(default_factory=dict)
+    auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
 
     def wake_scheduler(self) -> None:
         """Ask the scheduler loop to run a cycle soon (safe from any thread)."""
         self.loops.wake("scheduler")
+
+
+def _token_cache() -> TokenCache:
+    from gpupool.server.auth import TokenCache
+
+    return TokenCache()
 
 
 def get_ctx(request: Request) -> AppContext:

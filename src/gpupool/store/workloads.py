@@ -285,6 +285,15 @@ class AllocationRepo:
         )
         return None if row is None else (allocation_to_domain(row), row.released_at)
 
+    def active_for_many(self, workload_ids: Collection[str]) -> dict[str, Allocation]:
+        """Active allocations of the given workloads, by workload id."""
+        if not workload_ids:
+            return {}
+        q = select(AllocationRow).where(
+            AllocationRow.workload_id.in_(list(workload_ids)), AllocationRow.released_at.is_(None)
+        )
+        return {r.workload_id: allocation_to_domain(r) for r in self.s.scalars(q)}
+
     def active(self) -> list[Allocation]:
         q = select(AllocationRow).where(AllocationRow.released_at.is_(None))
         return [allocation_to_domain(r) for r in self.s.scalars(q)]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
+from pydantic import TypeAdapter
 
 from gpupool.domain import WorkloadState
 from gpupool.server.auth import Principal, authenticated
@@ -20,6 +21,15 @@ from gpupool.server.services import workloads
 
 router = APIRouter()
 
+# The hot polling endpoints serialize once, straight to JSON (FastAPI would validate the
+# returned models again before serializing them).
+_WORKLOADS = TypeAdapter(list[WorkloadOut])
+_QUEUE = TypeAdapter(list[QueueEntryOut])
+
+
+def _json(adapter: TypeAdapter, items: list) -> Response:  # type: ignore[type-arg]
+    return Response(adapter.dump_json(items), media_type="application/json")
+
 
 @router.post("/workloads", tags=["workloads"], status_code=201, summary="Submit a job or notebook")
 def submit(
@@ -28,7 +38,12 @@ def submit(
     return workloads.submit(ctx, p, body)
 
 
-@router.get("/workloads", tags=["workloads"], summary="Workloads I may see, newest first")
+@router.get(
+    "/workloads",
+    tags=["workloads"],
+    summary="Workloads I may see, newest first",
+    response_model=list[WorkloadOut],
+)
 def list_workloads(
     state: list[State] | None = Query(None, description="repeat to match several states"),
     tenant: str | None = Query(None, max_length=255),
@@ -38,8 +53,8 @@ def list_workloads(
     offset: int = Query(0, ge=0, le=10_000_000),
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
-) -> list[WorkloadOut]:
-    return workloads.list_workloads(
+) -> Response:
+    found = workloads.list_workloads(
         ctx,
         p,
         states=[WorkloadState(s) for s in state] if state else None,
@@ -49,6 +64,7 @@ def list_workloads(
         limit=limit,
         offset=offset,
     )
+    return _json(_WORKLOADS, found)
 
 
 @router.get("/workloads/{workload_id}", tags=["workloads"], summary="One workload, with events")
@@ -75,10 +91,16 @@ def logs(
     return workloads.logs(ctx, p, workload_id, tail)
 
 
-@router.get("/queue", tags=["queue"], summary="Pending workloads with position and reason")
+@router.get(
+    "/queue",
+    tags=["queue"],
+    summary="Pending workloads with position and reason",
+    response_model=list[QueueEntryOut],
+)
 def queue(
     tenant: str | None = Query(None, max_length=255),
+    limit: int = Query(500, ge=1, le=5000, description="at most this many, from the front"),
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
-) -> list[QueueEntryOut]:
-    return workloads.queue(ctx, p, tenant)
+) -> Response:
+    return _json(_QUEUE, workloads.queue(ctx, p, tenant, limit))

@@ -81,7 +81,9 @@ def revoke_token(ctx: AppContext, p: Principal, token_id: str) -> TokenOut:
         row = repo.get(token_id)
         if row.user != p.name:
             p.require_admin("revoke other users' tokens")
-        return _token_out(repo.revoke(token_id, ctx.clock.now()))
+        out = _token_out(repo.revoke(token_id, ctx.clock.now()))
+    ctx.auth_cache.clear()
+    return out
 
 
 def _visible_users(p: Principal, memberships: list[Membership]) -> set[str] | None:
@@ -152,7 +154,9 @@ def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) ->
             password_hash=digest,
             disabled=body.disabled,
         )
-        return user_out(user, repo.memberships(name))
+        out = user_out(user, repo.memberships(name))
+    ctx.auth_cache.clear()
+    return out
 
 
 def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: str) -> UserOut:
@@ -160,7 +164,9 @@ def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: 
     with ctx.store.write() as s:
         repo = UserRepo(s)
         repo.set_membership(Membership(user, tenant, Role(role)))
-        return user_out(repo.get(user), repo.memberships(user))
+        out = user_out(repo.get(user), repo.memberships(user))
+    ctx.auth_cache.clear()
+    return out
 
 
 def remove_membership(ctx: AppContext, p: Principal, user: str, tenant: str) -> UserOut:
@@ -168,4 +174,6 @@ def remove_membership(ctx: AppContext, p: Principal, user: str, tenant: str) -> 
     with ctx.store.write() as s:
         repo = UserRepo(s)
         repo.remove_membership(user, tenant)
-        return user_out(repo.get(user), repo.memberships(user))
+        out = user_out(repo.get(user), repo.memberships(user))
+    ctx.auth_cache.clear()
+    return out

@@ -240,7 +240,9 @@ def list_workloads(
             limit=limit,
             offset=offset,
         )
-        allocs = {a.workload_id: a for a in AllocationRepo(s).active()}
+        allocs = AllocationRepo(s).active_for_many(
+            [r.workload.id for r in recs if r.workload.active]
+        )
     return [
         workload_out(
             r,
@@ -312,7 +314,10 @@ def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> L
     return LogsOut(workload_id=w.id, state=str(w.state), text=text)  # type: ignore[arg-type]
 
 
-def queue(ctx: AppContext, p: Principal, tenant: str | None) -> list[QueueEntryOut]:
+def queue(
+    ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500
+) -> list[QueueEntryOut]:
+    """The first `limit` pending workloads the caller may see, in queue order."""
     with ctx.store.read() as s:
         recs = WorkloadRepo(s).list(
             states={S.PENDING},
@@ -329,7 +334,7 @@ def queue(ctx: AppContext, p: Principal, tenant: str | None) -> list[QueueEntryO
         )
     )
     out = []
-    for i, r in enumerate(recs, 1):
+    for i, r in enumerate(recs[:limit], 1):
         info = r.pending
         out.append(
             QueueEntryOut(
