@@ -54,6 +54,7 @@ from sharing_report import (  # noqa: E402
     share_size,
 )
 
+from gpupool.clock import SystemClock  # noqa: E402
 from gpupool.domain import Allocation, Enforcement, Share, Workload  # noqa: E402
 from gpupool.executors.local import LocalExecutor  # noqa: E402
 from gpupool.executors.mps import MPSManager, limits_for  # noqa: E402
@@ -273,7 +274,7 @@ class Bench:
             source,
             interval_s=self.args.interval,
             attributor=Attributor(),
-            policer=Policer(clock=_WallClock(), config=PolicingConfig(idle_after_s=1e9)),
+            policer=Policer(SystemClock(), PolicingConfig(idle_after_s=1e9)),
             allocations=lambda: allocs,
         )
         events: list[dict] = []
@@ -331,11 +332,6 @@ def feed_simulated(source, sync: Path) -> None:
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
         w = json.loads(p.read_text())
         source.add_process(0, w["pid"], memory_mib=float(w.get("allocated_mib", 0)))
-
-
-class _WallClock:
-    def now(self) -> float:
-        return time.time()
 
 
 def _event(what: str, d, t0: float) -> dict:

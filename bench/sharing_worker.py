@@ -165,7 +165,7 @@ def checked(args: argparse.Namespace) -> int:
     gen = torch.Generator().manual_seed(1234)
     a_cpu = torch.randint(-3, 4, (n, n), generator=gen, dtype=torch.int64)
     b_cpu = torch.randint(-3, 4, (n, n), generator=gen, dtype=torch.int64)
-    c_cpu = a_cpu @ b_cpu  # exact reference (int64)
+    c_cpu = (a_cpu.double() @ b_cpu.double()).long()  # exact: |values| < 2**24
     colsum_b = b_cpu.sum(dim=0)  # (A + k) @ B = A @ B + k * (1 @ B)
     hold = torch.ones(args.hold_mib * MIB, dtype=torch.uint8, device="cuda")
     a = a_cpu.to("cuda", torch.float32)
