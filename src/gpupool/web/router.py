@@ -128,7 +128,8 @@ def create_router(*, api_prefix: str = "/api/v1") -> APIRouter:
         if name not in static_names:
             raise HTTPException(404, f"no dashboard file named {name!r}")
         resp = FileResponse(STATIC_DIR / name)
-        resp.headers["Cache-Control"] = "public, max-age=86400"
+        # Pages link static files with a content hash (?v=...), so a cached copy is never stale.
+        resp.headers["Cache-Control"] = "public, max-age=31536000, immutable"
         resp.headers["X-Content-Type-Options"] = "nosniff"
         return resp
 

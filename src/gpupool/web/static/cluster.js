@@ -60,5 +60,7 @@
   GP.ready.then((u) => {
     if (!u) return;
     GP.poll(async () => { render(await GP.get("/dashboard/cluster")); GP.stamp(); }, REFRESH_MS);
+    // The landing page fetches the chart bundle when idle, so the Usage page finds it cached.
+    GP.whenIdle(() => document.head.append(h("link", { rel: "prefetch", href: `${GP.BASE}/vendor/plotly.min.js`, as: "script" })));
   });
 })();

@@ -262,6 +262,12 @@ const GP = (() => {
     setTimeout(() => URL.revokeObjectURL(url), 1000);
   }
 
+  /** Run `fn` when the browser is idle (or after 2 s at the latest). */
+  function whenIdle(fn) {
+    if (window.requestIdleCallback) requestIdleCallback(fn, { timeout: 2000 });
+    else setTimeout(fn, 500);
+  }
+
   /** Header: who is logged in, admin-only links, logout. Pages other than login need a token. */
   async function initShell() {
     if (body.dataset.page && !token()) { toLogin(); return null; }
@@ -271,14 +277,15 @@ const GP = (() => {
     // copy is fetched alongside (roles may have changed) and awaited only when none is kept.
     let u = me();
     if (body.dataset.page) {
-      const fresh = api("GET", "/auth/me").then((x) => {
+      const refresh = () => api("GET", "/auth/me").then((x) => {
         sessionStorage.setItem(ME_KEY, JSON.stringify(x));
         return x;
       });
       if (!u) {
-        try { u = await fresh; } catch (e) { return null; }
+        try { u = await refresh(); } catch (e) { return null; }
       } else {
-        fresh.catch(() => {});
+        // Refresh once the page's own data calls are done (roles may have changed).
+        whenIdle(() => refresh().catch(() => {}));
       }
     }
     const who = document.getElementById("whoami");
@@ -300,7 +307,7 @@ const GP = (() => {
     API, BASE, ApiError, api, get, h, fillTable, flash, clearFlash, actionError, formError,
     fieldError, poll, stamp, gpus, gib, pct, duration, when, describeRequest, badge, numberField,
     isAdmin, roles, canAdminTenant, canSubmit, downloadCsv, me, setSession, clearSession, ready,
-    token,
+    token, whenIdle,
   };
 })();
 window.GP = GP;
