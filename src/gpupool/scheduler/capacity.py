@@ -92,6 +92,7 @@ class _Static:
                 self.milli.append(MILLI_PER_GPU)
         self.models = sorted(set(self.gpu_model))
         self.gpu_shared = [s is SharingMode.SHARED for s in self.gpu_sharing]
+        self.total_gpu_milli = MILLI_PER_GPU * sum(self.gpu_ok)
         #: the GPU models on each node (most nodes have one)
         self.node_models = [
             tuple(sorted({self.gpu_model[g] for g in ids})) for ids in self.node_gpus
@@ -137,6 +138,7 @@ class CapacityIndex:
         self.node_models = st.node_models
         self._gpu_ids = st.gpu_ids
         self.models = st.models
+        self._total_gpu_milli = st.total_gpu_milli
         # the per-cycle, mutable part
         self.node_held = list(st.node_held)
         self.free_cpu = list(st.cpu)
@@ -256,4 +258,4 @@ class CapacityIndex:
 
     def total_gpu_milli(self) -> int:
         """Capacity for fair shares: healthy GPUs of ready nodes."""
-        return sum(MILLI_PER_GPU for ok in self.gpu_ok if ok)
+        return self._total_gpu_milli
