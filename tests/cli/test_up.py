@@ -226,3 +226,46 @@ def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir):
     finally:
         if up.proc.poll() is None:
             up.proc.kill()
+
+
+def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
+    from tests.executors.conftest import make_fake_mps_binary
+
+    binary = make_fake_mps_binary(tmp_path / "bin")
+    up = Up(data_dir, free_port(), "--mps", "on", "--mps-binary", binary)
+    try:
+        up.wait_ready()
+        assert "enforced by CUDA MPS" in up.output
+        h = login(up.url)
+        gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
+        uuid = sorted(g["uuid"] for g in (gpus["items"] if isinstance(gpus, dict) else gpus))[0]
+        r = httpx.patch(f"{up.url}/api/v1/gpus/{uuid}", headers=h, json={"sharing": "shared"})
+        assert r.status_code == 200, r.text
+        cmd = "env | grep -E '^CUDA_(MPS|VISIBLE)' | sort"
+        r = httpx.post(
+            f"{up.url}/api/v1/workloads",
+            headers=h,
+            json={
+                "gpu_fraction": 0.25,
+                "gpu_memory_mib": 8192,
+                "command": ["sh", "-c", cmd],
+                "tenant": "default",
+            },
+        )
+        assert r.status_code == 201, r.text
+        wid = r.json()["id"]
+        done = until(
+            lambda: (w := workload(up.url, h, wid))["state"] == "succeeded" and w, what="job"
+        )
+        assert done["allocation"]["shares"][0]["enforcement"] == "mps"
+        out = (data_dir / "jobs" / wid / "output.log").read_text()
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M" in out
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in out
+        assert f"CUDA_VISIBLE_DEVICES={uuid}" in out
+        pid_file = data_dir / "mps" / uuid / "pipe" / "nvidia-cuda-mps-control.pid"
+        daemon = int(pid_file.read_text())
+        assert up.stop(signal.SIGINT) == 0
+        until(lambda: not psutil.pid_exists(daemon), timeout=30, what="the MPS daemon to quit")
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
