@@ -36,3 +36,21 @@ def test_key_ok_skips_whole_buckets():
     idx.set(3, (1000, 80))
     assert idx.find((400, 30), lambda i: True, lambda k: k[1] >= 30) == (2, (500, 40))
     assert idx.find((600, 0), lambda i: True) == (3, (1000, 80))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.integers(0, 30), st.integers(0, 5)), OPS, st.integers(0, 6))
+def test_load_then_changes_matches_brute_force(initial, ops, lo):
+    idx = BucketIndex()
+    idx.load(sorted(initial.items()))
+    truth = dict(initial)
+    for item, key in ops:
+        idx.set(item, key)
+        if key is None:
+            truth.pop(item, None)
+        else:
+            truth[item] = key
+    ok = [(k, i) for i, k in truth.items() if k >= lo]
+    got = idx.find(lo, lambda i: True)
+    assert (None if got is None else (got[1], got[0])) == (min(ok) if ok else None)
+    assert len(idx) == len(truth)

@@ -63,6 +63,25 @@ class BucketIndex:
         heapq.heappush(heap, (item, ver))
         self._count[key] += 1
 
+    def load(self, pairs: list[tuple[int, Key]]) -> None:
+        """Fill an empty index with (item, key) pairs, items in increasing order (a sorted
+        list is already a valid heap, so no pushes are needed)."""
+        assert not self._where, "load() fills an empty index"
+        ver = self._ver
+        heaps = self._heaps
+        for item, key in pairs:
+            if key is None:
+                continue
+            v = ver[item] = ver.get(item, 0) + 1
+            self._where[item] = key
+            h = heaps.get(key)
+            if h is None:
+                heaps[key] = [(item, v)]
+            else:
+                h.append((item, v))
+        self._count = {k: len(h) for k, h in heaps.items()}
+        self._keys = sorted(heaps)
+
     def max_key(self) -> Key | None:
         return self._keys[-1] if self._keys else None
 

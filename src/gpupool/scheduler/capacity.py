@@ -151,8 +151,7 @@ class CapacityIndex:
         self.whole: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.whole_unshared: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.frac: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
-        for n in range(len(self.nodes)):
-            self._refile(n)
+        self._load_indexes()
 
     # -- building -------------------------------------------------------------------------
 
@@ -201,6 +200,38 @@ class CapacityIndex:
 
     def is_whole_free(self, g: int) -> bool:
         return self.free_milli[g] >= MILLI_PER_GPU and self.free_gmem[g] >= self.gpu_total_mem[g]
+
+    def _load_indexes(self) -> None:
+        """Build the indexes for all nodes at once (what `_refile` does node by node)."""
+        free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
+        ok, shared, gmodel = self.gpu_ok, self.gpu_shared, self.gpu_model
+        whole: dict[str, list] = {m: [] for m in self.models}
+        unshared: dict[str, list] = {m: [] for m in self.models}
+        frac: dict[str, list] = {m: [] for m in self.models}
+        for n, gpus in enumerate(self.node_gpus):
+            if not gpus or not self.node_ready[n] or self.node_held[n]:
+                continue
+            counts = {m: [0, 0] for m in self.node_models[n]}
+            for g in gpus:
+                if not ok[g]:
+                    continue
+                fm = free_milli[g]
+                if shared[g] and fm > 0:
+                    frac[gmodel[g]].append((g, (fm, max(free_gmem[g], 0))))
+                if fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
+                    c = counts[gmodel[g]]
+                    c[0] += 1
+                    if not shared[g]:
+                        c[1] += 1
+            for m, (every, uns) in counts.items():
+                if every:
+                    whole[m].append((n, every))
+                if uns:
+                    unshared[m].append((n, uns))
+        for m in self.models:
+            self.whole[m].load(whole[m])
+            self.whole_unshared[m].load(unshared[m])
+            self.frac[m].load(frac[m])
 
     def _refile(self, n: int) -> None:
         """Recompute node `n`'s entries in the whole and fraction indexes."""
