@@ -77,7 +77,8 @@ def cycle(
 
 class _Carry:
     """What `_classify` worked out per workload object (order key, shape, unschedulable
-    reason), reused by the next cycle if it sees the same nodes, tenants and policy.
+    reason), reused by later cycles while they see the same nodes, tenants and policy. Kept
+    to about twice the pending queue (it starts afresh when it grows beyond).
 
     A plain memo: entries are found by object identity and checked with `is`, so a reused
     entry is exactly what would be computed again; decisions do not depend on it."""
@@ -180,10 +181,13 @@ class _Cycle:
         policy = self.policy
         las = policy is Policy.LAS
         old = _carry
-        if old is None or not old.matches(self.snap, policy):
-            old = None
-        before = old.entries if old is not None else {}
-        entries: dict[int, tuple] = {}
+        if (
+            old is None
+            or not old.matches(self.snap, policy)
+            or len(old.entries) > 2 * len(pending) + 1000
+        ):
+            old = _carry = _Carry(self.snap, policy, {})  # start afresh (or prune)
+        entries = old.entries  # updated in place: entries of this cycle's workloads are added
         memo: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
@@ -195,7 +199,7 @@ class _Cycle:
             if wid in seen:
                 continue  # already running (or listed twice): nothing to decide
             seen.add(wid)
-            e = before.get(id(w))
+            e = entries.get(id(w))
             if e is None or e[0] is not w:
                 t = w.tenant
                 mk = (t, w.request)
@@ -214,22 +218,21 @@ class _Cycle:
                     key = (w.submitted_at, wid)
                 else:
                     key = (0.0, -w.priority, w.submitted_at, wid)
-                e = (w, key, hit[0], hit[1], hit[2])
-            entries[id(w)] = e
-            if e[3] is not None:
-                unschedulable[wid] = e[3]
+                # (workload, why unschedulable, milli, queue entry)
+                e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
+            if e[1] is not None:
+                unschedulable[wid] = e[1]
                 continue
             t = w.tenant
             q = queues.get(t)
             if q is None:
                 q = queues[t] = []
                 demand[t] = 0
-            key = e[1]
+            entry = e[3]
             if las:
-                key = (attained.get(wid, 0.0), *key[1:])
-            q.append((key, w, e[2], e[4]))
-            demand[t] += e[4]
-        _carry = _Carry(self.snap, policy, entries)
+                entry = ((attained.get(wid, 0.0), *entry[0][1:]), *entry[1:])
+            q.append(entry)
+            demand[t] += e[2]
         for q in queues.values():
             q.sort()
 
