@@ -22,6 +22,9 @@ from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.limits import TENANT, Usage, limit_check, never_within_limits
 from gpupool.scheduler.ordering import (
     fair_tenant_key,
+    fifo_key,
+    in_tenant_key,
+    las_in_tenant_key,
     las_tenant_key,
 )
 from gpupool.scheduler.placement import (
@@ -49,6 +52,8 @@ from gpupool.scheduler.types import (
     SchedulerConfig,
     Snapshot,
 )
+
+_NO_SERVICE: dict[str, float] = {}
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
@@ -213,11 +218,11 @@ class _Cycle:
                         why = never_within_limits(self.tree, t, shape.gpu_milli)
                     hit = memo[mk] = (shape, why, shape.gpu_milli)
                 if policy is Policy.FAIR:
-                    key: tuple = (-w.priority, w.submitted_at, wid)
+                    key = in_tenant_key(w)
                 elif policy is Policy.FIFO:
-                    key = (w.submitted_at, wid)
+                    key = fifo_key(w)
                 else:
-                    key = (0.0, -w.priority, w.submitted_at, wid)
+                    key = las_in_tenant_key(w, _NO_SERVICE)  # attained service added below
                 # (workload, why unschedulable, milli, queue entry)
                 e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
             if e[1] is not None:
