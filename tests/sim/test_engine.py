@@ -180,3 +180,14 @@ def test_a_scheduler_that_over_allocates_is_caught():
 
     with pytest.raises(SimulationError, match="over-allocated"):
         simulate(parse_scenario(data), greedy)
+
+
+@pytest.mark.parametrize("policy", [Policy.FIFO, Policy.FAIR])
+def test_a_pending_window_gives_the_same_result_when_only_queue_heads_can_start(policy):
+    work = [job(f"w{i}", tenant="ab"[i % 2], submit=i, duration=30 + i % 7) for i in range(40)]
+    base = scenario(
+        tenants=[tenant("a", guaranteed_gpus=2), tenant("b", guaranteed_gpus=2)], workloads=work
+    )
+    full = to_json(run(base, policy))
+    windowed = to_json(run({**base, "scheduler": {"pending_window": 3}}, policy))
+    assert full["workloads"] == windowed["workloads"]

@@ -20,6 +20,7 @@ SimulationError (that would be a scheduler bug).
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
 import math
@@ -147,6 +148,9 @@ class Simulator:
         self.next_sample = 0.0
         self.last_pending_info: dict = {}
         self.last_demand: dict[str, int] = {}
+        #: pass at most this many pending workloads per tenant to each cycle (None: all)
+        self.window = scenario.pending_window
+        self.queues: dict[str, list[tuple[int, float, str]]] = {}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -187,12 +191,31 @@ class Simulator:
         self.pending[w.id] = w
         self.pending_milli[w.tenant] += w.request.total_gpu_milli
         self.pending_count[w.tenant] += 1
+        if self.window is not None:
+            key = (-w.priority, w.submitted_at, w.id)
+            bisect.insort(self.queues.setdefault(w.tenant, []), key)
 
     def _remove_pending(self, wid: str) -> Workload:
         w = self.pending.pop(wid)
         self.pending_milli[w.tenant] -= w.request.total_gpu_milli
         self.pending_count[w.tenant] -= 1
+        if self.window is not None:
+            q = self.queues[w.tenant]
+            key = (-w.priority, w.submitted_at, w.id)
+            i = bisect.bisect_left(q, key)
+            if i < len(q) and q[i] == key:
+                del q[i]
         return w
+
+    def _pending_for_cycle(self) -> tuple[Workload, ...]:
+        """All pending work, or with a window only the first `window` of each tenant's queue
+        in the scheduler's in-tenant order (priority, then submit time)."""
+        if self.window is None:
+            return tuple(self.pending.values())
+        k = self.window
+        return tuple(
+            self.pending[key[2]] for ten in sorted(self.queues) for key in self.queues[ten][:k]
+        )
 
     def _take(self, alloc: Allocation, sign: int) -> None:
         used = self.node_used.get(alloc.node)
@@ -281,7 +304,7 @@ class Simulator:
             running=tuple(self.running.values()),
             attained_service=dict(self.attained),
         )
-        pending = tuple(self.pending.values())
+        pending = self._pending_for_cycle()
         t0 = time.perf_counter()
         d = self.cycle_fn(snap, pending, t, self.s.config)
         self.cycle_ms.append((time.perf_counter() - t0) * 1000.0)

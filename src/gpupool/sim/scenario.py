@@ -133,6 +133,9 @@ class SchedulerSpec(_Strict):
     #: event time
     min_cycle_gap_s: float = Field(default=0.0, ge=0)
     max_admissions_per_cycle: int | None = Field(default=None, ge=1)
+    #: simulator only: give each cycle at most this many pending workloads per tenant, the
+    #: first in the tenant's order (priority, then submit time); none = all of them
+    pending_window: int | None = Field(default=None, ge=1)
 
 
 class ScenarioFile(_Strict):
@@ -173,6 +176,8 @@ class Scenario:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     cycle_interval_s: float = 10.0
     min_cycle_gap_s: float = 0.0
+    #: pass at most this many pending workloads per tenant to each cycle (None: all of them)
+    pending_window: int | None = None
     #: workloads the loader already knows can never run: id -> reason (trace replay only;
     #: scenario files reject them instead)
     unschedulable: dict[str, str] = field(default_factory=dict)
@@ -505,6 +510,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
         config=scheduler_config(f.scheduler, policy),
         cycle_interval_s=f.scheduler.cycle_interval_s,
         min_cycle_gap_s=f.scheduler.min_cycle_gap_s,
+        pending_window=f.scheduler.pending_window,
     )
 
 

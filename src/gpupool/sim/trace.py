@@ -46,6 +46,8 @@ GENERIC_REQUIRED = ("submit_time", "duration", "num_gpus", "tenant")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 #: without a cluster file, trace replay runs the scheduler at most once a minute of trace time
 DEFAULT_TRACE_CYCLE_GAP_S = 60.0
+#: ... and gives each cycle the first 256 waiting workloads of each tenant
+DEFAULT_TRACE_PENDING_WINDOW = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,8 @@ def filter_jobs(
     hi = _bound(end, origin, "--to") if end else math.inf
     keep = [j for j in jobs if lo <= j.submit < hi]
     if tenants:
-        keep = [j for j in keep if j.tenant in _tenant_set(jobs, tenants)]
+        chosen = _tenant_set(jobs, tenants)
+        keep = [j for j in keep if j.tenant in chosen]
     return keep
 
 
@@ -296,7 +299,11 @@ def trace_scenario(
             cluster=ClusterSpec(
                 nodes=[NodeSpec(name="n", count=max(1, math.ceil(n_gpus / 8)), gpus=8)]
             ),
-            scheduler=SchedulerSpec(min_cycle_gap_s=DEFAULT_TRACE_CYCLE_GAP_S, cycle_interval_s=60),
+            scheduler=SchedulerSpec(
+                min_cycle_gap_s=DEFAULT_TRACE_CYCLE_GAP_S,
+                cycle_interval_s=60,
+                pending_window=DEFAULT_TRACE_PENDING_WINDOW,
+            ),
         )
     nodes = build_nodes(cluster.cluster)
     capacity_gpus = sum(len(n.gpus) for n in nodes)
@@ -361,6 +368,7 @@ def trace_scenario(
         config=scheduler_config(spec, policy),
         cycle_interval_s=spec.cycle_interval_s,
         min_cycle_gap_s=spec.min_cycle_gap_s,
+        pending_window=spec.pending_window,
         unschedulable=unschedulable,
     )
 

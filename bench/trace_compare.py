@@ -1,0 +1,157 @@
+"""Compare scheduling policies on a real GPU-cluster trace (issue 7).
+
+For each scope (the whole trace; a one-week window with the five largest teams), each
+offered load (cluster sized by `gpupool.sim.trace.gpus_for_load`) and each policy, replay
+the trace with `gpupool.sim` and record: average and p95 queueing delay, average JCT, GPU
+utilization, per-tenant share vs fair share and guarantee attainment, Jain's index, the
+replay's wall time and the scheduler's cycle times; plus a queueing-delay CDF and a
+per-tenant allocation time series for the plots (bench/trace_plots.py).
+
+    python bench/trace_compare.py --trace ../shared/data/philly/philly.csv \
+        --out bench/results/trace_philly --jobs 2
+
+Each run is written to OUT/<scope>-<load>-<policy>.json as soon as it finishes, so a
+partial sweep keeps its results; `--summary` prints a Markdown table of what is in OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from gpupool.scheduler.types import Policy
+from gpupool.sim.engine import simulate
+from gpupool.sim.metrics import compute_metrics, percentile, waits
+from gpupool.sim.trace import filter_jobs, read_trace, trace_scenario
+
+WEEK = ("2017-10-23", "2017-10-30")  # a busy week; see report
+
+
+def scopes(jobs, which: list[str]) -> dict:
+    out = {}
+    if "full" in which:
+        out["full"] = jobs
+    if "week" in which:
+        out["week"] = filter_jobs(jobs, WEEK[0], WEEK[1], "top:5")
+    return out
+
+
+def run_one(
+    trace: str, scope: str, load: float, policy: str, out_dir: str, gap: float, window: int
+) -> dict:
+    jobs = scopes(read_trace(trace), [scope])[scope]
+    scen = trace_scenario(jobs, policy=Policy(policy), load=load)
+    scen.min_cycle_gap_s = gap
+    scen.pending_window = window or None
+    t0 = time.perf_counter()
+    result = simulate(scen, sample_every_s=3600.0 if scope == "week" else 6 * 3600.0)
+    wall = time.perf_counter() - t0
+    m = compute_metrics(result)
+    w = sorted(waits(result).values())
+    cdf = [[q, percentile(w, q)] for q in [i / 2 for i in range(0, 201)]]
+    series = {
+        "t_hours": [round(s[0] / 3600, 3) for s in result.samples],
+        "allocated_gpus": {
+            t: [round(s[1].get(t, 0) / 1000, 3) for s in result.samples] for t in result.tenants
+        },
+        "fair_gpus": {
+            t: [round(s[2].get(t, 0) / 1000, 3) for s in result.samples] for t in result.tenants
+        },
+        "pending": [s[3] for s in result.samples],
+    }
+    rec = {
+        "scope": scope,
+        "load": load,
+        "policy": policy,
+        "jobs": len(jobs),
+        "gpus": scen.capacity_milli // 1000,
+        "min_cycle_gap_s": gap,
+        "pending_window": window or None,
+        "guarantees": {t.name: t.quota.guaranteed_milli / 1000 for t in scen.tenants},
+        "replay_wall_s": round(wall, 2),
+        "metrics": m,
+        "wait_cdf": cdf,
+        "series": series,
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.python_version()})",
+    }
+    path = Path(out_dir) / f"{scope}-{load:g}-{policy}.json"
+    path.write_text(json.dumps(rec))
+    return rec
+
+
+def summary(out_dir: Path) -> str:
+    rows = []
+    for p in sorted(out_dir.glob("*.json")):
+        r = json.loads(p.read_text())
+        m = r["metrics"]
+        pt = m["per_tenant"]
+        att = [v["guarantee_attainment"] for v in pt.values() if v["guarantee_attainment"]]
+        rows.append(
+            f"| {r['scope']} | {r['load']:g} | {r['gpus']} | {r['policy']} | "
+            f"{m['avg_wait'] / 3600:.2f} | {m['p95_wait'] / 3600:.2f} | "
+            f"{m['avg_jct'] / 3600:.2f} | {100 * m['gpu_utilization']:.1f}% | "
+            f"{m['jain_fairness']:.3f} | {100 * min(att) if att else float('nan'):.1f}% | "
+            f"{m['preemptions']} | {m['states'].get('failed', 0)} | {r['replay_wall_s']:.0f} | "
+            f"{m['scheduler']['cycles']} | {m['scheduler']['p99_cycle_ms']:.1f} |"
+        )
+    head = (
+        "| scope | load | GPUs | policy | avg wait h | p95 wait h | avg JCT h | GPU util | "
+        "Jain | min guarantee met | preemptions | unschedulable | replay s | cycles | "
+        "p99 cycle ms |\n|" + "---|" * 15
+    )
+    return head + "\n" + "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", default="../shared/data/philly/philly.csv")
+    ap.add_argument("--out", default="bench/results/trace_philly")
+    ap.add_argument("--scopes", default="week,full")
+    ap.add_argument("--loads", default="0.8,1.2")
+    ap.add_argument("--policies", default="fifo,fair,las")
+    ap.add_argument("--gap", type=float, default=60.0, help="min_cycle_gap_s (trace default 60)")
+    ap.add_argument("--window", type=int, default=256, help="pending window (0: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
+    ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if a.summary:
+        print(summary(out))
+        return
+    runs = [
+        (scope, float(load), policy)
+        for scope in a.scopes.split(",")
+        for load in a.loads.split(",")
+        for policy in a.policies.split(",")
+    ]
+    with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+        futs = {
+            pool.submit(run_one, a.trace, s, ld, p, str(out), a.gap, a.window): (s, ld, p)
+            for s, ld, p in runs
+        }
+        for f in as_completed(futs):
+            s, ld, p = futs[f]
+            try:
+                r = f.result()
+            except Exception as exc:  # report and go on with the other runs
+                print(f"{s} {ld:g} {p}: FAILED {exc!r}", file=sys.stderr, flush=True)
+                continue
+            m = r["metrics"]
+            print(
+                f"{s} load {ld:g} ({r['gpus']} GPUs) {p}: avg wait {m['avg_wait']:.0f} s, "
+                f"util {m['gpu_utilization']}, jain {m['jain_fairness']}, "
+                f"replay {r['replay_wall_s']} s",
+                flush=True,
+            )
+    print(summary(out))
+
+
+if __name__ == "__main__":
+    main()
