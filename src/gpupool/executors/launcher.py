@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,12 +47,13 @@ def proc_starttime(pid: int) -> tuple[int, str] | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see either nothing or the whole content."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write `text` to `path` so that readers see either nothing or the whole content.
+
+    No fsync: the files must survive the server's death (kill -9), which the page cache
+    does; a power loss ends the jobs too."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
