@@ -175,7 +175,7 @@ def _seed_workloads(store: Store, seeded: Seeded, *, now: float, count: int) -> 
             node, g = slots[i]
             tenant, owner = tenants[i % len(tenants)]
             frac = g.sharing is SharingMode.SHARED
-            req = Request(gpu_milli=500, gpu_memory_mib=40_000) if frac else Request(gpus=1)
+            req = Request(gpu_milli=500, gpu_memory_mib=40 * 1024) if frac else Request(gpus=1)
             wid = f"w-run{k:05d}"
             k += 1
             w = Workload(wid, tenant, owner, req, submitted_at=now - 3000 - i, command=("train",))
@@ -245,5 +245,5 @@ def _seed_usage(store: Store, *, now: float) -> None:
                     gpu_seconds_allocated=alloc,
                     gpu_seconds_busy=alloc * eff,
                     gpu_memory_mib_seconds=alloc * 30_000,
-                    gpu_memory_mib=40_000,
+                    gpu_memory_mib=40 * 1024,
                 )
