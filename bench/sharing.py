@@ -50,8 +50,10 @@ from sharing_report import (  # noqa: E402
     goals,
     markdown_table,
     parse_counts,
+    parse_pct_overrides,
     rows,
     share_size,
+    thread_pct_table,
 )
 
 from gpupool.clock import SystemClock  # noqa: E402
@@ -94,14 +96,16 @@ class Bench:
             enforcement = Enforcement.HARDWARE  # a whole GPU: exclusive, no MPS
         return Share(NODE, self.index, self.uuid, milli, mem, enforcement)
 
-    def start(self, wid: str, share: Share, *worker_args: str) -> dict:
+    def start(
+        self, wid: str, share: Share, *worker_args: str, env: dict[str, str] | None = None
+    ) -> dict:
         if self.args.dry_run:
             worker_args = (*worker_args, "--fake")
         w = Workload(
             id=wid, tenant="bench", owner="bench", command=(sys.executable, WORKER, *worker_args)
         )
         self.started.append(wid)
-        h = self.ex.start(w, Allocation(wid, NODE, (share,), time.time()))
+        h = self.ex.start(w, Allocation(wid, NODE, (share,), time.time()), env=env)
         return {
             "workload": wid,
             "milli": share.milli,
@@ -142,8 +146,11 @@ class Bench:
         (sync / f"go-{label}").write_text(repr(time.time() + 0.5))
 
     # -- throughput --------------------------------------------------------------------------
-    def group(self, mode: str, n: int, tag: str) -> None:
+    def group(self, mode: str, n: int, tag: str, pct: int | None = None) -> None:
+        """N tenants at once (or one, `exclusive`); `pct` overrides the MPS thread percentage
+        gpupool computed (an experiment, reported apart from gpupool's own figures)."""
         a = self.args
+        env = None if pct is None else {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
         enforcement = {"exclusive": Enforcement.HARDWARE, "timeslice": Enforcement.POLICED}.get(
             mode, Enforcement.MPS
         )
@@ -162,7 +169,7 @@ class Bench:
                 args += ["--sync", str(sync), "--phases", a.workloads]
                 args += ["--duration", str(a.duration), "--warmup", str(a.warmup)]
                 args += ["--matmul-size", str(a.matmul_size)]
-                info["tenants"].append(self.start(wid, share, *args))
+                info["tenants"].append(self.start(wid, share, *args, env=env))
             for ph in phases:
                 self.barrier(sync, ph, names, wids)
             self.wait_all(wids, a.duration * len(phases) + a.barrier_timeout)
@@ -185,7 +192,14 @@ class Bench:
             if len(rates) != n or any(x is None for x in rates):
                 continue
             enf = tuple(t["enforcement"] for t in info["tenants"])
-            m = Measurement(mode, n, ph, tuple(rates), enf, {"tag": tag})
+            w0 = results[0]
+            extra = {
+                "tag": tag,
+                "override": pct is not None,
+                "thread_pct": w0.get("env", {}).get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+                "sms_seen": w0.get("multiprocessors_seen"),
+            }
+            m = Measurement(mode, n, ph, tuple(rates), enf, extra)
             self.result["measurements"].append(asdict(m))
             log(f"{tag} {ph}: aggregate {m.aggregate:.1f} it/s, per tenant {rates}")
         self.save()
@@ -314,11 +328,13 @@ class Bench:
 
     # -- output ------------------------------------------------------------------------------
     def save(self) -> None:
-        ms = [
+        every = [
             Measurement(**{**m, "rates": tuple(m["rates"]), "enforcement": tuple(m["enforcement"])})
             for m in self.result["measurements"]
         ]
+        ms = [m for m in every if not m.extra.get("override")]
         rs = rows(ms)
+        self.result["thread_pct_table"] = thread_pct_table(every)
         self.result["rows"] = [asdict(r) for r in rs]
         self.result["goals"] = goals(rs)
         self.result["table"] = markdown_table(ms)
@@ -441,6 +457,16 @@ def render_md(res: dict) -> str:
                 f"matmuls, {vw.get('mismatches')} mismatches, checksum "
                 f"{vw.get('checksum')} vs expected {vw.get('expected_checksum')}"
             )
+    if res.get("thread_pct_table"):
+        out += [
+            "",
+            "## MPS thread percentage and the SMs a client gets",
+            "",
+            "Rows marked *override* ran with another CUDA_MPS_ACTIVE_THREAD_PERCENTAGE than "
+            "gpupool computes (an experiment; they do not count for the goals above).",
+            "",
+            res["thread_pct_table"],
+        ]
     if res.get("errors"):
         out += ["", "## Errors", ""] + [f"- {e}" for e in res["errors"]]
     return "\n".join(out) + "\n"
@@ -471,6 +497,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--after-s", type=float, default=2.0, help="victims run on this long after")
     p.add_argument("--barrier-timeout", type=float, default=120.0)
     p.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
+    p.add_argument(
+        "--mps-pcts",
+        default="",
+        help="experiment: N:P pairs, N tenants under MPS with thread percentage P instead of "
+        "gpupool's (e.g. 8:14,8:100)",
+    )
     p.add_argument("--work-dir", default=None)
     p.add_argument(
         "--dry-run",
@@ -480,6 +512,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     try:
         args.counts_list = parse_counts(args.counts)
+        args.pct_list = parse_pct_overrides(args.mps_pcts)
     except ValueError as e:
         p.error(str(e))
     bad = set(args.modes.split(",")) - {"timeslice", "mps", ""}
@@ -545,13 +578,15 @@ def main(argv: list[str] | None = None) -> int:
                 b.group("timeslice", n, f"timeslice-n{n}")
         if "policed" in iso:
             b.isolation("policed")
-        if "mps" in modes or "mps" in iso:
+        if "mps" in modes or "mps" in iso or args.pct_list:
             ok = b.mps.ensure(g.uuid)
             b.result["mps_daemon"] = {"healthy": ok, "pipe_dir": str(b.mps.pipe_dir(g.uuid))}
             log(f"MPS daemon healthy: {ok}")
             if "mps" in modes:
                 for n in counts:
                     b.group("mps", n, f"mps-n{n}")
+            for n, pct in args.pct_list:
+                b.group("mps", n, f"mps-n{n}-pct{pct}", pct=pct)
             if "mps" in iso:
                 b.isolation("mps")
             b.mps.stop_all()

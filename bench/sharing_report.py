@@ -159,3 +159,43 @@ def markdown_table(ms: Sequence[Measurement]) -> str:
                     cells += [f"{r.aggregate:.1f} (**{_f(r.relative)}**){ran}", _f(r.fairness)]
             lines.append(f"| {w} | {n} | {base[w]:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def parse_pct_overrides(text: str) -> list[tuple[int, int]]:
+    """'8:14,4:26' -> [(8, 14), (4, 26)]: N tenants, MPS thread percentage; '' -> []."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        try:
+            n, pct = (int(v) for v in item.split(":"))
+        except ValueError:
+            raise ValueError(
+                f"thread percentage overrides look like 8:14,4:26, got {item!r}"
+            ) from None
+        if n < 2 or not 1 <= pct <= 100:
+            raise ValueError(f"override {item!r}: N must be >= 2 and the percentage 1..100")
+        out.append((n, pct))
+    return out
+
+
+def thread_pct_table(ms: Sequence[Measurement]) -> str:
+    """MPS measurements with the thread percentage and SMs each client saw ('' if none)."""
+    base = exclusive_rates(ms)
+    mps = [m for m in ms if m.mode == "mps" and m.extra.get("thread_pct") is not None]
+    if not mps:
+        return ""
+    lines = [
+        "| work | N | thread % | SMs per client | SMs, all | aggregate it/s | x excl. | run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in sorted(
+        mps, key=lambda m: (WORKLOADS.index(m.workload), m.n, int(m.extra["thread_pct"]))
+    ):
+        sms = m.extra.get("sms_seen")
+        total = sms * m.n if isinstance(sms, int) else None
+        rel = m.aggregate / base[m.workload] if base.get(m.workload) else None
+        how = "override" if m.extra.get("override") else "gpupool"
+        lines.append(
+            f"| {m.workload} | {m.n} | {m.extra['thread_pct']} | {_f(sms, '{}')} | "
+            f"{_f(total, '{}')} | {m.aggregate:.1f} | {_f(rel)} | {how} |"
+        )
+    return "\n".join(lines)
