@@ -119,7 +119,7 @@ def usage(world, group_by: str) -> dict[str, tuple[float, float]]:
 
 def test_accounting_allocated_and_busy_per_workload_user_tenant(world):
     busy = {}
-    acc = AccountingLoop(world.ctx, lambda a: busy.get(a.workload_id), lambda a: 1000.0)
+    acc = AccountingLoop(world.ctx, lambda a, since: busy.get(a.workload_id), lambda a: 1000.0)
     a = start(world, gpus=2)
     b = start(world, role="outsider", gpu_fraction=0.5, gpu_memory_mib=10240)
     cpu = start(world, cpus=1)

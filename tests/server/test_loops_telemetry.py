@@ -139,6 +139,13 @@ def test_heartbeat_and_idle_and_busy_figures(world, sim):
     loop.run_once()
     assert loop.idle_seconds(a) == 0
     assert loop.busy_fraction(a) == pytest.approx(0.4)
+    for util in (80, 20):
+        world.clock.advance(10)
+        src.set_utilization(a.shares[0].gpu_index, util)
+        loop.run_once()
+    assert loop.busy_fraction(a) == pytest.approx(0.2)  # the latest sample
+    # over a window: the mean of the samples in it, (80 + 20) / 2
+    assert loop.busy_fraction(a, since=world.clock.now() - 15) == pytest.approx(0.5)
     with world.ctx.store.read() as s:
         assert NodeRepo(s).get("sim").last_heartbeat == world.clock.now()
     assert loop.sampler.latest is not None

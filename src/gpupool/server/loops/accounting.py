@@ -2,9 +2,9 @@
 
 Each pass adds, for every workload holding GPUs, the time since it was last accounted:
 allocated GPU-seconds = GPUs held (milli / 1000) x seconds; busy GPU-seconds = allocated x
-the busy fraction telemetry reports now (0 when unknown); GPU memory in MiB-seconds and the
-maximum seen. Work that ended since the last pass is accounted up to the release of its
-allocation. Intervals that cross midnight UTC are split between the days. Rollups per
+the busy fraction telemetry reports for that interval (0 when unknown); GPU memory in
+MiB-seconds and the maximum seen. Work that ended since the last pass is accounted up to the
+release of its allocation. Intervals that cross midnight UTC are split between the days. Rollups per
 user, tenant and day are queries over these rows (`UsageRepo.rollup`).
 
 Restart safety: on its first pass the loop resumes each running workload from what the store
@@ -44,14 +44,15 @@ class AccountingLoop(Loop):
     def __init__(
         self,
         ctx: AppContext,
-        busy_fraction: Callable[[Allocation], float | None] | None = None,
+        busy_fraction: Callable[[Allocation, float], float | None] | None = None,
         memory_mib: Callable[[Allocation], float] | None = None,
         *,
         interval_s: float = 60.0,
     ):
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
         self.ctx = ctx
-        self.busy_fraction = busy_fraction or (lambda a: None)
+        #: (allocation, accounted since) -> busy fraction over that window, or None
+        self.busy_fraction = busy_fraction or (lambda a, since: None)
         self.memory_mib = memory_mib or (lambda a: 0.0)
         #: workload id -> (workload, allocation, accounted up to)
         self._open: dict[str, tuple[Workload, Allocation, float]] = {}
@@ -101,7 +102,7 @@ class AccountingLoop(Loop):
             with ctx.store.write() as s:
                 repo = UsageRepo(s)
                 for w, a, t0, t1 in writes:
-                    frac = self.busy_fraction(a)
+                    frac = self.busy_fraction(a, t0)
                     mem = self.memory_mib(a)
                     gpus = a.gpu_milli / 1000
                     for day, secs in split_by_day(t0, t1):

@@ -178,11 +178,12 @@ class TelemetryLoop(Loop):
             self.policer.idle_for(allocation.workload_id, s.gpu_uuid) for s in allocation.shares
         )
 
-    def busy_fraction(self, allocation: Allocation) -> float | None:
-        """Busy GPU-seconds per allocated GPU-second of `allocation` in the latest sample.
+    def busy_fraction(self, allocation: Allocation, since: float | None = None) -> float | None:
+        """Busy GPU-seconds per allocated GPU-second of `allocation`.
 
-        Per share: its processes' SM use if known, else the GPU's utilization (whole GPUs),
-        capped at the share's size. None when not sampled or no figure is known."""
+        Whole GPUs: the mean utilization of the samples taken since `since` (the latest
+        sample when none). Fractional shares: the SM use of its processes in the latest
+        sample. Each share is capped at its size. None when nothing is known."""
         frame = self.sampler.latest
         if frame is None or not allocation.shares:
             return None
@@ -201,8 +202,16 @@ class TelemetryLoop(Loop):
                 and o.workload_id == allocation.workload_id
             ]
             sm = [p.sm_util for p in procs if p.sm_util is not None]
+            window = (
+                [pt.util for pt in self.sampler.gpu_history(sh.gpu_uuid) if pt.t >= since]
+                if since is not None and sh.whole
+                else []
+            )
+            window = [u for u in window if u is not None]
             if sm and not sh.whole:
                 util = sum(sm)
+            elif window:
+                util = sum(window) / len(window)
             elif sh.whole and gpu.util_gpu is not None:
                 util = gpu.util_gpu
             else:
