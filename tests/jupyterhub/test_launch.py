@@ -138,3 +138,12 @@ def test_a_new_executor_over_the_same_dir_adopts(setup, tmp_path):
     finally:
         p.kill()
         _wait_dead(p)
+
+
+def test_cpu_only_notebooks_see_no_gpu(setup):
+    _, _, ex, d = setup
+    w = Workload(id="c1", tenant="lab", owner="alice", kind=WorkloadKind.NOTEBOOK)
+    h = ex.start(w, None)
+    grant = d.grant("c1")
+    assert grant.env["CUDA_VISIBLE_DEVICES"] == "" and grant.env["GPUPOOL_GPU_MILLI"] == "0"
+    assert grant.gpu_uuids == () and dict(h.enforcement) == {}
