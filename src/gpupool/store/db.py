@@ -9,6 +9,7 @@ PostgreSQL the repositories lock the rows they check (`SELECT ... FOR UPDATE`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,6 +68,7 @@ class Store:
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
             self._write_engine = self.engine
+        self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self._write_engine, expire_on_commit=False)
 
@@ -81,8 +83,15 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A write transaction: commits when the block ends, rolls back on an exception."""
-        with self._write() as s, s.begin():
+        """A write transaction: commits when the block ends, rolls back on an exception.
+
+        On SQLite the threads of this process take turns through a lock first: SQLite's own
+        busy handler polls with growing sleeps, which under load adds whole seconds."""
+        if self._write_lock is None:
+            with self._write() as s, s.begin():
+                yield s
+            return
+        with self._write_lock, self._write() as s, s.begin():
             yield s
 
     def migrate(self) -> None:

@@ -94,7 +94,7 @@ class UserRow(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
     memberships: Mapped[list[MembershipRow]] = relationship(
-        cascade="all, delete-orphan", order_by="MembershipRow.tenant", lazy="selectin"
+        cascade="all, delete-orphan", order_by="MembershipRow.tenant", lazy="select"
     )
 
 

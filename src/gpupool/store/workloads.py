@@ -98,10 +98,12 @@ class WorkloadRepo:
         return w
 
     def _row(self, workload_id: str, *, lock: bool = False) -> WorkloadRow:
-        q = select(WorkloadRow).where(WorkloadRow.id == workload_id)
-        if lock:
-            q = q.with_for_update()
-        row = self.s.scalar(q)
+        if lock and self.s.get_bind().dialect.name != "sqlite":
+            # PostgreSQL: lock the row (SQLite's write transaction already excludes writers)
+            q = select(WorkloadRow).where(WorkloadRow.id == workload_id).with_for_update()
+            row = self.s.scalar(q)
+        else:
+            row = self.s.get(WorkloadRow, workload_id)
         if row is None:
             raise NotFound(f"no workload {workload_id!r}; list yours with GET /api/v1/workloads")
         return row

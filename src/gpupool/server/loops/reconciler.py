@@ -153,7 +153,11 @@ class ReconcilerLoop(Loop):
 
     def _sync_enforcement(self, workload_id: str, report: ReconcileReport) -> None:
         """Record on the allocation the enforcement the executor really applied."""
-        applied_of = getattr(self.ctx.executor, "enforcement_of", None)
+        ex = self.ctx.executor
+        # a wrapping executor (JupyterHub hand-off) delegates plain jobs to `inner`
+        applied_of = getattr(ex, "enforcement_of", None) or getattr(
+            getattr(ex, "inner", None), "enforcement_of", None
+        )
         if applied_of is None:
             return
         with self.ctx.store.read() as s:

@@ -14,8 +14,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from gpupool.domain import Allocation, WorkloadState
-from gpupool.executors.base import ExecutorError
+from gpupool.domain import Allocation, Workload, WorkloadState
+from gpupool.executors.base import ExecState, ExecStatus, ExecutorError, Handle
 from gpupool.scheduler import Decisions, Snapshot, cycle
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
@@ -119,71 +119,88 @@ class SchedulerLoop(Loop):
                 ctx.metrics.decisions.labels("preempted").inc()
             except Conflict:
                 pass  # it ended meanwhile
-        for adm in d.admissions:
-            self._admit(adm.workload_id, adm.allocation, now, report)
+        if d.admissions:
+            self._admit_all([(a.workload_id, a.allocation) for a in d.admissions], now, report)
         with ctx.store.write() as s:
             WorkloadRepo(s).set_pending_info(d.pending)
         report.pending = len(d.pending)
 
-    def _admit(self, wid: str, alloc: Allocation, now: float, report: CycleReport) -> None:
+    def _admit_all(
+        self, admissions: list[tuple[str, Allocation]], now: float, report: CycleReport
+    ) -> None:
+        """Commit the admissions (one transaction, a savepoint each), start them, then record
+        the launches (one transaction)."""
         ctx = self.ctx
-        # 1. commit the admission (the store refuses it if a GPU no longer has room)
-        try:
-            with ctx.store.write() as s:
-                AllocationRepo(s).allocate(alloc)
-                w = WorkloadRepo(s).change_state(
-                    wid, S.ADMITTED, now, f"admitted {_describe(alloc)}", expect={S.PENDING}
-                )
-                owner = UserRepo(s).find(w.owner)
-        except Conflict as e:
-            report.raced[wid] = str(e)
-            log.info("admission of %s not committed: %s", wid, e)
+        committed: list[tuple[Workload, Allocation, str | None]] = []
+        with ctx.store.write() as s:
+            repo, allocs, users = WorkloadRepo(s), AllocationRepo(s), UserRepo(s)
+            for wid, alloc in admissions:
+                try:
+                    with s.begin_nested():
+                        allocs.allocate(alloc)
+                        w = repo.change_state(
+                            wid, S.ADMITTED, now, f"admitted {_describe(alloc)}", expect={S.PENDING}
+                        )
+                except Conflict as e:  # the store refused it: a GPU no longer has room, or raced
+                    report.raced[wid] = str(e)
+                    log.info("admission of %s not committed: %s", wid, e)
+                    continue
+                owner = users.find(w.owner)
+                committed.append((w, alloc, owner.unix_user if owner else None))
+        launched: list[tuple[str, Handle, ExecStatus | None]] = []
+        for w, alloc, unix_user in committed:
+            report.admitted.append(w.id)
+            ctx.metrics.decisions.labels("admitted").inc()
+            handle = self._start(w, alloc, unix_user, report)
+            if handle is None:
+                continue
+            try:
+                status: ExecStatus | None = ctx.executor.poll(w.id)
+            except ExecutorError:
+                status = None
+            if status is not None and status.state is ExecState.UNKNOWN:
+                status = None  # not visible yet (e.g. a pod being created): the reconciler follows
+            launched.append((w.id, handle, status))
+        if not launched:
             return
-        report.admitted.append(wid)
-        ctx.metrics.decisions.labels("admitted").inc()
-        # 2. start it; on failure roll the admission back and requeue
-        try:
-            handle = ctx.executor.start(
-                w,
-                alloc if alloc.shares else None,
-                unix_user=owner.unix_user if owner and owner.unix_user else None,
-            )
-        except ExecutorError as e:
-            report.start_failed[wid] = str(e)
-            ctx.metrics.decisions.labels("start_failed").inc()
-            with ctx.store.write() as s:
-                WorkloadRepo(s).change_state(
-                    wid,
-                    S.PENDING,
-                    ctx.clock.now(),
-                    f"could not start: {e}; requeued",
-                    data={"start_failed": True},
-                )
-            return
-        except Exception as e:  # noqa: BLE001 - an executor bug must not leak the allocation
-            log.exception("executor.start(%s) crashed", wid)
-            report.start_failed[wid] = repr(e)
-            with ctx.store.write() as s:
-                WorkloadRepo(s).change_state(
-                    wid, S.PENDING, ctx.clock.now(), f"could not start: {e!r}; requeued"
-                )
-            return
-        try:
-            with ctx.store.write() as s:
-                repo = WorkloadRepo(s)
-                repo.set_executor_ref(wid, handle.ref)
-                repo.change_state(
-                    wid,
-                    S.STARTING,
-                    ctx.clock.now(),
-                    f"started by the {handle.executor} executor",
-                    expect={S.ADMITTED},
-                )
-        except Conflict:  # cancelled while it was being started: stop what was launched
+        cancelled: list[str] = []
+        with ctx.store.write() as s:
+            repo = WorkloadRepo(s)
+            at = ctx.clock.now()
+            for wid, handle, status in launched:
+                try:
+                    with s.begin_nested():
+                        repo.set_executor_ref(wid, handle.ref)
+                        repo.change_state(
+                            wid,
+                            S.STARTING,
+                            at,
+                            f"started by the {handle.executor} executor",
+                            expect={S.ADMITTED},
+                        )
+                        if status is not None:
+                            lifecycle.apply_status(s, repo.record(wid), status, at)
+                    report.started.append(wid)
+                except Conflict:  # cancelled while it was being started
+                    cancelled.append(wid)
+        for wid in cancelled:  # stop what was launched for nothing
             ctx.executor.stop(wid, "cancelled while starting", 0.0)
-            return
-        report.started.append(wid)
+
+    def _start(
+        self, w: Workload, alloc: Allocation, unix_user: str | None, report: CycleReport
+    ) -> Handle | None:
+        """Launch one admitted workload; on failure roll its admission back and requeue it."""
+        ctx = self.ctx
         try:
-            lifecycle.settle(ctx, wid)
-        except (ExecutorError, Conflict):
-            log.exception("polling %s after its start failed; the reconciler will retry", wid)
+            return ctx.executor.start(w, alloc if alloc.shares else None, unix_user=unix_user)
+        except ExecutorError as e:
+            reason, data = f"could not start: {e}; requeued", {"start_failed": True}
+            report.start_failed[w.id] = str(e)
+        except Exception as e:  # noqa: BLE001 - an executor bug must not leak the allocation
+            log.exception("executor.start(%s) crashed", w.id)
+            reason, data = f"could not start: {e!r}; requeued", {"start_failed": True}
+            report.start_failed[w.id] = repr(e)
+        ctx.metrics.decisions.labels("start_failed").inc()
+        with ctx.store.write() as s:
+            WorkloadRepo(s).change_state(w.id, S.PENDING, ctx.clock.now(), reason, data=data)
+        return None

@@ -1,0 +1,285 @@
+"""API load benchmark (issue 4): many clients polling while workloads are submitted.
+
+Starts a gpupool server in a separate process (uvicorn on loopback, SQLite in a temp dir,
+64 simulated GPUs on 8 nodes, the scheduler and reconciler loops running, a fake executor
+whose jobs run for 1-3 s), then, in this process:
+
+- N clients (default 200) each poll `GET /workloads?user=<me>` and `GET /queue` alternately,
+  one request every `--poll-interval` seconds (default 1 s, with jitter), as `gpupool ls`
+  users and open dashboards do;
+- a submitter sends `--rate` (default 20) `POST /workloads` per second, 1 GPU each,
+  from 40 users in 4 tenants;
+
+for `--duration` seconds (default 20). It reports latency percentiles per endpoint, errors,
+and submit -> admitted delay (server side: admitted_at - submitted_at) while GPUs were free.
+Targets: p99 <= 100 ms, no errors, admitted <= 1 s.
+
+    python bench/api_load.py [--clients 200] [--rate 20] [--duration 20] [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TENANTS = ["lab-a", "lab-b", "lab-c", "lab-d"]
+USERS_PER_TENANT = 10
+NODES, GPUS_PER_NODE = 8, 8
+
+
+# -- the server process -------------------------------------------------------------------
+
+
+def serve(data_dir: Path, port: int) -> None:
+    import uvicorn
+
+    from gpupool.clock import SystemClock
+    from gpupool.domain import GPU, Membership, Node, Quota, Role, Tenant, User
+    from gpupool.executors.base import ExecState, ExecStatus
+    from gpupool.executors.fake import FakeExecutor
+    from gpupool.server.app import create_app
+    from gpupool.server.loops.reconciler import ReconcilerLoop
+    from gpupool.server.security import hash_password
+    from gpupool.server.services.accounts import issue_token
+    from gpupool.server.settings import Settings
+    from gpupool.store import NodeRepo, TenantRepo, UserRepo, open_store
+
+    class TimedExecutor(FakeExecutor):
+        """Jobs succeed 1-3 s after they start (by hash of the id: deterministic)."""
+
+        def poll(self, workload_id: str) -> ExecStatus:
+            p = self.world.processes.get(workload_id)
+            if p is not None and p.state.alive:
+                runtime = 1.0 + (hash(workload_id) % 2000) / 1000
+                if self.clock.now() >= p.started_at + runtime:
+                    self.finish(workload_id, 0)
+            st = super().poll(workload_id)
+            return st if st.state is not ExecState.UNKNOWN else st
+
+    clock = SystemClock()
+    store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}")
+    now = clock.now()
+    pw = hash_password("bench-password")
+    with store.write() as s:
+        for n in range(NODES):
+            gpus = tuple(GPU(i, f"GPU-n{n}-{i}", "H100", 81920) for i in range(GPUS_PER_NODE))
+            NodeRepo(s).upsert(Node(f"n{n}", gpus, cpu_milli=128000, memory_mib=1 << 20))
+        users = UserRepo(s)
+        users.create(User("admin", admin=True), pw, now)
+        for t in TENANTS:
+            TenantRepo(s).save(Tenant(t, Quota.gpus(8, 32)), now)
+            for u in range(USERS_PER_TENANT):
+                users.create(User(f"{t}-u{u}"), pw, now)
+                users.set_membership(Membership(f"{t}-u{u}", t, Role.MEMBER))
+    settings = Settings(database_url=store.url, scheduler_interval_s=0.5, max_body_bytes=1 << 20)
+    app = create_app(settings, executor=TimedExecutor(clock), clock=clock, store=store)
+    ctx = app.state.ctx
+    ctx.loops.add(ReconcilerLoop(ctx, interval_s=1.0))
+    tokens = {"admin": issue_token(ctx, "admin", "bench", None).token}
+    for t in TENANTS:
+        for u in range(USERS_PER_TENANT):
+            tokens[f"{t}-u{u}"] = issue_token(ctx, f"{t}-u{u}", "bench", None).token
+    (data_dir / "tokens.json").write_text(json.dumps(tokens))
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=60,
+    )
+
+
+# -- the load generator -------------------------------------------------------------------
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))
+    return s[k]
+
+
+async def load(url: str, tokens: dict[str, str], args: argparse.Namespace) -> dict:
+    # aiohttp, not httpx: httpx's async pool itself tops out near 20 requests/s with 200
+    # concurrent connections on the 2-core machine, hiding the server's latency.
+    import aiohttp
+
+    lat: dict[str, list[float]] = {"GET /workloads": [], "GET /queue": [], "POST /workloads": []}
+    errors: list[str] = []
+    users = [u for u in tokens if u != "admin"]
+    stop_at = time.monotonic() + args.duration
+    conn = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(url + "/api/v1/", connector=conn, timeout=timeout) as http:
+
+        async def timed(label: str, method: str, path: str, user: str, **kw) -> None:
+            t0 = time.perf_counter()
+            try:
+                headers = {"Authorization": f"Bearer {tokens[user]}"}
+                async with http.request(method, path, headers=headers, **kw) as r:
+                    body = await r.read()
+                    if r.status >= 400:
+                        errors.append(f"{label}: {r.status} {body[:200]!r}")
+            except (aiohttp.ClientError, TimeoutError) as e:
+                errors.append(f"{label}: {e!r}")
+            lat[label].append(time.perf_counter() - t0)
+
+        async def poller(i: int) -> None:
+            user = users[i % len(users)]
+            await asyncio.sleep(random.random() * args.poll_interval)
+            n = 0
+            while time.monotonic() < stop_at:
+                if n % 2 == 0:
+                    params = {"user": user, "limit": "50"}
+                    await timed("GET /workloads", "GET", "workloads", user, params=params)
+                else:
+                    await timed("GET /queue", "GET", "queue", user)
+                n += 1
+                await asyncio.sleep(args.poll_interval * (0.8 + 0.4 * random.random()))
+
+        async def submitter() -> None:
+            period = 1.0 / args.rate
+            next_at = time.monotonic()
+            tasks = []
+            k = 0
+            while time.monotonic() < stop_at:
+                user = users[k % len(users)]
+                body = {"gpus": 1, "command": ["python", "train.py"], "name": f"bench-{k}"}
+                job = timed("POST /workloads", "POST", "workloads", user, json=body)
+                tasks.append(asyncio.create_task(job))
+                k += 1
+                next_at += period
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            await asyncio.gather(*tasks)
+
+        await asyncio.gather(submitter(), *(poller(i) for i in range(args.clients)))
+        # let the last submissions be scheduled, then read admission delays (server clock)
+        await asyncio.sleep(2.0)
+        headers = {"Authorization": f"Bearer {tokens['admin']}"}
+        async with http.get("workloads", params={"limit": "1000"}, headers=headers) as r:
+            ws = await r.json()
+        async with http.get(url + "/metrics") as r:
+            metrics = await r.text()
+    cycles = {}
+    for line in metrics.splitlines():
+        for key in ("gpupool_scheduler_cycle_seconds_sum", "gpupool_scheduler_cycle_seconds_count"):
+            if line.startswith(key + " "):
+                cycles[key] = float(line.split()[1])
+    bench = [w for w in ws if (w["name"] or "").startswith("bench-")]
+    delays = [w["admitted_at"] - w["submitted_at"] for w in bench if w["admitted_at"] is not None]
+    never = [w["id"] for w in bench if w["admitted_at"] is None and w["state"] == "pending"]
+    return {
+        "latency": lat,
+        "errors": errors,
+        "admit_delays": delays,
+        "never_admitted": never,
+        "submitted": len(bench),
+        "cycles": cycles.get("gpupool_scheduler_cycle_seconds_count", 0),
+        "mean_cycle_s": cycles.get("gpupool_scheduler_cycle_seconds_sum", 0)
+        / max(1, cycles.get("gpupool_scheduler_cycle_seconds_count", 0)),
+    }
+
+
+def report(res: dict, args: argparse.Namespace, wall: float) -> str:
+    lines = [
+        "| endpoint | requests | p50 ms | p95 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, v in res["latency"].items():
+        ms = [x * 1000 for x in v]
+        lines.append(
+            f"| {label} | {len(v)} | {pct(ms, 50):.1f} | {pct(ms, 95):.1f} | "
+            f"{pct(ms, 99):.1f} | {max(ms) if ms else float('nan'):.1f} |"
+        )
+    all_ms = [x * 1000 for v in res["latency"].values() for x in v]
+    d = res["admit_delays"]
+    total = sum(len(v) for v in res["latency"].values())
+    lines += [
+        "",
+        f"- all requests: {total} in {wall:.1f} s ({total / wall:.0f}/s), "
+        f"p99 {pct(all_ms, 99):.1f} ms, errors: {len(res['errors'])}",
+        f"- submit -> admitted (server clock, {len(d)} workloads): "
+        f"median {statistics.median(d) if d else float('nan'):.3f} s, "
+        f"p99 {pct(d, 99):.3f} s, max {max(d) if d else float('nan'):.3f} s; "
+        f"still pending at the end: {len(res['never_admitted'])}",
+        f"- scheduler: {res['cycles']:.0f} cycles, mean {res['mean_cycle_s'] * 1000:.1f} ms "
+        "(snapshot, decide, commit admissions, start)",
+        f"- settings: {args.clients} clients, one poll per {args.poll_interval:g} s each, "
+        f"{args.rate:g} submissions/s, {args.duration:g} s, "
+        f"{NODES * GPUS_PER_NODE} simulated GPUs, jobs run 1-3 s",
+    ]
+    if res["errors"]:
+        lines += ["", "first errors:", *[f"    {e}" for e in res["errors"][:5]]]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=200)
+    ap.add_argument("--rate", type=float, default=20.0)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--poll-interval", type=float, default=1.0)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="append the markdown report to this file")
+    ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve, args.port)
+        return
+    import socket
+
+    port = args.port
+    if not port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(data), "--port", str(port)],
+            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            import httpx
+
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if (data / "tokens.json").exists() and httpx.get(url + "/healthz").is_success:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit("the bench server did not start")
+                time.sleep(0.2)
+            tokens = json.loads((data / "tokens.json").read_text())
+            t0 = time.monotonic()
+            res = asyncio.run(load(url, tokens, args))
+            text = report(res, args, time.monotonic() - t0)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(text)
+    if args.out:
+        with args.out.open("a") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
