@@ -173,3 +173,16 @@ def test_trace_errors_exit_2(tmp_path):
     bad.write_text("submit_time,duration,num_gpus,tenant\n0,-5,1,a\n")
     res = invoke("--trace", str(bad))
     assert res.exit_code == 2 and "line 2" in res.output
+
+
+def test_progress_bar_on_request_does_not_disturb_json(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        + "".join(f"2017-10-01 00:{i:02d}:00,600,{1 + i % 2},0,vc{i % 3}\n" for i in range(30))
+    )
+    res = invoke("--trace", str(trace), "--gpus", "8", "--progress", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert len(out["workloads"]) == 30
+    assert set(out["metrics"]["per_tenant"]) == {"vc0", "vc1", "vc2"}
