@@ -22,7 +22,7 @@ IDLE_UTIL_PCT = 5.0
 #: Ranges the usage page offers, in seconds.
 RANGES_S = (3600, 86400, 7 * 86400, 30 * 86400)
 #: Time slots per GPU series sent to the browser.
-MAX_POINTS = 240
+MAX_POINTS = 120
 
 
 def _round(x: float | None, nd: int = 1) -> float | None:
