@@ -71,8 +71,9 @@ def test_exit_codes_are_kept(ex):
 
 
 def test_bad_input_is_a_clear_start_error(ex):
-    with pytest.raises(StartError, match="no command"):
+    with pytest.raises(StartError, match="no command") as e:
         ex.start(Workload(id="w1", tenant="t", owner="a"), None)
+    assert e.value.permanent
     with pytest.raises(StartError, match="directory name"):
         ex.start(wl("true", wid="../evil"), None)
     assert ex.poll("w1").state is ExecState.UNKNOWN
@@ -231,8 +232,9 @@ def test_per_user_mode_runs_as_the_owner(shared_tmp):
 @root_only
 def test_per_user_mode_refuses_unknown_and_root_accounts(tmp_path):
     ex = LocalExecutor(tmp_path / "jobs", user_mode=UserMode.PER_USER)
-    with pytest.raises(StartError, match="no Unix account 'zz-no-such-user'"):
+    with pytest.raises(StartError, match="no Unix account 'zz-no-such-user'") as e:
         ex.start(wl("true", owner="zz-no-such-user"), None)
+    assert e.value.permanent
     with pytest.raises(StartError, match="as root"):
         ex.start(wl("true", owner="root"), None)
 

@@ -55,7 +55,15 @@ class ExecutorError(Exception):
 
 
 class StartError(ExecutorError):
-    """The work could not be launched (bad command, no Unix account, engine refused it)."""
+    """The work could not be launched (bad command, no Unix account, engine refused it).
+
+    `permanent`: retrying cannot help (the owner has no Unix account, the command is empty);
+    the caller should fail the workload with this message instead of requeueing it.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class NotSupported(ExecutorError):

@@ -145,12 +145,14 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
                 raise StartError(
                     f"gpupool user {workload.owner!r} has no Unix account {name!r} on this host; "
                     f"create it (useradd -m {name}), set the user's unix_user to an existing "
-                    "account, or run gpupool in single-user mode"
+                    "account, or run gpupool in single-user mode",
+                    permanent=True,
                 ) from None
             if pw.pw_uid == 0 and not self.allow_root_jobs:
                 raise StartError(
                     f"refusing to run {workload.owner!r}'s job as root; map the user to an "
-                    "unprivileged Unix account"
+                    "unprivileged Unix account",
+                    permanent=True,
                 )
         return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir, pw.pw_shell)
 
@@ -227,9 +229,11 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         unix_user: str | None,
     ) -> Handle:
         if not _SAFE_ID.match(workload.id):
-            raise StartError(f"workload id {workload.id!r} is not usable as a directory name")
+            raise StartError(
+                f"workload id {workload.id!r} is not usable as a directory name", permanent=True
+            )
         if not workload.command:
-            raise StartError(f"workload {workload.id} has no command to run")
+            raise StartError(f"workload {workload.id} has no command to run", permanent=True)
         if self._alive(workload.id):
             raise StartError(f"workload {workload.id} is already running on this host")
         fractional_mps = allocation is not None and any(
