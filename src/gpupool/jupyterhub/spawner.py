@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import time
+from html import escape
 from typing import Any
 
 from jupyterhub.spawner import LocalProcessSpawner
@@ -153,12 +154,29 @@ class GpupoolSpawner(LocalProcessSpawner):
     def _admin(self) -> GpupoolClient:
         return GpupoolClient(self.gpupool_url, self.gpupool_token)
 
-    async def _as_user(self) -> GpupoolClient:
+    async def _checked_user_client(self) -> GpupoolClient:
+        """`_as_user`, with a token gpupool still accepts (expired or revoked: get another)."""
+        client = await self._as_user()
+        try:
+            await client.me()
+            return client
+        except GpupoolAPIError as e:
+            await client.aclose()
+            if e.status != 401:
+                raise
+        stale, self.user_token, self.user_token_id = self.user_token, "", ""
+        return await self._as_user(avoid=stale)
+
+    async def _as_user(self, avoid: str = "") -> GpupoolClient:
         """A client acting as this hub user: the token from the user's gpupool login (auth
         state), else one the hub mints for the user with its admin token."""
         if not self.user_token:
             auth_state = await self.user.get_auth_state() if self.user else None
-            if auth_state and auth_state.get("gpupool_token"):
+            if (
+                auth_state
+                and auth_state.get("gpupool_token")
+                and auth_state["gpupool_token"] != avoid
+            ):
                 self.user_token = auth_state["gpupool_token"]
                 self.user_token_id = auth_state.get("gpupool_token_id") or ""
         if not self.user_token:
@@ -246,7 +264,7 @@ class GpupoolSpawner(LocalProcessSpawner):
             profiles, tenants, gpus, info = await self._context()
             notice = await self._last_stop_notice()
         except GpupoolAPIError as e:
-            return f'<p class="text-danger">gpupool: {e.message}</p>'
+            return f'<p class="text-danger" id="gpupool-error">gpupool: {escape(e.message)}</p>'
         return render_form(profiles, tenants, gpus, info, notice)
 
     async def _choice(self) -> Any:
@@ -314,7 +332,10 @@ class GpupoolSpawner(LocalProcessSpawner):
         self._launched = False
         self._grant_env = {}
         choice = await self._choice()
-        client = await self._as_user()
+        try:
+            client = await self._checked_user_client()
+        except GpupoolAPIError as e:
+            raise web.HTTPError(503 if e.status >= 500 else 403, e.message) from None
         try:
             wl = await self._existing(client)
             if wl is None:
