@@ -269,3 +269,48 @@ def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
     finally:
         if up.proc.poll() is None:
             up.proc.kill()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-user mode needs root")
+def test_up_per_user_mode_runs_jobs_as_their_owners_account(tmp_path):
+    import pwd
+    import tempfile
+
+    # a data dir outside root's private tmp, as on a real server
+    data = Path(tempfile.mkdtemp(prefix="gpupool-up-", dir="/tmp")) / "data"
+    up = Up(data, free_port(), "--user-mode", "per-user")
+    try:
+        up.wait_ready()
+        assert "per-user mode" in up.output
+        h = login(up.url)
+        r = httpx.post(
+            f"{up.url}/api/v1/users",
+            headers=h,
+            json={"name": "bob", "password": "bob-password", "unix_user": "nobody"},
+        )
+        assert r.status_code == 201, r.text
+        r = httpx.put(
+            f"{up.url}/api/v1/users/bob/memberships/default", headers=h, json={"role": "member"}
+        )
+        assert r.status_code == 200, r.text
+        tok = httpx.post(
+            f"{up.url}/api/v1/auth/login", json={"username": "bob", "password": "bob-password"}
+        ).json()["token"]
+        hb = {"Authorization": f"Bearer {tok}"}
+        r = httpx.post(
+            f"{up.url}/api/v1/workloads",
+            headers=hb,
+            json={"gpus": 1, "command": ["sh", "-c", "id -un; echo $HOME"], "tenant": "default"},
+        )
+        wid = r.json()["id"]
+        until(lambda: workload(up.url, hb, wid)["state"] == "succeeded", what="bob's job")
+        lines = (data / "jobs" / wid / "output.log").read_text().splitlines()
+        assert lines == ["nobody", pwd.getpwnam("nobody").pw_dir]
+        assert (data / "jobs" / wid / "output.log").stat().st_uid == pwd.getpwnam("nobody").pw_uid
+        assert up.stop(signal.SIGINT) == 0
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
+        import shutil
+
+        shutil.rmtree(data.parent, ignore_errors=True)
