@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -143,7 +144,9 @@ class Bench:
             if time.time() > deadline:
                 raise TimeoutError(f"tenants not ready for {label} in time")
             time.sleep(0.02)
-        (sync / f"go-{label}").write_text(repr(time.time() + 0.5))
+        tmp = sync / f".go-{label}.tmp"  # atomic: a worker must never read a half-written file
+        tmp.write_text(repr(time.time() + 0.5))
+        os.replace(tmp, sync / f"go-{label}")
 
     # -- throughput --------------------------------------------------------------------------
     def group(self, mode: str, n: int, tag: str, pct: int | None = None) -> None:
@@ -561,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         "driver": snap.driver_version,
         "cuda": snap.cuda_version,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "PYTHONPATH=src python3 bench/sharing.py " + " ".join(argv or sys.argv[1:]),
+        "command": "PYTHONPATH=src python3 bench/sharing.py " + shlex.join(argv or sys.argv[1:]),
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "matmul_size": args.matmul_size,
