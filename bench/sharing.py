@@ -331,18 +331,45 @@ class Bench:
 
     # -- output ------------------------------------------------------------------------------
     def save(self) -> None:
-        every = [
-            Measurement(**{**m, "rates": tuple(m["rates"]), "enforcement": tuple(m["enforcement"])})
-            for m in self.result["measurements"]
-        ]
-        ms = [m for m in every if not m.extra.get("override")]
-        rs = rows(ms)
-        self.result["thread_pct_table"] = thread_pct_table(every)
-        self.result["rows"] = [asdict(r) for r in rs]
-        self.result["goals"] = goals(rs)
-        self.result["table"] = markdown_table(ms)
-        (self.out_dir / "sharing.json").write_text(json.dumps(self.result, indent=1, default=str))
-        (self.out_dir / "sharing.md").write_text(render_md(self.result))
+        write_results(self.result, self.out_dir)
+
+
+def write_results(result: dict, out_dir: Path) -> None:
+    """Derive rows, goals and tables from the measurements; write sharing.json and sharing.md."""
+    every = [
+        Measurement(**{**m, "rates": tuple(m["rates"]), "enforcement": tuple(m["enforcement"])})
+        for m in result["measurements"]
+    ]
+    ms = [m for m in every if not m.extra.get("override")]
+    rs = rows(ms)
+    result["thread_pct_table"] = thread_pct_table(every)
+    result["rows"] = [asdict(r) for r in rs]
+    result["goals"] = goals(rs)
+    result["table"] = markdown_table(ms)
+    (out_dir / "sharing.json").write_text(json.dumps(result, indent=1, default=str))
+    (out_dir / "sharing.md").write_text(render_md(result))
+
+
+def rerender(json_path: Path) -> int:
+    """Rewrite the derived parts of a recorded run with this version's report code.
+
+    Raw data (groups, measurements' rates, isolation records) stay as recorded; the thread
+    percentage and SMs of older records are filled in from the workers' own reports."""
+    try:
+        result = json.loads(json_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"sharing: cannot read {json_path}: {e}", file=sys.stderr)
+        return 2
+    facts = {g["tag"]: (g["tenants"] or [{}])[0].get("worker", {}) for g in result["groups"]}
+    for m in result["measurements"]:
+        w = facts.get(m["extra"].get("tag"), {})
+        m["extra"].setdefault("override", False)
+        m["extra"].setdefault(
+            "thread_pct", w.get("env", {}).get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+        )
+        m["extra"].setdefault("sms_seen", w.get("multiprocessors_seen"))
+    write_results(result, json_path.parent)
+    return 0
 
 
 def feed_simulated(source, sync: Path) -> None:
@@ -507,6 +534,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "gpupool's (e.g. 8:14,8:100)",
     )
     p.add_argument("--work-dir", default=None)
+    p.add_argument("--render", metavar="JSON", help="only re-render a recorded sharing.json")
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -530,6 +558,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        return rerender(Path(args.render))
     from gpupool.telemetry.source import NoGPUError, TelemetryError, open_source
 
     if args.dry_run:
