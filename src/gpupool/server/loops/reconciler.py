@@ -85,6 +85,7 @@ class ReconcilerLoop(Loop):
         with ctx.store.read() as s:
             records = WorkloadRepo(s).list(states=(S.ADMITTED, S.STARTING, S.RUNNING))
         active = {r.workload.id for r in records}
+        self._enforcement_synced = {k for k in self._enforcement_synced if k[0] in active}
         for rec in records:
             self._reconcile_one(rec, report)
         self._stop_orphans(active, report)
