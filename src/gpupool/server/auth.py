@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from gpupool.domain import Membership, Role, User
 from gpupool.server.context import AppContext, get_ctx
@@ -153,13 +154,15 @@ def principal_for_token(ctx: AppContext, secret: str) -> Principal:
     return principal
 
 
-def authenticated(
+async def authenticated(
     request: Request,
     creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
     ctx: AppContext = Depends(get_ctx),
 ) -> Principal:
     """FastAPI dependency: the caller, from `Authorization: Bearer <token>` or the session
-    cookie. Raises 401 when neither holds a valid token."""
+    cookie. Raises 401 when neither holds a valid token. A recently checked token is
+    answered from the cache without leaving the event loop; otherwise the database is asked
+    from a worker thread."""
     secret = creds.credentials if creds is not None else None
     if secret is None:
         secret = request.cookies.get(ctx.settings.cookie_name)
@@ -168,4 +171,7 @@ def authenticated(
             "authentication required: send 'Authorization: Bearer <token>' "
             "(get one with POST /api/v1/auth/login or `gpupool login`)"
         )
-    return principal_for_token(ctx, secret)
+    cached = ctx.auth_cache.get(hash_token(secret), ctx.clock.now())
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(principal_for_token, ctx, secret)

@@ -42,5 +42,6 @@ def _token_cache() -> TokenCache:
     return TokenCache()
 
 
-def get_ctx(request: Request) -> AppContext:
+async def get_ctx(request: Request) -> AppContext:
+    """FastAPI dependency (async: no thread hop for a lookup)."""
     return request.app.state.ctx  # type: ignore[no-any-return]
