@@ -234,8 +234,8 @@ class _Cycle:
                 q = queues[t] = []
                 demand[t] = 0
             entry = e[3]
-            if las:
-                entry = ((attained.get(wid, 0.0), *entry[0][1:]), *entry[1:])
+            if las and wid in attained:  # the carried key has 0 attained service
+                entry = ((attained[wid], *entry[0][1:]), *entry[1:])
             q.append(entry)
             demand[t] += e[2]
         for q in queues.values():
@@ -283,16 +283,30 @@ class _Cycle:
         return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), g, t)
 
     def _walk_fifo(self) -> None:
+        """One global queue in submit order, greedy: what does not fit is skipped."""
         merged = sorted(c for q in self.queues.values() for c in q)
+        walked, waiting, info, rank = self.walked, self.waiting, self.info, self.rank
+        last = _last_info if _last_info is not None else {}
+        same_rank = {t: self._last_rank.get(t) == r for t, r in rank.items()}
+        cap = self.config.max_admissions_per_cycle
         for _, w, shape, _ in merged:
-            if self._cap_reached():
+            if cap is not None and len(self.admissions) >= cap:
                 break
             t = w.tenant
-            self.considered += 1
-            self.walked[t] += 1
-            if not self._place_or_block(w, shape, reserve=False):
-                n = self.waiting[t] = self.waiting[t] + 1
-                self.info[w.id] = PendingInfo(self.reasons[w.id], n, self.rank[t])
+            walked[t] += 1
+            if shape in self.nofit:
+                why = self._blocked_reason(shape)
+            elif self._place_or_block(w, shape, reserve=False):
+                continue
+            else:
+                why = self.reasons[w.id]
+            n = waiting[t] = waiting[t] + 1
+            old = last.get(w.id) if same_rank[t] else None
+            if old is not None and old.position == n and old.reason == why:
+                info[w.id] = old
+            else:
+                info[w.id] = PendingInfo(why, n, rank[t])
+        self.considered = sum(walked.values())
 
     def _walk_tenants(self) -> None:
         """Tenants from a heap (re-ranked after each admission); inside a tenant, its queue
