@@ -40,7 +40,7 @@
     const sum = document.getElementById("summary");
     const item = (k, v) => h("div", {}, h("dt", {}, k), h("dd", {}, v));
     sum.replaceChildren(item("GPUs", s.gpus), item("Free", s.free), item("In use", s.busy),
-      item("Held but idle", s.idle), item("Unhealthy", s.down), item("Allocated", `${GP.gpus(s.allocated_milli)} GPUs`),
+      item("Held but idle", s.idle), item("Unhealthy", s.down), item("Allocated", `${GP.gpus(s.allocated_milli)} GPU${s.allocated_milli === 1000 ? "" : "s"}`),
       ...(view.simulated ? [item("Telemetry", "simulated GPUs")] : []));
     const nodes = document.getElementById("nodes");
     nodes.setAttribute("aria-busy", "false");
