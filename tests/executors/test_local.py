@@ -269,3 +269,22 @@ def test_many_finished_jobs_are_not_rescanned(ex):
     assert ex.list_running() == []
     assert set(ex._final) == {f"f{i}" for i in range(5)}
     assert ex._live_candidates() == []
+
+
+def test_prune_removes_only_old_finished_jobs(ex, tmp_path):
+    import time
+
+    fifo, ready = tmp_path / "go", tmp_path / "ready"
+    os.mkfifo(fifo)
+    os.mkfifo(ready)
+    ex.start(wl("exit 0", wid="old"), None)
+    ex.start(wl(f"echo up > {ready}; read x < {fifo}", wid="live"), None)
+    wait_job(ex, "old")
+    wait_ready(ready)
+    assert ex.prune(3600) == []  # just ended: kept
+    assert ex.prune(3600, now=time.time() + 7200) == ["old"]
+    assert not (ex.state_dir / "old").exists()
+    assert ex.poll("old").state is ExecState.UNKNOWN
+    assert ex.poll("live").state is ExecState.RUNNING
+    release(fifo)
+    wait_job(ex, "live")

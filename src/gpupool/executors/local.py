@@ -31,10 +31,12 @@ import json
 import os
 import pwd
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -488,6 +490,25 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         except FileNotFoundError:
             return ""
         return data.decode("utf-8", errors="replace")
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """Delete the state dirs (and logs) of jobs that ended more than `older_than_s` ago
+        (by their exit time, wall clock). Live and never-ended jobs are kept. Returns ids."""
+        now = time.time() if now is None else now
+        removed = []
+        with self._lock:
+            for wid in self._workload_ids():
+                d = self._dir(wid)
+                try:
+                    ended = float((d / EXIT_FILE).read_text().split()[1])
+                except (FileNotFoundError, ValueError, IndexError):
+                    continue
+                if now - ended >= older_than_s and not self._alive(wid):
+                    shutil.rmtree(d, ignore_errors=True)
+                    self._final.pop(wid, None)
+                    self._children.pop(wid, None)
+                    removed.append(wid)
+        return removed
 
     def log_path(self, workload_id: str) -> Path:
         return self._dir(workload_id) / LOG_FILE

@@ -13,8 +13,10 @@ Each pass:
    is requeued once it is older than `launch_grace_s`;
 5. live work the store does not hold as active (e.g. cancelled while no server ran) is
    stopped: gpupool never leaves unaccounted work on a GPU;
-6. with an `MPSManager`, the MPS daemons of this node's `shared` GPUs are kept up;
-7. the enforcement the executor really applied (e.g. `policed` instead of `mps` when no
+6. once an hour, the executor's state and logs of work that ended `keep_finished_s` ago
+   (30 days) are removed;
+7. with an `MPSManager`, the MPS daemons of this node's `shared` GPUs are kept up;
+8. the enforcement the executor really applied (e.g. `policed` instead of `mps` when no
    healthy daemon could serve the job's Unix user) replaces what the scheduler asked for on
    the allocation's shares, with a `workload.enforcement` event: never claim more than is
    enforced.
@@ -65,12 +67,15 @@ class ReconcilerLoop(Loop):
         *,
         interval_s: float = 2.0,
         launch_grace_s: float = 60.0,
+        keep_finished_s: float = 30 * 86400.0,
         mps: MPSManager | None = None,
         node: str | None = None,
     ):
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
         self.ctx = ctx
         self.launch_grace_s = launch_grace_s
+        self.keep_finished_s = keep_finished_s
+        self._last_prune: float | None = None
         self.mps = mps
         self.node = node
         self._seen_running: set[str] = set()
@@ -91,6 +96,7 @@ class ReconcilerLoop(Loop):
         self._stop_orphans(active, report)
         if self.mps is not None:
             report.mps = self._keep_mps()
+        self._prune()
         self._runs += 1
         if report.adopted:
             log.info("reconciler: adopted running work %s", ", ".join(report.adopted))
@@ -242,6 +248,17 @@ class ReconcilerLoop(Loop):
                     )
                 )
             report.orphans_stopped.append(rp.workload_id)
+
+    def _prune(self) -> None:
+        """Hourly: drop executor state (and logs) of work that ended `keep_finished_s` ago."""
+        prune = getattr(self.ctx.executor, "prune", None)
+        now = self.ctx.clock.now()
+        if prune is None or (self._last_prune is not None and now - self._last_prune < 3600):
+            return
+        self._last_prune = now
+        removed = prune(self.keep_finished_s)
+        if removed:
+            log.info("reconciler: removed the state and logs of %d old jobs", len(removed))
 
     def _keep_mps(self) -> dict[str, bool]:
         """Keep a daemon for each `shared` GPU of this node; stop the others'."""
