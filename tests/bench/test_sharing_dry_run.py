@@ -49,3 +49,25 @@ def test_bad_arguments_get_a_clear_error_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "tenant counts must be integers" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_render_rewrites_the_report_of_a_recorded_run_and_keeps_its_data(tmp_path):
+    rec = ROOT / "bench" / "results" / "sharing_h100" / "sharing.json"
+    copy = tmp_path / "sharing.json"
+    copy.write_text(rec.read_text())
+    cmd = [sys.executable, str(ROOT / "bench" / "sharing.py"), "--render", str(copy)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    before, after = json.loads(rec.read_text()), json.loads(copy.read_text())
+    assert after["groups"] == before["groups"]
+    assert [m["rates"] for m in after["measurements"]] == [
+        m["rates"] for m in before["measurements"]
+    ]
+    assert "NVIDIA H100" in (tmp_path / "sharing.md").read_text()
+
+
+def test_render_of_a_missing_file_says_so(tmp_path):
+    cmd = [sys.executable, str(ROOT / "bench" / "sharing.py"), "--render", str(tmp_path / "x")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
+    assert "Traceback" not in proc.stderr

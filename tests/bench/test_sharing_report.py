@@ -16,8 +16,10 @@ from sharing_report import (  # noqa: E402
     jain,
     markdown_table,
     parse_counts,
+    parse_pct_overrides,
     rows,
     share_size,
+    thread_pct_table,
 )
 
 from gpupool.domain import Enforcement, Share  # noqa: E402
@@ -122,3 +124,32 @@ def test_markdown_table_lists_every_n_with_ratios_and_marks_missing_runs():
     assert "| matmul | 1 |" in table and "= exclusive" in table
     small2 = next(ln for ln in lines if ln.startswith("| small | 2 |"))
     assert "not run" in small2
+
+
+def test_pct_overrides_parse_pairs_and_reject_nonsense():
+    assert parse_pct_overrides("") == []
+    assert parse_pct_overrides("8:14, 4:26") == [(8, 14), (4, 26)]
+    for bad in ("8", "8:x", "1:50", "8:0", "8:101"):
+        with pytest.raises(ValueError):
+            parse_pct_overrides(bad)
+
+
+def test_thread_pct_table_counts_the_sms_all_clients_get_and_marks_overrides():
+    data = [
+        Measurement("exclusive", 1, "matmul", (100.0,), ("hardware",)),
+        Measurement(
+            "mps", 8, "matmul", (11.75,) * 8, ("mps",) * 8, {"thread_pct": "13", "sms_seen": 16}
+        ),
+        Measurement(
+            "mps",
+            8,
+            "matmul",
+            (12.5,) * 8,
+            ("mps",) * 8,
+            {"thread_pct": "100", "sms_seen": 132, "override": True},
+        ),
+    ]
+    lines = thread_pct_table(data).splitlines()
+    assert lines[2] == "| matmul | 8 | 13 | 16 | 128 | 94.0 | 0.94 | gpupool |"
+    assert lines[3] == "| matmul | 8 | 100 | 132 | 1056 | 100.0 | 1.00 | override |"
+    assert thread_pct_table(data[:1]) == ""
