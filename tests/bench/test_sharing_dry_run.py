@@ -71,3 +71,19 @@ def test_render_of_a_missing_file_says_so(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "cannot read" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_without_a_gpu_it_says_so_and_exits_2(monkeypatch, capsys, tmp_path):
+    import gpupool.telemetry.source as source
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import sharing
+
+    def no_gpu(*_a, **_k):
+        raise source.NoGPUError("no NVIDIA driver")
+
+    monkeypatch.setattr(source, "open_source", no_gpu)
+    assert sharing.main(["--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "no usable NVIDIA GPU" in err and "GPU machine" in err
+    assert not (tmp_path / "o").exists()
