@@ -1,4 +1,5 @@
-"""Pure parts of `bench/sharing.py`: share sizes, throughput math, goals and the Markdown report.
+"""Pure parts of `bench/sharing.py`: share sizes, throughput math, goals, isolation verdicts,
+and the Markdown report.
 
 No GPU and no PyTorch needed; unit-tested in `tests/bench/test_sharing_report.py`.
 
@@ -199,3 +200,126 @@ def thread_pct_table(ms: Sequence[Measurement]) -> str:
             f"{_f(total, '{}')} | {m.aggregate:.1f} | {_f(rel)} | {how} |"
         )
     return "\n".join(lines)
+
+
+def isolation_verdict(rec: dict) -> dict:
+    """Did the limit hold for the offender, and did every other tenant finish exactly right?"""
+    vs = rec.get("victims", [])
+    victims_ok = bool(vs) and all(
+        v.get("status", {}).get("exit_code") == 0 and v.get("worker", {}).get("ok") for v in vs
+    )
+    off = rec.get("offender", {})
+    w = off.get("worker", {})
+    if rec["mode"] == "mps":
+        held = (
+            off.get("enforcement") == "mps"
+            and w.get("state") == "out_of_memory"
+            and w.get("allocated_mib", 1 << 30) <= rec["share_memory_mib"]
+        )
+        how = "offender got CUDA out of memory within its share"
+    else:
+        ev = rec.get("agent", {}).get("events", [])
+        flagged = any(
+            e["kind"] == "over_memory" and e["workload"] == off.get("workload") for e in ev
+        )
+        killed = (
+            rec.get("agent", {}).get("killed") and off.get("status", {}).get("exit_code") == 137
+        )
+        wrong = [e for e in ev if e["workload"] != off.get("workload")]
+        held = bool(flagged and killed and not wrong)
+        how = "telemetry flagged over_memory, agent SIGKILLed the offender, no one else flagged"
+    return {
+        "offender_stopped": held,
+        "victims_exact": victims_ok,
+        "ok": held and victims_ok,
+        "criterion": how,
+    }
+
+
+def render_md(res: dict) -> str:
+    env = res.get("environment", {})
+    g = res.get("goals", {})
+    out = [
+        "# Fractional GPU sharing: MPS shares vs time-slicing (bench/sharing.py)",
+        "",
+        *(
+            ["**DRY RUN: simulated GPU, workers without PyTorch: the numbers mean nothing.**", ""]
+            if env.get("dry_run")
+            else []
+        ),
+        f"Device: **{env.get('gpu_name', '?')}** ({env.get('gpu_memory_mib', '?')} MiB, driver "
+        f"{env.get('driver', '?')}), host `{env.get('host', '?')}`, {env.get('date', '?')}.",
+        f"Command: `{env.get('command', '?')}`",
+        f"Per measurement: {env.get('duration_s')} s common window after "
+        f"{env.get('warmup_s')} s warm-up; matmul {env.get('matmul_size')}² bf16; "
+        "small = MLP 512-1024-1024-10, batch 64, Adam.",
+        "",
+        "Aggregate throughput (sum of the tenants' iterations/s over the same window) relative to "
+        "exclusive (each tenant alone on the GPU, one after another = one tenant's rate). "
+        "Fairness: Jain's index of the tenants' rates (1 = equal).",
+        "",
+        res.get("table", ""),
+        "",
+        "## Goals (gpupool shares = MPS)",
+        "",
+        f"- saturating matmul ≥ {g.get('matmul_goal')}x exclusive at every N: "
+        f"{_by_n(g.get('matmul_mps_relative_by_n'))} -> "
+        f"**{_met(g, 'matmul')}**",
+        f"- small work ≥ {g.get('small_goal_n8')}x at N = 8: "
+        f"{_r(g.get('small_mps_relative_n8'))} -> **{_met(g, 'small')}**",
+    ]
+    if res.get("isolation"):
+        out += ["", "## Isolation", ""]
+    for mode, rec in res.get("isolation", {}).items():
+        v = rec.get("verdict", {})
+        off = rec.get("offender", {})
+        w = off.get("worker", {})
+        out.append(
+            f"- **{mode}**: {rec['tenants']} tenants with {rec['share_memory_mib']} MiB shares; "
+            f"offender asked {rec['offender_target_mib']} MiB, got {w.get('allocated_mib')} MiB, "
+            f"ended `{w.get('state')}` (exit {off.get('status', {}).get('exit_code')}, "
+            f"{off.get('seconds_to_end')} s after start). "
+            f"Victims exact: {v.get('victims_exact')}; limit held: {v.get('offender_stopped')} "
+            f"({v.get('criterion')}). **{'PASS' if v.get('ok') else 'FAIL'}**"
+        )
+        if w.get("error"):
+            out.append(f"  - offender's error: `{w['error']}`")
+        for e in rec.get("agent", {}).get("events", []):
+            out.append(f"  - agent {e['what']} at +{e['at_s']} s: {e['message']}")
+        for t in rec.get("victims", []):
+            vw = t.get("worker", {})
+            out.append(
+                f"  - {t.get('workload')} ({t.get('enforcement')}): {vw.get('iterations')} checked "
+                f"matmuls, {vw.get('mismatches')} mismatches, checksum "
+                f"{vw.get('checksum')} vs expected {vw.get('expected_checksum')}"
+            )
+    if res.get("thread_pct_table"):
+        out += [
+            "",
+            "## MPS thread percentage and the SMs a client gets",
+            "",
+            "Rows marked *override* ran with another CUDA_MPS_ACTIVE_THREAD_PERCENTAGE than "
+            "gpupool computes (an experiment; they do not count for the goals above).",
+            "",
+            res["thread_pct_table"],
+        ]
+    if res.get("errors"):
+        out += ["", "## Errors", ""] + [f"- {e}" for e in res["errors"]]
+    return "\n".join(out) + "\n"
+
+
+def _met(g: dict, what: str) -> str:
+    measured = (
+        g.get("matmul_mps_relative_by_n") if what == "matmul" else g.get("small_mps_relative_n8")
+    )
+    if not measured:
+        return "not run"
+    return "met" if g.get(f"{what}_met") else "NOT met"
+
+
+def _by_n(d) -> str:
+    return ", ".join(f"N={n}: {_r(v)}" for n, v in (d or {}).items()) or "-"
+
+
+def _r(v) -> str:
+    return "-" if v is None else f"{v:.2f}"

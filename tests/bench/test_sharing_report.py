@@ -13,10 +13,12 @@ from sharing_report import (  # noqa: E402
     Measurement,
     exclusive_rates,
     goals,
+    isolation_verdict,
     jain,
     markdown_table,
     parse_counts,
     parse_pct_overrides,
+    render_md,
     rows,
     share_size,
     thread_pct_table,
@@ -153,3 +155,71 @@ def test_thread_pct_table_counts_the_sms_all_clients_get_and_marks_overrides():
     assert lines[2] == "| matmul | 8 | 13 | 16 | 128 | 94.0 | 0.94 | gpupool |"
     assert lines[3] == "| matmul | 8 | 100 | 132 | 1056 | 100.0 | 1.00 | override |"
     assert thread_pct_table(data[:1]) == ""
+
+
+def victim(ok: bool = True, exit_code: int = 0) -> dict:
+    return {"workload": "v", "status": {"exit_code": exit_code}, "worker": {"ok": ok}}
+
+
+def mps_rec(**offender_worker) -> dict:
+    worker = {"state": "out_of_memory", "allocated_mib": 19968, **offender_worker}
+    return {
+        "mode": "mps",
+        "tenants": 4,
+        "share_memory_mib": 20389,
+        "offender_target_mib": 30583,
+        "victims": [victim(), victim()],
+        "offender": {"workload": "off", "enforcement": "mps", "worker": worker},
+    }
+
+
+def test_mps_isolation_holds_only_for_an_oom_within_the_share_under_real_mps():
+    assert isolation_verdict(mps_rec())["ok"]
+    assert not isolation_verdict(mps_rec(allocated_mib=20480))["offender_stopped"]
+    assert not isolation_verdict(mps_rec(state="holding"))["offender_stopped"]
+    fell_back = mps_rec()
+    fell_back["offender"]["enforcement"] = "policed"
+    assert not isolation_verdict(fell_back)["ok"]
+
+
+def test_isolation_fails_when_a_victim_is_wrong_or_died():
+    for bad in (victim(ok=False), victim(exit_code=1)):
+        rec = mps_rec()
+        rec["victims"].append(bad)
+        v = isolation_verdict(rec)
+        assert v["offender_stopped"] and not v["victims_exact"] and not v["ok"]
+
+
+def policed_rec(events: list[dict], killed: bool = True, exit_code: int = 137) -> dict:
+    return {
+        "mode": "policed",
+        "tenants": 2,
+        "share_memory_mib": 1000,
+        "offender_target_mib": 1500,
+        "victims": [victim()],
+        "offender": {"workload": "off", "status": {"exit_code": exit_code}, "worker": {}},
+        "agent": {"events": events, "killed": killed},
+    }
+
+
+def test_policed_isolation_needs_the_flag_the_kill_and_no_one_else_flagged():
+    over = {"what": "warn", "kind": "over_memory", "workload": "off", "at_s": 1, "message": "m"}
+    assert isolation_verdict(policed_rec([over]))["ok"]
+    assert not isolation_verdict(policed_rec([]))["ok"]  # never flagged
+    assert not isolation_verdict(policed_rec([over], killed=False, exit_code=0))["ok"]
+    other = {**over, "workload": "v"}
+    assert not isolation_verdict(policed_rec([over, other]))["ok"]
+
+
+def test_markdown_report_states_device_goals_and_isolation_outcome():
+    res = {
+        "environment": {"gpu_name": "NVIDIA H100 80GB HBM3", "command": "x", "dry_run": False},
+        "measurements": [],
+        "table": markdown_table(ms()),
+        "goals": goals(rows(ms())),
+        "isolation": {"mps": {**mps_rec(), "verdict": isolation_verdict(mps_rec())}},
+    }
+    md = render_md(res)
+    assert "**NVIDIA H100 80GB HBM3**" in md and "DRY RUN" not in md
+    assert "small work ≥ 5.0x at N = 8: 5.60 -> **met**" in md
+    assert "**mps**" in md and "**PASS**" in md
