@@ -1,14 +1,15 @@
 """Backfill: smaller work may start behind a blocked request only where it does not delay it.
 
-A blocked request of a tenant below its fair share reserves the node where it is closest to
-fitting; nothing ranked after it may be placed there in that cycle.
+Guaranteed work that does not fit (and cannot reclaim) reserves the node where it is closest
+to fitting; nothing walked after it may be placed there in that cycle. Work that would borrow
+reserves nothing. (At now=0 no running work has reached the minimum runtime, so no reclaim.)
 """
 
 from gpupool.scheduler import SchedulerConfig, cycle
 from tests.scheduler.builders import job, node, placed, running, snapshot, tenant
 
 N0, N1 = node("n0"), node("n1")
-TENANTS = [tenant("lab-a"), tenant("lab-b"), tenant("lab-c")]
+TENANTS = [tenant("lab-a", 8), tenant("lab-b"), tenant("lab-c")]
 # lab-c holds 2 GPUs on n0 (6 free) and 4 on n1 (4 free)
 RUN = [
     running(job("c0", "lab-c", "carl", gpus=2), N0, [0, 1], since=0),
@@ -46,24 +47,21 @@ def test_without_backfill_a_blocked_head_stops_its_tenant():
     assert placed(d)["b"][0] == "n1"
 
 
-def test_tenant_at_or_over_its_fair_share_reserves_nothing():
-    # lab-a already holds 8 GPUs, more than its fair share: its blocked work keeps nothing
-    extra = node("n2")
-    run = [*RUN, running(job("a0", "lab-a", gpus=8), extra, range(8), since=0)]
+def test_work_that_would_borrow_reserves_nothing():
+    # lab-a has no guarantee: its blocked 8-GPU job keeps nothing, lab-b fills both nodes
+    t = [tenant("lab-a"), tenant("lab-b"), tenant("lab-c")]
     pending = [job("big", "lab-a", gpus=8)] + [
         job(f"b{i}", "lab-b", "bob", gpus=1, submit=i) for i in range(10)
     ]
-    t = [tenant("lab-a"), tenant("lab-b", weight=3), tenant("lab-c")]
-    d = cycle(snapshot([N0, N1, extra], t, run), pending, 0.0)
-    assert d.fair_shares["lab-a"] == 8000
-    assert len(d.admissions) == 10  # both n0 and n1 fill up
+    d = cycle(snapshot([N0, N1], t, RUN), pending, 0.0)
+    assert len(d.admissions) == 10
+    assert d.pending["big"].reason.startswith("no node has 8 free GPUs on one host")
 
 
-def test_guaranteed_work_may_use_a_node_reserved_for_borrowing_work():
-    # lab-a (no guarantee) blocks with an 8-GPU job and reserves n0; lab-b is below its
-    # guarantee, so its job may still start on n0
-    t = [tenant("lab-a"), tenant("lab-b", 4), tenant("lab-c")]
-    full_n1 = [RUN[0], running(job("c1", "lab-c", "carl", gpus=8), N1, range(8), since=0)]
-    pending = [job("big", "lab-a", gpus=8), job("b", "lab-b", "bob", gpus=2, submit=5)]
-    d = cycle(snapshot([N0, N1], t, full_n1), pending, 0.0)
-    assert placed(d)["b"][0] == "n0"
+def test_guaranteed_work_reserves_with_preemption_off_too():
+    pending = [job("big", gpus=8)] + [
+        job(f"b{i}", "lab-b", "bob", gpus=1, submit=i) for i in range(10)
+    ]
+    cfg = SchedulerConfig(preemption=False)
+    d = cycle(snapshot([N0, N1], TENANTS, RUN), pending, 1e6, cfg)
+    assert {nd for nd, _ in placed(d).values()} == {"n1"}

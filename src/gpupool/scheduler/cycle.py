@@ -107,13 +107,13 @@ _last_rank: dict[str, int] | None = None
 
 
 class _Hold:
-    __slots__ = ("tenant", "workload_id", "soft")
+    """A node kept, for the rest of the cycle, for blocked guaranteed work."""
 
-    def __init__(self, tenant: str, workload_id: str, soft: bool):
+    __slots__ = ("tenant", "workload_id")
+
+    def __init__(self, tenant: str, workload_id: str):
         self.tenant = tenant
         self.workload_id = workload_id
-        #: a hold for work that would borrow: within-guarantee work may still use the node
-        self.soft = soft
 
 
 class _Cycle:
@@ -405,29 +405,18 @@ class _Cycle:
         if not reserve:
             self.reasons[w.id] = self._blocked_reason(shape)
             return False
-        guaranteed_room = self.config.preemption and within_some_guarantee(
-            self.tree, self.effective, w.tenant, shape.gpu_milli
-        )
-        if guaranteed_room:
-            # soft holds belong to work that would borrow: guaranteed work may take the node
-            for n in sorted(self.holds):
-                if self.holds[n].soft:
-                    p = place_on_node(self.cap, n, shape)
-                    if p is not None:
-                        self._admit(w, shape, p)
-                        return True
-            if self._reclaim(w, shape):
-                return False
+        within = within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
+        if within and self.config.preemption and self._reclaim(w, shape):
+            return False
         self.reasons[w.id] = self._blocked_reason(shape)
-        # one reservation per tenant and cycle, for tenants below their fair share
-        if w.tenant not in self.reserved_by_tenant and self.usage.of(w.tenant) < self.fair.get(
-            w.tenant, 0.0
-        ):
+        # Guaranteed work that still does not fit reserves a node (one per tenant and cycle);
+        # work that would borrow reserves nothing: it waits for capacity to free up, and
+        # smaller work may use any free capacity meanwhile (see docs/scheduler.md).
+        if within and w.tenant not in self.reserved_by_tenant:
             self.reserved_by_tenant.add(w.tenant)
             n = self._reservation_node(shape)
             if n is not None:
-                soft = not within_some_guarantee(self.tree, self.usage, w.tenant, shape.gpu_milli)
-                self._hold(n, _Hold(w.tenant, w.id, soft))
+                self._hold(n, _Hold(w.tenant, w.id))
         if not self.config.backfill:
             self.stopped_tenants[w.tenant] = w.id
         return False
@@ -460,8 +449,7 @@ class _Cycle:
         rc = self._reclaimer
         found = rc.waits_for_stopping(shape)
         if found is None:
-            hard = {n for n, h in self.holds.items() if not h.soft}
-            found = rc.find(w.tenant, shape, hard)
+            found = rc.find(w.tenant, shape, set(self.holds))
             if found is None:
                 return False
             rc.commit(found)
