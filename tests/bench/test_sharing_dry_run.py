@@ -76,7 +76,7 @@ def test_render_of_a_missing_file_says_so(tmp_path):
 def test_without_a_gpu_it_says_so_and_exits_2(monkeypatch, capsys, tmp_path):
     import gpupool.telemetry.source as source
 
-    sys.path.insert(0, str(ROOT / "bench"))
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
     import sharing
 
     def no_gpu(*_a, **_k):
