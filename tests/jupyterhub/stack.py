@@ -129,6 +129,15 @@ class Stack:
         self.hub_proc = start_hub(self.hub, self.admin_token)
         wait_hub_ready(self.hub, timeout_s=90, proc=self.hub_proc)
 
+    def restart_gpupool(self) -> None:
+        """Stop the gpupool server and start a new one over the same database and launch
+        directory (as after a crash or an upgrade); the hub keeps running."""
+        port = int(self.api_url.rsplit(":", 1)[1])
+        self.server.stop()
+        self.app = make_app(f"sqlite:///{self.root / 'gpupool.db'}", self.hub)
+        self.server = _Uvicorn(self.app, port)
+        self.server.start()
+
     def stop_hub(self) -> None:
         """Stop JupyterHub (and its proxy) the polite way; notebooks keep running."""
         if self.hub_proc is None:
@@ -217,15 +226,25 @@ class Stack:
         return c
 
 
+def make_app(db_url: str, hub: HubSettings) -> Any:
+    """The gpupool server as `gpupool up --jupyterhub` builds it: the hub launch executor, the
+    scheduler and reconciler loops, the dashboard under the hub prefix with hub sign-on."""
+    from gpupool.server.loops.reconciler import ReconcilerLoop
+    from gpupool.web import create_router
+
+    executor = HubLaunchExecutor(FakeExecutor(SystemClock()), hub.launch_dir)
+    settings = Settings(database_url=db_url, scheduler_interval_s=0.5, stop_grace_s=5.0)
+    app = create_app(settings, executor=executor, clock=SystemClock())
+    app.state.ctx.loops.add(ReconcilerLoop(app.state.ctx, interval_s=0.5))
+    app.include_router(create_router())
+    install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
+    return app
+
+
 def build(root: Path, *, hub_poll_s: int = 1, extra_config: str = "") -> Stack:
     root.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{root / 'gpupool.db'}"
     seed(db_url)
-    launch_dir = root / "hub-launch"
-    executor = HubLaunchExecutor(FakeExecutor(SystemClock()), launch_dir)
-    settings = Settings(database_url=db_url, scheduler_interval_s=0.5, stop_grace_s=5.0)
-    app = create_app(settings, executor=executor, clock=SystemClock())
-    admin_token = issue_token(app.state.ctx, "root", "jupyterhub", None).token
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
     driver_token = secrets.token_hex(16)
@@ -241,7 +260,7 @@ c.JupyterHub.last_activity_interval = 5
 """
     hub = HubSettings(
         data_dir=root / "hub",
-        launch_dir=launch_dir,
+        launch_dir=root / "hub-launch",
         api_url=api_url,
         dashboard_url=api_url,
         port=free_port(),
@@ -251,11 +270,8 @@ c.JupyterHub.last_activity_interval = 5
         home_dir_template=str(root / "homes" / "{username}"),
         extra_config=driver + extra_config,
     )
-    # The dashboard, served under the hub's service prefix with hub sign-on (as gpupool up).
-    from gpupool.web import create_router
-
-    app.include_router(create_router())
-    install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
+    app = make_app(db_url, hub)
+    admin_token = issue_token(app.state.ctx, "root", "jupyterhub", None).token
     server = _Uvicorn(app, port)
     server.start()
     stack = Stack(root, api_url, hub, admin_token, driver_token, app, server)

@@ -143,6 +143,21 @@ def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
     assert "started" in resp.json()
 
 
+def test_gpupool_restart_keeps_notebooks_and_their_allocations(stack):
+    before = {u: (stack.ready(u)["state"]["pid"], _active(stack, u)[0]) for u in ("bob", "carol")}
+    stack.restart_gpupool()
+    for user, (pid, w) in before.items():
+        os.kill(pid, 0)
+        now = wait_for(
+            lambda u=user: (a := _active(stack, u)) and a[0]["state"] == "running" and a[0],
+            f"{user}'s notebook adopted as running",
+            30,
+        )
+        assert now["id"] == w["id"]
+        assert now["allocation"]["gpu_uuids"] == w["allocation"]["gpu_uuids"]
+        assert stack.ready(user)["state"]["pid"] == pid
+
+
 def test_a_stop_by_gpupool_ends_the_notebook_and_tells_the_user_why(stack):
     (wb,) = _active(stack, "bob")
     ctx = stack.app.state.ctx
@@ -152,7 +167,8 @@ def test_a_stop_by_gpupool_ends_the_notebook_and_tells_the_user_why(stack):
     wait_for(lambda: not _active(stack, "bob"), "bob's GPU to be released", 30)
     assert stack.notebooks("bob")[0]["state"] == "culled"
     home = stack.login("bob").get("/hub/home")
-    assert "stopped by gpupool" in home.text and "idle: no GPU use for 30 min" in home.text
+    banner = home.text.split('id="gpupool-announcement">', 1)[1].split("</span>", 1)[0]
+    assert "Your notebook was stopped" in banner and "idle: no GPU use for 30 min" in banner
     # carol, who was busy, is untouched
     assert stack.ready("carol")
 

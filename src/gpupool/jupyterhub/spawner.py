@@ -466,10 +466,9 @@ class GpupoolSpawner(LocalProcessSpawner):
             self.log.warning("gpupool poll of %s failed: %s", self._log_name, e.message)
             return None
 
-    async def _release(self, wid: str) -> None:
-        """Tell gpupool the notebook is gone: it ends the workload and frees its GPUs."""
-        with contextlib.suppress(web.HTTPError):
-            self._launch.mark_exited(wid, 0, time.time())
+    async def _cancel(self, wid: str) -> bool:
+        """DELETE the workload (cancel if queued, stop and release if active). False when
+        gpupool could not be told (it is down); 'already ended' counts as done."""
         try:
             client = await self._as_user()
             try:
@@ -479,19 +478,31 @@ class GpupoolSpawner(LocalProcessSpawner):
         except GpupoolAPIError as e:
             if e.status not in (404, 409):
                 self.log.warning("gpupool did not release %s: %s", wid, e.message)
-                return
-        if self.workload_id == wid:
+                return False
+        return True
+
+    async def _release(self, wid: str) -> None:
+        """Tell gpupool the notebook is gone: it ends the workload and frees its GPUs."""
+        with contextlib.suppress(web.HTTPError):
+            self._launch.mark_exited(wid, 0, time.time())
+        if await self._cancel(wid) and self.workload_id == wid:
             self.workload_id = ""
 
     async def stop(self, now: bool = False) -> None:
         self._stopping = True
         try:
+            wid = self.workload_id
+            if wid:
+                # First gpupool, so the workload ends as `cancelled` (stopped by its owner)
+                # and a queued request leaves the queue at once.
+                await self._cancel(wid)
             # SIGTERM right away (now=True): jupyter-server shuts down cleanly on it, while
             # its SIGINT handler waits 5 s for a confirmation that never comes without a tty,
             # which would hold the GPU 5 s longer than needed.
             await super().stop(now=True)
-            if self.workload_id:
-                await self._release(self.workload_id)
+            if wid:
+                # The process is gone: settle now, so its GPUs go to the next in line at once.
+                await self._release(wid)
         finally:
             self._stopping = False
 
