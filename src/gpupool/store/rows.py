@@ -48,7 +48,10 @@ class NodeRow(Base):
     last_heartbeat: Mapped[float | None] = mapped_column(Float)
 
     gpus: Mapped[list[GpuRow]] = relationship(
-        back_populates="node_row", cascade="all, delete-orphan", order_by="GpuRow.index"
+        back_populates="node_row",
+        cascade="all, delete-orphan",
+        order_by="GpuRow.index",
+        lazy="selectin",
     )
 
 

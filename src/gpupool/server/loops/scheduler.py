@@ -32,6 +32,8 @@ from gpupool.store import (
 
 log = logging.getLogger(__name__)
 S = WorkloadState
+#: Admissions committed (and then started) per write transaction.
+ADMIT_BATCH = 8
 
 
 @dataclass
@@ -119,8 +121,9 @@ class SchedulerLoop(Loop):
                 ctx.metrics.decisions.labels("preempted").inc()
             except Conflict:
                 pass  # it ended meanwhile
-        if d.admissions:
-            self._admit_all([(a.workload_id, a.allocation) for a in d.admissions], now, report)
+        todo = [(a.workload_id, a.allocation) for a in d.admissions]
+        for i in range(0, len(todo), ADMIT_BATCH):  # short write transactions: API writes
+            self._admit_all(todo[i : i + ADMIT_BATCH], now, report)  # interleave
         with ctx.store.write() as s:
             WorkloadRepo(s).set_pending_info(d.pending)
         report.pending = len(d.pending)

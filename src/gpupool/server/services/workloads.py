@@ -173,8 +173,10 @@ def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request
 
 
 def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
+    """Validate (in a read transaction), then insert (a short write transaction). The checks
+    are advisory: a quota changed in between is caught by the scheduler."""
     now = ctx.clock.now()
-    with ctx.store.write() as s:
+    with ctx.store.read() as s:
         tree = TenantRepo(s).tree()
         tenant = _pick_tenant(p, tree, body.tenant)
         profile = None
@@ -192,21 +194,24 @@ def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
             )
         check_fits_some_node(req, NodeRepo(s).list())
         check_within_limits(req, tenant, tree)
-        w = Workload(
-            id=new_workload_id(),
-            tenant=tenant,
-            owner=p.name,
-            request=req,
-            kind=kind,
-            priority=body.priority,
-            preemptible=body.preemptible,
-            requeue_on_preemption=body.requeue_on_preemption,
-            max_runtime_s=body.max_runtime_s,
-            submitted_at=now,
-            command=tuple(body.command),
-            profile=body.profile,
-        )
+    w = Workload(
+        id=new_workload_id(),
+        tenant=tenant,
+        owner=p.name,
+        request=req,
+        kind=kind,
+        priority=body.priority,
+        preemptible=body.preemptible,
+        requeue_on_preemption=body.requeue_on_preemption,
+        max_runtime_s=body.max_runtime_s,
+        submitted_at=now,
+        command=tuple(body.command),
+        profile=body.profile,
+    )
+    with ctx.store.write() as s:
         repo = WorkloadRepo(s)
+        if not TenantRepo(s).exists(tenant):
+            raise ValidationError(f"tenant {tenant!r} was just deleted", "tenant")
         repo.add(w, name=body.name)
         rec = repo.record(w.id)
     ctx.wake_scheduler()
