@@ -1,5 +1,6 @@
 """Reclaim: guaranteed work preempts borrowed work of other tenants, and only that."""
 
+from gpupool.domain import Quota, Tenant
 from gpupool.scheduler import SchedulerConfig, cycle
 from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
 
@@ -182,3 +183,23 @@ def test_newest_first_across_nodes():
     ]
     d = cycle(snapshot([a, b], TENANTS, run), [job("j", gpus=1)], NOW)
     assert victims(d) == ["new1"]
+
+
+def test_per_model_guarantee_protects_the_victims_model():
+    # lab-b: guarantee 4, of which 3 on H100; it holds 3 H100 + 2 A100 = 5, one GPU borrowed.
+    # The borrowed GPU is an A100: its H100 work is within its H100 guarantee, so lab-a's
+    # H100 request finds no victim; its A100 request does.
+    h, a = node("h", gpus=3, model="H100"), node("a", gpus=2, model="A100", gpu_gib=40)
+    b = Tenant("lab-b", Quota.gpus(guaranteed=4, by_model={"H100": 3}))
+    t = [tenant("lab-a", 2), b]
+    run = [
+        running(job(f"h{i}", "lab-b", "bob", gpus=1), h, [i], since=100 + i) for i in range(3)
+    ] + [running(job(f"a{i}", "lab-b", "bob", gpus=1), a, [i], since=200 + i) for i in range(2)]
+    d = cycle(snapshot([h, a], t, run), [job("x", gpus=1, model="H100")], NOW)
+    assert d.preemptions == ()
+    d = cycle(snapshot([h, a], t, run), [job("x", gpus=1, model="A100")], NOW)
+    assert victims(d) == ["a1"]
+    # without the per-model guarantee the newest H100 job would go
+    t2 = [tenant("lab-a", 2), tenant("lab-b", 4)]
+    d = cycle(snapshot([h, a], t2, run), [job("x", gpus=1, model="H100")], NOW)
+    assert victims(d) == ["h2"]

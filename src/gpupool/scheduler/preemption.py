@@ -6,6 +6,8 @@ Rules (all must hold for a victim):
   borrowed capacity — while the candidate's branch stays within its own guarantee with the
   candidate added;
 * it is preemptible, has run at least `min_runtime_s`, and is not already stopping;
+* it does not cut into a per-GPU-model guarantee: a tenant (or ancestor) with a guarantee on
+  the model the victim runs on keeps at least that much of the model;
 * victims are taken on one node, lowest priority first and newest first, only until the
   candidate fits there; victims that turn out not to be needed are put back; the node whose
   victim set has the lowest top priority, then the newest oldest victim, then the fewest
@@ -104,6 +106,43 @@ class Reclaimer:
         self._failed: set[tuple[Shape, str]] = set()
         self._branches: dict[tuple[str, str], tuple[str, str]] = {}
         self._hosts: dict[tuple[int, Shape], bool] = {}
+        # per-GPU-model guarantees: (tenant on the chain, model) -> milli held on that model,
+        # for the tenants that have such a guarantee
+        self.model_guard: dict[str, list[tuple[str, int]]] = {}  # model -> [(tenant, milli)]
+        self.model_usage: dict[tuple[str, str], int] = {}
+        if any(t.quota.guaranteed_by_model for t in tree):
+            for rw in running:
+                m = self._model_of(rw)
+                if m is None or rw.stopping:
+                    continue
+                for a in usage.chain(rw.workload.tenant):
+                    if a in tree and m in tree.get(a).quota.guaranteed_by_model:
+                        k = (a, m)
+                        self.model_usage[k] = self.model_usage.get(k, 0) + rw.allocation.gpu_milli
+
+    def _model_of(self, rw: RunningWorkload) -> str | None:
+        a = rw.allocation
+        n = self.cap.node_ids.get(a.node)
+        if n is None or not a.shares:
+            return None
+        g = self.cap.gpu_id(n, a.shares[0].gpu_index)
+        return None if g is None else self.cap.gpu_model[g]
+
+    def _model_protected(self, rw: RunningWorkload, removed: dict[tuple[str, str], int]) -> bool:
+        """True if taking `rw` would cut into a per-GPU-model guarantee of its tenant (or an
+        ancestor): that tenant holds no more than its guarantee on the model `rw` runs on."""
+        if not self.model_usage:
+            return False
+        m = self._model_of(rw)
+        if m is None:
+            return False
+        for a in self.usage.chain(rw.workload.tenant):
+            if (a, m) not in self.model_usage:
+                continue
+            g = self.tree.get(a).quota.guaranteed_by_model[m]
+            if self.model_usage[(a, m)] - removed.get((a, m), 0) <= g:
+                return True
+        return False
 
     def branches(self, a: str, b: str) -> tuple[str, str]:
         k = (a, b)
@@ -242,6 +281,7 @@ class Reclaimer:
     ) -> tuple[tuple, Reclaim] | None:
         chosen: list[RunningWorkload] = []
         removed: dict[str, int] = {}
+        removed_model: dict[tuple[str, str], int] = {}
         fit = None
         for rw in self.victims[n]:
             w = rw.workload
@@ -256,8 +296,17 @@ class Reclaimer:
             theirs, borrowed = room
             if removed.get(theirs, 0) >= borrowed:
                 continue  # that branch would be back at its guarantee
+            if self._model_protected(rw, removed_model):
+                continue
             chosen.append(rw)
             removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
+            if self.model_usage:
+                m = self._model_of(rw)
+                for a in self.usage.chain(vt):
+                    if (a, m) in self.model_usage:
+                        removed_model[(a, m)] = removed_model.get((a, m), 0) + (
+                            rw.allocation.gpu_milli
+                        )
             fit = self._fits(n, shape, chosen)
             if fit is not None:
                 break
@@ -284,6 +333,10 @@ class Reclaimer:
         for rw in reclaim.victims:
             self.taken.add(rw.workload.id)
             self.usage.remove(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
+            m = self._model_of(rw) if self.model_usage else None
+            for a in self.usage.chain(rw.workload.tenant) if m is not None else ():
+                if (a, m) in self.model_usage:
+                    self.model_usage[(a, m)] -= rw.allocation.gpu_milli
 
     def reason(self, victim: RunningWorkload, tenant: str, workload_id: str) -> str:
         w = victim.workload
