@@ -220,9 +220,23 @@ def report(res: dict, args: argparse.Namespace, wall: float) -> str:
         f"{args.rate:g} submissions/s, {args.duration:g} s, "
         f"{NODES * GPUS_PER_NODE} simulated GPUs, jobs run 1-3 s",
     ]
+    if "server_cpu_s" in res:
+        lines.append(
+            f"- server process CPU: {res['server_cpu_s']:.1f} s over the run "
+            f"({res['server_cpu_s'] / wall:.2f} cores), "
+            f"{res['server_cpu_s'] / max(1, total) * 1000:.1f} ms per request (loops included); "
+            f"load average {res['loadavg'][0]:.1f} -> {res['loadavg'][1]:.1f} on "
+            f"{os.cpu_count()} CPUs"
+        )
     if res["errors"]:
         lines += ["", "first errors:", *[f"    {e}" for e in res["errors"][:5]]]
     return "\n".join(lines)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -266,9 +280,13 @@ def main() -> None:
                     raise SystemExit("the bench server did not start")
                 time.sleep(0.2)
             tokens = json.loads((data / "tokens.json").read_text())
+            cpu0, load0 = _cpu_seconds(proc.pid), os.getloadavg()[0]
             t0 = time.monotonic()
             res = asyncio.run(load(url, tokens, args))
-            text = report(res, args, time.monotonic() - t0)
+            wall = time.monotonic() - t0
+            res["server_cpu_s"] = _cpu_seconds(proc.pid) - cpu0
+            res["loadavg"] = (load0, os.getloadavg()[0])
+            text = report(res, args, wall)
         finally:
             proc.send_signal(signal.SIGINT)
             try:
