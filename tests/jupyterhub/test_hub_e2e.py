@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import httpx
 import pytest
 
-from gpupool.domain import Event, WorkloadState
-from gpupool.server.services import lifecycle
-from gpupool.store import EventRepo
+from gpupool.server.loops.culler import CullerLoop
 from tests.jupyterhub.stack import GPU_UUIDS, Stack, build, events, wait_for
 
 pytestmark = [
@@ -158,44 +155,42 @@ def test_gpupool_restart_keeps_notebooks_and_their_allocations(stack):
         assert stack.ready(user)["state"]["pid"] == pid
 
 
-def test_a_stop_by_gpupool_ends_the_notebook_and_tells_the_user_why(stack):
+def test_culling_warns_then_stops_an_idle_gpu_notebook_and_leaves_a_busy_one(stack):
+    """The server's culler (real loop, GPU idleness injected) warns bob, whose GPU idles, then
+    culls him; carol uses her GPU and is left alone. The hub shows bob the warning, stops his
+    notebook and tells him why."""
+    assert stack.gpupool("PATCH", "/tenants/lab", json={"idle_timeout_s": 1800}).status_code == 200
     (wb,) = _active(stack, "bob")
-    ctx = stack.app.state.ctx
-    reason = "idle: no GPU use for 30 min (lab's idle limit)"
-    lifecycle.request_stop(ctx, wb["id"], WorkloadState.CULLED, reason)
+    (wc,) = _active(stack, "carol")
+    idle = {wb["allocation"]["gpu_uuids"][0]: 1700.0, wc["allocation"]["gpu_uuids"][0]: 0.0}
+    culler = CullerLoop(stack.app.state.ctx, lambda a: idle[a.gpu_uuids[0]], warn_before_s=600)
+
+    report = culler.run_once()
+    assert report.warned == [wb["id"]] and not report.culled
+    bob = stack.login("bob")
+
+    def banner(client) -> str:
+        text = client.get("/hub/home").text
+        if 'id="gpupool-announcement">' not in text:
+            return ""
+        return text.split('id="gpupool-announcement">', 1)[1].split("</span>", 1)[0]
+
+    warning = wait_for(lambda: banner(bob), "the culling warning on bob's hub page", 30)
+    assert "idle for 28 min" in warning and "will be stopped in 2 min" in warning
+    assert banner(stack.login("carol")) == ""
+
+    idle[wb["allocation"]["gpu_uuids"][0]] = 1900.0
+    report = culler.run_once()
+    assert list(report.culled) == [wb["id"]]
     wait_for(lambda: not stack.server_model("bob"), "bob's notebook to be stopped", 60)
     wait_for(lambda: not _active(stack, "bob"), "bob's GPU to be released", 30)
-    assert stack.notebooks("bob")[0]["state"] == "culled"
-    home = stack.login("bob").get("/hub/home")
-    banner = home.text.split('id="gpupool-announcement">', 1)[1].split("</span>", 1)[0]
-    assert "Your notebook was stopped" in banner and "idle: no GPU use for 30 min" in banner
-    # carol, who was busy, is untouched
-    assert stack.ready("carol")
-
-
-def test_a_culling_warning_is_shown_to_the_user(stack):
-    (wc,) = _active(stack, "carol")
-    ctx = stack.app.state.ctx
-    msg = f"workload {wc['id']} its GPUs have been idle for 50 min; it will be stopped in 10 min"
-    with ctx.store.write() as s:  # what the culler loop records
-        EventRepo(s).add(
-            Event(
-                at=time.time(),
-                kind="workload.cull_warning",
-                message=msg,
-                workload_id=wc["id"],
-                tenant=wc["tenant"],
-                user="carol",
-            )
-        )
-    c = stack.login("carol")
-
-    def warned() -> str | None:
-        text = c.get("/hub/home").text
-        return text if "stopped in 10 min" in text else None
-
-    home = wait_for(warned, "the warning on carol's hub page", 30)
-    assert 'id="gpupool-announcement"' in home and "idle for 50 min" in home
+    (ended,) = [w for w in stack.notebooks("bob") if w["id"] == wb["id"]]
+    assert ended["state"] == "culled" and "idle for 32 min" in ended["reason"]
+    told = wait_for(lambda: "stopped" in (b := banner(bob)) and b, "why, on bob's page", 30)
+    assert "idle for 32 min" in told
+    # carol, who uses her GPU, is untouched
+    assert stack.ready("carol") and _active(stack, "carol")[0]["id"] == wc["id"]
+    stack.gpupool("PATCH", "/tenants/lab", json={"clear_idle_timeout": True})
 
 
 CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
