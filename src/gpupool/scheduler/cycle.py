@@ -103,7 +103,6 @@ class _Carry:
 _carry: _Carry | None = None
 #: the last cycle's pending info and tenant ranks (PendingInfo is immutable: reusable)
 _last_info: dict[str, PendingInfo] | None = None
-_last_rank: dict[str, int] | None = None
 
 
 class _Hold:
@@ -265,7 +264,6 @@ class _Cycle:
         self.walked = dict.fromkeys(self.queues, 0)
         self.waiting = dict.fromkeys(self.queues, 0)
         self.info: dict[str, PendingInfo] = {}
-        self._last_rank = _last_rank if _last_rank is not None else {}
         if self.policy is Policy.FIFO:
             self._walk_fifo()
         else:
@@ -287,7 +285,6 @@ class _Cycle:
         merged = sorted(c for q in self.queues.values() for c in q)
         walked, waiting, info, rank = self.walked, self.waiting, self.info, self.rank
         last = _last_info if _last_info is not None else {}
-        same_rank = {t: self._last_rank.get(t) == r for t, r in rank.items()}
         cap = self.config.max_admissions_per_cycle
         for _, w, shape, _ in merged:
             if cap is not None and len(self.admissions) >= cap:
@@ -301,8 +298,13 @@ class _Cycle:
             else:
                 why = self.reasons[w.id]
             n = waiting[t] = waiting[t] + 1
-            old = last.get(w.id) if same_rank[t] else None
-            if old is not None and old.position == n and old.reason == why:
+            old = last.get(w.id)
+            if (
+                old is not None
+                and old.position == n
+                and old.tenant_position == rank[t]
+                and old.reason == why
+            ):
                 info[w.id] = old
             else:
                 info[w.id] = PendingInfo(why, n, rank[t])
@@ -317,15 +319,13 @@ class _Cycle:
         walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
-        last_all = _last_info if _last_info is not None else {}
+        last = _last_info if _last_info is not None else {}
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
             i = start = walked[t]
             n = waiting[t]
             r = self.rank[t]
-            # PendingInfo objects of the last cycle are reused when unchanged (fewer objects)
-            last = last_all if self._last_rank.get(t) == r else {}
             end = len(q)
             tfail = self._tenant_fail.get(t)
             ufail = self._user_fail.setdefault(t, {})
@@ -354,9 +354,15 @@ class _Cycle:
                         info[w.id] = PendingInfo(why, n, r)
                         break
                 n += 1
+                # the same PendingInfo as last cycle: reuse it (fewer objects to build)
                 old = last.get(w.id)
-                if old is not None and old.position == n and old.reason == why:
-                    info[w.id] = old  # the same as last cycle: reuse (tenant rank checked above)
+                if (
+                    old is not None
+                    and old.position == n
+                    and old.tenant_position == r
+                    and old.reason == why
+                ):
+                    info[w.id] = old
                 else:
                     info[w.id] = PendingInfo(why, n, r)
             self.considered += i - start
@@ -561,8 +567,8 @@ class _Cycle:
             for _, w, _, _ in q[i:]:
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
-        global _last_info, _last_rank
-        _last_info, _last_rank = info, self.rank
+        global _last_info
+        _last_info = info
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
