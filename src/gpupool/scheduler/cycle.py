@@ -5,8 +5,9 @@ The steps (see docs/scheduler.md):
    could ever allow -> unschedulable; the rest goes into per-tenant queues;
 2. fair shares by hierarchical water-filling (computed under every policy, for reporting);
 3. walk the candidates in policy order; for each: limits -> placement -> admit (assume);
-4. a blocked candidate may reclaim (fair), or holds a reservation on the node it is closest
-   to fitting on, so that work behind it (backfill) cannot take that node;
+4. (fair) a blocked candidate within its guarantee may reclaim borrowed work; if it still
+   does not fit it reserves the node it is closest to fitting on, so that work behind it
+   (backfill) cannot take that node; blocked work that would borrow reserves nothing;
 5. every workload not admitted gets a reason and its queue positions.
 """
 
