@@ -181,3 +181,16 @@ def test_service_account_runs_every_shared_job_under_mps(shared_tmp, fake_mps_bi
         assert ex.logs("x").strip() == "nobody"
     finally:
         m.stop_all()
+
+
+def test_concurrent_ensure_starts_one_daemon(mgr):
+    import threading
+
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda: results.append(mgr.ensure(GPU))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [True, True, True]
+    assert [k for k, _ in mgr.events].count("mps.started") == 1

@@ -29,6 +29,7 @@ import math
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,9 @@ class MPSManager:
         self._gpus: set[str] = set()
         self._restarts: dict[str, int] = {}
         self._last_healthy: dict[str, bool] = {}
+        # the executor (at job start) and the reconciler (every pass) both call ensure():
+        # one daemon start at a time, or the second start fails on the first's pid file
+        self._lock = threading.RLock()
 
     # -- paths ---------------------------------------------------------------------------
     def pipe_dir(self, gpu_uuid: str) -> Path:
@@ -132,9 +136,10 @@ class MPSManager:
     def manage(self, gpu_uuids: Iterable[str]) -> None:
         """Set the GPUs that should have a daemon (the `shared` ones). Stops dropped ones."""
         wanted = set(gpu_uuids)
-        for uuid in sorted(self._gpus - wanted):
-            self.stop(uuid)
-        self._gpus = wanted
+        with self._lock:
+            for uuid in sorted(self._gpus - wanted):
+                self._stop(uuid)
+            self._gpus = wanted
 
     def daemon_pid(self, gpu_uuid: str) -> int | None:
         """The live daemon's pid from its pid file, or None."""
@@ -166,6 +171,10 @@ class MPSManager:
 
     def start(self, gpu_uuid: str) -> None:
         """Start the daemon of `gpu_uuid` (no-op when it is already healthy)."""
+        with self._lock:
+            self._start(gpu_uuid)
+
+    def _start(self, gpu_uuid: str) -> None:
         if self.healthy(gpu_uuid):
             return
         pipe, log = self.pipe_dir(gpu_uuid), self.log_dir(gpu_uuid)
@@ -201,6 +210,10 @@ class MPSManager:
 
     def ensure(self, gpu_uuid: str) -> bool:
         """Keep the daemon of `gpu_uuid` up: restart it if it crashed. True when healthy."""
+        with self._lock:
+            return self._ensure(gpu_uuid)
+
+    def _ensure(self, gpu_uuid: str) -> bool:
         self._gpus.add(gpu_uuid)
         if self.healthy(gpu_uuid):
             self._last_healthy[gpu_uuid] = True
@@ -214,7 +227,7 @@ class MPSManager:
                 {"gpu": gpu_uuid, "restarts": self._restarts[gpu_uuid]},
             )
         try:
-            self.start(gpu_uuid)
+            self._start(gpu_uuid)
         except MPSError as e:
             self._last_healthy[gpu_uuid] = False
             self.on_event("mps.failed", str(e), {"gpu": gpu_uuid})
@@ -227,6 +240,10 @@ class MPSManager:
 
     def stop(self, gpu_uuid: str) -> None:
         """Quit the daemon of `gpu_uuid` (its MPS server ends with its last client)."""
+        with self._lock:
+            self._stop(gpu_uuid)
+
+    def _stop(self, gpu_uuid: str) -> None:
         pid = self.daemon_pid(gpu_uuid)
         if pid is None:
             return

@@ -115,8 +115,8 @@ class ReconcilerLoop(Loop):
             log.warning("polling %s failed: %s", w.id, e)
             return
         now = ctx.clock.now()
-        if status.state.alive:
-            self._sync_enforcement(w.id, report)
+        if status.state is not ExecState.UNKNOWN:
+            self._sync_enforcement(w.id, report)  # before the allocation is released
         if status.state.alive and w.id not in self._seen_running:
             self._seen_running.add(w.id)
             if self._runs == 0:
