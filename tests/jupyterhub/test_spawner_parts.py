@@ -37,3 +37,10 @@ def test_notices_are_per_user_and_escaped():
     assert "&lt;script&gt;" in notice_for(U()) and "<script>" not in notice_for(U())
     set_notice("eve", None)
     assert notice_for(U()) == "" and notice_for(None) == ""
+
+
+def test_form_data_keeps_only_the_forms_fields():
+    from gpupool.jupyterhub.spawner import _simple_form
+
+    data = {"profile": ["gpu"], "tenant": ["lab"], "_xsrf": ["abc"], "other": ["x", "y"]}
+    assert _simple_form(data) == {"profile": "gpu", "tenant": "lab"}

@@ -34,6 +34,7 @@ from gpupool.jupyterhub import notices
 from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUnavailable
 from gpupool.jupyterhub.launch import LaunchDir
 from gpupool.jupyterhub.options import (
+    ALLOWED_KEYS,
     OptionsError,
     pending_message,
     render_form,
@@ -59,8 +60,13 @@ async def _options_form(spawner: GpupoolSpawner) -> str:
 
 
 def _simple_form(formdata: dict[str, Any]) -> dict[str, Any]:
-    """Form fields arrive as lists of strings; keep single values as strings."""
-    return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in formdata.items()}
+    """The form's own fields (profile, tenant), single values unpacked. Other fields the hub's
+    page posts (``_xsrf``) are not options; REST user_options are validated strictly."""
+    return {
+        k: v[0] if isinstance(v, list) and len(v) == 1 else v
+        for k, v in formdata.items()
+        if k in ALLOWED_KEYS
+    }
 
 
 def _latest_warning(workload: dict, now: float, show_s: float) -> str | None:
