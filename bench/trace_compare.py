@@ -50,8 +50,10 @@ def run_one(
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
     t0 = time.perf_counter()
+    c0 = time.process_time()
     result = simulate(scen, sample_every_s=3600.0 if scope == "week" else 6 * 3600.0)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     m = compute_metrics(result)
     w = sorted(waits(result).values())
     cdf = [[q, percentile(w, q)] for q in [i / 2 for i in range(0, 201)]]
@@ -75,6 +77,7 @@ def run_one(
         "pending_window": window or None,
         "guarantees": {t.name: t.quota.guaranteed_milli / 1000 for t in scen.tenants},
         "replay_wall_s": round(wall, 2),
+        "replay_cpu_s": round(cpu, 2),
         "metrics": m,
         "wait_cdf": cdf,
         "series": series,
