@@ -7,6 +7,7 @@ assumptions about how long something takes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -233,12 +234,14 @@ def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
 
     binary = make_fake_mps_binary(tmp_path / "bin")
     up = Up(data_dir, free_port(), "--mps", "on", "--mps-binary", binary)
+    pid_file = None
     try:
         up.wait_ready()
         assert "enforced by CUDA MPS" in up.output
         h = login(up.url)
         gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
         uuid = sorted(g["uuid"] for g in (gpus["items"] if isinstance(gpus, dict) else gpus))[0]
+        pid_file = data_dir / "mps" / uuid / "pipe" / "nvidia-cuda-mps-control.pid"
         r = httpx.patch(f"{up.url}/api/v1/gpus/{uuid}", headers=h, json={"sharing": "shared"})
         assert r.status_code == 200, r.text
         cmd = "env | grep -E '^CUDA_(MPS|VISIBLE)' | sort"
@@ -262,13 +265,15 @@ def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
         assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M" in out
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25" in out
         assert f"CUDA_VISIBLE_DEVICES={uuid}" in out
-        pid_file = data_dir / "mps" / uuid / "pipe" / "nvidia-cuda-mps-control.pid"
         daemon = int(pid_file.read_text())
         assert up.stop(signal.SIGINT) == 0
         until(lambda: not psutil.pid_exists(daemon), timeout=30, what="the MPS daemon to quit")
     finally:
         if up.proc.poll() is None:
             up.proc.kill()
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            if pid_file is not None:  # never leave a stand-in daemon behind
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="per-user mode needs root")
