@@ -112,6 +112,10 @@ def test_dashboard_single_sign_on_through_the_hub(stack):
 def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
     before = {u: stack.ready(u)["state"]["pid"] for u in ("bob", "carol")}
     allocs = {u: _active(stack, u)[0] for u in ("bob", "carol")}
+    # dave's spawn is queued when the hub goes down: it must not come back as a phantom
+    # server, nor stay in gpupool's queue
+    assert stack.spawn("dave", {"profile": "gpu"}).status_code == 202
+    wait_for(lambda: _active(stack, "dave"), "dave's request in the queue", 30)
     stack.stop_hub()
     for pid in before.values():
         os.kill(pid, 0)  # still alive while the hub is down
@@ -122,6 +126,8 @@ def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
         (w,) = _active(stack, user)
         assert w["id"] == allocs[user]["id"]
         assert w["allocation"]["gpu_uuids"] == allocs[user]["allocation"]["gpu_uuids"]
+    wait_for(lambda: not stack.server_model("dave"), "dave's orphaned spawn to be cleared", 60)
+    wait_for(lambda: not _active(stack, "dave"), "dave's request to leave the queue", 30)
     # and the new proxy routes to them
     r = stack.hub_api("GET", "/users/bob")
     url = stack.hub.public_url + r.json()["servers"][""]["url"] + "api/status"

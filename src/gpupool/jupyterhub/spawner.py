@@ -453,9 +453,11 @@ class GpupoolSpawner(LocalProcessSpawner):
                 notices.set_notice(self.user.name, warning)
             return None
         if state in ("pending", "admitted", "starting") and self._launch.launched(wid) is None:
-            # Queued (or granted, not launched yet): the spawn holds a gpupool request, so
-            # the hub must call stop() to release it (cancel while queued).
-            return None
+            # Queued (or granted, not launched yet). While the hub stops (or starts) this
+            # server, "not running" would skip stop(), which cancels the request: say
+            # running. Otherwise (the hub restarted during the spawn) it is not running;
+            # the hub then stops it, which cancels the orphaned request.
+            return None if (self._stop_pending or self._spawn_pending) else 0
         # The notebook ended by itself (crash, shut down from JupyterLab): free its GPUs.
         await self._release(wid)
         return status
