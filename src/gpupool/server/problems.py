@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.domain import DomainError, IllegalTransition, ValidationError
+from gpupool.store.db import StoreError
 from gpupool.store.errors import Conflict, NotFound
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ def _http(_: Request, exc: Exception) -> JSONResponse:
     return problem(exc.status_code, detail, headers=getattr(exc, "headers", None))
 
 
+def _store(_: Request, exc: Exception) -> JSONResponse:
+    return problem(503, str(exc), title="Database busy", headers={"Retry-After": "5"})
+
+
 def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unexpected error", exc_info=exc)
     return problem(500, "the server hit an unexpected error; it was logged for the admin")
@@ -110,6 +115,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(DomainError, _domain)
     app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(StoreError, _store)
     app.add_exception_handler(Exception, _unexpected)
 
 

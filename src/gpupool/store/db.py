@@ -91,8 +91,16 @@ class Store:
             with self._write() as s, s.begin():
                 yield s
             return
-        with self._write_lock, self._write() as s, s.begin():
-            yield s
+        if not self._write_lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+            raise StoreError(
+                "the database stayed busy for 30 s (a write transaction did not finish); "
+                "retry, and check the server log for a stuck request"
+            )
+        try:
+            with self._write() as s, s.begin():
+                yield s
+        finally:
+            self._write_lock.release()
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent)."""
