@@ -42,6 +42,18 @@ def _active(stack: Stack, user: str) -> list[dict]:
     ]
 
 
+def test_login_with_gpupool_credentials_and_admins_follow_gpupool(stack):
+    stack.login("root")
+    assert stack.hub_api("GET", "/users/root").json()["admin"] is True
+    assert stack.hub_api("GET", "/users/alice").json()["admin"] is False
+    c = httpx.Client(base_url=stack.hub.public_url, follow_redirects=True)
+    page = c.get("/hub/login")
+    xsrf = page.text.split('name="_xsrf" value="', 1)[1].split('"', 1)[0]
+    r = c.post("/hub/login", data={"username": "alice", "password": "wrong", "_xsrf": xsrf})
+    assert r.status_code == 403 and "/hub/login" in str(r.url)
+    c.close()
+
+
 def test_forged_user_options_are_refused_with_a_clear_message(stack):
     r = stack.spawn("alice", {"gpus": 2})
     assert r.status_code == 400
