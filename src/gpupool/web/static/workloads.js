@@ -63,6 +63,9 @@
     const all = document.getElementById("show-finished").checked;
     const q = `/workloads?user=${encodeURIComponent(u.name)}&limit=500${all ? "" : "&state=pending&state=admitted&state=starting&state=running"}`;
     const ws = items(await GP.get(q));
+    // An open log panel follows the output of work that is still active.
+    const followed = logsFor && ws.find((w) => w.id === logsFor);
+    if (followed && ACTIVE.has(followed.state)) showLogs(logsFor, true);
     GP.fillTable("mine", ws.map((w) => {
       const active = ACTIVE.has(w.state);
       const result = active ? ((w.pending && w.pending.reason) || w.reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
@@ -92,7 +95,8 @@
     } catch (e) { GP.flash(GP.actionError(`cancel ${id}`, e)); }
   }
 
-  async function showLogs(id) {
+  /** Open the log panel for `id`; `follow` refreshes it in place (no focus move) while open. */
+  async function showLogs(id, follow = false) {
     logsFor = id;
     document.getElementById("logs-id").textContent = id;
     const panel = document.getElementById("logs-panel");
@@ -103,7 +107,7 @@
       pre.textContent = typeof r === "string" ? r : r.text ?? r.logs ?? r.lines?.join("\n") ?? JSON.stringify(r);
       if (!pre.textContent) pre.textContent = "(no output yet)";
     } catch (e) { pre.textContent = GP.actionError(`read the logs of ${id}`, e); }
-    pre.focus();
+    if (!follow) pre.focus();
   }
 
   async function submitJob(ev) {
