@@ -44,6 +44,7 @@ class Up:
         self.proc = subprocess.Popen(
             [*GPUPOOL, "up", "--simulate", "2xH100-80GB"]
             + ["--data-dir", str(data_dir), "--port", str(port), "--user-mode", "single-user"]
+            + ([] if "--jupyterhub" in extra else ["--no-jupyterhub"])
             + list(extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -147,8 +148,8 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
         job_pid = int((data_dir / "jobs" / wid / "pid").read_text().split()[0])
 
         second = subprocess.run(
-            [*GPUPOOL, "up", "--simulate", "1xH100-80GB", "--data-dir", str(data_dir)]
-            + ["--port", str(free_port())],
+            [*GPUPOOL, "up", "--simulate", "1xH100-80GB", "--no-jupyterhub"]
+            + ["--data-dir", str(data_dir), "--port", str(free_port())],
             capture_output=True,
             text=True,
             timeout=60,
@@ -221,6 +222,16 @@ def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir):
                 return False
 
         until(answers, timeout=120, what="JupyterHub")
+        # the dashboard is a hub service with single sign-on: through the hub's proxy it
+        # sends a browser to the hub's OAuth flow instead of answering 404
+        sso = httpx.get(
+            f"http://127.0.0.1:{hub_port}/services/gpupool/dashboard/cluster",
+            headers={"accept": "text/html"},  # a browser's page request
+            timeout=10,
+            follow_redirects=True,
+        )
+        assert sso.status_code == 200, sso.text[:300]
+        assert "/hub/" in str(sso.url), sso.url  # the hub's login page, on the way to OAuth
         pid = int((data_dir / "hub" / "jupyterhub.pid").read_text())
         assert up.stop(signal.SIGINT) == 0
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"

@@ -28,7 +28,7 @@ def up_server(tmp_path):
     s.close()
     env = {**os.environ, "GPUPOOL_ADMIN_PASSWORD": PASSWORD}
     cmd = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
-    cmd += ["up", "--simulate", "2xH100-80GB"]
+    cmd += ["up", "--simulate", "2xH100-80GB", "--no-jupyterhub"]
     cmd += ["--data-dir", str(tmp_path / "data"), "--port", str(port), "--user-mode", "single-user"]
     log = open(tmp_path / "up.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -114,11 +114,13 @@ def register(app: typer.Typer) -> None:
         node_name: str | None = typer.Option(
             None, "--node-name", help="Name of this machine in gpupool (default: hostname)."
         ),
-        jupyterhub: bool = typer.Option(
-            False,
-            "--jupyterhub",
-            help="Also run JupyterHub (notebooks through gpupool's queue) on --hub-port; "
-            "the gpupool API and dashboard then default to port 8080.",
+        jupyterhub: bool | None = typer.Option(
+            None,
+            "--jupyterhub/--no-jupyterhub",
+            help="Run JupyterHub (notebooks through gpupool's queue) on --hub-port, with the "
+            "gpupool API and dashboard on port 8080 unless --port says otherwise. Default: on "
+            "when configurable-http-proxy is installed.",
+            show_default=False,
         ),
         hub_port: int = typer.Option(8000, "--hub-port", help="JupyterHub's public port."),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
@@ -179,7 +181,7 @@ def serve(
     mps_service_account: str | None,
     node_name: str,
     log_level: str,
-    jupyterhub: bool = False,
+    jupyterhub: bool | None = False,
     hub_port: int = 8000,
 ) -> None:
     """Set everything up and serve until interrupted (see the module docstring)."""
@@ -210,6 +212,8 @@ def serve(
     except OSError as e:
         _say(f"error: cannot create the data directory {data_dir}: {e}; choose --data-dir")
         raise typer.Exit(2) from None
+    if jupyterhub is None:  # auto: on when the hub's proxy is installed
+        jupyterhub = _hub_available()
     if jupyterhub and port == hub_port:
         if port != 8000:
             _say(f"error: --port and --hub-port are both {port}; choose two ports")
@@ -307,7 +311,14 @@ def serve(
     url = f"http://{host}:{port}"
     _say(f"gpupool: serving on {url}  (log in: gpupool login --url {url} --user {ADMIN})")
 
-    hub_proc = _start_hub(ctx, data_dir, host, port, hub_port, chosen_mode) if jupyterhub else None
+    hub = _hub_settings(data_dir, host, port, hub_port, chosen_mode) if jupyterhub else None
+    if hub is not None:
+        from gpupool.jupyterhub.config import service_secret
+        from gpupool.jupyterhub.sso import SSOSettings, install_hub_sso
+
+        hub.data_dir.mkdir(parents=True, exist_ok=True)
+        install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
+    hub_proc = _start_hub(ctx, hub) if hub is not None else None
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
     server = _Server(config)
@@ -371,13 +382,24 @@ def _lock_data_dir(data_dir: Path):  # noqa: ANN202 - an open file holding the l
     return f
 
 
-def _start_hub(ctx, data_dir: Path, host: str, port: int, hub_port: int, mode: str):  # noqa: ANN001, ANN202
-    """Start JupyterHub as a child process talking to this server (see gpupool.jupyterhub)."""
-    from gpupool.jupyterhub.config import HubSettings, HubSetupError, find_proxy, start_hub
-    from gpupool.server.services.accounts import issue_token
+def _hub_available() -> bool:
+    """Whether JupyterHub can be started here (its configurable-http-proxy is installed)."""
+    from gpupool.jupyterhub.config import HubSetupError, find_proxy
+
+    try:
+        find_proxy()
+    except HubSetupError as e:
+        _say(f"gpupool: JupyterHub not started: {e} (or pass --no-jupyterhub to silence this)")
+        return False
+    return True
+
+
+def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str):  # noqa: ANN202
+    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub)."""
+    from gpupool.jupyterhub.config import HubSettings
 
     api = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-    hub = HubSettings(
+    return HubSettings(
         data_dir=data_dir / "hub",
         launch_dir=data_dir / "hub-launch",
         api_url=api,
@@ -389,17 +411,23 @@ def _start_hub(ctx, data_dir: Path, host: str, port: int, hub_port: int, mode: s
         hub_port=hub_port + 81,
         single_user_mode=mode == "single-user",
     )
+
+
+def _start_hub(ctx, hub):  # noqa: ANN001, ANN202
+    """Start JupyterHub as a child process talking to this server."""
+    from gpupool.jupyterhub.config import HubSetupError, find_proxy, start_hub
+    from gpupool.server.services.accounts import issue_token
+
     try:
         find_proxy()
-        hub.data_dir.mkdir(parents=True, exist_ok=True)
         token = issue_token(ctx, ADMIN, "jupyterhub", None).token
         proc = start_hub(hub, token)
     except HubSetupError as e:
         _say(f"error: cannot start JupyterHub: {e}")
         raise typer.Exit(2) from None
     _say(
-        f"gpupool: JupyterHub on {hub.public_url} (users log in there; log: "
-        f"{hub.data_dir / 'jupyterhub.log'})",
+        f"gpupool: JupyterHub on {hub.public_url} (users log in there; the dashboard is also "
+        f"in its Services menu; log: {hub.data_dir / 'jupyterhub.log'})",
         loud=True,
     )
     return proc
