@@ -245,3 +245,20 @@ def test_node_registration_and_drain(world):
     assert r.json()["state"] == "draining"
     assert [n["name"] for n in world.get("viewer", "/nodes").json()] == ["n1", "n2"]
     assert world.delete("admin", "/nodes/n2").status_code == 204
+
+
+def test_only_admins_create_tokens_for_other_users(world):
+    # JupyterHub with an OAuth authenticator acts for a user through such a token
+    r = world.post("admin", "/tokens", json={"name": "hub", "user": "ann"})
+    assert r.status_code == 201, r.text
+    assert r.json()["user"] == "ann"
+    me = world.client.get(
+        API + "/auth/me", headers={"Authorization": f"Bearer {r.json()['token']}"}
+    )
+    assert me.json()["name"] == "ann"
+    r = world.post("tenant-admin", "/tokens", json={"name": "x", "user": "ann"})
+    assert r.status_code == 403 and "tokens for other users" in r.json()["detail"]
+    r = world.post("admin", "/tokens", json={"name": "x", "user": "nobody-here"})
+    assert r.status_code == 404 and "nobody-here" in r.json()["detail"]
+    # asking for one's own name is the same as omitting it
+    assert world.post("member", "/tokens", json={"user": "ann"}).status_code == 201

@@ -67,7 +67,7 @@ def list_tokens(
 def create_token(
     body: TokenCreateIn, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
 ) -> TokenSecretOut:
-    return accounts.issue_token(ctx, p.name, body.name, body.expires_in_s)
+    return accounts.issue_token_for(ctx, p, body.user, body.name, body.expires_in_s)
 
 
 @router.delete("/tokens/{token_id}", tags=["tokens"], summary="Revoke a token")

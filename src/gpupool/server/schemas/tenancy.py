@@ -23,6 +23,9 @@ class TokenCreateIn(In):
     name: str = Field(default="", max_length=128)
     #: Lifetime in seconds; omitted: the server's default; null is not allowed (no eternal tokens).
     expires_in_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+    #: Admins only: issue the token for this user (e.g. JupyterHub acting for a user who
+    #: logged in through an OAuth authenticator). Omitted: the caller.
+    user: str | None = Field(default=None, max_length=128)
 
 
 class TokenOut(Out):

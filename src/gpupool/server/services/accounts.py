@@ -47,6 +47,18 @@ def issue_token(
     return TokenSecretOut(**_token_out(row).model_dump(), token=secret)
 
 
+def issue_token_for(
+    ctx: AppContext, p: Principal, user: str | None, name: str, expires_in_s: float | None
+) -> TokenSecretOut:
+    """A token for the caller, or (admins only) for another existing user."""
+    if user is None or user == p.name:
+        return issue_token(ctx, p.name, name, expires_in_s)
+    p.require_admin("create tokens for other users")
+    with ctx.store.read() as s:
+        UserRepo(s).get(user)  # unknown user: a 404 problem that names it
+    return issue_token(ctx, user, name, expires_in_s)
+
+
 def login(ctx: AppContext, username: str, password: str, token_name: str) -> LoginOut:
     with ctx.store.read() as s:
         users = UserRepo(s)
