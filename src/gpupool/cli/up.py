@@ -193,7 +193,12 @@ def serve(
     from gpupool.executors.mps import MPSManager
     from gpupool.scheduler.types import SchedulerConfig
     from gpupool.server.app import create_app
-    from gpupool.server.bootstrap import ensure_admin, ensure_tenant, register_node
+    from gpupool.server.bootstrap import (
+        ensure_admin,
+        ensure_default_profiles,
+        ensure_tenant,
+        register_node,
+    )
     from gpupool.server.loops.accounting import AccountingLoop
     from gpupool.server.loops.culler import CullerLoop
     from gpupool.server.loops.reconciler import ReconcilerLoop
@@ -252,6 +257,7 @@ def serve(
     register_node(store, node)
     password = ensure_admin(store, ADMIN, os.environ.get("GPUPOOL_ADMIN_PASSWORD"), now)
     ensure_tenant(store, DEFAULT_TENANT, now, members=(ADMIN,))
+    ensure_default_profiles(store, node)
 
     def record(kind: str, message: str, data: dict[str, object]) -> None:
         with store.write() as s:

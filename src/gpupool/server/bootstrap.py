@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import secrets
 
-from gpupool.domain import Membership, Node, Role, Tenant, User
+from gpupool.domain import Membership, Node, Request, Role, Tenant, User
+from gpupool.domain.profiles import Profile
 from gpupool.server.security import hash_password
 from gpupool.store import NodeRepo, Store, TenantRepo, UserRepo
+from gpupool.store.profiles import ProfileRepo
 
 
 def ensure_admin(store: Store, name: str, password: str | None, now: float) -> str | None:
@@ -36,3 +38,37 @@ def register_node(store: Store, node: Node) -> Node:
     """Register or refresh `node` (keeps the admin's sharing modes of known GPUs)."""
     with store.write() as s:
         return NodeRepo(s).upsert(node)
+
+
+def default_profiles(node: Node) -> list[Profile]:
+    """The profiles a fresh install offers: one whole GPU of the node's model, and CPU only.
+    (Fractional profiles need a GPU in `shared` mode; admins add them with `gpupool profile`.)"""
+    models = sorted({g.model for g in node.gpus})
+    out = (
+        [
+            Profile(
+                "gpu",
+                Request(gpus=1, gpu_model=models[0] if len(models) == 1 else None),
+                description=f"1 whole {models[0] if len(models) == 1 else ''} GPU".replace(
+                    "  ", " "
+                ),
+            )
+        ]
+        if node.gpus
+        else []
+    )
+    out.append(Profile("cpu", Request(), description="CPU only (no GPU)"))
+    return out
+
+
+def ensure_default_profiles(store: Store, node: Node) -> list[str]:
+    """On a first run (no profile defined yet) create `default_profiles(node)`; returns the
+    names created (none when the admin already has profiles: theirs are never touched)."""
+    with store.write() as s:
+        repo = ProfileRepo(s)
+        if repo.list():
+            return []
+        made = default_profiles(node)
+        for prof in made:
+            repo.save(prof, create=True)
+        return [p.name for p in made]
