@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--loads", default="0.8,1.2")
     ap.add_argument("--policies", default="fifo,fair,las")
     ap.add_argument("--gap", type=float, default=60.0, help="min_cycle_gap_s (trace default 60)")
-    ap.add_argument("--window", type=int, default=256, help="pending window (0: all)")
+    ap.add_argument("--window", type=int, default=64, help="pending window per tenant (0: all)")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
