@@ -46,8 +46,8 @@ GENERIC_REQUIRED = ("submit_time", "duration", "num_gpus", "tenant")
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 #: without a cluster file, trace replay runs the scheduler at most once a minute of trace time
 DEFAULT_TRACE_CYCLE_GAP_S = 60.0
-#: ... and gives each cycle the first 256 waiting workloads of each tenant
-DEFAULT_TRACE_PENDING_WINDOW = 256
+#: ... and gives each cycle the first 64 waiting workloads of each tenant
+DEFAULT_TRACE_PENDING_WINDOW = 64
 
 
 @dataclass(frozen=True, slots=True)
