@@ -203,3 +203,38 @@ def test_per_model_guarantee_protects_the_victims_model():
     t2 = [tenant("lab-a", 2), tenant("lab-b", 4)]
     d = cycle(snapshot([h, a], t2, run), [job("x", gpus=1, model="H100")], NOW)
     assert victims(d) == ["h2"]
+
+
+def test_a_parent_at_its_limit_does_not_block_reclaim_between_its_children():
+    # physics may hold 4 of the 8 GPUs; lab-a (guarantee 1) borrows all 4 of them, so lab-b
+    # (guarantee 2) is blocked by physics' limit although GPUs are free: lab-a's newest
+    # borrowed work is preempted, and lab-b runs the cycle after.
+    big = node("n", gpus=8)
+    tenants = [
+        tenant("physics", 2, limit=4),
+        tenant("physics/lab-a", 1),
+        tenant("physics/lab-b", 1),
+    ]
+    run = [
+        running(job(f"a{i}", "physics/lab-a", "ann", gpus=1), big, [i], since=100 * i)
+        for i in range(4)
+    ]
+    snap = snapshot([big], tenants, run)
+    pending = [job("b", "physics/lab-b", "bob", gpus=1)]
+    d1 = cycle(snap, pending, NOW)
+    assert victims(d1) == ["a3"] and d1.admissions == ()
+    assert d1.pending["b"].reason.startswith("physics is at its limit of 4 GPUs; reclaiming")
+    snap, pending = apply(snap, pending, d1, NOW)
+    d2 = cycle(snap, pending, NOW + 1)
+    assert [x.workload_id for x in d2.admissions] == ["b"] and d2.preemptions == ()
+
+
+def test_a_child_over_its_guarantee_is_not_helped_by_reclaim_under_the_parent_limit():
+    big = node("n", gpus=8)
+    tenants = [tenant("p", 2, limit=4), tenant("p/a", 1), tenant("p/b", 1)]
+    run = [running(job(f"b{i}", "p/b", "bob", gpus=1), big, [i], since=100) for i in range(2)]
+    run += [running(job(f"a{i}", "p/a", "ann", gpus=1), big, [2 + i], since=100) for i in range(2)]
+    # p/b already holds 2 > its guarantee of 1: it must wait, and nobody is preempted
+    d = cycle(snapshot([big], tenants, run), [job("b9", "p/b", "bob", gpus=1)], NOW)
+    assert d.preemptions == ()
+    assert d.pending["b9"].reason.startswith("p is at its limit of 4 GPUs")

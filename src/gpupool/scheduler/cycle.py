@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.fairshare import fair_shares
-from gpupool.scheduler.limits import TENANT, Usage, limit_check, never_within_limits
+from gpupool.scheduler.limits import (
+    TENANT,
+    Usage,
+    gpus_text,
+    limit_check,
+    never_within_limits,
+)
 from gpupool.scheduler.ordering import (
     fair_tenant_key,
     fifo_key,
@@ -383,6 +389,8 @@ class _Cycle:
             if hit is not None:
                 scope, why = hit
                 self.reasons[w.id] = why
+                if scope == TENANT and self._reclaim_under_limit(w, milli):
+                    return False
                 if scope == TENANT:
                     old = self._tenant_fail.get(w.tenant)
                     if old is None or milli < old[0]:
@@ -442,8 +450,7 @@ class _Cycle:
 
     # -- 4. reclaim and reservations -------------------------------------------------------
 
-    def _reclaim(self, w: Workload, shape: Shape) -> bool:
-        """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
+    def _reclaimer_for_cycle(self) -> Reclaimer:
         if self._reclaimer is None:
             self._reclaimer = Reclaimer(
                 self.cap,
@@ -453,7 +460,11 @@ class _Cycle:
                 self.now,
                 self.config.min_runtime_s,
             )
-        rc = self._reclaimer
+        return self._reclaimer
+
+    def _reclaim(self, w: Workload, shape: Shape) -> bool:
+        """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
+        rc = self._reclaimer_for_cycle()
         found = rc.waits_for_stopping(shape)
         if found is None:
             found = rc.find(w.tenant, shape, set(self.holds))
@@ -465,6 +476,43 @@ class _Cycle:
                 self.preemptions.append(Preemption(v.workload.id, w.id, reason))
         self._promise(w, shape, found)
         self.reasons[w.id] = reclaim_text(len(found.victims), found.stopping)
+        return True
+
+    def _reclaim_under_limit(self, w: Workload, milli: int) -> bool:
+        """An ancestor's limit blocks `w`, which is within its guarantee: preempt borrowed work
+        of other tenants under that ancestor (or wait for such work already stopping) until
+        the ancestor has room. True if `w` now waits for that; its reason says so."""
+        if not (self.policy is Policy.FAIR and self.config.preemption):
+            return False
+        if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
+            return False
+        limiting = next(
+            (
+                a
+                for a in self.usage.chain(w.tenant)[1:]
+                if a in self.tree
+                and (lim := self.tree.get(a).quota.limit_milli) is not None
+                and self.usage.of(a) + milli > lim
+            ),
+            None,
+        )
+        if limiting is None:
+            return False
+        limit = self.tree.get(limiting).quota.limit_milli or 0
+        rc = self._reclaimer_for_cycle()
+        need = self.usage.of(limiting) + milli - limit
+        found = rc.find_under_limit(w.tenant, milli, limiting, need)
+        if found is None:
+            return False
+        victims, stopping = found
+        rc.take(victims)
+        for v in victims:
+            self.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
+        self.effective.add(w.tenant, w.owner, milli)
+        self._changed()
+        self.reasons[w.id] = f"{limiting} is at its limit of {gpus_text(limit)}; " + reclaim_text(
+            len(victims), stopping
+        )
         return True
 
     def _promise(self, w: Workload, shape: Shape, found: Reclaim) -> None:

@@ -328,9 +328,58 @@ class Reclaimer:
         )
         return score, Reclaim(n, tuple(chosen), 0, fit)
 
+    def find_under_limit(
+        self, tenant: str, milli: int, limiting: str, need: int
+    ) -> tuple[list[RunningWorkload], int] | None:
+        """Victims inside `limiting`'s subtree whose stop brings that subtree `need` milli
+        below its limit, for a candidate of `tenant` (within its guarantee) that the limit
+        of its ancestor `limiting` blocks. Same victim rules as `find`, on any nodes.
+
+        Returns (victims, how many stopping workloads were counted as freed), with no victims
+        when work already stopping in the subtree frees enough; None if the borrowed work
+        there is not enough."""
+        prefix = limiting + "/"
+
+        def inside(t: str) -> bool:
+            return t.startswith(prefix)
+
+        stopping = [
+            rw for lst in self.stopping.values() for rw in lst if inside(rw.workload.tenant)
+        ]
+        need -= sum(rw.allocation.gpu_milli for rw in stopping)
+        if need <= 0:
+            return [], len(stopping)
+        chosen: list[RunningWorkload] = []
+        removed: dict[str, int] = {}
+        removed_model: dict[tuple[str, str], int] = {}
+        rooms: dict[str, tuple[str, int] | None] = {}
+        freed = 0
+        for _, rw in self.order:
+            w = rw.workload
+            if w.id in self.taken or not inside(w.tenant):
+                continue
+            if w.tenant not in rooms:
+                rooms[w.tenant] = self._room(tenant, milli, w.tenant)
+            room = rooms[w.tenant]
+            if room is None:
+                continue
+            theirs, borrowed = room
+            if removed.get(theirs, 0) >= borrowed or self._model_protected(rw, removed_model):
+                continue
+            chosen.append(rw)
+            removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
+            freed += rw.allocation.gpu_milli
+            if freed >= need:
+                return chosen, len(stopping)
+        return None
+
     def commit(self, reclaim: Reclaim) -> None:
         """Mark the victims taken and their GPUs no longer held (for later borrowing checks)."""
-        for rw in reclaim.victims:
+        self.take(reclaim.victims)
+
+    def take(self, victims: tuple[RunningWorkload, ...] | list[RunningWorkload]) -> None:
+        """Mark `victims` taken and their GPUs no longer held (for later borrowing checks)."""
+        for rw in victims:
             self.taken.add(rw.workload.id)
             self.usage.remove(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
             m = self._model_of(rw) if self.model_usage else None
