@@ -6,6 +6,7 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gpupool.domain import Allocation, Enforcement, Share, Workload
@@ -63,7 +64,7 @@ def test_daemon_start_health_stop(mgr):
     log = (mgr.log_dir(GPU) / "control.log").read_text()
     assert log.startswith(GPU)  # the daemon saw only its own GPU
     mgr.stop(GPU)
-    wait_exit(pid)
+    assert not psutil.pid_exists(pid)  # stop() returns once the daemon has gone
     assert not mgr.healthy(GPU)
     kinds = [k for k, _ in mgr.events]
     assert kinds == ["mps.started", "mps.stopped"]

@@ -11,8 +11,10 @@ Limits of a fractional share (see `limits_for`):
 - memory: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=<memory_mib>M"``. The device is named by its
   ordinal *as the client sees it*; a fractional job sees exactly one GPU, so it is always 0.
   MiB are exact, no rounding. A share with no memory (0 MiB) gets no memory limit.
-- compute: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = ceil(milli / 10)``, clamped to 1..100: a
-  share never gets less compute than it was granted (250 milli -> 25, 333 -> 34).
+- compute: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = ceil(milli / 10)``, clamped to 1..100
+  (250 milli -> 25, 333 -> 34). MPS turns the percentage into whole SMs, rounded down to an
+  even count, so a share may get up to one SM pair less than granted (measured on an H100:
+  25 % -> 32 of 132 SMs; see docs/sharing.md).
 
 Legacy MPS serves one Unix user per GPU at a time: a client of a second user waits until all
 clients of the first have finished. `MPSManager.enforcement_for` applies gpupool's rule: the
@@ -33,6 +35,8 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from gpupool.domain import MILLI_PER_GPU, Enforcement, Share
 from gpupool.executors.base import ExecutorError
@@ -251,6 +255,13 @@ class MPSManager:
             self._control(gpu_uuid, "quit")
         except (OSError, subprocess.TimeoutExpired):
             os.kill(pid, signal.SIGTERM)
+        # Wait (bounded) until it has gone, so that a start right after cannot race it.
+        try:
+            psutil.Process(pid).wait(timeout=COMMAND_TIMEOUT_S)
+        except psutil.TimeoutExpired:
+            os.kill(pid, signal.SIGTERM)
+        except psutil.Error:
+            pass  # already gone
         self._last_healthy[gpu_uuid] = False
         self.on_event("mps.stopped", f"MPS daemon stopped for GPU {gpu_uuid}", {"gpu": gpu_uuid})
 
