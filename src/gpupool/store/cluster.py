@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpupool.domain import GPU, Node, NodeState, SharingMode
+from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
 from gpupool.store.convert import gpu_to_domain, gpu_to_row, node_fields_to_row, node_to_domain
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import GpuRow, NodeRow
@@ -16,7 +16,24 @@ class NodeRepo:
         self.s = s
 
     def list(self) -> list[Node]:
-        return [node_to_domain(r) for r in self.s.scalars(select(NodeRow).order_by("name"))]
+        """All nodes by name. Read as plain rows (two queries, no ORM objects): it is on the
+        path of every submission and every scheduling pass."""
+        gpus: dict[str, list[GPU]] = {}
+        q = select(*GpuRow.__table__.c).order_by(GpuRow.node, GpuRow.index)
+        for r in self.s.execute(q):
+            g = r._mapping  # a column named "index" clashes with the tuple method
+            gpus.setdefault(g["node"], []).append(
+                GPU(
+                    index=g["index"],
+                    uuid=g["uuid"],
+                    model=g["model"],
+                    memory_mib=g["memory_mib"],
+                    sharing=SharingMode(g["sharing"]),
+                    health=GPUHealth(g["health"]),
+                )
+            )
+        rows = self.s.execute(select(*NodeRow.__table__.c).order_by(NodeRow.name))
+        return [node_to_domain(r, tuple(gpus.get(r.name, ()))) for r in rows]  # type: ignore[arg-type]
 
     def get(self, name: str) -> Node:
         row = self.s.get(NodeRow, name)

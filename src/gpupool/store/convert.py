@@ -63,10 +63,14 @@ def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
     return row
 
 
-def node_to_domain(row: NodeRow) -> Node:
+def node_to_domain(row: NodeRow, gpus: tuple[GPU, ...] | None = None) -> Node:
+    """`row` may be an ORM row or a plain row with its columns; `gpus` (sorted by index)
+    is then given, instead of loading `row.gpus`."""
     return Node(
         name=row.name,
-        gpus=tuple(gpu_to_domain(g) for g in sorted(row.gpus, key=lambda g: g.index)),
+        gpus=gpus
+        if gpus is not None
+        else tuple(gpu_to_domain(g) for g in sorted(row.gpus, key=lambda g: g.index)),
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
         labels=tuple(sorted((str(k), str(v)) for k, v in (row.labels or {}).items())),

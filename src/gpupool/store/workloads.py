@@ -214,17 +214,23 @@ class WorkloadRepo:
         return new
 
     def set_pending_info(self, infos: dict[str, PendingInfo]) -> None:
-        """Store the latest why-pending of each listed (still pending) workload."""
+        """Store the latest why-pending of each listed (still pending) workload. Only rows
+        whose stored reason or positions differ are written."""
         if not infos:
             return
-        pending_ids = set(
-            self.s.scalars(
-                select(WorkloadRow.id).where(
-                    WorkloadRow.id.in_(list(infos)),
-                    WorkloadRow.state == str(WorkloadState.PENDING),
-                )
+        ids = list(infos)
+        stored: dict[str, tuple[str | None, int | None, int | None]] = {}
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            q = select(
+                WorkloadRow.id,
+                WorkloadRow.pending_reason,
+                WorkloadRow.queue_position,
+                WorkloadRow.tenant_position,
+            ).where(
+                WorkloadRow.id.in_(ids[i : i + 500]),
+                WorkloadRow.state == str(WorkloadState.PENDING),
             )
-        )
+            stored.update((wid, (r, qp, tp)) for wid, r, qp, tp in self.s.execute(q))
         params = [
             {
                 "id": wid,
@@ -233,7 +239,7 @@ class WorkloadRepo:
                 "tenant_position": info.tenant_position,
             }
             for wid, info in infos.items()
-            if wid in pending_ids
+            if wid in stored and stored[wid] != (info.reason, info.position, info.tenant_position)
         ]
         if params:
             self.s.execute(update(WorkloadRow), params)
