@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from gpupool import __version__
@@ -57,6 +58,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Sync endpoints run in anyio's worker threads (40 by default): see Settings.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = max(1, settings.api_threads)
         if settings.start_loops:
             loops.start_all()
         try:

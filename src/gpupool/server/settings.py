@@ -20,6 +20,9 @@ class Settings:
     scheduler_interval_s: the scheduler loop also runs this often without being woken.
     start_loops: run the background loops while the app is serving (tests drive them by hand).
     stop_grace_s: time work gets between the polite stop signal and the forced kill.
+    api_threads: worker threads for the endpoints. They are CPU-bound and share one GIL, so
+        a few serve as many requests as many would, with less switching, and leave the GIL to
+        the scheduler loop more often (bench/results/api_load.md).
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -29,13 +32,15 @@ class Settings:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     start_loops: bool = True
     stop_grace_s: float = 30.0
+    api_threads: int = 4
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
-        GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_COOKIE_SECURE), then
+        GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
+        GPUPOOL_API_THREADS, GPUPOOL_COOKIE_SECURE), then
         `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
@@ -47,6 +52,7 @@ class Settings:
             ("max_body_bytes", int),
             ("scheduler_interval_s", float),
             ("stop_grace_s", float),
+            ("api_threads", int),
         ):
             name = "GPUPOOL_" + key.upper()
             if name in env:
