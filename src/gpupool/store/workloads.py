@@ -10,8 +10,9 @@ the committed allocations while holding the GPUs' row locks (see `store.db`).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
@@ -59,6 +60,13 @@ class WorkloadRecord:
 #: Every column of the workloads table: `select(*_COLUMNS)` gives rows with the same attribute
 #: names as `WorkloadRow`, without the ORM's per-object bookkeeping.
 _COLUMNS = tuple(WorkloadRow.__table__.c)
+_KEYS = tuple(c.key for c in _COLUMNS)
+
+
+def _plain(row: Sequence[object]) -> WorkloadRow:
+    """A result row as an object with WorkloadRow's attributes: reading them is about twice
+    as fast as reading a SQLAlchemy Row's (it matters for lists of hundreds)."""
+    return SimpleNamespace(**dict(zip(_KEYS, row, strict=True)))  # type: ignore[return-value]
 
 
 def _record(row: WorkloadRow) -> WorkloadRecord:
@@ -156,7 +164,7 @@ class WorkloadRepo:
         q = q.order_by(order, WorkloadRow.id).offset(offset)
         if limit is not None:
             q = q.limit(limit)
-        return [_record(r) for r in self.s.execute(q)]  # type: ignore[arg-type]
+        return [_record(_plain(r)) for r in self.s.execute(q)]
 
     def pending(self) -> list[Workload]:
         q = (
@@ -164,7 +172,7 @@ class WorkloadRepo:
             .where(WorkloadRow.state == str(WorkloadState.PENDING))
             .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
         )
-        return [workload_to_domain(r) for r in self.s.execute(q)]  # type: ignore[arg-type]
+        return [workload_to_domain(_plain(r)) for r in self.s.execute(q)]
 
     def count_by_state_tenant(self) -> list[tuple[str, str, int]]:
         q = select(WorkloadRow.state, WorkloadRow.tenant, func.count()).group_by(
