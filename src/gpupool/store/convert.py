@@ -205,11 +205,12 @@ def share_to_domain(row: ShareRow) -> Share:
     )
 
 
-def allocation_to_domain(row: AllocationRow) -> Allocation:
+def allocation_to_domain(row: AllocationRow, shares: tuple[Share, ...] | None = None) -> Allocation:
+    """`row` may be a plain row of the allocation's columns; its `shares` are then given."""
     return Allocation(
         workload_id=row.workload_id,
         node=row.node,
-        shares=tuple(share_to_domain(s) for s in row.shares),
+        shares=shares if shares is not None else tuple(share_to_domain(s) for s in row.shares),
         since=row.since,
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,

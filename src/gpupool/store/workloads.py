@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import (
@@ -22,6 +22,7 @@ from gpupool.domain import (
     MILLI_PER_GPU,
     Allocation,
     Event,
+    Share,
     Workload,
     WorkloadState,
     transition,
@@ -31,6 +32,7 @@ from gpupool.store.convert import (
     allocation_to_domain,
     allocation_to_row,
     event_to_row,
+    share_to_domain,
     workload_to_domain,
     workload_to_row,
 )
@@ -310,10 +312,29 @@ class AllocationRepo:
         """Active allocations of the given workloads, by workload id."""
         if not workload_ids:
             return {}
-        q = select(AllocationRow).where(
-            AllocationRow.workload_id.in_(list(workload_ids)), AllocationRow.released_at.is_(None)
-        )
-        return {r.workload_id: allocation_to_domain(r) for r in self.s.scalars(q)}
+        return self._active_by_workload(AllocationRow.workload_id.in_(list(workload_ids)))
+
+    def _active_by_workload(self, *where: ColumnElement[bool]) -> dict[str, Allocation]:
+        """Active allocations matching `where`, read as plain rows (two queries, no ORM
+        objects: this is on the path of every list and every scheduling pass)."""
+        q = select(*AllocationRow.__table__.c).where(AllocationRow.released_at.is_(None), *where)
+        rows = self.s.execute(q).all()
+        if not rows:
+            return {}
+        shares: dict[int, list[Share]] = {}
+        ids = [r.id for r in rows]
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            sq = (
+                select(*ShareRow.__table__.c)
+                .where(ShareRow.allocation_id.in_(ids[i : i + 500]))
+                .order_by(ShareRow.gpu_index, ShareRow.id)
+            )
+            for sh in self.s.execute(sq):
+                shares.setdefault(sh.allocation_id, []).append(share_to_domain(sh))  # type: ignore[arg-type]
+        return {
+            r.workload_id: allocation_to_domain(r, tuple(shares.get(r.id, ())))  # type: ignore[arg-type]
+            for r in rows
+        }
 
     def active(self) -> list[Allocation]:
         q = select(AllocationRow).where(AllocationRow.released_at.is_(None))
@@ -321,20 +342,25 @@ class AllocationRepo:
 
     def running(self) -> list[RunningWorkload]:
         """Active workloads (admitted, starting, running) with their allocations."""
+        allocs = self._active_by_workload()
         q = (
-            select(WorkloadRow, AllocationRow)
+            select(*_COLUMNS)
             .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
             .where(
                 AllocationRow.released_at.is_(None),
                 WorkloadRow.state.in_([str(s) for s in ACTIVE_STATES]),
             )
         )
-        return [
-            RunningWorkload(
-                workload_to_domain(w), allocation_to_domain(a), stopping=w.stop_state is not None
-            )
-            for w, a in self.s.execute(q)
-        ]
+        out = []
+        for r in self.s.execute(q):
+            w = _plain(r)
+            if w.id in allocs:
+                out.append(
+                    RunningWorkload(
+                        workload_to_domain(w), allocs[w.id], stopping=w.stop_state is not None
+                    )
+                )
+        return out
 
     def gpu_usage(self, uuids: Collection[str] | None = None) -> dict[str, tuple[int, int]]:
         """GPU uuid -> (milli, memory MiB) held by active allocations."""
