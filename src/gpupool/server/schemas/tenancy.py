@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -91,7 +91,9 @@ class QuotaIO(In):
     limit: float | None = Field(default=None, ge=0, le=1_000_000)
     weight: float = Field(default=1.0, gt=0, le=1_000_000)
     max_per_user: float | None = Field(default=None, gt=0, le=1_000_000)
-    guaranteed_by_model: dict[str, float] = Field(default_factory=dict, max_length=64)
+    guaranteed_by_model: dict[str, Annotated[float, Field(ge=0, le=1_000_000)]] = Field(
+        default_factory=dict, max_length=64
+    )
 
 
 class TenantCreateIn(In):
