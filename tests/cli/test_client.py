@@ -5,12 +5,10 @@ with N, anything else keeps running)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Mapping
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from gpupool.cli.main import app as cli
@@ -23,6 +21,7 @@ from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import UsageRepo, open_store
 from tests.server.conftest import PASSWORD, seed
+from tests.support import ServedApp
 
 
 class ScriptedExecutor(FakeExecutor):
@@ -52,18 +51,8 @@ def server(tmp_path):
     settings = Settings(database_url=store.url, scheduler_interval_s=0.05)
     app = create_app(settings, executor=ScriptedExecutor(clock), clock=clock, store=store)
     seed(app.state.ctx)
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:  # wait for the socket, not for a duration
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", app.state.ctx
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with ServedApp(app) as url:
+        yield url, app.state.ctx
     store.close()
 
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -22,17 +20,12 @@ import psutil
 import pytest
 
 from tests.executors.conftest import release, wait_ready
+from tests.support import free_port, wait_for
 
 pytestmark = pytest.mark.slow
 PASSWORD = "up-test-password"
 #: The `gpupool` command, run by this interpreter.
 GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Up:
@@ -87,19 +80,6 @@ def login(url: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
-def until(check, timeout: float = 60, what: str = "condition"):  # noqa: ANN001, ANN201
-    """Ask `check()` until it returns something truthy (bounded; the server works on its
-    own loops' timers, so there is nothing to block on)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.1)
-
-
 def workload(url: str, h: dict[str, str], wid: str) -> dict:
     r = httpx.get(f"{url}/api/v1/workloads/{wid}", headers=h)
     assert r.status_code == 200, r.text
@@ -120,7 +100,7 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
         assert "SIMULATED GPUs" in up.output
         assert "single-user mode" in up.output
         h = login(up.url)
-        readyz = until(lambda: httpx.get(f"{up.url}/readyz").status_code == 200, what="readyz")
+        readyz = wait_for(lambda: httpx.get(f"{up.url}/readyz").status_code == 200, what="readyz")
         assert readyz
         gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
         uuids = {g["uuid"] for g in (gpus["items"] if isinstance(gpus, dict) else gpus)}
@@ -138,7 +118,7 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
         assert r.status_code == 201, r.text
         wid = r.json()["id"]
         wait_ready(ready, timeout=60)  # the job runs
-        got = until(
+        got = wait_for(
             lambda: (w := workload(up.url, h, wid))["state"] == "running" and w, what="running"
         )
         gpu = got["allocation"]["shares"][0]["gpu_uuid"]
@@ -173,14 +153,14 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
             json={"gpus": 1, "command": ["true"], "tenant": "default"},
         )
         w2 = r2.json()["id"]
-        done2 = until(
+        done2 = wait_for(
             lambda: (w := workload(up.url, h, w2))["state"] == "succeeded" and w, what="job 2"
         )
         assert done2["exit_code"] == 0
         assert done2["allocation"]["shares"][0]["gpu_uuid"] == (uuids - {gpu}).pop()
 
         release(go)
-        final = until(
+        final = wait_for(
             lambda: (w := workload(up.url, h, wid))["state"] in ("failed", "succeeded") and w,
             what="the adopted job's end",
         )
@@ -221,7 +201,7 @@ def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir):
             except httpx.HTTPError:
                 return False
 
-        until(answers, timeout=120, what="JupyterHub")
+        wait_for(answers, timeout=120, what="JupyterHub")
         # the dashboard is a hub service with single sign-on: through the hub's proxy it
         # sends a browser to the hub's OAuth flow instead of answering 404
         sso = httpx.get(
@@ -268,7 +248,7 @@ def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
         )
         assert r.status_code == 201, r.text
         wid = r.json()["id"]
-        done = until(
+        done = wait_for(
             lambda: (w := workload(up.url, h, wid))["state"] == "succeeded" and w, what="job"
         )
         assert done["allocation"]["shares"][0]["enforcement"] == "mps"
@@ -278,7 +258,7 @@ def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
         assert f"CUDA_VISIBLE_DEVICES={uuid}" in out
         daemon = int(pid_file.read_text())
         assert up.stop(signal.SIGINT) == 0
-        until(lambda: not psutil.pid_exists(daemon), timeout=30, what="the MPS daemon to quit")
+        wait_for(lambda: not psutil.pid_exists(daemon), timeout=30, what="the MPS daemon to quit")
     finally:
         if up.proc.poll() is None:
             up.proc.kill()
@@ -319,7 +299,7 @@ def test_up_per_user_mode_runs_jobs_as_their_owners_account(tmp_path):
             json={"gpus": 1, "command": ["sh", "-c", "id -un; echo $HOME"], "tenant": "default"},
         )
         wid = r.json()["id"]
-        until(lambda: workload(up.url, hb, wid)["state"] == "succeeded", what="bob's job")
+        wait_for(lambda: workload(up.url, hb, wid)["state"] == "succeeded", what="bob's job")
         lines = (data / "jobs" / wid / "output.log").read_text().splitlines()
         assert lines == ["nobody", pwd.getpwnam("nobody").pw_dir]
         assert (data / "jobs" / wid / "output.log").stat().st_uid == pwd.getpwnam("nobody").pw_uid

@@ -15,9 +15,7 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,29 +36,11 @@ from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, ProfileRepo, TenantRepo, UserRepo, open_store
+from tests.support import ServedApp, free_port, wait_for
 
 PASSWORD = "hub-test-password-1"
 GPU_UUIDS = ("GPU-sim-0000", "GPU-sim-0001")
 MEMBERS = ("alice", "bob", "carol", "dave")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0, every: float = 0.1):
-    """Poll `check` until it returns something truthy; fail after `timeout` s (bounded
-    readiness polling of real processes, not a timing assumption)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {last!r})")
 
 
 def seed(db_url: str) -> None:
@@ -93,25 +73,6 @@ def seed(db_url: str) -> None:
     store.close()
 
 
-class _Uvicorn:
-    def __init__(self, app: object, port: int):
-        import uvicorn
-
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-        wait_for(lambda: self.server.started or not self.thread.is_alive(), "gpupool server")
-        assert self.thread.is_alive(), "the gpupool server did not start"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
 @dataclass
 class Stack:
     root: Path
@@ -120,7 +81,7 @@ class Stack:
     admin_token: str
     driver_token: str
     app: Any
-    server: _Uvicorn
+    server: ServedApp
     hub_proc: subprocess.Popen | None = None
     cookies: dict[str, httpx.Client] = field(default_factory=dict)
 
@@ -135,7 +96,7 @@ class Stack:
         port = int(self.api_url.rsplit(":", 1)[1])
         self.server.stop()
         self.app = make_app(f"sqlite:///{self.root / 'gpupool.db'}", self.hub)
-        self.server = _Uvicorn(self.app, port)
+        self.server = ServedApp(self.app, port)
         self.server.start()
 
     def stop_hub(self) -> None:
@@ -272,7 +233,7 @@ c.JupyterHub.last_activity_interval = 5
     )
     app = make_app(db_url, hub)
     admin_token = issue_token(app.state.ctx, "root", "jupyterhub", None).token
-    server = _Uvicorn(app, port)
+    server = ServedApp(app, port)
     server.start()
     stack = Stack(root, api_url, hub, admin_token, driver_token, app, server)
     stack.start_hub()

@@ -211,52 +211,37 @@ def test_culling_warns_then_stops_an_idle_gpu_notebook_and_leaves_a_busy_one(sta
     stack.gpupool("PATCH", "/tenants/lab", json={"clear_idle_timeout": True})
 
 
-CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def test_browser_spawn_form_queue_and_start(stack):
+def test_browser_spawn_form_queue_and_start(stack, browser):
     """dave uses the real spawn form in Chromium: live availability, a visible place in the
     queue, and JupyterLab once carol's GPU is released. The Services menu lists gpupool."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"Chromium not found at {CHROMIUM}; scripts/test installs it with apt-get")
-    sync_api = pytest.importorskip("playwright.sync_api")
     # both GPUs busy: carol's notebook and a new one of alice
     assert stack.spawn("alice", {"profile": "gpu"}).status_code in (201, 202)
     wait_for(lambda: stack.ready("alice"), "alice's notebook", SPAWN_S, 0.5)
     assert stack.ready("carol")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(base_url=stack.hub.public_url)
-            page.set_default_timeout(30_000)
-            page.goto("/hub/login")
-            page.fill("#username_input", "dave")
-            page.fill("#password_input", "hub-test-password-1")
-            page.click("#login_submit")
-            page.wait_for_url("**/hub/spawn**")
-            form = page.locator("#spawn_form")
-            assert "One whole GPU" in form.inner_text()
-            badge = page.locator("#gpupool-profile-gpu + label .gpupool-availability")
-            assert badge.inner_text() == "0 of 2 SimGPU-16G free"
-            assert "lab uses 2 of its 2 guaranteed GPUs (limit 2)" in form.inner_text()
-            services = page.locator("a.dropdown-item", has_text="gpupool")
-            assert services.get_attribute("href") == "/services/gpupool/"
-            page.check("#gpupool-profile-gpu")
-            page.click("#spawn_form button[type=submit]")
-            page.wait_for_url("**/spawn-pending/dave**")
-            msg = page.locator("#progress-message")
-            msg.filter(has_text="1st in line for lab").wait_for()
-            # carol stops; dave's notebook starts by itself and the page moves on to it
-            stack.hub_api("DELETE", "/users/carol/server")
-            page.wait_for_url("**/user/dave/**", timeout=SPAWN_S * 1000)
-            assert stack.ready("dave")
-        finally:
-            browser.close()
+    ctx = browser.new_context(base_url=stack.hub.public_url)
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(30_000)
+        page.goto("/hub/login")
+        page.fill("#username_input", "dave")
+        page.fill("#password_input", "hub-test-password-1")
+        page.click("#login_submit")
+        page.wait_for_url("**/hub/spawn**")
+        form = page.locator("#spawn_form")
+        assert "One whole GPU" in form.inner_text()
+        badge = page.locator("#gpupool-profile-gpu + label .gpupool-availability")
+        assert badge.inner_text() == "0 of 2 SimGPU-16G free"
+        assert "lab uses 2 of its 2 guaranteed GPUs (limit 2)" in form.inner_text()
+        services = page.locator("a.dropdown-item", has_text="gpupool")
+        assert services.get_attribute("href") == "/services/gpupool/"
+        page.check("#gpupool-profile-gpu")
+        page.click("#spawn_form button[type=submit]")
+        page.wait_for_url("**/spawn-pending/dave**")
+        msg = page.locator("#progress-message")
+        msg.filter(has_text="1st in line for lab").wait_for()
+        # carol stops; dave's notebook starts by itself and the page moves on to it
+        stack.hub_api("DELETE", "/users/carol/server")
+        page.wait_for_url("**/user/dave/**", timeout=SPAWN_S * 1000)
+        assert stack.ready("dave")
+    finally:
+        ctx.close()

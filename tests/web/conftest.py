@@ -5,10 +5,6 @@ Playwright. Browser tests are skipped where Chromium or Playwright is missing.""
 from __future__ import annotations
 
 import importlib
-import os
-import shutil
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,18 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import ServedApp
 from tests.web.seed import PASSWORD, Seeded, seed
 
-CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
 
 
@@ -60,54 +47,13 @@ def build_app(db_url: str, seeded_now: float, **seed_kw: object):
     return app, seeded
 
 
-class _Server:
-    """uvicorn in a thread on a socket bound to a free loopback port."""
-
-    def __init__(self, app: object):
-        import uvicorn
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        cfg = uvicorn.Config(app, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(cfg)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:  # readiness wait, not a timing assumption
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     pytest.importorskip("gpupool.server.app", reason="the server app is not built yet")
     db = tmp_path_factory.mktemp("web") / "gpupool.db"
     app, seeded = build_app(f"sqlite:///{db}", time.time(), gpus=8, workloads=24)
-    with _Server(app) as url:
+    with ServedApp(app) as url:
         yield LiveServer(url, app, seeded, None)
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
-        pytest.skip(f"Chromium not found at {CHROMIUM}; scripts/test installs Debian's chromium")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # A shared 2-core CI machine can be slow to run Plotly's bundle; waits are for readiness.
-    sync_api.expect.set_options(timeout=20_000)
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture

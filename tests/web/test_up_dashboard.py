@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
+from tests.support import free_port, wait_for
 from tests.web.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.slow
@@ -22,10 +21,7 @@ PASSWORD = "admin-pass-123"
 
 @pytest.fixture
 def up_server(tmp_path):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     env = {**os.environ, "GPUPOOL_ADMIN_PASSWORD": PASSWORD}
     cmd = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
     cmd += ["up", "--simulate", "2xH100-80GB", "--no-jupyterhub"]
@@ -33,19 +29,18 @@ def up_server(tmp_path):
     log = open(tmp_path / "up.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    log_text = (tmp_path / "up.log").read_text
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"gpupool up exited: {log_text()}")
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        while True:  # readiness wait: the server answers /healthz
-            if proc.poll() is not None:
-                pytest.fail(f"gpupool up exited: {(tmp_path / 'up.log').read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("gpupool up did not answer within 60 s")
-            time.sleep(0.1)
+        wait_for(answers, "gpupool up to answer /healthz")
         yield url
     finally:
         proc.send_signal(signal.SIGINT)

@@ -1,0 +1,73 @@
+"""Helpers shared by the tests that run real servers and processes.
+
+Waiting here is readiness polling of real processes and threads, bounded by a timeout; it is
+never a stand-in for a clock (code under test takes an injected clock for that)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def free_port() -> int:
+    """A loopback TCP port that was free a moment ago (for servers that take a port number)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0, every: float = 0.1):
+    """Call `check` until it returns something truthy and return that; fail after `timeout` s
+    with a message naming `what` and the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:g} s waiting for {what} (last: {last!r})"
+            )
+        time.sleep(every)
+
+
+class ServedApp:
+    """An ASGI app served by uvicorn in a thread on 127.0.0.1 (`port`, or a free one).
+
+    Use as a context manager (`with ServedApp(app) as url:`) or with `start()` / `stop()`."""
+
+    def __init__(self, app: object, port: int = 0, lifespan: str = "on"):
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restarts on one port
+        self.sock.bind(("127.0.0.1", port))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def start(self) -> str:
+        self.thread.start()
+        wait_for(
+            lambda: self.server.started or not self.thread.is_alive(), "the server", timeout=30
+        )
+        assert self.thread.is_alive(), "the test server did not start"
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
