@@ -387,9 +387,9 @@ class _Cycle:
         if self.quotas:
             hit = limit_check(self.usage, w.tenant, w.owner, milli)
             if hit is not None:
-                scope, why = hit
+                scope, why = hit.scope, hit.why
                 self.reasons[w.id] = why
-                if scope == TENANT and self._reclaim_under_limit(w, milli):
+                if scope == TENANT and self._reclaim_under_limit(w, milli, hit.tenant):
                     return False
                 if scope == TENANT:
                     old = self._tenant_fail.get(w.tenant)
@@ -478,25 +478,14 @@ class _Cycle:
         self.reasons[w.id] = reclaim_text(len(found.victims), found.stopping)
         return True
 
-    def _reclaim_under_limit(self, w: Workload, milli: int) -> bool:
-        """An ancestor's limit blocks `w`, which is within its guarantee: preempt borrowed work
-        of other tenants under that ancestor (or wait for such work already stopping) until
-        the ancestor has room. True if `w` now waits for that; its reason says so."""
-        if not (self.policy is Policy.FAIR and self.config.preemption):
+    def _reclaim_under_limit(self, w: Workload, milli: int, limiting: str) -> bool:
+        """The limit of `limiting` (`w`'s tenant or an ancestor) blocks `w`. If it is an
+        ancestor and `w` is within its guarantee: preempt borrowed work of other tenants under
+        that ancestor (or wait for such work already stopping) until it has room. True if `w`
+        now waits for that; its reason says so."""
+        if limiting == w.tenant or not (self.policy is Policy.FAIR and self.config.preemption):
             return False
         if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
-            return False
-        limiting = next(
-            (
-                a
-                for a in self.usage.chain(w.tenant)[1:]
-                if a in self.tree
-                and (lim := self.tree.get(a).quota.limit_milli) is not None
-                and self.usage.of(a) + milli > lim
-            ),
-            None,
-        )
-        if limiting is None:
             return False
         limit = self.tree.get(limiting).quota.limit_milli or 0
         rc = self._reclaimer_for_cycle()

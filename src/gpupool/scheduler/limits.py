@@ -6,6 +6,8 @@ a cycle are added with `add`, preemptions taken back with `remove`.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from gpupool.domain import TenantTree
 
 
@@ -62,9 +64,17 @@ TENANT = "tenant"
 USER = "user"
 
 
-def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> tuple[str, str] | None:
-    """(TENANT or USER, why) if admitting `milli` more for (`tenant`, `user`) would break a
-    tenant limit (anywhere on the ancestor chain) or a per-user cap; None if it would not."""
+class LimitHit(NamedTuple):
+    """A limit that blocks an admission: `scope` TENANT or USER, the tenant that sets it, why."""
+
+    scope: str
+    tenant: str
+    why: str
+
+
+def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> LimitHit | None:
+    """The limit that admitting `milli` more for (`tenant`, `user`) would break: a tenant limit
+    anywhere on the ancestor chain (nearest first), or a per-user cap; None if none would."""
     if milli <= 0:
         return None
     tree = usage.tree
@@ -74,20 +84,14 @@ def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> tuple[str, 
         lim = tree.get(a).quota.limit_milli
         if lim is not None and usage.of(a) + milli > lim:
             used = gpus_text(usage.of(a))
-            return TENANT, f"{a} is at its limit of {gpus_text(lim)} ({used} in use)"
+            return LimitHit(TENANT, a, f"{a} is at its limit of {gpus_text(lim)} ({used} in use)")
     for a in usage.capping(tenant):
         cap = tree.get(a).quota.max_milli_per_user
         assert cap is not None
         used = usage.user.get((a, user), 0)
         if used + milli > cap:
-            return USER, f"{user} is at the per-user cap of {gpus_text(cap)} in {a}"
+            return LimitHit(USER, a, f"{user} is at the per-user cap of {gpus_text(cap)} in {a}")
     return None
-
-
-def limit_block(usage: Usage, tenant: str, user: str, milli: int) -> str | None:
-    """Why admitting `milli` more for (`tenant`, `user`) would break a limit, or None."""
-    r = limit_check(usage, tenant, user, milli)
-    return None if r is None else r[1]
 
 
 def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:

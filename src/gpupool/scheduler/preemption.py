@@ -279,37 +279,15 @@ class Reclaimer:
         tenant: str,
         milli: int,
     ) -> tuple[tuple, Reclaim] | None:
-        chosen: list[RunningWorkload] = []
-        removed: dict[str, int] = {}
-        removed_model: dict[tuple[str, str], int] = {}
+        sel = _Selection(self, tenant, milli, rooms)
         fit = None
         for rw in self.victims[n]:
-            w = rw.workload
-            if w.id in self.taken:
+            if not sel.offer(rw):
                 continue
-            vt = w.tenant
-            if vt not in rooms:
-                rooms[vt] = self._room(tenant, milli, vt)
-            room = rooms[vt]
-            if room is None:
-                continue
-            theirs, borrowed = room
-            if removed.get(theirs, 0) >= borrowed:
-                continue  # that branch would be back at its guarantee
-            if self._model_protected(rw, removed_model):
-                continue
-            chosen.append(rw)
-            removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
-            if self.model_usage:
-                m = self._model_of(rw)
-                for a in self.usage.chain(vt):
-                    if (a, m) in self.model_usage:
-                        removed_model[(a, m)] = removed_model.get((a, m), 0) + (
-                            rw.allocation.gpu_milli
-                        )
-            fit = self._fits(n, shape, chosen)
+            fit = self._fits(n, shape, sel.chosen)
             if fit is not None:
                 break
+        chosen = sel.chosen
         if fit is None:
             return None
         # put back victims that are not needed (most valuable first)
@@ -349,28 +327,14 @@ class Reclaimer:
         need -= sum(rw.allocation.gpu_milli for rw in stopping)
         if need <= 0:
             return [], len(stopping)
-        chosen: list[RunningWorkload] = []
-        removed: dict[str, int] = {}
-        removed_model: dict[tuple[str, str], int] = {}
-        rooms: dict[str, tuple[str, int] | None] = {}
+        sel = _Selection(self, tenant, milli, {})
         freed = 0
         for _, rw in self.order:
-            w = rw.workload
-            if w.id in self.taken or not inside(w.tenant):
+            if not inside(rw.workload.tenant) or not sel.offer(rw):
                 continue
-            if w.tenant not in rooms:
-                rooms[w.tenant] = self._room(tenant, milli, w.tenant)
-            room = rooms[w.tenant]
-            if room is None:
-                continue
-            theirs, borrowed = room
-            if removed.get(theirs, 0) >= borrowed or self._model_protected(rw, removed_model):
-                continue
-            chosen.append(rw)
-            removed[theirs] = removed.get(theirs, 0) + rw.allocation.gpu_milli
             freed += rw.allocation.gpu_milli
             if freed >= need:
-                return chosen, len(stopping)
+                return sel.chosen, len(stopping)
         return None
 
     def commit(self, reclaim: Reclaim) -> None:
@@ -394,3 +358,46 @@ class Reclaimer:
             f"{tenant} reclaims its guaranteed share for {workload_id}; {theirs} is "
             f"borrowing beyond its guarantee of {gpus_text(guaranteed(self.tree, theirs))}"
         )
+
+
+class _Selection:
+    """Victims chosen so far for one candidate of `tenant` asking `milli`, and what they take
+    from each borrowing branch and from per-model holdings (so no branch is taken below its
+    guarantee and no per-model guarantee is cut). `rooms` caches `Reclaimer._room`."""
+
+    def __init__(
+        self,
+        rc: Reclaimer,
+        tenant: str,
+        milli: int,
+        rooms: dict[str, tuple[str, int] | None],
+    ):
+        self.rc, self.tenant, self.milli, self.rooms = rc, tenant, milli, rooms
+        self.chosen: list[RunningWorkload] = []
+        self.removed: dict[str, int] = {}
+        self.removed_model: dict[tuple[str, str], int] = {}
+
+    def offer(self, rw: RunningWorkload) -> bool:
+        """Take `rw` if the victim rules allow it (see the module docstring); True if taken."""
+        rc, w = self.rc, rw.workload
+        if w.id in rc.taken:
+            return False
+        if w.tenant not in self.rooms:
+            self.rooms[w.tenant] = rc._room(self.tenant, self.milli, w.tenant)
+        room = self.rooms[w.tenant]
+        if room is None:
+            return False
+        theirs, borrowed = room
+        if self.removed.get(theirs, 0) >= borrowed:
+            return False  # that branch would be back at its guarantee
+        if rc._model_protected(rw, self.removed_model):
+            return False
+        g = rw.allocation.gpu_milli
+        self.chosen.append(rw)
+        self.removed[theirs] = self.removed.get(theirs, 0) + g
+        if rc.model_usage:
+            m = rc._model_of(rw)
+            for a in rc.usage.chain(w.tenant):
+                if (a, m) in rc.model_usage:
+                    self.removed_model[(a, m)] = self.removed_model.get((a, m), 0) + g
+        return True
