@@ -38,6 +38,29 @@ from gpupool.store.rows import (
     WorkloadRow,
 )
 
+# -- requests (workload and profile rows carry the same request columns) -------------------
+
+
+def request_of(row: WorkloadRow | ProfileRow) -> Request:
+    return Request(
+        gpus=row.gpus,
+        gpu_milli=row.gpu_milli,
+        gpu_memory_mib=row.gpu_memory_mib,
+        gpu_model=row.gpu_model,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+    )
+
+
+def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
+    row.gpus = r.gpus
+    row.gpu_milli = r.gpu_milli
+    row.gpu_memory_mib = r.gpu_memory_mib
+    row.gpu_model = r.gpu_model
+    row.cpu_milli = r.cpu_milli
+    row.memory_mib = r.memory_mib
+
+
 # -- cluster ----------------------------------------------------------------------------------
 
 
@@ -138,14 +161,7 @@ def workload_to_domain(row: WorkloadRow) -> Workload:
         id=row.id,
         tenant=row.tenant,
         owner=row.owner,
-        request=Request(
-            gpus=row.gpus,
-            gpu_milli=row.gpu_milli,
-            gpu_memory_mib=row.gpu_memory_mib,
-            gpu_model=row.gpu_model,
-            cpu_milli=row.cpu_milli,
-            memory_mib=row.memory_mib,
-        ),
+        request=request_of(row),
         kind=WorkloadKind(row.kind),
         priority=row.priority,
         preemptible=row.preemptible,
@@ -169,13 +185,7 @@ def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
     row = row or WorkloadRow(id=w.id)
     row.tenant = w.tenant
     row.owner = w.owner
-    r = w.request
-    row.gpus = r.gpus
-    row.gpu_milli = r.gpu_milli
-    row.gpu_memory_mib = r.gpu_memory_mib
-    row.gpu_model = r.gpu_model
-    row.cpu_milli = r.cpu_milli
-    row.memory_mib = r.memory_mib
+    set_request(row, w.request)
     row.kind = str(w.kind)
     row.priority = w.priority
     row.preemptible = w.preemptible
@@ -272,14 +282,7 @@ def profile_to_domain(row: ProfileRow) -> Profile:
         kind=WorkloadKind(row.kind),
         image=row.image,
         tenants=tuple(str(t) for t in row.tenants or ()),
-        request=Request(
-            gpus=row.gpus,
-            gpu_milli=row.gpu_milli,
-            gpu_memory_mib=row.gpu_memory_mib,
-            gpu_model=row.gpu_model,
-            cpu_milli=row.cpu_milli,
-            memory_mib=row.memory_mib,
-        ),
+        request=request_of(row),
     )
 
 
@@ -289,11 +292,5 @@ def profile_to_row(p: Profile, row: ProfileRow | None = None) -> ProfileRow:
     row.kind = str(p.kind)
     row.image = p.image
     row.tenants = list(p.tenants)
-    r = p.request
-    row.gpus = r.gpus
-    row.gpu_milli = r.gpu_milli
-    row.gpu_memory_mib = r.gpu_memory_mib
-    row.gpu_model = r.gpu_model
-    row.cpu_milli = r.cpu_milli
-    row.memory_mib = r.memory_mib
+    set_request(row, p.request)
     return row
