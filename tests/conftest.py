@@ -7,6 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI replays the same generated examples on every run (a red CI must be reproducible, and a
+# lucky draw must not decide whether work lands); developers' runs keep exploring new ones.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 CHROMIUM = os.environ.get("GPUPOOL_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -20,10 +27,12 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """Debian's Chromium driven by Playwright, one per test run (Playwright's sync API allows
-    one running instance per process, so every browser test shares it)."""
+    """Debian's Chromium driven by Playwright, one per test module. Playwright's sync API
+    allows one running instance per process and keeps an event loop running in this thread
+    while it lives, so it must end with the module that uses it (other modules call
+    `asyncio.run`)."""
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
         pytest.skip(f"Chromium not found at {CHROMIUM}; scripts/test installs Debian's chromium")
     sync_api = pytest.importorskip("playwright.sync_api")
