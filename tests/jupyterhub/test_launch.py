@@ -147,3 +147,30 @@ def test_cpu_only_notebooks_see_no_gpu(setup):
     grant = d.grant("c1")
     assert grant.env["CUDA_VISIBLE_DEVICES"] == "" and grant.env["GPUPOOL_GPU_MILLI"] == "0"
     assert grant.gpu_uuids == () and dict(h.enforcement) == {}
+
+
+def test_hand_off_files_survive_concurrent_writers(tmp_path):
+    # the culler and the reconciler may both (re)send a stop for one notebook at once
+    import json
+    import threading
+
+    from gpupool.jupyterhub.launch import _write_json
+
+    path = tmp_path / "stop.json"
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(50):
+                _write_json(path, {"writer": k, "i": i})
+        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert json.loads(path.read_text())["i"] == 49
+    assert list(tmp_path.iterdir()) == [path]  # no temp file left behind

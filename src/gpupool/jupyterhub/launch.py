@@ -42,6 +42,7 @@ from gpupool.executors.base import (
     SupportsFractionalMPS,
     SupportsLogs,
 )
+from gpupool.executors.launcher import write_atomic
 
 GRANT = "grant.json"
 LAUNCHED = "launched.json"
@@ -57,9 +58,9 @@ def is_hub_launched(workload: Workload) -> bool:
 
 
 def _write_json(path: Path, data: Mapping[str, object]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    """Atomic and safe for concurrent writers (loops in several threads stop the same
+    notebook): `gpupool.executors.launcher.write_atomic`."""
+    write_atomic(path, json.dumps(data))
 
 
 def _read_json(path: Path) -> dict | None:
