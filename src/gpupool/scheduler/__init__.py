@@ -1,8 +1,10 @@
 """Pure scheduling core: snapshot + pending -> decisions. No I/O.
 
-Use `cycle(snapshot, pending, now, config)`; see docs/scheduler.md for the rules.
+Use `cycle(snapshot, pending, now, config, cache)`; see docs/scheduler.md for the rules. A
+`SchedulerCache` (owned by the caller) carries work over between cycles.
 """
 
+from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.types import (
     Admission,
@@ -24,6 +26,7 @@ __all__ = [
     "Policy",
     "Preemption",
     "RunningWorkload",
+    "SchedulerCache",
     "SchedulerConfig",
     "Snapshot",
     "cycle",

@@ -5,7 +5,10 @@ smallest key at or above a bound that also passes a predicate. Within one key th
 id wins, so results are deterministic.
 
 Deletion is lazy: every `set` bumps the item's version and pushes a fresh heap entry; entries
-with an old version are skipped and dropped when they reach the top of a heap.
+with an old version are skipped and dropped when they reach the top of a heap, and a heap with
+more than twice as many entries as live items is compacted (an index kept from cycle to cycle
+sees many `set`s). Results never depend on that history: the same items under the same keys
+answer every query the same way.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class BucketIndex:
             n = self._count[old] - 1
             if n:
                 self._count[old] = n
+                if len(self._heaps[old]) > 2 * n + 8:
+                    self._compact(old)
             else:
                 del self._count[old]
                 del self._heaps[old]
@@ -62,6 +67,14 @@ class BucketIndex:
             insort(self._keys, key)
         heapq.heappush(heap, (item, ver))
         self._count[key] += 1
+        if len(heap) > 2 * self._count[key] + 8:
+            self._compact(key)
+
+    def _compact(self, key: Key) -> None:
+        """Drop the stale entries of `key`'s heap (a sorted list is a valid heap)."""
+        ver = self._ver
+        heap = self._heaps[key]
+        heap[:] = sorted(e for e in heap if ver[e[0]] == e[1])
 
     def load(self, pairs: list[tuple[int, Key]]) -> None:
         """Fill an empty index with (item, key) pairs, items in increasing order (a sorted

@@ -47,7 +47,8 @@ class Shape(NamedTuple):
 
 
 class _Static:
-    """The parts of the index that depend only on the nodes (reused while they are unchanged)."""
+    """The parts of the index that depend only on the nodes. A `SchedulerCache` keeps one and
+    patches it in place when only node states or totals change (`patch_node`)."""
 
     def __init__(self, nodes: tuple[Node, ...]):
         self.nodes = nodes
@@ -99,30 +100,31 @@ class _Static:
         ]
 
 
-_cache: tuple[tuple[Node, ...], _Static] | None = None
-#: (static part, {id(RunningWorkload): (it, node id, GPU takes, cpu, memory, milli)})
-_run_carry: tuple[_Static, dict[int, tuple]] | None = None
+#: what one running allocation takes: (node id or -1, ((gpu id, milli, memory), ...), cpu,
+#: memory, GPU milli)
+Takes = tuple[int, tuple[tuple[int, int, int], ...], int, int, int]
 
 
-def _static(nodes: tuple[Node, ...]) -> _Static:
-    """The static part for `nodes`, reused when the same (equal) nodes come again.
-
-    Node tuples built from the same Node objects compare by identity, so the check is cheap.
-    The cached value is immutable in use, so reuse cannot change any decision."""
-    global _cache
-    c = _cache
-    if c is not None and c[0] == nodes:
-        return c[1]
-    st = _Static(nodes)
-    _cache = (nodes, st)
-    return st
+def _gpu_layout(node: Node) -> tuple:
+    """What of a node's GPUs the dense ids and the indexes are built on (not their health)."""
+    return tuple(sorted((g.index, g.uuid, g.model, g.memory_mib, g.sharing) for g in node.gpus))
 
 
 class CapacityIndex:
-    """Free resources of one cycle. GPUs and nodes are addressed by dense integer ids."""
+    """Free resources of one cycle. GPUs and nodes are addressed by dense integer ids.
 
-    def __init__(self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]):
-        st = _static(tuple(nodes))
+    Built afresh from `nodes` and `running`; a `SchedulerCache` instead keeps one index from
+    cycle to cycle and brings it up to date with `start_cycle_log` / `revert_cycle` /
+    `apply_takes` / `refile` (gpupool.scheduler.cache)."""
+
+    def __init__(
+        self,
+        nodes: tuple[Node, ...],
+        running: tuple[RunningWorkload, ...] = (),
+        static: _Static | None = None,
+    ):
+        st = static if static is not None else _Static(tuple(nodes))
+        self._st = st
         self.nodes = st.nodes
         self.node_ids = st.node_ids
         self.node_ready = st.node_ready
@@ -138,15 +140,21 @@ class CapacityIndex:
         self.node_models = st.node_models
         self._gpu_ids = st.gpu_ids
         self.models = st.models
-        self._total_gpu_milli = st.total_gpu_milli
-        # the per-cycle, mutable part
+        # the mutable part
         self.node_held = list(st.node_held)
         self.free_cpu = list(st.cpu)
         self.free_mem = list(st.mem)
         self.free_milli = list(st.milli)
         self.free_gmem = list(st.gpu_total_mem)
-        #: GPU milli each running workload holds, in snapshot order
-        self.running_milli: list[int] = self._take_running_all(st, running)
+        #: (node, gpu takes, cpu, memory) of each `assume` and the nodes held, while a cache
+        #: keeps this index (None: not logged)
+        self._assumed: list[tuple[int, list[tuple[int, int, int]], int, int]] | None = None
+        self._held: list[int] = []
+        #: what each running workload takes, and the GPU milli it holds, in snapshot order
+        self.running_takes: list[Takes] = [self.takes_of(rw) for rw in running]
+        for t in self.running_takes:
+            self.apply_takes(t, -1)
+        self.running_milli: list[int] = [t[4] for t in self.running_takes]
         #: nodes by whole free GPUs of a model: all of them / not counting `shared` GPUs
         self.whole: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.whole_unshared: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
@@ -155,45 +163,32 @@ class CapacityIndex:
 
     # -- building -------------------------------------------------------------------------
 
-    def _take_running_all(self, st: _Static, running: tuple[RunningWorkload, ...]) -> list[int]:
-        """Subtract what running work holds. What each allocation takes (node id, GPU ids) is
-        carried over to the next cycle for the same RunningWorkload objects (a memo)."""
-        global _run_carry
-        old = _run_carry
-        before = old[1] if old is not None and old[0] is st else {}
-        carried: dict[int, tuple] = {}
-        free_cpu, free_mem = self.free_cpu, self.free_mem
-        free_milli, free_gmem = self.free_milli, self.free_gmem
-        out = []
-        for rw in running:
-            e = before.get(id(rw))
-            if e is None or e[0] is not rw:
-                e = self._takes_of(rw)
-            carried[id(rw)] = e
-            _, n, takes, cpu, mem, milli = e
-            out.append(milli)
-            if n < 0:
-                continue  # on a node the snapshot does not list: holds nothing we could give
-            free_cpu[n] -= cpu
-            free_mem[n] -= mem
-            for g, m, gm in takes:
-                free_milli[g] -= m
-                free_gmem[g] -= gm
-        _run_carry = (st, carried)
-        return out
-
-    def _takes_of(self, rw: RunningWorkload) -> tuple:
+    def takes_of(self, rw: RunningWorkload) -> Takes:
+        """What `rw`'s allocation takes, in ids (node -1: a node the snapshot does not list,
+        so it holds nothing we could give)."""
         a = rw.allocation
         milli = sum(s.milli for s in a.shares)
         n = self.node_ids.get(a.node)
         if n is None:
-            return (rw, -1, (), 0, 0, milli)
+            return (-1, (), 0, 0, milli)
         takes = []
         for s in a.shares:
             g = self._gpu_ids.get((n, s.gpu_index))
             if g is not None:
                 takes.append((g, s.milli, self.gpu_total_mem[g] if s.whole else s.memory_mib))
-        return (rw, n, tuple(takes), a.cpu_milli, a.memory_mib, milli)
+        return (n, tuple(takes), a.cpu_milli, a.memory_mib, milli)
+
+    def apply_takes(self, t: Takes, sign: int) -> None:
+        """Give back (`sign` 1) or take (-1) what `t` holds. Does not refile the node."""
+        n = t[0]
+        if n < 0:
+            return
+        self.free_cpu[n] += sign * t[2]
+        self.free_mem[n] += sign * t[3]
+        free_milli, free_gmem = self.free_milli, self.free_gmem
+        for g, m, gm in t[1]:
+            free_milli[g] += sign * m
+            free_gmem[g] += sign * gm
 
     def gpu_id(self, node: int, gpu_index: int) -> int | None:
         return self._gpu_ids.get((node, gpu_index))
@@ -255,6 +250,70 @@ class CapacityIndex:
             self.whole[model].set(n, every or None)
             self.whole_unshared[model].set(n, unshared or None)
 
+    def refile(self, nodes: set[int]) -> None:
+        """Refile `nodes` (in id order) after `apply_takes` or `revert_cycle`."""
+        for n in sorted(nodes):
+            self._refile(n)
+
+    # -- kept between cycles (by a SchedulerCache) ------------------------------------------
+
+    def start_cycle_log(self) -> None:
+        """Record every `assume` and `hold` from now on, so `revert_cycle` can undo them."""
+        self._assumed = []
+        self._held = []
+
+    def revert_cycle(self) -> set[int]:
+        """Undo the logged `assume`s and `hold`s (newest first); returns the nodes touched,
+        which the caller refiles. Logging goes on."""
+        touched: set[int] = set()
+        log = self._assumed or []
+        free_milli, free_gmem = self.free_milli, self.free_gmem
+        for n, takes, cpu, mem in reversed(log):
+            self.free_cpu[n] += cpu
+            self.free_mem[n] += mem
+            for g, milli, gmem in takes:
+                free_milli[g] += milli
+                free_gmem[g] += gmem
+            touched.add(n)
+        static_held = self._st.node_held
+        for n in self._held:
+            self.node_held[n] = static_held[n]
+            touched.add(n)
+        self._assumed = [] if self._assumed is not None else None
+        self._held = []
+        return touched
+
+    def update_nodes(self, nodes: tuple[Node, ...]) -> set[int] | None:
+        """Take in a new node list that differs from this index's only in node states, GPU
+        health, CPUs, memory, labels or heartbeats (same names in the same order, same GPUs
+        by index, uuid, model, memory and sharing). Returns the nodes changed (to refile), or
+        None if the change is more than that (then nothing was changed: rebuild)."""
+        st = self._st
+        old = st.nodes
+        if len(old) != len(nodes):
+            return None
+        changed = [i for i, (a, b) in enumerate(zip(old, nodes, strict=True)) if a is not b]
+        changed = [i for i in changed if old[i] != nodes[i]]
+        for i in changed:
+            a, b = old[i], nodes[i]
+            if a.name != b.name or _gpu_layout(a) != _gpu_layout(b):
+                return None
+        for n in changed:
+            node = nodes[n]
+            if st.node_held[n]:
+                continue  # a duplicate name: never used
+            st.node_ready[n] = node.schedulable
+            self.free_cpu[n] += node.cpu_milli - st.cpu[n]
+            self.free_mem[n] += node.memory_mib - st.mem[n]
+            st.cpu[n] = node.cpu_milli
+            st.mem[n] = node.memory_mib
+            by_index = {g.index: g for g in node.gpus}
+            for g in st.node_gpus[n]:
+                st.gpu_ok[g] = node.schedulable and by_index[st.gpu_index[g]].schedulable
+        st.nodes = self.nodes = nodes
+        st.total_gpu_milli = MILLI_PER_GPU * sum(st.gpu_ok)
+        return set(changed)
+
     # -- changing ---------------------------------------------------------------------------
 
     def assume(self, n: int, gpu_takes: list[tuple[int, int, int]], cpu: int, mem: int) -> None:
@@ -264,12 +323,16 @@ class CapacityIndex:
         for g, milli, gmem in gpu_takes:
             self.free_milli[g] -= milli
             self.free_gmem[g] -= gmem
+        if self._assumed is not None:
+            self._assumed.append((n, gpu_takes, cpu, mem))
         self._refile(n)
 
     def hold(self, n: int) -> None:
         """Keep node `n` out of placement for the rest of the cycle (a reservation)."""
         if not self.node_held[n]:
             self.node_held[n] = True
+            if self._assumed is not None:
+                self._held.append(n)
             self._refile(n)
 
     # -- queries ----------------------------------------------------------------------------
@@ -289,4 +352,4 @@ class CapacityIndex:
 
     def total_gpu_milli(self) -> int:
         """Capacity for fair shares: healthy GPUs of ready nodes."""
-        return self._total_gpu_milli
+        return self._st.total_gpu_milli

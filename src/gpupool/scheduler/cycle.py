@@ -18,6 +18,7 @@ import heapq
 from collections.abc import Sequence
 
 from gpupool.domain import Request, Workload
+from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.limits import (
@@ -43,9 +44,9 @@ from gpupool.scheduler.placement import (
 )
 from gpupool.scheduler.preemption import Reclaim, Reclaimer, within_some_guarantee
 from gpupool.scheduler.reasons import (
+    Hardware,
     admission_cap_text,
     behind_text,
-    hardware_of,
     no_fit_reason,
     reclaim_text,
 )
@@ -71,9 +72,13 @@ def cycle(
     pending: Sequence[Workload],
     now: float,
     config: SchedulerConfig = SchedulerConfig(),
+    cache: SchedulerCache | None = None,
 ) -> Decisions:
     """Decide which pending workloads to admit (and where), which running ones to preempt,
     and why the others wait. Never mutates its inputs; same inputs give the same decisions.
+
+    `cache` (owned by the caller, one per scheduler; see gpupool.scheduler.cache) carries
+    work over from the previous cycle; the decisions are the same with it and without it.
 
     The cyclic garbage collector is paused while the cycle runs (it allocates many small
     objects and would otherwise spend a third of the time scanning them); it is switched
@@ -81,35 +86,10 @@ def cycle(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _Cycle(snapshot, pending, now, config).run()
+        return _Cycle(snapshot, pending, now, config, cache).run()
     finally:
         if was_enabled:
             gc.enable()
-
-
-class _Carry:
-    """What `_classify` worked out per workload object (order key, shape, unschedulable
-    reason), reused by later cycles while they see the same nodes, tenants and policy. Kept
-    to about twice the pending queue (it starts afresh when it grows beyond).
-
-    A plain memo: entries are found by object identity and checked with `is`, so a reused
-    entry is exactly what would be computed again; decisions do not depend on it."""
-
-    __slots__ = ("nodes", "tenants", "policy", "entries")
-
-    def __init__(self, snap: Snapshot, policy: Policy, entries: dict[int, tuple]):
-        self.nodes = snap.nodes
-        self.tenants = snap.tenants
-        self.policy = policy
-        self.entries = entries
-
-    def matches(self, snap: Snapshot, policy: Policy) -> bool:
-        return self.policy is policy and self.tenants is snap.tenants and self.nodes == snap.nodes
-
-
-_carry: _Carry | None = None
-#: the last cycle's pending info and tenant ranks (PendingInfo is immutable: reusable)
-_last_info: dict[str, PendingInfo] | None = None
 
 
 class _Hold:
@@ -129,14 +109,24 @@ class _Cycle:
         pending: Sequence[Workload],
         now: float,
         config: SchedulerConfig,
+        cache: SchedulerCache | None = None,
     ):
         self.snap = snapshot
+        self.cache = cache
         self.now = now
         self.config = config
         self.policy = Policy(config.policy)
         self.quotas = self.policy is Policy.FAIR
         self.tree = snapshot.tenants
-        self.cap = CapacityIndex(snapshot.nodes, snapshot.running)
+        nodes = tuple(snapshot.nodes)
+        if cache is None:
+            self.cap = CapacityIndex(nodes, snapshot.running)
+            self.hardware = Hardware(nodes)
+            self.last_info: dict[str, PendingInfo] = {}
+        else:
+            self.cap = cache.capacity(nodes, snapshot.running)
+            self.hardware = cache.hardware(nodes)
+            self.last_info = cache.last_info
         self.usage = Usage(self.tree)
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
         held: dict[tuple[str, str], int] = {}
@@ -151,7 +141,6 @@ class _Cycle:
             self.usage.add(t, u, milli)
         for (t, u), milli in staying.items():
             self.effective.add(t, u, milli)
-        self.hardware = hardware_of(tuple(snapshot.nodes))
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, str] = {}
@@ -184,21 +173,18 @@ class _Cycle:
         """Unschedulable work out; the rest into per-tenant queues, sorted by policy order.
 
         Queue entries are (order key, workload, shape); keys end with the workload id, so
-        they are unique and plain tuple comparison sorts them. What is worked out per workload
-        is carried over to the next cycle (see `_Carry`)."""
-        global _carry
+        they are unique and plain tuple comparison sorts them. With a cache, what is worked
+        out per workload is carried over to the next cycle."""
         seen = {rw.workload.id for rw in self.snap.running}
         whole_only = self.policy is Policy.FIFO
         policy = self.policy
         las = policy is Policy.LAS
-        old = _carry
-        if (
-            old is None
-            or not old.matches(self.snap, policy)
-            or len(old.entries) > 2 * len(pending) + 1000
-        ):
-            old = _carry = _Carry(self.snap, policy, {})  # start afresh (or prune)
-        entries = old.entries  # updated in place: entries of this cycle's workloads are added
+        # updated in place: entries of this cycle's workloads are added
+        entries = (
+            {}
+            if self.cache is None
+            else self.cache.classified(self.hardware, self.tree, self.config, len(pending))
+        )
         memo: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
@@ -291,7 +277,7 @@ class _Cycle:
         """One global queue in submit order, greedy: what does not fit is skipped."""
         merged = sorted(c for q in self.queues.values() for c in q)
         walked, waiting, info, rank = self.walked, self.waiting, self.info, self.rank
-        last = _last_info if _last_info is not None else {}
+        last = self.last_info
         cap = self.config.max_admissions_per_cycle
         for _, w, shape, _ in merged:
             if cap is not None and len(self.admissions) >= cap:
@@ -326,7 +312,7 @@ class _Cycle:
         walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
-        last = _last_info if _last_info is not None else {}
+        last = self.last_info
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
@@ -605,8 +591,8 @@ class _Cycle:
             for _, w, _, _ in q[i:]:
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
-        global _last_info
-        _last_info = info
+        if self.cache is not None:
+            self.cache.last_info = info
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

@@ -120,20 +120,6 @@ class Hardware:
         return f"needs {need}; no node has shared {model}GPUs (an admin sets GPUs to 'shared')"
 
 
-_hardware_cache: tuple[tuple[Node, ...], Hardware] | None = None
-
-
-def hardware_of(nodes: tuple[Node, ...]) -> Hardware:
-    """`Hardware(nodes)`, reused while the same (equal) nodes come again."""
-    global _hardware_cache
-    c = _hardware_cache
-    if c is not None and c[0] == nodes:
-        return c[1]
-    hw = Hardware(nodes)
-    _hardware_cache = (nodes, hw)
-    return hw
-
-
 def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     """Why `shape` does not fit on the free capacity right now."""
     model = f"{shape.model} " if shape.model else ""
@@ -181,7 +167,6 @@ def reclaim_text(n_victims: int, stopping: int) -> str:
 
 __all__ = [
     "Hardware",
-    "hardware_of",
     "admission_cap_text",
     "behind_text",
     "gpus_text",

@@ -1,0 +1,188 @@
+"""What a scheduler keeps from one cycle to the next: one explicit object its caller owns.
+
+Contract (`SchedulerCache`):
+
+* The caller (the server's scheduler loop, the simulator, a benchmark) makes one and passes
+  it to every `cycle(snapshot, pending, now, config, cache)` of one scheduler. It is not
+  thread-safe: one cycle at a time. Nothing else in the scheduler keeps state between cycles.
+* Decisions are identical with and without it (`cache=None` works everything out afresh);
+  it only saves work. Dropping it, or `clear()`, costs speed, never correctness.
+* It never does I/O and holds no handles: only values derived from earlier snapshots.
+
+What it keeps:
+
+* the capacity index (free resources and the placement indexes) as of the last cycle. The
+  next cycle first undoes the last one's own `assume`s and `hold`s, then applies the
+  difference between the two snapshots: allocations gone and new (matched by workload id; one
+  whose allocation changed counts as gone and new), and nodes whose state, GPU health, CPUs or
+  memory changed; only the nodes touched are refiled. What it cannot diff cheaply — nodes
+  added, removed, renamed or reordered, GPUs changed, a workload listed twice — rebuilds it;
+* the `Hardware` summary (what nodes could ever hold), while the nodes' hardware is the same;
+* per pending workload object (by identity): its shape, order key and unschedulable reason,
+  while the hardware, the tenant tree (the same object) and the config are the same; pruned
+  when it grows past about twice the pending queue;
+* the last cycle's `PendingInfo`s (immutable; reused when a workload's info is unchanged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain import Node, TenantTree
+from gpupool.scheduler.capacity import CapacityIndex, Takes
+from gpupool.scheduler.reasons import Hardware
+from gpupool.scheduler.types import PendingInfo, RunningWorkload, SchedulerConfig
+
+#: per running workload id: (the RunningWorkload seen last, its allocation, what it takes)
+_Entry = tuple[RunningWorkload, object, Takes]
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """How the capacity index was brought up to date (for tests and benchmarks)."""
+
+    rebuilds: int = 0
+    diffs: int = 0
+    allocations_added: int = 0
+    allocations_removed: int = 0
+    nodes_changed: int = 0
+
+
+class _Classified:
+    """Per-workload results of classification, valid for one (hardware, tenants, config)."""
+
+    __slots__ = ("hardware", "tenants", "config", "entries")
+
+    def __init__(self, hardware: Hardware, tenants: TenantTree, config: SchedulerConfig):
+        self.hardware = hardware
+        self.tenants = tenants
+        self.config = config
+        #: id(workload) -> (workload, why unschedulable, GPU milli, queue entry)
+        self.entries: dict[int, tuple] = {}
+
+
+class SchedulerCache:
+    """State one scheduler keeps between cycles; see the module docstring for the contract."""
+
+    def __init__(self) -> None:
+        self.stats = CacheStats()
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (the next cycle works everything out afresh)."""
+        self._cap: CapacityIndex | None = None
+        self._taken: dict[str, _Entry] = {}
+        self._hw_nodes: tuple[Node, ...] | None = None
+        self._hardware: Hardware | None = None
+        self._classified: _Classified | None = None
+        #: the last cycle's pending info (workload id -> PendingInfo)
+        self.last_info: dict[str, PendingInfo] = {}
+
+    # -- capacity ---------------------------------------------------------------------------
+
+    def capacity(
+        self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]
+    ) -> CapacityIndex:
+        """The capacity index for this snapshot, with `running_milli` in snapshot order. The
+        cycle may `assume` and `hold` on it; the next call undoes that first."""
+        cap = self._cap
+        if cap is None:
+            return self._rebuild(nodes, running)
+        touched = cap.revert_cycle()
+        if nodes is not cap.nodes:
+            changed = cap.update_nodes(nodes)
+            if changed is None:
+                return self._rebuild(nodes, running)
+            self.stats.nodes_changed += len(changed)
+            touched |= changed
+        old = self._taken
+        new: dict[str, _Entry] = {}
+        milli: list[int] = []
+        added = removed = 0
+        for rw in running:
+            wid = rw.workload.id
+            e = old.pop(wid, None)
+            if e is None:
+                if wid in new:
+                    return self._rebuild(nodes, running)  # listed twice: no diff by id
+            else:
+                a = rw.allocation
+                if e[0] is rw or e[1] is a or e[1] == a:
+                    if e[0] is not rw:
+                        e = (rw, a, e[2])
+                    new[wid] = e
+                    milli.append(e[2][4])
+                    continue
+                cap.apply_takes(e[2], 1)  # its allocation changed: give the old one back
+                touched.add(e[2][0])
+                removed += 1
+            t = cap.takes_of(rw)
+            cap.apply_takes(t, -1)
+            touched.add(t[0])
+            added += 1
+            new[wid] = (rw, rw.allocation, t)
+            milli.append(t[4])
+        for e in old.values():
+            cap.apply_takes(e[2], 1)
+            touched.add(e[2][0])
+            removed += 1
+        touched.discard(-1)
+        cap.refile(touched)
+        cap.running_milli = milli
+        self._taken = new
+        self.stats.diffs += 1
+        self.stats.allocations_added += added
+        self.stats.allocations_removed += removed
+        return cap
+
+    def _rebuild(
+        self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]
+    ) -> CapacityIndex:
+        cap = CapacityIndex(tuple(nodes), running)
+        taken: dict[str, _Entry] = {}
+        dup = False
+        for rw, t in zip(running, cap.running_takes, strict=True):
+            wid = rw.workload.id
+            dup = dup or wid in taken
+            taken[wid] = (rw, rw.allocation, t)
+        cap.running_takes = []  # kept here, per workload id, from now on
+        cap.start_cycle_log()
+        self.stats.rebuilds += 1
+        # a workload listed twice cannot be diffed by id: rebuild again next time
+        self._cap = None if dup else cap
+        self._taken = {} if dup else taken
+        return cap
+
+    # -- hardware and classification --------------------------------------------------------
+
+    def hardware(self, nodes: tuple[Node, ...]) -> Hardware:
+        """`Hardware(nodes)`; the same object while the nodes' hardware is the same."""
+        if self._hardware is not None and (nodes is self._hw_nodes or nodes == self._hw_nodes):
+            return self._hardware
+        hw = Hardware(nodes)
+        old = self._hardware
+        if old is not None and old.empty == hw.empty and old.profiles == hw.profiles:
+            hw = old  # e.g. only heartbeats or states changed
+        self._hw_nodes = nodes
+        self._hardware = hw
+        return hw
+
+    def classified(
+        self,
+        hardware: Hardware,
+        tenants: TenantTree,
+        config: SchedulerConfig,
+        pending: int,
+    ) -> dict[int, tuple]:
+        """The per-workload classification memo for these inputs (updated in place by the
+        cycle); a fresh one when they changed or it grew past about twice `pending`."""
+        c = self._classified
+        if (
+            c is None
+            or c.hardware is not hardware
+            or c.tenants is not tenants
+            or c.config != config
+            or len(c.entries) > 2 * pending + 1000
+        ):
+            c = self._classified = _Classified(hardware, tenants, config)
+        return c.entries

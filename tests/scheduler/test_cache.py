@@ -1,0 +1,248 @@
+"""SchedulerCache: decisions with a cache kept over many cycles are those of cache=None, and
+the capacity index it diffs forward equals one built afresh."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpupool.domain import GPUHealth, NodeState
+from gpupool.scheduler import Policy, SchedulerConfig, Snapshot, cycle
+from gpupool.scheduler.cache import SchedulerCache
+from gpupool.scheduler.capacity import CapacityIndex
+from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
+from tests.scheduler.test_properties import scenarios
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+CONFIGS = st.sampled_from(
+    [
+        SchedulerConfig(min_runtime_s=0),
+        SchedulerConfig(min_runtime_s=150),
+        SchedulerConfig(backfill=False, min_runtime_s=0),
+        SchedulerConfig(preemption=False),
+        SchedulerConfig(policy=Policy.FIFO),
+        SchedulerConfig(policy=Policy.LAS),
+        SchedulerConfig(min_runtime_s=0, max_admissions_per_cycle=1),
+    ]
+)
+
+#: what may happen between two cycles, besides applying the decisions
+CHANGES = st.sampled_from(
+    [
+        "none",
+        "none",
+        "finish",
+        "stopping",
+        "node_down",
+        "node_up",
+        "gpu_unhealthy",
+        "heartbeat",
+        "node_cpus",
+        "equal_copies",
+        "node_added",
+        "duplicate_running",
+        "tenants_copy",
+    ]
+)
+
+
+def change(snap: Snapshot, what: str, k: int) -> Snapshot:
+    """`snap` after one change of kind `what` (`k` picks the node or the workload)."""
+    nodes = list(snap.nodes)
+    run = list(snap.running)
+    n = k % len(nodes)
+    if what == "finish" and run:
+        del run[k % len(run)]
+    elif what == "stopping" and run:
+        i = k % len(run)
+        run[i] = dataclasses.replace(run[i], stopping=True)
+    elif what == "node_down":
+        nodes[n] = dataclasses.replace(nodes[n], state=NodeState.DOWN)
+    elif what == "node_up":
+        nodes[n] = dataclasses.replace(nodes[n], state=NodeState.READY)
+    elif what == "gpu_unhealthy" and nodes[n].gpus:
+        gpus = list(nodes[n].gpus)
+        gpus[0] = dataclasses.replace(gpus[0], health=GPUHealth.UNHEALTHY)
+        nodes[n] = dataclasses.replace(nodes[n], gpus=tuple(gpus))
+    elif what == "heartbeat":
+        nodes = [dataclasses.replace(x, last_heartbeat=float(k)) for x in nodes]
+    elif what == "node_cpus":
+        nodes[n] = dataclasses.replace(nodes[n], cpu_milli=nodes[n].cpu_milli // 2)
+    elif what == "equal_copies":  # what a server reading the store gives: new, equal objects
+        nodes = [dataclasses.replace(x) for x in nodes]
+        run = [dataclasses.replace(rw, allocation=dataclasses.replace(rw.allocation)) for rw in run]
+    elif what == "node_added":
+        nodes.append(node(f"x{k}", gpus=2, model="A100", cpus=8, memory_gib=64))
+    elif what == "duplicate_running" and run:
+        run.append(run[k % len(run)])
+    elif what == "tenants_copy":
+        return dataclasses.replace(snap, tenants=tree(*snap.tenants), running=tuple(run))
+    return dataclasses.replace(snap, nodes=tuple(nodes), running=tuple(run))
+
+
+@SETTINGS
+@given(
+    scenarios(),
+    CONFIGS,
+    st.lists(st.tuples(CHANGES, st.integers(0, 20)), min_size=1, max_size=8),
+)
+def test_decisions_with_a_kept_cache_equal_decisions_without(scenario, config, steps):
+    snap, pending = scenario
+    cache = SchedulerCache()
+    now = 0.0
+    for what, k in steps + [("none", 0)]:
+        d = cycle(snap, pending, now, config, cache)
+        assert d == cycle(snap, pending, now, config), f"differs after {what}"
+        snap, pending = apply(snap, pending, d, now)
+        snap = change(snap, what, k)
+        now += 100.0
+
+
+def _index_state(cap: CapacityIndex) -> tuple:
+    """Everything a query of the index can observe."""
+
+    def buckets(indexes: dict) -> dict:
+        out = {}
+        for m, idx in indexes.items():
+            keys = idx.keys()  # a BucketIndex, not a dict
+            out[m] = [(key, idx.items_under(key)) for key in keys]
+        return out
+
+    return (
+        cap.free_cpu,
+        cap.free_mem,
+        cap.free_milli,
+        cap.free_gmem,
+        cap.node_held,
+        cap.node_ready,
+        cap.gpu_ok,
+        cap.running_milli,
+        cap.total_gpu_milli(),
+        buckets(cap.whole),
+        buckets(cap.whole_unshared),
+        buckets(cap.frac),
+    )
+
+
+def _setup():
+    n0 = node("n0", gpus=4, model="A100", gpu_gib=40, cpus=16, memory_gib=64)
+    n1 = node("n1", gpus=2, model="H100", sharing="shared", cpus=8, memory_gib=64)
+    a = job("a", tenant="t", gpus=2, model="A100", cpus=2)
+    b = job("b", tenant="t", fraction=0.5, gpu_gib=10)
+    c = job("c", tenant="t", gpus=1)
+    ra = running(a, n0, [0, 1])
+    rb = running(b, n1, fraction=(0, 500, 10 * 1024))
+    rc = running(c, n1, [1])
+    return (n0, n1), (ra, rb, rc)
+
+
+def _synced(cache: SchedulerCache, nodes, run) -> CapacityIndex:
+    """Sync the cache as a cycle would, and check it against a fresh index."""
+    cap = cache.capacity(tuple(nodes), tuple(run))
+    assert _index_state(cap) == _index_state(CapacityIndex(tuple(nodes), tuple(run)))
+    return cap
+
+
+def test_allocations_added_and_removed_are_diffed_not_rebuilt():
+    nodes, (ra, rb, rc) = _setup()
+    cache = SchedulerCache()
+    _synced(cache, nodes, [ra])
+    assert cache.stats.rebuilds == 1
+    cap = _synced(cache, nodes, [ra, rb, rc])
+    assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (2, 0)
+    assert cap.free_milli[cap.gpu_id(1, 0)] == 500
+    _synced(cache, nodes, [rc])
+    assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (2, 2)
+    assert (cache.stats.rebuilds, cache.stats.diffs) == (1, 2)
+
+
+def test_a_cycles_own_assumptions_and_holds_are_undone():
+    nodes, (ra, rb, rc) = _setup()
+    cache = SchedulerCache()
+    cap = _synced(cache, nodes, [ra])
+    cap.assume(0, [(cap.gpu_id(0, 2), 1000, 40 * 1024)], 1000, 1024)
+    cap.hold(1)
+    assert cap.node_held[1] and cap.whole["H100"].key_of(1) is None
+    cap = _synced(cache, nodes, [ra, rb])
+    assert not cap.node_held[1]
+    assert cache.stats.rebuilds == 1
+
+
+def test_an_allocation_that_changed_counts_as_removed_and_added():
+    nodes, (ra, rb, rc) = _setup()
+    cache = SchedulerCache()
+    _synced(cache, nodes, [ra, rb])
+    moved = running(rb.workload, nodes[1], fraction=(1, 250, 5 * 1024))
+    _synced(cache, nodes, [ra, moved])
+    assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (1, 1)
+    same = dataclasses.replace(ra, allocation=dataclasses.replace(ra.allocation))
+    _synced(cache, nodes, [same, moved])  # equal, not identical: unchanged
+    assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (1, 1)
+
+
+def test_node_state_and_size_changes_are_patched_structure_changes_rebuild():
+    nodes, run = _setup()
+    cache = SchedulerCache()
+    _synced(cache, nodes, run)
+    down = (dataclasses.replace(nodes[0], state=NodeState.DRAINING), nodes[1])
+    cap = _synced(cache, down, run)
+    assert cap.whole["A100"].key_of(0) is None and cap.total_gpu_milli() == 2000
+    sick = list(nodes[1].gpus)
+    sick[1] = dataclasses.replace(sick[1], health=GPUHealth.UNHEALTHY)
+    smaller = (nodes[0], dataclasses.replace(nodes[1], gpus=tuple(sick), cpu_milli=4000))
+    _synced(cache, smaller, run)
+    assert cache.stats.rebuilds == 1 and cache.stats.nodes_changed == 3
+    _synced(cache, (nodes[1], nodes[0]), run)  # reordered: rebuilt
+    assert cache.stats.rebuilds == 2
+    bigger = (dataclasses.replace(nodes[0], gpus=nodes[0].gpus[:2]), nodes[1])
+    _synced(cache, bigger, run)  # GPUs changed: rebuilt
+    assert cache.stats.rebuilds == 3
+
+
+def test_a_workload_listed_twice_is_not_diffed_by_id():
+    nodes, (ra, rb, rc) = _setup()
+    cache = SchedulerCache()
+    _synced(cache, nodes, [ra, rb])
+    _synced(cache, nodes, [ra, rb, ra])
+    _synced(cache, nodes, [ra, rb, ra])
+    _synced(cache, nodes, [ra])  # the cache kept nothing from the last one: rebuilt too
+    assert cache.stats.rebuilds == 4
+    _synced(cache, nodes, [ra, rc])
+    assert (cache.stats.rebuilds, cache.stats.diffs) == (4, 1)
+
+
+def test_hardware_summary_is_kept_while_only_states_change():
+    nodes, _ = _setup()
+    cache = SchedulerCache()
+    hw = cache.hardware(nodes)
+    assert cache.hardware(tuple(dataclasses.replace(n, last_heartbeat=5.0) for n in nodes)) is hw
+    down = (dataclasses.replace(nodes[0], state=NodeState.DOWN), nodes[1])
+    assert cache.hardware(down) is hw
+    assert cache.hardware((nodes[0],)) is not hw
+
+
+def test_classification_memo_is_dropped_when_inputs_change():
+    nodes, _ = _setup()
+    cache = SchedulerCache()
+    hw = cache.hardware(nodes)
+    tenants = tree(tenant("t", 1))
+    memo = cache.classified(hw, tenants, SchedulerConfig(), 10)
+    memo[1] = ("x",)
+    assert cache.classified(hw, tenants, SchedulerConfig(), 10) is memo
+    assert cache.classified(hw, tenants, SchedulerConfig(policy=Policy.FIFO), 10) == {}
+    assert cache.classified(hw, tree(tenant("t", 1)), SchedulerConfig(), 10) == {}
+
+
+def test_clear_forgets_everything():
+    nodes, run = _setup()
+    cache = SchedulerCache()
+    snap = snapshot(nodes, [tenant("t", 2)], run)
+    cycle(snap, [job("w", tenant="t", gpus=4)], 0.0, SchedulerConfig(), cache)  # waits
+    assert cache.last_info
+    cache.clear()
+    assert not cache.last_info
+    _synced(cache, nodes, run)
+    assert cache.stats.rebuilds == 2
