@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.executors.base import ExecState, ExecStatus, ExecutorError, Handle
-from gpupool.scheduler import Decisions, Snapshot, cycle
+from gpupool.scheduler import Decisions, SchedulerCache, Snapshot, cycle
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle
@@ -70,6 +70,8 @@ class SchedulerLoop(Loop):
         )
         self.ctx = ctx
         self.last: CycleReport | None = None
+        #: what the scheduler carries from one cycle to the next (see gpupool.scheduler.cache)
+        self.cache = SchedulerCache()
 
     def snapshot(self) -> tuple[Snapshot, list]:
         with self.ctx.store.read() as s:
@@ -86,7 +88,7 @@ class SchedulerLoop(Loop):
         snap, pending = self.snapshot()
         report = CycleReport()
         if pending or any(r.stopping for r in snap.running):
-            decisions = cycle(snap, pending, now, self.ctx.settings.scheduler)
+            decisions = cycle(snap, pending, now, self.ctx.settings.scheduler, self.cache)
             self.apply(decisions, now, report)
         report.seconds = time.perf_counter() - t0
         self.ctx.metrics.cycle_seconds.observe(report.seconds)
