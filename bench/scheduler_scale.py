@@ -8,7 +8,8 @@ GPU model, some non-preemptible.
 
 Repeated cycles: run `cycle()`, apply its decisions (admissions start, preempted work is
 requeued), advance the virtual clock, finish the work whose time is up, submit new work to keep
-the queue full, and cycle again. Only the `cycle()` call is timed. The first cycle (empty
+the queue full, and cycle again (with one `SchedulerCache` kept throughout, as the server
+does; `--no-cache` to compare). Only the `cycle()` call is timed. The first cycle (empty
 cluster, thousands of admissions at once) is reported on its own (`cold_*`); `p99_cycle_ms`
 and `admissions_per_s` (admissions / time spent in `cycle()`) are over the steady-state cycles
 that follow. Work lasts 1 h on average (exponential); `--step` sets the virtual time between
@@ -39,7 +40,14 @@ from gpupool.domain import (
     Workload,
     WorkloadState,
 )
-from gpupool.scheduler import Policy, RunningWorkload, SchedulerConfig, Snapshot, cycle
+from gpupool.scheduler import (
+    Policy,
+    RunningWorkload,
+    SchedulerCache,
+    SchedulerConfig,
+    Snapshot,
+    cycle,
+)
 
 GIB = 1024
 
@@ -127,7 +135,8 @@ class Workgen:
 
 def run(args: argparse.Namespace) -> dict:
     rng = random.Random(args.seed)
-    nodes = build_nodes(args.nodes, args.gpus_per_node)
+    nodes = tuple(build_nodes(args.nodes, args.gpus_per_node))
+    cache = None if args.no_cache else SchedulerCache()
     tree, leaves = build_tenants(args.tenants, args.nodes * args.gpus_per_node)
     gen = Workgen(rng, leaves)
     config = SchedulerConfig(policy=Policy(args.policy), min_runtime_s=60)
@@ -143,9 +152,9 @@ def run(args: argparse.Namespace) -> dict:
     times: list[float] = []
     admitted = preempted = cold_admitted = 0
     for c in range(args.cycles + 1):
-        snap = Snapshot(tuple(nodes), tree, tuple(running.values()))
+        snap = Snapshot(nodes, tree, tuple(running.values()))
         t0 = time.perf_counter()
-        d = cycle(snap, list(pending.values()), now, config)
+        d = cycle(snap, list(pending.values()), now, config, cache)
         times.append(time.perf_counter() - t0)
         if c > 0:
             admitted += len(d.admissions)
@@ -184,6 +193,7 @@ def run(args: argparse.Namespace) -> dict:
         "pending": args.pending,
         "tenants": args.tenants,
         "policy": args.policy,
+        "cache": not args.no_cache,
         "cycles": args.cycles,
         "cold_cycle_ms": round(times[0] * 1000, 1),
         "p50_cycle_ms": round(statistics.median(steady) * 1000, 1),
@@ -218,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--policy", choices=[x.value for x in Policy], default="fair")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="call cycle() without a SchedulerCache (everything worked out afresh each cycle)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if min(args.nodes, args.gpus_per_node, args.pending, args.tenants, args.cycles) <= 0:

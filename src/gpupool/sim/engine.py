@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
+from gpupool.scheduler.cache import SchedulerCache
+from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.scenario import Scenario
@@ -108,8 +110,16 @@ class Simulator:
         sample_every_s: float | None = None,
         progress: ProgressFn | None = None,
     ):
+        #: the scheduler's state between cycles (default `cycle_fn` only)
+        self.cache: SchedulerCache | None = None
         if cycle_fn is None:
-            from gpupool.scheduler import cycle as cycle_fn  # type: ignore[attr-defined]
+            cache = self.cache = SchedulerCache()
+
+            def cycle_fn(
+                snap: Snapshot, pending: Sequence[Workload], now: float, config: SchedulerConfig
+            ) -> Decisions:
+                return cycle(snap, pending, now, config, cache)
+
         self.s = scenario
         self.cycle_fn = cycle_fn
         self.clock = ManualClock(0.0)
