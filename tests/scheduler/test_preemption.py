@@ -1,5 +1,7 @@
 """Reclaim: guaranteed work preempts borrowed work of other tenants, and only that."""
 
+import pytest
+
 from gpupool.domain import Quota, Tenant
 from gpupool.scheduler import SchedulerConfig, cycle
 from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
@@ -238,3 +240,32 @@ def test_a_child_over_its_guarantee_is_not_helped_by_reclaim_under_the_parent_li
     d = cycle(snapshot([big], tenants, run), [job("b9", "p/b", "bob", gpus=1)], NOW)
     assert d.preemptions == ()
     assert d.pending["b9"].reason.startswith("p is at its limit of 4 GPUs")
+
+
+@pytest.mark.parametrize(
+    ("waited", "after", "reclaims"),
+    [
+        (0, 600, False),  # a newcomer: completions may fill the shortfall soon
+        (599, 600, False),
+        (600, 600, True),  # a lasting shortfall
+        (0, 0, True),  # reclaim_after_s 0: at once
+    ],
+)
+def test_reclaim_only_after_waiting_reclaim_after_s(waited, after, reclaims):
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    cfg = SchedulerConfig(reclaim_after_s=after)
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1, submit=NOW - waited)], NOW, cfg)
+    assert victims(d) == (["b3"] if reclaims else [])
+    if not reclaims:
+        assert not d.pending["a"].reason.startswith("reclaiming")
+
+
+def test_work_already_stopping_is_claimed_before_reclaim_after_s():
+    # stopping work costs no new preemption, so a newcomer may count on it at once
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(3)]) + [
+        running(job("s", "lab-b", "bob", gpus=1), N, [3], since=100, stopping=True)
+    ]
+    cfg = SchedulerConfig(reclaim_after_s=600)
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1, submit=NOW)], NOW, cfg)
+    assert d.preemptions == ()
+    assert d.pending["a"].reason.startswith("reclaiming")

@@ -221,7 +221,7 @@ def test_same_input_same_decisions(scenario, config):
 )
 def test_tenant_below_guarantee_waits_at_most_one_cycle_while_others_borrow(scenario, finishes):
     snap, pending = scenario
-    config = SchedulerConfig(min_runtime_s=0)
+    config = SchedulerConfig(min_runtime_s=0, reclaim_after_s=0)
     tenants = {t.name: t.quota.guaranteed_milli for t in snap.tenants}
     starved_runs: dict[str, int] = {}
     for s, p, d, now in run_cycles(snap, pending, config, finishes + [set()] * 3):

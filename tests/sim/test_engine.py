@@ -52,6 +52,7 @@ def test_preempted_work_requeues_and_restarts_from_scratch():
             job("b1", tenant="b", submit=500, duration=100),
         ],
         min_runtime_s=300,
+        reclaim_after_s=0,
     )
     r = run(data)
     victims = [rec for rec in r.records.values() if rec.workload.preemptions]
@@ -61,6 +62,29 @@ def test_preempted_work_requeues_and_restarts_from_scratch():
     assert v.first_start == 0 and v.last_start >= 500
     assert v.workload.finished_at == v.last_start + 1000  # progress lost: full duration again
     assert r.records["b1"].first_start == 500  # reclaimed at once, not after a's jobs end
+
+
+@pytest.mark.parametrize(
+    ("reclaim_after_s", "b1_starts"),
+    [
+        (0, 500),  # at once
+        (200, 700),  # a cycle runs when b1 has waited 200 s, though nothing else happens then
+        (600, 1000),  # not due before a's jobs end: no preemption at all
+    ],
+)
+def test_reclaim_waits_for_reclaim_after_s(reclaim_after_s, b1_starts):
+    data = scenario(
+        tenants=[tenant("a"), tenant("b", guaranteed_gpus=2)],
+        workloads=[
+            *(job(f"a{i}", tenant="a", duration=1000) for i in range(4)),
+            job("b1", tenant="b", submit=500, duration=100),
+        ],
+        min_runtime_s=300,
+        reclaim_after_s=reclaim_after_s,
+    )
+    r = run(data)
+    assert r.records["b1"].first_start == b1_starts
+    assert r.preemptions == (1 if b1_starts < 1000 else 0)
 
 
 def test_non_preemptible_work_is_not_reclaimed():
@@ -83,6 +107,7 @@ def test_no_requeue_leaves_victim_preempted():
             job("a0", tenant="a", gpus=4, duration=1000, requeue=False),
             job("b1", tenant="b", submit=400, duration=100),
         ],
+        reclaim_after_s=0,
     )
     r = run(data)
     assert r.records["a0"].state is S.PREEMPTED

@@ -42,7 +42,7 @@ from gpupool.scheduler.placement import (
     shape_of,
     to_allocation,
 )
-from gpupool.scheduler.preemption import Reclaim, Reclaimer, within_some_guarantee
+from gpupool.scheduler.preemption import Reclaim, Reclaimer, reclaim_due, within_some_guarantee
 from gpupool.scheduler.reasons import (
     Hardware,
     admission_cap_text,
@@ -453,6 +453,8 @@ class _Cycle:
         rc = self._reclaimer_for_cycle()
         found = rc.waits_for_stopping(shape)
         if found is None:
+            if not reclaim_due(w, self.now, self.config.reclaim_after_s):
+                return False
             found = rc.find(w.tenant, shape, set(self.holds))
             if found is None:
                 return False
@@ -472,6 +474,8 @@ class _Cycle:
         if limiting == w.tenant or not (self.policy is Policy.FAIR and self.config.preemption):
             return False
         if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
+            return False
+        if not reclaim_due(w, self.now, self.config.reclaim_after_s):
             return False
         limit = self.tree.get(limiting).quota.limit_milli or 0
         rc = self._reclaimer_for_cycle()

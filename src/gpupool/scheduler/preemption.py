@@ -1,5 +1,8 @@
 """Reclaim: a candidate within its tenant's guarantee that does not fit may preempt borrowed work.
 
+Reclaim happens only for a candidate that has waited `reclaim_after_s` (a lasting shortfall,
+not every newcomer: a shortfall that completions fill soon costs no preemption).
+
 Rules (all must hold for a victim):
 * it belongs to another tenant, and on the branch where the two tenants part (the children of
   their lowest common ancestor) the victim's branch is over its guarantee — that is, it holds
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupool.domain import TenantTree
+from gpupool.domain import TenantTree, Workload
 from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import Usage, gpus_text
 from gpupool.scheduler.placement import Placement, place_on_node
@@ -54,6 +57,12 @@ def branches(tree: TenantTree, a: str, b: str) -> tuple[str, str]:
 
 def guaranteed(tree: TenantTree, tenant: str) -> int:
     return tree.get(tenant).quota.guaranteed_milli if tenant in tree else 0
+
+
+def reclaim_due(w: Workload, now: float, reclaim_after_s: float) -> bool:
+    """True once `w` has waited `reclaim_after_s` since it was submitted (requeued work keeps
+    its submit time, so work that was itself preempted may reclaim at once)."""
+    return now - w.submitted_at >= reclaim_after_s
 
 
 def within_some_guarantee(tree: TenantTree, usage: Usage, tenant: str, milli: int) -> bool:

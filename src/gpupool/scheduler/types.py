@@ -47,6 +47,11 @@ class SchedulerConfig:
     preemption: bool = True
     #: Work that has run less than this is never preempted.
     min_runtime_s: float = 300.0
+    #: Guaranteed work preempts borrowed work only once it has waited this long since it was
+    #: submitted: a shortfall that completions fill within this time costs no preemption.
+    #: Meanwhile it reserves a node, so borrowers cannot take what frees up. 0: reclaim at
+    #: once. Work already stopping is claimed at any time (it costs nothing more).
+    reclaim_after_s: float = 600.0
     backfill: bool = True
     #: Enforcement recorded on fractional shares of `shared` GPUs (`mps` when the executor runs
     #: MPS daemons, `policed` otherwise). Whole GPUs and MIG slices are `hardware`.

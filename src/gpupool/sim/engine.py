@@ -4,8 +4,9 @@ Events are submissions and completions. A scheduler cycle runs at every instant 
 something changed (no two cycles closer than `min_cycle_gap_s`), right again after a cycle
 that preempted work or hit its admission cap, and — while work waits — on the
 `cycle_interval_s` grid when time alone can change the outcome: a running workload passing
-`min_runtime_s` while some tenant with waiting work is below its guarantee (it may now be
-reclaimed). Nothing else changes with time, so the engine never spins.
+`min_runtime_s`, or waiting work passing `reclaim_after_s`, while some tenant with waiting
+work is below its guarantee (a reclaim may now happen). Nothing else changes with time, so
+the engine never spins.
 
 Decisions are applied through `gpupool.domain.transition()`:
 - admission: pending -> admitted -> starting -> running at once; it completes (`succeeded`)
@@ -149,6 +150,8 @@ class Simulator:
         self.node_cap = {n.name: (n.cpu_milli, n.memory_mib) for n in scenario.nodes}
         self.heap: list[tuple[float, int, int, str, int]] = []
         self.min_runtime_heap: list[tuple[float, str, int]] = []
+        #: (time pending work may start to reclaim (`reclaim_after_s`), workload id)
+        self.reclaim_due_heap: list[tuple[float, str]] = []
         self.seq = 0
         self.last_t = 0.0
         self.cycle_ms: list[float] = []
@@ -204,6 +207,10 @@ class Simulator:
         if self.window is not None:
             key = (-w.priority, w.submitted_at, w.id)
             bisect.insort(self.queues.setdefault(w.tenant, []), key)
+        if self.preempting and self.s.config.reclaim_after_s > 0:
+            due = w.submitted_at + self.s.config.reclaim_after_s
+            if due > self.last_t:
+                heapq.heappush(self.reclaim_due_heap, (due, w.id))
 
     def _remove_pending(self, wid: str) -> Workload:
         w = self.pending.pop(wid)
@@ -374,10 +381,14 @@ class Simulator:
         h = self.min_runtime_heap
         while h and (h[0][0] <= t or self.records[h[0][1]].epoch != h[0][2]):
             heapq.heappop(h)
-        if not h or not self._reclaim_possible():
+        d = self.reclaim_due_heap  # waiting work passing reclaim_after_s may now reclaim
+        while d and (d[0][0] <= t or d[0][1] not in self.pending):
+            heapq.heappop(d)
+        nxt = min(h[0][0] if h else math.inf, d[0][0] if d else math.inf)
+        if nxt == math.inf or not self._reclaim_possible():
             return None
         step = self.s.cycle_interval_s
-        return t + step * max(1, math.ceil((h[0][0] - t) / step))
+        return t + step * max(1, math.ceil((nxt - t) / step))
 
     # ------------------------------------------------------------------ main loop
 

@@ -125,6 +125,8 @@ class SchedulerSpec(_Strict):
     policy: Policy = Policy.FAIR
     preemption: bool = True
     min_runtime_s: float = Field(default=300.0, ge=0)
+    #: guaranteed work reclaims borrowed GPUs only after waiting this long (SchedulerConfig)
+    reclaim_after_s: float = Field(default=600.0, ge=0)
     backfill: bool = True
     #: while work waits, run a cycle at least this often (virtual seconds) when time alone can
     #: change the outcome (e.g. running work passing min_runtime_s); 0 disables
@@ -492,6 +494,7 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         policy=policy or spec.policy,
         preemption=spec.preemption,
         min_runtime_s=spec.min_runtime_s,
+        reclaim_after_s=spec.reclaim_after_s,
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
     )
