@@ -88,12 +88,17 @@ def change(snap: Snapshot, what: str, k: int) -> Snapshot:
     scenarios(),
     CONFIGS,
     st.lists(st.tuples(CHANGES, st.integers(0, 20)), min_size=1, max_size=8),
+    st.booleans(),
 )
-def test_decisions_with_a_kept_cache_equal_decisions_without(scenario, config, steps):
+def test_decisions_with_a_kept_cache_equal_decisions_without(scenario, config, steps, grouped):
+    """`grouped`: pending work listed tenant by tenant, as the simulator does (the cache then
+    reuses whole tenant queues)."""
     snap, pending = scenario
     cache = SchedulerCache()
     now = 0.0
     for what, k in steps + [("none", 0)]:
+        if grouped:
+            pending = sorted(pending, key=lambda w: w.tenant)
         d = cycle(snap, pending, now, config, cache)
         assert d == cycle(snap, pending, now, config), f"differs after {what}"
         snap, pending = apply(snap, pending, d, now)
@@ -229,11 +234,11 @@ def test_classification_memo_is_dropped_when_inputs_change():
     cache = SchedulerCache()
     hw = cache.hardware(nodes)
     tenants = tree(tenant("t", 1))
-    memo = cache.classified(hw, tenants, SchedulerConfig(), 10)
+    memo = cache.classified(hw, tenants, SchedulerConfig(), 10).entries
     memo[1] = ("x",)
-    assert cache.classified(hw, tenants, SchedulerConfig(), 10) is memo
-    assert cache.classified(hw, tenants, SchedulerConfig(policy=Policy.FIFO), 10) == {}
-    assert cache.classified(hw, tree(tenant("t", 1)), SchedulerConfig(), 10) == {}
+    assert cache.classified(hw, tenants, SchedulerConfig(), 10).entries is memo
+    assert cache.classified(hw, tenants, SchedulerConfig(policy=Policy.FIFO), 10).entries == {}
+    assert cache.classified(hw, tree(tenant("t", 1)), SchedulerConfig(), 10).entries == {}
 
 
 def test_clear_forgets_everything():
@@ -241,8 +246,8 @@ def test_clear_forgets_everything():
     cache = SchedulerCache()
     snap = snapshot(nodes, [tenant("t", 2)], run)
     cycle(snap, [job("w", tenant="t", gpus=4)], 0.0, SchedulerConfig(), cache)  # waits
-    assert cache.last_info
+    assert cache.info_pool(1)
     cache.clear()
-    assert not cache.last_info
+    assert not cache.info_pool(1)
     _synced(cache, nodes, run)
     assert cache.stats.rebuilds == 2

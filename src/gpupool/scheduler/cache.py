@@ -19,14 +19,17 @@ What it keeps:
   added, removed, renamed or reordered, GPUs changed, a workload listed twice — rebuilds it;
 * the `Hardware` summary (what nodes could ever hold), while the nodes' hardware is the same;
 * per pending workload object (by identity): its shape, order key and unschedulable reason,
+  and per tenant its sorted queue while its run of pending work is the same workloads; kept
   while the hardware, the tenant tree (the same object) and the config are the same; pruned
   when it grows past about twice the pending queue;
-* the last cycle's `PendingInfo`s (immutable; reused when a workload's info is unchanged).
+* `PendingInfo`s by (reason, position, tenant position): immutable, so equal ones are shared
+  by workloads and cycles instead of built again; dropped when past ~4x the pending queue.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpupool.domain import Node, TenantTree
 from gpupool.scheduler.capacity import CapacityIndex, Takes
@@ -49,9 +52,9 @@ class CacheStats:
 
 
 class _Classified:
-    """Per-workload results of classification, valid for one (hardware, tenants, config)."""
+    """Results of classification, valid for one (hardware, tenants, config)."""
 
-    __slots__ = ("hardware", "tenants", "config", "entries")
+    __slots__ = ("hardware", "tenants", "config", "entries", "runs")
 
     def __init__(self, hardware: Hardware, tenants: TenantTree, config: SchedulerConfig):
         self.hardware = hardware
@@ -59,6 +62,8 @@ class _Classified:
         self.config = config
         #: id(workload) -> (workload, why unschedulable, GPU milli, queue entry)
         self.entries: dict[int, tuple] = {}
+        #: tenant -> its last classified run of pending work (gpupool.scheduler.cycle._Run)
+        self.runs: dict[str, Any] = {}
 
 
 class SchedulerCache:
@@ -75,8 +80,7 @@ class SchedulerCache:
         self._hw_nodes: tuple[Node, ...] | None = None
         self._hardware: Hardware | None = None
         self._classified: _Classified | None = None
-        #: the last cycle's pending info (workload id -> PendingInfo)
-        self.last_info: dict[str, PendingInfo] = {}
+        self._infos: dict[tuple[str, int, int], PendingInfo] = {}
 
     # -- capacity ---------------------------------------------------------------------------
 
@@ -173,9 +177,10 @@ class SchedulerCache:
         tenants: TenantTree,
         config: SchedulerConfig,
         pending: int,
-    ) -> dict[int, tuple]:
-        """The per-workload classification memo for these inputs (updated in place by the
-        cycle); a fresh one when they changed or it grew past about twice `pending`."""
+    ) -> _Classified:
+        """The classification memo for these inputs (updated in place by the cycle): per
+        workload object and per tenant's run of pending work; a fresh one when the inputs
+        changed or it grew past about twice `pending`."""
         c = self._classified
         if (
             c is None
@@ -185,4 +190,11 @@ class SchedulerCache:
             or len(c.entries) > 2 * pending + 1000
         ):
             c = self._classified = _Classified(hardware, tenants, config)
-        return c.entries
+        return c
+
+    def info_pool(self, pending: int) -> dict[tuple[str, int, int], PendingInfo]:
+        """Shared `PendingInfo`s by (reason, position, tenant position), filled by the cycle;
+        emptied when it grows past about four times `pending`."""
+        if len(self._infos) > 4 * pending + 4096:
+            self._infos = {}
+        return self._infos

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import heapq
 from collections.abc import Sequence
+from itertools import groupby
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -92,6 +93,45 @@ def cycle(
             gc.enable()
 
 
+def _tenant_of(w: Workload) -> str:
+    return w.tenant
+
+
+class _Run:
+    """One tenant's classified run of pending work: its sorted queue, demand and
+    unschedulable workloads (kept in the cache's memo; read-only once built)."""
+
+    __slots__ = ("workloads", "ids", "queue", "demand", "unschedulable")
+
+    def __init__(self, workloads, ids, queue, demand, unschedulable):
+        self.workloads: tuple[Workload, ...] = workloads
+        self.ids: frozenset[str] = ids
+        self.queue: list[Candidate] = queue
+        self.demand: int = demand
+        self.unschedulable: tuple[tuple[str, str], ...] = unschedulable
+
+    @staticmethod
+    def of(cyc: _Cycle, ws, entries, shapes, tenant_why, whole_only) -> _Run | None:
+        """Classify `ws` (None if a workload is listed twice)."""
+        ids = frozenset(w.id for w in ws)
+        if len(ids) != len(ws):
+            return None
+        queue: list[Candidate] = []
+        unsched: list[tuple[str, str]] = []
+        demand = 0
+        for w in ws:
+            e = entries.get(id(w))
+            if e is None or e[0] is not w:
+                e = cyc._entry(w, entries, shapes, tenant_why, whole_only)
+            if e[1] is not None:
+                unsched.append((w.id, e[1]))
+            else:
+                queue.append(e[3])
+                demand += e[2]
+        queue.sort()
+        return _Run(ws, ids, queue, demand, tuple(unsched))
+
+
 class _Hold:
     """A node kept, for the rest of the cycle, for blocked guaranteed work."""
 
@@ -122,11 +162,12 @@ class _Cycle:
         if cache is None:
             self.cap = CapacityIndex(nodes, snapshot.running)
             self.hardware = Hardware(nodes)
-            self.last_info: dict[str, PendingInfo] = {}
+            #: (reason, position, tenant position) -> PendingInfo, shared between cycles
+            self.infos: dict[tuple[str, int, int], PendingInfo] | None = None
         else:
             self.cap = cache.capacity(nodes, snapshot.running)
             self.hardware = cache.hardware(nodes)
-            self.last_info = cache.last_info
+            self.infos = cache.info_pool(len(pending))
         self.usage = Usage(self.tree)
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
         held: dict[tuple[str, str], int] = {}
@@ -172,20 +213,21 @@ class _Cycle:
     def _classify(self, pending: Sequence[Workload]) -> None:
         """Unschedulable work out; the rest into per-tenant queues, sorted by policy order.
 
-        Queue entries are (order key, workload, shape); keys end with the workload id, so
-        they are unique and plain tuple comparison sorts them. With a cache, what is worked
-        out per workload is carried over to the next cycle."""
-        seen = {rw.workload.id for rw in self.snap.running}
+        Queue entries are (order key, workload, shape, GPU milli); keys end with the workload
+        id, so they are unique and plain tuple comparison sorts them. With a cache, what is
+        worked out per workload is carried over to the next cycle, and so is each tenant's
+        sorted queue while its run of `pending` is the same workloads (see `_classify_runs`)."""
         whole_only = self.policy is Policy.FIFO
-        policy = self.policy
-        las = policy is Policy.LAS
-        # updated in place: entries of this cycle's workloads are added
-        entries = (
-            {}
-            if self.cache is None
-            else self.cache.classified(self.hardware, self.tree, self.config, len(pending))
-        )
-        memo: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
+        if self.cache is None:
+            entries: dict[int, tuple] = {}
+        else:
+            memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
+            if self._classify_runs(pending, memo.entries, memo.runs, whole_only):
+                return
+            entries = memo.entries  # updated in place: this cycle's workloads are added
+        seen = {rw.workload.id for rw in self.snap.running}
+        las = self.policy is Policy.LAS
+        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
         demand = self.pending_demand
@@ -198,25 +240,7 @@ class _Cycle:
             seen.add(wid)
             e = entries.get(id(w))
             if e is None or e[0] is not w:
-                t = w.tenant
-                mk = (t, w.request)
-                hit = memo.get(mk)
-                if hit is None:
-                    if t not in tenant_why:
-                        tenant_why[t] = self._tenant_problem(t)
-                    shape = shape_of(w.request, whole_only)
-                    why = tenant_why[t] or self.hardware.never_fits(shape)
-                    if why is None and self.quotas:
-                        why = never_within_limits(self.tree, t, shape.gpu_milli)
-                    hit = memo[mk] = (shape, why, shape.gpu_milli)
-                if policy is Policy.FAIR:
-                    key = in_tenant_key(w)
-                elif policy is Policy.FIFO:
-                    key = fifo_key(w)
-                else:
-                    key = las_in_tenant_key(w, _NO_SERVICE)  # attained service added below
-                # (workload, why unschedulable, milli, queue entry)
-                e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
+                e = self._entry(w, entries, shapes, tenant_why, whole_only)
             if e[1] is not None:
                 unschedulable[wid] = e[1]
                 continue
@@ -232,6 +256,80 @@ class _Cycle:
             demand[t] += e[2]
         for q in queues.values():
             q.sort()
+
+    def _entry(
+        self,
+        w: Workload,
+        entries: dict[int, tuple],
+        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
+        tenant_why: dict[str, str | None],
+        whole_only: bool,
+    ) -> tuple:
+        """(workload, why unschedulable, GPU milli, queue entry) of `w`, filed in `entries`."""
+        t = w.tenant
+        mk = (t, w.request)
+        hit = shapes.get(mk)
+        if hit is None:
+            if t not in tenant_why:
+                tenant_why[t] = self._tenant_problem(t)
+            shape = shape_of(w.request, whole_only)
+            why = tenant_why[t] or self.hardware.never_fits(shape)
+            if why is None and self.quotas:
+                why = never_within_limits(self.tree, t, shape.gpu_milli)
+            hit = shapes[mk] = (shape, why, shape.gpu_milli)
+        if self.policy is Policy.FAIR:
+            key = in_tenant_key(w)
+        elif self.policy is Policy.FIFO:
+            key = fifo_key(w)
+        else:
+            key = las_in_tenant_key(w, _NO_SERVICE)  # attained service added by the caller
+        e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
+        return e
+
+    def _classify_runs(
+        self,
+        pending: Sequence[Workload],
+        entries: dict[int, tuple],
+        runs: dict[str, _Run],
+        whole_only: bool,
+    ) -> bool:
+        """Classify tenant by tenant, reusing a tenant's queue from an earlier cycle while its
+        run of `pending` is the same workloads. Works when `pending` lists each tenant's work
+        in one run (as the simulator does), no workload twice, none running and (LAS) none
+        with attained service of its own; returns False, having changed nothing, otherwise
+        (then the caller classifies workload by workload: the same result)."""
+        out: list[tuple[str, _Run]] = []
+        tenants: set[str] = set()
+        ids: set[str] = set()
+        total = 0
+        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
+        tenant_why: dict[str, str | None] = {}
+        for t, group in groupby(pending, _tenant_of):
+            if t in tenants:
+                return False  # the tenant's work is not in one run
+            tenants.add(t)
+            ws = tuple(group)
+            r = runs.get(t)
+            if r is None or r.workloads != ws:
+                r = _Run.of(self, ws, entries, shapes, tenant_why, whole_only)
+                if r is None:
+                    return False
+                runs[t] = r
+            out.append((t, r))
+            total += len(r.ids)
+            ids |= r.ids
+        if len(ids) != total:
+            return False  # a workload listed twice
+        if not ids.isdisjoint(rw.workload.id for rw in self.snap.running):
+            return False
+        if self.policy is Policy.LAS and not ids.isdisjoint(self.snap.attained_service):
+            return False
+        for t, r in out:
+            self.unschedulable.update(r.unschedulable)
+            if r.queue:
+                self.queues[t] = r.queue
+                self.pending_demand[t] = r.demand
+        return True
 
     def _tenant_problem(self, t: str) -> str | None:
         if t not in self.tree:
@@ -291,16 +389,14 @@ class _Cycle:
             else:
                 why = self.reasons[w.id]
             n = waiting[t] = waiting[t] + 1
-            old = last.get(w.id)
-            if (
-                old is not None
-                and old.position == n
-                and old.tenant_position == rank[t]
-                and old.reason == why
-            ):
-                info[w.id] = old
-            else:
+            if infos is None:
                 info[w.id] = PendingInfo(why, n, rank[t])
+            else:
+                k = (why, n, rank[t])
+                pi = infos.get(k)
+                if pi is None:
+                    pi = infos[k] = PendingInfo(why, n, rank[t])
+                info[w.id] = pi
         self.considered = sum(walked.values())
 
     def _walk_tenants(self) -> None:
@@ -312,7 +408,7 @@ class _Cycle:
         walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
-        last = self.last_info
+        infos = self.infos
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
@@ -347,17 +443,16 @@ class _Cycle:
                         info[w.id] = PendingInfo(why, n, r)
                         break
                 n += 1
-                # the same PendingInfo as last cycle: reuse it (fewer objects to build)
-                old = last.get(w.id)
-                if (
-                    old is not None
-                    and old.position == n
-                    and old.tenant_position == r
-                    and old.reason == why
-                ):
-                    info[w.id] = old
-                else:
+                # PendingInfo is immutable: with a cache, equal ones are shared (fewer
+                # objects to build)
+                if infos is None:
                     info[w.id] = PendingInfo(why, n, r)
+                else:
+                    k = (why, n, r)
+                    pi = infos.get(k)
+                    if pi is None:
+                        pi = infos[k] = PendingInfo(why, n, r)
+                    info[w.id] = pi
             self.considered += i - start
             walked[t] = i
             waiting[t] = n
@@ -595,8 +690,6 @@ class _Cycle:
             for _, w, _, _ in q[i:]:
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
-        if self.cache is not None:
-            self.cache.last_info = info
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

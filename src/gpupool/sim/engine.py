@@ -164,6 +164,9 @@ class Simulator:
         #: pass at most this many pending workloads per tenant to each cycle (None: all)
         self.window = scenario.pending_window
         self.queues: dict[str, list[tuple[int, float, str]]] = {}
+        #: per tenant, its first `window` pending workloads (dropped when its queue changes)
+        self._windows: dict[str, tuple[Workload, ...]] = {}
+        self._queue_order: list[str] = []  # sorted(self.queues)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -206,7 +209,14 @@ class Simulator:
         self.pending_count[w.tenant] += 1
         if self.window is not None:
             key = (-w.priority, w.submitted_at, w.id)
-            bisect.insort(self.queues.setdefault(w.tenant, []), key)
+            q = self.queues.get(w.tenant)
+            if q is None:
+                q = self.queues[w.tenant] = []
+                bisect.insort(self._queue_order, w.tenant)
+            i = bisect.bisect_left(q, key)
+            q.insert(i, key)
+            if i < self.window:
+                self._windows.pop(w.tenant, None)
         if self.preempting and self.s.config.reclaim_after_s > 0:
             due = w.submitted_at + self.s.config.reclaim_after_s
             if due > self.last_t:
@@ -222,6 +232,8 @@ class Simulator:
             i = bisect.bisect_left(q, key)
             if i < len(q) and q[i] == key:
                 del q[i]
+                if i < self.window:
+                    self._windows.pop(w.tenant, None)
         return w
 
     def _pending_for_cycle(self) -> tuple[Workload, ...]:
@@ -230,9 +242,15 @@ class Simulator:
         if self.window is None:
             return tuple(self.pending.values())
         k = self.window
-        return tuple(
-            self.pending[key[2]] for ten in sorted(self.queues) for key in self.queues[ten][:k]
-        )
+        windows = self._windows
+        out: list[Workload] = []
+        for ten in self._queue_order:
+            win = windows.get(ten)
+            if win is None:
+                pending = self.pending
+                win = windows[ten] = tuple(pending[key[2]] for key in self.queues[ten][:k])
+            out.extend(win)
+        return tuple(out)
 
     def _take(self, alloc: Allocation, sign: int) -> None:
         used = self.node_used.get(alloc.node)
