@@ -124,7 +124,6 @@ def _index_state(cap: CapacityIndex) -> tuple:
         cap.node_held,
         cap.node_ready,
         cap.gpu_ok,
-        cap.running_milli,
         cap.total_gpu_milli(),
         buckets(cap.whole),
         buckets(cap.whole_unshared),
@@ -148,6 +147,15 @@ def _synced(cache: SchedulerCache, nodes, run) -> CapacityIndex:
     """Sync the cache as a cycle would, and check it against a fresh index."""
     cap = cache.capacity(tuple(nodes), tuple(run))
     assert _index_state(cap) == _index_state(CapacityIndex(tuple(nodes), tuple(run)))
+    held: dict = {}
+    staying: dict = {}
+    for rw in run:
+        k = (rw.workload.tenant, rw.workload.owner)
+        held[k] = held.get(k, 0) + rw.allocation.gpu_milli
+        if not rw.stopping:
+            staying[k] = staying.get(k, 0) + rw.allocation.gpu_milli
+    nonzero = ({k: v for k, v in held.items() if v}, {k: v for k, v in staying.items() if v})
+    assert cache.held() == nonzero
     return cap
 
 
@@ -185,6 +193,8 @@ def test_an_allocation_that_changed_counts_as_removed_and_added():
     assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (1, 1)
     same = dataclasses.replace(ra, allocation=dataclasses.replace(ra.allocation))
     _synced(cache, nodes, [same, moved])  # equal, not identical: unchanged
+    assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (1, 1)
+    _synced(cache, nodes, [same, dataclasses.replace(moved, stopping=True)])
     assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (1, 1)
 
 

@@ -36,8 +36,9 @@ from gpupool.scheduler.capacity import CapacityIndex, Takes
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import PendingInfo, RunningWorkload, SchedulerConfig
 
-#: per running workload id: (the RunningWorkload seen last, its allocation, what it takes)
-_Entry = tuple[RunningWorkload, object, Takes]
+#: per running workload id: (the RunningWorkload seen last, its allocation, what it takes,
+#: (tenant, user), stopping)
+_Entry = tuple[RunningWorkload, object, Takes, tuple[str, str], bool]
 
 
 @dataclass(slots=True)
@@ -77,6 +78,8 @@ class SchedulerCache:
         """Forget everything (the next cycle works everything out afresh)."""
         self._cap: CapacityIndex | None = None
         self._taken: dict[str, _Entry] = {}
+        self._held: dict[tuple[str, str], int] = {}
+        self._staying: dict[tuple[str, str], int] = {}
         self._hw_nodes: tuple[Node, ...] | None = None
         self._hardware: Hardware | None = None
         self._classified: _Classified | None = None
@@ -87,8 +90,8 @@ class SchedulerCache:
     def capacity(
         self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]
     ) -> CapacityIndex:
-        """The capacity index for this snapshot, with `running_milli` in snapshot order. The
-        cycle may `assume` and `hold` on it; the next call undoes that first."""
+        """The capacity index for this snapshot. The cycle may `assume` and `hold` on it; the
+        next call undoes that first. `held()` then gives the GPU milli held per (tenant, user)."""
         cap = self._cap
         if cap is None:
             return self._rebuild(nodes, running)
@@ -101,21 +104,26 @@ class SchedulerCache:
             touched |= changed
         old = self._taken
         new: dict[str, _Entry] = {}
-        milli: list[int] = []
         added = removed = 0
         for rw in running:
-            wid = rw.workload.id
+            w = rw.workload
+            wid = w.id
             e = old.pop(wid, None)
             if e is None:
                 if wid in new:
                     return self._rebuild(nodes, running)  # listed twice: no diff by id
+            elif e[0] is rw:
+                new[wid] = e
+                continue
             else:
                 a = rw.allocation
-                if e[0] is rw or e[1] is a or e[1] == a:
-                    if e[0] is not rw:
-                        e = (rw, a, e[2])
+                self._count(e, -1)
+                if (
+                    e[1] is a or e[1] == a
+                ):  # the same allocation (tenant, user or stopping may differ)
+                    e = (rw, a, e[2], (w.tenant, w.owner), rw.stopping)
+                    self._count(e, 1)
                     new[wid] = e
-                    milli.append(e[2][4])
                     continue
                 cap.apply_takes(e[2], 1)  # its allocation changed: give the old one back
                 touched.add(e[2][0])
@@ -124,37 +132,64 @@ class SchedulerCache:
             cap.apply_takes(t, -1)
             touched.add(t[0])
             added += 1
-            new[wid] = (rw, rw.allocation, t)
-            milli.append(t[4])
+            e = new[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+            self._count(e, 1)
         for e in old.values():
             cap.apply_takes(e[2], 1)
             touched.add(e[2][0])
+            self._count(e, -1)
             removed += 1
         touched.discard(-1)
         cap.refile(touched)
-        cap.running_milli = milli
         self._taken = new
         self.stats.diffs += 1
         self.stats.allocations_added += added
         self.stats.allocations_removed += removed
         return cap
 
+    def _count(self, e: _Entry, sign: int) -> None:
+        """Add (1) or take away (-1) what entry `e` holds in the per-(tenant, user) sums."""
+        milli = e[2][4]
+        if not milli:
+            return
+        k = e[3]
+        v = self._held.get(k, 0) + sign * milli
+        if v:
+            self._held[k] = v
+        else:
+            del self._held[k]
+        if not e[4]:
+            v = self._staying.get(k, 0) + sign * milli
+            if v:
+                self._staying[k] = v
+            else:
+                del self._staying[k]
+
+    def held(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """GPU milli held per (tenant, user) by the running work of the last `capacity` call:
+        all of it, and without work that is stopping. Read-only for the caller."""
+        return self._held, self._staying
+
     def _rebuild(
         self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]
     ) -> CapacityIndex:
         cap = CapacityIndex(tuple(nodes), running)
-        taken: dict[str, _Entry] = {}
+        self._taken = {}
+        self._held = {}
+        self._staying = {}
         dup = False
         for rw, t in zip(running, cap.running_takes, strict=True):
-            wid = rw.workload.id
-            dup = dup or wid in taken
-            taken[wid] = (rw, rw.allocation, t)
+            w = rw.workload
+            dup = dup or w.id in self._taken
+            e = self._taken[w.id] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+            self._count(e, 1)
         cap.running_takes = []  # kept here, per workload id, from now on
         cap.start_cycle_log()
         self.stats.rebuilds += 1
         # a workload listed twice cannot be diffed by id: rebuild again next time
         self._cap = None if dup else cap
-        self._taken = {} if dup else taken
+        if dup:
+            self._taken = {}
         return cap
 
     # -- hardware and classification --------------------------------------------------------

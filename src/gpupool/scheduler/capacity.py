@@ -150,11 +150,10 @@ class CapacityIndex:
         #: keeps this index (None: not logged)
         self._assumed: list[tuple[int, list[tuple[int, int, int]], int, int]] | None = None
         self._held: list[int] = []
-        #: what each running workload takes, and the GPU milli it holds, in snapshot order
+        #: what each running workload takes (in snapshot order; at construction only)
         self.running_takes: list[Takes] = [self.takes_of(rw) for rw in running]
         for t in self.running_takes:
             self.apply_takes(t, -1)
-        self.running_milli: list[int] = [t[4] for t in self.running_takes]
         #: nodes by whole free GPUs of a model: all of them / not counting `shared` GPUs
         self.whole: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}
         self.whole_unshared: dict[str, BucketIndex] = {m: BucketIndex() for m in self.models}

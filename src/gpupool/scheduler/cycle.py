@@ -170,14 +170,17 @@ class _Cycle:
             self.infos = cache.info_pool(len(pending))
         self.usage = Usage(self.tree)
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
-        held: dict[tuple[str, str], int] = {}
-        staying: dict[tuple[str, str], int] = {}
-        for rw, milli in zip(snapshot.running, self.cap.running_milli, strict=True):
-            w = rw.workload
-            k = (w.tenant, w.owner)
-            held[k] = held.get(k, 0) + milli
-            if not rw.stopping:
-                staying[k] = staying.get(k, 0) + milli
+        if cache is None:
+            held: dict[tuple[str, str], int] = {}
+            staying: dict[tuple[str, str], int] = {}
+            for rw, t in zip(snapshot.running, self.cap.running_takes, strict=True):
+                w = rw.workload
+                k = (w.tenant, w.owner)
+                held[k] = held.get(k, 0) + t[4]
+                if not rw.stopping:
+                    staying[k] = staying.get(k, 0) + t[4]
+        else:
+            held, staying = cache.held()
         for (t, u), milli in held.items():
             self.usage.add(t, u, milli)
         for (t, u), milli in staying.items():

@@ -161,6 +161,8 @@ class Simulator:
         self.next_sample = 0.0
         self.last_pending_info: dict = {}
         self.last_demand: dict[str, int] = {}
+        #: alloc or pending_milli changed since the last `_update_fair`
+        self.demand_changed = True
         #: pass at most this many pending workloads per tenant to each cycle (None: all)
         self.window = scenario.pending_window
         self.queues: dict[str, list[tuple[int, float, str]]] = {}
@@ -206,6 +208,7 @@ class Simulator:
     def _add_pending(self, w: Workload) -> None:
         self.pending[w.id] = w
         self.pending_milli[w.tenant] += w.request.total_gpu_milli
+        self.demand_changed = True
         self.pending_count[w.tenant] += 1
         if self.window is not None:
             key = (-w.priority, w.submitted_at, w.id)
@@ -225,6 +228,7 @@ class Simulator:
     def _remove_pending(self, wid: str) -> Workload:
         w = self.pending.pop(wid)
         self.pending_milli[w.tenant] -= w.request.total_gpu_milli
+        self.demand_changed = True
         self.pending_count[w.tenant] -= 1
         if self.window is not None:
             q = self.queues[w.tenant]
@@ -296,6 +300,7 @@ class Simulator:
             rec.first_start = t
         self.running[wid] = RunningWorkload(w, alloc)
         self.alloc[w.tenant] += alloc.gpu_milli
+        self.demand_changed = True
         self._push(t + rec.duration, _COMPLETE, wid, rec.epoch)
         if self.preempting and w.preemptible:
             heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
@@ -305,6 +310,7 @@ class Simulator:
         rec = self.records[wid]
         self._take(rw.allocation, -1)
         self.alloc[rw.workload.tenant] -= rw.allocation.gpu_milli
+        self.demand_changed = True
         rec.run_time += t - (rec.last_start if rec.last_start is not None else t)
         rec.epoch += 1
         return rec
@@ -355,6 +361,9 @@ class Simulator:
 
     def _update_fair(self) -> None:
         """Recompute the reference fair shares when demand changed (after events/cycles)."""
+        if not self.demand_changed:
+            return
+        self.demand_changed = False
         demand = {ten: self.alloc[ten] + self.pending_milli[ten] for ten in self.leaves}
         if demand != self.last_demand:
             self.last_demand = demand
