@@ -378,7 +378,7 @@ class _Cycle:
         """One global queue in submit order, greedy: what does not fit is skipped."""
         merged = sorted(c for q in self.queues.values() for c in q)
         walked, waiting, info, rank = self.walked, self.waiting, self.info, self.rank
-        last = self.last_info
+        infos = self.infos
         cap = self.config.max_admissions_per_cycle
         for _, w, shape, _ in merged:
             if cap is not None and len(self.admissions) >= cap:
