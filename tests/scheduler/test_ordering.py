@@ -1,6 +1,9 @@
 """Queue order under each policy: fair, fifo and las."""
 
+import pytest
+
 from gpupool.scheduler import Policy, SchedulerConfig, cycle
+from gpupool.scheduler.types import BorrowOrder
 from tests.scheduler.builders import job, node, placed, running, snapshot, tenant
 
 FIFO = SchedulerConfig(policy=Policy.FIFO)
@@ -127,3 +130,43 @@ def test_positions_are_per_tenant_queue():
     assert admitted(d) == ["a0"]
     assert [d.pending[w].position for w in ("a1", "a2", "b0", "b1")] == [1, 2, 1, 2]
     assert d.pending["a1"].tenant_position != d.pending["b0"].tenant_position
+
+
+@pytest.mark.parametrize(
+    ("order", "attained", "first"),
+    [
+        # lab-a borrows 1 GPU now, lab-b none: max-min on holdings serves lab-b
+        (BorrowOrder.USAGE, {"lab-a": 0.0, "lab-b": 9e9}, "b1"),
+        # but lab-a has used far less so far: least attained service serves lab-a
+        (BorrowOrder.SERVICE, {"lab-a": 0.0, "lab-b": 9e9}, "a1"),
+        (BorrowOrder.SERVICE, {"lab-a": 9e9, "lab-b": 0.0}, "b1"),
+        # service is per unit of weight: lab-b's weight 3 makes its 2.5e9 count as less
+        (BorrowOrder.SERVICE, {"lab-a": 1e9, "lab-b": 2.5e9}, "b1"),
+        # no history: holdings decide
+        (BorrowOrder.SERVICE, {}, "b1"),
+    ],
+)
+def test_fair_borrowers_ranked_by_borrow_order(order, attained, first):
+    n = node("n", gpus=4)
+    # both at or over their guarantee of 1; one GPU is free
+    run = [
+        running(job("ra0", "lab-a", gpus=1), n, [0]),
+        running(job("ra1", "lab-a", gpus=1), n, [1]),
+        running(job("rb0", "lab-b", "bob", gpus=1), n, [2]),
+    ]
+    pending = [job("a1", "lab-a", gpus=1, submit=0), job("b1", "lab-b", "bob", gpus=1, submit=5)]
+    t = [tenant("lab-a", 1, weight=1), tenant("lab-b", 1, weight=3)]
+    d = cycle(snapshot([n], t, run, attained), pending, 0.0, SchedulerConfig(borrow_order=order))
+    assert admitted(d) == [first]
+
+
+def test_fair_tenant_below_its_guarantee_goes_before_a_borrower_with_less_service():
+    n = node("n", gpus=3)
+    run = [
+        running(job("ra0", "lab-a", gpus=1), n, [0]),
+        running(job("rb0", "lab-b", "bob", gpus=1), n, [1]),
+    ]
+    pending = [job("a1", "lab-a", gpus=1, submit=0), job("b1", "lab-b", "bob", gpus=1, submit=5)]
+    t = [tenant("lab-a", 1), tenant("lab-b", 2)]  # lab-a at its guarantee, lab-b below
+    d = cycle(snapshot([n], t, run, {"lab-a": 0.0, "lab-b": 9e9}), pending, 0.0)
+    assert admitted(d) == ["b1"]

@@ -269,3 +269,58 @@ def test_work_already_stopping_is_claimed_before_reclaim_after_s():
     d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1, submit=NOW)], NOW, cfg)
     assert d.preemptions == ()
     assert d.pending["a"].reason.startswith("reclaiming")
+
+
+@pytest.mark.parametrize(
+    ("wide_since", "narrow_since", "victim"),
+    [
+        # 2 GPUs for 200 s (400 GPU-s) vs 1 GPU for 300 s (300 GPU-s): the narrow one loses less
+        (NOW - 200, NOW - 300, "narrow"),
+        # 2 GPUs for 100 s (200 GPU-s) vs 1 GPU for 300 s: the wide one loses less
+        (NOW - 100, NOW - 300, "wide"),
+    ],
+)
+def test_victim_is_the_one_that_loses_least_progress(wide_since, narrow_since, victim):
+    n = node("n", gpus=4)
+    run = [
+        running(job("wide", "lab-b", "bob", gpus=2), n, [0, 1], since=wide_since),
+        running(job("narrow", "lab-b", "bob", gpus=1), n, [2], since=narrow_since),
+        running(job("own", "lab-a", gpus=1), n, [3], since=0),
+    ]
+    cfg = SchedulerConfig(min_runtime_s=0, reclaim_after_s=0)
+    t = [tenant("lab-a", 2), tenant("lab-b", 1)]
+    d = cycle(snapshot([n], t, run), [job("a", gpus=1)], NOW, cfg)
+    assert victims(d) == [victim]
+
+
+def test_across_nodes_the_set_that_loses_least_progress_wins():
+    n1, n2 = node("n1", gpus=2), node("n2", gpus=2)
+    run = [
+        running(job("own1", "lab-a", gpus=1), n1, [0], since=0),
+        running(job("old", "lab-b", "bob", gpus=1), n1, [1], since=NOW - 1000),
+        running(job("own2", "lab-a", gpus=1), n2, [0], since=0),
+        running(job("young", "lab-b", "bob", gpus=1), n2, [1], since=NOW - 400),
+    ]
+    cfg = SchedulerConfig(min_runtime_s=0, reclaim_after_s=0)
+    t = [tenant("lab-a", 3), tenant("lab-b", 0)]
+    d = cycle(snapshot([n1, n2], t, run), [job("a", gpus=1)], NOW, cfg)
+    assert victims(d) == ["young"]
+
+
+@pytest.mark.parametrize(
+    ("ahead", "reclaims"),
+    [
+        ([], True),
+        # a 3-GPU job ahead is beyond lab-a's guarantee of 2: it cannot reclaim, so the
+        # 1-GPU job behind it does not either (what it freed would go to the job ahead)
+        ([job("big", gpus=3, submit=0)], False),
+        # a job ahead that reclaims does not stop the one behind it
+        ([job("first", gpus=1, submit=0)], True),
+    ],
+)
+def test_reclaim_goes_in_queue_order_and_stops_at_blocked_work(ahead, reclaims):
+    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+    pending = [*ahead, job("small", gpus=1, submit=1)]
+    cfg = SchedulerConfig(reclaim_after_s=0)
+    d = cycle(snapshot([N], TENANTS, run), pending, NOW, cfg)
+    assert ("small" in {p.for_workload for p in d.preemptions}) == reclaims

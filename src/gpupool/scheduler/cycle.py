@@ -53,6 +53,7 @@ from gpupool.scheduler.reasons import (
 )
 from gpupool.scheduler.types import (
     Admission,
+    BorrowOrder,
     CycleStats,
     Decisions,
     PendingInfo,
@@ -202,6 +203,8 @@ class _Cycle:
         self._user_fail: dict[str, dict[str, tuple[int, str]]] = {}
         self.holds: dict[int, _Hold] = {}
         self.reserved_by_tenant: set[str] = set()
+        #: tenants with blocked work that did not reclaim: no reclaim for work behind it
+        self.no_reclaim: set[str] = set()
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
@@ -371,8 +374,13 @@ class _Cycle:
     def _tenant_key(self, t: str) -> tuple:
         if self.policy is Policy.LAS:
             return las_tenant_key(self.snap.attained_service.get(t, 0.0), self.usage.of(t), t)
-        g = self.tree.get(t).quota.guaranteed_milli if t in self.tree else 0
-        return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), g, t)
+        q = self.tree.get(t).quota if t in self.tree else None
+        g = q.guaranteed_milli if q is not None else 0
+        service = None
+        if self.config.borrow_order is BorrowOrder.SERVICE:
+            weight = q.weight if q is not None else 1.0
+            service = self.snap.attained_service.get(t, 0.0) / weight
+        return fair_tenant_key(self.usage.of(t), self.fair.get(t, 0.0), g, t, service)
 
     def _walk_fifo(self) -> None:
         """One global queue in submit order, greedy: what does not fit is skipped."""
@@ -505,8 +513,17 @@ class _Cycle:
             self.reasons[w.id] = self._blocked_reason(shape)
             return False
         within = within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
-        if within and self.config.preemption and self._reclaim(w, shape):
+        # Reclaim goes in queue order: once work of a tenant neither fits nor reclaims, the
+        # work behind it only backfills free capacity (what it reclaimed would go to the
+        # blocked work ahead of it as soon as that fits, and be reclaimed again).
+        if (
+            within
+            and self.config.preemption
+            and w.tenant not in self.no_reclaim
+            and self._reclaim(w, shape)
+        ):
             return False
+        self.no_reclaim.add(w.tenant)
         self.reasons[w.id] = self._blocked_reason(shape)
         # Guaranteed work that still does not fit reserves a node (one per tenant and cycle);
         # work that would borrow reserves nothing: it waits for capacity to free up, and
@@ -570,6 +587,8 @@ class _Cycle:
         that ancestor (or wait for such work already stopping) until it has room. True if `w`
         now waits for that; its reason says so."""
         if limiting == w.tenant or not (self.policy is Policy.FAIR and self.config.preemption):
+            return False
+        if w.tenant in self.no_reclaim:
             return False
         if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
             return False

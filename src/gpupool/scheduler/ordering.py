@@ -2,8 +2,9 @@
 
 * inside a tenant (fair, las): higher priority first, then earlier submit time, then id;
 * fifo: one global queue by submit time, then id (priority and tenants ignored);
-* fair: tenants below their guarantee first, then by allocated / fair share, lowest first
-  (re-ranked after every admission);
+* fair: tenants below their guarantee first, by allocated / fair share, lowest first; then
+  the borrowers, by `borrow_order`: least attained service per unit of weight first
+  (`service`), or allocated / fair share (`usage`); re-ranked after every admission;
 * las: tenants by attained GPU-service, least first; inside a tenant, jobs with the least
   attained service first (when the snapshot lists per-workload service under the workload id).
 """
@@ -29,12 +30,20 @@ def las_in_tenant_key(w: Workload, attained: Mapping[str, float]) -> tuple:
     return (attained.get(w.id, 0.0), -w.priority, w.submitted_at, w.id)
 
 
-def fair_tenant_key(allocated: float, fair_share: float, guaranteed: float, tenant: str) -> tuple:
-    """Lower is served first: tenants below their guarantee before the others, then
-    allocated / fair share (a zero share last), then the tenant name."""
-    below = 0 if allocated < guaranteed else 1
+def fair_tenant_key(
+    allocated: float,
+    fair_share: float,
+    guaranteed: float,
+    tenant: str,
+    service: float | None = None,
+) -> tuple:
+    """Lower is served first: tenants below their guarantee before the others, by
+    allocated / fair share (a zero share last); borrowers by `service` (attained service per
+    unit of weight) when given, then like the others; then the tenant name."""
     ratio = allocated / fair_share if fair_share > 0 else INF
-    return (below, ratio, allocated, tenant)
+    if allocated < guaranteed:
+        return (0, 0.0, ratio, allocated, tenant)
+    return (1, service or 0.0, ratio, allocated, tenant)
 
 
 def las_tenant_key(attained: float, allocated: float, tenant: str) -> tuple:

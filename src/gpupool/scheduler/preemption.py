@@ -11,10 +11,10 @@ Rules (all must hold for a victim):
 * it is preemptible, has run at least `min_runtime_s`, and is not already stopping;
 * it does not cut into a per-GPU-model guarantee: a tenant (or ancestor) with a guarantee on
   the model the victim runs on keeps at least that much of the model;
-* victims are taken on one node, lowest priority first and newest first, only until the
-  candidate fits there; victims that turn out not to be needed are put back; the node whose
-  victim set has the lowest top priority, then the newest oldest victim, then the fewest
-  victims, then the fewest GPUs, wins.
+* victims are taken on one node, lowest priority first, then least progress first (GPU-time
+  since they started: what a restart loses), only until the candidate fits there; victims
+  that turn out not to be needed are put back; the node whose victim set has the lowest top
+  priority, then the least progress in all, then the fewest victims, wins.
 
 Work that is already stopping counts as freed: if the candidate fits once it has stopped, no
 new victim is chosen. Victims are returned; the candidate is admitted in a later cycle, once
@@ -103,13 +103,14 @@ class Reclaimer:
             started = w.started_at if w.started_at is not None else rw.allocation.since
             if w.preemptible and now - started >= min_runtime_s:
                 self.victims.setdefault(n, []).append(rw)
+        self.now = now
+        lost = self.lost
         for lst in self.victims.values():
-            lst.sort(key=lambda r: (r.workload.priority, -r.allocation.since, r.workload.id))
-        #: every possible victim, best first (lowest priority, newest), with its node
+            lst.sort(key=lambda r: (r.workload.priority, lost(r), r.workload.id))
+        #: every possible victim, best first (lowest priority, least progress), with its node
         flat = [(n, rw) for n, lst in self.victims.items() for rw in lst]
         keys = sorted(
-            (rw.workload.priority, -rw.allocation.since, rw.workload.id, n, k)
-            for k, (n, rw) in enumerate(flat)
+            (rw.workload.priority, lost(rw), rw.workload.id, n, k) for k, (n, rw) in enumerate(flat)
         )
         self.order = [(n, flat[k][1]) for *_, n, k in keys]
         self._failed: set[tuple[Shape, str]] = set()
@@ -128,6 +129,10 @@ class Reclaimer:
                     if a in tree and m in tree.get(a).quota.guaranteed_by_model:
                         k = (a, m)
                         self.model_usage[k] = self.model_usage.get(k, 0) + rw.allocation.gpu_milli
+
+    def lost(self, rw: RunningWorkload) -> float:
+        """The progress `rw` loses if preempted now: GPU milli-seconds since it started."""
+        return max(0.0, self.now - rw.allocation.since) * rw.allocation.gpu_milli
 
     def _model_of(self, rw: RunningWorkload) -> str | None:
         a = rw.allocation
@@ -218,9 +223,9 @@ class Reclaimer:
         """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`.
 
         Nodes are visited in the order of their best possible victim (lowest priority, then
-        newest); on each, victims are added best first until the candidate fits, and the ones
-        not needed are put back. The first `NODES_COMPARED` nodes where it fits are compared
-        and the best set wins, so the cost stays bounded on large clusters.
+        least progress); on each, victims are added best first until the candidate fits, and
+        the ones not needed are put back. The first `NODES_COMPARED` nodes where it fits are
+        compared and the best set wins, so the cost stays bounded on large clusters.
         Work already stopping on a node is not counted as freed here (another candidate may
         have claimed it); only fresh victims are."""
         if (shape, tenant) in self._failed:
@@ -300,7 +305,7 @@ class Reclaimer:
         if fit is None:
             return None
         # put back victims that are not needed (most valuable first)
-        for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, r.allocation.since)):
+        for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, -self.lost(r))):
             trial = [c for c in chosen if c is not rw]
             if self._fits(n, shape, trial) is not None:
                 chosen = trial
@@ -308,7 +313,7 @@ class Reclaimer:
         assert fit is not None
         score = (
             max(c.workload.priority for c in chosen),
-            -min(c.allocation.since for c in chosen),  # newest first across nodes too
+            sum(self.lost(c) for c in chosen),  # least progress lost, across nodes too
             len(chosen),
             sum(c.allocation.gpu_milli for c in chosen),
             n,

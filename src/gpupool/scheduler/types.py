@@ -18,6 +18,16 @@ class Policy(StrEnum):
     LAS = "las"  # least attained service (Tiresias-like), research reference
 
 
+class BorrowOrder(StrEnum):
+    """How the `fair` policy ranks tenants that are at or over their guarantee (borrowers)."""
+
+    #: least attained GPU-service (Snapshot.attained_service) per unit of weight first:
+    #: capacity beyond the guarantees goes to the teams that have used least (Tiresias-like)
+    SERVICE = "service"
+    #: lowest current allocation / fair share first (max-min fair on what is held now)
+    USAGE = "usage"
+
+
 @dataclass(frozen=True, slots=True)
 class RunningWorkload:
     """An active workload (admitted, starting or running) and the allocation it holds."""
@@ -52,6 +62,8 @@ class SchedulerConfig:
     #: Meanwhile it reserves a node, so borrowers cannot take what frees up. 0: reclaim at
     #: once. Work already stopping is claimed at any time (it costs nothing more).
     reclaim_after_s: float = 600.0
+    #: (fair) order of the tenants that borrow; tenants below their guarantee always come first
+    borrow_order: BorrowOrder = BorrowOrder.USAGE
     backfill: bool = True
     #: Enforcement recorded on fractional shares of `shared` GPUs (`mps` when the executor runs
     #: MPS daemons, `policed` otherwise). Whole GPUs and MIG slices are `hardware`.
