@@ -17,6 +17,7 @@ partial sweep keeps its results; `--summary` prints a Markdown table of what is 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -25,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from gpupool.scheduler.types import Policy
+from gpupool.scheduler.types import Policy, SchedulerConfig
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import compute_metrics, percentile, waits
 from gpupool.sim.trace import filter_jobs, read_trace, trace_scenario
@@ -42,13 +43,39 @@ def scopes(jobs, which: list[str]) -> dict:
     return out
 
 
+def config_overrides(pairs: list[str]) -> dict:
+    """`key=value` pairs for SchedulerConfig fields, converted to each field's type."""
+    base = SchedulerConfig()
+    out = {}
+    for pair in pairs:
+        key, _, text = pair.partition("=")
+        cur = getattr(base, key)  # AttributeError names an unknown field
+        if isinstance(cur, bool):
+            out[key] = text.lower() in ("1", "true", "yes", "on")
+        elif cur is None:
+            out[key] = None if text in ("", "none") else int(text)
+        else:
+            out[key] = type(cur)(text)
+    return out
+
+
 def run_one(
-    trace: str, scope: str, load: float, policy: str, out_dir: str, gap: float, window: int
+    trace: str,
+    scope: str,
+    load: float,
+    policy: str,
+    out_dir: str,
+    gap: float,
+    window: int,
+    overrides: dict | None = None,
+    tag: str = "",
 ) -> dict:
     jobs = scopes(read_trace(trace), [scope])[scope]
     scen = trace_scenario(jobs, policy=Policy(policy), load=load)
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
+    if overrides:
+        scen.config = dataclasses.replace(scen.config, **overrides)
     t0 = time.perf_counter()
     c0 = time.process_time()
     result = simulate(scen, sample_every_s=3600.0 if scope == "week" else 6 * 3600.0)
@@ -75,6 +102,11 @@ def run_one(
         "gpus": scen.capacity_milli // 1000,
         "min_cycle_gap_s": gap,
         "pending_window": window or None,
+        "scheduler_config": {
+            k: (v.value if hasattr(v, "value") else v)
+            for k, v in dataclasses.asdict(scen.config).items()
+        },
+        "tag": tag,
         "guarantees": {t.name: t.quota.guaranteed_milli / 1000 for t in scen.tenants},
         "replay_wall_s": round(wall, 2),
         "replay_cpu_s": round(cpu, 2),
@@ -83,7 +115,7 @@ def run_one(
         "series": series,
         "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.python_version()})",
     }
-    path = Path(out_dir) / f"{scope}-{load:g}-{policy}.json"
+    path = Path(out_dir) / f"{scope}-{load:g}-{policy}{'-' + tag if tag else ''}.json"
     path.write_text(json.dumps(rec))
     return rec
 
@@ -96,16 +128,18 @@ def summary(out_dir: Path) -> str:
         pt = m["per_tenant"]
         att = [v["guarantee_attainment"] for v in pt.values() if v["guarantee_attainment"]]
         rows.append(
-            f"| {r['scope']} | {r['load']:g} | {r['gpus']} | {r['policy']} | "
+            f"| {r['scope']} | {r['load']:g} | {r['gpus']} | "
+            f"{r['policy']}{' (' + r['tag'] + ')' if r.get('tag') else ''} | "
             f"{m['avg_wait'] / 3600:.2f} | {m['p95_wait'] / 3600:.2f} | "
             f"{m['avg_jct'] / 3600:.2f} | {100 * m['gpu_utilization']:.1f}% | "
             f"{m['jain_fairness']:.3f} | {100 * min(att) if att else float('nan'):.1f}% | "
-            f"{m['preemptions']} | {m['states'].get('failed', 0)} | {r['replay_wall_s']:.0f} | "
+            f"{m['preemptions']} | {m['states'].get('failed', 0)} | "
+            f"{r.get('replay_cpu_s', 0):.0f} / {r['replay_wall_s']:.0f} | "
             f"{m['scheduler']['cycles']} | {m['scheduler']['p99_cycle_ms']:.1f} |"
         )
     head = (
         "| scope | load | GPUs | policy | avg wait h | p95 wait h | avg JCT h | GPU util | "
-        "Jain | min guarantee met | preemptions | unschedulable | replay s | cycles | "
+        "Jain | min guarantee met | preemptions | unschedulable | replay CPU / wall s | cycles | "
         "p99 cycle ms |\n|" + "---|" * 15
     )
     return head + "\n" + "\n".join(rows)
@@ -121,6 +155,14 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=60.0, help="min_cycle_gap_s (trace default 60)")
     ap.add_argument("--window", type=int, default=64, help="pending window per tenant (0: all)")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a SchedulerConfig field (e.g. reclaim_after_s=0); repeatable",
+    )
+    ap.add_argument("--tag", default="", help="suffix of the result files (for ablations)")
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
     out = Path(a.out)
@@ -128,6 +170,7 @@ def main() -> None:
     if a.summary:
         print(summary(out))
         return
+    overrides = config_overrides(a.set)
     runs = [
         (scope, float(load), policy)
         for scope in a.scopes.split(",")
@@ -136,7 +179,11 @@ def main() -> None:
     ]
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
         futs = {
-            pool.submit(run_one, a.trace, s, ld, p, str(out), a.gap, a.window): (s, ld, p)
+            pool.submit(run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, a.tag): (
+                s,
+                ld,
+                p,
+            )
             for s, ld, p in runs
         }
         for f in as_completed(futs):
