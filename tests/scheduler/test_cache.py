@@ -261,3 +261,80 @@ def test_clear_forgets_everything():
     assert not cache.info_pool(1)
     _synced(cache, nodes, run)
     assert cache.stats.rebuilds == 2
+
+
+@st.composite
+def long_queues(draw):
+    """Few GPUs, long queues of a few shapes, limits and user caps: many memo hits."""
+    nodes = [node(f"n{i}", gpus=draw(st.integers(1, 4)), cpus=64) for i in range(2)]
+    names = ["t0", "t1"]
+    tenants = [
+        tenant(
+            t,
+            draw(st.integers(0, 2)),
+            draw(st.sampled_from([None, 2, 4])),
+            1,
+            draw(st.sampled_from([None, 1, 2])),
+        )
+        for t in names
+    ]
+    work = [
+        job(
+            f"w{i}",
+            tenant=draw(st.sampled_from(names)),
+            user=draw(st.sampled_from(["ann", "bob"])),
+            gpus=draw(st.sampled_from([1, 1, 2, 4])),
+            priority=draw(st.integers(0, 1)),
+            submit=draw(st.sampled_from([0, 0, 150])),
+        )
+        for i in range(draw(st.integers(5, 30)))
+    ]
+    return snapshot(nodes, tree(*tenants)), work
+
+
+@SETTINGS
+@given(
+    st.one_of(scenarios(), long_queues()),
+    CONFIGS,
+    st.lists(st.tuples(CHANGES, st.integers(0, 20)), max_size=4),
+)
+def test_the_rest_of_a_queue_filled_at_once_equals_the_walk_one_by_one(scenario, config, steps):
+    """`_fill_tail` (the rest of a tenant's queue answered from the memos in one go) gives
+    the decisions, reasons and positions of the walk without it."""
+    from unittest import mock
+
+    from gpupool.scheduler.cycle import _Cycle
+
+    snap, pending = scenario
+    cache = SchedulerCache()
+    now = 0.0
+    for what, k in steps + [("none", 0)]:
+        d = cycle(snap, pending, now, config, cache)
+        with mock.patch.object(_Cycle, "_fill_tail", lambda *a: None):
+            assert d == cycle(snap, pending, now, config)
+        snap, pending = apply(snap, pending, d, now)
+        snap = change(snap, what, k)
+        now += 100.0
+
+
+def test_a_user_at_a_cap_keeps_the_one_by_one_walk():
+    """Work behind a user cap refusal is not answered from the shape memo alone."""
+    from unittest import mock
+
+    from gpupool.scheduler.cycle import _Cycle
+
+    h100, a100 = node("h", gpus=2), node("a", gpus=1, model="A100")
+    busy = running(job("o1", tenant="o", gpus=1, model="A100"), a100, [0])
+    snap = snapshot([h100, a100], [tenant("t", 2, None, 1, 1), tenant("o", 1)], [busy])
+    pending = [
+        job("bobA", tenant="t", user="bob", gpus=1, model="A100", submit=0),
+        job("ann1a", tenant="t", user="ann", gpus=1, model="H100", submit=1),
+        job("ann1b", tenant="t", user="ann", gpus=1, model="H100", submit=2),
+        job("annA", tenant="t", user="ann", gpus=1, model="A100", submit=3),
+    ]
+    d = cycle(snap, pending, 0.0, SchedulerConfig(), SchedulerCache())
+    with mock.patch.object(_Cycle, "_fill_tail", lambda *a: None):
+        assert d == cycle(snap, pending, 0.0, SchedulerConfig())
+    assert [a.workload_id for a in d.admissions] == ["ann1a"]
+    assert d.pending["annA"].reason == d.pending["ann1b"].reason  # ann's cap
+    assert d.pending["annA"].reason != d.pending["bobA"].reason

@@ -84,6 +84,7 @@ class SchedulerCache:
         self._hardware: Hardware | None = None
         self._classified: _Classified | None = None
         self._infos: dict[tuple[str, int, int], PendingInfo] = {}
+        self._tails: dict[int, tuple] = {}
 
     # -- capacity ---------------------------------------------------------------------------
 
@@ -233,3 +234,11 @@ class SchedulerCache:
         if len(self._infos) > 4 * pending + 4096:
             self._infos = {}
         return self._infos
+
+    def tails(self) -> dict[int, tuple]:
+        """Per sorted tenant queue (by identity, `(queue, summary)`): what the walk needs to
+        answer the rest of a queue at once (gpupool.scheduler.cycle._Tail). Emptied when it
+        holds more than 256 queues."""
+        if len(self._tails) > 256:
+            self._tails = {}
+        return self._tails

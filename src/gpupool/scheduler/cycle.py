@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 import heapq
 from collections.abc import Sequence
-from itertools import groupby
+from itertools import groupby, repeat
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -133,6 +133,30 @@ class _Run:
         return _Run(ws, ids, queue, demand, tuple(unsched))
 
 
+class _Tail:
+    """Per position of a sorted queue: the workload ids, the shapes, and (for the rest of the
+    queue from there) the smallest GPU milli and the set of shapes (see `_fill_tail`)."""
+
+    __slots__ = ("ids", "shapes", "min_milli", "shape_sets")
+
+    def __init__(self, q: list[Candidate]):
+        self.ids = [e[1].id for e in q]
+        self.shapes = [e[2] for e in q]
+        n = len(q)
+        self.min_milli = [0] * n
+        self.shape_sets: list[frozenset[Shape]] = [frozenset()] * n
+        low = None
+        shapes: frozenset[Shape] = frozenset()
+        for j in range(n - 1, -1, -1):
+            _, _, shape, milli = q[j]
+            if low is None or milli < low:
+                low = milli
+            if shape not in shapes:
+                shapes = shapes | {shape}
+            self.min_milli[j] = low
+            self.shape_sets[j] = shapes
+
+
 class _Hold:
     """A node kept, for the rest of the cycle, for blocked guaranteed work."""
 
@@ -169,6 +193,8 @@ class _Cycle:
             self.cap = cache.capacity(nodes, snapshot.running)
             self.hardware = cache.hardware(nodes)
             self.infos = cache.info_pool(len(pending))
+        #: id(queue) -> (queue, _Tail): shared between cycles with a cache (queues reused)
+        self._tails: dict[int, tuple[list, _Tail]] = {} if cache is None else cache.tails()
         self.usage = Usage(self.tree)
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
         if cache is None:
@@ -430,7 +456,17 @@ class _Cycle:
             tfail = self._tenant_fail.get(t)
             ufail = self._user_fail.setdefault(t, {})
             failed_shape = self._failed_shape.setdefault(t, {})
+            try_tail = True
             while i < end:
+                if try_tail:
+                    # the rest of the queue may all be answered from the memos: at once
+                    try_tail = False
+                    if not ufail and (tfail is not None or failed_shape):
+                        filled = self._fill_tail(q, i, n, r, tfail, failed_shape)
+                        if filled is not None:
+                            n = filled
+                            i = end
+                            break
                 _, w, shape, milli = q[i]
                 i += 1
                 # fast paths: what already failed this cycle fails again (usage only grows
@@ -449,6 +485,7 @@ class _Cycle:
                         break  # admitted: re-rank the tenant
                     why = reasons[w.id]
                     tfail = self._tenant_fail.get(t)
+                    try_tail = True
                     if t in self.stopped_tenants:
                         n += 1
                         info[w.id] = PendingInfo(why, n, r)
@@ -469,6 +506,45 @@ class _Cycle:
             waiting[t] = n
             if i < end and t not in self.stopped_tenants:
                 heapq.heappush(heap, (self._tenant_key(t), t))
+
+    def _fill_tail(
+        self,
+        q: list[Candidate],
+        i: int,
+        n: int,
+        r: int,
+        tfail: tuple[int, str] | None,
+        failed_shape: dict[Shape, str],
+    ) -> int | None:
+        """If every candidate from `q[i]` on fails from the memos alone (the tenant's limit
+        refuses them all, or each one's shape already failed) and no user cap was hit, give
+        them their PendingInfo at once, as the walk one by one would, and return the last
+        position; else None (nothing done)."""
+        tail = self._tails.get(id(q))
+        if tail is None or tail[0] is not q:
+            tail = self._tails[id(q)] = (q, _Tail(q))
+        tl = tail[1]
+        m = len(q) - i
+        if tfail is not None:
+            if tl.min_milli[i] < tfail[0]:
+                return None
+            whys = [tfail[1]] * m
+        else:
+            if not failed_shape.keys() >= tl.shape_sets[i]:
+                return None
+            whys = list(map(failed_shape.__getitem__, tl.shapes[i:]))
+        positions = range(n + 1, n + 1 + m)
+        infos = self.infos
+        if infos is None:
+            pis = list(map(PendingInfo, whys, positions, repeat(r, m)))
+        else:
+            keys = list(zip(whys, positions, repeat(r, m), strict=True))
+            pis = list(map(infos.get, keys))
+            for j, pi in enumerate(pis):
+                if pi is None:
+                    pis[j] = infos[keys[j]] = PendingInfo(*keys[j])
+        self.info.update(zip(tl.ids[i:], pis, strict=True))
+        return n + m
 
     def _consider(self, w: Workload, shape: Shape) -> bool:
         """Limits -> placement -> admit, or reclaim / reserve. True if admitted.
