@@ -43,6 +43,17 @@ def scopes(jobs, which: list[str]) -> dict:
     return out
 
 
+def lost_gpu_hours(result) -> float:
+    """GPU-hours of attempts that preemption threw away (run time beyond the job's duration;
+    a job that restarts from scratch runs its whole duration again)."""
+    lost = 0.0
+    for rec in result.records.values():
+        extra = rec.run_time - (rec.duration if rec.workload.state.value == "succeeded" else 0)
+        if extra > 0:
+            lost += extra * rec.workload.request.total_gpu_milli / 1000
+    return lost / 3600
+
+
 def config_overrides(pairs: list[str]) -> dict:
     """`key=value` pairs for SchedulerConfig fields, converted to each field's type."""
     base = SchedulerConfig()
@@ -111,6 +122,7 @@ def run_one(
         "replay_wall_s": round(wall, 2),
         "replay_cpu_s": round(cpu, 2),
         "metrics": m,
+        "lost_gpu_hours": round(lost_gpu_hours(result), 1),
         "wait_cdf": cdf,
         "series": series,
         "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.python_version()})",
@@ -133,14 +145,15 @@ def summary(out_dir: Path) -> str:
             f"{m['avg_wait'] / 3600:.2f} | {m['p95_wait'] / 3600:.2f} | "
             f"{m['avg_jct'] / 3600:.2f} | {100 * m['gpu_utilization']:.1f}% | "
             f"{m['jain_fairness']:.3f} | {100 * min(att) if att else float('nan'):.1f}% | "
-            f"{m['preemptions']} | {m['states'].get('failed', 0)} | "
+            f"{m['preemptions']} | {r.get('lost_gpu_hours', float('nan')):.0f} | "
+            f"{m['states'].get('failed', 0)} | "
             f"{r.get('replay_cpu_s', 0):.0f} / {r['replay_wall_s']:.0f} | "
             f"{m['scheduler']['cycles']} | {m['scheduler']['p99_cycle_ms']:.1f} |"
         )
     head = (
         "| scope | load | GPUs | policy | avg wait h | p95 wait h | avg JCT h | GPU util | "
-        "Jain | min guarantee met | preemptions | unschedulable | replay CPU / wall s | cycles | "
-        "p99 cycle ms |\n|" + "---|" * 15
+        "Jain | min guarantee met | preemptions | GPU-h lost | unschedulable | "
+        "replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 16
     )
     return head + "\n" + "\n".join(rows)
 

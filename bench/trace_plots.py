@@ -3,8 +3,9 @@
     python bench/trace_plots.py --results bench/results/trace_philly --out docs/img
 
 Writes, for each (scope, load): `philly-wait-cdf-<scope>-<load>.png` (queueing-delay CDF per
-policy) and `philly-share-<scope>-<load>.png` (each large tenant's GPUs over time under fifo
-and fair, with its reference fair share dashed).
+policy, plus `fair` before the reclaim changes of issue 7, dotted, where `--before` holds a
+run tagged `before`) and `philly-share-<scope>-<load>.png` (each large tenant's GPUs over
+time under fifo and fair, with its reference fair share dashed).
 """
 
 from __future__ import annotations
@@ -19,14 +20,19 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"fifo": "tab:red", "fair": "tab:blue", "las": "tab:green"}
+COLORS = {"fifo": "tab:red", "fair": "tab:blue", "las": "tab:green", "fair (before)": "tab:blue"}
+STYLES = {"fair (before)": ":"}
 
 
-def load(results: Path) -> dict:
+def load(results: Path, before: Path | None = None) -> dict:
     groups: dict[tuple, dict] = defaultdict(dict)
     for p in sorted(results.glob("*.json")):
         r = json.loads(p.read_text())
         groups[(r["scope"], r["load"])][r["policy"]] = r
+    for p in sorted(before.glob("*-before.json")) if before and before.is_dir() else ():
+        r = json.loads(p.read_text())
+        if (r["scope"], r["load"]) in groups:
+            groups[(r["scope"], r["load"])][f"{r['policy']} (before)"] = r
     return groups
 
 
@@ -36,7 +42,13 @@ def wait_cdf(runs: dict, title: str, path: Path) -> None:
         xs = [max(w / 3600, 1e-3) for _, w in r["wait_cdf"] if w is not None]
         ys = [q / 100 for q, w in r["wait_cdf"] if w is not None]
         m = r["metrics"]
-        ax.plot(xs, ys, label=f"{pol} (avg {m['avg_wait'] / 3600:.2f} h)", color=COLORS.get(pol))
+        ax.plot(
+            xs,
+            ys,
+            label=f"{pol} (avg {m['avg_wait'] / 3600:.2f} h)",
+            color=COLORS.get(pol),
+            ls=STYLES.get(pol, "-"),
+        )
     ax.set_xscale("log")
     ax.set_xlabel("queueing delay (hours, log scale; 0 drawn at 0.001)")
     ax.set_ylabel("fraction of jobs")
@@ -78,10 +90,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default="bench/results/trace_philly")
     ap.add_argument("--out", default="docs/img")
+    ap.add_argument("--before", default="bench/results/trace_philly/ablations")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    for (scope, ld), runs in sorted(load(Path(a.results)).items()):
+    for (scope, ld), runs in sorted(load(Path(a.results), Path(a.before)).items()):
         gpus = next(iter(runs.values()))["gpus"]
         what = "whole trace" if scope == "full" else "one week, five largest teams"
         title = f"Philly, {what}: {gpus} GPUs, offered load {ld:.0%}"
