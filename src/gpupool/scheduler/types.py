@@ -60,10 +60,9 @@ class SchedulerConfig:
     #: Guaranteed work preempts borrowed work only once it has waited this long since it was
     #: submitted: a shortfall that completions fill within this time costs no preemption.
     #: Meanwhile it reserves a node, so borrowers cannot take what frees up. Work already
-    #: stopping is claimed at any time (it costs nothing more). Default 0 (reclaim at once):
-    #: on the Philly trace a delay did not pay (docs/report-philly.md) — under overload the
-    #: shortfall rarely closes by itself, and victims lose more progress the later they go.
-    reclaim_after_s: float = 0.0
+    #: stopping is claimed at any time (it costs nothing more). 0: reclaim at once. The
+    #: default of 10 minutes is measured on the Philly trace (docs/report-philly.md).
+    reclaim_after_s: float = 600.0
     #: (fair) order of the tenants that borrow; tenants below their guarantee always come first
     borrow_order: BorrowOrder = BorrowOrder.USAGE
     backfill: bool = True

@@ -126,7 +126,7 @@ class SchedulerSpec(_Strict):
     preemption: bool = True
     min_runtime_s: float = Field(default=300.0, ge=0)
     #: guaranteed work reclaims borrowed GPUs only after waiting this long (SchedulerConfig)
-    reclaim_after_s: float = Field(default=0.0, ge=0)
+    reclaim_after_s: float = Field(default=600.0, ge=0)
     backfill: bool = True
     #: while work waits, run a cycle at least this often (virtual seconds) when time alone can
     #: change the outcome (e.g. running work passing min_runtime_s); 0 disables
