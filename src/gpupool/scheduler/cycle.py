@@ -17,6 +17,7 @@ import gc
 import heapq
 from collections.abc import Sequence
 from itertools import groupby, repeat
+from operator import attrgetter
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -94,8 +95,7 @@ def cycle(
             gc.enable()
 
 
-def _tenant_of(w: Workload) -> str:
-    return w.tenant
+_tenant_of = attrgetter("tenant")
 
 
 class _Run:
