@@ -1,5 +1,7 @@
 """Reclaim: guaranteed work preempts borrowed work of other tenants, and only that."""
 
+import dataclasses
+
 import pytest
 
 from gpupool.domain import Quota, Tenant
@@ -324,3 +326,26 @@ def test_reclaim_goes_in_queue_order_and_stops_at_blocked_work(ahead, reclaims):
     cfg = SchedulerConfig(reclaim_after_s=0)
     d = cycle(snapshot([N], TENANTS, run), pending, NOW, cfg)
     assert ("small" in {p.for_workload for p in d.preemptions}) == reclaims
+
+
+@pytest.mark.parametrize(
+    ("a_holds", "nominated", "admitted"),
+    [
+        # lab-b (holding nothing) ranks first and would take the free GPU ...
+        (1, {}, "x"),
+        # ... but it was reclaimed for lab-a's c: the node is kept for c
+        (1, {"c": "n1"}, "c"),
+        # a nomination no longer within c's guarantee keeps nothing
+        (2, {"c": "n1"}, "x"),
+    ],
+)
+def test_nominated_node_is_kept_for_the_workload_it_was_reclaimed_for(a_holds, nominated, admitted):
+    n1 = node("n1", gpus=a_holds + 1)
+    run = [running(job(f"r{i}", "lab-a", gpus=1), n1, [i], since=0) for i in range(a_holds)]
+    t = [tenant("lab-a", 2), tenant("lab-b", 2)]
+    pending = [job("x", "lab-b", "bob", gpus=1, submit=0), job("c", gpus=1, submit=5)]
+    snap = dataclasses.replace(snapshot([n1], t, run), nominated=nominated)
+    d = cycle(snap, pending, NOW)
+    assert [a.workload_id for a in d.admissions] == [admitted]
+    if admitted == "c":
+        assert "lab-a" in d.pending["x"].reason

@@ -231,6 +231,10 @@ class _Cycle:
         self.reserved_by_tenant: set[str] = set()
         #: tenants with blocked work that did not reclaim: no reclaim for work behind it
         self.no_reclaim: set[str] = set()
+        #: workload id -> node index kept for it this cycle (Snapshot.nominated), and their
+        #: tenants (whose placement failures are not memoized: a nominee may still fit)
+        self.nominated_node: dict[str, int] = {}
+        self.nominee_tenants: set[str] = set()
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
@@ -390,8 +394,27 @@ class _Cycle:
         if self.policy is Policy.FIFO:
             self._walk_fifo()
         else:
+            if self.quotas and self.snap.nominated:
+                self._hold_nominated()
             self._walk_tenants()
         return self._decisions()
+
+    def _hold_nominated(self) -> None:
+        """Keep each nominated node (Snapshot.nominated) for its pending workload while that
+        workload still fits within its guarantee: nobody else is placed there this cycle; the
+        nominee itself may be (see `_place_or_block`)."""
+        for q in self.queues.values():
+            for _, w, _, milli in q:
+                name = self.snap.nominated.get(w.id)
+                n = None if name is None else self.cap.node_ids.get(name)
+                if n is None:
+                    continue
+                if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
+                    continue
+                self.nominated_node[w.id] = n
+                self.nominee_tenants.add(w.tenant)
+                if n not in self.holds:
+                    self._hold(n, _Hold(w.tenant, w.id))
 
     def _cap_reached(self) -> bool:
         m = self.config.max_admissions_per_cycle
@@ -573,12 +596,18 @@ class _Cycle:
         epoch = self._epoch
         if self._place_or_block(w, shape, reserve):
             return True
-        if self._epoch == epoch:
+        if self._epoch == epoch and w.tenant not in self.nominee_tenants:
             # placement failures do not depend on the user
             self._failed_shape.setdefault(w.tenant, {})[shape] = self.reasons[w.id]
         return False
 
     def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
+        nominated = self.nominated_node.get(w.id) if self.nominated_node else None
+        if nominated is not None:
+            p = place_on_node(self.cap, nominated, shape)  # its own hold does not stop it
+            if p is not None:
+                self._admit(w, shape, p)
+                return True
         if shape not in self.nofit:
             p = find_placement(self.cap, shape)
             if p is not None:

@@ -49,6 +49,11 @@ class Snapshot:
     running: tuple[RunningWorkload, ...] = ()
     #: GPU-seconds each tenant has attained so far (used by the LAS policy), milli-GPU-seconds.
     attained_service: dict[str, float] = field(default_factory=dict)
+    #: pending workload id -> the node where work was preempted for it in an earlier cycle
+    #: (the node of the victims of a Preemption with `for_workload` = the id). `fair` keeps
+    #: that node for it (like Kubernetes' nominatedNodeName), so the reclaimed capacity is
+    #: not taken by other work before it starts. Empty: no nominations.
+    nominated: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

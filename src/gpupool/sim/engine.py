@@ -152,6 +152,8 @@ class Simulator:
         self.min_runtime_heap: list[tuple[float, str, int]] = []
         #: (time pending work may start to reclaim (`reclaim_after_s`), workload id)
         self.reclaim_due_heap: list[tuple[float, str]] = []
+        #: pending workload id -> node where work was preempted for it (Snapshot.nominated)
+        self.nominated: dict[str, str] = {}
         self.seq = 0
         self.last_t = 0.0
         self.cycle_ms: list[float] = []
@@ -288,6 +290,7 @@ class Simulator:
         if wid not in self.pending:
             raise SimulationError(f"the scheduler admitted {wid}, which is not pending")
         w = self._remove_pending(wid)
+        self.nominated.pop(wid, None)
         self._take(alloc, +1)
         w, _ = transition(w, S.ADMITTED, t, "admitted by the scheduler")
         w, _ = transition(w, S.STARTING, t, "starting")
@@ -332,6 +335,7 @@ class Simulator:
 
     def _fail(self, wid: str, reason: str, t: float) -> None:
         w = self._remove_pending(wid)
+        self.nominated.pop(wid, None)
         rec = self.records[wid]
         rec.workload, _ = transition(w, S.FAILED, t, reason)
         rec.reason = reason
@@ -344,12 +348,16 @@ class Simulator:
             tenants=self.s.tenants,
             running=tuple(self.running.values()),
             attained_service=dict(self.attained),
+            nominated=dict(self.nominated),
         )
         pending = self._pending_for_cycle()
         t0 = time.perf_counter()
         d = self.cycle_fn(snap, pending, t, self.s.config)
         self.cycle_ms.append((time.perf_counter() - t0) * 1000.0)
         for p in d.preemptions:
+            rw = self.running.get(p.workload_id)
+            if rw is not None:
+                self.nominated[p.for_workload] = rw.allocation.node
             self._preempt(p.workload_id, p.reason, t)
         for a in d.admissions:
             self._admit(a.workload_id, a.allocation, t)
