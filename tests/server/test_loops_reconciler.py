@@ -196,3 +196,38 @@ def test_enforcement_the_executor_really_applied_is_recorded(world):
     assert got["allocation"]["shares"][0]["enforcement"] == "policed"
     assert "workload.enforcement" in [e["kind"] for e in got["events"]]
     assert rec.run_once().enforcement_corrected == {}  # once
+
+
+def test_would_change_mirrors_apply_status(monkeypatch):
+    """The reconciler skips the write when `would_change` says no: for every workload state x
+    executor state x stop request, apply_status changes something iff would_change."""
+    from dataclasses import replace
+
+    from gpupool.domain import Request, Workload, WorkloadState
+    from gpupool.executors.base import ExecState, ExecStatus
+    from gpupool.server.services import lifecycle
+    from gpupool.store import WorkloadRecord
+
+    calls: list[str] = []
+
+    class RecordingRepo:
+        def __init__(self, _s):
+            pass
+
+        def change_state(self, wid, to, now, reason, **kw):
+            calls.append(str(to))
+            return replace(base, state=to)
+
+    monkeypatch.setattr(lifecycle, "WorkloadRepo", RecordingRepo)
+    base = Workload(id="w-1", tenant="lab", owner="ann", request=Request(gpus=1), submitted_at=0)
+    seen = set()
+    for state in WorkloadState:
+        for st in ExecState:
+            for stopping in (None, (WorkloadState.CANCELLED, "cancelled by ann")):
+                rec = WorkloadRecord(replace(base, state=state), None, None, None, stopping)
+                calls.clear()
+                lifecycle.apply_status(None, rec, ExecStatus("w-1", st), 0.0)
+                expect = lifecycle.would_change(rec, ExecStatus("w-1", st))
+                assert bool(calls) == expect, (state, st, stopping, calls)
+                seen.add(expect)
+    assert seen == {True, False}

@@ -72,13 +72,19 @@ def test_preemption_stops_borrowed_work_and_requeues_it(world):
     world.clock.advance(3600)  # past the minimum runtime
     small = world.submit(gpus=2)
     report = world.scheduler.run_once()
+    assert report.preempted == []  # a lasting shortfall only: not before reclaim_after_s
+    world.clock.advance(world.ctx.settings.scheduler.reclaim_after_s)
+    report = world.scheduler.run_once()
     assert report.preempted == [big["id"]]
+    # the node freed for it is nominated to it until it starts
+    assert set(world.scheduler.nominated) == {small["id"]}
     victim = world.get("admin", f"/workloads/{big['id']}").json()
     assert victim["state"] == "pending" and victim["preemptions"] == 1
     kinds = [e["kind"] for e in victim["events"]]
     assert "workload.stopping" in kinds and "workload.preempted" in kinds
     world.scheduler.run_once()
     assert state(world, small["id"]) == "running"
+    assert world.scheduler.nominated == {}  # dropped once it no longer waits
 
 
 def test_cancel_of_work_that_ignores_the_stop_holds_the_gpu_until_it_ends(world):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpupool.server.auth import TokenCache
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
+    from gpupool.server.views import WorkloadViews
 
 
 @dataclass
@@ -30,6 +31,8 @@ class AppContext:
     #: Free-form slots for components plugged in later (e.g. telemetry state for the UI).
     extras: dict[str, Any] = field(default_factory=dict)
     auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
+    #: memo of workload JSON for the polling endpoints (see gpupool.server.views)
+    views: WorkloadViews = field(default_factory=lambda: _views())
 
     def wake_scheduler(self) -> None:
         """Ask the scheduler loop to run a cycle soon (safe from any thread)."""
@@ -40,6 +43,12 @@ def _token_cache() -> TokenCache:
     from gpupool.server.auth import TokenCache
 
     return TokenCache()
+
+
+def _views() -> WorkloadViews:
+    from gpupool.server.views import WorkloadViews
+
+    return WorkloadViews()
 
 
 async def get_ctx(request: Request) -> AppContext:

@@ -18,6 +18,8 @@ class Settings:
     token_ttl_s: lifetime of tokens issued by login (and the default for new tokens).
     max_body_bytes: larger request bodies are refused with 413.
     scheduler_interval_s: the scheduler loop also runs this often without being woken.
+    scheduler_min_gap_s: passes woken by submissions start at least this far apart, so a
+        burst of submissions is decided in one pass (it bounds the added admission delay).
     start_loops: run the background loops while the app is serving (tests drive them by hand).
     stop_grace_s: time work gets between the polite stop signal and the forced kill.
     api_threads: worker threads for the endpoints. They are CPU-bound and share one GIL, so
@@ -29,6 +31,7 @@ class Settings:
     token_ttl_s: float = 30 * 86400.0
     max_body_bytes: int = 1 << 20
     scheduler_interval_s: float = 2.0
+    scheduler_min_gap_s: float = 0.1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     start_loops: bool = True
     stop_grace_s: float = 30.0
@@ -51,6 +54,7 @@ class Settings:
             ("token_ttl_s", float),
             ("max_body_bytes", int),
             ("scheduler_interval_s", float),
+            ("scheduler_min_gap_s", float),
             ("stop_grace_s", float),
             ("api_threads", int),
         ):

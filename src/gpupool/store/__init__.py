@@ -11,9 +11,17 @@ from gpupool.store.events import EventRepo
 from gpupool.store.profiles import ProfileRepo
 from gpupool.store.tenancy import TenantRepo, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
-from gpupool.store.workloads import AllocationRepo, WorkloadRecord, WorkloadRepo, new_workload_id
+from gpupool.store.workloads import (
+    ROW_KEYS,
+    AllocationRepo,
+    WorkloadRecord,
+    WorkloadRepo,
+    new_workload_id,
+    record_of,
+)
 
 __all__ = [
+    "ROW_KEYS",
     "AllocationRepo",
     "Conflict",
     "EventRepo",
@@ -31,5 +39,6 @@ __all__ = [
     "WorkloadRepo",
     "new_workload_id",
     "open_store",
+    "record_of",
     "role_in",
 ]

@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -25,8 +26,16 @@ class Loop(ABC):
     #: Unique name, used by `LoopGroup.wake(name)` and in logs and metrics.
     name: str = "loop"
 
-    def __init__(self, interval_s: float = 5.0, on_error: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        interval_s: float = 5.0,
+        on_error: Callable[[str], None] | None = None,
+        *,
+        min_gap_s: float = 0.0,
+    ):
         self.interval_s = interval_s
+        #: wakes coming faster than this are coalesced: passes start at least this far apart
+        self.min_gap_s = min_gap_s
         self.on_error = on_error
         self.passes = 0
         self.errors = 0
@@ -69,9 +78,11 @@ class Loop(ABC):
         while True:
             self._woken.clear()
             self._event.clear()
+            started = time.monotonic()
             await self.pass_once()
-            if self._woken.is_set():
-                continue  # woken during the pass: go again at once
+            if self._woken.is_set():  # woken during the pass: go again, after min_gap_s
+                await asyncio.sleep(max(0.0, started + self.min_gap_s - time.monotonic()))
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._event.wait(), timeout=self.interval_s)
 

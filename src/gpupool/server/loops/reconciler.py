@@ -80,6 +80,8 @@ class ReconcilerLoop(Loop):
         self.node = node
         self._seen_running: set[str] = set()
         self._enforcement_synced: set[tuple[str, float]] = set()
+        #: workload id -> its admitted_at when its enforcement was last synced (no re-reads)
+        self._synced_at: dict[str, float | None] = {}
         self._runs = 0
         self.last: ReconcileReport | None = None
 
@@ -91,6 +93,7 @@ class ReconcilerLoop(Loop):
             records = WorkloadRepo(s).list(states=(S.ADMITTED, S.STARTING, S.RUNNING))
         active = {r.workload.id for r in records}
         self._enforcement_synced = {k for k in self._enforcement_synced if k[0] in active}
+        self._synced_at = {k: v for k, v in self._synced_at.items() if k in active}
         for rec in records:
             self._reconcile_one(rec, report)
         self._stop_orphans(active, report)
@@ -115,8 +118,12 @@ class ReconcilerLoop(Loop):
             log.warning("polling %s failed: %s", w.id, e)
             return
         now = ctx.clock.now()
-        if status.state is not ExecState.UNKNOWN:
-            self._sync_enforcement(w.id, report)  # before the allocation is released
+        if (  # before the allocation is released
+            status.state is not ExecState.UNKNOWN
+            and self._synced_at.get(w.id) != w.admitted_at
+            and self._sync_enforcement(w.id, report)
+        ):
+            self._synced_at[w.id] = w.admitted_at
         if status.state.alive and w.id not in self._seen_running:
             self._seen_running.add(w.id)
             if self._runs == 0:
@@ -147,6 +154,8 @@ class ReconcilerLoop(Loop):
             except Conflict:
                 pass
             return
+        if not lifecycle.would_change(rec, status):
+            return  # nothing to write (the common case: running work still runs)
         try:
             with ctx.store.write() as s:
                 fresh = WorkloadRepo(s).record(w.id)
@@ -158,23 +167,26 @@ class ReconcilerLoop(Loop):
             if not new.active:
                 self._seen_running.discard(w.id)
 
-    def _sync_enforcement(self, workload_id: str, report: ReconcileReport) -> None:
-        """Record on the allocation the enforcement the executor really applied."""
+    def _sync_enforcement(self, workload_id: str, report: ReconcileReport) -> bool:
+        """Record on the allocation the enforcement the executor really applied. True when
+        that is settled for the current allocation (no need to look again)."""
         ex = self.ctx.executor
         # a wrapping executor (JupyterHub hand-off) delegates plain jobs to `inner`
         applied_of = getattr(ex, "enforcement_of", None) or getattr(
             getattr(ex, "inner", None), "enforcement_of", None
         )
         if applied_of is None:
-            return
+            return True
         with self.ctx.store.read() as s:
             alloc = s.scalar(
                 select(AllocationRow).where(
                     AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
                 )
             )
-            if alloc is None or (workload_id, alloc.since) in self._enforcement_synced:
-                return
+            if alloc is None:
+                return False
+            if (workload_id, alloc.since) in self._enforcement_synced:
+                return True
             key = (workload_id, alloc.since)
             alloc_id = alloc.id
             shares = {
@@ -183,11 +195,11 @@ class ReconcilerLoop(Loop):
             }
         applied: dict[str, Enforcement] = applied_of(workload_id)
         if not applied:
-            return  # not launched by this executor (yet)
+            return False  # not launched by this executor (yet)
         self._enforcement_synced.add(key)
         changes = {u: str(e) for u, e in applied.items() if u in shares and shares[u] != str(e)}
         if not changes:
-            return
+            return True
         with self.ctx.store.write() as s:
             for uuid, enf in changes.items():
                 s.execute(
@@ -209,6 +221,7 @@ class ReconcilerLoop(Loop):
                 )
             )
         report.enforcement_corrected[workload_id] = changes
+        return True
 
     def _stop_orphans(self, active: set[str], report: ReconcileReport) -> None:
         ctx = self.ctx

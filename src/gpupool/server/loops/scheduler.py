@@ -67,11 +67,15 @@ class SchedulerLoop(Loop):
         super().__init__(
             ctx.settings.scheduler_interval_s,
             on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc(),
+            min_gap_s=ctx.settings.scheduler_min_gap_s,
         )
         self.ctx = ctx
         self.last: CycleReport | None = None
         #: what the scheduler carries from one cycle to the next (see gpupool.scheduler.cache)
         self.cache = SchedulerCache()
+        #: pending workload id -> node where work was preempted for it (Snapshot.nominated);
+        #: kept in memory like Kubernetes' nominatedNodeName (a restart forgets it: harmless)
+        self.nominated: dict[str, str] = {}
 
     def snapshot(self) -> tuple[Snapshot, list]:
         with self.ctx.store.read() as s:
@@ -80,7 +84,10 @@ class SchedulerLoop(Loop):
             running = tuple(AllocationRepo(s).running())
             pending = WorkloadRepo(s).pending()
             attained = UsageRepo(s).attained_by_tenant()
-        return Snapshot(nodes, tree, running, attained), pending
+        waiting = {w.id for w in pending}
+        self.nominated = {k: v for k, v in self.nominated.items() if k in waiting}
+        snap = Snapshot(nodes, tree, running, attained, nominated=dict(self.nominated))
+        return snap, pending
 
     def run_once(self) -> CycleReport:
         t0 = time.perf_counter()
@@ -89,7 +96,7 @@ class SchedulerLoop(Loop):
         report = CycleReport()
         if pending or any(r.stopping for r in snap.running):
             decisions = cycle(snap, pending, now, self.ctx.settings.scheduler, self.cache)
-            self.apply(decisions, now, report)
+            self.apply(decisions, snap, now, report)
         report.seconds = time.perf_counter() - t0
         self.ctx.metrics.cycle_seconds.observe(report.seconds)
         self.last = report
@@ -106,7 +113,7 @@ class SchedulerLoop(Loop):
         return report
 
     # -- applying decisions ---------------------------------------------------------------
-    def apply(self, d: Decisions, now: float, report: CycleReport) -> None:
+    def apply(self, d: Decisions, snap: Snapshot, now: float, report: CycleReport) -> None:
         ctx = self.ctx
         for wid, reason in d.unschedulable.items():
             try:
@@ -116,13 +123,18 @@ class SchedulerLoop(Loop):
                 ctx.metrics.decisions.labels("unschedulable").inc()
             except Conflict:
                 pass  # cancelled meanwhile
+        nodes = {r.workload.id: r.allocation.node for r in snap.running}
         for p in d.preemptions:
+            if p.workload_id in nodes:
+                self.nominated[p.for_workload] = nodes[p.workload_id]
             try:
                 lifecycle.request_stop(ctx, p.workload_id, S.PREEMPTED, p.reason)
                 report.preempted.append(p.workload_id)
                 ctx.metrics.decisions.labels("preempted").inc()
             except Conflict:
                 pass  # it ended meanwhile
+        for a in d.admissions:
+            self.nominated.pop(a.workload_id, None)
         todo = [(a.workload_id, a.allocation) for a in d.admissions]
         for i in range(0, len(todo), ADMIT_BATCH):  # short write transactions: API writes
             self._admit_all(todo[i : i + ADMIT_BATCH], now, report)  # interleave

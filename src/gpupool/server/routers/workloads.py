@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import TypeAdapter
 
 from gpupool.domain import WorkloadState
 from gpupool.server.auth import Principal, authenticated
@@ -18,17 +17,12 @@ from gpupool.server.schemas.workloads import (
     WorkloadOut,
 )
 from gpupool.server.services import workloads
+from gpupool.server.views import json_response
 
 router = APIRouter()
 
-# The hot polling endpoints serialize once, straight to JSON (FastAPI would validate the
-# returned models again before serializing them).
-_WORKLOADS = TypeAdapter(list[WorkloadOut])
-_QUEUE = TypeAdapter(list[QueueEntryOut])
-
-
-def _json(adapter: TypeAdapter, items: list) -> Response:  # type: ignore[type-arg]
-    return Response(adapter.dump_json(items), media_type="application/json")
+# The hot polling endpoints answer with memoised JSON objects (gpupool.server.views),
+# encoded once; response_model documents their schema.
 
 
 @router.post("/workloads", tags=["workloads"], status_code=201, summary="Submit a job or notebook")
@@ -64,7 +58,7 @@ def list_workloads(
         limit=limit,
         offset=offset,
     )
-    return _json(_WORKLOADS, found)
+    return json_response(found)
 
 
 @router.get("/workloads/{workload_id}", tags=["workloads"], summary="One workload, with events")
@@ -103,4 +97,4 @@ def queue(
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
 ) -> Response:
-    return _json(_QUEUE, workloads.queue(ctx, p, tenant, limit))
+    return json_response(workloads.queue(ctx, p, tenant, limit))

@@ -67,6 +67,19 @@ def apply_status(s: Session, rec: WorkloadRecord, status: ExecStatus, now: float
     return repo.change_state(w.id, S.LOST, now, f"the executor lost track of the work{detail}")
 
 
+def would_change(rec: WorkloadRecord, status: ExecStatus) -> bool:
+    """Whether `apply_status(rec, status)` would change anything (False: skip the write).
+    Mirrors apply_status's rules; a test holds the two together."""
+    w, st = rec.workload, status.state
+    if not w.active:
+        return False
+    if st.alive:
+        return (st is ExecState.RUNNING and w.state is not S.RUNNING) or (
+            st is ExecState.STARTING and w.state is S.ADMITTED
+        )
+    return not (st is ExecState.UNKNOWN and w.state is S.ADMITTED and rec.stopping is None)
+
+
 def settle(ctx: AppContext, workload_id: str, status: ExecStatus | None = None) -> Workload:
     """Poll the executor (unless `status` is given) and apply the result."""
     if status is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from gpupool.domain import (
+    ACTIVE_STATES,
     MILLI_PER_GPU,
     Node,
     Request,
@@ -24,13 +25,13 @@ from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.convert import allocation_out, event_out, request_from_in, workload_out
 from gpupool.server.schemas.workloads import (
     LogsOut,
-    QueueEntryOut,
     ResourcesIn,
     WorkloadDetailOut,
     WorkloadIn,
     WorkloadOut,
 )
 from gpupool.server.services import lifecycle
+from gpupool.server.views import JSONObject, queue_entry
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -46,6 +47,8 @@ from gpupool.store import (
 log = logging.getLogger(__name__)
 S = WorkloadState
 RESOURCE_FIELDS = set(ResourcesIn.model_fields)
+#: stored state values of work that holds an allocation
+_ACTIVE = frozenset(str(x) for x in ACTIVE_STATES)
 
 
 def _gpus(milli: int) -> str:
@@ -233,9 +236,10 @@ def list_workloads(
     kind: str | None,
     limit: int,
     offset: int,
-) -> list[WorkloadOut]:
+) -> list[JSONObject]:
+    """The workloads `p` may see, newest first, as WorkloadOut JSON objects."""
     with ctx.store.read() as s:
-        recs = WorkloadRepo(s).list(
+        rows = WorkloadRepo(s).rows(
             states=states,
             tenants=p.readable_roots(),
             visible_to_user=p.name,
@@ -245,16 +249,9 @@ def list_workloads(
             limit=limit,
             offset=offset,
         )
-        allocs = AllocationRepo(s).active_for_many(
-            [r.workload.id for r in recs if r.workload.active]
-        )
-    return [
-        workload_out(
-            r,
-            allocation_out(allocs[r.workload.id]) if r.workload.id in allocs else None,
-        )
-        for r in recs
-    ]
+        active = [r.id for r in rows if r.state in _ACTIVE]
+        allocs = AllocationRepo(s).active_for_many(active)
+    return ctx.views.workloads(rows, allocs)
 
 
 def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDetailOut:
@@ -319,34 +316,26 @@ def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> L
     return LogsOut(workload_id=w.id, state=str(w.state), text=text)  # type: ignore[arg-type]
 
 
-def queue(
-    ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500
-) -> list[QueueEntryOut]:
-    """The first `limit` pending workloads the caller may see, in queue order."""
+def queue(ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500) -> list[JSONObject]:
+    """The first `limit` pending workloads the caller may see, in queue order, as
+    QueueEntryOut JSON objects."""
     with ctx.store.read() as s:
-        recs = WorkloadRepo(s).list(
+        rows = WorkloadRepo(s).rows(
             states={S.PENDING},
             tenants=p.readable_roots(),
             visible_to_user=p.name,
             tenant=tenant,
             newest_first=False,
         )
-    recs.sort(
-        key=lambda r: (
-            r.pending is None,
-            r.pending.position if r.pending else 0,
-            r.workload.submitted_at,
-        )
-    )
+    # work the scheduler has not seen yet (no reason stored) goes last, by submission
+    rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
     out = []
-    for i, r in enumerate(recs[:limit], 1):
-        info = r.pending
-        out.append(
-            QueueEntryOut(
-                position=info.position if info else i,
-                tenant_position=info.tenant_position if info else 0,
-                reason=info.reason if info else "waiting for the next scheduling cycle",
-                workload=workload_out(r),
+    for i, r in enumerate(rows[:limit], 1):
+        obj = ctx.views.workload(r)
+        if r.pending_reason is None:
+            out.append(queue_entry(i, 0, "waiting for the next scheduling cycle", obj))
+        else:
+            out.append(
+                queue_entry(r.queue_position or 0, r.tenant_position or 0, r.pending_reason, obj)
             )
-        )
     return out

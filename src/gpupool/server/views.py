@@ -1,0 +1,90 @@
+"""JSON views of workload rows for the hot polling endpoints (GET /workloads, GET /queue).
+
+A workload's JSON is a pure function of its stored row (plus its allocation while it is
+active), and the rows polled most — a user's recent work, the queue — rarely change between
+two polls. `WorkloadViews` memoises each row's JSON object keyed by *all* the row's values:
+a row that changed is a new key, so a memoised object is never stale, and nothing has to be
+invalidated. The objects equal `WorkloadOut.model_dump(mode="json")` (a test holds them to
+it), so the API's schema stays the one pydantic documents.
+
+Contract: the returned dicts are shared between responses and must not be mutated; callers
+build new dicts around them (`with_allocation`, `queue_entry`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from fastapi import Response
+
+from gpupool.domain import Allocation
+from gpupool.server.schemas.convert import allocation_out, workload_out
+from gpupool.store import ROW_KEYS, record_of
+
+_COMMAND = ROW_KEYS.index("command")
+
+#: JSON object of one workload (as WorkloadOut dumps it)
+JSONObject = dict[str, Any]
+
+
+class WorkloadViews:
+    """Memo of workload JSON objects by row value; at most `max_entries` (then it starts
+    afresh: the polled rows come back on the next request). Safe to share between threads."""
+
+    def __init__(self, max_entries: int = 50_000):
+        self.max_entries = max_entries
+        self._memo: dict[tuple[Any, ...], JSONObject] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def workload(self, row: Sequence[Any]) -> JSONObject:
+        """The JSON object of the workload stored in `row` (a plain row from
+        `WorkloadRepo.rows`), without its allocation (`"allocation": null`)."""
+        command = row[_COMMAND]
+        key = (*row[:_COMMAND], tuple(command or ()), *row[_COMMAND + 1 :])
+        found = self._memo.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        obj = workload_out(record_of(row)).model_dump(mode="json")
+        with self._lock:
+            if len(self._memo) >= self.max_entries:
+                self._memo.clear()
+            self._memo[key] = obj
+        return obj
+
+    def workloads(
+        self, rows: Sequence[Sequence[Any]], allocations: dict[str, Allocation]
+    ) -> list[JSONObject]:
+        """JSON objects of `rows`, each with its active allocation from `allocations`."""
+        out = []
+        for row in rows:
+            obj = self.workload(row)
+            a = allocations.get(obj["id"])
+            out.append(obj if a is None else with_allocation(obj, a))
+        return out
+
+
+def with_allocation(obj: JSONObject, a: Allocation) -> JSONObject:
+    """A copy of a workload's JSON object that shows allocation `a`."""
+    return {**obj, "allocation": allocation_out(a).model_dump(mode="json")}
+
+
+def queue_entry(position: int, tenant_position: int, reason: str, obj: JSONObject) -> JSONObject:
+    """One entry of GET /queue (as QueueEntryOut dumps it)."""
+    return {
+        "position": position,
+        "tenant_position": tenant_position,
+        "reason": reason,
+        "workload": obj,
+    }
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    """`content` (plain JSON values) encoded once, with orjson."""
+    return Response(orjson.dumps(content), status_code, media_type="application/json")
