@@ -13,20 +13,12 @@ from gpupool.scheduler import Policy, SchedulerConfig, Snapshot, cycle
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CapacityIndex
 from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
-from tests.scheduler.test_properties import scenarios
+from tests.scheduler.test_properties import CONFIG_CHOICES, scenarios
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 CONFIGS = st.sampled_from(
-    [
-        SchedulerConfig(min_runtime_s=0),
-        SchedulerConfig(min_runtime_s=150),
-        SchedulerConfig(backfill=False, min_runtime_s=0),
-        SchedulerConfig(preemption=False),
-        SchedulerConfig(policy=Policy.FIFO),
-        SchedulerConfig(policy=Policy.LAS),
-        SchedulerConfig(min_runtime_s=0, max_admissions_per_cycle=1),
-    ]
+    [*CONFIG_CHOICES, SchedulerConfig(min_runtime_s=0, max_admissions_per_cycle=1)]
 )
 
 #: what may happen between two cycles, besides applying the decisions

@@ -182,16 +182,16 @@ def run_cycles(snap, workloads, config, finishes, step=100.0):
         now += step
 
 
-POLICIES = st.sampled_from(
-    [
-        SchedulerConfig(min_runtime_s=0),
-        SchedulerConfig(min_runtime_s=150),
-        SchedulerConfig(backfill=False, min_runtime_s=0),
-        SchedulerConfig(preemption=False),
-        SchedulerConfig(policy=Policy.FIFO),
-        SchedulerConfig(policy=Policy.LAS),
-    ]
-)
+#: the configurations the property tests run under (test_cache adds its own to these)
+CONFIG_CHOICES = [
+    SchedulerConfig(min_runtime_s=0),
+    SchedulerConfig(min_runtime_s=150),
+    SchedulerConfig(backfill=False, min_runtime_s=0),
+    SchedulerConfig(preemption=False),
+    SchedulerConfig(policy=Policy.FIFO),
+    SchedulerConfig(policy=Policy.LAS),
+]
+POLICIES = st.sampled_from(CONFIG_CHOICES)
 FINISHES = st.lists(st.sets(st.integers(0, 6), max_size=3), min_size=2, max_size=5)
 
 
