@@ -40,8 +40,10 @@ NODES, GPUS_PER_NODE = 8, 8
 # -- the server process -------------------------------------------------------------------
 
 
-def serve(data_dir: Path, port: int) -> None:
-    import uvicorn
+def serve(data_dir: Path, port: int, worker: int = 0, interval_s: float = 0.5) -> None:
+    """Worker 0 seeds the database, runs the loops and writes tokens.json; other workers
+    (`--workers N`, an experiment: several API processes on one SQLite file) only serve the
+    API. All bind the port with SO_REUSEPORT, so the kernel spreads connections."""
 
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Role, Tenant, User
@@ -67,6 +69,14 @@ def serve(data_dir: Path, port: int) -> None:
             return st if st.state is not ExecState.UNKNOWN else st
 
     clock = SystemClock()
+    if worker:
+        while not (data_dir / "tokens.json").exists():
+            time.sleep(0.1)
+        store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}", migrate=False)
+        settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=1 << 20)
+        app = create_app(settings, executor=TimedExecutor(clock), clock=clock, store=store)
+        _serve_on(app, port)
+        return
     store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}")
     now = clock.now()
     pw = hash_password("bench-password")
@@ -81,7 +91,9 @@ def serve(data_dir: Path, port: int) -> None:
             for u in range(USERS_PER_TENANT):
                 users.create(User(f"{t}-u{u}"), pw, now)
                 users.set_membership(Membership(f"{t}-u{u}", t, Role.MEMBER))
-    settings = Settings(database_url=store.url, scheduler_interval_s=0.5, max_body_bytes=1 << 20)
+    settings = Settings(
+        database_url=store.url, scheduler_interval_s=interval_s, max_body_bytes=1 << 20
+    )
     app = create_app(settings, executor=TimedExecutor(clock), clock=clock, store=store)
     ctx = app.state.ctx
     ctx.loops.add(ReconcilerLoop(ctx, interval_s=1.0))
@@ -89,15 +101,22 @@ def serve(data_dir: Path, port: int) -> None:
     for t in TENANTS:
         for u in range(USERS_PER_TENANT):
             tokens[f"{t}-u{u}"] = issue_token(ctx, f"{t}-u{u}", "bench", None).token
-    (data_dir / "tokens.json").write_text(json.dumps(tokens))
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        access_log=False,
-        timeout_keep_alive=60,
-    )
+    (data_dir / "tokens.json.tmp").write_text(json.dumps(tokens))
+    os.replace(data_dir / "tokens.json.tmp", data_dir / "tokens.json")
+    _serve_on(app, port)
+
+
+def _serve_on(app, port: int) -> None:  # noqa: ANN001
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=60)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 # -- the load generator -------------------------------------------------------------------
@@ -218,11 +237,12 @@ def report(res: dict, args: argparse.Namespace, wall: float) -> str:
         "(snapshot, decide, commit admissions, start)",
         f"- settings: {args.clients} clients, one poll per {args.poll_interval:g} s each, "
         f"{args.rate:g} submissions/s, {args.duration:g} s, "
-        f"{NODES * GPUS_PER_NODE} simulated GPUs, jobs run 1-3 s",
+        f"{NODES * GPUS_PER_NODE} simulated GPUs, jobs run 1-3 s, "
+        f"{args.workers} server process(es), scheduler timer {args.scheduler_interval:g} s",
     ]
     if "server_cpu_s" in res:
         lines.append(
-            f"- server process CPU: {res['server_cpu_s']:.1f} s over the run "
+            f"- server CPU (all processes): {res['server_cpu_s']:.1f} s over the run "
             f"({res['server_cpu_s'] / wall:.2f} cores), "
             f"{res['server_cpu_s'] / max(1, total) * 1000:.1f} ms per request (loops included); "
             f"load average {res['loadavg'][0]:.1f} -> {res['loadavg'][1]:.1f} on "
@@ -247,10 +267,24 @@ def main() -> None:
     ap.add_argument("--poll-interval", type=float, default=1.0)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--out", type=Path, help="append the markdown report to this file")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="API processes (experiment; the loops run in the first, the others only serve)",
+    )
+    ap.add_argument(
+        "--scheduler-interval", type=float, default=0.5, help="scheduler loop timer (s)"
+    )
+    ap.add_argument(
+        "--server-cpus",
+        help="pin the server process(es) to these CPUs, e.g. 0-3 (Linux; default: no pinning)",
+    )
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.port)
+        serve(args.serve, args.port, args.worker_index, args.scheduler_interval)
         return
     import socket
 
@@ -261,10 +295,19 @@ def main() -> None:
             port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
-        proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(data), "--port", str(port)],
-            env=os.environ | {"PYTHONUNBUFFERED": "1"},
-        )
+        cmd = [sys.executable, __file__, "--serve", str(data), "--port", str(port)]
+        cmd += ["--scheduler-interval", str(args.scheduler_interval)]
+        env = os.environ | {"PYTHONUNBUFFERED": "1"}
+        pin = None
+        if args.server_cpus:
+            lo, _, hi = args.server_cpus.partition("-")
+            cpus = set(range(int(lo), int(hi or lo) + 1))
+            pin = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
+        proc = subprocess.Popen(cmd, env=env, preexec_fn=pin)
+        extra = [
+            subprocess.Popen([*cmd, "--worker-index", str(i)], env=env, preexec_fn=pin)
+            for i in range(1, args.workers)
+        ]
         try:
             url = f"http://127.0.0.1:{port}"
             import httpx
@@ -279,20 +322,24 @@ def main() -> None:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit("the bench server did not start")
                 time.sleep(0.2)
+            time.sleep(2.0 if extra else 0.0)  # let the other workers bind the port
             tokens = json.loads((data / "tokens.json").read_text())
-            cpu0, load0 = _cpu_seconds(proc.pid), os.getloadavg()[0]
+            procs = [proc, *extra]
+            cpu0, load0 = sum(_cpu_seconds(p.pid) for p in procs), os.getloadavg()[0]
             t0 = time.monotonic()
             res = asyncio.run(load(url, tokens, args))
             wall = time.monotonic() - t0
-            res["server_cpu_s"] = _cpu_seconds(proc.pid) - cpu0
+            res["server_cpu_s"] = sum(_cpu_seconds(p.pid) for p in procs) - cpu0
             res["loadavg"] = (load0, os.getloadavg()[0])
             text = report(res, args, wall)
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            for p in [proc, *extra]:
+                p.send_signal(signal.SIGINT)
+            for p in [proc, *extra]:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
     print(text)
     if args.out:
         with args.out.open("a") as f:
