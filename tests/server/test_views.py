@@ -27,7 +27,7 @@ def _pydantic(rows, allocs):
 
 def test_views_equal_the_pydantic_schema_in_every_state(world):
     running = world.submit(gpus=1, name="train")
-    fraction = world.submit(gpu_fraction=0.25, gpu_memory_mib=4096)
+    world.submit(gpu_fraction=0.25, gpu_memory_mib=4096)
     cancelled = world.submit(gpus=1)
     world.delete("member", f"/workloads/{cancelled['id']}")
     world.scheduler.run_once()
@@ -42,7 +42,6 @@ def test_views_equal_the_pydantic_schema_in_every_state(world):
     assert views.workloads(rows, allocs) == _pydantic(rows, allocs)
     assert any(o["allocation"] for o in views.workloads(rows, allocs))
     assert any(o["request"]["gpu_fraction"] == 0.25 for o in views.workloads(rows, allocs))
-    assert fraction["id"] in {o["id"] for o in views.workloads(rows, allocs)}
 
 
 def test_a_changed_row_is_never_served_from_the_memo(world):

@@ -63,7 +63,7 @@ class _Classified:
         self.config = config
         #: id(workload) -> (workload, why unschedulable, GPU milli, queue entry)
         self.entries: dict[int, tuple] = {}
-        #: tenant -> its last classified run of pending work (gpupool.scheduler.cycle._Run)
+        #: tenant -> its last classified run of pending work (gpupool.scheduler.queues._Run)
         self.runs: dict[str, Any] = {}
 
 
@@ -237,7 +237,7 @@ class SchedulerCache:
 
     def tails(self) -> dict[int, tuple]:
         """Per sorted tenant queue (by identity, `(queue, summary)`): what the walk needs to
-        answer the rest of a queue at once (gpupool.scheduler.cycle._Tail). Emptied when it
+        answer the rest of a queue at once (gpupool.scheduler.queues.Tail). Emptied when it
         holds more than 256 queues."""
         if len(self._tails) > 256:
             self._tails = {}

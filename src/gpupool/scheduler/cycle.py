@@ -1,8 +1,9 @@
 """One scheduling cycle: snapshot + pending -> decisions. Pure and deterministic.
 
 The steps (see docs/scheduler.md):
-1. classify pending work: unknown tenant, inner tenant, or a request no node (or no limit)
-   could ever allow -> unschedulable; the rest goes into per-tenant queues;
+1. classify pending work (gpupool.scheduler.queues): unknown tenant, inner tenant, or a
+   request no node (or no limit) could ever allow -> unschedulable; the rest goes into
+   per-tenant queues;
 2. fair shares by hierarchical water-filling (computed under every policy, for reporting);
 3. walk the candidates in policy order; for each: limits -> placement -> admit (assume);
 4. (fair) a blocked candidate within its guarantee may reclaim borrowed work; if it still
@@ -16,37 +17,31 @@ from __future__ import annotations
 import gc
 import heapq
 from collections.abc import Sequence
-from itertools import groupby, repeat
-from operator import attrgetter
+from itertools import repeat
 
-from gpupool.domain import Request, Workload
+from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
-from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, Shape
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
     gpus_text,
     limit_check,
-    never_within_limits,
 )
 from gpupool.scheduler.ordering import (
     fair_tenant_key,
-    fifo_key,
-    in_tenant_key,
-    las_in_tenant_key,
     las_tenant_key,
 )
 from gpupool.scheduler.placement import (
     Placement,
     find_placement,
     place_on_node,
-    shape_of,
     to_allocation,
 )
 from gpupool.scheduler.preemption import Reclaim, Reclaimer, reclaim_due, within_some_guarantee
+from gpupool.scheduler.queues import Candidate, Queues, Tail
 from gpupool.scheduler.reasons import (
-    Hardware,
     admission_cap_text,
     behind_text,
     no_fit_reason,
@@ -63,11 +58,6 @@ from gpupool.scheduler.types import (
     SchedulerConfig,
     Snapshot,
 )
-
-_NO_SERVICE: dict[str, float] = {}
-
-#: (order key, workload, shape, GPU milli)
-Candidate = tuple[tuple, Workload, Shape, int]
 
 
 def cycle(
@@ -95,68 +85,6 @@ def cycle(
             gc.enable()
 
 
-_tenant_of = attrgetter("tenant")
-
-
-class _Run:
-    """One tenant's classified run of pending work: its sorted queue, demand and
-    unschedulable workloads (kept in the cache's memo; read-only once built)."""
-
-    __slots__ = ("workloads", "ids", "queue", "demand", "unschedulable")
-
-    def __init__(self, workloads, ids, queue, demand, unschedulable):
-        self.workloads: tuple[Workload, ...] = workloads
-        self.ids: frozenset[str] = ids
-        self.queue: list[Candidate] = queue
-        self.demand: int = demand
-        self.unschedulable: tuple[tuple[str, str], ...] = unschedulable
-
-    @staticmethod
-    def of(cyc: _Cycle, ws, entries, shapes, tenant_why, whole_only) -> _Run | None:
-        """Classify `ws` (None if a workload is listed twice)."""
-        ids = frozenset(w.id for w in ws)
-        if len(ids) != len(ws):
-            return None
-        queue: list[Candidate] = []
-        unsched: list[tuple[str, str]] = []
-        demand = 0
-        for w in ws:
-            e = entries.get(id(w))
-            if e is None or e[0] is not w:
-                e = cyc._entry(w, entries, shapes, tenant_why, whole_only)
-            if e[1] is not None:
-                unsched.append((w.id, e[1]))
-            else:
-                queue.append(e[3])
-                demand += e[2]
-        queue.sort()
-        return _Run(ws, ids, queue, demand, tuple(unsched))
-
-
-class _Tail:
-    """Per position of a sorted queue: the workload ids, the shapes, and (for the rest of the
-    queue from there) the smallest GPU milli and the set of shapes (see `_fill_tail`)."""
-
-    __slots__ = ("ids", "shapes", "min_milli", "shape_sets")
-
-    def __init__(self, q: list[Candidate]):
-        self.ids = [e[1].id for e in q]
-        self.shapes = [e[2] for e in q]
-        n = len(q)
-        self.min_milli = [0] * n
-        self.shape_sets: list[frozenset[Shape]] = [frozenset()] * n
-        low = None
-        shapes: frozenset[Shape] = frozenset()
-        for j in range(n - 1, -1, -1):
-            _, _, shape, milli = q[j]
-            if low is None or milli < low:
-                low = milli
-            if shape not in shapes:
-                shapes = shapes | {shape}
-            self.min_milli[j] = low
-            self.shape_sets[j] = shapes
-
-
 class _Hold:
     """A node kept, for the rest of the cycle, for blocked guaranteed work."""
 
@@ -177,37 +105,24 @@ class _Cycle:
         cache: SchedulerCache | None = None,
     ):
         self.snap = snapshot
-        self.cache = cache
+        # without a cache from the caller, a fresh one serves this cycle alone: one code path,
+        # and the same decisions (the property tests hold a kept cache to a fresh one)
+        self.cache = cache = cache if cache is not None else SchedulerCache()
         self.now = now
         self.config = config
         self.policy = Policy(config.policy)
         self.quotas = self.policy is Policy.FAIR
         self.tree = snapshot.tenants
         nodes = tuple(snapshot.nodes)
-        if cache is None:
-            self.cap = CapacityIndex(nodes, snapshot.running)
-            self.hardware = Hardware(nodes)
-            #: (reason, position, tenant position) -> PendingInfo, shared between cycles
-            self.infos: dict[tuple[str, int, int], PendingInfo] | None = None
-        else:
-            self.cap = cache.capacity(nodes, snapshot.running)
-            self.hardware = cache.hardware(nodes)
-            self.infos = cache.info_pool(len(pending))
-        #: id(queue) -> (queue, _Tail): shared between cycles with a cache (queues reused)
-        self._tails: dict[int, tuple[list, _Tail]] = {} if cache is None else cache.tails()
+        self.cap = cache.capacity(nodes, snapshot.running)
+        self.hardware = cache.hardware(nodes)
+        #: (reason, position, tenant position) -> PendingInfo, shared between cycles
+        self.infos = cache.info_pool(len(pending))
+        #: id(queue) -> (queue, _Tail): shared between cycles (queues are reused)
+        self._tails: dict[int, tuple[list, Tail]] = cache.tails()
         self.usage = Usage(self.tree)
         self.effective = Usage(self.tree)  # without stopping work, plus reclaims promised
-        if cache is None:
-            held: dict[tuple[str, str], int] = {}
-            staying: dict[tuple[str, str], int] = {}
-            for rw, t in zip(snapshot.running, self.cap.running_takes, strict=True):
-                w = rw.workload
-                k = (w.tenant, w.owner)
-                held[k] = held.get(k, 0) + t[4]
-                if not rw.stopping:
-                    staying[k] = staying.get(k, 0) + t[4]
-        else:
-            held, staying = cache.held()
+        held, staying = cache.held()
         for (t, u), milli in held.items():
             self.usage.add(t, u, milli)
         for (t, u), milli in staying.items():
@@ -215,9 +130,6 @@ class _Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.reasons: dict[str, str] = {}
-        self.unschedulable: dict[str, str] = {}
-        self.queues: dict[str, list[Candidate]] = {}
-        self.pending_demand: dict[str, int] = {}
         self.nofit: set[Shape] = set()
         self._reason_memo: dict[Shape, str] = {}
         #: memos of failures, valid for the rest of the cycle (see _walk_tenants)
@@ -238,146 +150,17 @@ class _Cycle:
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
-        self._classify(pending)
+        queues = Queues(snapshot, self.policy, self.hardware, cache, config)
+        queues.classify(pending)
+        self.unschedulable: dict[str, str] = queues.unschedulable
+        self.queues: dict[str, list[Candidate]] = queues.queues
+        self.pending_demand: dict[str, int] = queues.pending_demand
         demand = {t: float(self.usage.of(t)) for t in self.tree.leaves()}
         for t, milli in self.pending_demand.items():
             demand[t] = demand.get(t, 0.0) + milli
         self.fair = fair_shares(self.tree, self.cap.total_gpu_milli(), demand)
 
     # -- 1. classify -----------------------------------------------------------------------
-
-    def _classify(self, pending: Sequence[Workload]) -> None:
-        """Unschedulable work out; the rest into per-tenant queues, sorted by policy order.
-
-        Queue entries are (order key, workload, shape, GPU milli); keys end with the workload
-        id, so they are unique and plain tuple comparison sorts them. With a cache, what is
-        worked out per workload is carried over to the next cycle, and so is each tenant's
-        sorted queue while its run of `pending` is the same workloads (see `_classify_runs`)."""
-        whole_only = self.policy is Policy.FIFO
-        if self.cache is None:
-            entries: dict[int, tuple] = {}
-        else:
-            memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
-            if self._classify_runs(pending, memo.entries, memo.runs, whole_only):
-                return
-            entries = memo.entries  # updated in place: this cycle's workloads are added
-        seen = {rw.workload.id for rw in self.snap.running}
-        las = self.policy is Policy.LAS
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
-        tenant_why: dict[str, str | None] = {}
-        queues = self.queues
-        demand = self.pending_demand
-        attained = self.snap.attained_service
-        unschedulable = self.unschedulable
-        for w in pending:
-            wid = w.id
-            if wid in seen:
-                continue  # already running (or listed twice): nothing to decide
-            seen.add(wid)
-            e = entries.get(id(w))
-            if e is None or e[0] is not w:
-                e = self._entry(w, entries, shapes, tenant_why, whole_only)
-            if e[1] is not None:
-                unschedulable[wid] = e[1]
-                continue
-            t = w.tenant
-            q = queues.get(t)
-            if q is None:
-                q = queues[t] = []
-                demand[t] = 0
-            entry = e[3]
-            if las and wid in attained:  # the carried key has 0 attained service
-                entry = ((attained[wid], *entry[0][1:]), *entry[1:])
-            q.append(entry)
-            demand[t] += e[2]
-        for q in queues.values():
-            q.sort()
-
-    def _entry(
-        self,
-        w: Workload,
-        entries: dict[int, tuple],
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
-        tenant_why: dict[str, str | None],
-        whole_only: bool,
-    ) -> tuple:
-        """(workload, why unschedulable, GPU milli, queue entry) of `w`, filed in `entries`."""
-        t = w.tenant
-        mk = (t, w.request)
-        hit = shapes.get(mk)
-        if hit is None:
-            if t not in tenant_why:
-                tenant_why[t] = self._tenant_problem(t)
-            shape = shape_of(w.request, whole_only)
-            why = tenant_why[t] or self.hardware.never_fits(shape)
-            if why is None and self.quotas:
-                why = never_within_limits(self.tree, t, shape.gpu_milli)
-            hit = shapes[mk] = (shape, why, shape.gpu_milli)
-        if self.policy is Policy.FAIR:
-            key = in_tenant_key(w)
-        elif self.policy is Policy.FIFO:
-            key = fifo_key(w)
-        else:
-            key = las_in_tenant_key(w, _NO_SERVICE)  # attained service added by the caller
-        e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
-        return e
-
-    def _classify_runs(
-        self,
-        pending: Sequence[Workload],
-        entries: dict[int, tuple],
-        runs: dict[str, _Run],
-        whole_only: bool,
-    ) -> bool:
-        """Classify tenant by tenant, reusing a tenant's queue from an earlier cycle while its
-        run of `pending` is the same workloads. Works when `pending` lists each tenant's work
-        in one run (as the simulator does), no workload twice, none running and (LAS) none
-        with attained service of its own; returns False, having changed nothing, otherwise
-        (then the caller classifies workload by workload: the same result)."""
-        out: list[tuple[str, _Run]] = []
-        tenants: set[str] = set()
-        ids: set[str] = set()
-        total = 0
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
-        tenant_why: dict[str, str | None] = {}
-        for t, group in groupby(pending, _tenant_of):
-            if t in tenants:
-                return False  # the tenant's work is not in one run
-            tenants.add(t)
-            ws = tuple(group)
-            r = runs.get(t)
-            if r is None or r.workloads != ws:
-                r = _Run.of(self, ws, entries, shapes, tenant_why, whole_only)
-                if r is None:
-                    return False
-                runs[t] = r
-            out.append((t, r))
-            total += len(r.ids)
-            ids |= r.ids
-        if len(ids) != total:
-            return False  # a workload listed twice
-        if not ids.isdisjoint(rw.workload.id for rw in self.snap.running):
-            return False
-        if self.policy is Policy.LAS and not ids.isdisjoint(self.snap.attained_service):
-            return False
-        for t, r in out:
-            self.unschedulable.update(r.unschedulable)
-            if r.queue:
-                self.queues[t] = r.queue
-                self.pending_demand[t] = r.demand
-        return True
-
-    def _tenant_problem(self, t: str) -> str | None:
-        if t not in self.tree:
-            return f"unknown tenant {t!r}; ask an admin to add it"
-        if not self.tree.is_leaf(t):
-            return (
-                f"tenant {t} has sub-tenants; only leaf tenants hold work "
-                f"(submit to one of {', '.join(self.tree.children(t))})"
-            )
-        return None
-
-    # -- 3. the walk -----------------------------------------------------------------------
 
     def run(self) -> Decisions:
         if self.policy is Policy.FIFO:
@@ -416,6 +199,14 @@ class _Cycle:
                 if n not in self.holds:
                     self._hold(n, _Hold(w.tenant, w.id))
 
+    def _info(self, why: str, position: int, tenant_position: int) -> PendingInfo:
+        """The PendingInfo; immutable, so equal ones are shared through the cache's pool."""
+        k = (why, position, tenant_position)
+        pi = self.infos.get(k)
+        if pi is None:
+            pi = self.infos[k] = PendingInfo(why, position, tenant_position)
+        return pi
+
     def _cap_reached(self) -> bool:
         m = self.config.max_admissions_per_cycle
         return m is not None and len(self.admissions) >= m
@@ -435,7 +226,6 @@ class _Cycle:
         """One global queue in submit order, greedy: what does not fit is skipped."""
         merged = sorted(c for q in self.queues.values() for c in q)
         walked, waiting, info, rank = self.walked, self.waiting, self.info, self.rank
-        infos = self.infos
         cap = self.config.max_admissions_per_cycle
         for _, w, shape, _ in merged:
             if cap is not None and len(self.admissions) >= cap:
@@ -449,14 +239,7 @@ class _Cycle:
             else:
                 why = self.reasons[w.id]
             n = waiting[t] = waiting[t] + 1
-            if infos is None:
-                info[w.id] = PendingInfo(why, n, rank[t])
-            else:
-                k = (why, n, rank[t])
-                pi = infos.get(k)
-                if pi is None:
-                    pi = infos[k] = PendingInfo(why, n, rank[t])
-                info[w.id] = pi
+            info[w.id] = self._info(why, n, rank[t])
         self.considered = sum(walked.values())
 
     def _walk_tenants(self) -> None:
@@ -468,7 +251,6 @@ class _Cycle:
         walked, waiting, info = self.walked, self.waiting, self.info
         reasons = self.reasons
         consider = self._consider
-        infos = self.infos
         while heap and not self._cap_reached():
             _, t = heapq.heappop(heap)
             q = self.queues[t]
@@ -514,16 +296,7 @@ class _Cycle:
                         info[w.id] = PendingInfo(why, n, r)
                         break
                 n += 1
-                # PendingInfo is immutable: with a cache, equal ones are shared (fewer
-                # objects to build)
-                if infos is None:
-                    info[w.id] = PendingInfo(why, n, r)
-                else:
-                    k = (why, n, r)
-                    pi = infos.get(k)
-                    if pi is None:
-                        pi = infos[k] = PendingInfo(why, n, r)
-                    info[w.id] = pi
+                info[w.id] = self._info(why, n, r)
             self.considered += i - start
             walked[t] = i
             waiting[t] = n
@@ -545,7 +318,7 @@ class _Cycle:
         position; else None (nothing done)."""
         tail = self._tails.get(id(q))
         if tail is None or tail[0] is not q:
-            tail = self._tails[id(q)] = (q, _Tail(q))
+            tail = self._tails[id(q)] = (q, Tail(q))
         tl = tail[1]
         m = len(q) - i
         if tfail is not None:
@@ -558,14 +331,11 @@ class _Cycle:
             whys = list(map(failed_shape.__getitem__, tl.shapes[i:]))
         positions = range(n + 1, n + 1 + m)
         infos = self.infos
-        if infos is None:
-            pis = list(map(PendingInfo, whys, positions, repeat(r, m)))
-        else:
-            keys = list(zip(whys, positions, repeat(r, m), strict=True))
-            pis = list(map(infos.get, keys))
-            for j, pi in enumerate(pis):
-                if pi is None:
-                    pis[j] = infos[keys[j]] = PendingInfo(*keys[j])
+        keys = list(zip(whys, positions, repeat(r, m), strict=True))
+        pis = list(map(infos.get, keys))
+        for j, pi in enumerate(pis):
+            if pi is None:
+                pis[j] = infos[keys[j]] = PendingInfo(*keys[j])
         self.info.update(zip(tl.ids[i:], pis, strict=True))
         return n + m
 

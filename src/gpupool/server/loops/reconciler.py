@@ -79,7 +79,6 @@ class ReconcilerLoop(Loop):
         self.mps = mps
         self.node = node
         self._seen_running: set[str] = set()
-        self._enforcement_synced: set[tuple[str, float]] = set()
         #: workload id -> its admitted_at when its enforcement was last synced (no re-reads)
         self._synced_at: dict[str, float | None] = {}
         self._runs = 0
@@ -92,7 +91,6 @@ class ReconcilerLoop(Loop):
         with ctx.store.read() as s:
             records = WorkloadRepo(s).list(states=(S.ADMITTED, S.STARTING, S.RUNNING))
         active = {r.workload.id for r in records}
-        self._enforcement_synced = {k for k in self._enforcement_synced if k[0] in active}
         self._synced_at = {k: v for k, v in self._synced_at.items() if k in active}
         for rec in records:
             self._reconcile_one(rec, report)
@@ -185,9 +183,6 @@ class ReconcilerLoop(Loop):
             )
             if alloc is None:
                 return False
-            if (workload_id, alloc.since) in self._enforcement_synced:
-                return True
-            key = (workload_id, alloc.since)
             alloc_id = alloc.id
             shares = {
                 r.gpu_uuid: r.enforcement
@@ -196,7 +191,6 @@ class ReconcilerLoop(Loop):
         applied: dict[str, Enforcement] = applied_of(workload_id)
         if not applied:
             return False  # not launched by this executor (yet)
-        self._enforcement_synced.add(key)
         changes = {u: str(e) for u, e in applied.items() if u in shares and shares[u] != str(e)}
         if not changes:
             return True
