@@ -40,10 +40,10 @@ NODES, GPUS_PER_NODE = 8, 8
 # -- the server process -------------------------------------------------------------------
 
 
-def serve(data_dir: Path, port: int, worker: int = 0, interval_s: float = 0.5) -> None:
-    """Worker 0 seeds the database, runs the loops and writes tokens.json; other workers
-    (`--workers N`, an experiment: several API processes on one SQLite file) only serve the
-    API. All bind the port with SO_REUSEPORT, so the kernel spreads connections."""
+def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) -> None:
+    """Seed the database, write tokens.json, and serve as `gpupool up --workers N` does: this
+    process runs the loops (and the fake executor); with N > 1 it starts N - 1 API worker
+    processes (gpupool.server.workers) on the same port."""
 
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Role, Tenant, User
@@ -69,14 +69,6 @@ def serve(data_dir: Path, port: int, worker: int = 0, interval_s: float = 0.5) -
             return st if st.state is not ExecState.UNKNOWN else st
 
     clock = SystemClock()
-    if worker:
-        while not (data_dir / "tokens.json").exists():
-            time.sleep(0.1)
-        store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}", migrate=False)
-        settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=1 << 20)
-        app = create_app(settings, executor=TimedExecutor(clock), clock=clock, store=store)
-        _serve_on(app, port)
-        return
     store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}")
     now = clock.now()
     pw = hash_password("bench-password")
@@ -103,20 +95,47 @@ def serve(data_dir: Path, port: int, worker: int = 0, interval_s: float = 0.5) -
             tokens[f"{t}-u{u}"] = issue_token(ctx, f"{t}-u{u}", "bench", None).token
     (data_dir / "tokens.json.tmp").write_text(json.dumps(tokens))
     os.replace(data_dir / "tokens.json.tmp", data_dir / "tokens.json")
-    _serve_on(app, port)
+    _serve_on(ctx, app, data_dir, port, workers)
 
 
-def _serve_on(app, port: int) -> None:  # noqa: ANN001
-    import socket
+def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noqa: ANN001
+    from functools import partial
 
     import uvicorn
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind(("127.0.0.1", port))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=60)
-    uvicorn.Server(config).run(sockets=[sock])
+    from gpupool.server import workers as w
+
+    supervisor = None
+    if workers > 1:
+        run = w.run_dir(data_dir)
+        w.attach_bus(ctx, run, w.PRIMARY)
+        sockets = [
+            w.listen_tcp("127.0.0.1", port, shared=True),
+            w.listen_unix(w.api_socket(run)),
+        ]
+        command = partial(
+            w.worker_command, run=run, host="127.0.0.1", port=port, log_level="warning"
+        )
+        env = dict(os.environ, GPUPOOL_DATABASE_URL=ctx.store.url)
+        supervisor = w.Supervisor(workers, command, env=env)
+        supervisor.start()
+    else:
+        sockets = [w.listen_tcp("127.0.0.1", port, shared=False)]
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=60,
+    )
+    server = w.make_server(config)
+    w.stop_on_signals(server)
+    try:
+        server.run(sockets=sockets)
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
 
 
 # -- the load generator -------------------------------------------------------------------
@@ -271,7 +290,7 @@ def main() -> None:
         "--workers",
         type=int,
         default=1,
-        help="API processes (experiment; the loops run in the first, the others only serve)",
+        help="API processes, as `gpupool up --workers N` (the loops run in the first)",
     )
     ap.add_argument(
         "--scheduler-interval", type=float, default=0.5, help="scheduler loop timer (s)"
@@ -281,12 +300,13 @@ def main() -> None:
         help="pin the server process(es) to these CPUs, e.g. 0-3 (Linux; default: no pinning)",
     )
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
-        serve(args.serve, args.port, args.worker_index, args.scheduler_interval)
+        serve(args.serve, args.port, args.workers, args.scheduler_interval)
         return
     import socket
+
+    import psutil
 
     port = args.port
     if not port:
@@ -297,17 +317,14 @@ def main() -> None:
         data = Path(tmp)
         cmd = [sys.executable, __file__, "--serve", str(data), "--port", str(port)]
         cmd += ["--scheduler-interval", str(args.scheduler_interval)]
+        cmd += ["--workers", str(args.workers)]
         env = os.environ | {"PYTHONUNBUFFERED": "1"}
         pin = None
         if args.server_cpus:
             lo, _, hi = args.server_cpus.partition("-")
             cpus = set(range(int(lo), int(hi or lo) + 1))
             pin = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
-        proc = subprocess.Popen(cmd, env=env, preexec_fn=pin)
-        extra = [
-            subprocess.Popen([*cmd, "--worker-index", str(i)], env=env, preexec_fn=pin)
-            for i in range(1, args.workers)
-        ]
+        proc = subprocess.Popen(cmd, env=env, preexec_fn=pin)  # its workers inherit the pin
         try:
             url = f"http://127.0.0.1:{port}"
             import httpx
@@ -322,24 +339,27 @@ def main() -> None:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit("the bench server did not start")
                 time.sleep(0.2)
-            time.sleep(2.0 if extra else 0.0)  # let the other workers bind the port
+            seen: set[str] = set()  # every API process answers before the load starts
+            while len(seen) < args.workers:
+                with httpx.Client() as fresh:  # a new connection each time
+                    seen.add(fresh.get(url + "/healthz").json()["process"])
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"only {sorted(seen)} of {args.workers} processes answer")
             tokens = json.loads((data / "tokens.json").read_text())
-            procs = [proc, *extra]
-            cpu0, load0 = sum(_cpu_seconds(p.pid) for p in procs), os.getloadavg()[0]
+            pids = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]
+            cpu0, load0 = sum(_cpu_seconds(p) for p in pids), os.getloadavg()[0]
             t0 = time.monotonic()
             res = asyncio.run(load(url, tokens, args))
             wall = time.monotonic() - t0
-            res["server_cpu_s"] = sum(_cpu_seconds(p.pid) for p in procs) - cpu0
+            res["server_cpu_s"] = sum(_cpu_seconds(p) for p in pids) - cpu0
             res["loadavg"] = (load0, os.getloadavg()[0])
             text = report(res, args, wall)
         finally:
-            for p in [proc, *extra]:
-                p.send_signal(signal.SIGINT)
-            for p in [proc, *extra]:
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     print(text)
     if args.out:
         with args.out.open("a") as f:

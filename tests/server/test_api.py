@@ -228,7 +228,7 @@ def test_metrics_health_ready(world):
     assert 'gpupool_workloads{state="running",tenant="lab"} 1.0' in text
     assert 'gpupool_allocated_gpus{tenant="lab"} 1.0' in text
     assert "gpupool_scheduler_cycle_seconds_count" in text
-    assert world.client.get("/healthz").json() == {"status": "ok"}
+    assert world.client.get("/healthz").json() == {"status": "ok", "process": "primary"}
     assert world.client.get("/readyz").status_code == 200
 
 

@@ -123,6 +123,14 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         hub_port: int = typer.Option(8000, "--hub-port", help="JupyterHub's public port."),
+        workers: int = typer.Option(
+            1,
+            "--workers",
+            min=1,
+            max=64,
+            help="API processes on the port. One serves ~150 requests/s; for many users or "
+            "open dashboards use one per spare CPU core (the loops run in the first).",
+        ),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
     ) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
@@ -139,6 +147,7 @@ def register(app: typer.Typer) -> None:
             log_level=log_level,
             jupyterhub=jupyterhub,
             hub_port=hub_port,
+            workers=workers,
         )
 
 
@@ -183,6 +192,7 @@ def serve(
     log_level: str,
     jupyterhub: bool | None = False,
     hub_port: int = 8000,
+    workers: int = 1,
 ) -> None:
     """Set everything up and serve until interrupted (see the module docstring)."""
     import psutil
@@ -204,6 +214,7 @@ def serve(
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.telemetry import TelemetryLoop
     from gpupool.server.settings import Settings
+    from gpupool.server.workers import make_server, stop_on_signals
     from gpupool.store import EventRepo, StoreError, open_store
     from gpupool.telemetry.exporter import TelemetryCollector
 
@@ -327,21 +338,23 @@ def serve(
     hub_proc = _start_hub(ctx, hub) if hub is not None else None
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
-    server = _Server(config)
+    server = make_server(config)
+    sockets, supervisor = (
+        _start_workers(ctx, data_dir, settings.database_url, host, port, workers, log_level)
+        if workers > 1
+        else (None, None)
+    )
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _stop(signum: int, _frame: object) -> None:
-        if server.should_exit:
-            server.force_exit = True  # a second Ctrl-C: do not wait for open connections
-        server.should_exit = True
-
-    for sig in previous:
-        signal.signal(sig, _stop)
+    stop_on_signals(server)
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if supervisor is not None:
+            supervisor.stop()
+        if ctx.bus is not None:
+            ctx.bus.close()
         if hub_proc is not None:
             _stop_hub(hub_proc)
         if manager is not None:
@@ -349,6 +362,42 @@ def serve(
         source.close()
         store.close()
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
+
+
+def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):  # noqa: ANN001, ANN202
+    """Bind the shared port and the primary's socket, join the bus, start the API workers
+    (gpupool.server.workers). Returns the sockets for uvicorn and the supervisor."""
+    import errno
+    from functools import partial
+
+    from gpupool.server.workers import (
+        PRIMARY,
+        Supervisor,
+        api_socket,
+        attach_bus,
+        listen_tcp,
+        listen_unix,
+        run_dir,
+        worker_command,
+    )
+
+    run = run_dir(data_dir)
+    try:
+        tcp = listen_tcp(host, port, shared=True)
+    except OSError as e:
+        why = "the port is in use" if e.errno == errno.EADDRINUSE else str(e)
+        _say(f"error: cannot listen on {host}:{port}: {why}; choose another --port")
+        raise typer.Exit(2) from None
+    uds = listen_unix(api_socket(run))
+    attach_bus(ctx, run, PRIMARY)
+    supervisor = Supervisor(
+        workers,
+        partial(worker_command, run=run, host=host, port=port, log_level=log_level),
+        env=dict(os.environ, GPUPOOL_DATABASE_URL=database_url),
+    )
+    supervisor.start()
+    _say(f"gpupool: {workers} API processes on port {port} (loops in this one, pid {os.getpid()})")
+    return [tcp, uds], supervisor
 
 
 def _mps_base(data_dir: Path, mode: str) -> Path:
@@ -451,26 +500,6 @@ def _stop_hub(proc) -> None:  # noqa: ANN001
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-
-
-def _server_class():  # noqa: ANN202 - built lazily so `gpupool --help` does not import uvicorn
-    import contextlib
-
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's server without its own signal capture (which re-raises SIGTERM after
-        shutdown and so would skip our cleanup); `serve()` installs our handlers instead."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[override]
-            yield
-
-    return Server
-
-
-def _Server(config):  # noqa: ANN001, ANN202, N802
-    return _server_class()(config)
 
 
 def _me() -> str:

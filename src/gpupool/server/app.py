@@ -21,6 +21,7 @@ from gpupool.clock import Clock
 from gpupool.executors.base import Executor
 from gpupool.server import problems
 from gpupool.server.context import AppContext
+from gpupool.server.forward import ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.metrics import Metrics
@@ -38,10 +39,13 @@ def create_app(
     clock: Clock,
     telemetry: Any = None,
     store: Store | None = None,
+    forward_to: str | None = None,
 ) -> FastAPI:
     """Build the app. `store` may be given (tests share one); otherwise it is opened from
     `settings.database_url`. `telemetry`, when given, is a prometheus collector whose series
-    are served on /metrics beside gpupool's own."""
+    are served on /metrics beside gpupool's own. `forward_to` makes it an API worker's app:
+    requests it does not serve itself go to the primary process at that Unix socket
+    (gpupool.server.forward)."""
     own_store = store is None
     store = store or open_store(settings.database_url)
     loops = LoopGroup()
@@ -82,6 +86,14 @@ def create_app(
     )
     app.state.ctx = ctx
     problems.install(app)
+    if forward_to is not None:
+
+        def after_forward(method: str) -> None:
+            if method not in ("GET", "HEAD"):  # it may have changed users, roles or tokens
+                ctx.auth_cache.clear()
+
+        # added before BodyLimit, so BodyLimit (outside it) also limits forwarded bodies
+        app.add_middleware(ForwardToPrimary, primary_socket=forward_to, after_forward=after_forward)
     app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
     for r in (
         accounts.router,

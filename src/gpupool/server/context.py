@@ -14,6 +14,7 @@ from gpupool.store import Store
 
 if TYPE_CHECKING:
     from gpupool.server.auth import TokenCache
+    from gpupool.server.bus import Bus
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
     from gpupool.server.views import WorkloadViews
@@ -33,10 +34,24 @@ class AppContext:
     auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
     #: memo of workload JSON for the polling endpoints (see gpupool.server.views)
     views: WorkloadViews = field(default_factory=lambda: _views())
+    #: the other processes of this server, when it runs several (gpupool.server.workers)
+    bus: Bus | None = None
 
     def wake_scheduler(self) -> None:
-        """Ask the scheduler loop to run a cycle soon (safe from any thread)."""
+        """Ask the scheduler loop to run a cycle soon (safe from any thread). In an API
+        worker process, whose loops do not run, the primary process is asked instead."""
         self.loops.wake("scheduler")
+        if self.bus is not None and not self.settings.start_loops:
+            from gpupool.server.workers import PRIMARY
+
+            self.bus.send(PRIMARY, "wake scheduler")
+
+    def auth_changed(self) -> None:
+        """Forget cached tokens here and in the server's other processes (after a
+        revocation or a change of users or roles)."""
+        self.auth_cache.clear()
+        if self.bus is not None:
+            self.bus.broadcast("auth changed")
 
 
 def _token_cache() -> TokenCache:

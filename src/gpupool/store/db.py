@@ -5,10 +5,18 @@
 transaction starts with `BEGIN IMMEDIATE`, so writers are serialized and a check-then-insert
 inside one write transaction (e.g. "do these GPUs still have room?") cannot race; on
 PostgreSQL the repositories lock the rows they check (`SELECT ... FOR UPDATE`).
+
+SQLite writers take turns through a `WriteLock` first (a thread lock, then an `flock` on
+`<database>.writelock`): SQLite's own busy handler polls with growing sleeps (1, 2, 5, 10 ...
+ms), which under load adds whole seconds, while the kernel hands an flock to the next waiter
+as soon as it is released. The flock also orders the writers of several server processes on
+one database file (`gpupool up --workers N`); the kernel drops it when a process dies.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +58,49 @@ def _sqlite_engine(url: str, *, immediate: bool) -> Engine:
     return engine
 
 
+class WriteLock:
+    """Turns between SQLite writers: first among this process's threads (with a timeout),
+    then among processes through an flock on `path` (the kernel queues the waiters and wakes
+    the next one when the holder releases it or dies). Not reentrant."""
+
+    def __init__(self, path: Path, timeout_s: float):
+        self.path = path
+        self.timeout_s = timeout_s
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = -1
+
+    def _file(self) -> int:
+        # An flock belongs to an open file description, and a forked child shares its
+        # parent's: a process opens its own.
+        if self._fd is None or self._pid != os.getpid():
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._pid = os.getpid()
+        return self._fd
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        if not self._thread_lock.acquire(timeout=self.timeout_s):
+            raise StoreError(
+                f"the database stayed busy for {self.timeout_s:g} s (a write transaction did "
+                "not finish); retry, and check the server log for a stuck request"
+            )
+        try:
+            fd = self._file()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+    def close(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+
 class Store:
     """The database behind gpupool: engines and transaction helpers."""
 
@@ -65,10 +116,12 @@ class Store:
                 )
             self.engine = _sqlite_engine(url, immediate=False)
             self._write_engine = _sqlite_engine(url, immediate=True)
+            lock_path = Path(str(parsed.database) + ".writelock")
+            self._write_lock: WriteLock | None = WriteLock(lock_path, SQLITE_BUSY_TIMEOUT_MS / 1000)
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
             self._write_engine = self.engine
-        self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+            self._write_lock = None
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self._write_engine, expire_on_commit=False)
 
@@ -85,22 +138,13 @@ class Store:
     def write(self) -> Iterator[Session]:
         """A write transaction: commits when the block ends, rolls back on an exception.
 
-        On SQLite the threads of this process take turns through a lock first: SQLite's own
-        busy handler polls with growing sleeps, which under load adds whole seconds."""
+        On SQLite the writers of every process take turns through the `WriteLock` first."""
         if self._write_lock is None:
             with self._write() as s, s.begin():
                 yield s
             return
-        if not self._write_lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
-            raise StoreError(
-                "the database stayed busy for 30 s (a write transaction did not finish); "
-                "retry, and check the server log for a stuck request"
-            )
-        try:
-            with self._write() as s, s.begin():
-                yield s
-        finally:
-            self._write_lock.release()
+        with self._write_lock.held(), self._write() as s, s.begin():
+            yield s
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent)."""
@@ -112,6 +156,8 @@ class Store:
             conn.commit()
 
     def close(self) -> None:
+        if self._write_lock is not None:
+            self._write_lock.close()
         self.engine.dispose()
         if self._write_engine is not self.engine:
             self._write_engine.dispose()

@@ -13,8 +13,10 @@ router = APIRouter(tags=["system"])
 
 
 @router.get("/healthz", summary="The process is alive")
-def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+async def healthz(ctx: AppContext = Depends(get_ctx)) -> dict[str, str]:
+    """`process` names the server process that answered: `primary`, or `worker-N` with
+    `gpupool up --workers N`."""
+    return {"status": "ok", "process": str(ctx.extras.get("process", "primary"))}
 
 
 @router.get("/readyz", summary="The database answers and the loops run", response_model=None)

@@ -94,7 +94,7 @@ def revoke_token(ctx: AppContext, p: Principal, token_id: str) -> TokenOut:
         if row.user != p.name:
             p.require_admin("revoke other users' tokens")
         out = _token_out(repo.revoke(token_id, ctx.clock.now()))
-    ctx.auth_cache.clear()
+    ctx.auth_changed()
     return out
 
 
@@ -167,7 +167,7 @@ def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) ->
             disabled=body.disabled,
         )
         out = user_out(user, repo.memberships(name))
-    ctx.auth_cache.clear()
+    ctx.auth_changed()
     return out
 
 
@@ -177,7 +177,7 @@ def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: 
         repo = UserRepo(s)
         repo.set_membership(Membership(user, tenant, Role(role)))
         out = user_out(repo.get(user), repo.memberships(user))
-    ctx.auth_cache.clear()
+    ctx.auth_changed()
     return out
 
 
@@ -187,5 +187,5 @@ def remove_membership(ctx: AppContext, p: Principal, user: str, tenant: str) -> 
         repo = UserRepo(s)
         repo.remove_membership(user, tenant)
         out = user_out(repo.get(user), repo.memberships(user))
-    ctx.auth_cache.clear()
+    ctx.auth_changed()
     return out

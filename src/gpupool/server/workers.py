@@ -1,0 +1,335 @@
+"""Several API processes on one port: `gpupool up --workers N`.
+
+One Python process serves about 150 requests/s before its GIL is the limit (see
+bench/results/api_load.md), so a busy server runs N processes that all accept on the public
+port (SO_REUSEPORT: the kernel spreads the connections):
+
+- the **primary** is `gpupool up` itself: it runs every background loop, the executor and
+  telemetry, serves the whole API, and also listens on `<run_dir>/api.sock`;
+- **workers** (`python -m gpupool.server.workers`, started and restarted by the primary's
+  `Supervisor`) answer the database-only requests themselves and forward the rest to the
+  primary (`gpupool.server.forward`).
+
+They share the database (on SQLite, writers take turns through the store's flock) and tell
+each other what they cannot see through `gpupool.server.bus`: a worker wakes the primary's
+scheduler after a submission; any process that changes users, roles or tokens makes the
+others forget their cached tokens. A worker exits when the primary goes away, even by
+kill -9 (it reads its stdin, a pipe from the primary, until end of file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpupool.domain import Allocation, Workload
+from gpupool.executors.base import ExecStatus, Executor, ExecutorError, Handle, RunningProcess
+from gpupool.server.bus import Bus
+from gpupool.server.context import AppContext
+
+log = logging.getLogger(__name__)
+
+PRIMARY = "primary"
+#: Unix socket paths are limited to 107 bytes; longer run dirs move to the temp dir.
+_MAX_SOCKET_PATH = 100
+#: A worker that dies is restarted, but not more often than this many times a minute.
+MAX_RESTARTS_PER_MINUTE = 5
+
+
+def run_dir(data_dir: Path) -> Path:
+    """The server's sockets: `<data_dir>/run` (mode 0700), or a private directory in the
+    temp dir when that path is too long for a Unix socket."""
+    d = data_dir / "run"
+    if len(str(d / "worker-999.bus")) > _MAX_SOCKET_PATH:
+        digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+        d = Path(tempfile.gettempdir()) / f"gpupool-{os.geteuid()}-{digest}"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    d.chmod(0o700)
+    return d
+
+
+def api_socket(run: Path) -> Path:
+    """Where the primary answers the requests its workers forward."""
+    return run / "api.sock"
+
+
+def listen_tcp(host: str, port: int, *, shared: bool, probe: bool = True) -> socket.socket:
+    """A listening TCP socket. `shared`: other processes of this user may bind the same port
+    (SO_REUSEPORT). `probe` (the primary): first check that no other program holds it, so
+    two servers never share a port by accident."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, addr = infos[0]
+    if shared and probe and port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(addr)  # raises EADDRINUSE when another program has the port
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(addr)
+    sock.listen(2048)
+    sock.set_inheritable(False)
+    return sock
+
+
+def listen_unix(path: Path) -> socket.socket:
+    """A listening Unix stream socket at `path` (a stale one is replaced)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    path.chmod(0o600)
+    sock.listen(2048)
+    return sock
+
+
+def on_notice(ctx: AppContext) -> Callable[[str], None]:
+    """What a process does with a bus message (see gpupool.server.bus)."""
+
+    def handle(text: str) -> None:
+        verb, _, arg = text.partition(" ")
+        if verb == "wake" and arg:
+            ctx.loops.wake(arg)
+        elif text == "auth changed":
+            ctx.auth_cache.clear()
+        else:
+            log.warning("bus: unknown message %r", text)
+
+    return handle
+
+
+def attach_bus(ctx: AppContext, run: Path, name: str) -> Bus:
+    """Join this process to the server's bus as `name` (PRIMARY or worker-N)."""
+    ctx.bus = Bus(run, name, on_notice(ctx))
+    return ctx.bus
+
+
+class PrimaryOnlyExecutor(Executor):
+    """A worker's executor: work is started, watched and stopped by the primary only (the
+    routes that need it are forwarded), so any call here is a routing bug."""
+
+    name = "primary-only"
+
+    def _refuse(self) -> ExecutorError:
+        return ExecutorError("an API worker process has no executor; the primary serves this")
+
+    def start(self, workload: Workload, allocation: Allocation | None, **_: object) -> Handle:
+        raise self._refuse()
+
+    def poll(self, workload_id: str) -> ExecStatus:
+        raise self._refuse()
+
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        raise self._refuse()
+
+    def list_running(self) -> list[RunningProcess]:
+        raise self._refuse()
+
+
+class Supervisor:
+    """Starts the API workers, restarts one that dies (at most MAX_RESTARTS_PER_MINUTE a
+    minute), and stops them all. `command(index)` is a worker's argv; `env` its environment
+    (GPUPOOL_DATABASE_URL included)."""
+
+    def __init__(
+        self, count: int, command: Callable[[int], list[str]], env: dict[str, str] | None = None
+    ):
+        self.count = count
+        self.command = command
+        self.env = env
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.restarts: list[float] = []
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        for index in range(1, self.count):
+            self._spawn(index)
+        self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
+        self._thread.start()
+
+    def _spawn(self, index: int) -> None:
+        # stdin is a pipe the worker reads until EOF: the primary's end closes when the
+        # primary exits in any way, and the worker then stops.
+        self.procs[index] = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            self.command(index), stdin=subprocess.PIPE, start_new_session=True, env=self.env
+        )
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(1.0):
+            for index, proc in list(self.procs.items()):
+                if proc.poll() is None or self._stopping.is_set():
+                    continue
+                now = time.monotonic()
+                self.restarts = [t for t in self.restarts if now - t < 60]
+                if len(self.restarts) >= MAX_RESTARTS_PER_MINUTE:
+                    log.error(
+                        "API worker %d exited (code %s); too many restarts this minute, "
+                        "serving with fewer processes",
+                        index,
+                        proc.returncode,
+                    )
+                    del self.procs[index]
+                    continue
+                log.warning("API worker %d exited (code %s); restarting it", index, proc.returncode)
+                self.restarts.append(now)
+                self._spawn(index)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.poll() is None]
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Ask every worker to stop (closing its stdin: it finishes the requests it holds),
+        then SIGTERM what is left after half of `timeout_s`, then SIGKILL."""
+        self._stopping.set()
+        for proc in self.procs.values():
+            with contextlib.suppress(OSError):
+                if proc.stdin is not None:
+                    proc.stdin.close()
+        for sig, share in ((None, 0.5), (signal.SIGTERM, 0.5), (signal.SIGKILL, 0.0)):
+            left = [p for p in self.procs.values() if p.poll() is None]
+            if sig is not None:
+                for proc in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(sig)
+            deadline = time.monotonic() + timeout_s * share
+            for proc in left:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def worker_command(index: int, run: Path, host: str, port: int, log_level: str) -> list[str]:
+    """The argv of API worker `index` (the database URL goes in its environment)."""
+    return [
+        sys.executable,
+        "-m",
+        "gpupool.server.workers",
+        "--index",
+        str(index),
+        "--run-dir",
+        str(run),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--log-level",
+        log_level,
+    ]
+
+
+def make_server(config):  # noqa: ANN001, ANN201 - uvicorn's Config and Server
+    """A uvicorn server that leaves signals to its caller (uvicorn's own capture re-raises
+    SIGTERM after shutdown, which would skip the caller's cleanup) and that says where it
+    listens also when given its sockets."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]  # noqa: ANN202
+            yield
+
+        async def startup(self, sockets=None) -> None:  # noqa: ANN001
+            await super().startup(sockets)
+            if sockets is not None and self.started:
+                c = self.config
+                logging.getLogger("uvicorn.error").info(
+                    "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", c.host, c.port
+                )
+
+    return Server(config)
+
+
+def stop_on_signals(server) -> None:  # noqa: ANN001 - a uvicorn.Server
+    """SIGINT/SIGTERM: stop serving (a second one: also drop open connections)."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+
+
+def _stop_when_orphaned(server) -> None:  # noqa: ANN001 - a uvicorn.Server
+    """Read stdin (the primary's pipe) until EOF, then ask the server to stop."""
+
+    def watch() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while sys.stdin.buffer.read(4096):
+                pass
+        server.should_exit = True
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """An API worker: serve the database-only routes, forward the rest to the primary."""
+    import uvicorn
+
+    from gpupool.clock import SystemClock
+    from gpupool.server.app import create_app
+    from gpupool.server.settings import Settings
+    from gpupool.store import open_store
+
+    ap = argparse.ArgumentParser(prog="python -m gpupool.server.workers")
+    ap.add_argument("--index", type=int, required=True)
+    ap.add_argument("--run-dir", type=Path, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--log-level", default="info")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s worker-{args.index} %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per forwarded request
+    settings = Settings.from_env(start_loops=False)  # GPUPOOL_DATABASE_URL from the primary
+    store = open_store(settings.database_url, migrate=False)  # the primary migrated it
+    app = create_app(
+        settings,
+        executor=PrimaryOnlyExecutor(),
+        clock=SystemClock(),
+        store=store,
+        forward_to=str(api_socket(args.run_dir)),
+    )
+    ctx: AppContext = app.state.ctx
+    ctx.extras["process"] = f"worker-{args.index}"
+    bus = attach_bus(ctx, args.run_dir, f"worker-{args.index}")
+    sock = listen_tcp(args.host, args.port, shared=True, probe=False)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level.lower(),
+        lifespan="on",
+        timeout_keep_alive=60,
+    )
+    server = make_server(config)
+    stop_on_signals(server)
+    _stop_when_orphaned(server)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        bus.close()
+        store.close()
+
+
+if __name__ == "__main__":
+    main()
