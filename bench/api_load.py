@@ -42,8 +42,8 @@ NODES, GPUS_PER_NODE = 8, 8
 
 def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) -> None:
     """Seed the database, write tokens.json, and serve as `gpupool up --workers N` does: this
-    process runs the loops (and the fake executor); with N > 1 it starts N - 1 API worker
-    processes (gpupool.server.workers) on the same port."""
+    process runs the loops (and the fake executor); with N > 0 it starts N API worker
+    processes (gpupool.server.workers) that serve the port in front of it."""
 
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Role, Tenant, User
@@ -106,13 +106,11 @@ def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noq
     from gpupool.server import workers as w
 
     supervisor = None
-    if workers > 1:
+    if workers > 0:
         run = w.run_dir(data_dir)
         w.attach_bus(ctx, run, w.PRIMARY)
-        sockets = [
-            w.listen_tcp("127.0.0.1", port, shared=True),
-            w.listen_unix(w.api_socket(run)),
-        ]
+        held = w.listen_tcp("127.0.0.1", port, shared=True, listen=False)  # noqa: F841
+        sockets = [w.listen_unix(w.api_socket(run))]
         command = partial(
             w.worker_command, run=run, host="127.0.0.1", port=port, log_level="warning"
         )
@@ -257,7 +255,8 @@ def report(res: dict, args: argparse.Namespace, wall: float) -> str:
         f"- settings: {args.clients} clients, one poll per {args.poll_interval:g} s each, "
         f"{args.rate:g} submissions/s, {args.duration:g} s, "
         f"{NODES * GPUS_PER_NODE} simulated GPUs, jobs run 1-3 s, "
-        f"{args.workers} server process(es), scheduler timer {args.scheduler_interval:g} s",
+        f"{args.workers} API worker process(es) in front of the server process, "
+        f"scheduler timer {args.scheduler_interval:g} s",
     ]
     if "server_cpu_s" in res:
         lines.append(
@@ -289,8 +288,8 @@ def main() -> None:
     ap.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="API processes, as `gpupool up --workers N` (the loops run in the first)",
+        default=0,
+        help="API worker processes in front of the server, as `gpupool up --workers N`",
     )
     ap.add_argument(
         "--scheduler-interval", type=float, default=0.5, help="scheduler loop timer (s)"
@@ -340,7 +339,7 @@ def main() -> None:
                     raise SystemExit("the bench server did not start")
                 time.sleep(0.2)
             seen: set[str] = set()  # every API process answers before the load starts
-            while len(seen) < args.workers:
+            while len(seen) < max(1, args.workers):
                 with httpx.Client() as fresh:  # a new connection each time
                     seen.add(fresh.get(url + "/healthz").json()["process"])
                 if time.monotonic() > deadline:

@@ -124,12 +124,13 @@ def register(app: typer.Typer) -> None:
         ),
         hub_port: int = typer.Option(8000, "--hub-port", help="JupyterHub's public port."),
         workers: int = typer.Option(
-            1,
+            0,
             "--workers",
-            min=1,
+            min=0,
             max=64,
-            help="API processes on the port. One serves ~150 requests/s; for many users or "
-            "open dashboards use one per spare CPU core (the loops run in the first).",
+            help="API worker processes serving the port in front of this one, which then "
+            "only runs the loops and what the workers forward. 0: this process serves the "
+            "API itself (~150 requests/s). Busy servers: 2-6, up to one per spare core.",
         ),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
     ) -> None:
@@ -192,7 +193,7 @@ def serve(
     log_level: str,
     jupyterhub: bool | None = False,
     hub_port: int = 8000,
-    workers: int = 1,
+    workers: int = 0,
 ) -> None:
     """Set everything up and serve until interrupted (see the module docstring)."""
     import psutil
@@ -341,7 +342,7 @@ def serve(
     server = make_server(config)
     sockets, supervisor = (
         _start_workers(ctx, data_dir, settings.database_url, host, port, workers, log_level)
-        if workers > 1
+        if workers > 0
         else (None, None)
     )
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -365,8 +366,8 @@ def serve(
 
 
 def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):  # noqa: ANN001, ANN202
-    """Bind the shared port and the primary's socket, join the bus, start the API workers
-    (gpupool.server.workers). Returns the sockets for uvicorn and the supervisor."""
+    """Hold the shared port, listen on the primary's socket, join the bus, start the API
+    workers (gpupool.server.workers). Returns the sockets for uvicorn and the supervisor."""
     import errno
     from functools import partial
 
@@ -383,7 +384,7 @@ def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):
 
     run = run_dir(data_dir)
     try:
-        tcp = listen_tcp(host, port, shared=True)
+        held = listen_tcp(host, port, shared=True, listen=False)
     except OSError as e:
         why = "the port is in use" if e.errno == errno.EADDRINUSE else str(e)
         _say(f"error: cannot listen on {host}:{port}: {why}; choose another --port")
@@ -396,8 +397,12 @@ def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):
         env=dict(os.environ, GPUPOOL_DATABASE_URL=database_url),
     )
     supervisor.start()
-    _say(f"gpupool: {workers} API processes on port {port} (loops in this one, pid {os.getpid()})")
-    return [tcp, uds], supervisor
+    _say(
+        f"gpupool: {workers} API worker process(es) serve port {port}; this one (pid "
+        f"{os.getpid()}) runs the loops and answers what they forward"
+    )
+    ctx.extras["held_port"] = held  # kept open while serving: no other program takes it
+    return [uds], supervisor
 
 
 def _mps_base(data_dir: Path, mode: str) -> Path:

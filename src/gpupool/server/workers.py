@@ -1,11 +1,13 @@
-"""Several API processes on one port: `gpupool up --workers N`.
+"""API worker processes in front of the server: `gpupool up --workers N`.
 
-One Python process serves about 150 requests/s before its GIL is the limit (see
-bench/results/api_load.md), so a busy server runs N processes that all accept on the public
-port (SO_REUSEPORT: the kernel spreads the connections):
+One Python process serves about 150 requests/s before its GIL is the limit, and requests it
+serves wait while its background loops hold the GIL (bench/results/api_load.md). So a busy
+server runs N API workers that all accept on the public port (SO_REUSEPORT: the kernel
+spreads the connections), in front of the primary:
 
 - the **primary** is `gpupool up` itself: it runs every background loop, the executor and
-  telemetry, serves the whole API, and also listens on `<run_dir>/api.sock`;
+  telemetry, and serves the whole API on `<run_dir>/api.sock` only (it holds the public
+  port without listening on it, so no other program can take it);
 - **workers** (`python -m gpupool.server.workers`, started and restarted by the primary's
   `Supervisor`) answer the database-only requests themselves and forward the rest to the
   primary (`gpupool.server.forward`).
@@ -65,22 +67,24 @@ def api_socket(run: Path) -> Path:
     return run / "api.sock"
 
 
-def listen_tcp(host: str, port: int, *, shared: bool, probe: bool = True) -> socket.socket:
-    """A listening TCP socket. `shared`: other processes of this user may bind the same port
-    (SO_REUSEPORT). `probe` (the primary): first check that no other program holds it, so
-    two servers never share a port by accident."""
+def listen_tcp(host: str, port: int, *, shared: bool, listen: bool = True) -> socket.socket:
+    """A TCP socket bound to host:port. `shared`: other processes of this user may bind the
+    same port (SO_REUSEPORT) and the kernel spreads connections over those that listen.
+    `listen=False` (the primary) only holds the port, so no other program takes it while
+    the workers serve it; it first checks that nobody holds it already."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, _, _, _, addr = infos[0]
-    if shared and probe and port:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(addr)  # raises EADDRINUSE when another program has the port
+    if shared and not listen and port:
+        with socket.socket(family, socket.SOCK_STREAM) as check:
+            check.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            check.bind(addr)  # raises EADDRINUSE when another program has the port
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if shared:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(addr)
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.set_inheritable(False)
     return sock
 
@@ -140,9 +144,9 @@ class PrimaryOnlyExecutor(Executor):
 
 
 class Supervisor:
-    """Starts the API workers, restarts one that dies (at most MAX_RESTARTS_PER_MINUTE a
-    minute), and stops them all. `command(index)` is a worker's argv; `env` its environment
-    (GPUPOOL_DATABASE_URL included)."""
+    """Starts `count` API workers (worker-1 ... worker-count), restarts one that dies (at
+    most MAX_RESTARTS_PER_MINUTE a minute), and stops them all. `command(index)` is a
+    worker's argv; `env` its environment (GPUPOOL_DATABASE_URL included)."""
 
     def __init__(
         self, count: int, command: Callable[[int], list[str]], env: dict[str, str] | None = None
@@ -156,7 +160,7 @@ class Supervisor:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        for index in range(1, self.count):
+        for index in range(1, self.count + 1):
             self._spawn(index)
         self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
         self._thread.start()
@@ -246,10 +250,15 @@ def make_server(config):  # noqa: ANN001, ANN201 - uvicorn's Config and Server
 
         async def startup(self, sockets=None) -> None:  # noqa: ANN001
             await super().startup(sockets)
-            if sockets is not None and self.started:
-                c = self.config
+            for sock in sockets or () if self.started else ():
+                where = sock.getsockname()
+                where = (
+                    f"unix socket {where}"
+                    if sock.family == socket.AF_UNIX
+                    else f"http://{self.config.host}:{where[1]}"
+                )
                 logging.getLogger("uvicorn.error").info(
-                    "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", c.host, c.port
+                    "Uvicorn running on %s (Press CTRL+C to quit)", where
                 )
 
     return Server(config)
@@ -312,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     ctx: AppContext = app.state.ctx
     ctx.extras["process"] = f"worker-{args.index}"
     bus = attach_bus(ctx, args.run_dir, f"worker-{args.index}")
-    sock = listen_tcp(args.host, args.port, shared=True, probe=False)
+    sock = listen_tcp(args.host, args.port, shared=True)
     config = uvicorn.Config(
         app,
         host=args.host,
