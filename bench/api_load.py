@@ -69,7 +69,8 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
             return st if st.state is not ExecState.UNKNOWN else st
 
     clock = SystemClock()
-    store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}")
+    store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}", wal_autocheckpoint=False)
+    store.checkpoint_every(1.0)  # as gpupool up does
     now = clock.now()
     pw = hash_password("bench-password")
     with store.write() as s:
@@ -129,6 +130,7 @@ def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noq
     )
     server = w.make_server(config)
     w.stop_on_signals(server)
+    w.settle_heap()
     try:
         server.run(sockets=sockets)
     finally:

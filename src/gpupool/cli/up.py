@@ -215,7 +215,7 @@ def serve(
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.telemetry import TelemetryLoop
     from gpupool.server.settings import Settings
-    from gpupool.server.workers import make_server, stop_on_signals
+    from gpupool.server.workers import make_server, settle_heap, stop_on_signals
     from gpupool.store import EventRepo, StoreError, open_store
     from gpupool.telemetry.exporter import TelemetryCollector
 
@@ -253,7 +253,7 @@ def serve(
         ),
     )
     try:
-        store = open_store(settings.database_url)
+        store = open_store(settings.database_url, wal_autocheckpoint=False)
     except StoreError as e:
         _say(f"error: {e}")
         raise typer.Exit(2) from None
@@ -266,6 +266,7 @@ def serve(
         memory_mib=psutil.virtual_memory().total // (1024 * 1024),
         last_heartbeat=now,
     )
+    store.checkpoint_every(1.0)  # SQLite: off the writers' path (see Store.checkpoint_every)
     register_node(store, node)
     password = ensure_admin(store, ADMIN, os.environ.get("GPUPOOL_ADMIN_PASSWORD"), now)
     ensure_tenant(store, DEFAULT_TENANT, now, members=(ADMIN,))
@@ -347,6 +348,7 @@ def serve(
     )
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     stop_on_signals(server)
+    settle_heap()
     try:
         server.run(sockets=sockets)
     finally:
