@@ -31,8 +31,8 @@ GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 class Up:
     """One `gpupool up` process; `ready` is set when uvicorn says it is listening."""
 
-    def __init__(self, data_dir: Path, port: int, *extra: str):
-        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
+    def __init__(self, data_dir: Path, port: int, *extra: str, env: dict[str, str] | None = None):
+        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1", **(env or {}))
         env.pop("GPUPOOL_DATABASE_URL", None)
         self.proc = subprocess.Popen(
             [*GPUPOOL, "up", "--simulate", "2xH100-80GB"]

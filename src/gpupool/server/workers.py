@@ -79,7 +79,8 @@ def listen_tcp(host: str, port: int, *, shared: bool, listen: bool = True) -> so
             check.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             check.bind(addr)  # raises EADDRINUSE when another program has the port
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if listen:  # a held port without SO_REUSEADDR: others cannot bind it even so
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if shared:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(addr)

@@ -1,0 +1,380 @@
+"""The pieces of `gpupool up --workers N`: what a worker serves itself, forwarding the rest
+to the primary over its Unix socket, the bus between the processes, and SQLite writers of
+several processes taking turns (the end-to-end run is in tests/cli/test_up_workers.py)."""
+
+from __future__ import annotations
+
+import fcntl
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from gpupool.clock import ManualClock
+from gpupool.executors.fake import FakeExecutor
+from gpupool.server.app import create_app
+from gpupool.server.bus import Bus
+from gpupool.server.forward import served_locally
+from gpupool.server.routes import iter_routes
+from gpupool.server.services.accounts import issue_token
+from gpupool.server.settings import Settings
+from gpupool.server.workers import (
+    PRIMARY,
+    PrimaryOnlyExecutor,
+    api_socket,
+    attach_bus,
+    listen_tcp,
+    listen_unix,
+    on_notice,
+    run_dir,
+)
+from gpupool.store import open_store
+from gpupool.web import create_router
+from tests.server.conftest import API, USERS, seed
+from tests.support import wait_for
+
+#: Every route a worker answers itself; all others go to the primary. Changing what a worker
+#: serves means changing this list on purpose: a local route must need nothing but the
+#: database (no executor, no loop state, no telemetry).
+LOCAL = {
+    ("GET", "/healthz"),
+    ("GET", f"{API}/auth/me"),
+    ("POST", f"{API}/auth/login"),
+    ("GET", f"{API}/workloads"),
+    ("POST", f"{API}/workloads"),
+    ("GET", f"{API}/workloads/{{workload_id}}"),
+    ("GET", f"{API}/queue"),
+    ("GET", f"{API}/nodes"),
+    ("GET", f"{API}/nodes/{{name}}"),
+    ("GET", f"{API}/gpus"),
+    ("GET", f"{API}/gpus/{{uuid}}"),
+    ("GET", f"{API}/profiles"),
+    ("GET", f"{API}/profiles/{{name}}"),
+    ("GET", f"{API}/users"),
+    ("GET", f"{API}/users/{{name}}"),
+    ("GET", f"{API}/tenants"),
+    ("GET", f"{API}/tenants/{{name:path}}"),
+    ("GET", f"{API}/usage"),
+    ("GET", f"{API}/events"),
+    ("GET", f"{API}/tokens"),
+}
+
+
+def _sample(template: str) -> str:
+    """A concrete path for a route template ({x} and {x:path} filled in)."""
+    out, i = "", 0
+    while i < len(template):
+        if template[i] == "{":
+            j = template.index("}", i)
+            out += "lab/sub" if template[i:j].endswith(":path") else "x1"
+            i = j + 1
+        else:
+            out += template[i]
+            i += 1
+    return out
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
+    yield s
+    s.close()
+
+
+def test_a_worker_serves_exactly_the_listed_routes_itself(store):
+    app = create_app(
+        Settings(database_url=store.url, start_loops=False),
+        executor=PrimaryOnlyExecutor(),
+        clock=ManualClock(0),
+        store=store,
+    )
+    app.include_router(create_router())  # the dashboard's routes, as gpupool up has them
+    local = {(m, t) for m, t in iter_routes(app.routes) if served_locally(m, _sample(t))}
+    assert local == LOCAL
+    # and nothing below the local ones leaks: logs, dashboard data and metrics are forwarded
+    for method, path in (
+        ("GET", f"{API}/workloads/w-1/logs"),
+        ("DELETE", f"{API}/workloads/w-1"),
+        ("GET", f"{API}/dashboard/cluster"),
+        ("GET", "/metrics"),
+        ("GET", "/readyz"),
+        ("GET", "/services/gpupool/dashboard/cluster"),
+    ):
+        assert not served_locally(method, path), (method, path)
+    assert served_locally("HEAD", "/healthz")
+
+
+class Primary:
+    """A primary app (fake executor, the test seed) served by uvicorn on a Unix socket."""
+
+    def __init__(self, store, run: Path):
+        import uvicorn
+
+        self.clock = ManualClock(1_780_000_000.0)
+        self.executor = FakeExecutor(self.clock)
+        settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=4096)
+        self.app = create_app(settings, executor=self.executor, clock=self.clock, store=store)
+        self.ctx = self.app.state.ctx
+        seed(self.ctx)
+        self.sock = listen_unix(api_socket(run))
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> Primary:
+        self.thread.start()
+        wait_for(lambda: self.server.started, "the primary on its Unix socket", timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def pair(store, tmp_path):
+    """(primary, worker TestClient) sharing one SQLite file, the worker forwarding."""
+    run = run_dir(tmp_path)
+    with Primary(store, run) as primary:
+        worker_store = open_store(store.url, migrate=False)
+        settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=4096)
+        app = create_app(
+            settings,
+            executor=PrimaryOnlyExecutor(),
+            clock=primary.clock,
+            store=worker_store,
+            forward_to=str(api_socket(run)),
+        )
+        app.state.ctx.extras["process"] = "worker-1"
+        with TestClient(app, raise_server_exceptions=False) as client:
+            yield primary, client
+        worker_store.close()
+
+
+def _h(primary: Primary, role: str) -> dict[str, str]:
+    token = issue_token(primary.ctx, USERS[role], "t", None).token
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_forwarded_requests_reach_the_primary_unchanged(pair):
+    primary, worker = pair
+    admin = _h(primary, "admin")
+    assert worker.get("/healthz").json()["process"] == "worker-1"  # answered by the worker
+    # a body, a query string and the caller's own credentials travel to the primary
+    r = worker.post(f"{API}/tenants", json={"name": "lab/sub"}, headers=admin)
+    assert r.status_code == 201, r.text
+    assert r.json()["name"] == "lab/sub"
+    assert worker.get(f"{API}/tenants/lab/sub", headers=admin).status_code == 200  # local
+    r = worker.post(f"{API}/tenants", json={"name": "x"}, headers=_h(primary, "member"))
+    assert r.status_code == 403 and r.headers["content-type"].startswith("application/problem")
+    # work is started by the primary's executor, and stopped there when cancelled
+    wid = worker.post(
+        f"{API}/workloads", json={"gpus": 1, "command": ["true"]}, headers=_h(primary, "member")
+    ).json()["id"]
+    primary.ctx.loops.get("scheduler").run_once()
+    assert primary.executor.world.processes[wid].state.alive
+    r = worker.delete(f"{API}/workloads/{wid}", headers=_h(primary, "member"))
+    assert r.status_code == 200, r.text
+    assert [c[0] for c in primary.executor.stop_calls] == [wid]
+    # live state that only the primary has
+    assert "gpupool_scheduler_cycle_seconds" in worker.get("/metrics").text
+    assert worker.get("/readyz").json()["status"] == "ready"
+
+
+def test_an_oversized_body_is_refused_by_the_worker_before_forwarding(pair):
+    primary, worker = pair
+    body = {"name": "y" * 10_000}
+    r = worker.post(f"{API}/tenants", json=body, headers=_h(primary, "admin"))
+    assert r.status_code == 413
+    assert worker.get(f"{API}/tenants", headers=_h(primary, "admin")).status_code == 200
+
+
+def test_a_change_forwarded_by_a_worker_drops_its_cached_tokens(pair):
+    primary, worker = pair
+    token = issue_token(primary.ctx, "ann", "t", None)
+    h = {"Authorization": f"Bearer {token.token}"}
+    assert worker.get(f"{API}/auth/me", headers=h).status_code == 200  # now cached here
+    r = worker.delete(f"{API}/tokens/{token.id}", headers=h)  # revoked at the primary
+    assert r.status_code == 200, r.text
+    assert worker.get(f"{API}/auth/me", headers=h).status_code == 401
+
+
+def test_a_worker_answers_503_while_the_primary_is_away(store, tmp_path):
+    run = run_dir(tmp_path)
+    settings = Settings(database_url=store.url, start_loops=False)
+    app = create_app(
+        settings,
+        executor=PrimaryOnlyExecutor(),
+        clock=ManualClock(0),
+        store=store,
+        forward_to=str(api_socket(run)),
+    )
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/readyz")
+        assert r.status_code == 503
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert "retry" in r.json()["detail"]
+        assert client.get("/healthz").status_code == 200  # what it serves itself still works
+
+
+def test_the_bus_carries_notices_between_named_processes(tmp_path):
+    run = run_dir(tmp_path)
+    got: dict[str, list[str]] = {"primary": [], "worker-1": [], "worker-2": []}
+    seen = threading.Condition()
+
+    def handler(name: str):
+        def handle(text: str) -> None:
+            with seen:
+                got[name].append(text)
+                seen.notify_all()
+
+        return handle
+
+    buses = {name: Bus(run, name, handler(name)) for name in got}
+    try:
+        assert buses["worker-1"].send(PRIMARY, "wake scheduler")
+        assert buses["primary"].broadcast("auth changed") == 2  # everyone but itself
+        assert not buses["primary"].send("worker-9", "hello")  # nobody there: no error
+        with seen:
+            assert seen.wait_for(
+                lambda: got["worker-1"] and got["worker-2"] and got["primary"], timeout=10
+            )
+        assert got == {
+            "primary": ["wake scheduler"],
+            "worker-1": ["auth changed"],
+            "worker-2": ["auth changed"],
+        }
+    finally:
+        for b in buses.values():
+            b.close()
+    assert not list(run.glob("*.bus"))  # each cleans up its socket
+
+
+def test_notices_wake_loops_and_clear_the_token_cache(store, tmp_path):
+    app = create_app(
+        Settings(database_url=store.url, start_loops=False),
+        executor=FakeExecutor(ManualClock(0)),
+        clock=ManualClock(0),
+        store=store,
+    )
+    ctx = app.state.ctx
+    handle = on_notice(ctx)
+    handle("wake scheduler")
+    assert ctx.loops.get("scheduler")._woken.is_set()
+    ctx.auth_cache.put("digest", 0.0, object(), None)  # type: ignore[arg-type]
+    handle("auth changed")
+    assert ctx.auth_cache.get("digest", 0.0) is None
+    handle("something unknown")  # logged, not raised
+
+
+def test_a_worker_without_loops_wakes_the_primary_through_the_bus(store, tmp_path):
+    run = run_dir(tmp_path)
+    woken = threading.Event()
+    primary = Bus(run, PRIMARY, lambda text: text == "wake scheduler" and woken.set())
+    app = create_app(
+        Settings(database_url=store.url, start_loops=False),
+        executor=PrimaryOnlyExecutor(),
+        clock=ManualClock(0),
+        store=store,
+    )
+    bus = attach_bus(app.state.ctx, run, "worker-1")
+    try:
+        app.state.ctx.wake_scheduler()
+        assert woken.wait(10)
+    finally:
+        bus.close()
+        primary.close()
+
+
+def test_the_run_dir_is_private_and_short_enough_for_sockets(tmp_path):
+    run = run_dir(tmp_path)
+    assert run == tmp_path / "run" and (run.stat().st_mode & 0o777) == 0o700
+    deep = tmp_path / ("d" * 120)
+    far = run_dir(deep)
+    assert len(str(far / "worker-999.bus")) <= 107 and (far.stat().st_mode & 0o777) == 0o700
+    assert run_dir(deep) == far  # the same data dir always gets the same run dir
+
+
+def test_the_primary_holds_the_port_without_taking_connections(tmp_path):
+    held = listen_tcp("127.0.0.1", 0, shared=True, listen=False)
+    port = held.getsockname()[1]
+    try:
+        with pytest.raises(OSError):  # another program cannot take it
+            listen_tcp("127.0.0.1", port, shared=False)
+        with pytest.raises(httpx.ConnectError):  # and nobody answers until a worker listens
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+        worker = listen_tcp("127.0.0.1", port, shared=True)  # a worker joins the port
+        worker.close()
+    finally:
+        held.close()
+
+
+# -- SQLite writers of several processes -------------------------------------------------
+
+
+def test_a_write_transaction_holds_the_cross_process_lock(store):
+    lock_file = Path(make_path(store.url) + ".writelock")
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with store.write() as s:
+            s.execute(text("SELECT 1"))
+            with pytest.raises(BlockingIOError):  # another process would wait here
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again once it committed
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def make_path(url: str) -> str:
+    return url.removeprefix("sqlite:///")
+
+
+def _increment(url: str, times: int, go) -> None:  # noqa: ANN001 - runs in a child process
+    s = open_store(url, migrate=False)
+    go.wait()
+    for _ in range(times):
+        with s.write() as tx:  # read, then write back: lost updates show if turns break
+            n = tx.execute(text("SELECT n FROM counter")).scalar_one()
+            tx.execute(text("UPDATE counter SET n = :n"), {"n": n + 1})
+    s.close()
+
+
+def test_writers_in_several_processes_take_turns_without_losing_updates(store):
+    with store.write() as s:
+        s.execute(text("CREATE TABLE counter (n INTEGER NOT NULL)"))
+        s.execute(text("INSERT INTO counter VALUES (0)"))
+    mp = multiprocessing.get_context("spawn")
+    go = mp.Event()
+    procs = [mp.Process(target=_increment, args=(store.url, 40, go)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    with store.read() as s:
+        assert s.execute(text("SELECT n FROM counter")).scalar_one() == 120
+
+
+def test_checkpoints_can_run_beside_the_writers(tmp_path):
+    s = open_store(f"sqlite:///{tmp_path / 'g.db'}", wal_autocheckpoint=False)
+    try:
+        with s.write() as tx:
+            tx.execute(text("CREATE TABLE t (x TEXT)"))
+            for i in range(500):
+                tx.execute(text("INSERT INTO t VALUES (:x)"), {"x": "x" * 1000 + str(i)})
+        wal = tmp_path / "g.db-wal"
+        with s.engine.connect() as c:
+            assert c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one() == 0
+            busy, frames, done = c.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+        assert wal.exists() and busy == 0 and frames > 0 and done == frames
+        s.checkpoint()  # idempotent
+    finally:
+        s.close()
