@@ -378,3 +378,41 @@ def test_checkpoints_can_run_beside_the_writers(tmp_path):
         s.checkpoint()  # idempotent
     finally:
         s.close()
+
+
+# -- the supervisor ----------------------------------------------------------------------
+
+
+def test_the_supervisor_restarts_a_dying_worker_then_gives_up(tmp_path):
+    import sys
+
+    from gpupool.server.workers import MAX_RESTARTS_PER_MINUTE, Supervisor
+
+    starts = tmp_path / "starts"
+    code = f"open({str(starts)!r}, 'a').write('x'); raise SystemExit(3)"
+    gone = threading.Event()
+    sup = Supervisor(
+        1, lambda i: [sys.executable, "-c", code], on_all_gone=gone.set, check_every_s=0.05
+    )
+    sup.start()
+    try:
+        assert gone.wait(60), "the supervisor never gave up"
+        assert starts.read_text() == "x" * (1 + MAX_RESTARTS_PER_MINUTE)
+        assert sup.pids == []
+    finally:
+        sup.stop()
+
+
+def test_the_supervisor_stops_workers_by_closing_their_stdin(tmp_path):
+    import sys
+
+    from gpupool.server.workers import Supervisor
+
+    # a worker that, like the real one, serves until its stdin (the primary's pipe) closes
+    code = "import sys; sys.stdin.buffer.read(); raise SystemExit(0)"
+    sup = Supervisor(2, lambda i: [sys.executable, "-c", code], check_every_s=0.05)
+    sup.start()
+    procs = list(sup.procs.values())
+    assert len(sup.pids) == 2
+    sup.stop(timeout_s=60)
+    assert [p.returncode for p in procs] == [0, 0]  # ended by EOF, not by a signal

@@ -342,7 +342,7 @@ def serve(
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
     server = make_server(config)
     sockets, supervisor = (
-        _start_workers(ctx, data_dir, settings.database_url, host, port, workers, log_level)
+        _start_workers(ctx, server, data_dir, settings.database_url, host, port, workers, log_level)
         if workers > 0
         else (None, None)
     )
@@ -367,7 +367,7 @@ def serve(
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
 
 
-def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):  # noqa: ANN001, ANN202
+def _start_workers(ctx, server, data_dir, database_url, host, port, workers, log_level):  # noqa: ANN001, ANN202
     """Hold the shared port, listen on the primary's socket, join the bus, start the API
     workers (gpupool.server.workers). Returns the sockets for uvicorn and the supervisor."""
     import errno
@@ -397,6 +397,7 @@ def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):
         workers,
         partial(worker_command, run=run, host=host, port=port, log_level=log_level),
         env=dict(os.environ, GPUPOOL_DATABASE_URL=database_url),
+        on_all_gone=lambda: _give_up(server),
     )
     supervisor.start()
     _say(
@@ -405,6 +406,16 @@ def _start_workers(ctx, data_dir, database_url, host, port, workers, log_level):
     )
     ctx.extras["held_port"] = held  # kept open while serving: no other program takes it
     return [uds], supervisor
+
+
+def _give_up(server) -> None:  # noqa: ANN001 - a uvicorn.Server
+    """Every API worker keeps dying: nothing serves the port, so stop (jobs keep running)."""
+    _say(
+        "error: the API worker processes keep exiting (see their errors above); stopping. "
+        "Start again without --workers to serve from one process.",
+        loud=True,
+    )
+    server.should_exit = True
 
 
 def _mps_base(data_dir: Path, mode: str) -> Path:

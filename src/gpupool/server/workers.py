@@ -150,11 +150,19 @@ class Supervisor:
     worker's argv; `env` its environment (GPUPOOL_DATABASE_URL included)."""
 
     def __init__(
-        self, count: int, command: Callable[[int], list[str]], env: dict[str, str] | None = None
+        self,
+        count: int,
+        command: Callable[[int], list[str]],
+        env: dict[str, str] | None = None,
+        on_all_gone: Callable[[], None] | None = None,
+        check_every_s: float = 1.0,
     ):
         self.count = count
         self.command = command
         self.env = env
+        #: called (from the watch thread) when no worker is left to serve the port
+        self.on_all_gone = on_all_gone
+        self.check_every_s = check_every_s
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.restarts: list[float] = []
         self._stopping = threading.Event()
@@ -174,7 +182,7 @@ class Supervisor:
         )
 
     def _watch(self) -> None:
-        while not self._stopping.wait(1.0):
+        while not self._stopping.wait(self.check_every_s):
             for index, proc in list(self.procs.items()):
                 if proc.poll() is None or self._stopping.is_set():
                     continue
@@ -188,6 +196,8 @@ class Supervisor:
                         proc.returncode,
                     )
                     del self.procs[index]
+                    if not self.procs and self.on_all_gone is not None:
+                        self.on_all_gone()
                     continue
                 log.warning("API worker %d exited (code %s); restarting it", index, proc.returncode)
                 self.restarts.append(now)
