@@ -38,6 +38,7 @@ class Up:
             [*GPUPOOL, "up", "--simulate", "2xH100-80GB"]
             + ["--data-dir", str(data_dir), "--port", str(port), "--user-mode", "single-user"]
             + ([] if "--jupyterhub" in extra else ["--no-jupyterhub"])
+            + ([] if "--workers" in extra else ["--workers", "0"])  # not by this host's CPUs
             + list(extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -187,9 +188,12 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     __import__("shutil").which("configurable-http-proxy") is None,
     reason="configurable-http-proxy is not installed (scripts/services.sh installs it)",
 )
-def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir):
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir, workers):
     hub_port = free_port()
-    up = Up(data_dir, free_port(), "--jupyterhub", "--hub-port", str(hub_port))
+    up = Up(
+        data_dir, free_port(), "--jupyterhub", "--hub-port", str(hub_port), "--workers", workers
+    )
     try:
         up.wait_ready()
         assert "JupyterHub on" in up.output

@@ -123,14 +123,13 @@ def register(app: typer.Typer) -> None:
             show_default=False,
         ),
         hub_port: int = typer.Option(8000, "--hub-port", help="JupyterHub's public port."),
-        workers: int = typer.Option(
-            0,
+        workers: str = typer.Option(
+            "auto",
             "--workers",
-            min=0,
-            max=64,
+            metavar="N|auto",
             help="API worker processes serving the port in front of this one, which then "
             "only runs the loops and what the workers forward. 0: this process serves the "
-            "API itself (~150 requests/s). Busy servers: 2-6, up to one per spare core.",
+            "API itself (~150 requests/s). auto: (CPUs - 2) / 2, at most 4 (0 below 4 CPUs).",
         ),
         log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
     ) -> None:
@@ -148,8 +147,23 @@ def register(app: typer.Typer) -> None:
             log_level=log_level,
             jupyterhub=jupyterhub,
             hub_port=hub_port,
-            workers=workers,
+            workers=_choose_workers(workers),
         )
+
+
+def _choose_workers(requested: str) -> int:
+    """--workers N|auto -> a count (auto: leave two CPUs to the loops and the jobs' helpers,
+    then one worker per two CPUs, at most 4: bench/results/api_load.md)."""
+    if requested == "auto":
+        return min(4, max(0, ((os.cpu_count() or 1) - 2) // 2))
+    try:
+        n = int(requested)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 64:
+        _say(f"error: --workers must be a number from 0 to 64 or auto, not {requested!r}")
+        raise typer.Exit(2)
+    return n
 
 
 def _choose_user_mode(requested: str, simulated: bool) -> str:
