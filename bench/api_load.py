@@ -69,8 +69,8 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
             return st if st.state is not ExecState.UNKNOWN else st
 
     clock = SystemClock()
+    # as gpupool up opens it: checkpoints are the CheckpointLoop's
     store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}", wal_autocheckpoint=False)
-    store.checkpoint_every(1.0)  # as gpupool up does
     now = clock.now()
     pw = hash_password("bench-password")
     with store.write() as s:
@@ -100,26 +100,12 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
 
 
 def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noqa: ANN001
-    from functools import partial
-
     import uvicorn
 
     from gpupool.server import workers as w
 
-    supervisor = None
-    if workers > 0:
-        run = w.run_dir(data_dir)
-        w.attach_bus(ctx, run, w.PRIMARY)
-        held = w.listen_tcp("127.0.0.1", port, shared=True, listen=False)  # noqa: F841
-        sockets = [w.listen_unix(w.api_socket(run))]
-        command = partial(
-            w.worker_command, run=run, host="127.0.0.1", port=port, log_level="warning"
-        )
-        env = dict(os.environ, GPUPOOL_DATABASE_URL=ctx.store.url)
-        supervisor = w.Supervisor(workers, command, env=env)
-        supervisor.start()
-    else:
-        sockets = [w.listen_tcp("127.0.0.1", port, shared=False)]
+    pool = w.WorkerPool(ctx, data_dir, "127.0.0.1", port, workers, "warning") if workers else None
+    sockets = pool.sockets if pool else [w.listen_tcp("127.0.0.1", port, shared=False)]
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -134,8 +120,8 @@ def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noq
     try:
         server.run(sockets=sockets)
     finally:
-        if supervisor is not None:
-            supervisor.stop()
+        if pool is not None:
+            pool.close()
 
 
 # -- the load generator -------------------------------------------------------------------

@@ -267,6 +267,7 @@ def serve(
         ),
     )
     try:
+        # checkpoints are the CheckpointLoop's, off the writers' path (Store.checkpoint)
         store = open_store(settings.database_url, wal_autocheckpoint=False)
     except StoreError as e:
         _say(f"error: {e}")
@@ -280,7 +281,6 @@ def serve(
         memory_mib=psutil.virtual_memory().total // (1024 * 1024),
         last_heartbeat=now,
     )
-    store.checkpoint_every(1.0)  # SQLite: off the writers' path (see Store.checkpoint_every)
     register_node(store, node)
     password = ensure_admin(store, ADMIN, os.environ.get("GPUPOOL_ADMIN_PASSWORD"), now)
     ensure_tenant(store, DEFAULT_TENANT, now, members=(ADMIN,))
@@ -355,23 +355,19 @@ def serve(
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
     server = make_server(config)
-    sockets, supervisor = (
-        _start_workers(ctx, server, data_dir, settings.database_url, host, port, workers, log_level)
-        if workers > 0
-        else (None, None)
+    pool = (
+        _start_workers(ctx, server, data_dir, host, port, workers, log_level) if workers else None
     )
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     stop_on_signals(server)
     settle_heap()
     try:
-        server.run(sockets=sockets)
+        server.run(sockets=pool.sockets if pool is not None else None)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if supervisor is not None:
-            supervisor.stop()
-        if ctx.bus is not None:
-            ctx.bus.close()
+        if pool is not None:
+            pool.close()
         if hub_proc is not None:
             _stop_hub(hub_proc)
         if manager is not None:
@@ -381,45 +377,25 @@ def serve(
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
 
 
-def _start_workers(ctx, server, data_dir, database_url, host, port, workers, log_level):  # noqa: ANN001, ANN202
-    """Hold the shared port, listen on the primary's socket, join the bus, start the API
-    workers (gpupool.server.workers). Returns the sockets for uvicorn and the supervisor."""
+def _start_workers(ctx, server, data_dir, host, port, workers, log_level):  # noqa: ANN001, ANN202
+    """The API workers in front of this process (gpupool.server.workers.WorkerPool)."""
     import errno
-    from functools import partial
 
-    from gpupool.server.workers import (
-        PRIMARY,
-        Supervisor,
-        api_socket,
-        attach_bus,
-        listen_tcp,
-        listen_unix,
-        run_dir,
-        worker_command,
-    )
+    from gpupool.server.workers import WorkerPool
 
-    run = run_dir(data_dir)
     try:
-        held = listen_tcp(host, port, shared=True, listen=False)
+        pool = WorkerPool(
+            ctx, data_dir, host, port, workers, log_level, on_all_gone=lambda: _give_up(server)
+        )
     except OSError as e:
         why = "the port is in use" if e.errno == errno.EADDRINUSE else str(e)
         _say(f"error: cannot listen on {host}:{port}: {why}; choose another --port")
         raise typer.Exit(2) from None
-    uds = listen_unix(api_socket(run))
-    attach_bus(ctx, run, PRIMARY)
-    supervisor = Supervisor(
-        workers,
-        partial(worker_command, run=run, host=host, port=port, log_level=log_level),
-        env=dict(os.environ, GPUPOOL_DATABASE_URL=database_url),
-        on_all_gone=lambda: _give_up(server),
-    )
-    supervisor.start()
     _say(
         f"gpupool: {workers} API worker process(es) serve port {port}; this one (pid "
         f"{os.getpid()}) runs the loops and answers what they forward"
     )
-    ctx.extras["held_port"] = held  # kept open while serving: no other program takes it
-    return [uds], supervisor
+    return pool
 
 
 def _give_up(server) -> None:  # noqa: ANN001 - a uvicorn.Server

@@ -1,8 +1,8 @@
 """The FastAPI app factory.
 
 `create_app(settings, executor=..., clock=...)` opens the store (running migrations), wires
-the scheduler loop and metrics, and mounts the API under /api/v1 (OpenAPI at
-/api/v1/openapi.json). More loops (reconciler, telemetry, ...) are added with
+the scheduler loop (on SQLite also the checkpoint loop) and metrics, and mounts the API under
+/api/v1 (OpenAPI at /api/v1/openapi.json). More loops (reconciler, telemetry, ...) are added with
 `app.state.ctx.loops.add(loop)` before the app starts serving; with `settings.start_loops`
 they run while it serves and stop on shutdown.
 """
@@ -23,6 +23,7 @@ from gpupool.server import problems
 from gpupool.server.context import AppContext
 from gpupool.server.forward import ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
+from gpupool.server.loops.checkpoint import CheckpointLoop
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.metrics import Metrics
 from gpupool.server.routers import accounts, cluster, profiles, reports, system, tenants, workloads
@@ -59,6 +60,8 @@ def create_app(
         telemetry=telemetry,
     )
     loops.add(SchedulerLoop(ctx))
+    if store.dialect == "sqlite":
+        loops.add(CheckpointLoop(ctx))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -87,13 +90,10 @@ def create_app(
     app.state.ctx = ctx
     problems.install(app)
     if forward_to is not None:
-
-        def after_forward(method: str) -> None:
-            if method not in ("GET", "HEAD"):  # it may have changed users, roles or tokens
-                ctx.auth_cache.clear()
-
         # added before BodyLimit, so BodyLimit (outside it) also limits forwarded bodies
-        app.add_middleware(ForwardToPrimary, primary_socket=forward_to, after_forward=after_forward)
+        app.add_middleware(
+            ForwardToPrimary, primary_socket=forward_to, after_change=ctx.auth_cache.clear
+        )
     app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
     for r in (
         accounts.router,

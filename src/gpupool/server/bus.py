@@ -23,6 +23,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SUFFIX = ".bus"
+#: The bus name of the process that runs the loops; workers are "worker-N".
+PRIMARY = "primary"
 MAX_MESSAGE = 512
 
 
@@ -34,7 +36,6 @@ class Bus:
         self.name = name
         self.path = run_dir / f"{name}{SUFFIX}"
         self.on_message = on_message
-        self.received = 0
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # left by a process that died
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -53,7 +54,6 @@ class Bus:
                 return  # closed
             if not data:  # close() wakes us with an empty datagram
                 continue
-            self.received += 1
             try:
                 self.on_message(data.decode("utf-8", "replace"))
             except Exception:  # noqa: BLE001 - a bad handler must not stop the bus

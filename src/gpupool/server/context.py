@@ -9,6 +9,7 @@ from fastapi import Request
 
 from gpupool.clock import Clock
 from gpupool.executors.base import Executor
+from gpupool.server.bus import PRIMARY
 from gpupool.server.settings import Settings
 from gpupool.store import Store
 
@@ -42,8 +43,6 @@ class AppContext:
         worker process, whose loops do not run, the primary process is asked instead."""
         self.loops.wake("scheduler")
         if self.bus is not None and not self.settings.start_loops:
-            from gpupool.server.workers import PRIMARY
-
             self.bus.send(PRIMARY, "wake scheduler")
 
     def auth_changed(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -63,12 +64,14 @@ def served_locally(method: str, path: str) -> bool:
 
 class ForwardToPrimary:
     """ASGI middleware for API workers: requests not `served_locally` go to the primary
-    process at the Unix socket `primary_socket`. `after_forward(method)` runs after each
-    forwarded request has been answered (the worker forgets cached tokens after a change)."""
+    process at the Unix socket `primary_socket`. `after_change()` runs once a forwarded
+    request other than a read has been answered: it may have changed users, roles or tokens,
+    so the worker forgets its cached tokens before its client's next request (the primary's
+    bus notice reaches the other processes a moment later)."""
 
-    def __init__(self, app: ASGIApp, primary_socket: str, after_forward=None):  # noqa: ANN001
+    def __init__(self, app: ASGIApp, primary_socket: str, after_change: Callable[[], None]):
         self.app = app
-        self.after_forward = after_forward
+        self.after_change = after_change
         self._client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=primary_socket),
             base_url="http://primary",
@@ -129,8 +132,8 @@ class ForwardToPrimary:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
-            if self.after_forward is not None:
-                self.after_forward(scope["method"])
+            if scope["method"] not in ("GET", "HEAD"):
+                self.after_change()
 
 
 async def _unavailable(send: Send) -> None:

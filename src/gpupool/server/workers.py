@@ -38,12 +38,12 @@ from pathlib import Path
 
 from gpupool.domain import Allocation, Workload
 from gpupool.executors.base import ExecStatus, Executor, ExecutorError, Handle, RunningProcess
-from gpupool.server.bus import Bus
+from gpupool.server.bus import PRIMARY, Bus
 from gpupool.server.context import AppContext
 
 log = logging.getLogger(__name__)
 
-PRIMARY = "primary"
+__all__ = ["PRIMARY", "WorkerPool", "main"]
 #: Unix socket paths are limited to 107 bytes; longer run dirs move to the temp dir.
 _MAX_SOCKET_PATH = 100
 #: A worker that dies is restarted, but not more often than this many times a minute.
@@ -248,6 +248,40 @@ def worker_command(index: int, run: Path, host: str, port: int, log_level: str) 
     ]
 
 
+class WorkerPool:
+    """What the primary runs for `--workers N`: it holds the public port (without listening),
+    listens on its Unix socket (`sockets`, for uvicorn), joins the bus and starts the
+    workers. Raises OSError when the port is taken. `close()` undoes all of it."""
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        data_dir: Path,
+        host: str,
+        port: int,
+        count: int,
+        log_level: str = "info",
+        on_all_gone: Callable[[], None] | None = None,
+    ):
+        run = run_dir(data_dir)
+        self.held = listen_tcp(host, port, shared=True, listen=False)
+        self.sockets = [listen_unix(api_socket(run))]
+        self.bus = attach_bus(ctx, run, PRIMARY)
+        self.supervisor = Supervisor(
+            count,
+            lambda i: worker_command(i, run, host, port, log_level),
+            env=dict(os.environ, GPUPOOL_DATABASE_URL=ctx.store.url),
+            on_all_gone=on_all_gone,
+        )
+        self.supervisor.start()
+
+    def close(self) -> None:
+        self.supervisor.stop()
+        self.bus.close()
+        for sock in (*self.sockets, self.held):
+            sock.close()
+
+
 def make_server(config):  # noqa: ANN001, ANN201 - uvicorn's Config and Server
     """A uvicorn server that leaves signals to its caller (uvicorn's own capture re-raises
     SIGTERM after shutdown, which would skip the caller's cleanup) and that says where it
@@ -261,12 +295,14 @@ def make_server(config):  # noqa: ANN001, ANN201 - uvicorn's Config and Server
 
         async def startup(self, sockets=None) -> None:  # noqa: ANN001
             await super().startup(sockets)
-            for sock in sockets or () if self.started else ():
-                where = sock.getsockname()
+            if not self.started or sockets is None:
+                return  # uvicorn said where it listens itself
+            for sock in sockets:
+                name = sock.getsockname()
                 where = (
-                    f"unix socket {where}"
+                    f"unix socket {name}"
                     if sock.family == socket.AF_UNIX
-                    else f"http://{self.config.host}:{where[1]}"
+                    else f"http://{self.config.host}:{name[1]}"
                 )
                 logging.getLogger("uvicorn.error").info(
                     "Uvicorn running on %s (Press CTRL+C to quit)", where

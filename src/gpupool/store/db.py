@@ -16,7 +16,6 @@ one database file (`gpupool up --workers N`); the kernel drops it when a process
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -30,7 +29,6 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -51,7 +49,7 @@ def _sqlite_engine(url: str, *, immediate: bool, autocheckpoint: bool = True) ->
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA synchronous=NORMAL")
-        if not autocheckpoint:  # Store.checkpoint_every() does it, off the writers' path
+        if not autocheckpoint:  # the server's CheckpointLoop does it, off the writers' path
             cur.execute("PRAGMA wal_autocheckpoint=0")
         cur.close()
 
@@ -118,16 +116,15 @@ class Store:
                     "an in-memory SQLite database cannot be shared between connections; "
                     "use a file URL such as sqlite:////var/lib/gpupool/gpupool.db"
                 )
-            auto = wal_autocheckpoint
-            self.engine = _sqlite_engine(url, immediate=False, autocheckpoint=auto)
-            self._write_engine = _sqlite_engine(url, immediate=True, autocheckpoint=auto)
+            kw = {"autocheckpoint": wal_autocheckpoint}
+            self.engine = _sqlite_engine(url, immediate=False, **kw)
+            self._write_engine = _sqlite_engine(url, immediate=True, **kw)
             lock_path = Path(str(parsed.database) + ".writelock")
             self._write_lock: WriteLock | None = WriteLock(lock_path, SQLITE_BUSY_TIMEOUT_MS / 1000)
         else:
             self.engine = create_engine(url, pool_size=20, max_overflow=40, pool_pre_ping=True)
             self._write_engine = self.engine
             self._write_lock = None
-        self._checkpoints: threading.Event | None = None
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self._write_engine, expire_on_commit=False)
 
@@ -163,32 +160,17 @@ class Store:
 
     def checkpoint(self) -> None:
         """Copy the SQLite write-ahead log back into the database file (PASSIVE: it waits for
-        nobody and nobody waits for it). A no-op on other databases."""
+        nobody and nobody waits for it). A no-op on other databases.
+
+        For stores opened with `wal_autocheckpoint=False`: by default SQLite checkpoints
+        inside the commit that fills the log, while that writer still holds the write lock,
+        so every other writer (an API request) waits behind the checkpoint's disk writes. The
+        server calls this from `server.loops.checkpoint.CheckpointLoop` instead."""
         if self.dialect == "sqlite":
             with self.engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def checkpoint_every(self, interval_s: float) -> None:
-        """Checkpoint from a daemon thread every `interval_s` until `close()`. For stores
-        opened with `wal_autocheckpoint=False`: by default SQLite checkpoints inside the commit
-        that fills the log, while that writer still holds the write lock, so every other
-        writer (an API request) waits behind the checkpoint's disk writes."""
-        if self.dialect != "sqlite" or self._checkpoints is not None:
-            return
-        stop = self._checkpoints = threading.Event()
-
-        def run() -> None:
-            while not stop.wait(interval_s):
-                try:
-                    self.checkpoint()
-                except Exception:  # noqa: BLE001 - retried on the next tick
-                    log.exception("store: WAL checkpoint failed; retrying")
-
-        threading.Thread(target=run, name="sqlite-checkpoint", daemon=True).start()
-
     def close(self) -> None:
-        if self._checkpoints is not None:
-            self._checkpoints.set()
         if self._write_lock is not None:
             self._write_lock.close()
         self.engine.dispose()
@@ -198,8 +180,8 @@ class Store:
 
 def open_store(url: str, *, migrate: bool = True, wal_autocheckpoint: bool = True) -> Store:
     """Open the database at `url` and (by default) run migrations up to head.
-    `wal_autocheckpoint=False` (SQLite): the server's processes leave checkpoints to the
-    primary's `Store.checkpoint_every()`."""
+    `wal_autocheckpoint=False` (SQLite): the server's processes leave checkpoints to its
+    CheckpointLoop (`Store.checkpoint`)."""
     if url.startswith("sqlite:///"):
         path = make_url(url).database
         if path:
