@@ -19,6 +19,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_hub_port(*avoid: int) -> int:
+    """A port P for `gpupool up --hub-port P` whose P, P+1 (proxy API) and P+81 (hub API)
+    were all free a moment ago and are none of `avoid`."""
+    for _ in range(100):
+        port = free_port()
+        wanted = (port, port + 1, port + 81)
+        if set(wanted) & set(avoid) or max(wanted) > 65535:
+            continue
+        try:
+            for p in wanted[1:]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port P with P+1 and P+81 free")
+
+
 def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0, every: float = 0.1):
     """Call `check` until it returns something truthy and return that; fail after `timeout` s
     with a message naming `what` and the last value seen."""

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.executors.conftest import release, wait_ready
-from tests.support import free_port, wait_for
+from tests.support import free_hub_port, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 PASSWORD = "up-test-password"
@@ -188,12 +188,32 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     __import__("shutil").which("configurable-http-proxy") is None,
     reason="configurable-http-proxy is not installed (scripts/services.sh installs it)",
 )
+def test_up_refuses_a_hub_port_another_program_holds(data_dir):
+    """The hub would otherwise exit into its log while gpupool serves on as if all were well."""
+    import socket
+
+    port = free_port()
+    hub_port = free_hub_port(port)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", hub_port + 81))
+        holder.listen()
+        up = Up(data_dir, port, "--jupyterhub", "--hub-port", str(hub_port))
+        rc = up.proc.wait(60)  # it exits by itself
+        up._reader.join(10)
+        assert rc == 2, up.output
+    assert f"{hub_port + 81} (the hub's API) is in use" in up.output, up.output
+    assert "--hub-port" in up.output and "Traceback" not in up.output
+
+
+@pytest.mark.skipif(
+    __import__("shutil").which("configurable-http-proxy") is None,
+    reason="configurable-http-proxy is not installed (scripts/services.sh installs it)",
+)
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir, workers):
-    hub_port = free_port()
-    up = Up(
-        data_dir, free_port(), "--jupyterhub", "--hub-port", str(hub_port), "--workers", workers
-    )
+    port = free_port()
+    hub_port = free_hub_port(port)
+    up = Up(data_dir, port, "--jupyterhub", "--hub-port", str(hub_port), "--workers", workers)
     try:
         up.wait_ready()
         assert "JupyterHub on" in up.output
@@ -205,7 +225,15 @@ def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir, workers):
             except httpx.HTTPError:
                 return False
 
-        wait_for(answers, timeout=120, what="JupyterHub")
+        def hub_answers() -> None:
+            try:
+                wait_for(answers, timeout=120, what="JupyterHub")
+            except AssertionError as e:
+                log = data_dir / "hub" / "jupyterhub.log"
+                hub_log = log.read_text()[-4000:] if log.exists() else "(no hub log)"
+                raise AssertionError(f"{e}\n--- up:\n{up.output}\n--- hub:\n{hub_log}") from e
+
+        hub_answers()
         # the dashboard is a hub service with single sign-on: through the hub's proxy it
         # sends a browser to the hub's OAuth flow instead of answering 404
         sso = httpx.get(
@@ -216,6 +244,16 @@ def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir, workers):
         )
         assert sso.status_code == 200, sso.text[:300]
         assert "/hub/" in str(sso.url), sso.url  # the hub's login page, on the way to OAuth
+        # a hub that dies is said so, with its log, and started again
+        first = int((data_dir / "hub" / "jupyterhub.pid").read_text())
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: "restarting JupyterHub" in up.output, "the restart", timeout=60)
+        assert "JupyterHub exited with code -9" in up.output
+        wait_for(
+            lambda: int((data_dir / "hub" / "jupyterhub.pid").read_text() or 0) != first,
+            "the new hub's pid file",
+        )
+        hub_answers()
         pid = int((data_dir / "hub" / "jupyterhub.pid").read_text())
         assert up.stop(signal.SIGINT) == 0
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"

@@ -397,7 +397,8 @@ def test_the_checkpoint_loop_moves_the_log_into_the_database_file(tmp_path):
 def test_the_supervisor_restarts_a_dying_worker_then_gives_up(tmp_path):
     import sys
 
-    from gpupool.server.workers import MAX_RESTARTS_PER_MINUTE, Supervisor
+    from gpupool.restarts import MAX_RESTARTS_PER_MINUTE
+    from gpupool.server.workers import Supervisor
 
     starts = tmp_path / "starts"
     code = f"open({str(starts)!r}, 'a').write('x'); raise SystemExit(3)"

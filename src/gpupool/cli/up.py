@@ -351,7 +351,7 @@ def serve(
 
         hub.data_dir.mkdir(parents=True, exist_ok=True)
         install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
-    hub_proc = _start_hub(ctx, hub) if hub is not None else None
+    hub_keeper = _start_hub(ctx, hub) if hub is not None else None
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
     server = make_server(config)
@@ -368,8 +368,8 @@ def serve(
             signal.signal(sig, handler)
         if pool is not None:
             pool.close()
-        if hub_proc is not None:
-            _stop_hub(hub_proc)
+        if hub_keeper is not None:
+            hub_keeper.stop()
         if manager is not None:
             manager.stop_all()
         source.close()
@@ -477,37 +477,33 @@ def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str
 
 
 def _start_hub(ctx, hub):  # noqa: ANN001, ANN202
-    """Start JupyterHub as a child process talking to this server."""
+    """Start JupyterHub as a child process talking to this server, kept running by a
+    HubKeeper (its exits are reported here with the end of its log)."""
     from gpupool.jupyterhub.config import HubSetupError, find_proxy, start_hub
+    from gpupool.jupyterhub.keeper import HubKeeper, check_ports
     from gpupool.server.services.accounts import issue_token
 
+    log_path = hub.data_dir / "jupyterhub.log"
     try:
         find_proxy()
+        check_ports(hub)
         token = issue_token(ctx, ADMIN, "jupyterhub", None).token
-        proc = start_hub(hub, token)
+        keeper = HubKeeper(
+            lambda: start_hub(hub, token, log_path=log_path),
+            log_path,
+            report=lambda message: _say(f"gpupool: {message}", loud=True),
+        )
+        keeper.start()
     except HubSetupError as e:
         _say(f"error: cannot start JupyterHub: {e}")
         raise typer.Exit(2) from None
+    keeper.run_in_background()
     _say(
         f"gpupool: JupyterHub on {hub.public_url} (users log in there; the dashboard is also "
-        f"in its Services menu; log: {hub.data_dir / 'jupyterhub.log'})",
+        f"in its Services menu; log: {log_path})",
         loud=True,
     )
-    return proc
-
-
-def _stop_hub(proc) -> None:  # noqa: ANN001
-    """Stop JupyterHub and its proxy; notebooks are gpupool workloads and keep running."""
-    import subprocess
-
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    return keeper
 
 
 def _me() -> str:

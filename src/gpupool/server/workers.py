@@ -38,6 +38,7 @@ from pathlib import Path
 
 from gpupool.domain import Allocation, Workload
 from gpupool.executors.base import ExecStatus, Executor, ExecutorError, Handle, RunningProcess
+from gpupool.restarts import RestartBudget
 from gpupool.server.bus import PRIMARY, Bus
 from gpupool.server.context import AppContext
 
@@ -46,8 +47,6 @@ log = logging.getLogger(__name__)
 __all__ = ["PRIMARY", "WorkerPool", "main"]
 #: Unix socket paths are limited to 107 bytes; longer run dirs move to the temp dir.
 _MAX_SOCKET_PATH = 100
-#: A worker that dies is restarted, but not more often than this many times a minute.
-MAX_RESTARTS_PER_MINUTE = 5
 
 
 def run_dir(data_dir: Path) -> Path:
@@ -145,9 +144,9 @@ class PrimaryOnlyExecutor(Executor):
 
 
 class Supervisor:
-    """Starts `count` API workers (worker-1 ... worker-count), restarts one that dies (at
-    most MAX_RESTARTS_PER_MINUTE a minute), and stops them all. `command(index)` is a
-    worker's argv; `env` its environment (GPUPOOL_DATABASE_URL included)."""
+    """Starts `count` API workers (worker-1 ... worker-count), restarts one that dies (within
+    a `RestartBudget`), and stops them all. `command(index)` is a worker's argv;
+    `env` its environment (GPUPOOL_DATABASE_URL included)."""
 
     def __init__(
         self,
@@ -164,7 +163,7 @@ class Supervisor:
         self.on_all_gone = on_all_gone
         self.check_every_s = check_every_s
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.restarts: list[float] = []
+        self.restarts = RestartBudget()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -186,9 +185,7 @@ class Supervisor:
             for index, proc in list(self.procs.items()):
                 if proc.poll() is None or self._stopping.is_set():
                     continue
-                now = time.monotonic()
-                self.restarts = [t for t in self.restarts if now - t < 60]
-                if len(self.restarts) >= MAX_RESTARTS_PER_MINUTE:
+                if not self.restarts.take():
                     log.error(
                         "API worker %d exited (code %s); too many restarts this minute, "
                         "serving with fewer processes",
@@ -200,7 +197,6 @@ class Supervisor:
                         self.on_all_gone()
                     continue
                 log.warning("API worker %d exited (code %s); restarting it", index, proc.returncode)
-                self.restarts.append(now)
                 self._spawn(index)
 
     @property
