@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import Request
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
@@ -121,7 +122,9 @@ class Primary:
         self.ctx = self.app.state.ctx
         seed(self.ctx)
         self.sock = listen_unix(api_socket(run))
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning"))
+        # as in gpupool up with workers: the primary trusts what its Unix socket says
+        config = uvicorn.Config(self.app, log_level="warning", forwarded_allow_ips="*")
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )
@@ -184,6 +187,30 @@ def test_forwarded_requests_reach_the_primary_unchanged(pair):
     # live state that only the primary has
     assert "gpupool_scheduler_cycle_seconds" in worker.get("/metrics").text
     assert worker.get("/readyz").json()["status"] == "ready"
+
+
+def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(store, tmp_path):
+    run = run_dir(tmp_path)
+    primary = Primary(store, run)
+
+    @primary.app.get("/test-client")
+    def client_of(request: Request) -> dict:
+        return {"host": request.client.host if request.client else None}
+
+    with primary:
+        app = create_app(
+            Settings(database_url=store.url, start_loops=False),
+            executor=PrimaryOnlyExecutor(),
+            clock=primary.clock,
+            store=open_store(store.url, migrate=False),
+            forward_to=str(api_socket(run)),
+        )
+        with TestClient(app) as worker:  # its peer address is "testclient"
+            assert worker.get("/test-client").json() == {"host": "testclient"}
+            # what a caller claims is replaced by what the worker saw
+            spoofed = {"x-forwarded-for": "203.0.113.9"}
+            assert worker.get("/test-client", headers=spoofed).json() == {"host": "testclient"}
+        app.state.ctx.store.close()
 
 
 def test_an_oversized_body_is_refused_by_the_worker_before_forwarding(pair):

@@ -353,7 +353,16 @@ def serve(
         install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
     hub_keeper = _start_hub(ctx, hub) if hub is not None else None
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        lifespan="on",
+        # with workers this process serves only its private Unix socket, where the workers
+        # say who their clients are (X-Forwarded-For)
+        forwarded_allow_ips="*" if workers else None,
+    )
     server = make_server(config)
     pool = (
         _start_workers(ctx, server, data_dir, host, port, workers, log_level) if workers else None

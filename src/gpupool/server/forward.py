@@ -56,6 +56,20 @@ _HOP = {
 }
 
 
+#: ... nor what a caller says about where it came from: the worker says that itself
+_NOT_PASSED = _HOP | {b"x-forwarded-for", b"x-forwarded-proto"}
+
+
+def _forwarded_for(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """Who the worker was talking to (after its own proxy-header handling), so the primary's
+    access log names the real client (the primary trusts these on its Unix socket only)."""
+    out = [(b"x-forwarded-proto", scope.get("scheme", "http").encode("latin-1"))]
+    client = scope.get("client")
+    if client:
+        out.append((b"x-forwarded-for", str(client[0]).encode("latin-1")))
+    return out
+
+
 def served_locally(method: str, path: str) -> bool:
     """Whether an API worker answers this request itself (else it goes to the primary)."""
     method = "GET" if method == "HEAD" else method
@@ -109,7 +123,8 @@ class ForwardToPrimary:
         url = path.decode("latin-1")
         if scope.get("query_string"):
             url += "?" + scope["query_string"].decode("latin-1")
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _NOT_PASSED]
+        headers += _forwarded_for(scope)
         request = self._client.build_request(
             scope["method"], url, headers=headers, content=bytes(body)
         )
