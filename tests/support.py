@@ -58,15 +58,28 @@ class ServedApp:
 
     Use as a context manager (`with ServedApp(app) as url:`) or with `start()` / `stop()`."""
 
-    def __init__(self, app: object, port: int = 0, lifespan: str = "on"):
+    def __init__(
+        self,
+        app: object,
+        port: int = 0,
+        lifespan: str = "on",
+        sock: socket.socket | None = None,
+        forwarded_allow_ips: str | None = None,
+    ):
         import uvicorn
 
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restarts on one port
-        self.sock.bind(("127.0.0.1", port))
-        self.port = self.sock.getsockname()[1]
+        if sock is None:  # else a listening socket of the caller's (a Unix one, say)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restarts on one port
+            sock.bind(("127.0.0.1", port))
+            port = sock.getsockname()[1]
+        self.sock = sock
+        self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan=lifespan, forwarded_allow_ips=forwarded_allow_ips
+        )
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )

@@ -82,6 +82,8 @@ class Stack:
     driver_token: str
     app: Any
     server: ServedApp
+    #: the API worker processes in front of `server` (a gpupool.server.workers.WorkerPool)
+    pool: Any = None
     hub_proc: subprocess.Popen | None = None
     cookies: dict[str, httpx.Client] = field(default_factory=dict)
 
@@ -93,6 +95,7 @@ class Stack:
     def restart_gpupool(self) -> None:
         """Stop the gpupool server and start a new one over the same database and launch
         directory (as after a crash or an upgrade); the hub keeps running."""
+        assert self.pool is None, "restart_gpupool is for stacks without API workers"
         port = int(self.api_url.rsplit(":", 1)[1])
         self.server.stop()
         self.app = make_app(f"sqlite:///{self.root / 'gpupool.db'}", self.hub)
@@ -124,6 +127,8 @@ class Stack:
                     wait_for(lambda n=name: not self.server_model(n), f"{name} stopped", 30)
         self.stop_hub()
         self.server.stop()
+        if self.pool is not None:
+            self.pool.close()
 
     # -- hub REST API (as the driver service, an admin) ----------------------------------
     def hub_api(self, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -146,6 +151,17 @@ class Stack:
 
     def spawn(self, user: str, options: dict) -> httpx.Response:
         return self.hub_api("POST", f"/users/{user}/server", json={"user_options": options})
+
+    def spawn_all_ready(
+        self, users: tuple[str, ...], options: dict, timeout: float
+    ) -> dict[str, dict[str, str]]:
+        """Spawn a notebook for each of `users`, wait until every one is ready and return
+        their environments (user -> env)."""
+        for user in users:
+            assert self.spawn(user, options).status_code in (201, 202)
+        for user in users:
+            wait_for(lambda u=user: self.ready(u), f"{user}'s notebook", timeout, 0.5)
+        return {user: self.notebook_env(user) for user in users}
 
     def notebook_env(self, user: str) -> dict[str, str]:
         """The environment of `user`'s running notebook process (from /proc)."""
@@ -202,7 +218,9 @@ def make_app(db_url: str, hub: HubSettings) -> Any:
     return app
 
 
-def build(root: Path, *, hub_poll_s: int = 1, extra_config: str = "") -> Stack:
+def build(root: Path, *, hub_poll_s: int = 1, extra_config: str = "", workers: int = 0) -> Stack:
+    """The stack, started. With `workers`, gpupool serves as `gpupool up --workers N` does:
+    N API worker processes on the public port in front of this process's app."""
     root.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{root / 'gpupool.db'}"
     seed(db_url)
@@ -233,11 +251,27 @@ c.JupyterHub.last_activity_interval = 5
     )
     app = make_app(db_url, hub)
     admin_token = issue_token(app.state.ctx, "root", "jupyterhub", None).token
-    server = ServedApp(app, port)
+    pool = None
+    if workers:
+        from gpupool.server.workers import WorkerPool
+
+        pool = WorkerPool(app.state.ctx, root, "127.0.0.1", port, workers, "warning")
+        server = ServedApp(app, port, sock=pool.sockets[0], forwarded_allow_ips="*")
+    else:
+        server = ServedApp(app, port)
     server.start()
-    stack = Stack(root, api_url, hub, admin_token, driver_token, app, server)
+    if workers:
+        wait_for(lambda: _worker_answers(api_url), "an API worker", timeout=60)
+    stack = Stack(root, api_url, hub, admin_token, driver_token, app, server, pool)
     stack.start_hub()
     return stack
+
+
+def _worker_answers(api_url: str) -> bool:
+    try:
+        return httpx.get(f"{api_url}/healthz", timeout=2).json()["process"].startswith("worker")
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
 
 
 def events(stack: Stack, user: str, until: Callable[[dict], bool], timeout: float = 60) -> list:

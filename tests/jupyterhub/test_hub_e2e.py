@@ -70,11 +70,8 @@ def test_forged_user_options_are_refused_with_a_clear_message(stack):
 
 
 def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack):
-    for user in ("alice", "bob"):
-        assert stack.spawn(user, {"profile": "gpu"}).status_code in (201, 202)
-    for user in ("alice", "bob"):
-        wait_for(lambda u=user: stack.ready(u), f"{user}'s notebook", SPAWN_S, 0.5)
-    env_a, env_b = stack.notebook_env("alice"), stack.notebook_env("bob")
+    envs = stack.spawn_all_ready(("alice", "bob"), {"profile": "gpu"}, SPAWN_S)
+    env_a, env_b = envs["alice"], envs["bob"]
     gpus = {env_a["CUDA_VISIBLE_DEVICES"], env_b["CUDA_VISIBLE_DEVICES"]}
     assert gpus == set(GPU_UUIDS)
     (wa,) = _active(stack, "alice")

@@ -36,7 +36,7 @@ from gpupool.server.workers import (
 from gpupool.store import open_store
 from gpupool.web import create_router
 from tests.server.conftest import API, USERS, seed
-from tests.support import wait_for
+from tests.support import ServedApp
 
 #: Every route a worker answers itself; all others go to the primary. Changing what a worker
 #: serves means changing this list on purpose: a local route must need nothing but the
@@ -110,33 +110,26 @@ def test_a_worker_serves_exactly_the_listed_routes_itself(store):
 
 
 class Primary:
-    """A primary app (fake executor, the test seed) served by uvicorn on a Unix socket."""
+    """A primary app (fake executor, the test seed) served by uvicorn on a Unix socket and
+    trusting what its workers say of their clients, as in `gpupool up --workers N`."""
 
     def __init__(self, store, run: Path):
-        import uvicorn
-
         self.clock = ManualClock(1_780_000_000.0)
         self.executor = FakeExecutor(self.clock)
         settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=4096)
         self.app = create_app(settings, executor=self.executor, clock=self.clock, store=store)
         self.ctx = self.app.state.ctx
         seed(self.ctx)
-        self.sock = listen_unix(api_socket(run))
-        # as in gpupool up with workers: the primary trusts what its Unix socket says
-        config = uvicorn.Config(self.app, log_level="warning", forwarded_allow_ips="*")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        self.served = ServedApp(
+            self.app, sock=listen_unix(api_socket(run)), forwarded_allow_ips="*"
         )
 
     def __enter__(self) -> Primary:
-        self.thread.start()
-        wait_for(lambda: self.server.started, "the primary on its Unix socket", timeout=30)
+        self.served.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.served.stop()
 
 
 @pytest.fixture
