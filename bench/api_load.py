@@ -102,6 +102,7 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
 def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noqa: ANN001
     import uvicorn
 
+    from gpupool.server import serving
     from gpupool.server import workers as w
 
     pool = w.WorkerPool(ctx, data_dir, "127.0.0.1", port, workers, "warning") if workers else None
@@ -114,9 +115,9 @@ def _serve_on(ctx, app, data_dir: Path, port: int, workers: int) -> None:  # noq
         access_log=False,
         timeout_keep_alive=60,
     )
-    server = w.make_server(config)
-    w.stop_on_signals(server)
-    w.settle_heap()
+    server = serving.make_server(config)
+    serving.stop_on_signals(server)
+    serving.settle_heap()
     try:
         server.run(sockets=sockets)
     finally:

@@ -64,7 +64,6 @@ class ServedApp:
         port: int = 0,
         lifespan: str = "on",
         sock: socket.socket | None = None,
-        forwarded_allow_ips: str | None = None,
     ):
         import uvicorn
 
@@ -76,10 +75,7 @@ class ServedApp:
         self.sock = sock
         self.port = port
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, log_level="warning", lifespan=lifespan, forwarded_allow_ips=forwarded_allow_ips
-        )
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan=lifespan))
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )

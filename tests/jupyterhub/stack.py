@@ -256,7 +256,7 @@ c.JupyterHub.last_activity_interval = 5
         from gpupool.server.workers import WorkerPool
 
         pool = WorkerPool(app.state.ctx, root, "127.0.0.1", port, workers, "warning")
-        server = ServedApp(app, port, sock=pool.sockets[0], forwarded_allow_ips="*")
+        server = ServedApp(app, port, sock=pool.sockets[0])
     else:
         server = ServedApp(app, port)
     server.start()

@@ -30,7 +30,6 @@ from gpupool.server.workers import (
     attach_bus,
     listen_tcp,
     listen_unix,
-    on_notice,
     run_dir,
 )
 from gpupool.store import open_store
@@ -110,8 +109,7 @@ def test_a_worker_serves_exactly_the_listed_routes_itself(store):
 
 
 class Primary:
-    """A primary app (fake executor, the test seed) served by uvicorn on a Unix socket and
-    trusting what its workers say of their clients, as in `gpupool up --workers N`."""
+    """A primary app (fake executor, the test seed) served by uvicorn on a Unix socket."""
 
     def __init__(self, store, run: Path):
         self.clock = ManualClock(1_780_000_000.0)
@@ -120,9 +118,7 @@ class Primary:
         self.app = create_app(settings, executor=self.executor, clock=self.clock, store=store)
         self.ctx = self.app.state.ctx
         seed(self.ctx)
-        self.served = ServedApp(
-            self.app, sock=listen_unix(api_socket(run)), forwarded_allow_ips="*"
-        )
+        self.served = ServedApp(self.app, sock=listen_unix(api_socket(run)))
 
     def __enter__(self) -> Primary:
         self.served.start()
@@ -188,7 +184,10 @@ def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(st
 
     @primary.app.get("/test-client")
     def client_of(request: Request) -> dict:
-        return {"host": request.client.host if request.client else None}
+        return {
+            "host": request.client.host if request.client else None,
+            "scheme": request.url.scheme,
+        }
 
     with primary:
         app = create_app(
@@ -199,10 +198,11 @@ def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(st
             forward_to=str(api_socket(run)),
         )
         with TestClient(app) as worker:  # its peer address is "testclient"
-            assert worker.get("/test-client").json() == {"host": "testclient"}
+            seen = {"host": "testclient", "scheme": "http"}
+            assert worker.get("/test-client").json() == seen
             # what a caller claims is replaced by what the worker saw
-            spoofed = {"x-forwarded-for": "203.0.113.9"}
-            assert worker.get("/test-client", headers=spoofed).json() == {"host": "testclient"}
+            spoofed = {"x-forwarded-for": "203.0.113.9", "x-forwarded-proto": "https"}
+            assert worker.get("/test-client", headers=spoofed).json() == seen
         app.state.ctx.store.close()
 
 
@@ -283,7 +283,7 @@ def test_notices_wake_loops_and_clear_the_token_cache(store, tmp_path, caplog):
         store=store,
     )
     ctx = app.state.ctx
-    handle = on_notice(ctx)
+    handle = ctx.on_notice
     handle("wake scheduler")
     assert ctx.loops.get("scheduler")._woken.is_set()
     ctx.auth_cache.put("digest", 0.0, object(), None)  # type: ignore[arg-type]
@@ -417,13 +417,13 @@ def test_the_checkpoint_loop_moves_the_log_into_the_database_file(tmp_path):
 def test_the_supervisor_restarts_a_dying_worker_then_gives_up(tmp_path):
     import sys
 
-    from gpupool.restarts import MAX_RESTARTS_PER_MINUTE
-    from gpupool.server.workers import Supervisor
+    from gpupool.server.workers import worker_supervisor
+    from gpupool.supervise import MAX_RESTARTS_PER_MINUTE
 
     starts = tmp_path / "starts"
     code = f"open({str(starts)!r}, 'a').write('x'); raise SystemExit(3)"
     gone = threading.Event()
-    sup = Supervisor(
+    sup = worker_supervisor(
         1, lambda i: [sys.executable, "-c", code], on_all_gone=gone.set, check_every_s=0.05
     )
     sup.start()
@@ -438,13 +438,13 @@ def test_the_supervisor_restarts_a_dying_worker_then_gives_up(tmp_path):
 def test_the_supervisor_stops_workers_by_closing_their_stdin(tmp_path):
     import sys
 
-    from gpupool.server.workers import Supervisor
+    from gpupool.server.workers import worker_supervisor
 
     # a worker that, like the real one, serves until its stdin (the primary's pipe) closes
     code = "import sys; sys.stdin.buffer.read(); raise SystemExit(0)"
-    sup = Supervisor(2, lambda i: [sys.executable, "-c", code], check_every_s=0.05)
+    sup = worker_supervisor(2, lambda i: [sys.executable, "-c", code], check_every_s=0.05)
     sup.start()
     procs = list(sup.procs.values())
     assert len(sup.pids) == 2
-    sup.stop(timeout_s=60)
+    sup.stop()
     assert [p.returncode for p in procs] == [0, 0]  # ended by EOF, not by a signal

@@ -228,8 +228,8 @@ def serve(
     from gpupool.server.loops.culler import CullerLoop
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.telemetry import TelemetryLoop
+    from gpupool.server.serving import make_server, settle_heap, stop_on_signals
     from gpupool.server.settings import Settings
-    from gpupool.server.workers import make_server, settle_heap, stop_on_signals
     from gpupool.store import EventRepo, StoreError, open_store
     from gpupool.telemetry.exporter import TelemetryCollector
 
@@ -353,16 +353,7 @@ def serve(
         install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
     hub_keeper = _start_hub(ctx, hub) if hub is not None else None
 
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level.lower(),
-        lifespan="on",
-        # with workers this process serves only its private Unix socket, where the workers
-        # say who their clients are (X-Forwarded-For)
-        forwarded_allow_ips="*" if workers else None,
-    )
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), lifespan="on")
     server = make_server(config)
     pool = (
         _start_workers(ctx, server, data_dir, host, port, workers, log_level) if workers else None
@@ -486,10 +477,10 @@ def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str
 
 
 def _start_hub(ctx, hub):  # noqa: ANN001, ANN202
-    """Start JupyterHub as a child process talking to this server, kept running by a
-    HubKeeper (its exits are reported here with the end of its log)."""
+    """Start JupyterHub as a child process talking to this server, kept running by
+    `keep_hub` (its exits are reported here with the end of its log)."""
     from gpupool.jupyterhub.config import HubSetupError, find_proxy, start_hub
-    from gpupool.jupyterhub.keeper import HubKeeper, check_ports
+    from gpupool.jupyterhub.keeper import check_ports, keep_hub
     from gpupool.server.services.accounts import issue_token
 
     log_path = hub.data_dir / "jupyterhub.log"
@@ -497,7 +488,7 @@ def _start_hub(ctx, hub):  # noqa: ANN001, ANN202
         find_proxy()
         check_ports(hub)
         token = issue_token(ctx, ADMIN, "jupyterhub", None).token
-        keeper = HubKeeper(
+        keeper = keep_hub(
             lambda: start_hub(hub, token, log_path=log_path),
             log_path,
             report=lambda message: _say(f"gpupool: {message}", loud=True),
@@ -506,7 +497,6 @@ def _start_hub(ctx, hub):  # noqa: ANN001, ANN202
     except HubSetupError as e:
         _say(f"error: cannot start JupyterHub: {e}")
         raise typer.Exit(2) from None
-    keeper.run_in_background()
     _say(
         f"gpupool: JupyterHub on {hub.public_url} (users log in there; the dashboard is also "
         f"in its Services menu; log: {log_path})",

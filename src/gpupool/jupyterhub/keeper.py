@@ -2,30 +2,26 @@
 
 Before the hub starts, `check_ports` refuses ports that another program holds (the hub would
 otherwise exit on its own, into its log file, while gpupool serves on as if all were well).
-`HubKeeper` then watches the hub process: when it exits it reports the exit code with the
-end of the hub's log and starts it again, within a `RestartBudget`; past the budget it stops
-trying and says that the hub is down while gpupool itself keeps serving.
+`keep_hub` then has a `gpupool.supervise.Supervisor` watch the hub process: when it exits it
+reports the exit code with the end of the hub's log and starts it again, within a
+`RestartBudget`; past the budget it stops trying and says that the hub is down while
+gpupool itself keeps serving.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
-import signal
 import socket
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from gpupool.jupyterhub.config import HubSettings, HubSetupError
-from gpupool.restarts import RestartBudget
-
-log = logging.getLogger(__name__)
+from gpupool.supervise import RestartBudget, Supervisor
 
 #: Lines of the hub's log quoted when it exits.
 LOG_TAIL_LINES = 15
@@ -80,84 +76,31 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-class HubKeeper:
-    """Runs the hub through `start()` (which returns its Popen) and restarts it when it exits.
+def keep_hub(
+    start: Callable[[], subprocess.Popen],
+    log_path: Path,
+    report: Callable[[str], None],
+    budget: RestartBudget | None = None,
+) -> Supervisor:
+    """A supervisor of one JupyterHub, which `start()` launches in its own session (as
+    `config.start_hub` does). Each exit is told to `report`, loudly, with the end of the hub's
+    log, and whether the hub is restarted or, past the budget, left down. `stop()` ends the
+    hub and its proxy (SIGTERM, then SIGKILL after 30 s); notebooks are gpupool workloads
+    and keep running."""
 
-    `report(message)` is told, loudly, about every exit and every give-up. `check()` does one
-    round of watching; `run_in_background()` calls it every `check_every_s` seconds from a
-    thread until `stop()`, which ends the hub (SIGTERM to its process group, then SIGKILL)."""
-
-    def __init__(
-        self,
-        start: Callable[[], subprocess.Popen],
-        log_path: Path,
-        report: Callable[[str], None],
-        budget: RestartBudget | None = None,
-        check_every_s: float = 1.0,
-    ):
-        self._start = start
-        self.log_path = log_path
-        self.report = report
-        self.budget = budget or RestartBudget()
-        self.check_every_s = check_every_s
-        self.proc: subprocess.Popen | None = None
-        self.gave_up = False
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> subprocess.Popen:
-        self.proc = self._start()
-        return self.proc
-
-    def check(self) -> None:
-        """If the hub has exited: report it and start it again (or give up, and say so)."""
-        proc = self.proc
-        if proc is None or proc.poll() is None or self._stopping.is_set():
-            return
-        tail = log_tail(self.log_path)
-        said = f"JupyterHub exited with code {proc.returncode}"
+    def exited(_: int, code: int, restarted: bool) -> None:
+        said = f"JupyterHub exited with code {code}"
+        tail = log_tail(log_path)
         if tail:
-            said += f"; the end of {self.log_path}:\n{tail}"
-        if self.budget.take():
-            self.report(f"{said}\ngpupool: restarting JupyterHub")
-            self.start()
+            said += f"; the end of {log_path}:\n{tail}"
+        if restarted:
+            report(f"{said}\ngpupool: restarting JupyterHub")
         else:
-            self.proc = None
-            self.gave_up = True
-            self.report(
+            report(
                 f"{said}\ngpupool: JupyterHub keeps exiting; not restarting it. gpupool itself "
                 "keeps serving; fix the cause above and restart gpupool up"
             )
 
-    def run_in_background(self) -> None:
-        def watch() -> None:
-            while not self._stopping.wait(self.check_every_s):
-                try:
-                    self.check()
-                except Exception:  # noqa: BLE001 - the watcher must outlive one bad round
-                    log.exception("watching JupyterHub failed")
-
-        self._thread = threading.Thread(target=watch, name="hub-keeper", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop watching and stop the hub and its proxy (notebooks are gpupool workloads and
-        keep running)."""
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        proc = self.proc
-        if proc is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=timeout_s)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=timeout_s)
+    return Supervisor(
+        1, lambda _: start(), on_exit=exited, budget=budget, grace_s=30.0, name="hub-keeper"
+    )

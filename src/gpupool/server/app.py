@@ -21,7 +21,7 @@ from gpupool.clock import Clock
 from gpupool.executors.base import Executor
 from gpupool.server import problems
 from gpupool.server.context import AppContext
-from gpupool.server.forward import ForwardToPrimary
+from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
 from gpupool.server.loops.checkpoint import CheckpointLoop
 from gpupool.server.loops.scheduler import SchedulerLoop
@@ -94,6 +94,8 @@ def create_app(
         app.add_middleware(
             ForwardToPrimary, primary_socket=forward_to, after_change=ctx.auth_cache.clear
         )
+    else:  # what the workers forward names its client (a no-op without workers)
+        app.add_middleware(ClientFromWorker)
     app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
     for r in (
         accounts.router,

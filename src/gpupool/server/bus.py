@@ -26,6 +26,13 @@ SUFFIX = ".bus"
 #: The bus name of the process that runs the loops; workers are "worker-N".
 PRIMARY = "primary"
 MAX_MESSAGE = 512
+#: To everyone: forget cached tokens.
+AUTH_CHANGED = "auth changed"
+
+
+def wake(loop: str) -> str:
+    """To the primary: run `loop`'s pass soon."""
+    return f"wake {loop}"
 
 
 class Bus:

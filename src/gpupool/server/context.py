@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +10,7 @@ from fastapi import Request
 
 from gpupool.clock import Clock
 from gpupool.executors.base import Executor
-from gpupool.server.bus import PRIMARY
+from gpupool.server.bus import AUTH_CHANGED, PRIMARY, wake
 from gpupool.server.settings import Settings
 from gpupool.store import Store
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
     from gpupool.server.views import WorkloadViews
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,14 +46,24 @@ class AppContext:
         worker process, whose loops do not run, the primary process is asked instead."""
         self.loops.wake("scheduler")
         if self.bus is not None and not self.settings.start_loops:
-            self.bus.send(PRIMARY, "wake scheduler")
+            self.bus.send(PRIMARY, wake("scheduler"))
 
     def auth_changed(self) -> None:
         """Forget cached tokens here and in the server's other processes (after a
         revocation or a change of users or roles)."""
         self.auth_cache.clear()
         if self.bus is not None:
-            self.bus.broadcast("auth changed")
+            self.bus.broadcast(AUTH_CHANGED)
+
+    def on_notice(self, text: str) -> None:
+        """Act on a notice from another process of this server (gpupool.server.bus)."""
+        arg = text.partition(" ")[2]
+        if text == AUTH_CHANGED:
+            self.auth_cache.clear()
+        elif arg and text == wake(arg):
+            self.loops.wake(arg)
+        else:
+            log.warning("bus: unknown message %r", text)
 
 
 def _token_cache() -> TokenCache:

@@ -61,8 +61,8 @@ _NOT_PASSED = _HOP | {b"x-forwarded-for", b"x-forwarded-proto"}
 
 
 def _forwarded_for(scope: Scope) -> list[tuple[bytes, bytes]]:
-    """Who the worker was talking to (after its own proxy-header handling), so the primary's
-    access log names the real client (the primary trusts these on its Unix socket only)."""
+    """Who the worker was talking to (after its own proxy-header handling), for the primary's
+    `ClientFromWorker`."""
     out = [(b"x-forwarded-proto", scope.get("scheme", "http").encode("latin-1"))]
     client = scope.get("client")
     if client:
@@ -169,3 +169,24 @@ async def _unavailable(send: Send) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class ClientFromWorker:
+    """ASGI middleware for the primary: a request that came over its Unix socket (it has no
+    peer address; only the server's own workers can connect there) takes its client address
+    and scheme from the worker's X-Forwarded-For / X-Forwarded-Proto, so logs name the real
+    client. Requests over TCP are left to uvicorn's own proxy-header rules."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("client") is None:
+            headers = dict(scope["headers"])
+            # in place, as uvicorn's own proxy-header middleware does: its access log reads
+            # the scope it made
+            if b"x-forwarded-for" in headers:
+                scope["client"] = (headers[b"x-forwarded-for"].decode("latin-1"), 0)
+            if headers.get(b"x-forwarded-proto") in (b"http", b"https"):
+                scope["scheme"] = headers[b"x-forwarded-proto"].decode("latin-1")
+        await self.app(scope, receive, send)

@@ -9,7 +9,7 @@ spreads the connections), in front of the primary:
   telemetry, and serves the whole API on `<run_dir>/api.sock` only (it holds the public
   port without listening on it, so no other program can take it);
 - **workers** (`python -m gpupool.server.workers`, started and restarted by the primary's
-  `Supervisor`) answer the database-only requests themselves and forward the rest to the
+  `worker_supervisor`) answer the database-only requests themselves and forward the rest to the
   primary (`gpupool.server.forward`).
 
 They share the database (on SQLite, writers take turns through the store's flock) and tell
@@ -26,21 +26,20 @@ import contextlib
 import hashlib
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gpupool.domain import Allocation, Workload
 from gpupool.executors.base import ExecStatus, Executor, ExecutorError, Handle, RunningProcess
-from gpupool.restarts import RestartBudget
 from gpupool.server.bus import PRIMARY, Bus
 from gpupool.server.context import AppContext
+from gpupool.server.serving import make_server, settle_heap, stop_on_signals
+from gpupool.supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -100,24 +99,9 @@ def listen_unix(path: Path) -> socket.socket:
     return sock
 
 
-def on_notice(ctx: AppContext) -> Callable[[str], None]:
-    """What a process does with a bus message (see gpupool.server.bus)."""
-
-    def handle(text: str) -> None:
-        verb, _, arg = text.partition(" ")
-        if verb == "wake" and arg:
-            ctx.loops.wake(arg)
-        elif text == "auth changed":
-            ctx.auth_cache.clear()
-        else:
-            log.warning("bus: unknown message %r", text)
-
-    return handle
-
-
 def attach_bus(ctx: AppContext, run: Path, name: str) -> Bus:
     """Join this process to the server's bus as `name` (PRIMARY or worker-N)."""
-    ctx.bus = Bus(run, name, on_notice(ctx))
+    ctx.bus = Bus(run, name, ctx.on_notice)
     return ctx.bus
 
 
@@ -143,86 +127,49 @@ class PrimaryOnlyExecutor(Executor):
         raise self._refuse()
 
 
-class Supervisor:
-    """Starts `count` API workers (worker-1 ... worker-count), restarts one that dies (within
-    a `RestartBudget`), and stops them all. `command(index)` is a worker's argv;
-    `env` its environment (GPUPOOL_DATABASE_URL included)."""
+def worker_supervisor(
+    count: int,
+    command: Callable[[int], list[str]],
+    env: dict[str, str] | None = None,
+    on_all_gone: Callable[[], None] | None = None,
+    check_every_s: float = 1.0,
+) -> Supervisor:
+    """A supervisor of API workers 1..count: `command(i)` is worker i's argv, `env` their
+    environment (GPUPOOL_DATABASE_URL included). A worker serves until its stdin, a pipe
+    from this process, closes: that ends it when this process exits in any way, and it is
+    how `stop()` asks it first (it finishes the requests it holds)."""
 
-    def __init__(
-        self,
-        count: int,
-        command: Callable[[int], list[str]],
-        env: dict[str, str] | None = None,
-        on_all_gone: Callable[[], None] | None = None,
-        check_every_s: float = 1.0,
-    ):
-        self.count = count
-        self.command = command
-        self.env = env
-        #: called (from the watch thread) when no worker is left to serve the port
-        self.on_all_gone = on_all_gone
-        self.check_every_s = check_every_s
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self.restarts = RestartBudget()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        for index in range(1, self.count + 1):
-            self._spawn(index)
-        self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
-        self._thread.start()
-
-    def _spawn(self, index: int) -> None:
-        # stdin is a pipe the worker reads until EOF: the primary's end closes when the
-        # primary exits in any way, and the worker then stops.
-        self.procs[index] = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            self.command(index), stdin=subprocess.PIPE, start_new_session=True, env=self.env
+    def spawn(index: int) -> subprocess.Popen:
+        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            command(index), stdin=subprocess.PIPE, start_new_session=True, env=env
         )
 
-    def _watch(self) -> None:
-        while not self._stopping.wait(self.check_every_s):
-            for index, proc in list(self.procs.items()):
-                if proc.poll() is None or self._stopping.is_set():
-                    continue
-                if not self.restarts.take():
-                    log.error(
-                        "API worker %d exited (code %s); too many restarts this minute, "
-                        "serving with fewer processes",
-                        index,
-                        proc.returncode,
-                    )
-                    del self.procs[index]
-                    if not self.procs and self.on_all_gone is not None:
-                        self.on_all_gone()
-                    continue
-                log.warning("API worker %d exited (code %s); restarting it", index, proc.returncode)
-                self._spawn(index)
+    def exited(index: int, code: int, restarted: bool) -> None:
+        if restarted:
+            log.warning("API worker %d exited (code %s); restarting it", index, code)
+        else:
+            log.error(
+                "API worker %d exited (code %s); too many restarts this minute, serving with "
+                "fewer processes",
+                index,
+                code,
+            )
 
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs.values() if p.poll() is None]
+    return Supervisor(
+        count,
+        spawn,
+        on_exit=exited,
+        on_all_gone=on_all_gone,
+        ask=_close_stdin,
+        check_every_s=check_every_s,
+        name="workers",
+    )
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask every worker to stop (closing its stdin: it finishes the requests it holds),
-        then SIGTERM what is left after half of `timeout_s`, then SIGKILL."""
-        self._stopping.set()
-        for proc in self.procs.values():
-            with contextlib.suppress(OSError):
-                if proc.stdin is not None:
-                    proc.stdin.close()
-        for sig, share in ((None, 0.5), (signal.SIGTERM, 0.5), (signal.SIGKILL, 0.0)):
-            left = [p for p in self.procs.values() if p.poll() is None]
-            if sig is not None:
-                for proc in left:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(sig)
-            deadline = time.monotonic() + timeout_s * share
-            for proc in left:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+
+def _close_stdin(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(OSError):
+        if proc.stdin is not None:
+            proc.stdin.close()
 
 
 def worker_command(index: int, run: Path, host: str, port: int, log_level: str) -> list[str]:
@@ -263,7 +210,7 @@ class WorkerPool:
         self.held = listen_tcp(host, port, shared=True, listen=False)
         self.sockets = [listen_unix(api_socket(run))]
         self.bus = attach_bus(ctx, run, PRIMARY)
-        self.supervisor = Supervisor(
+        self.supervisor = worker_supervisor(
             count,
             lambda i: worker_command(i, run, host, port, log_level),
             env=dict(os.environ, GPUPOOL_DATABASE_URL=ctx.store.url),
@@ -276,56 +223,6 @@ class WorkerPool:
         self.bus.close()
         for sock in (*self.sockets, self.held):
             sock.close()
-
-
-def make_server(config):  # noqa: ANN001, ANN201 - uvicorn's Config and Server
-    """A uvicorn server that leaves signals to its caller (uvicorn's own capture re-raises
-    SIGTERM after shutdown, which would skip the caller's cleanup) and that says where it
-    listens also when given its sockets."""
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[override]  # noqa: ANN202
-            yield
-
-        async def startup(self, sockets=None) -> None:  # noqa: ANN001
-            await super().startup(sockets)
-            if not self.started or sockets is None:
-                return  # uvicorn said where it listens itself
-            for sock in sockets:
-                name = sock.getsockname()
-                where = (
-                    f"unix socket {name}"
-                    if sock.family == socket.AF_UNIX
-                    else f"http://{self.config.host}:{name[1]}"
-                )
-                logging.getLogger("uvicorn.error").info(
-                    "Uvicorn running on %s (Press CTRL+C to quit)", where
-                )
-
-    return Server(config)
-
-
-def settle_heap() -> None:
-    """Before serving: move what startup allocated (modules, app, ORM mappings) out of the
-    cyclic garbage collector's sight, so its full collections stay short under load."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
-def stop_on_signals(server) -> None:  # noqa: ANN001 - a uvicorn.Server
-    """SIGINT/SIGTERM: stop serving (a second one: also drop open connections)."""
-
-    def stop(_signum: int, _frame: object) -> None:
-        if server.should_exit:
-            server.force_exit = True
-        server.should_exit = True
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
 
 
 def _stop_when_orphaned(server) -> None:  # noqa: ANN001 - a uvicorn.Server
