@@ -174,3 +174,25 @@ def test_hand_off_files_survive_concurrent_writers(tmp_path):
     assert errors == []
     assert json.loads(path.read_text())["i"] == 49
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+def test_the_wrapper_answers_the_whole_executor_contract_itself():
+    """Every method of `Executor` is defined on HubLaunchExecutor (forwarded by name, not
+    through __getattr__), so a capability added to the contract cannot be silently lost or
+    reached by attribute probing."""
+    from gpupool.executors.base import Executor
+
+    contract = {n for n, v in vars(Executor).items() if callable(v) and not n.startswith("_")}
+    assert contract - set(vars(HubLaunchExecutor)) == set()
+    assert "__getattr__" not in vars(HubLaunchExecutor)
+
+
+def test_capabilities_of_plain_work_are_the_inner_executors(setup, tmp_path):
+    clock, inner, ex, _ = setup
+    job = Workload(id="j1", tenant="lab", owner="a", command=("python", "x.py"))
+    share = Share("n1", 0, "GPU-bbb", 500, 1024, Enforcement.MPS)
+    inner.downgrade["GPU-bbb"] = Enforcement.POLICED
+    ex.start(job, Allocation("j1", "n1", (share,), since=0.0))
+    assert ex.enforcement_of("j1") == {"GPU-bbb": Enforcement.POLICED}
+    assert ex.mps_enforcement("GPU-bbb") is Enforcement.POLICED  # the fake has no MPS
+    assert ex.mps_env(share) == {} and ex.prune(0.0) == [] and ex.adopts_work

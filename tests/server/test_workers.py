@@ -142,7 +142,7 @@ def pair(store, tmp_path):
             store=worker_store,
             forward_to=str(api_socket(run)),
         )
-        app.state.ctx.extras["process"] = "worker-1"
+        app.state.ctx.process = "worker-1"
         with TestClient(app, raise_server_exceptions=False) as client:
             yield primary, client
         worker_store.close()

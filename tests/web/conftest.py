@@ -39,7 +39,7 @@ def build_app(db_url: str, seeded_now: float, **seed_kw: object):
     store.close()
     settings = Settings(database_url=db_url, start_loops=False)
     app = create_app(settings, executor=FakeExecutor(seeded.clock), clock=seeded.clock)
-    app.state.ctx.extras["samplers"] = seeded.samplers
+    app.state.ctx.samplers.extend(seeded.samplers)
     if not any(getattr(r, "path", "") == "/dashboard/{slug}" for r in app.routes):
         from gpupool.web import create_router
 

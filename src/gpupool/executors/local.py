@@ -44,7 +44,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Share, Workload
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -52,9 +52,6 @@ from gpupool.executors.base import (
     Handle,
     RunningProcess,
     StartError,
-    SupportsAdoption,
-    SupportsFractionalMPS,
-    SupportsLogs,
     exec_state_for_exit,
 )
 from gpupool.executors.launcher import EXIT_FILE, PID_FILE, proc_starttime, write_atomic
@@ -87,7 +84,7 @@ class Account:
     shell: str
 
 
-class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractionalMPS):
+class LocalExecutor(Executor):
     """Runs workloads as local processes. See the module docstring.
 
     `state_dir` holds one directory per workload. `resolve_unix_user(owner)` maps a gpupool
@@ -96,6 +93,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
     """
 
     name = "local"
+    adopts_work = True
 
     def __init__(
         self,
@@ -171,6 +169,13 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
         return self._decide_mps(gpu_uuid, unix_user or pwd.getpwuid(os.geteuid()).pw_name)[0]
+
+    def mps_env(self, share: Share) -> dict[str, str]:
+        if self.mps is None:
+            return {}
+        return limits_for(share).env(
+            self.mps.pipe_dir(share.gpu_uuid), self.mps.log_dir(share.gpu_uuid)
+        )
 
     def _decide_mps(self, gpu_uuid: str, unix_user: str) -> tuple[Enforcement, str]:
         if self.mps is None:

@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
+from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -38,9 +38,6 @@ from gpupool.executors.base import (
     Handle,
     NotSupported,
     RunningProcess,
-    SupportsAdoption,
-    SupportsFractionalMPS,
-    SupportsLogs,
 )
 from gpupool.executors.launcher import write_atomic
 
@@ -192,14 +189,19 @@ def hub_launch_env(
     return env
 
 
-class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractionalMPS):
+class HubLaunchExecutor(Executor):
     """Wraps `inner`; notebooks without a command are started by JupyterHub instead.
+
+    Every method of the executor contract is answered here: for hub notebooks from the
+    hand-off directory, for all other work by forwarding to `inner` (capabilities included:
+    this executor has logs, MPS and pruning exactly when `inner` has them).
 
     `launch_timeout_s`: a grant the hub never picks up (hub down, spawn abandoned) fails
     after this long, which releases its GPUs.
     """
 
     name = "jupyterhub"
+    adopts_work = True  # notebooks live in the hand-off files; other work is `inner`'s
 
     def __init__(
         self,
@@ -215,11 +217,6 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
         self.clock = clock or SystemClock()
         self.launch_timeout_s = launch_timeout_s
 
-    def supports(self, capability: type) -> bool:
-        if capability is SupportsAdoption:
-            return True
-        return isinstance(self.inner, capability)
-
     def _mine(self, workload_id: str) -> bool:
         try:
             return self.dir.known(workload_id)
@@ -229,19 +226,12 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
     def _mps_env(self, allocation: Allocation | None, unix_user: str | None) -> tuple[dict, dict]:
         mps_env: dict[str, dict[str, str]] = {}
         enforcement: dict[str, str] = {}
-        manager = getattr(self.inner, "mps", None)
         for s in allocation.shares if allocation else ():
             got = s.enforcement
             if not s.whole and s.enforcement is Enforcement.MPS:
-                got = Enforcement.POLICED
-                if manager is not None and isinstance(self.inner, SupportsFractionalMPS):
-                    got = self.inner.mps_enforcement(s.gpu_uuid, unix_user)
-                if got is Enforcement.MPS and manager is not None:
-                    from gpupool.executors.mps import limits_for
-
-                    mps_env[s.gpu_uuid] = limits_for(s).env(
-                        manager.pipe_dir(s.gpu_uuid), manager.log_dir(s.gpu_uuid)
-                    )
+                got = self.inner.mps_enforcement(s.gpu_uuid, unix_user)
+                if got is Enforcement.MPS:
+                    mps_env[s.gpu_uuid] = dict(self.inner.mps_env(s))
             enforcement[s.gpu_uuid] = str(got)
         return mps_env, enforcement
 
@@ -371,20 +361,19 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
 
     def process_map(self) -> dict[int, str]:
         """pid -> workload id for every process of running work, notebooks included."""
-        inner = getattr(self.inner, "process_map", None)
-        out: dict[int, str] = dict(inner()) if callable(inner) else {}
+        out = dict(self.inner.process_map())
         for rp in self.list_running():
             if rp.ref.startswith("hub:"):
                 out.update({pid: rp.workload_id for pid in rp.pids})
         return out
 
-    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement]:
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
         """Enforcement applied at grant (hub notebooks) or at start (other work)."""
         if self._mine(workload_id):
             grant = self.dir.grant(workload_id)
             return {k: Enforcement(v) for k, v in (grant.enforcement if grant else {}).items()}
-        inner = getattr(self.inner, "enforcement_of", None)
-        return inner(workload_id) if callable(inner) else {}
+        inner = self.inner.enforcement_of(workload_id)
+        return None if inner is None else dict(inner)
 
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         if self._mine(workload_id):
@@ -392,18 +381,17 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
         return self.inner.logs(workload_id, tail)
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
-        if isinstance(self.inner, SupportsFractionalMPS):
-            return self.inner.mps_enforcement(gpu_uuid, unix_user)
-        return Enforcement.POLICED
+        return self.inner.mps_enforcement(gpu_uuid, unix_user)
+
+    def mps_env(self, share: Share) -> dict[str, str]:
+        return dict(self.inner.mps_env(share))
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """The wrapped executor's old work (hand-off directories are kept)."""
+        return self.inner.prune(older_than_s, now)
 
     def close(self) -> None:
         self.inner.close()
-
-    def __getattr__(self, name: str) -> object:
-        # Executor-specific extras of the wrapped executor (process_map, log_path, mps...).
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 def _tree(pid: int) -> list[int]:

@@ -57,7 +57,6 @@ def create_app(
         clock=clock,
         loops=loops,
         metrics=Metrics(store, telemetry),
-        telemetry=telemetry,
     )
     loops.add(SchedulerLoop(ctx))
     if store.dialect == "sqlite":

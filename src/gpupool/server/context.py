@@ -1,10 +1,11 @@
-"""What every request handler and loop shares: store, executor, clock, settings, loops, metrics."""
+"""What every request handler and loop shares: store, executor, clock, settings, loops, metrics,
+the telemetry samplers the dashboard reads, and which process of the server this is."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
     from gpupool.server.views import WorkloadViews
+    from gpupool.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +34,11 @@ class AppContext:
     clock: Clock
     loops: LoopGroup
     metrics: Metrics
-    telemetry: Any = None
-    #: Free-form slots for components plugged in later (e.g. telemetry state for the UI).
-    extras: dict[str, Any] = field(default_factory=dict)
+    #: which process of the server this is: `primary`, or `worker-N` (gpupool.server.workers)
+    process: str = "primary"
+    #: the telemetry samplers of this process, whose frames and history the dashboard shows
+    #: (each `TelemetryLoop` adds its own; tests may add seeded ones)
+    samplers: list[Sampler] = field(default_factory=list)
     auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
     #: memo of workload JSON for the polling endpoints (see gpupool.server.views)
     views: WorkloadViews = field(default_factory=lambda: _views())

@@ -10,67 +10,26 @@ everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
-from gpupool.domain.resources import Capacity
-from gpupool.scheduler.fairshare import fair_shares
+from gpupool.domain import ValidationError
+from gpupool.scheduler.fairshare import current_fair_shares
+from gpupool.server.context import AppContext, get_ctx
 from gpupool.telemetry.sampler import Frame, GPUPoint
 from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
 
 
-def _samplers(telemetry: Any) -> Iterator[Any]:
-    """The telemetry samplers behind the server's `telemetry` slot (a Sampler, an object
-    holding one as `.sampler`, or a list of either); nothing when telemetry is off."""
-    if telemetry is None:
-        return
-    if isinstance(telemetry, list | tuple):
-        for t in telemetry:
-            yield from _samplers(t)
-        return
-    if hasattr(telemetry, "gpu_history") and hasattr(telemetry, "latest"):
-        yield telemetry
-        return
-    inner = getattr(telemetry, "sampler", None)
-    if inner is not None:
-        yield from _samplers(inner)
+def _frames(ctx: AppContext) -> list[Frame]:
+    return [s.latest for s in ctx.samplers if s.latest is not None]
 
 
-def _sources(ctx: Any) -> list[Any]:
-    """Where the server keeps telemetry samplers, in the order looked at: `ctx.extras["samplers"]`,
-    the telemetry loop (`ctx.loops.get("telemetry")`, holding `.sampler`), `ctx.telemetry`."""
-    extras = getattr(ctx, "extras", None) or {}
-    loops = getattr(ctx, "loops", None)
-    get = getattr(loops, "get", None)
-    found: list[Any] = []
-    seen: set[int] = set()
-    for holder in (
-        extras.get("samplers"),
-        get("telemetry") if callable(get) else None,
-        ctx.telemetry,
-    ):
-        for s in _samplers(holder):
-            if id(s) not in seen:
-                seen.add(id(s))
-                found.append(s)
-    return found
-
-
-def _frames(ctx: Any) -> list[Frame]:
-    return [s.latest for s in _sources(ctx) if getattr(s, "latest", None) is not None]
-
-
-def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:
+def _history(ctx: AppContext, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:
     """GPU uuid -> its points at one resolution, from whichever sampler has them."""
     out: dict[str, list[GPUPoint]] = {}
-    for s in _sources(ctx):
-        known = getattr(s, "gpus", None)
+    for s in ctx.samplers:
         for uuid in uuids:
-            if uuid in out or (isinstance(known, dict) and uuid not in known):
+            if uuid in out or uuid not in s.gpus:
                 continue
             pts = s.gpu_history(uuid, per_minute=per_minute)
             if pts:
@@ -78,43 +37,9 @@ def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUP
     return out
 
 
-def _fair_shares(ctx: Any) -> dict[str, int]:
-    """Tenant -> fair share (milli) from the scheduler's last cycle, where the server keeps it."""
-    found = (
-        ctx.extras.get("fair_shares") if isinstance(getattr(ctx, "extras", None), dict) else None
-    )
-    if found is None:
-        loops = getattr(ctx, "loops", None)
-        get = getattr(loops, "get", None)
-        loop = get("scheduler") if callable(get) else None
-        for attr in ("fair_shares", "last_decisions"):
-            v = getattr(loop, attr, None)
-            if v is not None:
-                found = getattr(v, "fair_shares", v)
-                break
-    return dict(found) if isinstance(found, dict) else {}
-
-
-def _compute_fair_shares(
-    tree: TenantTree,
-    nodes: list[Node],
-    running: list[tuple[Workload, Allocation]],
-    pending: list[Workload],
-) -> dict[str, int]:
-    """Fair shares as the scheduler computes them: demand = GPUs held + GPUs asked for."""
-    demand: dict[str, float] = {}
-    for w, a in running:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + a.gpu_milli
-    for w in pending:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + w.request.total_gpu_milli
-    shares = fair_shares(tree, Capacity.of(nodes).gpu_milli, demand)
-    return {t: round(v) for t, v in shares.items()}
-
-
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
-    from gpupool.server.context import AppContext, get_ctx
     from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
@@ -139,11 +64,8 @@ def create_api_router() -> APIRouter:
         with ctx.store.read() as s:
             tree = TenantRepo(s).tree()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
-            fair = _fair_shares(ctx)
-            if not fair:
-                nodes = NodeRepo(s).list()
-                pending = WorkloadRepo(s).pending()
-                fair = _compute_fair_shares(tree, nodes, running, pending)
+            nodes = NodeRepo(s).list()
+            fair = current_fair_shares(tree, nodes, running, WorkloadRepo(s).pending())
         names = [t.name for t in tree]
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
