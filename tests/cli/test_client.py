@@ -14,11 +14,12 @@ from typer.testing import CliRunner
 from gpupool.cli.main import app as cli
 from gpupool.clock import SystemClock
 from gpupool.domain import Allocation, Workload
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.base import Handle
 from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
+from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import UsageRepo, open_store
 from tests.server.conftest import PASSWORD, seed
 from tests.support import ServedApp
@@ -49,10 +50,16 @@ def server(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
     clock = SystemClock()
     settings = Settings(database_url=store.url, scheduler_interval_s=0.05)
-    app = create_app(settings, executor=ScriptedExecutor(clock), clock=clock, store=store)
-    seed(app.state.ctx)
-    with ServedApp(app) as url:
-        yield url, app.state.ctx
+    system = build_system(
+        SystemSettings(server=settings),
+        FakeEngine(ScriptedExecutor(clock)),
+        clock=clock,
+        store=store,
+    )
+    seed(system.ctx)
+    with ServedApp(system.app) as url:
+        yield url, system.ctx
+    system.stop()
     store.close()
 
 

@@ -1,10 +1,10 @@
 """The FastAPI app factory.
 
-`create_app(settings, executor=..., clock=...)` opens the store (running migrations), wires
-the scheduler loop (on SQLite also the checkpoint loop) and metrics, and mounts the API under
-/api/v1 (OpenAPI at /api/v1/openapi.json). More loops (reconciler, telemetry, ...) are added with
-`app.state.ctx.loops.add(loop)` before the app starts serving; with `settings.start_loops`
-they run while it serves and stop on shutdown.
+`create_app(settings, executor=..., clock=...)` opens the store (running migrations), creates
+the context and metrics, and mounts the API under /api/v1 (OpenAPI at /api/v1/openapi.json).
+It adds no loops: the whole system, loops included, is assembled by
+`gpupool.server.system.build_system`, which calls this. Loops in `app.state.ctx.loops` run
+while the app serves when `settings.start_loops`, and stop on shutdown.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from gpupool.server import problems
 from gpupool.server.context import AppContext
 from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
-from gpupool.server.loops.checkpoint import CheckpointLoop
-from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.metrics import Metrics
 from gpupool.server.routers import accounts, cluster, profiles, reports, system, tenants, workloads
 from gpupool.server.settings import Settings
@@ -58,9 +56,6 @@ def create_app(
         loops=loops,
         metrics=Metrics(store, telemetry),
     )
-    loops.add(SchedulerLoop(ctx))
-    if store.dialect == "sqlite":
-        loops.add(CheckpointLoop(ctx))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
