@@ -43,7 +43,7 @@ def test_the_system_registers_the_engines_nodes_and_runs_every_loop(tmp_path):
         ctx.loops.get("telemetry").run_once()
         client = TestClient(system.app)
         metrics = client.get("/metrics").text
-        assert 'DCGM_FI_DEV_GPU_UTIL{' in metrics and 'Hostname="box"' in metrics
+        assert "DCGM_FI_DEV_GPU_UTIL{" in metrics and 'Hostname="box"' in metrics
         token = issue_token(ctx, "admin", "test", None).token
         cluster = client.get(
             "/api/v1/dashboard/cluster", headers={"Authorization": f"Bearer {token}"}
