@@ -29,8 +29,8 @@ from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, 
 from gpupool.domain.profiles import Profile
 from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
+from gpupool.executors.hub_launch import HubLaunchExecutor
 from gpupool.jupyterhub.config import HubSettings, start_hub, wait_hub_ready
-from gpupool.jupyterhub.launch import HubLaunchExecutor
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings

@@ -206,7 +206,7 @@ def crypt_key(settings: HubSettings) -> str:
 
 def service_secret(settings: HubSettings) -> str:
     """The dashboard service's OAuth client secret (``<data_dir>/service_secret``); give it
-    to the gpupool server's SSO router (`gpupool.jupyterhub.sso.SSOSettings`)."""
+    to the gpupool server's SSO router (`gpupool.server.hub.sso.SSOSettings`)."""
     return _secret_file(settings, "service_secret")
 
 

@@ -30,9 +30,9 @@ from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
 from traitlets import Bool, Float, Unicode, default
 
+from gpupool.executors.handoff import LaunchDir
 from gpupool.jupyterhub import notices
 from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUnavailable
-from gpupool.jupyterhub.launch import LaunchDir
 from gpupool.jupyterhub.options import (
     ALLOWED_KEYS,
     OptionsError,

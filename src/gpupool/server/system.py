@@ -253,7 +253,7 @@ def _assemble(
 
     hub = None
     if s.jupyterhub:
-        from gpupool.jupyterhub.launch import HubLaunchExecutor
+        from gpupool.executors.hub_launch import HubLaunchExecutor
 
         hub = s.hub or _hub_settings(s, engine.single_user)
         executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
@@ -273,7 +273,7 @@ def _assemble(
             say("gpupool: (shown once; keep it)", loud=True)
     if hub is not None:
         from gpupool.jupyterhub.config import service_secret
-        from gpupool.jupyterhub.sso import SSOSettings, install_hub_sso
+        from gpupool.server.hub.sso import SSOSettings, install_hub_sso
 
         hub.data_dir.mkdir(parents=True, exist_ok=True)
         install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
@@ -437,7 +437,7 @@ def _start_hub(system: System, admin: str):  # noqa: ANN202 - a Supervisor
     """Start JupyterHub as a child process talking to this server, kept running by
     `keep_hub` (its exits are reported here with the end of its log)."""
     from gpupool.jupyterhub.config import HubSetupError, find_proxy, start_hub
-    from gpupool.jupyterhub.keeper import check_ports, keep_hub
+    from gpupool.server.hub.keeper import check_ports, keep_hub
     from gpupool.server.services.accounts import issue_token
 
     hub = system.hub

@@ -11,7 +11,8 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
 from gpupool.executors.base import ExecState
 from gpupool.executors.fake import FakeExecutor
-from gpupool.jupyterhub.launch import STOPPED_EXIT, HubLaunchExecutor, LaunchDir, is_hub_launched
+from gpupool.executors.handoff import STOPPED_EXIT, LaunchDir, is_hub_launched
+from gpupool.executors.hub_launch import HubLaunchExecutor
 
 
 def _notebook(wid: str = "w1") -> Workload:
@@ -154,7 +155,7 @@ def test_hand_off_files_survive_concurrent_writers(tmp_path):
     import json
     import threading
 
-    from gpupool.jupyterhub.launch import _write_json
+    from gpupool.executors.handoff import _write_json
 
     path = tmp_path / "stop.json"
     errors: list[BaseException] = []
