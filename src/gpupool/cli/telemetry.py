@@ -19,10 +19,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gpupool.telemetry.attribution import Attributor
+from gpupool.telemetry.frame_json import frame_view
 from gpupool.telemetry.sampler import Frame, Sampler
 from gpupool.telemetry.simulated import SpecError
 from gpupool.telemetry.source import GPUSource, TelemetryError, open_source
-from gpupool.telemetry.view import frame_view
 
 SIMULATE_HELP = "Use simulated GPUs, e.g. 4xH100-80GB,2xA100-40GB (no GPU needed)."
 

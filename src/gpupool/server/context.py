@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gpupool.server.bus import Bus
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
-    from gpupool.server.views import WorkloadViews
+    from gpupool.server.workload_json import WorkloadJSONMemo
     from gpupool.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,8 @@ class AppContext:
     #: (each `TelemetryLoop` adds its own; tests may add seeded ones)
     samplers: list[Sampler] = field(default_factory=list)
     auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
-    #: memo of workload JSON for the polling endpoints (see gpupool.server.views)
-    views: WorkloadViews = field(default_factory=lambda: _views())
+    #: memo of workload JSON for the polling endpoints (see gpupool.server.workload_json)
+    workload_json: WorkloadJSONMemo = field(default_factory=lambda: _workload_json())
     #: the other processes of this server, when it runs several (gpupool.server.workers)
     bus: Bus | None = None
 
@@ -76,10 +76,10 @@ def _token_cache() -> TokenCache:
     return TokenCache()
 
 
-def _views() -> WorkloadViews:
-    from gpupool.server.views import WorkloadViews
+def _workload_json() -> WorkloadJSONMemo:
+    from gpupool.server.workload_json import WorkloadJSONMemo
 
-    return WorkloadViews()
+    return WorkloadJSONMemo()
 
 
 async def get_ctx(request: Request) -> AppContext:

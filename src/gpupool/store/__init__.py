@@ -9,7 +9,7 @@ from gpupool.store.db import Store, StoreError, open_store
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.events import EventRepo
 from gpupool.store.profiles import ProfileRepo
-from gpupool.store.tenancy import TenantRepo, TokenRepo, UserRepo, role_in
+from gpupool.store.tenancy import TenantRepo, Token, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
 from gpupool.store.workloads import (
     ROW_KEYS,
@@ -31,6 +31,7 @@ __all__ = [
     "Store",
     "StoreError",
     "TenantRepo",
+    "Token",
     "TokenRepo",
     "UsageRepo",
     "UsageTotal",

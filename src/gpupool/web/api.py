@@ -17,7 +17,7 @@ from gpupool.domain import ValidationError
 from gpupool.scheduler.fairshare import current_fair_shares
 from gpupool.server.context import AppContext, get_ctx
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
+from gpupool.web.page_data import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
 
 
 def _frames(ctx: AppContext) -> list[Frame]:

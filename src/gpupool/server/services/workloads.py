@@ -31,7 +31,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadOut,
 )
 from gpupool.server.services import lifecycle
-from gpupool.server.views import JSONObject, queue_entry
+from gpupool.server.workload_json import JSONObject, queue_entry
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -251,7 +251,7 @@ def list_workloads(
         )
         active = [r.id for r in rows if r.state in _ACTIVE]
         allocs = AllocationRepo(s).active_for_many(active)
-    return ctx.views.workloads(rows, allocs)
+    return ctx.workload_json.workloads(rows, allocs)
 
 
 def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDetailOut:
@@ -331,7 +331,7 @@ def queue(ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500) -
     rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
     out = []
     for i, r in enumerate(rows[:limit], 1):
-        obj = ctx.views.workload(r)
+        obj = ctx.workload_json.workload(r)
         if r.pending_reason is None:
             out.append(queue_entry(i, 0, "waiting for the next scheduling cycle", obj))
         else:
