@@ -144,7 +144,7 @@ def test_errors_are_messages_not_tracebacks(env):
     _, ctx = env
     t = as_(ctx, "ann")
     r = gp("run", "--gpus", "9", "--", "x", token=t)
-    assert r.exit_code == 1 and "no node has 9" in r.output and "(HTTP 422)" in r.output
+    assert r.exit_code == 1 and "needs 9 GPUs" in r.output and "(HTTP 422)" in r.output
     r = gp("run", "--gpus", "1", "--gpu-fraction", "0.5", "--", "x", token=t)
     assert r.exit_code == 2 and "not both" in r.output
     r = gp("run", "--gpu-fraction", "0.5", "--gpu-memory", "lots", "--", "x", token=t)
