@@ -217,3 +217,11 @@ def test_usage(env):
     assert r.exit_code == 0 and "ann" in r.output and "25%" in r.output
     rep = json.loads(gp("usage", "--json", "--from", "2026-05-01", token=t).output)
     assert rep["rows"][0]["gpu_hours_allocated"] == 2.0
+
+
+def test_followed_work_ends_in_the_domains_final_states_and_preempted():
+    from gpupool.cli.client import TERMINAL
+    from gpupool.domain import ACTIVE_STATES, TERMINAL_STATES, WorkloadState
+
+    assert TERMINAL_STATES | {WorkloadState.PREEMPTED} == TERMINAL
+    assert not TERMINAL & ACTIVE_STATES and WorkloadState.PENDING not in TERMINAL
