@@ -20,10 +20,11 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from types import MappingProxyType
+from typing import IO, TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -35,6 +36,15 @@ from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.settings import Settings
 from gpupool.store import EventRepo, Store, StoreError, open_store
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from gpupool.jupyterhub.config import HubSettings
+    from gpupool.server.loops.telemetry import TelemetryLoop
+    from gpupool.server.workers import WorkerPool
+    from gpupool.supervise import Supervisor
+    from gpupool.telemetry.sampler import Frame
 
 log = logging.getLogger(__name__)
 DEFAULT_TENANT = "default"
@@ -70,7 +80,7 @@ class SystemSettings:
     workers: int = 0
     jupyterhub: bool | None = False
     hub_port: int = 8000
-    hub: Any = None  # gpupool.jupyterhub.config.HubSettings
+    hub: HubSettings | None = None
     admin: str | None = None
     admin_password: str | None = None
     log_level: str = "info"
@@ -87,13 +97,13 @@ class System:
     store: Store
     executor: Executor
     say: Callable[..., None] = _print
-    hub: Any = None  # HubSettings when the hub runs
+    hub: HubSettings | None = None  # when the hub runs
     admin_password: str | None = None  # the first admin's, when created by this start
     own_store: bool = True
     lock: IO[str] | None = None
-    hub_keeper: Any = None
-    pool: Any = None
-    server: Any = None  # the uvicorn.Server, once started
+    hub_keeper: Supervisor | None = None
+    pool: WorkerPool | None = None
+    server: uvicorn.Server | None = None  # once started
 
     @property
     def ctx(self) -> AppContext:
@@ -136,6 +146,7 @@ class System:
         previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         stop_on_signals(self.server)
         settle_heap()
+        assert self.server is not None
         try:
             self.server.run(sockets=self.pool.sockets if self.pool is not None else None)
         finally:
@@ -226,9 +237,11 @@ def _assemble(
     )
     from gpupool.web import create_router
 
-    def record(kind: str, message: str, data: Any) -> None:
+    def record(kind: str, message: str, data: Mapping[str, object]) -> None:
         with store.write() as tx:
-            EventRepo(tx).add(Event(at=clock.now(), kind=kind, message=message, data=dict(data)))
+            EventRepo(tx).add(
+                Event(at=clock.now(), kind=kind, message=message, data=MappingProxyType(dict(data)))
+            )
 
     try:
         executor = engine.open(EngineEnv(clock, s.data_dir, record, say))
@@ -309,7 +322,7 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
         if len(sampled) > 1:
             tl.name = f"telemetry-{t.node}"
         ctx.loops.add(tl)
-        ctx.metrics.add_collector(TelemetryCollector(lambda tl=tl: tl.sampler.latest, t.node))
+        ctx.metrics.add_collector(TelemetryCollector(_latest_frame(tl), t.node))
         by_node[t.node] = tl
     if len(by_node) == 1:
         (tl,) = by_node.values()
@@ -336,7 +349,12 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
         ctx.loops.add(AccountingLoop(ctx))
 
 
-def _start_workers(system: System):  # noqa: ANN202 - a WorkerPool
+def _latest_frame(loop: TelemetryLoop) -> Callable[[], Frame | None]:
+    """What `/metrics` renders for one telemetry loop: its latest frame."""
+    return lambda: loop.sampler.latest
+
+
+def _start_workers(system: System) -> WorkerPool:
     """The API workers in front of this process (gpupool.server.workers.WorkerPool)."""
     import errno
 
@@ -413,7 +431,7 @@ def _hub_available(say: Callable[..., None]) -> bool:
     return True
 
 
-def _hub_settings(s: SystemSettings, single_user: bool):  # noqa: ANN202 - HubSettings
+def _hub_settings(s: SystemSettings, single_user: bool) -> HubSettings:
     """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub)."""
     from gpupool.jupyterhub.config import HubSettings
 
@@ -433,7 +451,7 @@ def _hub_settings(s: SystemSettings, single_user: bool):  # noqa: ANN202 - HubSe
     )
 
 
-def _start_hub(system: System, admin: str):  # noqa: ANN202 - a Supervisor
+def _start_hub(system: System, admin: str) -> Supervisor:
     """Start JupyterHub as a child process talking to this server, kept running by
     `keep_hub` (its exits are reported here with the end of its log)."""
     from gpupool.jupyterhub.config import HubSetupError, find_proxy, start_hub
@@ -441,6 +459,7 @@ def _start_hub(system: System, admin: str):  # noqa: ANN202 - a Supervisor
     from gpupool.server.services.accounts import issue_token
 
     hub = system.hub
+    assert hub is not None, "the hub runs only when SystemSettings.jupyterhub"
     log_path = hub.data_dir / "jupyterhub.log"
     try:
         find_proxy()
