@@ -174,8 +174,13 @@ def test_admin_commands(env):
     assert "viewer of physics" in r.output
     assert "viewer:physics" in gp("user", "ls", token=t).output
     r = gp("gpu", "set-sharing", "GPU-n1-0", "shared", token=t)
-    assert r.exit_code == 0 and "shared" in r.output
-    assert "GPU-n1-0" in gp("gpu", "ls", token=t).output
+    assert r.exit_code == 0 and "GPU 0 on n1 is now shared" in r.output
+    r = gp("gpu", "set-sharing", "n1:1", "shared", token=t)  # as gpu ls names it
+    assert r.exit_code == 0 and "GPU 1 on n1 is now shared" in r.output
+    r = gp("gpu", "set-sharing", "n1:7", "shared", token=t)
+    assert r.exit_code == 1 and "no GPU 7 on node 'n1'" in r.output
+    assert "n1:0" in gp("gpu", "ls", token=t).output
+    assert "GPU-n1-0" in gp("gpu", "ls", "-o", "wide", token=t).output
     r = gp(
         "profile",
         "create",
