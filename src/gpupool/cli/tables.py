@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.cells import cell_len
 from rich.measure import Measurement
 from rich.table import Table
 
@@ -68,25 +69,48 @@ def cell(value: Any) -> str:
 
 
 def build(cols: Sequence[Col], items: Iterable[Any], *, wide: bool = False) -> Table:
-    """A borderless table of `items` with the default columns (or all of them if `wide`)."""
+    """A borderless table of `items` with the default columns (or all of them if `wide`).
+
+    Columns that may not wrap get their widest cell as their minimum width (wrapping ones
+    their longest word), so a table that must be narrower than that is printed wider (see
+    `print_fit`) instead of cutting cells.
+    """
     shown = [c for c in cols if wide or not c.wide]
+    rows = [[cell(c.get(item)) for c in shown] for item in items]
     t = Table(box=None, pad_edge=False, header_style="bold")
-    for c in shown:
+    for i, c in enumerate(shown):
+        texts = [c.header, *(r[i] for r in rows)]
+        widest = max(cell_len(x) for x in texts)
+        if c.wrap:  # room for its longest word, and at least a dozen columns where it has more
+            longest = max(cell_len(w) for x in texts for w in x.split() or [""])
+            least = max(longest, min(widest, 12))
+        else:
+            least = widest
         t.add_column(
             c.header,
             no_wrap=not c.wrap,
+            min_width=least,
             overflow="fold",
             justify="right" if c.right else "left",
         )
-    for item in items:
-        t.add_row(*(cell(c.get(item)) for c in shown))
+    for r in rows:
+        t.add_row(*r)
     return t
 
 
-def print_table(console: Console, table: Table) -> None:
-    """Print at the console's width, or wider if the unwrappable columns need more."""
-    need = Measurement.get(console, console.options.update(max_width=10_000), table).minimum
-    console.print(table, width=max(console.width, need))
+def print_fit(console: Console, renderable: RenderableType) -> None:
+    """Print at the console's width, or wider if unwrappable table columns need more."""
+    need = Measurement.get(console, console.options.update(max_width=10_000), renderable).minimum
+    if need <= console.width:
+        console.print(renderable)
+        return
+    # Rich's print(width=...) lays tables out wrongly (a column can vanish): widen the console.
+    width = console.width
+    console.width = need
+    try:
+        console.print(renderable, crop=False)
+    finally:
+        console.width = width
 
 
 def show(
@@ -101,7 +125,7 @@ def show(
     if not items and empty:
         console.print(empty)
         return
-    print_table(console, build(cols, items, wide=output is Output.WIDE))
+    print_fit(console, build(cols, items, wide=output is Output.WIDE))
 
 
 def print_json(console: Console, data: Any) -> None:
