@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
-from rich.console import Console, RenderableType
 from rich.cells import cell_len
+from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 
