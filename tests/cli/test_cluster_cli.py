@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import types
 
 import pytest
 from typer.testing import CliRunner
 
 from gpupool.cli.main import app as cli
-from tests.support import ServedApp
-from tests.web.seed import PASSWORD
 
 runner = CliRunner()
 
@@ -33,33 +30,6 @@ def no_nvml(monkeypatch):
     fake.NVMLError = NVMLError  # type: ignore[attr-defined]
     fake.nvmlInit = init  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-
-
-@pytest.fixture
-def logged_out(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    for var in ("GPUPOOL_TOKEN", "GPUPOOL_URL"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    from tests.web.conftest import build_app
-
-    db = tmp_path_factory.mktemp("cluster-cli") / "gpupool.db"
-    app, seeded = build_app(f"sqlite:///{db}", time.time(), gpus=4, workloads=6, history_s=60)
-    with ServedApp(app) as url:
-        yield url, seeded
-
-
-@pytest.fixture
-def logged_in(served, logged_out):
-    url, seeded = served
-    r = runner.invoke(
-        cli, ["login", "--url", url, "--user", "ann", "--password-stdin"], input=PASSWORD + "\n"
-    )
-    assert r.exit_code == 0, r.output
-    return url, seeded
 
 
 def gp(*args: str):
