@@ -31,6 +31,7 @@ from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError, open
 from gpupool.telemetry.view import frame_view
 
 T = TypeVar("T")
+MIB = 1024 * 1024
 
 SIMULATE_HELP = "Use simulated GPUs, e.g. 4xH100-80GB,2xA100-40GB (no GPU needed)."
 LOCAL_HELP = "This host's GPUs through NVML, even when logged in to a server."
@@ -99,8 +100,6 @@ def _health(g: dict[str, Any]) -> str:
 def _mig(g: dict[str, Any]) -> str:
     return "N/A" if g["mig_enabled"] is None else ("on" if g["mig_enabled"] else "off")
 
-
-MIB = 1024 * 1024
 
 #: `gpupool devices --local` columns (-o wide adds UUID, MIG and the process count).
 LOCAL_DEVICE_COLUMNS = (
