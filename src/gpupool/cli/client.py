@@ -23,7 +23,9 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from gpupool.cli import tables
+from gpupool.cli.tables import Col, Output
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TERMINAL = {"succeeded", "failed", "cancelled", "culled", "lost", "preempted"}
@@ -145,28 +147,15 @@ def _when(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _table(columns: list[str], rows: list[list[Any]]) -> Table:
-    """A plain table; the first column and any ID column are never cut short."""
-    cells = [["-" if v is None else str(v) for v in r] for r in rows]
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for i, c in enumerate(columns):
-        whole = i == 0 or c == "ID"
-        width = max([len(c), *(len(r[i]) for r in cells)]) if whole else None
-        t.add_column(c, no_wrap=whole, min_width=width)
-    for r in cells:
-        t.add_row(*r)
-    return t
-
-
 def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data))
+    tables.print_json(out, data)
 
 
 def _gpus_of(w: dict[str, Any]) -> str:
     a = w.get("allocation")
     if not a:
         return ""
-    return ",".join(f"{s['node']}:{s['gpu_index']}" for s in a["shares"])
+    return tables.gpu_list((s["node"], s["gpu_index"]) for s in a["shares"])
 
 
 # -- user commands ------------------------------------------------------------------------
@@ -288,13 +277,29 @@ def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, st
         time.sleep(poll)
 
 
+#: `gpupool ls` columns: the default ones fit 80 columns; `-o wide` adds the rest.
+LS_COLUMNS = (
+    Col("ID", lambda w: w["id"]),
+    Col("NAME", lambda w: w["name"], wide=True),
+    Col("USER", lambda w: w["owner"], wide=True),
+    Col("TENANT", lambda w: w["tenant"], wide=True),
+    Col("KIND", lambda w: w["kind"], wide=True),
+    Col("STATE", lambda w: w["state"]),
+    Col("ASKS", lambda w: w["request"]["description"], wrap=True),
+    Col("GPUS", _gpus_of),
+    Col("AGE", lambda w: tables.age(w["submitted_at"])),
+    Col("SUBMITTED", lambda w: _when(w["submitted_at"]), wide=True),
+)
+
+
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="everything you may see, not only yours"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    as_json: bool = tables.json_option(),
+    output: Output = tables.output_option(),
     state: list[str] = typer.Option(None, "--state", "-s", help="only these states"),
     limit: int = typer.Option(100, "--limit", min=1, max=1000),
 ) -> None:
-    """List workloads (yours, unless --all)."""
+    """List workloads (yours, unless --all): ID, STATE, ASKS, GPUS, AGE; -o wide for more."""
 
     @handled
     def go() -> None:
@@ -304,24 +309,9 @@ def ls(
             params.append(("user", c.get("/auth/me")["name"]))
         params += [("state", s) for s in state or []]
         ws = c.get("/workloads", params=params)
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(ws)
-        rows = [
-            [
-                w["id"],
-                w["name"] or "",
-                w["owner"],
-                w["tenant"],
-                w["kind"],
-                w["state"],
-                w["request"]["description"],
-                _gpus_of(w),
-                _when(w["submitted_at"]),
-            ]
-            for w in ws
-        ]
-        cols = ["ID", "NAME", "USER", "TENANT", "KIND", "STATE", "ASKS", "GPUS", "SUBMITTED"]
-        out.print(_table(cols, rows))
+        tables.show(out, LS_COLUMNS, ws, output, empty="no workloads")
 
     go()
 
@@ -404,38 +394,57 @@ def logs(
     go()
 
 
+QUEUE_COLUMNS = (
+    Col("#", lambda e: e["position"], right=True),
+    Col("ID", lambda e: e["workload"]["id"]),
+    Col("USER", lambda e: e["workload"]["owner"], wide=True),
+    Col("TENANT", lambda e: e["workload"]["tenant"]),
+    Col("KIND", lambda e: e["workload"]["kind"], wide=True),
+    Col("PRIORITY", lambda e: e["workload"]["priority"], wide=True, right=True),
+    Col("ASKS", lambda e: e["workload"]["request"]["description"], wrap=True),
+    Col("AGE", lambda e: tables.age(e["workload"]["submitted_at"]), wide=True),
+    Col("WHY IT WAITS", lambda e: e["reason"], wrap=True),
+)
+
+
 def queue(
-    as_json: bool = typer.Option(False, "--json"),
-    tenant: str = typer.Option(None, "--tenant", "-t"),
+    as_json: bool = tables.json_option(),
+    output: Output = tables.output_option(),
+    tenant: str = typer.Option(None, "--tenant", "-t", help="only this tenant (and below)"),
 ) -> None:
     """Pending workloads, in order, with the reason each one waits."""
 
     @handled
     def go() -> None:
         q = api().get("/queue", params={"tenant": tenant} if tenant else {})
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(q)
-        rows = [
-            [
-                e["position"],
-                e["workload"]["id"],
-                e["workload"]["owner"],
-                e["workload"]["tenant"],
-                e["workload"]["request"]["description"],
-                e["reason"],
-            ]
-            for e in q
-        ]
-        out.print(_table(["#", "ID", "USER", "TENANT", "ASKS", "WHY IT WAITS"], rows))
+        tables.show(out, QUEUE_COLUMNS, q, output, empty="nothing is waiting")
 
     go()
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def usage_columns(by: str) -> tuple[Col, ...]:
+    return (
+        Col(by.upper(), lambda r: r["key"]),
+        Col("GPU-H ALLOC", lambda r: f"{r['gpu_hours_allocated']:.2f}", right=True),
+        Col("GPU-H BUSY", lambda r: f"{r['gpu_hours_busy']:.2f}", right=True),
+        Col("EFFICIENCY", lambda r: _pct(r["efficiency"]), right=True),
+        Col("MAX MiB", lambda r: r["gpu_memory_mib_max"], wide=True, right=True),
+        Col("WORKLOADS", lambda r: r["workloads"], wide=True, right=True),
+    )
 
 
 def usage(
     by: str = typer.Option("tenant", "--by", help="user, tenant or day"),
     from_: str = typer.Option(None, "--from", help="first day, YYYY-MM-DD"),
     to: str = typer.Option(None, "--to", help="last day, YYYY-MM-DD"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = tables.json_option(),
+    output: Output = tables.output_option(),
 ) -> None:
     """GPU-hours allocated and busy, and efficiency."""
 
@@ -443,21 +452,9 @@ def usage(
     def go() -> None:
         params = {"group_by": by} | {k: v for k, v in (("from", from_), ("to", to)) if v}
         rep = api().get("/usage", params=params)
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(rep)
-        rows = [
-            [
-                r["key"],
-                f"{r['gpu_hours_allocated']:.2f}",
-                f"{r['gpu_hours_busy']:.2f}",
-                "-" if r["efficiency"] is None else f"{r['efficiency']:.0%}",
-                r["gpu_memory_mib_max"],
-                r["workloads"],
-            ]
-            for r in rep["rows"]
-        ]
-        cols = [by.upper(), "GPU-H ALLOC", "GPU-H BUSY", "EFFICIENCY", "MAX MiB", "WORKLOADS"]
-        out.print(_table(cols, rows))
+        tables.show(out, usage_columns(by), rep["rows"], output, empty="no usage in this range")
 
     go()
 
