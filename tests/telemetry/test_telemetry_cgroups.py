@@ -59,9 +59,7 @@ def test_parse_cgroup_lines_of_both_versions():
 
 
 def test_malformed_lines_are_skipped():
-    assert parse_cgroup("garbage\n:x:/a\n1:cpu:relative\n\n0::/ok\n") == [
-        CgroupLine(0, (), "/ok")
-    ]
+    assert parse_cgroup("garbage\n:x:/a\n1:cpu:relative\n\n0::/ok\n") == [CgroupLine(0, (), "/ok")]
 
 
 @pytest.mark.parametrize(
