@@ -22,6 +22,8 @@ from gpupool.clock import Clock, SystemClock
 from gpupool.telemetry.source import GPUSource
 
 log = logging.getLogger(__name__)
+#: the report intervals the server accepts (gpupool.server.schemas.agents.NodeReportIn)
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
 
 
 class AgentError(Exception):
@@ -104,6 +106,11 @@ class Agent:
         tagger: HostAttributor | None = None,
         host: tuple[int, int] = (0, 0),
     ):
+        if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
+            raise ValueError(
+                f"the report interval must be {MIN_INTERVAL_S:g}..{MAX_INTERVAL_S:g} s, "
+                f"not {interval_s:g}"
+            )
         self.source = source
         self.reporter = reporter
         self.interval_s = interval_s
