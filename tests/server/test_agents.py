@@ -256,3 +256,11 @@ def test_bad_node_names_for_credentials_are_refused(world):
 
 def test_unknown_nodes_are_not_schedulable():
     assert Node("x", state=NodeState.UNKNOWN).schedulable is False
+
+
+def test_credentials_are_checked_before_the_body(world):
+    """A caller without the node's credential learns nothing about what a report holds."""
+    r = world.client.post(f"{API}/nodes/gpu-a/report", json={"nonsense": 1})
+    assert r.status_code == 401
+    r = world.post("member", "/nodes/gpu-a/report", json={"nonsense": 1})
+    assert r.status_code == 403

@@ -72,7 +72,8 @@ class HttpReporter:
             raise AgentRefused(
                 f"the server refused the report: {_detail(r)} (HTTP {r.status_code})"
             )
-        return r.json()  # type: ignore[no-any-return]
+        ack: dict[str, Any] = r.json()
+        return ack
 
     def close(self) -> None:
         self.http.close()
@@ -143,7 +144,9 @@ class Agent:
         self.stats.last_ack = ack
         return ack
 
-    def run(self, stop: threading.Event, on_ack: Callable[[dict[str, Any]], None] | None = None):
+    def run(
+        self, stop: threading.Event, on_ack: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         """Report every `interval_s` until `stop` is set. Raises AgentRefused."""
         while not stop.is_set():
             try:

@@ -23,6 +23,16 @@ _node_bearer = HTTPBearer(
 )
 
 
+def _node_credential(
+    name: str,
+    creds: HTTPAuthorizationCredentials | None = Depends(_node_bearer),
+    ctx: AppContext = Depends(get_ctx),
+) -> str:
+    """The id of the caller's credential for node `name`; checked before the body is read, so
+    a caller without one learns nothing about what a report must hold."""
+    return agents.node_credential(ctx, name, creds.credentials if creds else None)
+
+
 @router.post(
     "/nodes/{name}/report",
     tags=["agents"],
@@ -31,10 +41,9 @@ _node_bearer = HTTPBearer(
 def report(
     name: str,
     body: NodeReportIn,
-    creds: HTTPAuthorizationCredentials | None = Depends(_node_bearer),
+    token_id: str = Depends(_node_credential),
     ctx: AppContext = Depends(get_ctx),
 ) -> NodeReportAck:
-    token_id = agents.node_credential(ctx, name, creds.credentials if creds else None)
     return agents.accept_report(ctx, name, token_id, body)
 
 
