@@ -67,12 +67,10 @@ def agent(
     once: bool = typer.Option(False, "--once", help="Report once, print the answer, and exit."),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning, error."),
 ) -> None:
-    """Report this node's GPUs and their processes to a gpupool server, every --interval.
+    """Report this node's GPUs and processes to a gpupool server (the node agent).
 
-    Runs on each GPU host of a cluster. Samples NVML (or --simulate), tags each GPU process
-    with its gpupool workload, Slurm job and Kubernetes pod, and reports with a node
-    credential that can do nothing else. If it stops, the server marks the node `unknown`
-    after three missed reports. Stop it with Ctrl-C or SIGTERM.
+    Needs a node credential: gpupool node token create NODE (admins).
+    Three missed reports and the server marks the node unknown.
     """
     from gpupool.agent.attribute import HostAttributor, host_facts
     from gpupool.agent.loop import Agent, AgentError, AgentRefused, HttpReporter
