@@ -264,3 +264,19 @@ def test_credentials_are_checked_before_the_body(world):
     assert r.status_code == 401
     r = world.post("member", "/nodes/gpu-a/report", json={"nonsense": 1})
     assert r.status_code == 403
+
+
+def test_work_goes_only_to_nodes_the_executor_runs(world, sim):
+    """An agent's node is watched; the local engine's executor cannot run work there, so the
+    scheduler places nothing on it."""
+    token = token_for(world)
+    assert send(world, token, report_of(sim)).status_code == 200
+    world.patch("admin", "/nodes/n1", json={"state": "draining"})  # only gpu-a has room
+    world.ctx.work_nodes = frozenset({"n1"})
+    w = world.submit(gpus=1, tenant="lab")
+    world.scheduler.run_once()
+    assert world.get("member", f"/workloads/{w['id']}").json()["state"] == "pending"
+    world.ctx.work_nodes = None  # an engine that runs work on every registered node
+    world.scheduler.run_once()
+    got = world.get("member", f"/workloads/{w['id']}").json()
+    assert got["state"] != "pending" and got["allocation"]["node"] == "gpu-a"
