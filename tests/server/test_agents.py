@@ -280,3 +280,15 @@ def test_work_goes_only_to_nodes_the_executor_runs(world, sim):
     world.scheduler.run_once()
     got = world.get("member", f"/workloads/{w['id']}").json()
     assert got["state"] != "pending" and got["allocation"]["node"] == "gpu-a"
+
+
+def test_a_request_only_an_agents_node_could_hold_is_refused_at_submit(world, sim):
+    token = token_for(world)
+    assert send(world, token, report_of(sim)).status_code == 200
+    world.ctx.work_nodes = frozenset({"n1"})
+    body = {"gpus": 1, "gpu_model": "NVIDIA H100 80GB HBM3", "tenant": "lab", "command": ["x"]}
+    r = world.post("admin", "/workloads", json=body)  # only gpu-a has that model
+    assert r.status_code == 422, r.text
+    world.ctx.work_nodes = None
+    r = world.post("admin", "/workloads", json=body)
+    assert r.status_code == 201, r.text
