@@ -309,6 +309,7 @@ def serve(
     )
     app = create_app(settings, executor=executor, clock=clock, telemetry=collector, store=store)
     ctx = app.state.ctx
+    ctx.work_nodes = frozenset({node_name})  # agents' nodes are watched, not run on (yet)
     if not any(str(getattr(r, "path", "")).startswith("/dashboard") for r in app.routes):
         from gpupool.web import create_router
 

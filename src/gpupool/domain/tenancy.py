@@ -6,7 +6,7 @@ guarantee and limit bound its whole subtree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -41,9 +41,7 @@ class Quota:
     limit_milli: int | None = None
     weight: float = 1.0
     max_milli_per_user: int | None = None
-    guaranteed_by_model: MappingProxyType[str, int] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    guaranteed_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if self.guaranteed_milli < 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from gpupool.domain.errors import IllegalTransition, ValidationError
 from gpupool.domain.events import Event
@@ -197,7 +198,7 @@ def transition(
             f"workload {workload.id} cannot go from {frm} to {to}"
             + (f" (allowed: {', '.join(sorted(TRANSITIONS[frm]))})" if TRANSITIONS[frm] else "")
         )
-    changes: dict[str, object] = {"state": to, "reason": reason}
+    changes: dict[str, Any] = {"state": to, "reason": reason}
     if to is S.ADMITTED:
         changes["admitted_at"] = now
     elif to is S.RUNNING:

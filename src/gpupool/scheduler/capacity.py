@@ -34,7 +34,7 @@ class Shape(NamedTuple):
     """
 
     kind: str
-    count: int = 0
+    count: int = 0  # type: ignore[assignment]  # a field named like tuple.count, on purpose
     milli: int = 0
     gpu_memory_mib: int = 0
     model: str | None = None
@@ -345,8 +345,9 @@ class CapacityIndex:
         best = 0
         for m in models:
             idx = self.whole.get(m)
-            if idx is not None and idx.max_key() is not None:
-                best = max(best, idx.max_key())
+            top = idx.max_key() if idx is not None else None
+            if top is not None:
+                best = max(best, top)
         return best
 
     def total_gpu_milli(self) -> int:

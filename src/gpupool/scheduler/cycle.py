@@ -18,6 +18,7 @@ import gc
 import heapq
 from collections.abc import Sequence
 from itertools import repeat
+from typing import cast
 
 from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -336,7 +337,7 @@ class _Cycle:
         for j, pi in enumerate(pis):
             if pi is None:
                 pis[j] = infos[keys[j]] = PendingInfo(*keys[j])
-        self.info.update(zip(tl.ids[i:], pis, strict=True))
+        self.info.update(zip(tl.ids[i:], cast(list[PendingInfo], pis), strict=True))
         return n + m
 
     def _consider(self, w: Workload, shape: Shape) -> bool:

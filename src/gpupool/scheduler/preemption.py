@@ -361,7 +361,9 @@ class Reclaimer:
             self.taken.add(rw.workload.id)
             self.usage.remove(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
             m = self._model_of(rw) if self.model_usage else None
-            for a in self.usage.chain(rw.workload.tenant) if m is not None else ():
+            if m is None:
+                continue
+            for a in self.usage.chain(rw.workload.tenant):
                 if (a, m) in self.model_usage:
                     self.model_usage[(a, m)] -= rw.allocation.gpu_milli
 
@@ -409,8 +411,8 @@ class _Selection:
         g = rw.allocation.gpu_milli
         self.chosen.append(rw)
         self.removed[theirs] = self.removed.get(theirs, 0) + g
-        if rc.model_usage:
-            m = rc._model_of(rw)
+        m = rc._model_of(rw) if rc.model_usage else None
+        if m is not None:
             for a in rc.usage.chain(w.tenant):
                 if (a, m) in rc.model_usage:
                     self.removed_model[(a, m)] = self.removed_model.get((a, m), 0) + g

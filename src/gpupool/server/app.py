@@ -20,13 +20,24 @@ from gpupool import __version__
 from gpupool.clock import Clock
 from gpupool.executors.base import Executor
 from gpupool.server import problems
+from gpupool.server.agentmetrics import AgentTelemetryCollector
 from gpupool.server.context import AppContext
 from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
 from gpupool.server.loops.checkpoint import CheckpointLoop
+from gpupool.server.loops.nodewatch import NodeWatchLoop
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.metrics import Metrics
-from gpupool.server.routers import accounts, cluster, profiles, reports, system, tenants, workloads
+from gpupool.server.routers import (
+    accounts,
+    agents,
+    cluster,
+    profiles,
+    reports,
+    system,
+    tenants,
+    workloads,
+)
 from gpupool.server.settings import Settings
 from gpupool.store import Store, open_store
 
@@ -56,10 +67,13 @@ def create_app(
         executor=executor,
         clock=clock,
         loops=loops,
-        metrics=Metrics(store, telemetry),
+        metrics=Metrics(store),
         telemetry=telemetry,
     )
+    # node agents' GPU series are merged with the local telemetry's (one family per name)
+    ctx.metrics.add_collector(AgentTelemetryCollector(ctx, telemetry))
     loops.add(SchedulerLoop(ctx))
+    loops.add(NodeWatchLoop(ctx))
     if store.dialect == "sqlite":
         loops.add(CheckpointLoop(ctx))
 
@@ -101,6 +115,7 @@ def create_app(
         accounts.router,
         tenants.router,
         cluster.router,
+        agents.router,
         workloads.router,
         reports.router,
         profiles.router,

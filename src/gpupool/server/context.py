@@ -40,6 +40,14 @@ class AppContext:
     views: WorkloadViews = field(default_factory=lambda: _views())
     #: the other processes of this server, when it runs several (gpupool.server.workers)
     bus: Bus | None = None
+    #: the nodes this server's executor runs work on (the engine's inventory); None: every
+    #: registered node. Nodes only an agent reports (see gpupool.server.services.agents)
+    #: are watched, but the scheduler places nothing there unless they are in this set.
+    work_nodes: frozenset[str] | None = None
+
+    def runs_work_on(self, node: str) -> bool:
+        """Whether the scheduler may place work on `node`."""
+        return self.work_nodes is None or node in self.work_nodes
 
     def wake_scheduler(self) -> None:
         """Ask the scheduler loop to run a cycle soon (safe from any thread). In an API

@@ -8,6 +8,7 @@ from gpupool.store.cluster import NodeRepo
 from gpupool.store.db import Store, StoreError, open_store
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.events import EventRepo
+from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
 from gpupool.store.profiles import ProfileRepo
 from gpupool.store.tenancy import TenantRepo, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
@@ -26,6 +27,8 @@ __all__ = [
     "Conflict",
     "EventRepo",
     "NodeRepo",
+    "NodeReportRepo",
+    "NodeTokenRepo",
     "NotFound",
     "ProfileRepo",
     "Store",

@@ -61,7 +61,11 @@ def _sources(ctx: Any) -> list[Any]:
 
 
 def _frames(ctx: Any) -> list[Frame]:
-    return [s.latest for s in _sources(ctx) if getattr(s, "latest", None) is not None]
+    """The local samplers' latest frames, then those of the nodes' agents (their reports)."""
+    from gpupool.server.services.agents import report_frames
+
+    local = [s.latest for s in _sources(ctx) if getattr(s, "latest", None) is not None]
+    return local + report_frames(ctx)
 
 
 def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:

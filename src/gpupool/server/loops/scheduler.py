@@ -79,7 +79,7 @@ class SchedulerLoop(Loop):
 
     def snapshot(self) -> tuple[Snapshot, list]:
         with self.ctx.store.read() as s:
-            nodes = tuple(NodeRepo(s).list())
+            nodes = tuple(n for n in NodeRepo(s).list() if self.ctx.runs_work_on(n.name))
             tree = TenantRepo(s).tree()
             running = tuple(AllocationRepo(s).running())
             pending = WorkloadRepo(s).pending()

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from gpupool.server.schemas.agents import NodeTelemetryOut
 from gpupool.server.schemas.base import In, Out
 
 Sharing = Literal["exclusive", "shared", "mig"]
@@ -35,12 +36,15 @@ class GpuOut(Out):
 
 class NodeOut(Out):
     name: str
-    state: Literal["ready", "draining", "down"]
+    #: `unknown`: its agent stopped reporting (see docs/telemetry.md, "gpupool agent")
+    state: Literal["ready", "draining", "down", "unknown"]
     cpu_milli: int
     memory_mib: int
     labels: dict[str, str]
     last_heartbeat: float | None
     gpus: list[GpuOut]
+    #: the latest report of the node's agent; None for nodes without one (the local engine's)
+    telemetry: NodeTelemetryOut | None = None
 
 
 class GpuIn(In):

@@ -195,7 +195,8 @@ def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
             )
-        check_fits_some_node(req, NodeRepo(s).list())
+        nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
+        check_fits_some_node(req, nodes)
         check_within_limits(req, tenant, tree)
     w = Workload(
         id=new_workload_id(),
