@@ -18,11 +18,13 @@ from pathlib import Path
 
 import typer
 
-from gpupool.cli.client import CliError, _print_json, _table, _when, api, handled, out
+from gpupool.cli import tables
+from gpupool.cli.client import CliError, api, handled, out
+from gpupool.cli.client_admin import node_app
+from gpupool.cli.tables import Col
 
 SIMULATE_HELP = "Report simulated GPUs, e.g. 4xH100-80GB (no GPU needed; labelled simulated)."
 
-node_app = typer.Typer(help="Nodes: credentials for their agents.", no_args_is_help=True)
 token_app = typer.Typer(help="Node credentials for `gpupool agent` (admins).", no_args_is_help=True)
 node_app.add_typer(token_app, name="token")
 
@@ -106,7 +108,7 @@ def agent(
         try:
             if once:
                 try:
-                    _print_json(runner.report_once())
+                    tables.print_json(out, runner.report_once())
                 except AgentError as e:
                     raise CliError(str(e)) from None
                 return
@@ -146,7 +148,7 @@ def token_create(
     def go() -> None:
         t = api().post(f"/nodes/{node}/tokens")
         if as_json:
-            _print_json(t)
+            tables.print_json(out, t)
             return
         out.print(f"created credential {t['id']} for node {t['node']}; it is shown only once:")
         out.print(t["token"], soft_wrap=True)
@@ -157,33 +159,30 @@ def token_create(
     go()
 
 
+TOKEN_COLUMNS = (
+    Col("ID", lambda r: r["id"]),
+    Col("CREATED", lambda r: tables.age(r["created_at"])),
+    Col("BY", lambda r: r["created_by"]),
+    Col("LAST USED", lambda r: tables.age(r["last_used_at"])),
+    Col("REVOKED", lambda r: tables.age(r["revoked_at"]) if r["revoked_at"] else "-"),
+)
+
+
 @token_app.command("ls")
 def token_ls(
-    node: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")
+    node: str = typer.Argument(...),
+    as_json: bool = tables.json_option(),
+    output: tables.Output = tables.output_option(),
 ) -> None:
     """List a node's credentials (admins)."""
 
     @handled
     def go() -> None:
         rows = api().get(f"/nodes/{node}/tokens")
-        if as_json:
-            _print_json(rows)
+        if tables.wants_json(output, as_json):
+            tables.print_json(out, rows)
             return
-        out.print(
-            _table(
-                ["ID", "CREATED", "BY", "LAST USED", "REVOKED"],
-                [
-                    [
-                        r["id"],
-                        _when(r["created_at"]),
-                        r["created_by"],
-                        _when(r["last_used_at"]),
-                        _when(r["revoked_at"]) if r["revoked_at"] else "-",
-                    ]
-                    for r in rows
-                ],
-            )
-        )
+        tables.show(out, TOKEN_COLUMNS, rows, output, empty=f"no credentials for node {node}")
 
     go()
 
@@ -202,4 +201,3 @@ def token_revoke(node: str = typer.Argument(...), token_id: str = typer.Argument
 
 def register(app: typer.Typer) -> None:
     app.command("agent")(agent)
-    app.add_typer(node_app, name="node")

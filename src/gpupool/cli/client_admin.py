@@ -15,7 +15,9 @@ tenant_app = typer.Typer(help="Tenants and their quotas.", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their tenant roles.", no_args_is_help=True)
 gpu_app = typer.Typer(help="GPUs: list them, set sharing modes.", no_args_is_help=True)
 profile_app = typer.Typer(help="Profiles: named workload shapes.", no_args_is_help=True)
-node_app = typer.Typer(help="Nodes: hosts with GPUs.", no_args_is_help=True)
+node_app = typer.Typer(
+    help="Nodes: hosts with GPUs, and their agents' credentials.", no_args_is_help=True
+)
 
 
 def _quota(
