@@ -25,7 +25,10 @@ def test_blocked_head_reserves_the_node_it_is_closest_to_fitting_on():
     where = placed(d)
     assert sorted(where) == ["b0", "b1", "b2", "b3"]
     assert {nd for nd, _ in where.values()} == {"n1"}  # n0 is kept for big
-    assert d.pending["big"].reason == "no node has 8 free GPUs on one host; the most is 6"
+    assert d.pending["big"].reason.startswith(
+        "no node has 8 free GPUs on one host; the most is 6; lab-a is owed 8 GPUs"
+    )
+    assert d.pending["big"].wait.node == "n0"
     assert d.pending["b4"].reason.startswith("waiting behind higher-priority work of lab-a")
 
 
