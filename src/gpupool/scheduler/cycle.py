@@ -564,7 +564,8 @@ class _Cycle:
             n = self.waiting[t]
             r = self.rank[t]
             why = untried_text(
-                t, self.config.max_admissions_per_cycle if capped else None,
+                t,
+                self.config.max_admissions_per_cycle if capped else None,
                 self.stopped_tenants.get(t),
             )
             for _, w, _, _ in q[i:]:
