@@ -432,11 +432,10 @@ class _Cycle:
         if self._with_runtime is None:
             ids = self.cap.node_ids
             by_node: dict[int, list[RunningWorkload]] = {}
-            for rw in self.snap.running:
-                if rw.workload.max_runtime_s is not None:
-                    m = ids.get(rw.allocation.node)
-                    if m is not None:
-                        by_node.setdefault(m, []).append(rw)
+            for rw in self.cache.limited().values():
+                m = ids.get(rw.allocation.node)
+                if m is not None:
+                    by_node.setdefault(m, []).append(rw)
             self._with_runtime = by_node
         return self._with_runtime.get(n, [])
 
