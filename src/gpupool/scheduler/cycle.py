@@ -139,7 +139,7 @@ class _Cycle:
         self.holds: dict[int, Hold] = {}
         #: waits that end at a known time or event, per workload; they extend the plain
         #: reason at the end of the cycle (never memoized: they are per workload)
-        self.waits = Waits(self.cap, config)
+        self.waits = Waits(self.cap)
         self.reserved_by_tenant: set[str] = set()
         #: tenants with blocked work that did not reclaim: no reclaim for work behind it
         self.no_reclaim: set[str] = set()

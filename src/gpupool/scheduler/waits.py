@@ -22,7 +22,6 @@ from gpupool.scheduler.reasons import expected_start_text, owed_text
 from gpupool.scheduler.types import (
     PendingInfo,
     RunningWorkload,
-    SchedulerConfig,
     Wait,
     WaitKind,
 )
@@ -42,9 +41,8 @@ class _Entry:
 class Waits:
     """Structured waits of one cycle, by workload id."""
 
-    def __init__(self, cap: CapacityIndex, config: SchedulerConfig):
+    def __init__(self, cap: CapacityIndex):
         self.cap = cap
-        self.config = config
         self._by_id: dict[str, _Entry] = {}
 
     def owed(
