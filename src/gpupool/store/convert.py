@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
 
 from gpupool.domain import (
@@ -25,6 +26,7 @@ from gpupool.domain import (
     WorkloadState,
 )
 from gpupool.domain.profiles import Profile
+from gpupool.scheduler.types import Wait, WaitKind
 from gpupool.store.rows import (
     AllocationRow,
     EventRow,
@@ -154,6 +156,40 @@ def membership_to_domain(row: MembershipRow) -> Membership:
 
 
 # -- workloads --------------------------------------------------------------------------------
+
+
+def wait_to_json(w: Wait) -> str:
+    """A scheduler Wait as the JSON text stored in `workloads.pending_wait`."""
+    return json.dumps(
+        {
+            "kind": str(w.kind),
+            "owed_milli": w.owed_milli,
+            "victims": list(w.victims),
+            "until": w.until,
+            "node": w.node,
+            "expected_start": w.expected_start,
+        },
+        separators=(",", ":"),
+    )
+
+
+def wait_from_json(text: str | None) -> Wait | None:
+    """The Wait stored by `wait_to_json` (None for NULL or a kind this version does not know)."""
+    if not text:
+        return None
+    d = json.loads(text)
+    try:
+        kind = WaitKind(d["kind"])
+    except (KeyError, ValueError):
+        return None
+    return Wait(
+        kind,
+        owed_milli=int(d.get("owed_milli") or 0),
+        victims=tuple(d.get("victims") or ()),
+        until=d.get("until"),
+        node=d.get("node"),
+        expected_start=d.get("expected_start"),
+    )
 
 
 def workload_to_domain(row: WorkloadRow) -> Workload:

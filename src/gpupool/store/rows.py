@@ -162,6 +162,9 @@ class WorkloadRow(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     # The latest why-pending from the scheduler (cleared on admission).
     pending_reason: Mapped[str | None] = mapped_column(Text)
+    # Its structured part (scheduler.Wait as JSON text; see store.convert.wait_to_json), for
+    # waits that end at a known time or event; NULL otherwise.
+    pending_wait: Mapped[str | None] = mapped_column(Text)
     queue_position: Mapped[int | None] = mapped_column(Integer)
     tenant_position: Mapped[int | None] = mapped_column(Integer)
     # The executor's reference to the launched work (pid, pod, Slurm job id).

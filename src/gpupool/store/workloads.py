@@ -34,6 +34,8 @@ from gpupool.store.convert import (
     allocation_to_row,
     event_to_row,
     share_to_domain,
+    wait_from_json,
+    wait_to_json,
     workload_to_domain,
     workload_to_row,
 )
@@ -85,6 +87,7 @@ def _record(row: WorkloadRow) -> WorkloadRecord:
             reason=row.pending_reason,
             position=row.queue_position or 0,
             tenant_position=row.tenant_position or 0,
+            wait=wait_from_json(row.pending_wait),
         )
     stopping = None
     if row.stop_state is not None:
@@ -219,6 +222,7 @@ class WorkloadRepo:
         workload_to_row(new, row)
         if to is not WorkloadState.PENDING:
             row.pending_reason = row.queue_position = row.tenant_position = None
+            row.pending_wait = None
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
             AllocationRepo(self.s).release(workload_id, now)
             row.stop_state = row.stop_reason = row.stop_requested_at = None
@@ -242,28 +246,34 @@ class WorkloadRepo:
         if not infos:
             return
         ids = list(infos)
-        stored: dict[str, tuple[str | None, int | None, int | None]] = {}
+        stored: dict[str, tuple[str | None, int | None, int | None, str | None]] = {}
         for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             q = select(
                 WorkloadRow.id,
                 WorkloadRow.pending_reason,
                 WorkloadRow.queue_position,
                 WorkloadRow.tenant_position,
+                WorkloadRow.pending_wait,
             ).where(
                 WorkloadRow.id.in_(ids[i : i + 500]),
                 WorkloadRow.state == str(WorkloadState.PENDING),
             )
-            stored.update((wid, (r, qp, tp)) for wid, r, qp, tp in self.s.execute(q))
-        params = [
-            {
-                "id": wid,
-                "pending_reason": info.reason,
-                "queue_position": info.position,
-                "tenant_position": info.tenant_position,
-            }
-            for wid, info in infos.items()
-            if wid in stored and stored[wid] != (info.reason, info.position, info.tenant_position)
-        ]
+            stored.update((wid, (r, qp, tp, pw)) for wid, r, qp, tp, pw in self.s.execute(q))
+        params = []
+        for wid, info in infos.items():
+            if wid not in stored:
+                continue
+            wait = None if info.wait is None else wait_to_json(info.wait)
+            if stored[wid] != (info.reason, info.position, info.tenant_position, wait):
+                params.append(
+                    {
+                        "id": wid,
+                        "pending_reason": info.reason,
+                        "queue_position": info.position,
+                        "tenant_position": info.tenant_position,
+                        "pending_wait": wait,
+                    }
+                )
         if params:
             self.s.execute(update(WorkloadRow), params)
 
