@@ -1,15 +1,15 @@
 """workloads.pending_wait: the structured part of a why-pending (scheduler.Wait as JSON)
 
-Revision ID: 0002_pending_wait
-Revises: 0001
+Revision ID: 0006
+Revises: 0004
 Create Date: 2026-11-25
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_pending_wait"
-down_revision = "0001"
+revision = "0006"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
