@@ -298,6 +298,13 @@ class WorkloadRepo:
     def set_executor_ref(self, workload_id: str, ref: str | None) -> None:
         self._row(workload_id).executor_ref = ref
 
+    def set_start_retry(self, workload_id: str, attempts: int, retry_at: float | None) -> None:
+        """Record a failed start: `attempts` in a row, and when to try again (None: not)."""
+        row = self._row(workload_id)
+        row.start_attempts = attempts
+        row.retry_at = retry_at
+        self.s.flush()
+
 
 class AllocationRepo:
     def __init__(self, s: Session):
