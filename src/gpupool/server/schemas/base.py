@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 NUL = "\x00"
+#: The largest whole number the database's integer columns hold (PostgreSQL's `integer`);
+#: a bound above it would be a 500 there instead of a 422.
+INT32_MAX = (1 << 31) - 1
 
 
 def _find_nul(value: Any, path: str) -> str | None:
