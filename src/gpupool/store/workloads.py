@@ -133,8 +133,9 @@ class WorkloadRepo:
     def get(self, workload_id: str) -> Workload:
         return workload_to_domain(self._row(workload_id))
 
-    def record(self, workload_id: str) -> WorkloadRecord:
-        return _record(self._row(workload_id))
+    def record(self, workload_id: str, *, lock: bool = False) -> WorkloadRecord:
+        """The stored workload; `lock`: hold its row until the transaction ends."""
+        return _record(self._row(workload_id, lock=lock))
 
     def list(self, **filters: Any) -> list[WorkloadRecord]:
         """Workloads matching all filters (see `rows`), as records."""

@@ -295,7 +295,7 @@ class SchedulerLoop(Loop):
         now = ctx.clock.now()
         with ctx.store.write() as s:
             repo = WorkloadRepo(s)
-            rec = repo.record(w.id)
+            rec = repo.record(w.id, lock=True)  # a cancel may be writing its stop
             if rec.workload.state is not S.ADMITTED:
                 return  # settled meanwhile (cancelled while it was being started)
             if rec.stopping is not None:  # nothing runs: it becomes what the stop asked for
