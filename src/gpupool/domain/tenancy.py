@@ -6,6 +6,7 @@ guarantee and limit bound its whole subtree.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -89,6 +90,40 @@ class Quota:
 def to_milli(gpus: float) -> int:
     """GPUs (possibly fractional) to milli, rounded to the nearest milli."""
     return int(round(gpus * 1000))
+
+
+#: One segment of a tenant name: starts with a letter, digit or '_' (never '.' or '-').
+_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+#: New tenant names (published in the API schema); '..' is refused besides.
+TENANT_NAME_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
+TENANT_NAME_RULE = (
+    "a tenant name is one or more segments joined by '/' (e.g. 'physics/lab-a'); each segment "
+    "uses letters, digits, '_', '.' and '-', starts with a letter, digit or '_', and has no "
+    f"'..' (pattern {TENANT_NAME_PATTERN})"
+)
+#: New user names (published in the API schema); '..' is refused besides.
+USER_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$"
+USER_NAME_RULE = (
+    "a user name uses letters, digits, '_', '.', '@' and '-', starts with a letter, digit or "
+    f"'_', and has no '..' (pattern {USER_NAME_PATTERN})"
+)
+
+
+def check_tenant_name(name: str) -> str:
+    """Return `name` if it is allowed for a new tenant; else raise ValidationError saying
+    the rule. Stricter than `validate_tenant_path` (which stored names must pass): no '.',
+    '..' or empty segments, no leading '-'."""
+    if not re.fullmatch(TENANT_NAME_PATTERN, name, re.ASCII) or ".." in name:
+        raise ValidationError(f"tenant name {name!r} is not allowed: {TENANT_NAME_RULE}", "name")
+    return name
+
+
+def check_user_name(name: str) -> str:
+    """Return `name` if it is allowed for a new user; else raise ValidationError saying the
+    rule (no '.', '..', leading '-' or '.': the name may become a Unix account or a path)."""
+    if not re.fullmatch(USER_NAME_PATTERN, name, re.ASCII) or ".." in name:
+        raise ValidationError(f"user name {name!r} is not allowed: {USER_NAME_RULE}", "name")
+    return name
 
 
 def validate_tenant_path(path: str) -> str:

@@ -111,6 +111,7 @@ def create_app(
     else:  # what the workers forward names its client (a no-op without workers)
         app.add_middleware(ClientFromWorker)
     app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(problems.RefuseNul)
     for r in (
         accounts.router,
         tenants.router,

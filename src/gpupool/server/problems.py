@@ -173,6 +173,33 @@ class BodyLimit:
         await resp(scope, receive, send)
 
 
+class RefuseNul:
+    """ASGI middleware: a NUL byte (`%00`) in the path or the query string is a 422 before
+    any route sees it (no program or database can take one; bodies are checked by
+    `schemas.base.In`)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            where = None
+            if "\x00" in scope.get("path", "") or b"%00" in (scope.get("raw_path") or b""):
+                where = "path"
+            elif b"%00" in (scope.get("query_string") or b""):
+                where = "query"
+            if where is not None:
+                resp = problem(
+                    422,
+                    f"invalid request: the {where} contains a NUL byte (%00); remove it",
+                    title="Invalid request",
+                    errors=[{"field": where, "message": "contains a NUL byte (%00)"}],
+                )
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class _TooLarge(HTTPException):
     """Raised while reading an oversized streamed body; handled as a 413 problem."""
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from gpupool.domain.retries import StartRetryPolicy
 from gpupool.scheduler.types import SchedulerConfig
 
 
@@ -22,6 +23,9 @@ class Settings:
         burst of submissions is decided in one pass (it bounds the added admission delay).
     start_loops: run the background loops while the app is serving (tests drive them by hand).
     stop_grace_s: time work gets between the polite stop signal and the forced kill.
+    start_retry: what happens to admitted work the executor could not start: a permanent
+        error fails it, a transient one requeues it after a growing wait, up to
+        `max_attempts` failed starts in a row (docs/scheduler.md, "Start errors").
     api_threads: worker threads for the endpoints. They are CPU-bound and share one GIL, so
         a few serve as many requests as many would, with less switching, and leave the GIL to
         the scheduler loop more often (bench/results/api_load.md).
@@ -35,6 +39,7 @@ class Settings:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     start_loops: bool = True
     stop_grace_s: float = 30.0
+    start_retry: StartRetryPolicy = field(default_factory=StartRetryPolicy)
     api_threads: int = 4
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
@@ -43,8 +48,8 @@ class Settings:
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
-        GPUPOOL_API_THREADS, GPUPOOL_COOKIE_SECURE), then
-        `overrides`."""
+        GPUPOOL_API_THREADS, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
+        GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S), then `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
         values: dict[str, object] = {}
@@ -64,6 +69,20 @@ class Settings:
                     values[key] = conv(env[name])
                 except ValueError:
                     raise ValueError(f"{name}={env[name]!r} is not a number") from None
+        retry: dict[str, object] = {}
+        for key, conv in (
+            ("max_attempts", int),
+            ("backoff_s", float),
+            ("max_backoff_s", float),
+        ):
+            name = "GPUPOOL_START_" + key.upper()
+            if name in env:
+                try:
+                    retry[key] = conv(env[name])
+                except ValueError:
+                    raise ValueError(f"{name}={env[name]!r} is not a number") from None
+        if retry:
+            values["start_retry"] = replace(s.start_retry, **retry)  # type: ignore[arg-type]
         if "GPUPOOL_COOKIE_SECURE" in env:
             values["cookie_secure"] = env["GPUPOOL_COOKIE_SECURE"].lower() in ("1", "true", "yes")
         values.update(overrides)

@@ -213,6 +213,8 @@ def workload_to_domain(row: WorkloadRow) -> Workload:
         exit_code=row.exit_code,
         reason=row.reason,
         preemptions=row.preemptions,
+        start_attempts=row.start_attempts or 0,
+        retry_at=row.retry_at,
     )
 
 
@@ -237,6 +239,8 @@ def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
     row.exit_code = w.exit_code
     row.reason = w.reason
     row.preemptions = w.preemptions
+    row.start_attempts = w.start_attempts
+    row.retry_at = w.retry_at
     return row
 
 

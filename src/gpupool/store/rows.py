@@ -175,6 +175,10 @@ class WorkloadRow(Base):
     stop_state: Mapped[str | None] = mapped_column(String(16))
     stop_reason: Mapped[str | None] = mapped_column(Text)
     stop_requested_at: Mapped[float | None] = mapped_column(Float)
+    # Failed starts in a row, and the time before which pending work is not tried again
+    # (gpupool.domain.retries): kept here so a restart neither resets nor forgets them.
+    start_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retry_at: Mapped[float | None] = mapped_column(Float)
 
 
 class AllocationRow(Base):

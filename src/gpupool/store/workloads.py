@@ -136,8 +136,9 @@ class WorkloadRepo:
     def get(self, workload_id: str) -> Workload:
         return workload_to_domain(self._row(workload_id))
 
-    def record(self, workload_id: str) -> WorkloadRecord:
-        return _record(self._row(workload_id))
+    def record(self, workload_id: str, *, lock: bool = False) -> WorkloadRecord:
+        """The stored workload; `lock`: hold its row until the transaction ends."""
+        return _record(self._row(workload_id, lock=lock))
 
     def list(self, **filters: Any) -> list[WorkloadRecord]:
         """Workloads matching all filters (see `rows`), as records."""
@@ -307,6 +308,13 @@ class WorkloadRepo:
 
     def set_executor_ref(self, workload_id: str, ref: str | None) -> None:
         self._row(workload_id).executor_ref = ref
+
+    def set_start_retry(self, workload_id: str, attempts: int, retry_at: float | None) -> None:
+        """Record a failed start: `attempts` in a row, and when to try again (None: not)."""
+        row = self._row(workload_id)
+        row.start_attempts = attempts
+        row.retry_at = retry_at
+        self.s.flush()
 
 
 class AllocationRepo:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gpupool.server.schemas.base import In, Out
+from gpupool.server.schemas.base import INT32_MAX, In, Out
 
 Kind = Literal["notebook", "job"]
 State = Literal[
@@ -31,7 +31,7 @@ class ResourcesIn(In):
     gpu_memory_mib: int = Field(default=0, ge=0, le=1 << 24)
     gpu_model: str | None = Field(default=None, min_length=1, max_length=128)
     cpus: float = Field(default=0, ge=0, le=100_000)
-    memory_mib: int = Field(default=0, ge=0, le=1 << 40)
+    memory_mib: int = Field(default=0, ge=0, le=INT32_MAX)
 
 
 class WorkloadIn(ResourcesIn):

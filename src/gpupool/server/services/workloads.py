@@ -3,7 +3,10 @@ show, cancel, logs, and the queue."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import sys
 
 from gpupool.domain import (
     ACTIVE_STATES,
@@ -17,6 +20,7 @@ from gpupool.domain import (
     WorkloadKind,
     WorkloadState,
 )
+from gpupool.domain.commands import LINUX_MAX_ARG_STRLEN, ArgLimits, check_command
 from gpupool.domain.profiles import Profile
 from gpupool.executors.base import ExecutorError, NotSupported
 from gpupool.server.auth import Principal
@@ -54,6 +58,20 @@ _ACTIVE = frozenset(str(x) for x in ACTIVE_STATES)
 def _gpus(milli: int) -> str:
     n = milli / MILLI_PER_GPU
     return f"{n:g} GPU" + ("" if n == 1 else "s")
+
+
+@functools.cache
+def os_arg_limits() -> ArgLimits:
+    """This host's limits on a new process's arguments (read once, on first use)."""
+    try:
+        arg_max = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        arg_max = -1
+    default = ArgLimits()
+    return ArgLimits(
+        arg_max=arg_max if arg_max > 0 else default.arg_max,
+        arg_strlen_max=LINUX_MAX_ARG_STRLEN if sys.platform.startswith("linux") else None,
+    )
 
 
 def check_fits_some_node(req: Request, nodes: list[Node]) -> None:
@@ -179,6 +197,7 @@ def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
     are advisory: a quota changed in between is caught by the scheduler."""
     now = ctx.clock.now()
+    check_command(body.command, os_arg_limits())  # what no executor could ever launch
     with ctx.store.read() as s:
         tree = TenantRepo(s).tree()
         tenant = _pick_tenant(p, tree, body.tenant)
