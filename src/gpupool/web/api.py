@@ -2,7 +2,9 @@
 
 - `GET /dashboard/cluster`: every node and GPU with live readings and holders (one call per
   refresh instead of nodes + GPUs + workloads + telemetry).
-- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time.
+- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time, from the
+  store's GPU history (per-minute rows for two days, hourly rows for 90) and, for the minutes
+  not yet written there, the telemetry samplers in memory.
 
 Both need a logged-in user (the server's `authenticated` dependency). Any role may read them:
 everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone can see").
@@ -19,8 +21,15 @@ from fastapi.responses import JSONResponse
 from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
 from gpupool.domain.resources import Capacity
 from gpupool.scheduler.fairshare import fair_shares
+from gpupool.store.history import HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
+from gpupool.web.views import (
+    MAX_POINTS,
+    RANGES_S,
+    cluster_view,
+    gpu_history_view,
+    tenant_live_view,
+)
 
 
 def _samplers(telemetry: Any) -> Iterator[Any]:
@@ -76,6 +85,34 @@ def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUP
             if pts:
                 out[uuid] = pts
     return out
+
+
+def _stored_history(
+    s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
+) -> tuple[dict[str, list[GPUPoint]], float]:
+    """GPU uuid -> its points from the store, one per slot of the chart's grid (per-minute
+    rows where the range is within their retention, else hourly rows and the minutes after the
+    newest hour); and the time up to which the store has minutes (-inf: none)."""
+    repo = HistoryRepo(s)
+    start, width = int(now - range_s), max(1, range_s // MAX_POINTS)
+    grid = {"start": start, "width": width, "count": MAX_POINTS}
+    newest_min = repo.newest(retention.fine_s)
+    until = float("-inf") if newest_min is None else newest_min + retention.fine_s
+    parts = []
+    minutes_from = None
+    if range_s > retention.fine_keep_s:
+        newest_hour = repo.newest(retention.coarse_s)
+        if newest_hour is not None:
+            minutes_from = newest_hour + retention.coarse_s
+            parts.append(
+                repo.buckets(uuids, **grid, resolution_s=retention.coarse_s, until=minutes_from)
+            )
+    parts.append(repo.buckets(uuids, **grid, resolution_s=retention.fine_s, since=minutes_from))
+    out: dict[str, list[GPUPoint]] = {}
+    for part in parts:
+        for uuid, pts in part.items():
+            out.setdefault(uuid, []).extend(GPUPoint(*p) for p in pts)
+    return out, until
 
 
 def _fair_shares(ctx: Any) -> dict[str, int]:
@@ -169,10 +206,21 @@ def create_api_router() -> APIRouter:
                 f"range_s must be one of {', '.join(map(str, RANGES_S))} (1 h, 24 h, 7 d, 30 d)",
                 "range_s",
             )
+        now = ctx.clock.now()
+        loop = ctx.loops.get("history")
+        retention = getattr(loop, "retention", None) or Retention()
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-        # The sampler keeps every sample for an hour and per-minute means for a week.
-        hist = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
-        return JSONResponse(gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s))
+            hist, stored_until = _stored_history(
+                s, retention, [g[1] for g in gpus], now=now, range_s=range_s
+            )
+        # The samplers hold what the store does not have yet: every sample of the last hour
+        # and per-minute means (the minute in progress included).
+        live = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
+        for uuid, pts in live.items():
+            newer = [p for p in pts if p.t >= stored_until]
+            if newer:
+                hist[uuid] = sorted([*hist.get(uuid, ()), *newer], key=lambda p: p.t)
+        return JSONResponse(gpu_history_view(gpus, hist, now=now, range_s=range_s))
 
     return router

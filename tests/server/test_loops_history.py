@@ -1,0 +1,137 @@
+"""The history loop over a real store (SQLite and PostgreSQL) and a ManualClock: telemetry
+samples become per-minute rows, hours are rolled up, old rows pruned; a new app on the same
+database still shows the history on the dashboard's 30-day chart."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpupool.domain import Node
+from gpupool.executors.fake import FakeExecutor
+from gpupool.server.app import create_app
+from gpupool.server.loops.history import HistoryLoop
+from gpupool.server.settings import Settings
+from gpupool.store import GpuPeriod, HistoryRepo, NodeRepo, Retention, open_store
+from gpupool.telemetry import Sampler, SimulatedSource
+from gpupool.web import create_router
+
+H = 3600
+
+
+def gpu_world(world, spec: str = "2xH100"):
+    """A simulated host registered as node `sim` in the store, sampled by a Sampler."""
+    src = SimulatedSource(spec, clock=world.clock, hostname="sim")
+    snap = src.snapshot()
+    with world.ctx.store.write() as s:
+        NodeRepo(s).upsert(Node("sim", tuple(g.to_domain() for g in snap.gpus), 64000, 512000))
+    return src, Sampler(src, clock=world.clock, interval_s=10)
+
+
+def to_hour(world) -> None:
+    """Move the clock to the start of the next hour."""
+    now = world.clock.now()
+    world.clock.set(now - now % H + H)
+
+
+def test_samples_become_minutes_and_hours_with_exact_means(world):
+    src, sampler = gpu_world(world)
+    loop = HistoryLoop(world.ctx, [sampler])
+    to_hour(world)
+    start = int(world.clock.now())
+    utils: list[float] = []
+    for i in range(2 * 360 + 12):  # two hours and two minutes of samples, every 10 s
+        u = float((i * 7) % 101)
+        src.set_utilization(0, u)
+        sampler.sample_once()
+        if world.clock.now() < start + H:
+            utils.append(u)
+        world.clock.advance(10)
+        if i % 30 == 29:  # a pass every five minutes
+            loop.run_once()
+    report = loop.run_once()
+    assert report.pruned == 0
+    uuid = src.uuid(0)
+    with world.ctx.store.read() as s:
+        repo = HistoryRepo(s)
+        minutes = repo.periods(uuid, 60)
+        hours = repo.periods(uuid, H)
+    assert [m.t for m in minutes[:2]] == [start, start + 60]
+    assert minutes[0].samples == 6 and minutes[0].util == pytest.approx(sum(utils[:6]) / 6)
+    assert minutes[0].util_max == max(utils[:6])
+    assert len(minutes) == 122  # every ended minute, none twice
+    assert [h.t for h in hours] == [start, start + H]  # the second hour ended over a minute ago
+    assert hours[0].samples == 360 and hours[0].util == pytest.approx(sum(utils) / 360)
+    assert hours[0].util_max == max(utils)
+    assert hours[0].power_w is not None and hours[0].memory_mib is not None
+
+
+def test_the_minute_in_progress_is_written_once_it_ends(world):
+    src, sampler = gpu_world(world, "H100")
+    loop = HistoryLoop(world.ctx, [sampler])
+    to_hour(world)
+    sampler.sample_once()
+    world.clock.advance(30)
+    assert loop.run_once().written == 0
+    world.clock.advance(30)
+    assert loop.run_once().written == 1
+    assert loop.run_once().written == 0
+
+
+def test_rows_per_gpu_stay_within_the_retention_bound(world):
+    ret = Retention(fine_keep_s=2 * H, coarse_keep_s=12 * H)
+    src, sampler = gpu_world(world, "H100")
+    loop = HistoryLoop(world.ctx, [sampler], retention=ret)
+    most = 0
+    for i in range(36 * 60):  # a day and a half, a sample a minute, a pass every 10 min
+        sampler.sample_once()
+        world.clock.advance(60)
+        if i % 10 == 9:
+            loop.run_once()
+            with world.ctx.store.read() as s:
+                rows = HistoryRepo(s).rows_per_gpu()[src.uuid(0)]
+            most = max(most, sum(rows.values()))
+            assert sum(rows.values()) <= ret.rows_per_gpu, rows
+    assert rows[60] == pytest.approx(120, abs=10) and rows[H] == 12
+    assert most > ret.rows_per_gpu - 12  # the bound is nearly reached, not loose
+
+
+def test_a_restarted_server_still_shows_30_days(world):
+    src, sampler = gpu_world(world, "H100")
+    uuid = src.uuid(0)
+    to_hour(world)
+    now = int(world.clock.now())
+    # 25 days ago, as hourly rows (what the loop leaves after two days); the last hour live
+    with world.ctx.store.write() as s:
+        HistoryRepo(s).add(
+            [GpuPeriod(uuid, now - 25 * 86400 + k * H, 360, util=80.0) for k in range(24)],
+            resolution_s=H,
+        )
+    loop = HistoryLoop(world.ctx, [sampler])
+    src.set_utilization(0, 30.0)
+    for _ in range(6 * 20):
+        sampler.sample_once()
+        world.clock.advance(10)
+    loop.run_once()
+    world.ctx.store.close()
+
+    store = open_store(world.ctx.store.url)  # a new process on the same database
+    try:
+        settings = Settings(database_url=store.url, start_loops=False)
+        app = create_app(
+            settings, executor=FakeExecutor(world.clock), clock=world.clock, store=store
+        )
+        app.include_router(create_router())
+        with TestClient(app) as c:
+            r = c.get("/api/v1/dashboard/gpu-history?range_s=2592000", headers=world.h("viewer"))
+            assert r.status_code == 200, r.text
+            body = r.json()
+            (series,) = [x for x in body["series"] if x["uuid"] == uuid]
+            util = [u for u in series["util"] if u is not None]
+            assert body["covered_from"] == pytest.approx(now - 25 * 86400, abs=21600)
+            assert util[0] == 80.0 and util[-1] == 30.0
+            day = c.get("/api/v1/dashboard/gpu-history?range_s=86400", headers=world.h("viewer"))
+            (series,) = [x for x in day.json()["series"] if x["uuid"] == uuid]
+            assert [u for u in series["util"] if u is not None] == [30.0, 30.0]
+    finally:
+        store.close()
