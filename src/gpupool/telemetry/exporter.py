@@ -3,8 +3,9 @@
 DCGM series (same names, units and labels as NVIDIA's dcgm-exporter, so its Grafana
 dashboard works unchanged): `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` and
 `DCGM_FI_DEV_FB_FREE` (MiB), `DCGM_FI_DEV_GPU_TEMP` (C), `DCGM_FI_DEV_POWER_USAGE` (W),
-`DCGM_FI_DEV_SM_CLOCK` and `DCGM_FI_DEV_MEM_CLOCK` (MHz), `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`
-(mJ since the driver loaded; it only goes up: use `rate()`/`increase()`), labelled `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
+`DCGM_FI_DEV_SM_CLOCK` and `DCGM_FI_DEV_MEM_CLOCK` (MHz),
+`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ since the driver loaded; it only goes up: use
+`rate()`/`increase()`), labelled `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
 `DCGM_FI_DRIVER_VERSION`. A value that is N/A is left out rather than faked. All are gauges:
 dcgm-exporter types the energy as a counter, but a Prometheus client would rename a counter
 to `..._total`, and the name is what dashboards query.

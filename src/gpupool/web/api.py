@@ -18,9 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
-from gpupool.domain.resources import Capacity
-from gpupool.scheduler.fairshare import fair_shares
+from gpupool.domain import ValidationError
 from gpupool.store.history import HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame, GPUPoint
 from gpupool.web.views import (
@@ -132,26 +130,11 @@ def _fair_shares(ctx: Any) -> dict[str, int]:
     return dict(found) if isinstance(found, dict) else {}
 
 
-def _compute_fair_shares(
-    tree: TenantTree,
-    nodes: list[Node],
-    running: list[tuple[Workload, Allocation]],
-    pending: list[Workload],
-) -> dict[str, int]:
-    """Fair shares as the scheduler computes them: demand = GPUs held + GPUs asked for."""
-    demand: dict[str, float] = {}
-    for w, a in running:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + a.gpu_milli
-    for w in pending:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + w.request.total_gpu_milli
-    shares = fair_shares(tree, Capacity.of(nodes).gpu_milli, demand)
-    return {t: round(v) for t, v in shares.items()}
-
-
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
     from gpupool.server.context import AppContext, get_ctx
+    from gpupool.server.metrics import fair_shares_now
     from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
@@ -180,7 +163,7 @@ def create_api_router() -> APIRouter:
             if not fair:
                 nodes = NodeRepo(s).list()
                 pending = WorkloadRepo(s).pending()
-                fair = _compute_fair_shares(tree, nodes, running, pending)
+                fair = fair_shares_now(tree, nodes, running, pending)
         names = [t.name for t in tree]
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
