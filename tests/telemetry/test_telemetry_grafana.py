@@ -7,9 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.server.metrics import Metrics
 from gpupool.store import open_store
