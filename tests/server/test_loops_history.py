@@ -135,3 +135,21 @@ def test_a_restarted_server_still_shows_30_days(world):
             assert [u for u in series["util"] if u is not None] == [30.0, 30.0]
     finally:
         store.close()
+
+
+def test_the_last_hour_keeps_every_sample_the_sampler_holds(world):
+    """Where the sampler's memory reaches, the chart uses it (a point every 10 s), not the
+    store's minutes: the hour's 30-second slots have no every-other-slot gaps."""
+    src, sampler = gpu_world(world, "H100")
+    loop = HistoryLoop(world.ctx, [sampler])
+    src.set_utilization(0, 50.0)
+    for i in range(360):
+        sampler.sample_once()
+        world.clock.advance(10)
+        if i % 30 == 29:
+            loop.run_once()
+    world.app.include_router(create_router())
+    world.ctx.extras["samplers"] = [sampler]
+    r = world.client.get("/api/v1/dashboard/gpu-history?range_s=3600", headers=world.h("member"))
+    (series,) = [x for x in r.json()["series"] if x["uuid"] == src.uuid(0)]
+    assert sum(u is not None for u in series["util"]) >= 119

@@ -87,15 +87,13 @@ def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUP
 
 def _stored_history(
     s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
-) -> tuple[dict[str, list[GPUPoint]], float]:
-    """GPU uuid -> its points from the store, one per slot of the chart's grid (per-minute
-    rows where the range is within their retention, else hourly rows and the minutes after the
-    newest hour); and the time up to which the store has minutes (-inf: none)."""
+) -> dict[str, list[GPUPoint]]:
+    """GPU uuid -> its points from the store, one per slot of the chart's grid (at the slot's
+    middle): per-minute rows where the range is within their retention, else hourly rows and
+    the minutes after the newest hour."""
     repo = HistoryRepo(s)
-    start, width = int(now - range_s), max(1, range_s // MAX_POINTS)
-    grid = {"start": start, "width": width, "count": MAX_POINTS}
-    newest_min = repo.newest(retention.fine_s)
-    until = float("-inf") if newest_min is None else newest_min + retention.fine_s
+    grid = {"start": int(now - range_s), "width": max(1, range_s // MAX_POINTS)}
+    grid["count"] = MAX_POINTS
     parts = []
     minutes_from = None
     if range_s > retention.fine_keep_s:
@@ -110,7 +108,7 @@ def _stored_history(
     for part in parts:
         for uuid, pts in part.items():
             out.setdefault(uuid, []).extend(GPUPoint(*p) for p in pts)
-    return out, until
+    return out
 
 
 def _fair_shares(ctx: Any) -> dict[str, int]:
@@ -194,16 +192,14 @@ def create_api_router() -> APIRouter:
         retention = getattr(loop, "retention", None) or Retention()
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-            hist, stored_until = _stored_history(
-                s, retention, [g[1] for g in gpus], now=now, range_s=range_s
-            )
-        # The samplers hold what the store does not have yet: every sample of the last hour
-        # and per-minute means (the minute in progress included).
+            hist = _stored_history(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
+        # The samplers' memory wins where it reaches (every sample of the last hour, or
+        # per-minute means, the minute in progress included); the store covers before that.
+        half = max(1, range_s // MAX_POINTS) / 2
         live = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
         for uuid, pts in live.items():
-            newer = [p for p in pts if p.t >= stored_until]
-            if newer:
-                hist[uuid] = sorted([*hist.get(uuid, ()), *newer], key=lambda p: p.t)
+            older = [p for p in hist.get(uuid, ()) if p.t - half < pts[0].t]
+            hist[uuid] = [*older, *pts]
         return JSONResponse(gpu_history_view(gpus, hist, now=now, range_s=range_s))
 
     return router
