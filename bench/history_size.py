@@ -3,8 +3,9 @@ PostgreSQL.
 
 Fills `gpu_history` to its steady state through `HistoryRepo` (per-minute rows for the last two
 days, hourly rows for 90 days: `Retention().rows_per_gpu` rows per GPU), then times one history
-pass's store work (write a minute of every GPU, roll the last hour up, prune) and records the
-table's size on disk (indexes included).
+pass's store work (write a minute of every GPU, roll the last hour up, prune) and the queries
+behind the dashboard's Usage chart (24 h of minutes, 30 days of hours, 120 slots per GPU), and
+records the table's size on disk (indexes included).
 
     python bench/history_size.py --gpus 8,64,256 [--postgres URL] [--out FILE.md]
 
@@ -71,6 +72,19 @@ def fill(url: str, gpus: int, now: int) -> dict[str, float]:
         repo.rollup(now - ret.coarse_s, now)
         repo.prune(now + ret.fine_s, ret)
     pass_s = time.perf_counter() - t1
+    # what the dashboard's Usage chart reads (120 slots): 24 h of minutes, 30 d of hours
+    chart = {}
+    for name, range_s, res in (
+        ("chart_24h_s", 86400, ret.fine_s),
+        ("chart_30d_s", 30 * 86400, ret.coarse_s),
+    ):
+        t2 = time.perf_counter()
+        with store.read() as s:
+            got = HistoryRepo(s).buckets(
+                uuids, start=now - range_s, width=range_s // 120, count=120, resolution_s=res
+            )
+        chart[name] = time.perf_counter() - t2
+        assert len(got) == gpus
     with store.read() as s:
         per_gpu = HistoryRepo(s).rows_per_gpu()
     rows = sum(sum(v.values()) for v in per_gpu.values())
@@ -96,6 +110,7 @@ def fill(url: str, gpus: int, now: int) -> dict[str, float]:
         "bytes": size,
         "fill_s": fill_s,
         "pass_s": pass_s,
+        **chart,
     }
 
 
@@ -122,8 +137,9 @@ def main() -> None:
         f"Retention: minutes 2 days, hours 90 days = {Retention().rows_per_gpu} rows per GPU "
         "at most. Size = table + primary key + index on disk.",
         "",
-        "| database | GPUs | rows | rows/GPU | size | bytes/row | fill | one pass |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| database | GPUs | rows | rows/GPU | size | bytes/row | fill | one pass | chart 24 h "
+        "| chart 30 d |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     dbs = [("SQLite", None)] + ([("PostgreSQL", args.postgres)] if args.postgres else [])
     for name, pg in dbs:
@@ -136,7 +152,8 @@ def main() -> None:
             row = (
                 f"| {name} | {n} | {r['rows']:,.0f} | {r['rows_per_gpu']:,.0f} | "
                 f"{r['bytes'] / 2**20:,.1f} MiB | {r['bytes'] / r['rows']:.0f} | "
-                f"{r['fill_s']:.1f} s | {r['pass_s'] * 1000:.0f} ms |"
+                f"{r['fill_s']:.1f} s | {r['pass_s'] * 1000:.0f} ms | "
+                f"{r['chart_24h_s'] * 1000:.0f} ms | {r['chart_30d_s'] * 1000:.0f} ms |"
             )
             print(row, flush=True)
             lines.append(row)

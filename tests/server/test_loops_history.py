@@ -153,3 +153,60 @@ def test_the_last_hour_keeps_every_sample_the_sampler_holds(world):
     r = world.client.get("/api/v1/dashboard/gpu-history?range_s=3600", headers=world.h("member"))
     (series,) = [x for x in r.json()["series"] if x["uuid"] == src.uuid(0)]
     assert sum(u is not None for u in series["util"]) >= 119
+
+
+def test_the_chart_shows_each_new_minute_the_loop_writes(world):
+    """The chart's store points are cached per range, but never past a newer stored minute,
+    and each lands in the chart's slot of its own time."""
+    src, sampler = gpu_world(world, "H100")
+    loop = HistoryLoop(world.ctx, [sampler])
+    world.app.include_router(create_router())
+    to_hour(world)
+
+    def utils() -> list[float]:
+        r = world.client.get(
+            "/api/v1/dashboard/gpu-history?range_s=86400", headers=world.h("member")
+        )
+        (series,) = [x for x in r.json()["series"] if x["uuid"] == src.uuid(0)]
+        return [u for u in series["util"] if u is not None]
+
+    src.set_utilization(0, 10.0)
+    sampler.sample_once()
+    world.clock.advance(60)
+    loop.run_once()
+    assert utils() == [10.0]
+    world.clock.advance(660)  # the next 12-minute slot of the 24 h chart
+    src.set_utilization(0, 90.0)
+    sampler.sample_once()
+    world.clock.advance(60)
+    loop.run_once()
+    assert utils() == [10.0, 90.0]
+
+
+def test_the_chart_query_runs_once_per_new_minute(world, monkeypatch):
+    import gpupool.web.api as api
+
+    calls: list[float] = []
+    real = api._stored_history
+
+    def counting(*a, **kw):
+        calls.append(kw["now"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "_stored_history", counting)
+    src, sampler = gpu_world(world, "H100")
+    loop = HistoryLoop(world.ctx, [sampler])
+    world.app.include_router(create_router())
+    sampler.sample_once()
+    world.clock.advance(60)
+    loop.run_once()
+    url = "/api/v1/dashboard/gpu-history?range_s=86400"
+    for _ in range(3):  # three viewers within a slot: one query
+        assert world.client.get(url, headers=world.h("member")).status_code == 200
+        world.clock.advance(5)
+    assert len(calls) == 1
+    sampler.sample_once()
+    world.clock.advance(60)
+    loop.run_once()  # a new minute in the store: asked again
+    world.client.get(url, headers=world.h("member"))
+    assert len(calls) == 2

@@ -86,7 +86,7 @@ class GpuPeriod:
         )
 
 
-#: (bucket middle, utilization %, memory MiB, power W, temperature C)
+#: (middle of the periods averaged, utilization %, memory MiB, power W, temperature C)
 BucketPoint = tuple[float, float | None, float | None, float | None, float | None]
 _FIELDS = ("util", "util_max", "memory_mib", "memory_mib_max", "power_w", "temperature_c")
 
@@ -228,7 +228,8 @@ class HistoryRepo:
     ) -> dict[str, list[BucketPoint]]:
         """Per GPU, the samples-weighted means of its `resolution_s` rows in each of `count`
         slots of `width` seconds from `start` (only slots that have rows; rows in
-        [max(start, since), until) count). Points are at the slot's middle, oldest first."""
+        [max(start, since), until) count). Each point is at the middle of the periods it
+        averages (so a caller may re-bucket it on a grid of its own), oldest first."""
         if not uuids or width <= 0 or count <= 0:
             return {}
         lo = start if since is None else max(start, since)
@@ -237,7 +238,7 @@ class HistoryRepo:
         q = (
             select(
                 R.gpu_uuid,
-                slot,
+                func.avg(R.t),
                 _wmean(R.util),
                 _wmean(R.memory_mib),
                 _wmean(R.power_w),
@@ -253,8 +254,8 @@ class HistoryRepo:
             .order_by(R.gpu_uuid, slot)
         )
         out: dict[str, list[BucketPoint]] = {}
-        for uuid, i, u, m, p, temp in self.s.execute(q):
-            mid = start + (int(i) + 0.5) * width
+        for uuid, t, u, m, p, temp in self.s.execute(q):
+            mid = float(t) + resolution_s / 2  # the middle of the rows the slot holds
             out.setdefault(uuid, []).append((mid, _f(u), _f(m), _f(p), _f(temp)))
         return out
 

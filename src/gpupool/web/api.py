@@ -12,6 +12,7 @@ everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,11 +90,12 @@ def _stored_history(
     s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
 ) -> dict[str, list[GPUPoint]]:
     """GPU uuid -> its points from the store, one per slot of the chart's grid (at the slot's
-    middle): per-minute rows where the range is within their retention, else hourly rows and
-    the minutes after the newest hour."""
+    middle; slots aligned to whole widths): per-minute rows where the range is within their
+    retention, else hourly rows and the minutes after the newest hour."""
     repo = HistoryRepo(s)
-    grid = {"start": int(now - range_s), "width": max(1, range_s // MAX_POINTS)}
-    grid["count"] = MAX_POINTS
+    width = max(1, range_s // MAX_POINTS)
+    start = int(now - range_s) // width * width
+    grid = {"start": start, "width": width, "count": MAX_POINTS + 1}
     parts = []
     minutes_from = None
     if range_s > retention.fine_keep_s:
@@ -109,6 +111,37 @@ def _stored_history(
         for uuid, pts in part.items():
             out.setdefault(uuid, []).extend(GPUPoint(*p) for p in pts)
     return out
+
+
+class HistoryCache:
+    """The store's chart points per range, reused until the store has a newer minute or hour
+    or a slot width has passed: the history changes once a minute, and over 24 h of many GPUs
+    the query is the dashboard's most expensive (bench/results/history_size.md)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple, tuple[float, dict[str, list[GPUPoint]]]] = {}
+
+    def get(
+        self, s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
+    ) -> dict[str, list[GPUPoint]]:
+        repo = HistoryRepo(s)
+        key = (
+            range_s,
+            tuple(uuids),
+            repo.newest(retention.fine_s),
+            repo.newest(retention.coarse_s),
+        )
+        width = max(1, range_s // MAX_POINTS)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and 0 <= now - hit[0] < width:
+            return {u: list(p) for u, p in hit[1].items()}
+        points = _stored_history(s, retention, uuids, now=now, range_s=range_s)
+        with self._lock:
+            self._entries = {k: v for k, v in self._entries.items() if k[0] != range_s}
+            self._entries[key] = (now, points)
+        return {u: list(p) for u, p in points.items()}
 
 
 def _fair_shares(ctx: Any) -> dict[str, int]:
@@ -192,7 +225,8 @@ def create_api_router() -> APIRouter:
         retention = getattr(loop, "retention", None) or Retention()
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-            hist = _stored_history(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
+            cache = ctx.extras.setdefault("gpu_history_cache", HistoryCache())
+            hist = cache.get(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
         # The samplers' memory wins where it reaches (every sample of the last hour, or
         # per-minute means, the minute in progress included); the store covers before that.
         half = max(1, range_s // MAX_POINTS) / 2
