@@ -210,3 +210,29 @@ def test_the_chart_query_runs_once_per_new_minute(world, monkeypatch):
     loop.run_once()  # a new minute in the store: asked again
     world.client.get(url, headers=world.h("member"))
     assert len(calls) == 2
+
+
+def test_stopping_writes_the_minute_in_progress_and_a_restart_adds_to_it(world):
+    import asyncio
+
+    src, sampler = gpu_world(world, "H100")
+    loop = HistoryLoop(world.ctx, [sampler])
+    to_hour(world)
+    start = int(world.clock.now())
+    src.set_utilization(0, 20.0)
+    sampler.sample_once()
+    world.clock.advance(10)
+    sampler.sample_once()
+    asyncio.run(loop.stop())  # the server shuts down 20 s into the minute
+    with world.ctx.store.read() as s:
+        (m,) = HistoryRepo(s).periods(src.uuid(0), 60)
+    assert (m.t, m.samples, m.util) == (start, 2, 20.0)
+    again = HistoryLoop(world.ctx, [sampler])  # started again within the same minute
+    world.clock.advance(20)
+    src.set_utilization(0, 80.0)
+    sampler.sample_once()
+    world.clock.advance(30)
+    again.run_once()
+    with world.ctx.store.read() as s:
+        (m,) = HistoryRepo(s).periods(src.uuid(0), 60)
+    assert (m.samples, m.util, m.util_max) == (3, 40.0, 80.0)

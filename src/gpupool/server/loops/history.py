@@ -11,13 +11,16 @@ per-GPU, per-minute accumulator. Each pass (once a minute by default):
 3. prunes rows past their retention (`store.history.Retention`: minutes two days, hours 90
    days), which bounds the rows per GPU.
 
-Minutes not yet written when the process stops are lost (at most the current minute and one
-pass). A failed write keeps its minutes for the next pass. The clock is the context's: tests
-call `run_once()` with a ManualClock.
+When the loop stops (the server shuts down), it writes what it holds, the minute in progress
+included; a server started again within that minute adds to the same row. A failed write keeps
+its minutes for the next pass; a crash loses at most the last pass's minutes. The clock is the
+context's: tests call `run_once()` with a ManualClock.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from gpupool.server.loops.base import Loop
 from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame
 
+log = logging.getLogger(__name__)
 #: Minutes kept in memory per GPU when the store cannot be written (then the oldest go).
 MAX_UNWRITTEN_MINUTES = 24 * 60
 
@@ -147,6 +151,25 @@ class HistoryLoop(Loop):
     def watch(self, sampler) -> None:  # type: ignore[no-untyped-def]
         """Take every frame `sampler` produces from now on."""
         sampler.on_frame(self.minutes.add)
+
+    async def stop(self) -> None:
+        """Stop the loop, then write every minute it holds (the one in progress too)."""
+        await super().stop()
+        try:
+            await asyncio.to_thread(self.flush)
+        except Exception:  # noqa: BLE001 - shutting down: log, never block the exit
+            log.exception("history: the last minutes could not be written")
+
+    def flush(self) -> int:
+        """Write every minute held now, ended or not (an unended one is merged later with
+        the rest of its samples). Returns how many were written."""
+        periods = self.minutes.closed(float("inf"))
+        try:
+            with self.ctx.store.write() as s:
+                return HistoryRepo(s).add(periods, self.retention.fine_s)
+        except Exception:
+            self.minutes.put_back(periods)
+            raise
 
     def run_once(self) -> HistoryReport:
         ret = self.retention
