@@ -226,6 +226,7 @@ def serve(
     )
     from gpupool.server.loops.accounting import AccountingLoop
     from gpupool.server.loops.culler import CullerLoop
+    from gpupool.server.loops.history import HistoryLoop
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.telemetry import TelemetryLoop
     from gpupool.server.serving import make_server, settle_heap, stop_on_signals
@@ -320,6 +321,7 @@ def serve(
     ctx.loops.add(tl)
     ctx.loops.add(CullerLoop(ctx, tl.idle_seconds))
     ctx.loops.add(AccountingLoop(ctx, tl.busy_fraction, tl.memory_mib))
+    ctx.loops.add(HistoryLoop(ctx, [tl.sampler]))
     ctx.extras["up_plan"] = plan
 
     _say(f"gpupool: data in {data_dir}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -246,6 +247,29 @@ class UsageRow(Base):
     gpu_seconds_busy: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_memory_mib_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_memory_mib_max: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class GpuHistoryRow(Base):
+    """GPU utilization and memory over time: one row per GPU, resolution and period.
+
+    `resolution_s` is 60 (one row per minute, kept two days) or 3600 (one row per hour, rolled
+    up from the minutes, kept 90 days); `t` is the period's start (epoch seconds, a multiple of
+    the resolution). Means are over the period's samples; `samples` weights them in rollups."""
+
+    __tablename__ = "gpu_history"
+    __table_args__ = (Index("ix_gpu_history_resolution_t", "resolution_s", "t"),)
+
+    gpu_uuid: Mapped[str] = mapped_column(String(128), primary_key=True)
+    resolution_s: Mapped[int] = mapped_column(Integer, primary_key=True)
+    t: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), default="")
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    util: Mapped[float | None] = mapped_column(Float)
+    util_max: Mapped[float | None] = mapped_column(Float)
+    memory_mib: Mapped[float | None] = mapped_column(Float)
+    memory_mib_max: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
 
 
 class ProfileRow(Base):

@@ -2,7 +2,9 @@
 
 - `GET /dashboard/cluster`: every node and GPU with live readings and holders (one call per
   refresh instead of nodes + GPUs + workloads + telemetry).
-- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time.
+- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time, from the
+  store's GPU history (per-minute rows for two days, hourly rows for 90) and, for the minutes
+  not yet written there, the telemetry samplers in memory.
 
 Both need a logged-in user (the server's `authenticated` dependency). Any role may read them:
 everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone can see").
@@ -10,17 +12,23 @@ everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
-from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
-from gpupool.domain.resources import Capacity
-from gpupool.scheduler.fairshare import fair_shares
+from gpupool.domain import ValidationError
+from gpupool.store.history import HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
+from gpupool.web.views import (
+    MAX_POINTS,
+    RANGES_S,
+    cluster_view,
+    gpu_history_view,
+    tenant_live_view,
+)
 
 
 def _samplers(telemetry: Any) -> Iterator[Any]:
@@ -82,6 +90,64 @@ def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUP
     return out
 
 
+def _stored_history(
+    s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
+) -> dict[str, list[GPUPoint]]:
+    """GPU uuid -> its points from the store, one per slot of the chart's grid (at the slot's
+    middle; slots aligned to whole widths): per-minute rows where the range is within their
+    retention, else hourly rows and the minutes after the newest hour."""
+    repo = HistoryRepo(s)
+    width = max(1, range_s // MAX_POINTS)
+    start = int(now - range_s) // width * width
+    grid = {"start": start, "width": width, "count": MAX_POINTS + 1}
+    parts = []
+    minutes_from = None
+    if range_s > retention.fine_keep_s:
+        newest_hour = repo.newest(retention.coarse_s)
+        if newest_hour is not None:
+            minutes_from = newest_hour + retention.coarse_s
+            parts.append(
+                repo.buckets(uuids, **grid, resolution_s=retention.coarse_s, until=minutes_from)
+            )
+    parts.append(repo.buckets(uuids, **grid, resolution_s=retention.fine_s, since=minutes_from))
+    out: dict[str, list[GPUPoint]] = {}
+    for part in parts:
+        for uuid, pts in part.items():
+            out.setdefault(uuid, []).extend(GPUPoint(*p) for p in pts)
+    return out
+
+
+class HistoryCache:
+    """The store's chart points per range, reused until the store has a newer minute or hour
+    or a slot width has passed: the history changes once a minute, and over 24 h of many GPUs
+    the query is the dashboard's most expensive (bench/results/history_size.md)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple, tuple[float, dict[str, list[GPUPoint]]]] = {}
+
+    def get(
+        self, s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
+    ) -> dict[str, list[GPUPoint]]:
+        repo = HistoryRepo(s)
+        key = (
+            range_s,
+            tuple(uuids),
+            repo.newest(retention.fine_s),
+            repo.newest(retention.coarse_s),
+        )
+        width = max(1, range_s // MAX_POINTS)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and 0 <= now - hit[0] < width:
+            return {u: list(p) for u, p in hit[1].items()}
+        points = _stored_history(s, retention, uuids, now=now, range_s=range_s)
+        with self._lock:
+            self._entries = {k: v for k, v in self._entries.items() if k[0] != range_s}
+            self._entries[key] = (now, points)
+        return {u: list(p) for u, p in points.items()}
+
+
 def _fair_shares(ctx: Any) -> dict[str, int]:
     """Tenant -> fair share (milli) from the scheduler's last cycle, where the server keeps it."""
     found = (
@@ -99,26 +165,11 @@ def _fair_shares(ctx: Any) -> dict[str, int]:
     return dict(found) if isinstance(found, dict) else {}
 
 
-def _compute_fair_shares(
-    tree: TenantTree,
-    nodes: list[Node],
-    running: list[tuple[Workload, Allocation]],
-    pending: list[Workload],
-) -> dict[str, int]:
-    """Fair shares as the scheduler computes them: demand = GPUs held + GPUs asked for."""
-    demand: dict[str, float] = {}
-    for w, a in running:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + a.gpu_milli
-    for w in pending:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + w.request.total_gpu_milli
-    shares = fair_shares(tree, Capacity.of(nodes).gpu_milli, demand)
-    return {t: round(v) for t, v in shares.items()}
-
-
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
     from gpupool.server.context import AppContext, get_ctx
+    from gpupool.server.metrics import fair_shares_now
     from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
@@ -147,7 +198,7 @@ def create_api_router() -> APIRouter:
             if not fair:
                 nodes = NodeRepo(s).list()
                 pending = WorkloadRepo(s).pending()
-                fair = _compute_fair_shares(tree, nodes, running, pending)
+                fair = fair_shares_now(tree, nodes, running, pending)
         names = [t.name for t in tree]
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
@@ -173,10 +224,20 @@ def create_api_router() -> APIRouter:
                 f"range_s must be one of {', '.join(map(str, RANGES_S))} (1 h, 24 h, 7 d, 30 d)",
                 "range_s",
             )
+        now = ctx.clock.now()
+        loop = ctx.loops.get("history")
+        retention = getattr(loop, "retention", None) or Retention()
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-        # The sampler keeps every sample for an hour and per-minute means for a week.
-        hist = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
-        return JSONResponse(gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s))
+            cache = ctx.extras.setdefault("gpu_history_cache", HistoryCache())
+            hist = cache.get(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
+        # The samplers' memory wins where it reaches (every sample of the last hour, or
+        # per-minute means, the minute in progress included); the store covers before that.
+        half = max(1, range_s // MAX_POINTS) / 2
+        live = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
+        for uuid, pts in live.items():
+            older = [p for p in hist.get(uuid, ()) if p.t - half < pts[0].t]
+            hist[uuid] = [*older, *pts]
+        return JSONResponse(gpu_history_view(gpus, hist, now=now, range_s=range_s))
 
     return router

@@ -228,6 +228,9 @@ class SchedulerLoop(Loop):
         for w, alloc, unix_user in committed:
             report.admitted.append(w.id)
             ctx.metrics.decisions.labels("admitted").inc()
+            ctx.metrics.wait_seconds.labels(w.tenant, str(w.kind)).observe(
+                max(0.0, now - w.submitted_at)
+            )
             handle = self._start(w, alloc, unix_user, report)
             if handle is None:
                 continue
