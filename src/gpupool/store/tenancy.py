@@ -6,7 +6,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import Membership, Role, Tenant, TenantTree, User
-from gpupool.domain.tenancy import validate_tenant_path
+from gpupool.domain.tenancy import in_subtree, validate_tenant_path
 from gpupool.store.convert import (
     membership_to_domain,
     tenant_to_domain,
@@ -224,7 +224,7 @@ class TokenRepo:
 def role_in(memberships: list[Membership], tenant: str) -> Role | None:
     """The strongest role a user holds on `tenant` through it or one of its ancestors."""
     order = [Role.TENANT_ADMIN, Role.MEMBER, Role.VIEWER]
-    found = [m.role for m in memberships if tenant == m.tenant or tenant.startswith(m.tenant + "/")]
+    found = [m.role for m in memberships if in_subtree(tenant, m.tenant)]
     for r in order:
         if r in found:
             return r

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 
 from gpupool.domain import Allocation, Node, TenantTree, ValidationError, Workload
 from gpupool.domain.resources import Capacity
+from gpupool.domain.tenancy import in_subtree
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.telemetry.sampler import Frame, GPUPoint
 from gpupool.web.views import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
@@ -148,9 +149,7 @@ def create_api_router() -> APIRouter:
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
         if roots is not None:
-            view = {
-                t: v for t, v in view.items() if any(t == r or t.startswith(r + "/") for r in roots)
-            }
+            view = {t: v for t, v in view.items() if any(in_subtree(t, r) for r in roots)}
         return JSONResponse({"now": ctx.clock.now(), "tenants": view})
 
     @router.get(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpupool.domain import Membership, Role, User
+from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import NotAuthenticated, PermissionDenied
@@ -102,11 +103,7 @@ def _visible_users(p: Principal, memberships: list[Membership]) -> set[str] | No
     roots = p.managed_roots()
     if roots is None:
         return None
-    return {p.name} | {
-        m.user
-        for m in memberships
-        if any(m.tenant == r or m.tenant.startswith(r + "/") for r in roots)
-    }
+    return {p.name} | {m.user for m in memberships if any(in_subtree(m.tenant, r) for r in roots)}
 
 
 def list_users(ctx: AppContext, p: Principal) -> list[UserOut]:
