@@ -9,7 +9,7 @@ import pytest
 from gpupool.domain import Membership, Request, Role, Tenant, User, Workload
 from gpupool.server.services.accounts import issue_token
 from gpupool.store import TenantRepo, UsageRepo, UserRepo, WorkloadRepo
-from tests.server.conftest import API, password_hash
+from tests.server.conftest import password_hash
 
 #: reader -> (the tenant it may read, a look-alike tenant it must not see)
 READERS = {"mlv": ("ml_team", "ml-team/sub"), "biov": ("Bio", "bio/x")}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import Membership, Role, Tenant, TenantTree, User
@@ -214,6 +214,14 @@ class TokenRepo:
             row.revoked_at = now
         self.s.flush()
         return row
+
+    def revoke_all(self, user: str, now: float, *, keep: str | None = None) -> int:
+        """Revoke every live token of `user` except `keep`; returns how many."""
+        q = update(TokenRow).where(TokenRow.user == user, TokenRow.revoked_at.is_(None))
+        if keep is not None:
+            q = q.where(TokenRow.id != keep)
+        res = self.s.execute(q.values(revoked_at=now))
+        return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
     def touch(self, token_id: str, now: float) -> None:
         row = self.s.get(TokenRow, token_id)

@@ -75,6 +75,8 @@ class UserCreateIn(In):
 
 class UserUpdateIn(In):
     password: str | None = Field(default=None, min_length=8, max_length=1024)
+    #: needed to change your own password (admins resetting another user's need not)
+    current_password: str | None = Field(default=None, min_length=1, max_length=1024)
     admin: bool | None = None
     unix_user: str | None = Field(default=None, max_length=64)
     disabled: bool | None = None
