@@ -108,10 +108,12 @@ def test_an_admin_password_reset_lifts_the_block(world):
     assert login(world.client, "ann", "a fresh long password").status_code == 200
 
 
-@pytest.fixture
-def held_pool(world):
-    """A password pool of one thread and no queue, its thread held until released."""
-    pool = PasswordWork(threads=1, queue=0)
+@pytest.fixture(params=["no queue", "no wait"])
+def held_pool(world, request):
+    """A password pool of one thread, its thread held until released; a login finds no
+    place in the queue, or a place but no time to wait."""
+    queue, wait_s = (0, 2.0) if request.param == "no queue" else (4, 0.0)
+    pool = PasswordWork(threads=1, queue=queue, wait_s=wait_s)
     world.ctx.passwords = pool
     release = threading.Event()
     started = threading.Event()
@@ -120,7 +122,8 @@ def held_pool(world):
         started.set()
         release.wait(30)
 
-    fut = pool._submit(hold)
+    pool.admit()
+    fut = pool._start(hold)
     assert started.wait(10)
     yield pool
     release.set()
@@ -136,6 +139,7 @@ def test_a_full_password_pool_refuses_logins_with_429_at_once(world, held_pool):
     # a refusal for being busy is not a failed login: nothing is blocked
     throttle = world.ctx.login_throttle
     throttle.check(throttle.keys("ann", "testclient"))
+    assert held_pool.taken == 1  # nothing left behind in the queue
 
 
 def test_authenticated_requests_do_not_wait_for_password_checks(world, held_pool):

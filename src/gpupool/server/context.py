@@ -55,7 +55,9 @@ class AppContext:
             self.login_throttle = LoginThrottle(self.store, self.clock)
         if self.passwords is None:
             self.passwords = PasswordWork(
-                self.settings.password_threads or None, self.settings.password_queue
+                self.settings.password_threads or None,
+                self.settings.password_queue,
+                self.settings.password_wait_s,
             )
 
     def wake_scheduler(self) -> None:

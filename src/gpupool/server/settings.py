@@ -27,8 +27,9 @@ class Settings:
         the scheduler loop more often (bench/results/api_load.md).
     password_threads: threads that check passwords (argon2, ~0.1 s of a core each); 0: half
         the CPUs. They never serve other requests.
-    password_queue: password checks that may wait for those threads; more are refused with
-        429 at once (a login flood cannot pile up).
+    password_queue: password checks that may wait for those threads, each at most
+        password_wait_s; more, or longer, are refused with 429 (a login flood cannot pile
+        up, and its clients wait rather than spin).
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -41,7 +42,8 @@ class Settings:
     stop_grace_s: float = 30.0
     api_threads: int = 4
     password_threads: int = 0
-    password_queue: int = 8
+    password_queue: int = 64
+    password_wait_s: float = 2.0
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
 
@@ -50,7 +52,7 @@ class Settings:
         """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
-        GPUPOOL_COOKIE_SECURE), then
+        GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_COOKIE_SECURE), then
         `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
@@ -66,6 +68,7 @@ class Settings:
             ("api_threads", int),
             ("password_threads", int),
             ("password_queue", int),
+            ("password_wait_s", float),
         ):
             name = "GPUPOOL_" + key.upper()
             if name in env:

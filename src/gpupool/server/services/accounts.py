@@ -70,15 +70,21 @@ async def login(
     The check runs in `ctx.passwords` (argon2 off the event loop, bounded)."""
     throttle = ctx.login_throttle
     keys = throttle.keys(username, client)
-    throttle.check_cached(keys)  # a known block: no database, no thread
-    await run_in_threadpool(throttle.check, keys)
+    # refusals cost no thread and no database: a known block, then a full password pool
+    throttle.check_cached(keys)
+    ctx.passwords.admit()
+    try:
+        await run_in_threadpool(throttle.check, keys)
+    except BaseException:
+        ctx.passwords.release()
+        raise
 
-    def check() -> bool | None:
+    def check() -> bool:
         # waited in the queue: another try may have blocked a key meanwhile
         throttle.check_cached(keys)
         return _password_ok(ctx, username, password)
 
-    if not await ctx.passwords.run(check):
+    if not await ctx.passwords.run_admitted(check):
         await run_in_threadpool(throttle.failed, keys)
         raise NotAuthenticated("wrong user name or password")
     return await run_in_threadpool(_logged_in, ctx, username, token_name)
