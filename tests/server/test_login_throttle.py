@@ -57,6 +57,30 @@ def test_an_account_is_blocked_after_five_failures_with_growing_waits(world):
     assert login(world.client, "ann", PASSWORD).status_code == 200
 
 
+def test_refusals_are_answered_after_a_delay_so_clients_cannot_spin(world, monkeypatch):
+    import gpupool.server.throttle as throttle
+
+    asked: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        asked.append(seconds)
+
+    monkeypatch.setattr(throttle.asyncio, "sleep", sleep)
+    held = world.ctx.login_throttle
+    held.refusal_delay_s = 5.0
+    fail(world, "ann", 6)
+    assert asked == []  # wrong passwords are answered at once
+    assert login(world.client, "ann", WRONG).status_code == 429
+    assert asked == [1.0]  # never longer than Retry-After (1 s)
+    world.clock.advance(1)
+    fail(world, "ann", 1)  # blocked for 2 s
+    assert login(world.client, "ann", WRONG).status_code == 429
+    assert asked == [1.0, 2.0]
+    held.refusal_delay_s = throttle.REFUSAL_DELAY_S
+    assert login(world.client, "ann", WRONG).status_code == 429
+    assert asked == [1.0, 2.0, throttle.REFUSAL_DELAY_S]
+
+
 def test_other_accounts_log_in_while_one_is_blocked(world):
     fail(world, "ann", 6)
     assert login(world.client, "ann", PASSWORD).status_code == 429

@@ -5,7 +5,8 @@ Each key (`account:NAME`, `client:ADDRESS`) has a *level*: the recent failures. 
 adds 1; the level drains by 1 every `drain_s`. While the level is at most `free` nothing
 happens; above it, the key is blocked for `base_s * 2**(level - free - 1)` seconds (at most
 `max_s`), and every login with that key is refused with 429 and Retry-After, without checking
-the password (so a flood costs the server almost nothing). A successful login clears its
+the password (so a flood costs the server almost nothing); the refusal is sent after up to
+`REFUSAL_DELAY_S`, so a client that ignores Retry-After cannot spin on it. A successful login clears its
 account's key (not its client's); an admin resetting the password clears it too.
 
 The state lives in the database (`login_throttle`), so every process of one server (API
@@ -16,6 +17,7 @@ the database; `forget_cached()` drops them (after an admin reset, over the bus).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from dataclasses import dataclass
@@ -29,6 +31,11 @@ from gpupool.store import Store
 from gpupool.store.rows import LoginThrottleRow
 from gpupool.store.throttle import LoginThrottleRepo
 
+#: a refused login is answered after this many seconds (at most its Retry-After), so a client
+#: that does not wait sends about one try per second per connection, not hundreds; at most
+#: HOLD_AT_MOST refusals are held at once per process (more are answered at once)
+REFUSAL_DELAY_S = 1.0
+HOLD_AT_MOST = 256
 #: keys whose last failure is older than this are deleted (their level has long drained)
 PRUNE_AFTER_S = 86400.0
 PRUNE_EVERY_S = 3600.0
@@ -86,6 +93,8 @@ class LoginThrottle:
         self._blocked: dict[str, float] = {}  # key -> blocked until (seen by this process)
         self._lock = threading.Lock()
         self._pruned_at = 0.0
+        self.refusal_delay_s = REFUSAL_DELAY_S
+        self._held = 0
 
     @staticmethod
     def keys(user: str, client: str | None) -> list[str]:
@@ -135,6 +144,17 @@ class LoginThrottle:
             retry_after_s=t - now,
             retry_at=t,
         )
+
+    async def hold(self, retry_after_s: float) -> None:
+        """Wait before a refusal is sent (no thread, no CPU): see REFUSAL_DELAY_S."""
+        delay = min(self.refusal_delay_s, retry_after_s)
+        if delay <= 0 or self._held >= HOLD_AT_MOST:
+            return
+        self._held += 1  # only the event loop's thread counts
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._held -= 1
 
     # -- outcomes -------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from gpupool.domain import Membership, Role, User, ValidationError
 from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
-from gpupool.server.problems import NotAuthenticated, PermissionDenied
+from gpupool.server.problems import NotAuthenticated, PermissionDenied, TooManyRequests
 from gpupool.server.schemas.convert import user_out
 from gpupool.server.schemas.tenancy import (
     LoginOut,
@@ -70,13 +70,17 @@ async def login(
     The check runs in `ctx.passwords` (argon2 off the event loop, bounded)."""
     throttle = ctx.login_throttle
     keys = throttle.keys(username, client)
-    # refusals cost no thread and no database: a known block, then a full password pool
-    throttle.check_cached(keys)
-    ctx.passwords.admit()
     try:
-        await run_in_threadpool(throttle.check, keys)
-    except BaseException:
-        ctx.passwords.release()
+        # refusals cost no thread and no database: a known block, then a full password pool
+        throttle.check_cached(keys)
+        ctx.passwords.admit()
+        try:
+            await run_in_threadpool(throttle.check, keys)
+        except BaseException:
+            ctx.passwords.release()
+            raise
+    except TooManyRequests as e:
+        await throttle.hold(e.retry_after_s)  # a client that does not wait is slowed down
         raise
 
     def check() -> bool:
