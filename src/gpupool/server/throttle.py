@@ -6,8 +6,8 @@ adds 1; the level drains by 1 every `drain_s`. While the level is at most `free`
 happens; above it, the key is blocked for `base_s * 2**(level - free - 1)` seconds (at most
 `max_s`), and every login with that key is refused with 429 and Retry-After, without checking
 the password (so a flood costs the server almost nothing); the refusal is sent after up to
-`REFUSAL_DELAY_S`, so a client that ignores Retry-After cannot spin on it. A successful login clears its
-account's key (not its client's); an admin resetting the password clears it too.
+`REFUSAL_DELAY_S`, so a client that ignores Retry-After cannot spin on it. A successful login
+clears its account's key (not its client's); an admin resetting the password clears it too.
 
 The state lives in the database (`login_throttle`), so every process of one server (API
 workers, `gpupool up --workers N`) and every replica sharing the database see the same
