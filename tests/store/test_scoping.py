@@ -68,9 +68,7 @@ def test_migration_0002_adds_its_tables_and_goes_down_and_up(store):
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0001")
         conn.commit()
-    assert not {"login_throttle", "idempotency_keys"} & set(
-        inspect(store.engine).get_table_names()
-    )
+    assert not {"login_throttle", "idempotency_keys"} & set(inspect(store.engine).get_table_names())
     store.migrate()
     assert {"login_throttle", "idempotency_keys"} <= set(inspect(store.engine).get_table_names())
 
