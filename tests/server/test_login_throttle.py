@@ -114,6 +114,12 @@ def test_a_client_address_is_blocked_across_accounts(world):
     assert login(world.client, "vic", PASSWORD).status_code == 200
 
 
+def test_a_long_forged_client_address_is_counted_not_a_server_error(world):
+    other = TestClient(world.app, client=("x" * 5000, 1))
+    assert login(other, "ann", WRONG).status_code == 401
+    assert login(other, "ann", PASSWORD).status_code == 200
+
+
 def test_every_process_of_a_server_sees_the_same_blocks(world):
     """Two apps over one database, as the API workers of `gpupool up --workers N` are."""
     settings = Settings(database_url=world.ctx.store.url, start_loops=False)

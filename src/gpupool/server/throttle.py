@@ -18,6 +18,7 @@ the database; `forget_cached()` drops them (after an admin reset, over the bus).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import threading
 from dataclasses import dataclass
@@ -74,6 +75,10 @@ def account_key(user: str) -> str:
 
 
 def client_key(address: str) -> str:
+    """`client:ADDRESS`; an address that is not a short one (a forged X-Forwarded-For, say)
+    is kept as its SHA-256, so every key fits the column."""
+    if len(address) > 64:
+        address = "sha256-" + hashlib.sha256(address.encode()).hexdigest()
     return f"client:{address}"
 
 
