@@ -37,6 +37,8 @@ from gpupool.store.throttle import LoginThrottleRepo
 #: HOLD_AT_MOST refusals are held at once per process (more are answered at once)
 REFUSAL_DELAY_S = 1.0
 HOLD_AT_MOST = 256
+#: blocks one process remembers at most (an optimisation only: the database has them all)
+REMEMBER_AT_MOST = 10_000
 #: keys whose last failure is older than this are deleted (their level has long drained)
 PRUNE_AFTER_S = 86400.0
 PRUNE_EVERY_S = 3600.0
@@ -130,6 +132,10 @@ class LoginThrottle:
     def _remember(self, until: dict[str, float]) -> None:
         now = self.clock.now()
         with self._lock:
+            if len(self._blocked) >= REMEMBER_AT_MOST:  # forget the blocks that are over
+                self._blocked = {k: t for k, t in self._blocked.items() if t > now}
+                if len(self._blocked) >= REMEMBER_AT_MOST:
+                    self._blocked.clear()  # the database still has them
             for k, t in until.items():
                 if t > now:
                     self._blocked[k] = t
