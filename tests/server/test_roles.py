@@ -195,6 +195,9 @@ def _cleanup(world, method: str, path: str) -> None:
             c.delete(API + f"/profiles/{name}", headers=h)
     elif path.endswith("/nodes/n8") or path.endswith("/nodes/n9"):
         c.delete(path, headers=h)
+    elif path.endswith("/users/ann") and method == "PATCH":
+        # a new password revokes ann's other tokens, the fixture's among them
+        world.tokens["member"] = issue_token(world.ctx, "ann", "test", None).token
     elif path.endswith("/gpus/GPU-n1-0"):
         c.patch(path, headers=h, json={"sharing": "exclusive"})
     elif path.endswith("/users") and method == "POST":

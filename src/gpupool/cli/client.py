@@ -14,6 +14,7 @@ import re
 import sys
 import time
 import tomllib
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import wraps
@@ -35,9 +36,13 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class CliError(Exception):
-    def __init__(self, message: str, code: int = 1):
+    """`retry_after`: seconds after which the same request may succeed (the server could not
+    be reached or asked for a retry); None when retrying would not help."""
+
+    def __init__(self, message: str, code: int = 1, retry_after: float | None = None):
         super().__init__(message)
         self.code = code
+        self.retry_after = retry_after
 
 
 # -- configuration and HTTP ---------------------------------------------------------------
@@ -86,7 +91,8 @@ class Api:
         except httpx.HTTPError as e:
             raise CliError(
                 f"cannot reach the gpupool server at {self.url} ({e.__class__.__name__}: {e}); "
-                "is it running? Set GPUPOOL_URL or run gpupool login --url URL"
+                "is it running? Set GPUPOOL_URL or run gpupool login --url URL",
+                retry_after=1.0,
             ) from None
         if r.status_code >= 400:
             try:
@@ -95,7 +101,8 @@ class Api:
             except ValueError:
                 detail = r.text or r.reason_phrase
             hint = "; run gpupool login" if r.status_code == 401 else ""
-            raise CliError(f"{detail}{hint} (HTTP {r.status_code})")
+            retry = _retry_after(r) if r.status_code in (502, 503) else None
+            raise CliError(f"{detail}{hint} (HTTP {r.status_code})", retry_after=retry)
         if r.status_code == 204 or not r.content:
             return None
         return r.json()
@@ -103,8 +110,15 @@ class Api:
     def get(self, path: str, **kw: Any) -> Any:
         return self.call("GET", path, **kw)
 
-    def post(self, path: str, body: Any = None) -> Any:
-        return self.call("POST", path, json=body)
+    def post(self, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        return self.call("POST", path, json=body, headers=headers)
+
+
+def _retry_after(r: httpx.Response) -> float:
+    try:
+        return max(0.0, float(r.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
 
 
 def api() -> Api:
@@ -228,7 +242,7 @@ def run(
         if cpus:
             body["cpus"] = cpus
         c = api()
-        w = c.post("/workloads", body)
+        w = submit_once(c, body)
         if not wait:
             out.print(w["id"])
             return
@@ -236,6 +250,28 @@ def run(
         raise typer.Exit(_wait(c, w["id"], poll))
 
     go()
+
+
+#: tries of one submission, and the most seconds between them
+SUBMIT_TRIES = 4
+SUBMIT_MAX_WAIT_S = 5.0
+
+
+def submit_once(c: Api, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /workloads with one Idempotency-Key for this invocation, reused on its retries
+    (the server unreachable, a cut connection, 502/503): a submission whose answer was lost
+    is answered with the workload already made, never submitted twice."""
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    for attempt in range(1, SUBMIT_TRIES + 1):
+        try:
+            return c.post("/workloads", body, headers=headers)  # type: ignore[no-any-return]
+        except CliError as e:
+            if e.retry_after is None or attempt == SUBMIT_TRIES:
+                raise
+            wait = min(SUBMIT_MAX_WAIT_S, e.retry_after * attempt)
+            err.print(f"submission not confirmed ({e}); retrying in {wait:g} s")
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def _wait(c: Api, wid: str, poll: float) -> int:

@@ -126,6 +126,12 @@ def check_user_name(name: str) -> str:
     return name
 
 
+def in_subtree(name: str, root: str) -> bool:
+    """`name` is `root` or a tenant below it: exact and case-sensitive (`ml_team` does not
+    cover `ml-team/sub`, `Bio` not `bio/x`). Its SQL twin is `store.scoping.in_subtree`."""
+    return name == root or name.startswith(root + SEPARATOR)
+
+
 def validate_tenant_path(path: str) -> str:
     parts = path.split(SEPARATOR)
     if not path or any(not p for p in parts):
@@ -237,7 +243,7 @@ class TenantTree:
         return out
 
     def in_subtree(self, name: str, root: str) -> bool:
-        return name == root or name.startswith(root + SEPARATOR)
+        return in_subtree(name, root)
 
     def with_tenant(self, tenant: Tenant) -> TenantTree:
         """A new tree with `tenant` added or replaced."""

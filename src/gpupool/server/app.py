@@ -88,6 +88,7 @@ def create_app(
         finally:
             await loops.stop_all()
             executor.close()
+            ctx.passwords.close()
             if own_store:
                 store.close()
 

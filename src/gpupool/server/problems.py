@@ -4,6 +4,7 @@ validation errors an `errors` list with the path of each bad field. Never a trac
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -31,6 +32,16 @@ class NotAuthenticated(DomainError):
     """No valid credentials were given."""
 
 
+class TooManyRequests(DomainError):
+    """Refused for now (429): the caller may retry after `retry_after_s` seconds. The message
+    says why and when."""
+
+    def __init__(self, message: str, retry_after_s: float, retry_at: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
+        self.retry_at = retry_at
+
+
 def problem(
     status: int,
     detail: str,
@@ -38,6 +49,7 @@ def problem(
     title: str | None = None,
     errors: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
     phrase = HTTPStatus(status).phrase
     body: dict[str, Any] = {
@@ -48,6 +60,8 @@ def problem(
     }
     if errors is not None:
         body["errors"] = errors
+    if extra:
+        body.update(extra)
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
@@ -82,6 +96,11 @@ def _domain(_: Request, exc: Exception) -> JSONResponse:
         return problem(401, msg, headers={"WWW-Authenticate": "Bearer"})
     if isinstance(exc, PermissionDenied):
         return problem(403, msg)
+    if isinstance(exc, TooManyRequests):
+        extra: dict[str, Any] = {"retry_after_s": exc.retry_after_s}
+        if exc.retry_at is not None:
+            extra["retry_at"] = exc.retry_at
+        return problem(429, msg, headers={"Retry-After": str(exc.retry_after_s)}, extra=extra)
     if isinstance(exc, NotFound):
         return problem(404, msg)
     if isinstance(exc, Conflict | IllegalTransition):

@@ -29,6 +29,11 @@ class Settings:
     api_threads: worker threads for the endpoints. They are CPU-bound and share one GIL, so
         a few serve as many requests as many would, with less switching, and leave the GIL to
         the scheduler loop more often (bench/results/api_load.md).
+    password_threads: threads that check passwords (argon2, ~0.1 s of a core each); 0: half
+        the CPUs. They never serve other requests.
+    password_queue: password checks that may wait for those threads, each at most
+        password_wait_s; more, or longer, are refused with 429 (a login flood cannot pile
+        up, and its clients wait rather than spin).
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -41,6 +46,9 @@ class Settings:
     stop_grace_s: float = 30.0
     start_retry: StartRetryPolicy = field(default_factory=StartRetryPolicy)
     api_threads: int = 4
+    password_threads: int = 0
+    password_queue: int = 64
+    password_wait_s: float = 2.0
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
 
@@ -48,7 +56,8 @@ class Settings:
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
-        GPUPOOL_API_THREADS, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
+        GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
+        GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
         GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S), then `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
@@ -62,6 +71,9 @@ class Settings:
             ("scheduler_min_gap_s", float),
             ("stop_grace_s", float),
             ("api_threads", int),
+            ("password_threads", int),
+            ("password_queue", int),
+            ("password_wait_s", float),
         ):
             name = "GPUPOOL_" + key.upper()
             if name in env:

@@ -286,3 +286,34 @@ class ProfileRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     image: Mapped[str | None] = mapped_column(String(512))
     tenants: Mapped[list[Any]] = mapped_column(default=list)
+
+
+class LoginThrottleRow(Base):
+    """Failed logins of one account or one client address (`key`: `account:NAME`,
+    `client:ADDRESS`), kept by `gpupool.server.throttle`. `level` is the recent failures (it
+    drains over time); logins with this key are refused until `blocked_until`."""
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    level: Mapped[float] = mapped_column(Float, default=0.0)
+    last_failure_at: Mapped[float] = mapped_column(Float)
+    blocked_until: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class IdempotencyKeyRow(Base):
+    """A submission's `Idempotency-Key`, per user: a retried `POST /workloads` with the same
+    key answers with `workload_id` instead of submitting again. `request_hash` is the SHA-256
+    of the request body, so the same key with another body is refused."""
+
+    __tablename__ = "idempotency_keys"
+
+    user: Mapped[str] = mapped_column(
+        ForeignKey("users.name", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    workload_id: Mapped[str] = mapped_column(
+        ForeignKey("workloads.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)

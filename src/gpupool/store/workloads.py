@@ -41,6 +41,7 @@ from gpupool.store.convert import (
 )
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, WorkloadRow
+from gpupool.store.scoping import in_subtree, in_subtrees
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -165,16 +166,12 @@ class WorkloadRepo:
         if states:
             q = q.where(WorkloadRow.state.in_([str(s) for s in states]))
         if tenants is not None:
-            conds = []
-            for t in tenants:
-                conds += [WorkloadRow.tenant == t, WorkloadRow.tenant.startswith(t + "/")]
+            scope = in_subtrees(WorkloadRow.tenant, tenants)
             if visible_to_user is not None:
-                conds.append(WorkloadRow.owner == visible_to_user)
-            q = q.where(or_(*conds)) if conds else q.where(WorkloadRow.id == "")
+                scope = or_(scope, WorkloadRow.owner == visible_to_user)
+            q = q.where(scope)
         if tenant is not None:
-            q = q.where(
-                or_(WorkloadRow.tenant == tenant, WorkloadRow.tenant.startswith(tenant + "/"))
-            )
+            q = q.where(in_subtree(WorkloadRow.tenant, tenant))
         if owner is not None:
             q = q.where(WorkloadRow.owner == owner)
         if kind is not None:

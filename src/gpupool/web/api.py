@@ -20,6 +20,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from gpupool.domain import ValidationError
+from gpupool.domain.tenancy import in_subtree
 from gpupool.store.history import HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame, GPUPoint
 from gpupool.web.views import (
@@ -203,9 +204,7 @@ def create_api_router() -> APIRouter:
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
         if roots is not None:
-            view = {
-                t: v for t, v in view.items() if any(t == r or t.startswith(r + "/") for r in roots)
-            }
+            view = {t: v for t, v in view.items() if any(in_subtree(t, r) for r in roots)}
         return JSONResponse({"now": ctx.clock.now(), "tenants": view})
 
     @router.get(

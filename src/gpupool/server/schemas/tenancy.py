@@ -110,6 +110,8 @@ class UserCreateIn(In):
 
 class UserUpdateIn(In):
     password: str | None = Field(default=None, min_length=8, max_length=1024)
+    #: needed to change your own password (admins resetting another user's need not)
+    current_password: str | None = Field(default=None, min_length=1, max_length=1024)
     admin: bool | None = None
     #: "" clears it (jobs then run as the account named like the user)
     unix_user: str | None = Field(

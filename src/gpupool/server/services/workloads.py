@@ -7,6 +7,9 @@ import functools
 import logging
 import os
 import sys
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session
 
 from gpupool.domain import (
     ACTIVE_STATES,
@@ -193,9 +196,15 @@ def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request
     return profile.request, kind
 
 
-def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
+def submit(
+    ctx: AppContext,
+    p: Principal,
+    body: WorkloadIn,
+    on_insert: Callable[[Session, Workload], None] | None = None,
+) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
-    are advisory: a quota changed in between is caught by the scheduler."""
+    are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
+    the insert's transaction (services.idempotency binds its key there)."""
     now = ctx.clock.now()
     check_command(body.command, os_arg_limits())  # what no executor could ever launch
     with ctx.store.read() as s:
@@ -236,6 +245,8 @@ def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
         if not TenantRepo(s).exists(tenant):
             raise ValidationError(f"tenant {tenant!r} was just deleted", "tenant")
         repo.add(w, name=body.name)
+        if on_insert is not None:
+            on_insert(s, w)
         rec = repo.record(w.id)
     ctx.wake_scheduler()
     return workload_out(rec)

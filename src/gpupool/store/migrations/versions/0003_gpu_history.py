@@ -1,7 +1,7 @@
 """GPU history in the store: per-minute and hourly rows per GPU
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-25
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
