@@ -143,7 +143,7 @@ def main() -> int:
 
     cli, cli_kind = cli_command()
     res["cli"] = cli_kind
-    dev = sh([*cli, "devices", "--json"], env=base_env)
+    dev = sh([*cli, "devices", "--local", "--json"], env=base_env)
     res["devices_rc"] = dev.returncode
     devices = json.loads(dev.stdout) if dev.returncode == 0 else {"stderr": dev.stderr}
     res["devices"] = devices
@@ -221,9 +221,9 @@ def main() -> int:
         log("torch frame checks", checks)
 
         wide = {**base_env, "COLUMNS": "200"}
-        res["top_once_screen"] = sh([*cli, "top", "--once"], env=wide).stdout
-        res["devices_screen"] = sh([*cli, "devices"], env=wide).stdout
-        top = sh([*cli, "top", "--once", "--json"], env=base_env)
+        res["top_once_screen"] = sh([*cli, "top", "--local", "--once"], env=wide).stdout
+        res["devices_screen"] = sh([*cli, "devices", "--local", "-o", "wide"], env=wide).stdout
+        top = sh([*cli, "top", "--local", "--once", "--json"], env=base_env)
         res["top_once_json_rc"] = top.returncode
         res["top_once_json"] = json.loads(top.stdout) if top.returncode == 0 else top.stderr
         if top.returncode == 0:

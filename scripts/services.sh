@@ -40,6 +40,20 @@ start_chromium() {
   command -v chromium >/dev/null 2>&1 || echo "scripts/test: chromium not available; browser tests will be skipped" >&2
 }
 
+# Debian's Prometheus (prometheus, promtool) for the scrape and dashboard tests
+# (tests/server/test_prometheus.py); the tests start their own instance on a free port.
+start_prometheus() {
+  if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    _need_apt=(prometheus); _apt_install
+  fi
+  if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+    GPUPOOL_PROMETHEUS=$(command -v prometheus); GPUPOOL_PROMTOOL=$(command -v promtool)
+    export GPUPOOL_PROMETHEUS GPUPOOL_PROMTOOL
+  else
+    echo "scripts/test: prometheus not available (apt-get install prometheus); Prometheus tests will be skipped" >&2
+  fi
+}
+
 stop_services() {
   if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$_PG_TMP"; fi
 }
@@ -57,4 +71,5 @@ start_services() {
   start_postgres
   start_chromium
   start_chp
+  start_prometheus
 }

@@ -175,14 +175,58 @@ def test_admin_commands(env):
     r = gp("tenant", "set-quota", "physics", "--guaranteed", "5", token=t)
     assert r.exit_code == 1 and "below guaranteed" in r.output
     assert "physics" in gp("tenant", "ls", token=t).output
+    r = gp("tenant", "set-quota", "physics", "--idle-timeout", "7200", token=t)
+    assert r.exit_code == 0 and "limit 3" in r.output and "idle timeout 2h" in r.output
+    shown = json.loads(gp("tenant", "ls", "--json", token=t).output)
+    assert {x["name"]: x["idle_timeout_s"] for x in shown}["physics"] == 7200
+    assert "2h" in gp("tenant", "ls", "-o", "wide", token=t).output
+    r = gp("tenant", "set-quota", "physics", "--no-idle-timeout", token=t)
+    assert r.exit_code == 0 and "idle timeout never" in r.output and "limit 3" in r.output
+    r = gp("tenant", "set-quota", "physics", token=t)
+    assert r.exit_code == 2 and "nothing to change" in r.output
+    r = gp("tenant", "set-quota", "physics", "--idle-timeout", "60", "--no-idle-timeout", token=t)
+    assert r.exit_code == 2 and "not both" in r.output
+    r = gp(
+        "user",
+        "create",
+        "alice",
+        "--tenant",
+        "physics",
+        "--password-stdin",
+        input="a long password\n",
+        token=t,
+    )
+    assert r.exit_code == 0, r.output
+    assert "created user alice" in r.output and "alice is now member of physics" in r.output
+    r = gp(
+        "user",
+        "create",
+        "bert",
+        "--tenant",
+        "nowhere",
+        "--password-stdin",
+        input="a long password\n",
+        token=t,
+    )
+    assert r.exit_code == 1 and "nowhere" in r.output
+    users = {u["name"]: u for u in json.loads(gp("user", "ls", "--json", token=t).output)}
+    assert "bert" not in users  # refused before anything was created
+    assert [(m["tenant"], m["role"]) for m in users["alice"]["memberships"]] == [
+        ("physics", "member")
+    ]
     r = gp("user", "create", "newbie", "--password-stdin", input="a long password\n", token=t)
     assert r.exit_code == 0, r.output
     r = gp("user", "add-to-tenant", "newbie", "physics", "--role", "viewer", token=t)
     assert "viewer of physics" in r.output
     assert "viewer:physics" in gp("user", "ls", token=t).output
     r = gp("gpu", "set-sharing", "GPU-n1-0", "shared", token=t)
-    assert r.exit_code == 0 and "shared" in r.output
-    assert "GPU-n1-0" in gp("gpu", "ls", token=t).output
+    assert r.exit_code == 0 and "GPU 0 on n1 is now shared" in r.output
+    r = gp("gpu", "set-sharing", "n1:1", "shared", token=t)  # as gpu ls names it
+    assert r.exit_code == 0 and "GPU 1 on n1 is now shared" in r.output
+    r = gp("gpu", "set-sharing", "n1:7", "shared", token=t)
+    assert r.exit_code == 1 and "no GPU 7 on node 'n1'" in r.output
+    assert "n1:0" in gp("gpu", "ls", token=t).output
+    assert "GPU-n1-0" in gp("gpu", "ls", "-o", "wide", token=t).output
     r = gp(
         "profile",
         "create",

@@ -186,3 +186,14 @@ def test_progress_bar_on_request_does_not_disturb_json(tmp_path):
     out = json.loads(res.stdout)
     assert len(out["workloads"]) == 30
     assert set(out["metrics"]["per_tenant"]) == {"vc0", "vc1", "vc2"}
+
+
+def test_cpu_only_notebook_starts_beside_a_gpu_reservation():
+    """Issue 17: b-pair (2 GPUs, within lab-b's guarantee) reserves the only node from 10 s
+    until its reclaim at 610 s; the CPU-only notebook submitted at 20 s used to start at 610 s
+    with it. It asks for no GPU, so it starts at once."""
+    res = invoke(str(EXAMPLES / "cpu-notebook-beside-reservation.yaml"), "--json")
+    assert res.exit_code == 0, res.output
+    start = {w["id"]: (w["submit"], w["start"]) for w in json.loads(res.stdout)["workloads"]}
+    assert start["nb-cpu"] == (20, 20)
+    assert start["b-pair"] == (10, 610)  # the reservation still stands for the GPU work

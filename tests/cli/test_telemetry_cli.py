@@ -16,6 +16,14 @@ from gpupool.cli import telemetry
 runner = CliRunner()
 
 
+@pytest.fixture(autouse=True)
+def logged_out(tmp_path, monkeypatch):
+    """Not logged in to any server: devices and top read this host (or simulated GPUs)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    for var in ("GPUPOOL_TOKEN", "GPUPOOL_URL"):
+        monkeypatch.delenv(var, raising=False)
+
+
 @pytest.fixture
 def app() -> typer.Typer:
     a = typer.Typer()

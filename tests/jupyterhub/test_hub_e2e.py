@@ -69,6 +69,14 @@ def test_forged_user_options_are_refused_with_a_clear_message(stack):
     assert stack.server_model("alice") is None
 
 
+def _banner(client) -> str:
+    """The gpupool notice on the hub's home page ('' for none)."""
+    text = client.get("/hub/home").text
+    if 'id="gpupool-announcement">' not in text:
+        return ""
+    return text.split('id="gpupool-announcement">', 1)[1].split("</span>", 1)[0]
+
+
 def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack):
     envs = stack.spawn_all_ready(("alice", "bob"), {"profile": "gpu"}, SPAWN_S)
     env_a, env_b = envs["alice"], envs["bob"]
@@ -84,6 +92,10 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
     assert "Waiting for a GPU: 1st in line for lab" in seen[-1]["message"]
     (wc,) = _active(stack, "carol")
     assert wc["state"] == "pending" and wc["pending"]["position"] == 1
+    # ... on her other hub pages too, while she is queued
+    carol = stack.login("carol")
+    told = wait_for(lambda: _banner(carol), "the queue banner on carol's page", 30)
+    assert told.startswith("Your notebook is queued. Waiting for a GPU: 1st in line for lab")
 
     # dave queues behind her, then cancels while queued: his request leaves the queue
     assert stack.spawn("dave", {"profile": "gpu"}).status_code == 202
@@ -92,11 +104,14 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
     wait_for(lambda: not stack.server_model("dave"), "dave's spawn to be cancelled", 60)
     wait_for(lambda: not _active(stack, "dave"), "dave's workload to leave the queue", 30)
     assert stack.notebooks("dave")[0]["state"] == "cancelled"
+    dave = stack.login("dave")
+    wait_for(lambda: not _banner(dave), "the queue banner to leave dave's page", 30)
 
     # alice stops: her GPU goes to carol, whose notebook starts by itself
     assert stack.hub_api("DELETE", "/users/alice/server").status_code in (202, 204)
     wait_for(lambda: stack.ready("carol"), "carol's notebook", SPAWN_S, 0.5)
     assert stack.notebook_env("carol")["CUDA_VISIBLE_DEVICES"] == env_a["CUDA_VISIBLE_DEVICES"]
+    assert _banner(carol) == ""  # no longer queued
     assert _active(stack, "alice") == []
     assert stack.notebooks("alice")[0]["state"] == "cancelled"
 
@@ -183,12 +198,7 @@ def test_culling_warns_then_stops_an_idle_gpu_notebook_and_leaves_a_busy_one(sta
     report = culler.run_once()
     assert report.warned == [wb["id"]] and not report.culled
     bob = stack.login("bob")
-
-    def banner(client) -> str:
-        text = client.get("/hub/home").text
-        if 'id="gpupool-announcement">' not in text:
-            return ""
-        return text.split('id="gpupool-announcement">', 1)[1].split("</span>", 1)[0]
+    banner = _banner
 
     warning = wait_for(lambda: banner(bob), "the culling warning on bob's hub page", 30)
     assert "idle for 28 min" in warning and "will be stopped in 2 min" in warning

@@ -164,6 +164,7 @@ def test_form_lists_profiles_with_availability_and_escapes():
 def test_pending_message():
     w = {
         "tenant": "lab-a",
+        "request": {"gpus": 1, "gpu_fraction": None},
         "pending": {
             "reason": "lab-a is at its limit of 2 GPUs",
             "position": 3,
@@ -175,4 +176,20 @@ def test_pending_message():
     )
     w["pending"]["position"] = 11
     assert "11th in line" in pending_message(w)
-    assert pending_message({"tenant": "x", "pending": None}) == "Waiting for a GPU for x"
+    assert pending_message({"tenant": "x", "pending": None}) == "Waiting for CPUs and memory for x"
+    w["request"] = {"gpus": 0, "gpu_fraction": 0.25}
+    assert pending_message({**w, "pending": None}) == "Waiting for a GPU for lab-a"
+
+
+def test_pending_message_of_a_cpu_only_notebook_says_what_it_waits_for():
+    """Issue 17: a notebook that asks for no GPU was told it waited 'for a GPU'."""
+    why = (
+        "waiting behind higher-priority work of lab-b (w-1 holds a reservation on gpu, and "
+        "the CPUs and memory this would use there are kept for it)"
+    )
+    w = {
+        "tenant": "lab-a",
+        "request": {"gpus": 0, "gpu_fraction": None, "cpus": 2, "memory_mib": 4096},
+        "pending": {"reason": why, "position": 1, "tenant_position": 1},
+    }
+    assert pending_message(w) == f"Waiting for CPUs and memory: 1st in line for lab-a ({why})"

@@ -1,8 +1,11 @@
 """Every waiting workload gets a readable reason; what can never run is reported as such."""
 
+import dataclasses
+
 import pytest
 
 from gpupool.scheduler import SchedulerConfig, cycle
+from gpupool.scheduler.types import Wait, WaitKind
 from tests.scheduler.builders import job, node, running, snapshot, tenant, tree
 
 H = [node("h-0", gpus=4, model="H100"), node("h-1", gpus=8, model="H100")]
@@ -121,3 +124,96 @@ def test_duplicates_and_already_running_ids_are_ignored():
     run = [running(job("r", gpus=1), n, [0])]
     d = cycle(snapshot([n], [tenant("lab-a")], run), [job("r", gpus=1), job("x", gpus=1)] * 2, 0.0)
     assert [a.workload_id for a in d.admissions] == ["x"]
+
+
+# -- waits that say when they end (issue 17) ---------------------------------------------------
+
+T0 = 1_795_000_000.0  # 2026-11-18 11:06:40 UTC
+TWO = node("gpu", gpus=2, cpus=32, memory_gib=256)
+LABS = [tenant("lab-a"), tenant("lab-b", 2)]
+LABS4 = [tenant("lab-a"), tenant("lab-b", 4)]
+
+
+def _pair(submit: float = T0 + 10):
+    return job("b-pair", "lab-b", "bob", gpus=2, submit=submit)
+
+
+def test_owed_gpus_say_from_which_workloads_and_when():
+    # lab-a borrows 1 of 2 GPUs since T0; lab-b, guaranteed 2, asks for 2 at T0 + 10 s: it is
+    # owed them, and the reclaim is due at T0 + 610 s (reclaim_after_s). a-train has run only
+    # 20 s now, but will have run min_runtime_s by then: it is named.
+    run = [running(job("a-train", "lab-a", "dave", gpus=1), TWO, [0], since=T0)]
+    d = cycle(snapshot([TWO], LABS, run), [_pair()], T0 + 20)
+    info = d.pending["b-pair"]
+    assert info.reason == (
+        "no node has 2 free GPUs on one host; the most is 1; lab-b is owed 2 GPUs within its "
+        "guarantee: unless they free up first, they will be taken from a-train of lab-a at "
+        "2026-11-18 11:16:50 UTC"
+    )
+    assert info.wait == Wait(
+        WaitKind.OWED, owed_milli=2000, victims=("a-train",), until=T0 + 610, node="gpu"
+    )
+    assert d.preemptions == ()
+    # when it is due, the reclaim happens: the reason says it waits for the victim to stop
+    d = cycle(snapshot([TWO], LABS, run), [_pair()], T0 + 610)
+    assert [p.workload_id for p in d.preemptions] == ["a-train"]
+    info = d.pending["b-pair"]
+    assert info.reason == (
+        "reclaiming its guaranteed share: waiting for 1 preempted workload to stop"
+    )
+    assert info.wait == Wait(WaitKind.RECLAIMING, victims=("a-train",))
+
+
+def test_no_owed_text_without_borrowed_work_to_take():
+    run = [running(job("a-train", "lab-a", "dave", gpus=1, preemptible=False), TWO, [0], since=T0)]
+    d = cycle(snapshot([TWO], LABS, run), [_pair()], T0 + 20)
+    info = d.pending["b-pair"]
+    assert info.reason == "no node has 2 free GPUs on one host; the most is 1"
+    assert info.wait == Wait(WaitKind.RESERVED, node="gpu")  # no max runtime: no start time
+
+
+def test_reserved_work_gets_an_expected_start_from_max_runtimes():
+    a = dataclasses.replace(
+        job("a-train", "lab-a", "dave", gpus=1, preemptible=False), max_runtime_s=3600
+    )
+    run = [running(a, TWO, [0], since=T0)]
+    d = cycle(snapshot([TWO], LABS, run), [_pair()], T0 + 20)
+    info = d.pending["b-pair"]
+    assert info.reason == (
+        "no node has 2 free GPUs on one host; the most is 1; gpu is reserved for it: expected "
+        "to start by 2026-11-18 12:06:40 UTC, when the work in its way there reaches its max "
+        "runtime"
+    )
+    assert info.wait == Wait(WaitKind.RESERVED, node="gpu", expected_start=T0 + 3600)
+
+
+def test_expected_start_is_the_first_end_that_makes_room():
+    four = node("gpu", gpus=4)
+    ends = {"a0": 7200, "a1": 1800, "a2": 3600}  # b-pair needs 2 more: a1, then a2
+    run = [
+        running(
+            dataclasses.replace(
+                job(wid, "lab-a", "dave", gpus=1, preemptible=False), max_runtime_s=limit
+            ),
+            four,
+            [i],
+            since=T0,
+        )
+        for i, (wid, limit) in enumerate(ends.items())
+    ]
+    d = cycle(snapshot([four], LABS4, run), [job("b-pair", "lab-b", gpus=3, submit=T0)], T0 + 5)
+    assert d.pending["b-pair"].wait.expected_start == T0 + 3600
+
+
+def test_no_expected_start_while_work_without_max_runtime_is_in_the_way():
+    four = node("gpu", gpus=4)
+    limited = dataclasses.replace(
+        job("a0", "lab-a", "dave", gpus=2, preemptible=False), max_runtime_s=600
+    )
+    run = [
+        running(limited, four, [0, 1], since=T0),
+        running(job("a1", "lab-a", "dave", gpus=1, preemptible=False), four, [2], since=T0),
+    ]
+    d = cycle(snapshot([four], LABS4, run), [job("b-pair", "lab-b", gpus=4, submit=T0)], T0 + 5)
+    info = d.pending["b-pair"]
+    assert info.wait == Wait(WaitKind.RESERVED, node="gpu") and "expected" not in info.reason

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
@@ -14,7 +15,6 @@ from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.server.context import AppContext
 from gpupool.server.loops.scheduler import SchedulerLoop
-from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.server.system import SystemSettings, build_system
@@ -79,9 +79,11 @@ _HASH: list[str] = []
 
 
 def password_hash() -> str:
-    """argon2 is slow on purpose; hash the shared test password once per session."""
+    """argon2 is slow on purpose: the shared test password is hashed once, with the least
+    cost argon2 allows (a check reads the cost from the hash, so checks are fast too)."""
     if not _HASH:
-        _HASH.append(hash_password(PASSWORD))
+        cheap = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+        _HASH.append(cheap.hash(PASSWORD))
     return _HASH[0]
 
 
@@ -121,6 +123,7 @@ def world(request, tmp_path):
     )
     app = system.app
     ctx: AppContext = app.state.ctx
+    ctx.login_throttle.refusal_delay_s = 0.0  # real time; test_login_throttle checks it
     seed(ctx)
     with TestClient(app, raise_server_exceptions=False) as client:
         w = World(app, client, ctx, clock, executor)

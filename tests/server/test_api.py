@@ -164,7 +164,9 @@ def test_users_and_memberships(world):
         API + "/auth/login", json={"username": "newbie", "password": "long enough pw"}
     )
     assert r.status_code == 200
-    r = world.patch("member", "/users/ann", json={"password": "another long one"})
+    r = world.patch(
+        "member", "/users/ann", json={"password": "another long one", "current_password": PASSWORD}
+    )
     assert r.status_code == 200
     r = world.patch("member", "/users/ann", json={"admin": True})
     assert r.status_code == 403

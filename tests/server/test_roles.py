@@ -44,6 +44,12 @@ def _node9(w) -> dict[str, str]:
     return {}
 
 
+def _node_token(w) -> dict[str, str]:
+    r = w.post("admin", "/nodes/n1/tokens")
+    assert r.status_code == 201, r.text
+    return {"tid": r.json()["id"]}
+
+
 def _profile(w) -> dict[str, str]:
     body = {"name": "p1", "gpus": 1, "tenants": ["lab"]}
     assert w.post("admin", "/profiles", json=body).status_code == 201
@@ -100,6 +106,13 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("PUT", "/api/v1/nodes/{name}"): Probe(API + "/nodes/n8", ADMIN, {"cpu_milli": 1000}),
     ("PATCH", "/api/v1/nodes/{name}"): Probe(API + "/nodes/n1", ADMIN, {"state": "ready"}),
     ("DELETE", "/api/v1/nodes/{name}"): Probe(API + "/nodes/n9", ADMIN, setup=_node9),
+    # node agents: no user may report (only the node's credential: tests/server/test_agents.py)
+    ("POST", "/api/v1/nodes/{name}/report"): Probe(API + "/nodes/n1/report", set(), {}),
+    ("POST", "/api/v1/nodes/{name}/tokens"): Probe(API + "/nodes/n1/tokens", ADMIN),
+    ("GET", "/api/v1/nodes/{name}/tokens"): Probe(API + "/nodes/n1/tokens", ADMIN),
+    ("DELETE", "/api/v1/nodes/{name}/tokens/{token_id}"): Probe(
+        API + "/nodes/n1/tokens/{tid}", ADMIN, setup=_node_token
+    ),
     ("GET", "/api/v1/gpus"): Probe(API + "/gpus", ANY_USER),
     ("GET", "/api/v1/gpus/{uuid}"): Probe(API + "/gpus/GPU-n1-0", ANY_USER),
     ("PATCH", "/api/v1/gpus/{uuid}"): Probe(API + "/gpus/GPU-n1-0", ADMIN, {"sharing": "shared"}),
@@ -193,6 +206,9 @@ def _cleanup(world, method: str, path: str) -> None:
             c.delete(API + f"/profiles/{name}", headers=h)
     elif path.endswith("/nodes/n8") or path.endswith("/nodes/n9"):
         c.delete(path, headers=h)
+    elif path.endswith("/users/ann") and method == "PATCH":
+        # a new password revokes ann's other tokens, the fixture's among them
+        world.tokens["member"] = issue_token(world.ctx, "ann", "test", None).token
     elif path.endswith("/gpus/GPU-n1-0"):
         c.patch(path, headers=h, json={"sharing": "exclusive"})
     elif path.endswith("/users") and method == "POST":

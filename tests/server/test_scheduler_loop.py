@@ -49,6 +49,9 @@ def test_start_failure_rolls_back_and_requeues_with_the_reason(world):
     assert got["allocation"]["released_at"] is not None
     with world.ctx.store.read() as s:
         assert AllocationRepo(s).active() == []
+    world.scheduler.run_once()  # backing off: not tried again yet
+    assert state(world, a["id"]) == "pending"
+    world.clock.advance(world.ctx.settings.start_retry.backoff_s)
     world.scheduler.run_once()  # the second try works
     assert state(world, a["id"]) == "running"
 

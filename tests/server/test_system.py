@@ -27,11 +27,13 @@ def test_the_system_registers_the_engines_nodes_and_runs_every_loop(tmp_path):
         ctx = system.ctx
         assert [loop.name for loop in ctx.loops] == [
             "scheduler",
+            "nodewatch",
             "checkpoint",
             "reconciler",
             "telemetry",
             "culler",
             "accounting",
+            "history",
         ]
         with ctx.store.read() as s:
             (node,) = NodeRepo(s).list()

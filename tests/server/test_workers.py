@@ -36,7 +36,7 @@ from gpupool.server.workers import (
 )
 from gpupool.store import open_store
 from gpupool.web import create_router
-from tests.server.conftest import API, USERS, seed
+from tests.server.conftest import API, PASSWORD, USERS, seed
 from tests.support import ServedApp
 
 #: Every route a worker answers itself; all others go to the primary. Changing what a worker
@@ -456,3 +456,22 @@ def test_the_supervisor_stops_workers_by_closing_their_stdin(tmp_path):
     assert len(sup.pids) == 2
     sup.stop()
     assert [p.returncode for p in procs] == [0, 0]  # ended by EOF, not by a signal
+
+
+def test_logins_through_a_worker_and_the_primary_share_one_throttle(pair):
+    """The throttle's counts live in the database: failures served by a worker and by the
+    primary add up, and a notice over the bus drops a process's remembered blocks."""
+    primary, worker = pair
+    wrong = {"username": "ann", "password": "not the password"}
+    direct = TestClient(primary.app)
+    for client in (worker, direct, worker, direct, worker, direct):  # the sixth blocks
+        assert client.post(API + "/auth/login", json=wrong).status_code == 401
+    for client in (worker, direct):
+        r = client.post(API + "/auth/login", json={**wrong, "password": PASSWORD})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
+    primary.ctx.login_throttle.forget("ann")  # as an admin's password reset does
+    r = worker.post(API + "/auth/login", json={**wrong, "password": PASSWORD})
+    assert r.status_code == 429  # the worker remembers the block ...
+    worker.app.state.ctx.on_notice("auth changed")  # ... until the bus tells it
+    r = worker.post(API + "/auth/login", json={**wrong, "password": PASSWORD})
+    assert r.status_code == 200, r.text

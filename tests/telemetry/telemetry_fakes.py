@@ -39,6 +39,9 @@ class FakeGPU:
     temp: int = 41
     power_mw: int = 250_000
     limit_mw: int = 700_000
+    sm_clock: int = 1980  # MHz
+    mem_clock: int = 2619  # MHz
+    energy_mj: int = 123_456_789  # since the driver loaded
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
     mps: list[tuple[int, int | None]] = field(default_factory=list)
     samples: list[tuple[int, int, int]] = field(default_factory=list)  # (pid, ts_us, sm)
@@ -61,6 +64,8 @@ class FakeNVML:
     NVML_ERROR_FUNCTION_NOT_FOUND = FUNCTION_NOT_FOUND
     NVML_ERROR_GPU_IS_LOST = GPU_IS_LOST
     NVML_TEMPERATURE_GPU = 0
+    NVML_CLOCK_SM = 1
+    NVML_CLOCK_MEM = 2
     nvmlMemory_v2 = 0x02000028
 
     def __init__(self, gpus: list[FakeGPU], driver: str = "580.1", cuda: int = 13000):
@@ -156,6 +161,16 @@ class FakeNVML:
     def nvmlDeviceGetPowerUsage(self, h: Handle) -> int:
         self._check("nvmlDeviceGetPowerUsage", h)
         return h.gpu.power_mw
+
+    def nvmlDeviceGetClockInfo(self, h: Handle, clock_type: int) -> int:
+        self._check("nvmlDeviceGetClockInfo", h)
+        return {self.NVML_CLOCK_SM: h.gpu.sm_clock, self.NVML_CLOCK_MEM: h.gpu.mem_clock}[
+            clock_type
+        ]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Handle) -> int:
+        self._check("nvmlDeviceGetTotalEnergyConsumption", h)
+        return h.gpu.energy_mj
 
     def nvmlDeviceGetMigMode(self, h: Handle) -> list[int]:
         self._check("nvmlDeviceGetMigMode", h)

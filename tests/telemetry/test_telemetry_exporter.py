@@ -28,6 +28,9 @@ DCGM = {
     "DCGM_FI_DEV_FB_FREE",
     "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
 }
 DCGM_LABELS = {
     "gpu",
@@ -98,6 +101,12 @@ def test_dcgm_series_have_dcgm_names_labels_and_units():
     power = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_POWER_USAGE"].samples}
     assert temp["0"] == 55.0 and power["0"] == 310.5
     assert "1" not in power  # N/A is left out, never reported as 0
+    sm_clock = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_SM_CLOCK"].samples}
+    mem_clock = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_MEM_CLOCK"].samples}
+    energy = {
+        s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].samples
+    }
+    assert (sm_clock["0"], mem_clock["0"], energy["0"]) == (1980.0, 2619.0, 0.0)  # MHz, mJ
     assert "2" not in util  # a lost GPU has no DCGM values
 
 

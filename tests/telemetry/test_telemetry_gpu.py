@@ -46,6 +46,9 @@ def test_real_gpus_are_discovered_with_identity_and_memory():
         assert g.name and g.name != "N/A"
         assert g.memory_total_bytes and g.memory_total_bytes > 2**30
         assert g.memory_used_bytes is not None
+        # the DCGM dashboard's fields: every GPU since Volta reports them
+        assert g.sm_clock_mhz and g.mem_clock_mhz and g.sm_clock_mhz < 5000
+        assert g.energy_mj is not None and g.energy_mj > 0
 
 
 def test_torch_process_is_attributed_and_exported(tmp_path):

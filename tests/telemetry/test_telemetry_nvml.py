@@ -34,6 +34,8 @@ def test_discovers_gpus_with_identity_memory_and_sensors(fake_nvml):
     assert a.memory_used_bytes == 2**30 and a.memory_reserved_bytes == 512 * 2**20
     assert (a.util_gpu, a.util_memory, a.temperature_c) == (37.0, 12.0, 41.0)
     assert (a.power_w, a.power_limit_w) == (250.0, 700.0)
+    # the DCGM dashboard's clocks (MHz) and energy (mJ, as NVML and DCGM both count it)
+    assert (a.sm_clock_mhz, a.mem_clock_mhz, a.energy_mj) == (1980.0, 2619.0, 123_456_789)
     assert a.pci_bus_id == "00000000:18:00.0" and a.device == "nvidia0"
     assert a.mig_enabled is False and a.errors == ()
 
@@ -103,9 +105,13 @@ def test_process_utilization_not_supported_is_none(fake_nvml):
 def test_unsupported_or_missing_driver_function_is_na_without_error(fake_nvml, code):
     fake_nvml.fail("nvmlDeviceGetPowerUsage", code, gpu=0)
     fake_nvml.fail("nvmlDeviceGetTemperature", code, gpu=1)
+    fake_nvml.fail("nvmlDeviceGetTotalEnergyConsumption", code, gpu=0)  # e.g. before Volta
+    fake_nvml.fail("nvmlDeviceGetClockInfo", code, gpu=1)
     a, b = _open(fake_nvml).snapshot().gpus
-    assert a.power_w is None and a.healthy and a.errors == ()
+    assert a.power_w is None and a.energy_mj is None and a.healthy and a.errors == ()
+    assert a.sm_clock_mhz == 1980.0
     assert b.temperature_c is None and b.power_w == 250.0 and b.healthy
+    assert b.sm_clock_mhz is None and b.mem_clock_mhz is None and b.energy_mj == 123_456_789
 
 
 def test_function_absent_from_old_binding_is_na(fake_nvml):

@@ -98,3 +98,20 @@ def test_snapshot_json_says_simulated():
     data = json.loads(json.dumps(SimulatedSource("T4").snapshot().to_dict()))
     assert data["simulated"] is True and data["gpus"][0]["simulated"] is True
     assert data["gpus"][0]["name"] == "Tesla T4"
+
+
+def test_clocks_follow_load_and_energy_counts_up_with_power():
+    clock = ManualClock(1000.0)
+    sim = SimulatedSource("H100", clock=clock)
+    idle = sim.snapshot().gpus[0]
+    assert (idle.sm_clock_mhz, idle.mem_clock_mhz, idle.energy_mj) == (345.0, 2619.0, 0)
+    sim.set_utilization(0, 100.0)
+    sim.set_sensors(0, power_w=500.0)
+    clock.advance(2.0)
+    busy = sim.snapshot().gpus[0]
+    assert busy.sm_clock_mhz == 1980.0
+    assert busy.energy_mj == 1_000_000  # 500 W for 2 s = 1 kJ = 1e6 mJ
+    sim.fail(0, "clocks")
+    sim.fail(0, "energy")
+    failed = sim.snapshot().gpus[0]
+    assert failed.sm_clock_mhz is None and failed.energy_mj is None and failed.healthy

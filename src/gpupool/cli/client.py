@@ -14,6 +14,7 @@ import re
 import sys
 import time
 import tomllib
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import wraps
@@ -23,8 +24,9 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from gpupool.cli import tables
+from gpupool.cli.tables import Col, Output
 from gpupool.domain import TERMINAL_STATES, WorkloadState
 
 S = WorkloadState
@@ -38,9 +40,13 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class CliError(Exception):
-    def __init__(self, message: str, code: int = 1):
+    """`retry_after`: seconds after which the same request may succeed (the server could not
+    be reached or asked for a retry); None when retrying would not help."""
+
+    def __init__(self, message: str, code: int = 1, retry_after: float | None = None):
         super().__init__(message)
         self.code = code
+        self.retry_after = retry_after
 
 
 # -- configuration and HTTP ---------------------------------------------------------------
@@ -89,7 +95,8 @@ class Api:
         except httpx.HTTPError as e:
             raise CliError(
                 f"cannot reach the gpupool server at {self.url} ({e.__class__.__name__}: {e}); "
-                "is it running? Set GPUPOOL_URL or run gpupool login --url URL"
+                "is it running? Set GPUPOOL_URL or run gpupool login --url URL",
+                retry_after=1.0,
             ) from None
         if r.status_code >= 400:
             try:
@@ -98,7 +105,8 @@ class Api:
             except ValueError:
                 detail = r.text or r.reason_phrase
             hint = "; run gpupool login" if r.status_code == 401 else ""
-            raise CliError(f"{detail}{hint} (HTTP {r.status_code})")
+            retry = _retry_after(r) if r.status_code in (502, 503) else None
+            raise CliError(f"{detail}{hint} (HTTP {r.status_code})", retry_after=retry)
         if r.status_code == 204 or not r.content:
             return None
         return r.json()
@@ -106,8 +114,15 @@ class Api:
     def get(self, path: str, **kw: Any) -> Any:
         return self.call("GET", path, **kw)
 
-    def post(self, path: str, body: Any = None) -> Any:
-        return self.call("POST", path, json=body)
+    def post(self, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        return self.call("POST", path, json=body, headers=headers)
+
+
+def _retry_after(r: httpx.Response) -> float:
+    try:
+        return max(0.0, float(r.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
 
 
 def api() -> Api:
@@ -150,28 +165,15 @@ def _when(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _table(columns: list[str], rows: list[list[Any]]) -> Table:
-    """A plain table; the first column and any ID column are never cut short."""
-    cells = [["-" if v is None else str(v) for v in r] for r in rows]
-    t = Table(box=None, pad_edge=False, header_style="bold")
-    for i, c in enumerate(columns):
-        whole = i == 0 or c == "ID"
-        width = max([len(c), *(len(r[i]) for r in cells)]) if whole else None
-        t.add_column(c, no_wrap=whole, min_width=width)
-    for r in cells:
-        t.add_row(*r)
-    return t
-
-
 def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data))
+    tables.print_json(out, data)
 
 
 def _gpus_of(w: dict[str, Any]) -> str:
     a = w.get("allocation")
     if not a:
         return ""
-    return ",".join(f"{s['node']}:{s['gpu_index']}" for s in a["shares"])
+    return tables.gpu_list((s["node"], s["gpu_index"]) for s in a["shares"])
 
 
 # -- user commands ------------------------------------------------------------------------
@@ -244,7 +246,7 @@ def run(
         if cpus:
             body["cpus"] = cpus
         c = api()
-        w = c.post("/workloads", body)
+        w = submit_once(c, body)
         if not wait:
             out.print(w["id"])
             return
@@ -252,6 +254,28 @@ def run(
         raise typer.Exit(_wait(c, w["id"], poll))
 
     go()
+
+
+#: tries of one submission, and the most seconds between them
+SUBMIT_TRIES = 4
+SUBMIT_MAX_WAIT_S = 5.0
+
+
+def submit_once(c: Api, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /workloads with one Idempotency-Key for this invocation, reused on its retries
+    (the server unreachable, a cut connection, 502/503): a submission whose answer was lost
+    is answered with the workload already made, never submitted twice."""
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    for attempt in range(1, SUBMIT_TRIES + 1):
+        try:
+            return c.post("/workloads", body, headers=headers)  # type: ignore[no-any-return]
+        except CliError as e:
+            if e.retry_after is None or attempt == SUBMIT_TRIES:
+                raise
+            wait = min(SUBMIT_MAX_WAIT_S, e.retry_after * attempt)
+            err.print(f"submission not confirmed ({e}); retrying in {wait:g} s")
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def _wait(c: Api, wid: str, poll: float) -> int:
@@ -293,13 +317,29 @@ def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, st
         time.sleep(poll)
 
 
+#: `gpupool ls` columns: the default ones fit 80 columns; `-o wide` adds the rest.
+LS_COLUMNS = (
+    Col("ID", lambda w: w["id"]),
+    Col("NAME", lambda w: w["name"], wide=True),
+    Col("USER", lambda w: w["owner"], wide=True),
+    Col("TENANT", lambda w: w["tenant"], wide=True),
+    Col("KIND", lambda w: w["kind"], wide=True),
+    Col("STATE", lambda w: w["state"]),
+    Col("ASKS", lambda w: w["request"]["description"], wrap=True),
+    Col("GPUS", _gpus_of),
+    Col("AGE", lambda w: tables.age(w["submitted_at"])),
+    Col("SUBMITTED", lambda w: _when(w["submitted_at"]), wide=True),
+)
+
+
 def ls(
     all_: bool = typer.Option(False, "--all", "-a", help="everything you may see, not only yours"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    as_json: bool = tables.json_option(),
+    output: Output = tables.output_option(),
     state: list[str] = typer.Option(None, "--state", "-s", help="only these states"),
     limit: int = typer.Option(100, "--limit", min=1, max=1000),
 ) -> None:
-    """List workloads (yours, unless --all)."""
+    """List workloads (yours, unless --all): ID, STATE, ASKS, GPUS, AGE; -o wide for more."""
 
     @handled
     def go() -> None:
@@ -309,24 +349,9 @@ def ls(
             params.append(("user", c.get("/auth/me")["name"]))
         params += [("state", s) for s in state or []]
         ws = c.get("/workloads", params=params)
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(ws)
-        rows = [
-            [
-                w["id"],
-                w["name"] or "",
-                w["owner"],
-                w["tenant"],
-                w["kind"],
-                w["state"],
-                w["request"]["description"],
-                _gpus_of(w),
-                _when(w["submitted_at"]),
-            ]
-            for w in ws
-        ]
-        cols = ["ID", "NAME", "USER", "TENANT", "KIND", "STATE", "ASKS", "GPUS", "SUBMITTED"]
-        out.print(_table(cols, rows))
+        tables.show(out, LS_COLUMNS, ws, output, empty="no workloads")
 
     go()
 
@@ -409,38 +434,57 @@ def logs(
     go()
 
 
+QUEUE_COLUMNS = (
+    Col("#", lambda e: e["position"], right=True),
+    Col("ID", lambda e: e["workload"]["id"]),
+    Col("USER", lambda e: e["workload"]["owner"], wide=True),
+    Col("TENANT", lambda e: e["workload"]["tenant"]),
+    Col("KIND", lambda e: e["workload"]["kind"], wide=True),
+    Col("PRIORITY", lambda e: e["workload"]["priority"], wide=True, right=True),
+    Col("ASKS", lambda e: e["workload"]["request"]["description"], wrap=True),
+    Col("AGE", lambda e: tables.age(e["workload"]["submitted_at"]), wide=True),
+    Col("WHY IT WAITS", lambda e: e["reason"], wrap=True),
+)
+
+
 def queue(
-    as_json: bool = typer.Option(False, "--json"),
-    tenant: str = typer.Option(None, "--tenant", "-t"),
+    as_json: bool = tables.json_option(),
+    output: Output = tables.output_option(),
+    tenant: str = typer.Option(None, "--tenant", "-t", help="only this tenant (and below)"),
 ) -> None:
     """Pending workloads, in order, with the reason each one waits."""
 
     @handled
     def go() -> None:
         q = api().get("/queue", params={"tenant": tenant} if tenant else {})
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(q)
-        rows = [
-            [
-                e["position"],
-                e["workload"]["id"],
-                e["workload"]["owner"],
-                e["workload"]["tenant"],
-                e["workload"]["request"]["description"],
-                e["reason"],
-            ]
-            for e in q
-        ]
-        out.print(_table(["#", "ID", "USER", "TENANT", "ASKS", "WHY IT WAITS"], rows))
+        tables.show(out, QUEUE_COLUMNS, q, output, empty="nothing is waiting")
 
     go()
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def usage_columns(by: str) -> tuple[Col, ...]:
+    return (
+        Col(by.upper(), lambda r: r["key"]),
+        Col("GPU-H ALLOC", lambda r: f"{r['gpu_hours_allocated']:.2f}", right=True),
+        Col("GPU-H BUSY", lambda r: f"{r['gpu_hours_busy']:.2f}", right=True),
+        Col("EFFICIENCY", lambda r: _pct(r["efficiency"]), right=True),
+        Col("MAX MiB", lambda r: r["gpu_memory_mib_max"], wide=True, right=True),
+        Col("WORKLOADS", lambda r: r["workloads"], wide=True, right=True),
+    )
 
 
 def usage(
     by: str = typer.Option("tenant", "--by", help="user, tenant or day"),
     from_: str = typer.Option(None, "--from", help="first day, YYYY-MM-DD"),
     to: str = typer.Option(None, "--to", help="last day, YYYY-MM-DD"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = tables.json_option(),
+    output: Output = tables.output_option(),
 ) -> None:
     """GPU-hours allocated and busy, and efficiency."""
 
@@ -448,21 +492,9 @@ def usage(
     def go() -> None:
         params = {"group_by": by} | {k: v for k, v in (("from", from_), ("to", to)) if v}
         rep = api().get("/usage", params=params)
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(rep)
-        rows = [
-            [
-                r["key"],
-                f"{r['gpu_hours_allocated']:.2f}",
-                f"{r['gpu_hours_busy']:.2f}",
-                "-" if r["efficiency"] is None else f"{r['efficiency']:.0%}",
-                r["gpu_memory_mib_max"],
-                r["workloads"],
-            ]
-            for r in rep["rows"]
-        ]
-        cols = [by.upper(), "GPU-H ALLOC", "GPU-H BUSY", "EFFICIENCY", "MAX MiB", "WORKLOADS"]
-        out.print(_table(cols, rows))
+        tables.show(out, usage_columns(by), rep["rows"], output, empty="no usage in this range")
 
     go()
 

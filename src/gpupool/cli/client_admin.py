@@ -7,12 +7,17 @@ from typing import Any
 
 import typer
 
-from gpupool.cli.client import CliError, _print_json, _table, api, handled, out, parse_mib
+from gpupool.cli import tables
+from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli.tables import Col, Output
 
 tenant_app = typer.Typer(help="Tenants and their quotas.", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their tenant roles.", no_args_is_help=True)
 gpu_app = typer.Typer(help="GPUs: list them, set sharing modes.", no_args_is_help=True)
 profile_app = typer.Typer(help="Profiles: named workload shapes.", no_args_is_help=True)
+node_app = typer.Typer(
+    help="Nodes: hosts with GPUs, and their agents' credentials.", no_args_is_help=True
+)
 
 
 def _quota(
@@ -57,78 +62,135 @@ def tenant_create(
 
 @tenant_app.command("set-quota")
 def tenant_set_quota(
-    name: str = typer.Argument(...),
-    guaranteed: float = typer.Option(None, "--guaranteed", "-g"),
-    limit: float = typer.Option(None, "--limit", "-l"),
-    weight: float = typer.Option(None, "--weight"),
-    max_per_user: float = typer.Option(None, "--max-per-user"),
+    name: str = typer.Argument(..., help="tenant path, e.g. physics/lab-a"),
+    guaranteed: float = typer.Option(None, "--guaranteed", "-g", help="GPUs guaranteed"),
+    limit: float = typer.Option(None, "--limit", "-l", help="GPUs at most (borrowing incl.)"),
+    weight: float = typer.Option(None, "--weight", help="share of idle GPUs vs siblings"),
+    max_per_user: float = typer.Option(None, "--max-per-user", help="GPUs per user at most"),
     no_limit: bool = typer.Option(False, "--no-limit", help="remove the limit"),
+    idle_timeout: float = typer.Option(
+        None, "--idle-timeout", min=1, help="cull work whose GPUs sit idle this long (s)"
+    ),
+    no_idle_timeout: bool = typer.Option(
+        False, "--no-idle-timeout", help="never cull this tenant's idle work"
+    ),
 ) -> None:
-    """Change a tenant's quota; options not given keep their value."""
+    """Change a tenant's quota and idle policy; options not given keep their value."""
 
     @handled
     def go() -> None:
+        if idle_timeout is not None and no_idle_timeout:
+            raise CliError("use --idle-timeout or --no-idle-timeout, not both", 2)
+        if limit is not None and no_limit:
+            raise CliError("use --limit or --no-limit, not both", 2)
         c = api()
-        cur = c.get(f"/tenants/{name}")["quota"]
-        q = cur | _quota(guaranteed, limit, weight, max_per_user)
-        if no_limit:
-            q["limit"] = None
-        t = c.call("PATCH", f"/tenants/{name}", json={"quota": q})
-        lim = "none" if t["quota"]["limit"] is None else f"{t['quota']['limit']:g}"
-        out.print(
-            f"{t['name']}: guaranteed {t['quota']['guaranteed']:g}, limit {lim}, "
-            f"weight {t['quota']['weight']:g}"
-        )
+        body: dict[str, Any] = {}
+        q = _quota(guaranteed, limit, weight, max_per_user)
+        if q or no_limit:
+            body["quota"] = c.get(f"/tenants/{name}")["quota"] | q
+            if no_limit:
+                body["quota"]["limit"] = None
+        if idle_timeout is not None:
+            body["idle_timeout_s"] = idle_timeout
+        if no_idle_timeout:
+            body["clear_idle_timeout"] = True
+        if not body:
+            raise CliError(
+                "nothing to change: give --guaranteed, --limit, --weight, "
+                "--max-per-user, --no-limit, --idle-timeout or --no-idle-timeout",
+                2,
+            )
+        t = c.call("PATCH", f"/tenants/{name}", json=body)
+        out.print(f"{t['name']}: {_policy(t)}")
 
     go()
 
 
+def _policy(t: dict[str, Any]) -> str:
+    q = t["quota"]
+    lim = "none" if q["limit"] is None else f"{q['limit']:g}"
+    idle = "never" if t["idle_timeout_s"] is None else tables.duration(t["idle_timeout_s"])
+    return (
+        f"guaranteed {q['guaranteed']:g}, limit {lim}, weight {q['weight']:g}, idle timeout {idle}"
+    )
+
+
+def _opt_gpus(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+TENANT_COLUMNS = (
+    Col("TENANT", lambda t: t["name"]),
+    Col("GUARANTEED", lambda t: f"{t['quota']['guaranteed']:g}", right=True),
+    Col("LIMIT", lambda t: _opt_gpus(t["quota"]["limit"]), right=True),
+    Col("WEIGHT", lambda t: f"{t['quota']['weight']:g}", wide=True, right=True),
+    Col("PER USER", lambda t: _opt_gpus(t["quota"]["max_per_user"]), wide=True, right=True),
+    Col("IN USE", lambda t: f"{t['allocated_gpus']:g}", right=True),
+    Col("RUNNING", lambda t: t["running"], right=True),
+    Col("PENDING", lambda t: t["pending"], right=True),
+    Col("IDLE TIMEOUT", lambda t: tables.duration(t["idle_timeout_s"]), wide=True),
+)
+
+
 @tenant_app.command("ls")
-def tenant_ls(as_json: bool = typer.Option(False, "--json")) -> None:
-    """The tenant tree with quotas and what each subtree holds now."""
+def tenant_ls(
+    as_json: bool = tables.json_option(), output: Output = tables.output_option()
+) -> None:
+    """The tenant tree with quotas (GPUs) and what each subtree holds now."""
 
     @handled
     def go() -> None:
         ts = api().get("/tenants")
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(ts)
-        rows = [
-            [
-                t["name"],
-                f"{t['quota']['guaranteed']:g}",
-                "-" if t["quota"]["limit"] is None else f"{t['quota']['limit']:g}",
-                f"{t['quota']['weight']:g}",
-                f"{t['allocated_gpus']:g}",
-                t["running"],
-                t["pending"],
-            ]
-            for t in ts
-        ]
-        cols = ["TENANT", "GUARANTEED", "LIMIT", "WEIGHT", "GPUS IN USE", "RUNNING", "PENDING"]
-        out.print(_table(cols, rows))
+        tables.show(out, TENANT_COLUMNS, ts, output, empty="no tenants you may see")
 
     go()
+
+
+ROLES = ("tenant-admin", "member", "viewer")
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise CliError(f"--role {role!r}: use tenant-admin, member or viewer", 2)
 
 
 @user_app.command("create")
 def user_create(
     name: str = typer.Argument(...),
+    tenant: str = typer.Option(None, "--tenant", "-t", help="also give a role in this tenant"),
+    role: str = typer.Option("member", "--role", "-r", help="with --tenant: " + ", ".join(ROLES)),
     admin: bool = typer.Option(False, "--admin", help="make a global admin"),
     unix_user: str = typer.Option(None, "--unix-user", help="Unix account jobs run as"),
     password_stdin: bool = typer.Option(False, "--password-stdin", help="read the password"),
 ) -> None:
-    """Create a user (admins). Prompts for the password unless --password-stdin."""
+    """Create a user (admins), optionally in a tenant. Prompts for the password unless
+    --password-stdin."""
 
     @handled
     def go() -> None:
+        _check_role(role)
         pw = sys.stdin.readline().rstrip("\n") if password_stdin else None
         if pw is None:
             pw = typer.prompt("password for " + name, hide_input=True, confirmation_prompt=True)
         body: dict[str, Any] = {"name": name, "password": pw, "admin": admin}
         if unix_user:
             body["unix_user"] = unix_user
-        api().post("/users", body)
+        c = api()
+        if tenant:  # refuse before creating anything if the tenant is not there
+            c.get(f"/tenants/{tenant}")
+        c.post("/users", body)
         out.print(f"created user {name}" + (" (admin)" if admin else ""))
+        if tenant:
+            try:
+                c.call("PUT", f"/users/{name}/memberships/{tenant}", json={"role": role})
+            except CliError as e:
+                raise CliError(
+                    f"{name} was created but not added to {tenant}: {e}; "
+                    f"run gpupool user add-to-tenant {name} {tenant} --role {role}"
+                ) from None
+            out.print(f"{name} is now {role} of {tenant}")
 
     go()
 
@@ -143,68 +205,126 @@ def user_add_to_tenant(
 
     @handled
     def go() -> None:
-        if role not in ("tenant-admin", "member", "viewer"):
-            raise CliError(f"--role {role!r}: use tenant-admin, member or viewer", 2)
+        _check_role(role)
         api().call("PUT", f"/users/{name}/memberships/{tenant}", json={"role": role})
         out.print(f"{name} is now {role} of {tenant}")
 
     go()
 
 
+USER_COLUMNS = (
+    Col("USER", lambda u: u["name"]),
+    Col("ADMIN", lambda u: "yes" if u["admin"] else ""),
+    Col("UNIX USER", lambda u: u["unix_user"], wide=True),
+    Col(
+        "ROLES",
+        lambda u: ", ".join(f"{m['role']}:{m['tenant']}" for m in u["memberships"]),
+        wrap=True,
+    ),
+)
+
+
 @user_app.command("ls")
-def user_ls(as_json: bool = typer.Option(False, "--json")) -> None:
+def user_ls(as_json: bool = tables.json_option(), output: Output = tables.output_option()) -> None:
     """Users and their roles."""
 
     @handled
     def go() -> None:
         us = api().get("/users")
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(us)
-        rows = [
-            [
-                u["name"],
-                "yes" if u["admin"] else "",
-                ", ".join(f"{m['role']}:{m['tenant']}" for m in u["memberships"]),
-            ]
-            for u in us
-        ]
-        out.print(_table(["USER", "ADMIN", "ROLES"], rows))
+        tables.show(out, USER_COLUMNS, us, output, empty="no users you may see")
 
     go()
 
 
+def _holders(g: dict[str, Any]) -> str:
+    return ", ".join(f"{h['user']}/{h['workload_id']}" for h in g["holders"])
+
+
+GPU_COLUMNS = (
+    Col("GPU", lambda g: f"{g['node']}:{g['index']}"),
+    Col("MODEL", lambda g: g["model"]),
+    Col("MiB", lambda g: g["memory_mib"], wide=True, right=True),
+    Col("SHARING", lambda g: g["sharing"]),
+    Col("HEALTH", lambda g: g["health"], wide=True),
+    Col("ALLOC", lambda g: f"{g['allocated_milli'] / 1000:g}", right=True),
+    Col("HOLDERS", _holders, wrap=True),
+    Col("UUID", lambda g: g["uuid"], wide=True),
+)
+
+
 @gpu_app.command("ls")
-def gpu_ls(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Every GPU, its sharing mode and who holds it."""
+def gpu_ls(as_json: bool = tables.json_option(), output: Output = tables.output_option()) -> None:
+    """Every GPU, its sharing mode and who holds it (-o wide: memory, health, UUID)."""
 
     @handled
     def go() -> None:
         gs = api().get("/gpus")
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(gs)
-        rows = [
-            [
-                g["node"],
-                g["index"],
-                g["model"],
-                g["memory_mib"],
-                g["sharing"],
-                g["health"],
-                f"{g['allocated_milli'] / 1000:g}",
-                ", ".join(f"{h['user']}/{h['workload_id']}" for h in g["holders"]),
-                g["uuid"],
-            ]
-            for g in gs
-        ]
-        cols = ["NODE", "GPU", "MODEL", "MiB", "SHARING", "HEALTH", "ALLOCATED", "HOLDERS", "UUID"]
-        out.print(_table(cols, rows))
+        tables.show(out, GPU_COLUMNS, gs, output, empty="no GPUs registered")
 
     go()
 
 
+def _free_gpus(n: dict[str, Any]) -> str:
+    free = sum(1 for g in n["gpus"] if not g["holders"] and g["health"] == "healthy")
+    return f"{free}/{len(n['gpus'])}"
+
+
+def _models(n: dict[str, Any]) -> str:
+    counts: dict[str, int] = {}
+    for g in n["gpus"]:
+        counts[g["model"]] = counts.get(g["model"], 0) + 1
+    return ", ".join(f"{k}x{m}" for m, k in counts.items())
+
+
+NODE_COLUMNS = (
+    Col("NODE", lambda n: n["name"]),
+    Col("STATE", lambda n: n["state"]),
+    Col("FREE GPUS", _free_gpus, right=True),
+    Col("MODELS", _models, wrap=True),
+    Col("CPUS", lambda n: f"{n['cpu_milli'] / 1000:g}", wide=True, right=True),
+    Col("MEMORY MiB", lambda n: n["memory_mib"], wide=True, right=True),
+    Col("HEARTBEAT", lambda n: tables.age(n["last_heartbeat"]), wide=True),
+    Col(
+        "LABELS",
+        lambda n: ", ".join(f"{k}={v}" for k, v in n["labels"].items()),
+        wide=True,
+        wrap=True,
+    ),
+)
+
+
+@node_app.command("ls")
+def node_ls(as_json: bool = tables.json_option(), output: Output = tables.output_option()) -> None:
+    """Nodes, their state and free GPUs (healthy, held by nobody)."""
+
+    @handled
+    def go() -> None:
+        ns = api().get("/nodes")
+        if tables.wants_json(output, as_json):
+            return _print_json(ns)
+        tables.show(out, NODE_COLUMNS, ns, output, empty="no nodes registered")
+
+    go()
+
+
+def _gpu_uuid(c: Any, gpu: str) -> str:
+    """A GPU's UUID from NODE:INDEX (as `gpu ls` shows it); anything else is taken as a UUID."""
+    node, sep, index = gpu.rpartition(":")
+    if not sep or not index.isdigit():
+        return gpu
+    for g in c.get("/gpus"):
+        if g["node"] == node and g["index"] == int(index):
+            return str(g["uuid"])
+    raise CliError(f"no GPU {index} on node {node!r}; see gpupool gpu ls")
+
+
 @gpu_app.command("set-sharing")
 def gpu_set_sharing(
-    uuid: str = typer.Argument(..., help="GPU UUID (see gpupool gpu ls)"),
+    gpu: str = typer.Argument(..., help="NODE:INDEX as gpupool gpu ls shows it, or the GPU UUID"),
     mode: str = typer.Argument(..., help="exclusive, shared or mig"),
 ) -> None:
     """Set how a GPU may be shared (admins). Running work keeps its shares."""
@@ -213,7 +333,8 @@ def gpu_set_sharing(
     def go() -> None:
         if mode not in ("exclusive", "shared", "mig"):
             raise CliError(f"mode {mode!r}: use exclusive, shared or mig", 2)
-        g = api().call("PATCH", f"/gpus/{uuid}", json={"sharing": mode})
+        c = api()
+        g = c.call("PATCH", f"/gpus/{_gpu_uuid(c, gpu)}", json={"sharing": mode})
         out.print(f"GPU {g['index']} on {g['node']} is now {g['sharing']}")
 
     go()
@@ -256,26 +377,27 @@ def profile_create(
     go()
 
 
+PROFILE_COLUMNS = (
+    Col("PROFILE", lambda p: p["name"]),
+    Col("KIND", lambda p: p["kind"]),
+    Col("ASKS", lambda p: p["request"]["description"], wrap=True),
+    Col("TENANTS", lambda p: ", ".join(p["tenants"]) or "all", wrap=True),
+    Col("DESCRIPTION", lambda p: p["description"], wide=True, wrap=True),
+)
+
+
 @profile_app.command("ls")
-def profile_ls(as_json: bool = typer.Option(False, "--json")) -> None:
+def profile_ls(
+    as_json: bool = tables.json_option(), output: Output = tables.output_option()
+) -> None:
     """Profiles offered to you (admins: all)."""
 
     @handled
     def go() -> None:
         ps = api().get("/profiles")
-        if as_json:
+        if tables.wants_json(output, as_json):
             return _print_json(ps)
-        rows = [
-            [
-                p["name"],
-                p["kind"],
-                p["request"]["description"],
-                ", ".join(p["tenants"]) or "all",
-                p["description"],
-            ]
-            for p in ps
-        ]
-        out.print(_table(["PROFILE", "KIND", "ASKS", "TENANTS", "DESCRIPTION"], rows))
+        tables.show(out, PROFILE_COLUMNS, ps, output, empty="no profiles")
 
     go()
 
@@ -296,4 +418,5 @@ def register(app: typer.Typer) -> None:
     app.add_typer(tenant_app, name="tenant")
     app.add_typer(user_app, name="user")
     app.add_typer(gpu_app, name="gpu")
+    app.add_typer(node_app, name="node")
     app.add_typer(profile_app, name="profile")

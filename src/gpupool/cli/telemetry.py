@@ -1,7 +1,9 @@
 """CLI commands for GPU telemetry: `gpupool devices`, `gpupool top`, `gpupool exporter`.
 
-They run standalone on a node (no server needed): real GPUs through NVML, or simulated
-ones with `--simulate 4xH100-80GB,2xA100-40GB`, always labelled as simulated.
+`devices` and `top` show the GPUs of the server you are logged in to (through its API; see
+cli/cluster_view.py). Not logged in, or with `--local`, they read this host's GPUs through
+NVML; with `--simulate 4xH100-80GB,2xA100-40GB`, simulated ones, always labelled as simulated.
+`exporter` always serves this host's GPUs (no server needed).
 """
 
 from __future__ import annotations
@@ -9,22 +11,30 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import typer
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from gpupool.cli import cluster_view, tables
+from gpupool.cli.client import Api, CliError, load_config
+from gpupool.cli.tables import Col, Output
 from gpupool.telemetry.attribution import Attributor
 from gpupool.telemetry.frame_json import frame_view
 from gpupool.telemetry.sampler import Frame, Sampler
 from gpupool.telemetry.simulated import SpecError
-from gpupool.telemetry.source import GPUSource, TelemetryError, open_source
+from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError, open_source
+
+T = TypeVar("T")
+MIB = 1024 * 1024
 
 SIMULATE_HELP = "Use simulated GPUs, e.g. 4xH100-80GB,2xA100-40GB (no GPU needed)."
+LOCAL_HELP = "This host's GPUs through NVML, even when logged in to a server."
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -32,13 +42,39 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _open(simulate: str | None) -> GPUSource:
+def _open(simulate: str | None, logged_out: bool = False) -> GPUSource:
+    """This host's GPU source; `logged_out`: also say that logging in shows a server's GPUs."""
     try:
         return open_source(simulate)
     except SpecError as exc:
         raise _fail(str(exc), 2) from None
+    except NoGPUError as exc:
+        if logged_out:
+            raise _fail(
+                f"{exc} You are not logged in to a gpupool server either: run gpupool login "
+                "--url URL to see the server's GPUs (--local then still reads this host's)."
+            ) from None
+        raise _fail(str(exc)) from None
     except TelemetryError as exc:
         raise _fail(str(exc)) from None
+
+
+def _server(simulate: str | None, local: bool) -> Api | None:
+    """The server to show, if logged in to one and neither --local nor --simulate is given."""
+    if simulate or local:
+        return None
+    try:
+        cfg = load_config()
+    except CliError as exc:
+        raise _fail(str(exc)) from None
+    return Api(cfg["url"], cfg["token"]) if cfg.get("token") else None
+
+
+def _cluster(c: Api) -> dict[str, Any]:
+    try:
+        return cluster_view.fetch(c)
+    except CliError as exc:
+        raise _fail(f"{exc} (or use --local for this host's GPUs)", exc.code) from None
 
 
 def _num(value: float | None, fmt: str = "{:.0f}", unit: str = "") -> str:
@@ -51,48 +87,44 @@ def _bar(value: float | None, total: float | None) -> Any:
     return ProgressBar(total=total, completed=min(value, total), width=18)
 
 
-def _devices_table(data: dict[str, Any]) -> Table:
-    sim = " [bold magenta](SIMULATED)[/]" if data["simulated"] else ""
-    table = Table(
-        title=f"GPUs on {data['hostname']}{sim} - driver {data['driver_version'] or 'N/A'}, "
-        f"CUDA {data['cuda_version'] or 'N/A'}",
-        title_justify="left",
+def _mem(g: dict[str, Any]) -> str:
+    used, total = g["memory_used_bytes"], g["memory_total_bytes"]
+    return "N/A" if total is None else f"{(used or 0) / MIB:,.0f} / {total / MIB:,.0f} MiB"
+
+
+def _health(g: dict[str, Any]) -> str:
+    health = "healthy" if g["healthy"] else "UNHEALTHY"
+    return health + (f" ({len(g['errors'])} errors)" if g["errors"] else "")
+
+
+def _mig(g: dict[str, Any]) -> str:
+    return "N/A" if g["mig_enabled"] is None else ("on" if g["mig_enabled"] else "off")
+
+
+#: `gpupool devices --local` columns (-o wide adds UUID, MIG and the process count).
+LOCAL_DEVICE_COLUMNS = (
+    Col("#", lambda g: g["index"], right=True),
+    Col("MODEL", lambda g: g["name"]),
+    Col("UUID", lambda g: g["uuid"], wide=True),
+    Col("MEMORY USED/TOTAL", _mem, right=True),
+    Col("UTIL", lambda g: _num(g["util_gpu"], unit="%"), right=True),
+    Col("TEMP", lambda g: _num(g["temperature_c"], unit=" C"), right=True),
+    Col("POWER", lambda g: _num(g["power_w"], unit=" W"), right=True),
+    Col("MIG", _mig, wide=True),
+    Col("PROCS", lambda g: len(g["processes"]), wide=True, right=True),
+    Col("HEALTH", _health),
+)
+
+
+def _print_local_devices(console: Console, data: dict[str, Any], output: Output) -> None:
+    title = Text(f"GPUs on {data['hostname']}", style="bold")
+    if data["simulated"]:
+        title.append(" (SIMULATED)", style="bold magenta")
+    title.append(
+        f" - driver {data['driver_version'] or 'N/A'}, CUDA {data['cuda_version'] or 'N/A'}"
     )
-    for col in (
-        "#",
-        "model",
-        "UUID",
-        "memory used/total",
-        "util",
-        "temp",
-        "power",
-        "MIG",
-        "procs",
-        "health",
-    ):
-        table.add_column(col)
-    mib = 1024 * 1024
-    for g in data["gpus"]:
-        used = g["memory_used_bytes"]
-        total = g["memory_total_bytes"]
-        mem = "N/A" if total is None else f"{(used or 0) / mib:,.0f} / {total / mib:,.0f} MiB"
-        mig = "N/A" if g["mig_enabled"] is None else ("on" if g["mig_enabled"] else "off")
-        health = "[green]healthy[/]" if g["healthy"] else "[red]UNHEALTHY[/]"
-        if g["errors"]:
-            health += f" [yellow]({len(g['errors'])} errors)[/]"
-        table.add_row(
-            str(g["index"]),
-            g["name"],
-            g["uuid"],
-            mem,
-            _num(g["util_gpu"], unit="%"),
-            _num(g["temperature_c"], unit=" C"),
-            _num(g["power_w"], unit=" W"),
-            mig,
-            str(len(g["processes"])),
-            health,
-        )
-    return table
+    console.print(title)
+    tables.show(console, LOCAL_DEVICE_COLUMNS, data["gpus"], output, empty="no GPUs")
 
 
 def render_top(frame: Frame) -> Group:
@@ -183,50 +215,96 @@ def render_top(frame: Frame) -> Group:
 
 def devices(
     json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    output: Output = tables.output_option(),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
     simulate: str | None = typer.Option(None, "--simulate", help=SIMULATE_HELP),
 ) -> None:
-    """List this host's GPUs: model, UUID, memory, utilization, health."""
-    source = _open(simulate)
+    """List GPUs: the server's when logged in, else this host's (--local: always this host's)."""
+    as_json = tables.wants_json(output, json_out)
+    c = _server(simulate, local)
+    if c is not None:
+        data = _cluster(c)
+        if as_json:
+            typer.echo(json.dumps(data, indent=2))
+        else:
+            cluster_view.print_devices(Console(), data, c.url, output)
+        return
+    source = _open(simulate, logged_out=not local)
     try:
         data = source.snapshot().to_dict()
     finally:
         source.close()
-    if json_out:
+    if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        Console().print(_devices_table(data))
+        _print_local_devices(Console(), data, output)
 
 
 def top(
     simulate: str | None = typer.Option(None, "--simulate", help=SIMULATE_HELP),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
     once: bool = typer.Option(False, "--once", help="Print one screen and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (one object per sample)."),
     interval: float = typer.Option(1.0, "--interval", min=0.1, help="Seconds between samples."),
 ) -> None:
-    """Live view of GPUs and their processes with owners, shares and idle flags."""
-    source = _open(simulate)
+    """Live view of GPUs and who holds them: the server's when logged in (GPUs and the
+    workloads holding them), else this host's (processes with owners, shares, idle flags)."""
+    c = _server(simulate, local)
+    if c is not None:
+        server = c
+        _top_loop(
+            lambda: _cluster(server),
+            lambda d: d,
+            lambda d: cluster_view.render_top(d, server.url),
+            once=once,
+            json_out=json_out,
+            interval=interval,
+        )
+        return
+    source = _open(simulate, logged_out=not local)
     sampler = Sampler(source, interval_s=interval, attributor=Attributor())
+    try:
+        _top_loop(
+            sampler.sample_once,
+            frame_view,
+            render_top,
+            once=once,
+            json_out=json_out,
+            interval=interval,
+        )
+    finally:
+        source.close()
+
+
+def _top_loop(
+    sample: Callable[[], T],
+    view: Callable[[T], Any],
+    render: Callable[[T], RenderableType],
+    *,
+    once: bool,
+    json_out: bool,
+    interval: float,
+) -> None:
+    """Sample, then print JSON (`view`) or a screen (`render`): once, or every `interval` s."""
     try:
         if once or json_out:
             while True:
-                frame = sampler.sample_once()
+                x = sample()
                 if json_out:
-                    typer.echo(json.dumps(frame_view(frame), indent=2 if once else None))
+                    typer.echo(json.dumps(view(x), indent=2 if once else None))
                 else:
-                    Console().print(render_top(frame))
+                    tables.print_fit(Console(), render(x))
                 if once:
                     return
                 time.sleep(interval)
         from rich.live import Live
 
-        with Live(render_top(sampler.sample_once()), auto_refresh=False) as live:
+        with Live(render(sample()), auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(render_top(sampler.sample_once()), refresh=True)
+                live.update(render(sample()), refresh=True)
     except KeyboardInterrupt:
         pass
-    finally:
-        source.close()
 
 
 def exporter(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +22,8 @@ class Event:
     workload_id: str | None = None
     tenant: str | None = None
     user: str | None = None
-    data: MappingProxyType[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: any mapping is accepted and frozen into a MappingProxyType
+    data: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, MappingProxyType):

@@ -35,6 +35,9 @@ class NodeState(StrEnum):
     READY = "ready"
     DRAINING = "draining"
     DOWN = "down"
+    #: its agent stopped reporting (see gpupool.server.loops.nodewatch); back to the state it
+    #: had when the agent reports again
+    UNKNOWN = "unknown"
 
 
 class GPUHealth(StrEnum):

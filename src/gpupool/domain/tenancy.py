@@ -6,7 +6,8 @@ guarantee and limit bound its whole subtree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -41,9 +42,7 @@ class Quota:
     limit_milli: int | None = None
     weight: float = 1.0
     max_milli_per_user: int | None = None
-    guaranteed_by_model: MappingProxyType[str, int] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    guaranteed_by_model: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if self.guaranteed_milli < 0:
@@ -91,6 +90,46 @@ class Quota:
 def to_milli(gpus: float) -> int:
     """GPUs (possibly fractional) to milli, rounded to the nearest milli."""
     return int(round(gpus * 1000))
+
+
+#: One segment of a tenant name: starts with a letter, digit or '_' (never '.' or '-').
+_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+#: New tenant names (published in the API schema); '..' is refused besides.
+TENANT_NAME_PATTERN = rf"^{_SEGMENT}(/{_SEGMENT})*$"
+TENANT_NAME_RULE = (
+    "a tenant name is one or more segments joined by '/' (e.g. 'physics/lab-a'); each segment "
+    "uses letters, digits, '_', '.' and '-', starts with a letter, digit or '_', and has no "
+    f"'..' (pattern {TENANT_NAME_PATTERN})"
+)
+#: New user names (published in the API schema); '..' is refused besides.
+USER_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$"
+USER_NAME_RULE = (
+    "a user name uses letters, digits, '_', '.', '@' and '-', starts with a letter, digit or "
+    f"'_', and has no '..' (pattern {USER_NAME_PATTERN})"
+)
+
+
+def check_tenant_name(name: str) -> str:
+    """Return `name` if it is allowed for a new tenant; else raise ValidationError saying
+    the rule. Stricter than `validate_tenant_path` (which stored names must pass): no '.',
+    '..' or empty segments, no leading '-'."""
+    if not re.fullmatch(TENANT_NAME_PATTERN, name, re.ASCII) or ".." in name:
+        raise ValidationError(f"tenant name {name!r} is not allowed: {TENANT_NAME_RULE}", "name")
+    return name
+
+
+def check_user_name(name: str) -> str:
+    """Return `name` if it is allowed for a new user; else raise ValidationError saying the
+    rule (no '.', '..', leading '-' or '.': the name may become a Unix account or a path)."""
+    if not re.fullmatch(USER_NAME_PATTERN, name, re.ASCII) or ".." in name:
+        raise ValidationError(f"user name {name!r} is not allowed: {USER_NAME_RULE}", "name")
+    return name
+
+
+def in_subtree(name: str, root: str) -> bool:
+    """`name` is `root` or a tenant below it: exact and case-sensitive (`ml_team` does not
+    cover `ml-team/sub`, `Bio` not `bio/x`). Its SQL twin is `store.scoping.in_subtree`."""
+    return name == root or name.startswith(root + SEPARATOR)
 
 
 def validate_tenant_path(path: str) -> str:
@@ -204,7 +243,7 @@ class TenantTree:
         return out
 
     def in_subtree(self, name: str, root: str) -> bool:
-        return name == root or name.startswith(root + SEPARATOR)
+        return in_subtree(name, root)
 
     def with_tenant(self, tenant: Tenant) -> TenantTree:
         """A new tree with `tenant` added or replaced."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from gpupool.domain.errors import IllegalTransition, ValidationError
 from gpupool.domain.events import Event
@@ -161,6 +162,10 @@ class Workload:
     exit_code: int | None = None
     reason: str | None = None
     preemptions: int = 0
+    #: failed starts in a row (reset once it starts); see `domain.retries`
+    start_attempts: int = 0
+    #: pending work whose start failed is not considered before this time
+    retry_at: float | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -189,7 +194,8 @@ def transition(
 
     Raises IllegalTransition if the table does not allow the change. Timestamps follow the
     state: admitted_at, started_at, finished_at; preemption counts up; a requeue clears the
-    admission and start times.
+    admission and start times. Starting clears the failed-start count and the retry time, and
+    so does a requeue after preemption (a fresh try).
     """
     frm = workload.state
     if to not in TRANSITIONS[frm]:
@@ -197,9 +203,11 @@ def transition(
             f"workload {workload.id} cannot go from {frm} to {to}"
             + (f" (allowed: {', '.join(sorted(TRANSITIONS[frm]))})" if TRANSITIONS[frm] else "")
         )
-    changes: dict[str, object] = {"state": to, "reason": reason}
+    changes: dict[str, Any] = {"state": to, "reason": reason}
     if to is S.ADMITTED:
         changes["admitted_at"] = now
+    elif to is S.STARTING:
+        changes.update(start_attempts=0, retry_at=None)
     elif to is S.RUNNING:
         changes["started_at"] = workload.started_at if workload.started_at is not None else now
     elif to is S.PENDING:
@@ -212,7 +220,7 @@ def transition(
         if exit_code is not None:
             changes["exit_code"] = exit_code
     if to is S.PENDING and frm is S.PREEMPTED:
-        changes["finished_at"] = None
+        changes.update(finished_at=None, start_attempts=0, retry_at=None)
     new = dataclasses.replace(workload, **changes)
     event = Event(
         at=now,

@@ -13,7 +13,7 @@ running until `tick()` runs after `grace_s` on the injected clock, then is kille
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpupool.clock import Clock
@@ -239,7 +239,8 @@ class NeverStarts(FakeExecutor):
 
 
 class FailingExecutor(FakeExecutor):
-    """`start` raises `StartError`: always, or only the first `failures` times."""
+    """`start` raises `StartError`: always, or only the first `failures` times; only for the
+    workloads `only` accepts, when given (the others start); `permanent` marks the error so."""
 
     name = "fake-failing"
 
@@ -251,10 +252,14 @@ class FailingExecutor(FakeExecutor):
         ignores_term: bool = False,
         failures: int | None = None,
         message: str = "the fake engine refused to start the work",
+        permanent: bool = False,
+        only: Callable[[Workload], bool] | None = None,
     ) -> None:
         super().__init__(clock, world=world, ignores_term=ignores_term)
         self.failures_left = failures
         self.message = message
+        self.permanent = permanent
+        self.only = only
         self.attempts = 0
 
     def start(
@@ -265,11 +270,13 @@ class FailingExecutor(FakeExecutor):
         env: Mapping[str, str] | None = None,
         unix_user: str | None = None,
     ) -> Handle:
+        if self.only is not None and not self.only(workload):
+            return super().start(workload, allocation, env=env, unix_user=unix_user)
         self.attempts += 1
         if self.failures_left is None or self.failures_left > 0:
             if self.failures_left is not None:
                 self.failures_left -= 1
-            raise StartError(f"{self.message} (workload {workload.id})")
+            raise StartError(f"{self.message} (workload {workload.id})", permanent=self.permanent)
         return super().start(workload, allocation, env=env, unix_user=unix_user)
 
 

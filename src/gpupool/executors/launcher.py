@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 PID_FILE = "pid"
 EXIT_FILE = "exitcode"
@@ -71,7 +72,7 @@ def _kill_leftovers() -> None:
             continue
 
 
-def _parse(argv: list[str]) -> tuple[Path, dict[str, object], list[str]] | None:
+def _parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]] | None:
     if "--" not in argv or argv.index("--") < 1 or argv.index("--") == len(argv) - 1:
         return None
     sep = argv.index("--")
@@ -116,7 +117,7 @@ def main(argv: list[str]) -> int:
             command,
             stdin=subprocess.DEVNULL,
             restore_signals=True,
-            **ids,  # type: ignore[arg-type]
+            **ids,
         )
     except FileNotFoundError:
         print(f"gpupool: command not found: {command[0]}", file=sys.stderr, flush=True)
@@ -125,8 +126,8 @@ def main(argv: list[str]) -> int:
         print(f"gpupool: permission denied: {command[0]}", file=sys.stderr, flush=True)
         code = 126
     else:
-        for sig in pending:
-            child.send_signal(sig)
+        for signum in pending:
+            child.send_signal(signum)
         rc = child.wait()
         code = 128 - rc if rc < 0 else rc
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

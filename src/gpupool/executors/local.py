@@ -27,6 +27,7 @@ reused pid, not the job.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pwd
@@ -293,8 +294,12 @@ class LocalExecutor(Executor):
                 start_new_session=True,
                 close_fds=True,
             )
-        except OSError as e:
-            raise StartError(f"could not start workload {workload.id}: {e}") from e
+        except ValueError as e:  # e.g. an embedded NUL byte: no retry can help
+            raise StartError(f"could not start workload {workload.id}: {e}", permanent=True) from e
+        except OSError as e:  # E2BIG (arguments too long) cannot change; others may
+            raise StartError(
+                f"could not start workload {workload.id}: {e}", permanent=e.errno == errno.E2BIG
+            ) from e
         finally:
             log.close()
         self._children[workload.id] = proc

@@ -37,8 +37,12 @@ class GpupoolAuthenticator(Authenticator):
         if not username or not password:
             return None
         client = GpupoolClient(self.gpupool_url)
+        request = getattr(handler, "request", None)
+        address = getattr(request, "remote_ip", None)
         try:
-            result = await client.login(username, password, token_name="jupyterhub-login")
+            result = await client.login(
+                username, password, token_name="jupyterhub-login", client=address
+            )
         except GpupoolUnavailable as e:
             self.log.error("gpupool login for %s: %s", username, e.message)
             return None

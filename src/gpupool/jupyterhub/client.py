@@ -74,12 +74,21 @@ class GpupoolClient:
         return resp.json()
 
     # -- identity ------------------------------------------------------------------------
-    async def login(self, username: str, password: str, token_name: str = "jupyterhub") -> dict:
-        """POST /auth/login -> {token, token_id, expires_at, user: {name, admin, ...}}."""
+    async def login(
+        self,
+        username: str,
+        password: str,
+        token_name: str = "jupyterhub",
+        client: str | None = None,
+    ) -> dict:
+        """POST /auth/login -> {token, token_id, expires_at, user: {name, admin, ...}}.
+        `client`: the address of the person logging in (gpupool throttles failed logins per
+        address; without it, every hub login would count against the hub's own)."""
         return await self._call(
             "POST",
             "/auth/login",
             json={"username": username, "password": password, "token_name": token_name},
+            headers={"X-Forwarded-For": client} if client else None,
         )
 
     async def me(self) -> dict:

@@ -219,15 +219,24 @@ def render_form(
     return "\n".join(parts)
 
 
+def asks_gpu(workload: Mapping) -> bool:
+    """True if the workload (as the API gives it) asks for a GPU or a fraction of one."""
+    r = workload.get("request") or {}
+    return bool(r.get("gpus") or r.get("gpu_fraction"))
+
+
 def pending_message(workload: Mapping) -> str:
-    """'Waiting for a GPU: 3rd in line for lab-a (lab-a is at its limit of 2 GPUs)'."""
+    """What a queued notebook waits for, and the scheduler's reason: 'Waiting for a GPU: 3rd
+    in line for lab-a (lab-a is at its limit of 2 GPUs)'; a notebook that asks for no GPU
+    waits for CPUs and memory ('Waiting for CPUs and memory: 1st in line for lab-a (...)')."""
     info = workload.get("pending") or {}
     tenant = workload.get("tenant", "")
+    what = "a GPU" if asks_gpu(workload) else "CPUs and memory"
     if not info:
-        return f"Waiting for a GPU for {tenant}"
+        return f"Waiting for {what} for {tenant}"
     # PendingInfo: `position` is 1-based within the tenant's queue (tenant_position ranks
     # the tenant among tenants).
     pos = int(info.get("position") or 0)
     line = f"{_ordinal(pos)} in line for {tenant}" if pos else f"in line for {tenant}"
     reason = info.get("reason")
-    return f"Waiting for a GPU: {line}" + (f" ({reason})" if reason else "")
+    return f"Waiting for {what}: {line}" + (f" ({reason})" if reason else "")

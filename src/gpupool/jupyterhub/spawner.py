@@ -37,6 +37,7 @@ from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUna
 from gpupool.jupyterhub.options import (
     ALLOWED_KEYS,
     OptionsError,
+    asks_gpu,
     pending_message,
     render_form,
     submit_tenants,
@@ -139,7 +140,10 @@ class GpupoolSpawner(LocalProcessSpawner):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._progress: dict[str, Any] = {"progress": 5, "message": "Asking gpupool for a GPU"}
+        self._progress: dict[str, Any] = {
+            "progress": 5,
+            "message": "Asking gpupool for the profile's resources",
+        }
         self._progress_changed = asyncio.Event()
         self._launched = False
         self._grant_env: dict[str, str] = {}
@@ -367,10 +371,13 @@ class GpupoolSpawner(LocalProcessSpawner):
             wl = await self._wait_admitted(client, wl)
         finally:
             await client.aclose()
-        grant = await self._wait_grant()
+        grant = await self._wait_grant(asks_gpu(wl))
         self._grant_env = dict(grant.env)
-        gpus = ", ".join(grant.gpu_uuids) or "no GPU"
-        self._set_progress(80, f"GPU granted ({gpus}); starting the notebook server")
+        if grant.gpu_uuids:
+            gpus = ", ".join(grant.gpu_uuids)
+            self._set_progress(80, f"GPU granted ({gpus}); starting the notebook server")
+        else:
+            self._set_progress(80, "CPUs and memory granted (no GPU); starting the notebook server")
         result = await super().start()
         self._launch.mark_launched(self.workload_id, self.pid, time.time())
         self._launched = True
@@ -378,23 +385,35 @@ class GpupoolSpawner(LocalProcessSpawner):
         return result
 
     async def _wait_admitted(self, client: GpupoolClient, wl: dict) -> dict:
-        while True:
-            state = wl["state"]
-            if state in ACTIVE:
-                return wl
-            if state in ENDED:
-                reason = wl.get("reason") or state
-                raise web.HTTPError(409, f"gpupool did not start the notebook: {reason}")
-            self._set_progress(10, pending_message(wl))
-            await asyncio.sleep(self.admission_poll_s)
-            try:
-                wl = await client.workload(self.workload_id)
-            except GpupoolUnavailable as e:
-                self._set_progress(10, f"gpupool is not answering ({e.message}); still waiting")
+        """Poll until admitted; meanwhile the progress page and the banner on the hub's other
+        pages say what the notebook waits for, and why (the banner is cleared on the way out,
+        however that is: admitted, ended, or the spawn cancelled)."""
+        shown: str | None = None
+        try:
+            while True:
+                state = wl["state"]
+                if state in ACTIVE:
+                    return wl
+                if state in ENDED:
+                    reason = wl.get("reason") or state
+                    raise web.HTTPError(409, f"gpupool did not start the notebook: {reason}")
+                message = pending_message(wl)
+                self._set_progress(10, message)
+                shown = f"Your notebook is queued. {message}"
+                notices.set_notice(self.user.name, shown)
+                await asyncio.sleep(self.admission_poll_s)
+                try:
+                    wl = await client.workload(self.workload_id)
+                except GpupoolUnavailable as e:
+                    self._set_progress(10, f"gpupool is not answering ({e.message}); still waiting")
+        finally:
+            if shown is not None and notices.get_notice(self.user.name) == shown:
+                notices.set_notice(self.user.name, None)
 
-    async def _wait_grant(self) -> Any:
+    async def _wait_grant(self, gpu: bool = True) -> Any:
         deadline = time.monotonic() + self.grant_wait_s
-        self._set_progress(60, "GPU admitted; waiting for gpupool to hand it over")
+        what = "GPU admitted" if gpu else "Admitted (no GPU)"
+        self._set_progress(60, f"{what}; waiting for gpupool to hand it over")
         while True:
             grant = self._launch.grant(self.workload_id)
             if grant is not None:

@@ -80,6 +80,7 @@ class SchedulerCache:
         self._taken: dict[str, _Entry] = {}
         self._held: dict[tuple[str, str], int] = {}
         self._staying: dict[tuple[str, str], int] = {}
+        self._limited: dict[str, RunningWorkload] = {}
         self._hw_nodes: tuple[Node, ...] | None = None
         self._hardware: Hardware | None = None
         self._classified: _Classified | None = None
@@ -149,7 +150,14 @@ class SchedulerCache:
         return cap
 
     def _count(self, e: _Entry, sign: int) -> None:
-        """Add (1) or take away (-1) what entry `e` holds in the per-(tenant, user) sums."""
+        """Add (1) or take away (-1) what entry `e` holds in the per-(tenant, user) sums, and
+        the entry's workload in `limited()` if it has a max runtime."""
+        w = e[0].workload
+        if w.max_runtime_s is not None:
+            if sign > 0:
+                self._limited[w.id] = e[0]
+            else:
+                self._limited.pop(w.id, None)
         milli = e[2][4]
         if not milli:
             return
@@ -171,6 +179,11 @@ class SchedulerCache:
         all of it, and without work that is stopping. Read-only for the caller."""
         return self._held, self._staying
 
+    def limited(self) -> dict[str, RunningWorkload]:
+        """The running work of the last `capacity` call that has a max runtime, by workload
+        id (kept by the same diff). Read-only for the caller."""
+        return self._limited
+
     def _rebuild(
         self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]
     ) -> CapacityIndex:
@@ -178,6 +191,7 @@ class SchedulerCache:
         self._taken = {}
         self._held = {}
         self._staying = {}
+        self._limited = {}
         dup = False
         for rw, t in zip(running, cap.running_takes, strict=True):
             w = rw.workload

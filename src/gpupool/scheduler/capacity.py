@@ -9,7 +9,9 @@ placement never rescans every node:
 * fractions: per GPU model, `shared` GPUs filed by (free milli, free memory).
 
 `assume` takes resources for an admission, `hold` takes a node out of the indexes for the rest
-of the cycle (a reservation for blocked work). Nothing here mutates the snapshot.
+of the cycle (a reservation for blocked work). A held node's GPUs go to nobody else; its CPUs
+and memory beyond what the holder asks for (`held_host`) may still go to CPU-only work.
+Nothing here mutates the snapshot.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Shape(NamedTuple):
     """
 
     kind: str
-    count: int = 0
+    count: int = 0  # type: ignore[assignment]  # a field named like tuple.count, on purpose
     milli: int = 0
     gpu_memory_mib: int = 0
     model: str | None = None
@@ -150,6 +152,8 @@ class CapacityIndex:
         #: keeps this index (None: not logged)
         self._assumed: list[tuple[int, list[tuple[int, int, int]], int, int]] | None = None
         self._held: list[int] = []
+        #: held node -> (CPU milli, memory MiB) its holder asks for: kept free on the node
+        self.held_host: dict[int, tuple[int, int]] = {}
         #: what each running workload takes (in snapshot order; at construction only)
         self.running_takes: list[Takes] = [self.takes_of(rw) for rw in running]
         for t in self.running_takes:
@@ -280,6 +284,7 @@ class CapacityIndex:
             touched.add(n)
         self._assumed = [] if self._assumed is not None else None
         self._held = []
+        self.held_host = {}
         return touched
 
     def update_nodes(self, nodes: tuple[Node, ...]) -> set[int] | None:
@@ -326,8 +331,12 @@ class CapacityIndex:
             self._assumed.append((n, gpu_takes, cpu, mem))
         self._refile(n)
 
-    def hold(self, n: int) -> None:
-        """Keep node `n` out of placement for the rest of the cycle (a reservation)."""
+    def hold(self, n: int, cpu: int = 0, mem: int = 0) -> None:
+        """Keep node `n` out of placement for the rest of the cycle (a reservation) for work
+        that asks for `cpu` and `mem` there: GPU work is not placed on it; CPU-only work may
+        use what leaves at least that much free (`fits_beside_hold`)."""
+        if n not in self.held_host:
+            self.held_host[n] = (cpu, mem)
         if not self.node_held[n]:
             self.node_held[n] = True
             if self._assumed is not None:
@@ -339,14 +348,26 @@ class CapacityIndex:
     def node_fits_host(self, n: int, shape: Shape) -> bool:
         return self.free_cpu[n] >= shape.cpu_milli and self.free_mem[n] >= shape.memory_mib
 
+    def fits_beside_hold(self, n: int, shape: Shape) -> bool:
+        """True if held node `n` keeps, with `shape`'s CPUs and memory taken, at least what
+        its holder asks for free (a node held from the start, e.g. a duplicate name: never)."""
+        kept = self.held_host.get(n)
+        if kept is None:
+            return False
+        return (
+            self.free_cpu[n] - shape.cpu_milli >= kept[0]
+            and self.free_mem[n] - shape.memory_mib >= kept[1]
+        )
+
     def most_whole_free(self, model: str | None) -> int:
         """The most whole free GPUs (of `model`, or of any one model) on one usable node."""
         models = [model] if model is not None else self.models
         best = 0
         for m in models:
             idx = self.whole.get(m)
-            if idx is not None and idx.max_key() is not None:
-                best = max(best, idx.max_key())
+            top = idx.max_key() if idx is not None else None
+            if top is not None:
+                best = max(best, top)
         return best
 
     def total_gpu_milli(self) -> int:

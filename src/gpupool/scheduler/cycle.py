@@ -7,9 +7,12 @@ The steps (see docs/scheduler.md):
 2. fair shares by hierarchical water-filling (computed under every policy, for reporting);
 3. walk the candidates in policy order; for each: limits -> placement -> admit (assume);
 4. (fair) a blocked candidate within its guarantee may reclaim borrowed work; if it still
-   does not fit it reserves the node it is closest to fitting on, so that work behind it
-   (backfill) cannot take that node; blocked work that would borrow reserves nothing;
-5. every workload not admitted gets a reason and its queue positions.
+   does not fit it reserves the node it is closest to fitting on, so that GPU work behind it
+   (backfill) cannot take that node (CPU-only work may, leaving the CPUs and memory the
+   reservation asks for); blocked work that would borrow reserves nothing;
+5. every workload not admitted gets a reason and its queue positions; waits that end at a
+   known time or event (a reclaim counting down, a reservation on work with a max runtime,
+   preempted work stopping) also get a `Wait` (gpupool.scheduler.waits).
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import gc
 import heapq
 from collections.abc import Sequence
 from itertools import repeat
+from typing import cast
 
 from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
-from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, Shape
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.limits import (
     TENANT,
@@ -42,11 +46,13 @@ from gpupool.scheduler.placement import (
 from gpupool.scheduler.preemption import Reclaim, Reclaimer, reclaim_due, within_some_guarantee
 from gpupool.scheduler.queues import Candidate, Queues, Tail
 from gpupool.scheduler.reasons import (
-    admission_cap_text,
+    behind_host_text,
     behind_text,
     no_fit_reason,
     reclaim_text,
+    untried_text,
 )
+from gpupool.scheduler.reservations import Hold, expected_start, reservation_node
 from gpupool.scheduler.types import (
     Admission,
     BorrowOrder,
@@ -55,9 +61,11 @@ from gpupool.scheduler.types import (
     PendingInfo,
     Policy,
     Preemption,
+    RunningWorkload,
     SchedulerConfig,
     Snapshot,
 )
+from gpupool.scheduler.waits import Waits
 
 
 def cycle(
@@ -83,16 +91,6 @@ def cycle(
     finally:
         if was_enabled:
             gc.enable()
-
-
-class _Hold:
-    """A node kept, for the rest of the cycle, for blocked guaranteed work."""
-
-    __slots__ = ("tenant", "workload_id")
-
-    def __init__(self, tenant: str, workload_id: str):
-        self.tenant = tenant
-        self.workload_id = workload_id
 
 
 class _Cycle:
@@ -139,7 +137,10 @@ class _Cycle:
         self._tenant_fail: dict[str, tuple[int, str]] = {}
         #: tenant -> {user: (smallest milli refused, why)}
         self._user_fail: dict[str, dict[str, tuple[int, str]]] = {}
-        self.holds: dict[int, _Hold] = {}
+        self.holds: dict[int, Hold] = {}
+        #: waits that end at a known time or event, per workload; they extend the plain
+        #: reason at the end of the cycle (never memoized: they are per workload)
+        self.waits = Waits(self.cap)
         self.reserved_by_tenant: set[str] = set()
         #: tenants with blocked work that did not reclaim: no reclaim for work behind it
         self.no_reclaim: set[str] = set()
@@ -150,6 +151,7 @@ class _Cycle:
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
+        self._with_runtime: dict[int, list[RunningWorkload]] | None = None
         queues = Queues(snapshot, self.policy, self.hardware, cache, config)
         queues.classify(pending)
         self.unschedulable: dict[str, str] = queues.unschedulable
@@ -187,7 +189,7 @@ class _Cycle:
         workload still fits within its guarantee: nobody else is placed there this cycle; the
         nominee itself may be (see `_place_or_block`)."""
         for q in self.queues.values():
-            for _, w, _, milli in q:
+            for _, w, shape, milli in q:
                 name = self.snap.nominated.get(w.id)
                 n = None if name is None else self.cap.node_ids.get(name)
                 if n is None:
@@ -197,7 +199,7 @@ class _Cycle:
                 self.nominated_node[w.id] = n
                 self.nominee_tenants.add(w.tenant)
                 if n not in self.holds:
-                    self._hold(n, _Hold(w.tenant, w.id))
+                    self._hold(n, Hold(w.tenant, w.id, shape))
 
     def _info(self, why: str, position: int, tenant_position: int) -> PendingInfo:
         """The PendingInfo; immutable, so equal ones are shared through the cache's pool."""
@@ -336,7 +338,7 @@ class _Cycle:
         for j, pi in enumerate(pis):
             if pi is None:
                 pis[j] = infos[keys[j]] = PendingInfo(*keys[j])
-        self.info.update(zip(tl.ids[i:], pis, strict=True))
+        self.info.update(zip(tl.ids[i:], cast(list[PendingInfo], pis), strict=True))
         return n + m
 
     def _consider(self, w: Workload, shape: Shape) -> bool:
@@ -405,9 +407,11 @@ class _Cycle:
         # smaller work may use any free capacity meanwhile (see docs/scheduler.md).
         if within and w.tenant not in self.reserved_by_tenant:
             self.reserved_by_tenant.add(w.tenant)
-            n = self._reservation_node(shape)
+            n = reservation_node(self.cap, shape)
             if n is not None:
-                self._hold(n, _Hold(w.tenant, w.id))
+                self._hold(n, Hold(w.tenant, w.id, shape))
+                at = expected_start(self.cap, n, shape, self._running_on(n))
+                self.waits.reserved(w, n, at)
         if not self.config.backfill:
             self.stopped_tenants[w.tenant] = w.id
         return False
@@ -419,10 +423,22 @@ class _Cycle:
         self.effective.add(w.tenant, w.owner, shape.gpu_milli)
         self.admissions.append(Admission(w.id, alloc))
 
-    def _hold(self, n: int, hold: _Hold) -> None:
+    def _hold(self, n: int, hold: Hold) -> None:
         self.holds[n] = hold
         self._changed()
-        self.cap.hold(n)
+        self.cap.hold(n, hold.cpu_milli, hold.memory_mib)
+
+    def _running_on(self, n: int) -> list[RunningWorkload]:
+        """The running work on node `n` that has a max runtime (indexed once per cycle)."""
+        if self._with_runtime is None:
+            ids = self.cap.node_ids
+            by_node: dict[int, list[RunningWorkload]] = {}
+            for rw in self.cache.limited().values():
+                m = ids.get(rw.allocation.node)
+                if m is not None:
+                    by_node.setdefault(m, []).append(rw)
+            self._with_runtime = by_node
+        return self._with_runtime.get(n, [])
 
     # -- 4. reclaim and reservations -------------------------------------------------------
 
@@ -441,9 +457,15 @@ class _Cycle:
     def _reclaim(self, w: Workload, shape: Shape) -> bool:
         """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
         rc = self._reclaimer_for_cycle()
+        milli = shape.gpu_milli
         found = rc.waits_for_stopping(shape)
         if found is None:
             if not reclaim_due(w, self.now, self.config.reclaim_after_s):
+                # say what will happen when it is due (unless capacity frees up before)
+                at = w.submitted_at + self.config.reclaim_after_s
+                later = rc.preview(w.tenant, shape, set(self.holds), at) if milli else None
+                if later is not None:
+                    self.waits.owed(w, milli, later.victims, at)
                 return False
             found = rc.find(w.tenant, shape, set(self.holds))
             if found is None:
@@ -453,7 +475,8 @@ class _Cycle:
                 reason = rc.reason(v, w.tenant, w.id)
                 self.preemptions.append(Preemption(v.workload.id, w.id, reason))
         self._promise(w, shape, found)
-        self.reasons[w.id] = reclaim_text(len(found.victims), found.stopping)
+        self.reasons[w.id] = why = reclaim_text(len(found.victims), found.stopping)
+        self.waits.reclaiming(w, why, found.victims)
         return True
 
     def _reclaim_under_limit(self, w: Workload, milli: int, limiting: str) -> bool:
@@ -481,9 +504,11 @@ class _Cycle:
             self.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
         self.effective.add(w.tenant, w.owner, milli)
         self._changed()
-        self.reasons[w.id] = f"{limiting} is at its limit of {gpus_text(limit)}; " + reclaim_text(
-            len(victims), stopping
+        self.reasons[w.id] = why = (
+            f"{limiting} is at its limit of {gpus_text(limit)}; "
+            + reclaim_text(len(victims), stopping)
         )
+        self.waits.reclaiming(w, why, victims)
         return True
 
     def _promise(self, w: Workload, shape: Shape, found: Reclaim) -> None:
@@ -509,43 +534,6 @@ class _Cycle:
             memo.clear()
         self._reason_memo.clear()
 
-    def _reservation_node(self, shape: Shape) -> int | None:
-        """The usable node where `shape` is closest to fitting (and could fit when empty)."""
-        cap = self.cap
-        if shape.kind == CPU_ONLY:
-            return None
-        models = [shape.model] if shape.model is not None else cap.models
-        best: tuple | None = None
-        for m in models:
-            idx = cap.whole[m] if shape.kind == WHOLE else cap.frac[m]
-            for key in reversed(idx.keys()):
-                for item in idx.items_under(key):
-                    n = item if shape.kind == WHOLE else cap.gpu_node[item]
-                    if self._could_ever_fit(n, shape):
-                        cand = (key, -n)
-                        if best is None or cand > best:
-                            best = cand
-                        break
-                else:
-                    continue
-                break
-        return None if best is None else -best[1]
-
-    def _could_ever_fit(self, n: int, shape: Shape) -> bool:
-        node = self.cap.nodes[n]
-        if node.cpu_milli < shape.cpu_milli or node.memory_mib < shape.memory_mib:
-            return False
-        if shape.kind == FRACTION:
-            return True
-        ok = [
-            g
-            for g in node.gpus
-            if g.schedulable
-            and (shape.model is None or g.model == shape.model)
-            and g.memory_mib >= shape.gpu_memory_mib
-        ]
-        return len(ok) >= shape.count
-
     def _blocked_reason(self, shape: Shape) -> str:
         """Memoized per shape until the next hold (capacity only shrinks within a cycle)."""
         r = self._reason_memo.get(shape)
@@ -557,18 +545,10 @@ class _Cycle:
         for n in sorted(self.holds):
             if place_on_node(self.cap, n, shape) is not None:
                 h = self.holds[n]
+                if shape.kind == CPU_ONLY:  # it fits, but not beside what the holder needs
+                    return behind_host_text(h.tenant, h.workload_id, self.cap.nodes[n].name)
                 return behind_text(h.tenant, h.workload_id)
         return no_fit_reason(self.cap, shape)
-
-    def _untried_reason(self, t: str, capped: bool, blocked_by: str | None) -> str:
-        if capped:
-            return admission_cap_text(self.config.max_admissions_per_cycle or 0)
-        if blocked_by is not None:
-            return (
-                f"waiting behind {blocked_by}, which is ahead in {t}'s queue "
-                "and does not fit yet (backfill is off)"
-            )
-        return "waiting for the next cycle"
 
     # -- 5. decisions ----------------------------------------------------------------------
 
@@ -583,10 +563,15 @@ class _Cycle:
                 continue
             n = self.waiting[t]
             r = self.rank[t]
-            why = self._untried_reason(t, capped, self.stopped_tenants.get(t))
+            why = untried_text(
+                t,
+                self.config.max_admissions_per_cycle if capped else None,
+                self.stopped_tenants.get(t),
+            )
             for _, w, _, _ in q[i:]:
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
+        self.waits.apply(info)
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

@@ -88,8 +88,8 @@ def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> LimitHit | 
     for a in usage.capping(tenant):
         cap = tree.get(a).quota.max_milli_per_user
         assert cap is not None
-        used = usage.user.get((a, user), 0)
-        if used + milli > cap:
+        held = usage.user.get((a, user), 0)
+        if held + milli > cap:
             return LimitHit(USER, a, f"{user} is at the per-user cap of {gpus_text(cap)} in {a}")
     return None
 

@@ -8,6 +8,8 @@ Rules:
 * fractions: one `shared` GPU with enough free milli and memory; the GPU with the least free
   milli, then least free memory, wins (best fit keeps whole GPUs whole);
 * the node must also have the CPUs and memory asked for;
+* CPU-only work may use a node held for blocked GPU work, as long as the CPUs and memory the
+  holder asks for stay free there;
 * a GPU model selector restricts the GPUs considered.
 
 Shares record their enforcement: whole GPUs `hardware`, fractions the configured level.
@@ -202,10 +204,16 @@ def _with_model(shape: Shape, model: str) -> Shape:
 
 
 def _find_cpu_only(cap: CapacityIndex, shape: Shape) -> Placement | None:
-    """First fit, nodes without GPUs first (keeps GPU hosts' CPUs for GPU work)."""
+    """First fit, nodes without GPUs first (keeps GPU hosts' CPUs for GPU work). A node held
+    for blocked GPU work is used only if it keeps the CPUs and memory its holder asks for
+    free: CPU-only work never waits for GPU reservations, but never takes CPUs or memory
+    the reserved work needs."""
     fallback = None
+    held = cap.node_held
     for n in range(len(cap.nodes)):
-        if not cap.node_ready[n] or cap.node_held[n] or not cap.node_fits_host(n, shape):
+        if not cap.node_ready[n] or not cap.node_fits_host(n, shape):
+            continue
+        if held[n] and not cap.fits_beside_hold(n, shape):
             continue
         if not cap.node_gpus[n]:
             return Placement(n, ())

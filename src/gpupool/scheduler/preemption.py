@@ -92,6 +92,11 @@ class Reclaimer:
         self.taken: set[str] = set()
         self.stopping: dict[int, list[RunningWorkload]] = {}
         self.victims: dict[int, list[RunningWorkload]] = {}
+        #: workload id -> when it has run `min_runtime_s` (may be preempted from then on),
+        #: for possible victims that have not yet (see `find(at=...)`)
+        self.young: dict[str, float] = {}
+        #: the time victims are chosen for (`now`, or later for a preview)
+        self.at = now
         for rw in running:
             n = cap.node_ids.get(rw.allocation.node)
             if n is None:
@@ -100,9 +105,12 @@ class Reclaimer:
                 self.stopping.setdefault(n, []).append(rw)
                 continue
             w = rw.workload
+            if not w.preemptible:
+                continue
             started = w.started_at if w.started_at is not None else rw.allocation.since
-            if w.preemptible and now - started >= min_runtime_s:
-                self.victims.setdefault(n, []).append(rw)
+            if now - started < min_runtime_s:
+                self.young[w.id] = started + min_runtime_s
+            self.victims.setdefault(n, []).append(rw)
         self.now = now
         lost = self.lost
         for lst in self.victims.values():
@@ -113,7 +121,7 @@ class Reclaimer:
             (rw.workload.priority, lost(rw), rw.workload.id, n, k) for k, (n, rw) in enumerate(flat)
         )
         self.order = [(n, flat[k][1]) for *_, n, k in keys]
-        self._failed: set[tuple[Shape, str]] = set()
+        self._failed: set[tuple[Shape, str, float]] = set()
         self._branches: dict[tuple[str, str], tuple[str, str]] = {}
         self._hosts: dict[tuple[int, Shape], bool] = {}
         # per-GPU-model guarantees: (tenant on the chain, model) -> milli held on that model,
@@ -219,6 +227,20 @@ class Reclaimer:
             return Reclaim(n, (), len(chosen), fit)
         return None
 
+    def eligible(self, rw: RunningWorkload) -> bool:
+        """True if `rw` has run `min_runtime_s` by the time victims are chosen for."""
+        due = self.young.get(rw.workload.id) if self.young else None
+        return due is None or due <= self.at
+
+    def preview(self, tenant: str, shape: Shape, skip: set[int], at: float) -> Reclaim | None:
+        """What `find` would choose at time `at` (> now) if nothing changed meanwhile: work
+        that has run `min_runtime_s` by then counts. Changes nothing."""
+        self.at = at
+        try:
+            return self.find(tenant, shape, skip)
+        finally:
+            self.at = self.now
+
     def find(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
         """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`.
 
@@ -228,7 +250,8 @@ class Reclaimer:
         compared and the best set wins, so the cost stays bounded on large clusters.
         Work already stopping on a node is not counted as freed here (another candidate may
         have claimed it); only fresh victims are."""
-        if (shape, tenant) in self._failed:
+        memo = (shape, tenant, self.at)
+        if memo in self._failed:
             return None
         milli = shape.gpu_milli
         best: tuple[tuple, Reclaim] | None = None
@@ -236,8 +259,9 @@ class Reclaimer:
         fits = 0
         rooms: dict[str, tuple[str, int] | None] = {}  # victim tenant -> _room(), this call
         taken = self.taken
+        eligible = self.eligible
         for n, first in self.order:
-            if n in visited or first.workload.id in taken:
+            if n in visited or first.workload.id in taken or not eligible(first):
                 continue
             vt = first.workload.tenant
             if vt not in rooms:
@@ -257,7 +281,7 @@ class Reclaimer:
             if fits >= NODES_COMPARED:
                 break
         if best is None:
-            self._failed.add((shape, tenant))
+            self._failed.add(memo)
             return None
         return best[1]
 
@@ -361,7 +385,9 @@ class Reclaimer:
             self.taken.add(rw.workload.id)
             self.usage.remove(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
             m = self._model_of(rw) if self.model_usage else None
-            for a in self.usage.chain(rw.workload.tenant) if m is not None else ():
+            if m is None:
+                continue
+            for a in self.usage.chain(rw.workload.tenant):
                 if (a, m) in self.model_usage:
                     self.model_usage[(a, m)] -= rw.allocation.gpu_milli
 
@@ -394,7 +420,7 @@ class _Selection:
     def offer(self, rw: RunningWorkload) -> bool:
         """Take `rw` if the victim rules allow it (see the module docstring); True if taken."""
         rc, w = self.rc, rw.workload
-        if w.id in rc.taken:
+        if w.id in rc.taken or not rc.eligible(rw):
             return False
         if w.tenant not in self.rooms:
             self.rooms[w.tenant] = rc._room(self.tenant, self.milli, w.tenant)
@@ -409,8 +435,8 @@ class _Selection:
         g = rw.allocation.gpu_milli
         self.chosen.append(rw)
         self.removed[theirs] = self.removed.get(theirs, 0) + g
-        if rc.model_usage:
-            m = rc._model_of(rw)
+        m = rc._model_of(rw) if rc.model_usage else None
+        if m is not None:
             for a in rc.usage.chain(w.tenant):
                 if (a, m) in rc.model_usage:
                     self.removed_model[(a, m)] = self.removed_model.get((a, m), 0) + g

@@ -36,7 +36,14 @@ class _Run:
 
     __slots__ = ("workloads", "ids", "queue", "demand", "unschedulable")
 
-    def __init__(self, workloads, ids, queue, demand, unschedulable):
+    def __init__(
+        self,
+        workloads: tuple[Workload, ...],
+        ids: frozenset[str],
+        queue: list[Candidate],
+        demand: int,
+        unschedulable: tuple[tuple[str, str], ...],
+    ) -> None:
         self.workloads: tuple[Workload, ...] = workloads
         self.ids: frozenset[str] = ids
         self.queue: list[Candidate] = queue
@@ -44,7 +51,14 @@ class _Run:
         self.unschedulable: tuple[tuple[str, str], ...] = unschedulable
 
     @staticmethod
-    def of(qs: Queues, ws, entries, shapes, tenant_why, whole_only) -> _Run | None:
+    def of(
+        qs: Queues,
+        ws: tuple[Workload, ...],
+        entries: dict[int, tuple],
+        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
+        tenant_why: dict[str, str | None],
+        whole_only: bool,
+    ) -> _Run | None:
         """Classify `ws` (None if a workload is listed twice)."""
         ids = frozenset(w.id for w in ws)
         if len(ids) != len(ws):

@@ -6,7 +6,9 @@ down node may come back) so that "could any node ever hold this?" is cheap.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
 from gpupool.scheduler.capacity import CPU_ONLY, WHOLE, CapacityIndex, Shape
@@ -153,8 +155,62 @@ def behind_text(tenant: str, workload_id: str) -> str:
     )
 
 
+def behind_host_text(tenant: str, workload_id: str, node: str) -> str:
+    """CPU-only work that would fit on a held node, but not beside what its holder needs."""
+    return (
+        f"waiting behind higher-priority work of {tenant} ({workload_id} holds a reservation "
+        f"on {node}, and the CPUs and memory this would use there are kept for it)"
+    )
+
+
 def admission_cap_text(cap: int) -> str:
     return f"waiting for the next cycle (at most {cap} admissions per cycle)"
+
+
+def untried_text(tenant: str, cap: int | None, blocked_by: str | None) -> str:
+    """Why work the cycle never walked waits: the admission cap (`cap`), a blocked head of its
+    tenant's queue without backfill (`blocked_by`), or the next cycle."""
+    if cap is not None:
+        return admission_cap_text(cap)
+    if blocked_by is not None:
+        return (
+            f"waiting behind {blocked_by}, which is ahead in {tenant}'s queue "
+            "and does not fit yet (backfill is off)"
+        )
+    return "waiting for the next cycle"
+
+
+def clock_text(t: float) -> str:
+    """A time on the scheduler's clock (Unix seconds) as '2026-11-25 10:42:05 UTC'."""
+    return datetime.fromtimestamp(round(t), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def names_text(ids: Sequence[str], most: int = 3) -> str:
+    """'a', 'a and b', 'a, b and c', 'a, b, c and 2 more'."""
+    if len(ids) > most:
+        return f"{', '.join(ids[:most])} and {len(ids) - most} more"
+    if len(ids) <= 1:
+        return "".join(ids)
+    return f"{', '.join(ids[:-1])} and {ids[-1]}"
+
+
+def owed_text(
+    tenant: str, milli: int, victims: Sequence[str], tenants: Sequence[str], until: float
+) -> str:
+    """Added to the reason of blocked work whose reclaim is not due yet."""
+    of = f" of {', '.join(tenants)}" if tenants else ""
+    return (
+        f"; {tenant} is owed {gpus_text(milli)} within its guarantee: unless they free up "
+        f"first, they will be taken from {names_text(victims)}{of} at {clock_text(until)}"
+    )
+
+
+def expected_start_text(node: str, at: float) -> str:
+    """Added to the reason of blocked work that holds a reservation on `node`."""
+    return (
+        f"; {node} is reserved for it: expected to start by {clock_text(at)}, when the work "
+        "in its way there reaches its max runtime"
+    )
 
 
 def reclaim_text(n_victims: int, stopping: int) -> str:
@@ -168,9 +224,14 @@ def reclaim_text(n_victims: int, stopping: int) -> str:
 __all__ = [
     "Hardware",
     "admission_cap_text",
+    "behind_host_text",
     "behind_text",
+    "clock_text",
+    "expected_start_text",
     "gpus_text",
     "no_fit_reason",
+    "owed_text",
     "reclaim_text",
+    "untried_text",
     "what",
 ]

@@ -93,13 +93,46 @@ class Preemption:
     reason: str
 
 
+class WaitKind(StrEnum):
+    """What a `Wait` describes."""
+
+    #: its tenant is owed the GPUs (within its guarantee): they will be reclaimed at `until`
+    #: from `victims` unless capacity frees up before
+    OWED = "owed"
+    #: work was preempted for it (`victims`) or is stopping; it starts once that has ended
+    RECLAIMING = "reclaiming"
+    #: it holds a reservation on `node` and waits for capacity there
+    RESERVED = "reserved"
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The structured part of a reason, for the waits that end at a known time or event.
+    Times are on the scheduler's clock (`now`), in seconds."""
+
+    kind: WaitKind
+    #: GPUs (milli) its tenant is owed
+    owed_milli: int = 0
+    #: workloads that are (or will be) preempted for it
+    victims: tuple[str, ...] = ()
+    #: when the scheduler reclaims the GPUs (OWED)
+    until: float | None = None
+    #: the node reserved for it (RESERVED, OWED when it also holds one)
+    node: str | None = None
+    #: when the running work it waits for reaches its max runtime at the latest: it can start
+    #: then unless work ahead of it comes first (None: some of that work has no max runtime)
+    expected_start: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class PendingInfo:
-    """Why a workload still waits. `position` is 1-based within its tenant's queue."""
+    """Why a workload still waits. `position` is 1-based within its tenant's queue; `wait`
+    carries the structure of waits that end at a known time or event (else None)."""
 
     reason: str
     position: int
     tenant_position: int
+    wait: Wait | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,20 +11,30 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
+from prometheus_client.registry import Collector
 
 from gpupool import __version__
 from gpupool.clock import Clock
 from gpupool.executors.base import Executor
 from gpupool.server import problems
+from gpupool.server.agentmetrics import AgentTelemetryCollector
 from gpupool.server.context import AppContext
 from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
 from gpupool.server.metrics import Metrics
-from gpupool.server.routers import accounts, cluster, profiles, reports, system, tenants, workloads
+from gpupool.server.routers import (
+    accounts,
+    agents,
+    cluster,
+    profiles,
+    reports,
+    system,
+    tenants,
+    workloads,
+)
 from gpupool.server.settings import Settings
 from gpupool.store import Store, open_store
 
@@ -36,15 +46,16 @@ def create_app(
     *,
     executor: Executor,
     clock: Clock,
-    telemetry: Any = None,
+    telemetry: Collector | None = None,
     store: Store | None = None,
     forward_to: str | None = None,
 ) -> FastAPI:
     """Build the app. `store` may be given (tests share one); otherwise it is opened from
-    `settings.database_url`. `telemetry`, when given, is a prometheus collector whose series
-    are served on /metrics beside gpupool's own. `forward_to` makes it an API worker's app:
-    requests it does not serve itself go to the primary process at that Unix socket
-    (gpupool.server.forward)."""
+    `settings.database_url`. `telemetry`, when given, is a prometheus collector of this
+    host's GPU series for /metrics (default: rendered from `ctx.samplers`, the telemetry
+    loops' samplers); node agents' series are merged with it. `forward_to` makes it an API
+    worker's app: requests it does not serve itself go to the primary process at that Unix
+    socket (gpupool.server.forward)."""
     own_store = store is None
     store = store or open_store(settings.database_url)
     loops = LoopGroup()
@@ -54,8 +65,10 @@ def create_app(
         executor=executor,
         clock=clock,
         loops=loops,
-        metrics=Metrics(store, telemetry),
+        metrics=Metrics(store),
     )
+    # node agents' GPU series are merged with the local telemetry's (one family per name)
+    ctx.metrics.add_collector(AgentTelemetryCollector(ctx, telemetry))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -68,6 +81,7 @@ def create_app(
         finally:
             await loops.stop_all()
             executor.close()
+            ctx.passwords.close()
             if own_store:
                 store.close()
 
@@ -91,10 +105,12 @@ def create_app(
     else:  # what the workers forward names its client (a no-op without workers)
         app.add_middleware(ClientFromWorker)
     app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(problems.RefuseNul)
     for r in (
         accounts.router,
         tenants.router,
         cluster.router,
+        agents.router,
         workloads.router,
         reports.router,
         profiles.router,

@@ -30,10 +30,6 @@ CACHE_TTL_S = 5.0
 _bearer = HTTPBearer(auto_error=False, description="an API token from POST /api/v1/auth/login")
 
 
-def _in(tenant: str, root: str) -> bool:
-    return tenant == root or tenant.startswith(root + "/")
-
-
 @dataclass(frozen=True, slots=True)
 class Principal:
     """The authenticated caller and what it may do."""

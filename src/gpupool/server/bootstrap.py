@@ -6,6 +6,7 @@ import secrets
 
 from gpupool.domain import Membership, Node, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
+from gpupool.domain.tenancy import check_tenant_name, check_user_name
 from gpupool.server.security import hash_password
 from gpupool.store import NodeRepo, Store, TenantRepo, UserRepo
 from gpupool.store.profiles import ProfileRepo
@@ -19,7 +20,7 @@ def ensure_admin(store: Store, name: str, password: str | None, now: float) -> s
         if any(u.admin for u in users.list()):
             return None
         pw = password or secrets.token_urlsafe(12)
-        users.create(User(name, admin=True), hash_password(pw), now)
+        users.create(User(check_user_name(name), admin=True), hash_password(pw), now)
         return pw
 
 
@@ -28,7 +29,7 @@ def ensure_tenant(store: Store, name: str, now: float, members: tuple[str, ...] 
     with store.write() as s:
         tenants = TenantRepo(s)
         if not tenants.exists(name):
-            tenants.save(Tenant(name), now, create=True)
+            tenants.save(Tenant(check_tenant_name(name)), now, create=True)
         users = UserRepo(s)
         for m in members:
             users.set_membership(Membership(m, name, Role.MEMBER))

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from gpupool.server.bus import Bus
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
+    from gpupool.server.security import PasswordWork
+    from gpupool.server.throttle import LoginThrottle
     from gpupool.server.workload_json import WorkloadJSONMemo
     from gpupool.telemetry.sampler import Sampler
 
@@ -44,6 +46,31 @@ class AppContext:
     workload_json: WorkloadJSONMemo = field(default_factory=lambda: _workload_json())
     #: the other processes of this server, when it runs several (gpupool.server.workers)
     bus: Bus | None = None
+    #: the nodes this server's executor runs work on (the engine's inventory); None: every
+    #: registered node. Nodes only an agent reports (see gpupool.server.services.agents)
+    #: are watched, but the scheduler places nothing there unless they are in this set.
+    work_nodes: frozenset[str] | None = None
+    #: failed logins per account and client (gpupool.server.throttle); made from the store
+    login_throttle: LoginThrottle = None  # type: ignore[assignment]
+    #: the bounded pool that checks and hashes passwords (gpupool.server.security)
+    passwords: PasswordWork = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        from gpupool.server.security import PasswordWork
+        from gpupool.server.throttle import LoginThrottle
+
+        if self.login_throttle is None:
+            self.login_throttle = LoginThrottle(self.store, self.clock)
+        if self.passwords is None:
+            self.passwords = PasswordWork(
+                self.settings.password_threads or None,
+                self.settings.password_queue,
+                self.settings.password_wait_s,
+            )
+
+    def runs_work_on(self, node: str) -> bool:
+        """Whether the scheduler may place work on `node`."""
+        return self.work_nodes is None or node in self.work_nodes
 
     def wake_scheduler(self) -> None:
         """Ask the scheduler loop to run a cycle soon (safe from any thread). In an API
@@ -54,8 +81,9 @@ class AppContext:
 
     def auth_changed(self) -> None:
         """Forget cached tokens here and in the server's other processes (after a
-        revocation or a change of users or roles)."""
+        revocation or a change of users or roles), and the login blocks this process saw."""
         self.auth_cache.clear()
+        self.login_throttle.forget_cached()
         if self.bus is not None:
             self.bus.broadcast(AUTH_CHANGED)
 
@@ -64,6 +92,7 @@ class AppContext:
         arg = text.partition(" ")[2]
         if text == AUTH_CHANGED:
             self.auth_cache.clear()
+            self.login_throttle.forget_cached()
         elif arg and text == wake(arg):
             self.loops.wake(arg)
         else:

@@ -1,6 +1,14 @@
 """Prometheus metrics: `gpupool_*` series from the store (computed at scrape time) and from the
-loops (cycle durations, decisions). Each app has its own registry; a telemetry collector
-(DCGM-compatible GPU series) is registered beside them when given."""
+loops (cycle durations, decisions, wait times). Each app has its own registry; a telemetry
+collector (DCGM-compatible GPU series) is registered beside them when given.
+
+Per tenant, for an admin's fairness dashboard (as KAI Scheduler and Kueue export per queue):
+`gpupool_tenant_guaranteed_gpus`, `gpupool_tenant_limit_gpus` (only where a limit is set),
+`gpupool_tenant_fair_share_gpus` (what the scheduler's water-filling gives it now),
+`gpupool_tenant_allocated_gpus`, `gpupool_tenant_pending_workloads` and
+`gpupool_tenant_pending_gpus`, labelled `tenant`, for every tenant of the tree (an inner
+tenant's values cover its subtree; its guarantee and limit are its own quota); and the
+histogram `gpupool_workload_wait_seconds` (submission to admission) by `tenant` and `kind`."""
 
 from __future__ import annotations
 
@@ -12,7 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpupool.store import AllocationRepo, Store, WorkloadRepo
+from gpupool.scheduler.fairshare import current_fair_shares
+from gpupool.store import AllocationRepo, NodeRepo, Store, TenantRepo, WorkloadRepo
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +62,78 @@ class StoreCollector(Collector):
         yield queue
 
 
+#: Wait-time buckets (seconds): from a free GPU at once to a day in the queue.
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+
+
+class TenantCollector(Collector):
+    """Per tenant: guaranteed, limit, fair share, allocated and pending (see module doc)."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            with self.store.read() as s:
+                tree = TenantRepo(s).tree()
+                nodes = NodeRepo(s).list()
+                running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
+                pending = WorkloadRepo(s).pending()
+        except Exception:  # noqa: BLE001 - a scrape must not fail because the DB hiccups
+            log.exception("metrics: reading the tenants failed")
+            return
+        fair = current_fair_shares(tree, nodes, running, pending)
+        names = [t.name for t in tree]
+        allocated = dict.fromkeys(names, 0.0)
+        waiting = dict.fromkeys(names, 0.0)
+        asked = dict.fromkeys(names, 0.0)
+
+        def up(tenant: str, into: dict[str, float], value: float) -> None:
+            parts = tenant.split("/")
+            for i in range(1, len(parts) + 1):
+                key = "/".join(parts[:i])
+                if key in into:
+                    into[key] += value
+
+        for w, a in running:
+            up(w.tenant, allocated, a.gpu_milli / 1000)
+        for w in pending:
+            up(w.tenant, waiting, 1)
+            up(w.tenant, asked, w.request.total_gpu_milli / 1000)
+
+        def family(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=["tenant"])
+
+        guaranteed = family("gpupool_tenant_guaranteed_gpus", "GPUs guaranteed to the tenant")
+        limit = family("gpupool_tenant_limit_gpus", "Most GPUs the tenant may hold (borrowing)")
+        share = family("gpupool_tenant_fair_share_gpus", "The tenant's fair share of GPUs now")
+        held = family("gpupool_tenant_allocated_gpus", "GPUs the tenant's workloads hold")
+        queued = family("gpupool_tenant_pending_workloads", "The tenant's workloads waiting")
+        queued_gpus = family("gpupool_tenant_pending_gpus", "GPUs the waiting workloads ask for")
+        for t in tree:
+            q = t.quota
+            guaranteed.add_metric([t.name], q.guaranteed_milli / 1000)
+            if q.limit_milli is not None:
+                limit.add_metric([t.name], q.limit_milli / 1000)
+            share.add_metric([t.name], fair.get(t.name, 0) / 1000)
+            held.add_metric([t.name], allocated[t.name])
+            queued.add_metric([t.name], waiting[t.name])
+            queued_gpus.add_metric([t.name], asked[t.name])
+        yield from (guaranteed, limit, share, held, queued, queued_gpus)
+
+
 class Metrics:
     def __init__(self, store: Store, telemetry: Any = None):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StoreCollector(store))
+        self.registry.register(TenantCollector(store))
+        self.wait_seconds = Histogram(
+            "gpupool_workload_wait_seconds",
+            "Time from submission to admission of the workloads admitted, by tenant and kind",
+            ["tenant", "kind"],
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
         self.cycle_seconds = Histogram(
             "gpupool_scheduler_cycle_seconds",
             "Duration of a scheduling cycle (snapshot, decide, apply)",

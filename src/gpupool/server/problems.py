@@ -4,6 +4,7 @@ validation errors an `errors` list with the path of each bad field. Never a trac
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -31,6 +32,16 @@ class NotAuthenticated(DomainError):
     """No valid credentials were given."""
 
 
+class TooManyRequests(DomainError):
+    """Refused for now (429): the caller may retry after `retry_after_s` seconds. The message
+    says why and when."""
+
+    def __init__(self, message: str, retry_after_s: float, retry_at: float | None = None):
+        super().__init__(message)
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
+        self.retry_at = retry_at
+
+
 def problem(
     status: int,
     detail: str,
@@ -38,6 +49,7 @@ def problem(
     title: str | None = None,
     errors: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> JSONResponse:
     phrase = HTTPStatus(status).phrase
     body: dict[str, Any] = {
@@ -48,6 +60,8 @@ def problem(
     }
     if errors is not None:
         body["errors"] = errors
+    if extra:
+        body.update(extra)
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
@@ -82,6 +96,11 @@ def _domain(_: Request, exc: Exception) -> JSONResponse:
         return problem(401, msg, headers={"WWW-Authenticate": "Bearer"})
     if isinstance(exc, PermissionDenied):
         return problem(403, msg)
+    if isinstance(exc, TooManyRequests):
+        extra: dict[str, Any] = {"retry_after_s": exc.retry_after_s}
+        if exc.retry_at is not None:
+            extra["retry_at"] = exc.retry_at
+        return problem(429, msg, headers={"Retry-After": str(exc.retry_after_s)}, extra=extra)
     if isinstance(exc, NotFound):
         return problem(404, msg)
     if isinstance(exc, Conflict | IllegalTransition):
@@ -171,6 +190,33 @@ class BodyLimit:
             title="Request body too large",
         )
         await resp(scope, receive, send)
+
+
+class RefuseNul:
+    """ASGI middleware: a NUL byte (`%00`) in the path or the query string is a 422 before
+    any route sees it (no program or database can take one; bodies are checked by
+    `schemas.base.In`)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            where = None
+            if "\x00" in scope.get("path", "") or b"%00" in (scope.get("raw_path") or b""):
+                where = "path"
+            elif b"%00" in (scope.get("query_string") or b""):
+                where = "query"
+            if where is not None:
+                resp = problem(
+                    422,
+                    f"invalid request: the {where} contains a NUL byte (%00); remove it",
+                    title="Invalid request",
+                    errors=[{"field": where, "message": "contains a NUL byte (%00)"}],
+                )
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _TooLarge(HTTPException):

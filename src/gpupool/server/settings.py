@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from gpupool.domain.retries import StartRetryPolicy
 from gpupool.scheduler.types import SchedulerConfig
 
 
@@ -23,9 +24,17 @@ class Settings:
     reconciler_interval_s: how often the reconciler compares the executor with the store.
     start_loops: run the background loops while the app is serving (tests drive them by hand).
     stop_grace_s: time work gets between the polite stop signal and the forced kill.
+    start_retry: what happens to admitted work the executor could not start: a permanent
+        error fails it, a transient one requeues it after a growing wait, up to
+        `max_attempts` failed starts in a row (docs/scheduler.md, "Start errors").
     api_threads: worker threads for the endpoints. They are CPU-bound and share one GIL, so
         a few serve as many requests as many would, with less switching, and leave the GIL to
         the scheduler loop more often (bench/results/api_load.md).
+    password_threads: threads that check passwords (argon2, ~0.1 s of a core each); 0: half
+        the CPUs. They never serve other requests.
+    password_queue: password checks that may wait for those threads, each at most
+        password_wait_s; more, or longer, are refused with 429 (a login flood cannot pile
+        up, and its clients wait rather than spin).
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -37,7 +46,11 @@ class Settings:
     reconciler_interval_s: float = 2.0
     start_loops: bool = True
     stop_grace_s: float = 30.0
+    start_retry: StartRetryPolicy = field(default_factory=StartRetryPolicy)
     api_threads: int = 4
+    password_threads: int = 0
+    password_queue: int = 64
+    password_wait_s: float = 2.0
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
 
@@ -45,8 +58,9 @@ class Settings:
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
-        GPUPOOL_API_THREADS, GPUPOOL_COOKIE_SECURE), then
-        `overrides`."""
+        GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
+        GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
+        GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S), then `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
         values: dict[str, object] = {}
@@ -59,6 +73,9 @@ class Settings:
             ("scheduler_min_gap_s", float),
             ("stop_grace_s", float),
             ("api_threads", int),
+            ("password_threads", int),
+            ("password_queue", int),
+            ("password_wait_s", float),
         ):
             name = "GPUPOOL_" + key.upper()
             if name in env:
@@ -66,6 +83,20 @@ class Settings:
                     values[key] = conv(env[name])
                 except ValueError:
                     raise ValueError(f"{name}={env[name]!r} is not a number") from None
+        retry: dict[str, object] = {}
+        for key, conv in (
+            ("max_attempts", int),
+            ("backoff_s", float),
+            ("max_backoff_s", float),
+        ):
+            name = "GPUPOOL_START_" + key.upper()
+            if name in env:
+                try:
+                    retry[key] = conv(env[name])
+                except ValueError:
+                    raise ValueError(f"{name}={env[name]!r} is not a number") from None
+        if retry:
+            values["start_retry"] = replace(s.start_retry, **retry)  # type: ignore[arg-type]
         if "GPUPOOL_COOKIE_SECURE" in env:
             values["cookie_secure"] = env["GPUPOOL_COOKIE_SECURE"].lower() in ("1", "true", "yes")
         values.update(overrides)

@@ -41,10 +41,8 @@ if TYPE_CHECKING:
     import uvicorn
 
     from gpupool.jupyterhub.config import HubSettings
-    from gpupool.server.loops.telemetry import TelemetryLoop
     from gpupool.server.workers import WorkerPool
     from gpupool.supervise import Supervisor
-    from gpupool.telemetry.sampler import Frame
 
 log = logging.getLogger(__name__)
 DEFAULT_TENANT = "default"
@@ -272,7 +270,11 @@ def _assemble(
         executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())
-    _add_loops(app.state.ctx, engine)
+    ctx: AppContext = app.state.ctx
+    # the scheduler places work only on the engine's nodes (agents' nodes are watched); an
+    # engine that brings no nodes (the tests' fake one) runs work on every registered node
+    ctx.work_nodes = frozenset(n.name for n in nodes) if nodes else None
+    _add_loops(ctx, engine)
     system = System(s, engine, app, store, executor, say, hub, password)
 
     if s.data_dir is not None:
@@ -298,12 +300,14 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     from gpupool.server.loops.accounting import AccountingLoop
     from gpupool.server.loops.checkpoint import CheckpointLoop
     from gpupool.server.loops.culler import CullerLoop
+    from gpupool.server.loops.history import HistoryLoop
+    from gpupool.server.loops.nodewatch import NodeWatchLoop
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.scheduler import SchedulerLoop
     from gpupool.server.loops.telemetry import TelemetryLoop
-    from gpupool.telemetry.exporter import TelemetryCollector
 
     ctx.loops.add(SchedulerLoop(ctx))
+    ctx.loops.add(NodeWatchLoop(ctx))
     if ctx.store.dialect == "sqlite":
         ctx.loops.add(CheckpointLoop(ctx))
     mps = engine.mps()
@@ -321,8 +325,7 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
         tl = TelemetryLoop(ctx, t.source, node=t.node, kill=t.kill)
         if len(sampled) > 1:
             tl.name = f"telemetry-{t.node}"
-        ctx.loops.add(tl)
-        ctx.metrics.add_collector(TelemetryCollector(_latest_frame(tl), t.node))
+        ctx.loops.add(tl)  # its sampler joins ctx.samplers: /metrics and the dashboard read it
         by_node[t.node] = tl
     if len(by_node) == 1:
         (tl,) = by_node.values()
@@ -347,11 +350,7 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     else:
         ctx.loops.add(CullerLoop(ctx))
         ctx.loops.add(AccountingLoop(ctx))
-
-
-def _latest_frame(loop: TelemetryLoop) -> Callable[[], Frame | None]:
-    """What `/metrics` renders for one telemetry loop: its latest frame."""
-    return lambda: loop.sampler.latest
+    ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
 
 
 def _start_workers(system: System) -> WorkerPool:

@@ -76,11 +76,13 @@ def with_allocation(obj: JSONObject, a: Allocation) -> JSONObject:
 
 
 def queue_entry(position: int, tenant_position: int, reason: str, obj: JSONObject) -> JSONObject:
-    """One entry of GET /queue (as QueueEntryOut dumps it)."""
+    """One entry of GET /queue (as QueueEntryOut dumps it); `wait` is the workload's."""
+    pending = obj.get("pending")
     return {
         "position": position,
         "tenant_position": tenant_position,
         "reason": reason,
+        "wait": pending.get("wait") if pending else None,
         "workload": obj,
     }
 

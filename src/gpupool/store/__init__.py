@@ -8,6 +8,8 @@ from gpupool.store.cluster import NodeRepo
 from gpupool.store.db import Store, StoreError, open_store
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.events import EventRepo
+from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
+from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
 from gpupool.store.profiles import ProfileRepo
 from gpupool.store.tenancy import TenantRepo, Token, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
@@ -25,9 +27,14 @@ __all__ = [
     "AllocationRepo",
     "Conflict",
     "EventRepo",
+    "GpuPeriod",
+    "HistoryRepo",
     "NodeRepo",
+    "NodeReportRepo",
+    "NodeTokenRepo",
     "NotFound",
     "ProfileRepo",
+    "Retention",
     "Store",
     "StoreError",
     "TenantRepo",

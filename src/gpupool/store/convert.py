@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import MappingProxyType
 
 from gpupool.domain import (
@@ -25,6 +26,7 @@ from gpupool.domain import (
     WorkloadState,
 )
 from gpupool.domain.profiles import Profile
+from gpupool.scheduler.types import Wait, WaitKind
 from gpupool.store.rows import (
     AllocationRow,
     EventRow,
@@ -156,6 +158,40 @@ def membership_to_domain(row: MembershipRow) -> Membership:
 # -- workloads --------------------------------------------------------------------------------
 
 
+def wait_to_json(w: Wait) -> str:
+    """A scheduler Wait as the JSON text stored in `workloads.pending_wait`."""
+    return json.dumps(
+        {
+            "kind": str(w.kind),
+            "owed_milli": w.owed_milli,
+            "victims": list(w.victims),
+            "until": w.until,
+            "node": w.node,
+            "expected_start": w.expected_start,
+        },
+        separators=(",", ":"),
+    )
+
+
+def wait_from_json(text: str | None) -> Wait | None:
+    """The Wait stored by `wait_to_json` (None for NULL or a kind this version does not know)."""
+    if not text:
+        return None
+    d = json.loads(text)
+    try:
+        kind = WaitKind(d["kind"])
+    except (KeyError, ValueError):
+        return None
+    return Wait(
+        kind,
+        owed_milli=int(d.get("owed_milli") or 0),
+        victims=tuple(d.get("victims") or ()),
+        until=d.get("until"),
+        node=d.get("node"),
+        expected_start=d.get("expected_start"),
+    )
+
+
 def workload_to_domain(row: WorkloadRow) -> Workload:
     return Workload(
         id=row.id,
@@ -177,6 +213,8 @@ def workload_to_domain(row: WorkloadRow) -> Workload:
         exit_code=row.exit_code,
         reason=row.reason,
         preemptions=row.preemptions,
+        start_attempts=row.start_attempts or 0,
+        retry_at=row.retry_at,
     )
 
 
@@ -201,6 +239,8 @@ def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
     row.exit_code = w.exit_code
     row.reason = w.reason
     row.preemptions = w.preemptions
+    row.start_attempts = w.start_attempts
+    row.retry_at = w.retry_at
     return row
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from gpupool.domain import Event
 from gpupool.store.convert import event_to_domain, event_to_row
 from gpupool.store.rows import EventRow
+from gpupool.store.scoping import in_subtrees, starts_with
 
 
 class EventRepo:
@@ -35,16 +36,14 @@ class EventRepo:
         if workload_id is not None:
             q = q.where(EventRow.workload_id == workload_id)
         if tenants is not None:
-            conds = []
-            for t in tenants:
-                conds += [EventRow.tenant == t, EventRow.tenant.startswith(t + "/")]
+            scope = in_subtrees(EventRow.tenant, tenants)
             if user is not None:
-                conds.append(EventRow.user == user)
-            q = q.where(or_(*conds)) if conds else q.where(EventRow.id < 0)
+                scope = or_(scope, EventRow.user == user)
+            q = q.where(scope)
         elif user is not None:
             q = q.where(EventRow.user == user)
         if kind:
-            q = q.where(EventRow.kind.startswith(kind))
+            q = q.where(starts_with(EventRow.kind, kind))
         if since is not None:
             q = q.where(EventRow.at >= since)
         return [(r.id, event_to_domain(r)) for r in self.s.scalars(q)]

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -162,6 +163,9 @@ class WorkloadRow(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     # The latest why-pending from the scheduler (cleared on admission).
     pending_reason: Mapped[str | None] = mapped_column(Text)
+    # Its structured part (scheduler.Wait as JSON text; see store.convert.wait_to_json), for
+    # waits that end at a known time or event; NULL otherwise.
+    pending_wait: Mapped[str | None] = mapped_column(Text)
     queue_position: Mapped[int | None] = mapped_column(Integer)
     tenant_position: Mapped[int | None] = mapped_column(Integer)
     # The executor's reference to the launched work (pid, pod, Slurm job id).
@@ -172,6 +176,10 @@ class WorkloadRow(Base):
     stop_state: Mapped[str | None] = mapped_column(String(16))
     stop_reason: Mapped[str | None] = mapped_column(Text)
     stop_requested_at: Mapped[float | None] = mapped_column(Float)
+    # Failed starts in a row, and the time before which pending work is not tried again
+    # (gpupool.domain.retries): kept here so a restart neither resets nor forgets them.
+    start_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retry_at: Mapped[float | None] = mapped_column(Float)
 
 
 class AllocationRow(Base):
@@ -241,6 +249,29 @@ class UsageRow(Base):
     gpu_memory_mib_max: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class GpuHistoryRow(Base):
+    """GPU utilization and memory over time: one row per GPU, resolution and period.
+
+    `resolution_s` is 60 (one row per minute, kept two days) or 3600 (one row per hour, rolled
+    up from the minutes, kept 90 days); `t` is the period's start (epoch seconds, a multiple of
+    the resolution). Means are over the period's samples; `samples` weights them in rollups."""
+
+    __tablename__ = "gpu_history"
+    __table_args__ = (Index("ix_gpu_history_resolution_t", "resolution_s", "t"),)
+
+    gpu_uuid: Mapped[str] = mapped_column(String(128), primary_key=True)
+    resolution_s: Mapped[int] = mapped_column(Integer, primary_key=True)
+    t: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    node: Mapped[str] = mapped_column(String(253), default="")
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    util: Mapped[float | None] = mapped_column(Float)
+    util_max: Mapped[float | None] = mapped_column(Float)
+    memory_mib: Mapped[float | None] = mapped_column(Float)
+    memory_mib_max: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    temperature_c: Mapped[float | None] = mapped_column(Float)
+
+
 class ProfileRow(Base):
     __tablename__ = "profiles"
 
@@ -255,3 +286,34 @@ class ProfileRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     image: Mapped[str | None] = mapped_column(String(512))
     tenants: Mapped[list[Any]] = mapped_column(default=list)
+
+
+class LoginThrottleRow(Base):
+    """Failed logins of one account or one client address (`key`: `account:NAME`,
+    `client:ADDRESS`), kept by `gpupool.server.throttle`. `level` is the recent failures (it
+    drains over time); logins with this key are refused until `blocked_until`."""
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    level: Mapped[float] = mapped_column(Float, default=0.0)
+    last_failure_at: Mapped[float] = mapped_column(Float)
+    blocked_until: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class IdempotencyKeyRow(Base):
+    """A submission's `Idempotency-Key`, per user: a retried `POST /workloads` with the same
+    key answers with `workload_id` instead of submitting again. `request_hash` is the SHA-256
+    of the request body, so the same key with another body is refused."""
+
+    __tablename__ = "idempotency_keys"
+
+    user: Mapped[str] = mapped_column(
+        ForeignKey("users.name", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    workload_id: Mapped[str] = mapped_column(
+        ForeignKey("workloads.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import Membership, Role, Tenant, TenantTree, User
-from gpupool.domain.tenancy import validate_tenant_path
+from gpupool.domain.tenancy import in_subtree, validate_tenant_path
 from gpupool.store.convert import (
     membership_to_domain,
     tenant_to_domain,
@@ -267,6 +267,14 @@ class TokenRepo:
         self.s.flush()
         return _token(row)
 
+    def revoke_all(self, user: str, now: float, *, keep: str | None = None) -> int:
+        """Revoke every live token of `user` except `keep`; returns how many."""
+        q = update(TokenRow).where(TokenRow.user == user, TokenRow.revoked_at.is_(None))
+        if keep is not None:
+            q = q.where(TokenRow.id != keep)
+        res = self.s.execute(q.values(revoked_at=now))
+        return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
     def touch(self, token_id: str, now: float) -> None:
         row = self.s.get(TokenRow, token_id)
         if row is not None:
@@ -276,7 +284,7 @@ class TokenRepo:
 def role_in(memberships: list[Membership], tenant: str) -> Role | None:
     """The strongest role a user holds on `tenant` through it or one of its ancestors."""
     order = [Role.TENANT_ADMIN, Role.MEMBER, Role.VIEWER]
-    found = [m.role for m in memberships if tenant == m.tenant or tenant.startswith(m.tenant + "/")]
+    found = [m.role for m in memberships if in_subtree(tenant, m.tenant)]
     for r in order:
         if r in found:
             return r

@@ -6,10 +6,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.store.rows import UsageRow
+from gpupool.store.scoping import in_subtrees
 
 GroupBy = Literal["user", "tenant", "day", "workload"]
 
@@ -103,10 +104,7 @@ class UsageRepo:
         if to_day:
             q = q.where(UsageRow.day <= to_day)
         if tenants is not None:
-            conds = []
-            for t in tenants:
-                conds += [UsageRow.tenant == t, UsageRow.tenant.startswith(t + "/")]
-            q = q.where(or_(*conds)) if conds else q.where(UsageRow.id < 0)
+            q = q.where(in_subtrees(UsageRow.tenant, tenants))
         if user is not None:
             q = q.where(UsageRow.user == user)
         return [

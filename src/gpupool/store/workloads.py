@@ -35,11 +35,14 @@ from gpupool.store.convert import (
     allocation_to_row,
     event_to_row,
     share_to_domain,
+    wait_from_json,
+    wait_to_json,
     workload_to_domain,
     workload_to_row,
 )
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, WorkloadRow
+from gpupool.store.scoping import in_subtree, in_subtrees
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -86,6 +89,7 @@ def _record(row: WorkloadRow) -> WorkloadRecord:
             reason=row.pending_reason,
             position=row.queue_position or 0,
             tenant_position=row.tenant_position or 0,
+            wait=wait_from_json(row.pending_wait),
         )
     stopping = None
     if row.stop_state is not None:
@@ -134,8 +138,9 @@ class WorkloadRepo:
     def get(self, workload_id: str) -> Workload:
         return workload_to_domain(self._row(workload_id))
 
-    def record(self, workload_id: str) -> WorkloadRecord:
-        return _record(self._row(workload_id))
+    def record(self, workload_id: str, *, lock: bool = False) -> WorkloadRecord:
+        """The stored workload; `lock`: hold its row until the transaction ends."""
+        return _record(self._row(workload_id, lock=lock))
 
     def list(self, **filters: Any) -> list[WorkloadRecord]:
         """Workloads matching all filters (see `rows`), as records."""
@@ -162,16 +167,12 @@ class WorkloadRepo:
         if states:
             q = q.where(WorkloadRow.state.in_([str(s) for s in states]))
         if tenants is not None:
-            conds = []
-            for t in tenants:
-                conds += [WorkloadRow.tenant == t, WorkloadRow.tenant.startswith(t + "/")]
+            scope = in_subtrees(WorkloadRow.tenant, tenants)
             if visible_to_user is not None:
-                conds.append(WorkloadRow.owner == visible_to_user)
-            q = q.where(or_(*conds)) if conds else q.where(WorkloadRow.id == "")
+                scope = or_(scope, WorkloadRow.owner == visible_to_user)
+            q = q.where(scope)
         if tenant is not None:
-            q = q.where(
-                or_(WorkloadRow.tenant == tenant, WorkloadRow.tenant.startswith(tenant + "/"))
-            )
+            q = q.where(in_subtree(WorkloadRow.tenant, tenant))
         if owner is not None:
             q = q.where(WorkloadRow.owner == owner)
         if kind is not None:
@@ -220,6 +221,7 @@ class WorkloadRepo:
         workload_to_row(new, row)
         if to is not WorkloadState.PENDING:
             row.pending_reason = row.queue_position = row.tenant_position = None
+            row.pending_wait = None
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
             AllocationRepo(self.s).release(workload_id, now)
             row.stop_state = row.stop_reason = row.stop_requested_at = None
@@ -243,28 +245,34 @@ class WorkloadRepo:
         if not infos:
             return
         ids = list(infos)
-        stored: dict[str, tuple[str | None, int | None, int | None]] = {}
+        stored: dict[str, tuple[str | None, int | None, int | None, str | None]] = {}
         for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             q = select(
                 WorkloadRow.id,
                 WorkloadRow.pending_reason,
                 WorkloadRow.queue_position,
                 WorkloadRow.tenant_position,
+                WorkloadRow.pending_wait,
             ).where(
                 WorkloadRow.id.in_(ids[i : i + 500]),
                 WorkloadRow.state == str(WorkloadState.PENDING),
             )
-            stored.update((wid, (r, qp, tp)) for wid, r, qp, tp in self.s.execute(q))
-        params = [
-            {
-                "id": wid,
-                "pending_reason": info.reason,
-                "queue_position": info.position,
-                "tenant_position": info.tenant_position,
-            }
-            for wid, info in infos.items()
-            if wid in stored and stored[wid] != (info.reason, info.position, info.tenant_position)
-        ]
+            stored.update((wid, (r, qp, tp, pw)) for wid, r, qp, tp, pw in self.s.execute(q))
+        params = []
+        for wid, info in infos.items():
+            if wid not in stored:
+                continue
+            wait = None if info.wait is None else wait_to_json(info.wait)
+            if stored[wid] != (info.reason, info.position, info.tenant_position, wait):
+                params.append(
+                    {
+                        "id": wid,
+                        "pending_reason": info.reason,
+                        "queue_position": info.position,
+                        "tenant_position": info.tenant_position,
+                        "pending_wait": wait,
+                    }
+                )
         if params:
             self.s.execute(update(WorkloadRow), params)
 
@@ -298,6 +306,13 @@ class WorkloadRepo:
 
     def set_executor_ref(self, workload_id: str, ref: str | None) -> None:
         self._row(workload_id).executor_ref = ref
+
+    def set_start_retry(self, workload_id: str, attempts: int, retry_at: float | None) -> None:
+        """Record a failed start: `attempts` in a row, and when to try again (None: not)."""
+        row = self._row(workload_id)
+        row.start_attempts = attempts
+        row.retry_at = retry_at
+        self.s.flush()
 
 
 class AllocationRepo:

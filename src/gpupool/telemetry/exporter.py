@@ -1,10 +1,14 @@
 """Prometheus metrics: DCGM-exporter-compatible GPU series plus gpupool's own.
 
-DCGM series (gauges, same names, units and labels as NVIDIA's dcgm-exporter, so its
-Grafana dashboard works unchanged): `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` and
+DCGM series (same names, units and labels as NVIDIA's dcgm-exporter, so its Grafana
+dashboard works unchanged): `DCGM_FI_DEV_GPU_UTIL` (%), `DCGM_FI_DEV_FB_USED` and
 `DCGM_FI_DEV_FB_FREE` (MiB), `DCGM_FI_DEV_GPU_TEMP` (C), `DCGM_FI_DEV_POWER_USAGE` (W),
-labelled `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
-`DCGM_FI_DRIVER_VERSION`. A value that is N/A is left out rather than faked.
+`DCGM_FI_DEV_SM_CLOCK` and `DCGM_FI_DEV_MEM_CLOCK` (MHz),
+`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (mJ since the driver loaded; it only goes up: use
+`rate()`/`increase()`), labelled `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
+`DCGM_FI_DRIVER_VERSION`. A value that is N/A is left out rather than faked. All are gauges:
+dcgm-exporter types the energy as a counter, but a Prometheus client would rename a counter
+to `..._total`, and the name is what dashboards query.
 
 gpupool series: `gpupool_gpu_info` (simulated flag, health, MIG), `gpupool_gpu_healthy`,
 `gpupool_gpu_process_memory_bytes` and `gpupool_gpu_process_sm_util` labelled with user,
@@ -42,6 +46,13 @@ _DCGM = (
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda g: g.memory_free_mib),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda g: g.temperature_c),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda g: g.power_w),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda g: g.sm_clock_mhz),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda g: g.mem_clock_mhz),
+    (
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since boot (in mJ).",
+        lambda g: g.energy_mj,
+    ),
 )
 
 

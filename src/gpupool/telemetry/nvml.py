@@ -90,6 +90,11 @@ class _Reads:
             return _NA
 
 
+def _clock(module: ModuleType, name: str, default: int) -> int:
+    """NVML's clock type constant (`NVML_CLOCK_SM` = 1, `NVML_CLOCK_MEM` = 2)."""
+    return int(getattr(module, f"NVML_CLOCK_{name}", default))
+
+
 def _describe(exc: Exception) -> str:
     text = str(exc) or type(exc).__name__
     return text if len(text) < 200 else text[:197] + "..."
@@ -266,6 +271,9 @@ class NVMLSource:
         temp_sensor = getattr(self.m, "NVML_TEMPERATURE_GPU", 0)
         temp = _opt(r.get("temperature", "nvmlDeviceGetTemperature", h, temp_sensor))
         power = _opt(r.get("power", "nvmlDeviceGetPowerUsage", h))
+        sm_clock = _opt(r.get("sm clock", "nvmlDeviceGetClockInfo", h, _clock(self.m, "SM", 1)))
+        mem_clock = _opt(r.get("mem clock", "nvmlDeviceGetClockInfo", h, _clock(self.m, "MEM", 2)))
+        energy = _opt(r.get("energy", "nvmlDeviceGetTotalEnergyConsumption", h))  # mJ
         mig_enabled = self._mig_enabled(r, h, index, now)
         procs = self._processes(r, h, index, ident.uuid, now, None)
         mig_devices: tuple[MigDeviceSnapshot, ...] = ()
@@ -289,6 +297,9 @@ class NVMLSource:
             temperature_c=None if temp is None else float(temp),
             power_w=None if power is None else power / 1000.0,
             power_limit_w=ident.power_limit_w,
+            sm_clock_mhz=None if sm_clock is None else float(sm_clock),
+            mem_clock_mhz=None if mem_clock is None else float(mem_clock),
+            energy_mj=None if energy is None else int(energy),
             pci_bus_id=ident.pci_bus_id,
             minor_number=ident.minor_number,
             mig_enabled=mig_enabled,

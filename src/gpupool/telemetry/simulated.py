@@ -33,6 +33,15 @@ KNOWN_MODELS: dict[str, tuple[str, int, float]] = {
     "V100-32GB": ("Tesla V100-SXM2-32GB", 32768, 300.0),
     "T4-16GB": ("Tesla T4", 15360, 70.0),
 }
+# NVML name -> (max SM clock, memory clock) in MHz; others get IDLE_/DEFAULT_CLOCKS_MHZ
+MODEL_CLOCKS_MHZ: dict[str, tuple[float, float]] = {
+    "NVIDIA H100 80GB HBM3": (1980.0, 2619.0),
+    "NVIDIA H200": (1980.0, 3201.0),
+    "NVIDIA A100-SXM4-40GB": (1410.0, 1215.0),
+    "NVIDIA A100-SXM4-80GB": (1410.0, 1593.0),
+}
+DEFAULT_CLOCKS_MHZ = (1500.0, 1500.0)
+IDLE_SM_CLOCK_MHZ = 345.0
 _DEFAULT_MEMORY = {k.split("-")[0]: k for k in KNOWN_MODELS if k != "A100-80GB"}
 _ENTRY = re.compile(r"^(?:(\d+)\s*[xX]\s*)?([A-Za-z][A-Za-z0-9]*)(?:-(\d+)GB)?$")
 SPEC_HELP = (
@@ -103,9 +112,20 @@ class _SimGPU:
     power_w: float | None = None
     failing: set[str] = field(default_factory=set)
     lost: bool = False
+    energy_mj: float = 0.0  # integrated from the power of each snapshot
+    energy_t: float | None = None
 
 
-FAILABLE = ("memory", "utilization", "temperature", "power", "processes", "process_utilization")
+FAILABLE = (
+    "memory",
+    "utilization",
+    "temperature",
+    "power",
+    "clocks",
+    "energy",
+    "processes",
+    "process_utilization",
+)
 
 
 class SimulatedSource:
@@ -244,6 +264,13 @@ class SimulatedSource:
         if power is None:
             power = round(0.1 * g.model.power_limit_w + 0.9 * g.model.power_limit_w * util / 100, 1)
         mem_ok = "memory" not in g.failing
+        # energy counts up with the power drawn since the last snapshot (mJ, like NVML)
+        if g.energy_t is not None and now > g.energy_t:
+            g.energy_mj += power * (now - g.energy_t) * 1000.0
+        g.energy_t = now
+        max_sm, mem_clock = MODEL_CLOCKS_MHZ.get(g.model.name, DEFAULT_CLOCKS_MHZ)
+        sm_clock = max_sm if util > 0 else IDLE_SM_CLOCK_MHZ
+        clocks_ok = "clocks" not in g.failing
         return GPUSnapshot(
             index=g.index,
             uuid=g.uuid,
@@ -261,6 +288,9 @@ class SimulatedSource:
             temperature_c=g.temperature_c if "temperature" not in g.failing else None,
             power_w=power if "power" not in g.failing else None,
             power_limit_w=g.model.power_limit_w,
+            sm_clock_mhz=sm_clock if clocks_ok else None,
+            mem_clock_mhz=mem_clock if clocks_ok else None,
+            energy_mj=int(g.energy_mj) if "energy" not in g.failing else None,
             pci_bus_id=f"00000000:{0x18 + g.index:02X}:00.0",
             minor_number=g.index,
             mig_enabled=False,

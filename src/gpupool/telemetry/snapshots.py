@@ -2,7 +2,8 @@
 
 Every value NVML may fail to give is optional: `None` means "not available" (the driver
 lacks the function, the GPU does not support it, or the call failed). Memory is in bytes,
-utilization in percent (0-100), temperature in degrees C, power in watts.
+utilization in percent (0-100), temperature in degrees C, power in watts, clocks in MHz,
+energy in millijoules (since the driver was loaded, as NVML and DCGM count it).
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class GPUSnapshot:
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    energy_mj: int | None = None
     pci_bus_id: str | None = None
     minor_number: int | None = None
     mig_enabled: bool | None = None

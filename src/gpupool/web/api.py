@@ -2,7 +2,9 @@
 
 - `GET /dashboard/cluster`: every node and GPU with live readings and holders (one call per
   refresh instead of nodes + GPUs + workloads + telemetry).
-- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time.
+- `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time, from the
+  store's GPU history (per-minute rows for two days, hourly rows for 90) and, for the minutes
+  not yet written there, the telemetry samplers in memory.
 
 Both need a logged-in user (the server's `authenticated` dependency). Any role may read them:
 everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone can see").
@@ -10,18 +12,33 @@ everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 
 from gpupool.domain import ValidationError
+from gpupool.domain.tenancy import in_subtree
 from gpupool.scheduler.fairshare import current_fair_shares
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.store.history import HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.web.page_data import RANGES_S, cluster_view, gpu_history_view, tenant_live_view
+from gpupool.web.page_data import (
+    MAX_POINTS,
+    RANGES_S,
+    cluster_view,
+    gpu_history_view,
+    tenant_live_view,
+)
 
 
 def _frames(ctx: AppContext) -> list[Frame]:
-    return [s.latest for s in ctx.samplers if s.latest is not None]
+    """The local samplers' latest frames, then those of the nodes' agents (their reports)."""
+    from gpupool.server.services.agents import report_frames
+
+    local = [s.latest for s in ctx.samplers if s.latest is not None]
+    return local + report_frames(ctx)
 
 
 def _history(ctx: AppContext, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:
@@ -37,12 +54,72 @@ def _history(ctx: AppContext, uuids: set[str], per_minute: bool) -> dict[str, li
     return out
 
 
+def _stored_history(
+    s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
+) -> dict[str, list[GPUPoint]]:
+    """GPU uuid -> its points from the store, one per slot of the chart's grid (at the slot's
+    middle; slots aligned to whole widths): per-minute rows where the range is within their
+    retention, else hourly rows and the minutes after the newest hour."""
+    repo = HistoryRepo(s)
+    width = max(1, range_s // MAX_POINTS)
+    start = int(now - range_s) // width * width
+    grid = {"start": start, "width": width, "count": MAX_POINTS + 1}
+    parts = []
+    minutes_from = None
+    if range_s > retention.fine_keep_s:
+        newest_hour = repo.newest(retention.coarse_s)
+        if newest_hour is not None:
+            minutes_from = newest_hour + retention.coarse_s
+            parts.append(
+                repo.buckets(uuids, **grid, resolution_s=retention.coarse_s, until=minutes_from)
+            )
+    parts.append(repo.buckets(uuids, **grid, resolution_s=retention.fine_s, since=minutes_from))
+    out: dict[str, list[GPUPoint]] = {}
+    for part in parts:
+        for uuid, pts in part.items():
+            out.setdefault(uuid, []).extend(GPUPoint(*p) for p in pts)
+    return out
+
+
+class HistoryCache:
+    """The store's chart points per range, reused until the store has a newer minute or hour
+    or a slot width has passed: the history changes once a minute, and over 24 h of many GPUs
+    the query is the dashboard's most expensive (bench/results/history_size.md)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple, tuple[float, dict[str, list[GPUPoint]]]] = {}
+
+    def get(
+        self, s: Any, retention: Retention, uuids: list[str], *, now: float, range_s: int
+    ) -> dict[str, list[GPUPoint]]:
+        repo = HistoryRepo(s)
+        key = (
+            range_s,
+            tuple(uuids),
+            repo.newest(retention.fine_s),
+            repo.newest(retention.coarse_s),
+        )
+        width = max(1, range_s // MAX_POINTS)
+        with self._lock:
+            hit = self._entries.get(key)
+        if hit is not None and 0 <= now - hit[0] < width:
+            return {u: list(p) for u, p in hit[1].items()}
+        points = _stored_history(s, retention, uuids, now=now, range_s=range_s)
+        with self._lock:
+            self._entries = {k: v for k, v in self._entries.items() if k[0] != range_s}
+            self._entries[key] = (now, points)
+        return {u: list(p) for u, p in points.items()}
+
+
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
+    from gpupool.server.loops.history import HistoryLoop
     from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
+    history_cache = HistoryCache()  # one per app: each app includes its own router
 
     # Responses are built as plain dicts and sent as JSONResponse (no response-model pass:
     # these are the dashboard's hottest calls).
@@ -70,9 +147,7 @@ def create_api_router() -> APIRouter:
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
         if roots is not None:
-            view = {
-                t: v for t, v in view.items() if any(t == r or t.startswith(r + "/") for r in roots)
-            }
+            view = {t: v for t, v in view.items() if any(in_subtree(t, r) for r in roots)}
         return JSONResponse({"now": ctx.clock.now(), "tenants": view})
 
     @router.get(
@@ -91,10 +166,19 @@ def create_api_router() -> APIRouter:
                 f"range_s must be one of {', '.join(map(str, RANGES_S))} (1 h, 24 h, 7 d, 30 d)",
                 "range_s",
             )
+        now = ctx.clock.now()
+        loop = ctx.loops.get("history")
+        retention = loop.retention if isinstance(loop, HistoryLoop) else Retention()
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-        # The sampler keeps every sample for an hour and per-minute means for a week.
-        hist = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
-        return JSONResponse(gpu_history_view(gpus, hist, now=ctx.clock.now(), range_s=range_s))
+            hist = history_cache.get(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
+        # The samplers' memory wins where it reaches (every sample of the last hour, or
+        # per-minute means, the minute in progress included); the store covers before that.
+        half = max(1, range_s // MAX_POINTS) / 2
+        live = _history(ctx, {g[1] for g in gpus}, per_minute=range_s > 3600)
+        for uuid, pts in live.items():
+            older = [p for p in hist.get(uuid, ()) if p.t - half < pts[0].t]
+            hist[uuid] = [*older, *pts]
+        return JSONResponse(gpu_history_view(gpus, hist, now=now, range_s=range_s))
 
     return router

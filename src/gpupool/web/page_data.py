@@ -38,8 +38,8 @@ def cluster_view(
 ) -> dict[str, Any]:
     """Every node and GPU with its live readings and holders, plus a summary.
 
-    A GPU's `status` is `down` (unhealthy or node down), `idle` (held, telemetry says idle),
-    `busy` (held) or `free`. Readings are None where no telemetry covers the GPU.
+    A GPU's `status` is `down` (unhealthy, node down or unknown), `idle` (held, telemetry says
+    idle), `busy` (held) or `free`. Readings are None where no telemetry covers the GPU.
     """
     holders: dict[str, list[dict[str, Any]]] = {}
     for w, a in running:
@@ -87,7 +87,7 @@ def cluster_view(
             any_simulated = any_simulated or simulated
             if (
                 g.health is not GPUHealth.HEALTHY
-                or n.state is NodeState.DOWN
+                or n.state in (NodeState.DOWN, NodeState.UNKNOWN)
                 or (r is not None and not r.healthy)
             ):
                 status = "down"

@@ -2,7 +2,12 @@
 
 Applying is "assume, then commit": each admission is committed on its own (allocation +
 `admitted`, refused by the store if a GPU no longer has room), then the executor starts the
-work; if it cannot, the admission is rolled back and the workload requeued with the reason.
+work. If it cannot, the admission is rolled back and `settings.start_retry` decides
+(`domain.retries`): a permanent error fails the workload with the message; a transient one
+requeues it, but it sits out the cycles until its `retry_at` (a wait that doubles with each
+failure) and fails after `max_attempts` failures in a row. Meanwhile it reserves nothing and
+the work behind it is admitted: one workload that cannot start never blocks the pool. Each
+failure is one log line.
 Preemptions stop the victim through `services.lifecycle` (its GPUs stay held until the work
 has ended). Work no node could ever hold fails with the scheduler's reason. Every other
 pending workload gets its why-pending and queue positions stored.
@@ -15,8 +20,10 @@ import time
 from dataclasses import dataclass, field
 
 from gpupool.domain import Allocation, Workload, WorkloadState
-from gpupool.executors.base import ExecState, ExecStatus, ExecutorError, Handle
+from gpupool.domain.retries import backing_off, retry_reason
+from gpupool.executors.base import ExecState, ExecStatus, ExecutorError, Handle, StartError
 from gpupool.scheduler import Decisions, SchedulerCache, Snapshot, cycle
+from gpupool.scheduler.types import PendingInfo
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle
@@ -46,6 +53,10 @@ class CycleReport:
     raced: dict[str, str] = field(default_factory=dict)
     preempted: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    #: workloads whose start failed for good (permanent error or out of tries) -> reason
+    start_gave_up: dict[str, str] = field(default_factory=dict)
+    #: pending workloads left out of this cycle: their start failed, they retry later
+    backing_off: list[str] = field(default_factory=list)
     pending: int = 0
     seconds: float = 0.0
 
@@ -76,10 +87,12 @@ class SchedulerLoop(Loop):
         #: pending workload id -> node where work was preempted for it (Snapshot.nominated);
         #: kept in memory like Kubernetes' nominatedNodeName (a restart forgets it: harmless)
         self.nominated: dict[str, str] = {}
+        #: workloads whose start failed in the current pass and that will retry
+        self._retrying: list[Workload] = []
 
-    def snapshot(self) -> tuple[Snapshot, list]:
+    def snapshot(self) -> tuple[Snapshot, list[Workload]]:
         with self.ctx.store.read() as s:
-            nodes = tuple(NodeRepo(s).list())
+            nodes = tuple(n for n in NodeRepo(s).list() if self.ctx.runs_work_on(n.name))
             tree = TenantRepo(s).tree()
             running = tuple(AllocationRepo(s).running())
             pending = WorkloadRepo(s).pending()
@@ -94,13 +107,18 @@ class SchedulerLoop(Loop):
         now = self.ctx.clock.now()
         snap, pending = self.snapshot()
         report = CycleReport()
-        if pending or any(r.stopping for r in snap.running):
+        waiting = [w for w in pending if backing_off(w.retry_at, now)]
+        if waiting:  # their start failed: not considered (nor reserving) until retry_at
+            later = {w.id for w in waiting}
+            pending = [w for w in pending if w.id not in later]
+            report.backing_off = [w.id for w in waiting]
+        if pending or waiting or any(r.stopping for r in snap.running):
             decisions = cycle(snap, pending, now, self.ctx.settings.scheduler, self.cache)
-            self.apply(decisions, snap, now, report)
+            self.apply(decisions, snap, now, report, pending, waiting)
         report.seconds = time.perf_counter() - t0
         self.ctx.metrics.cycle_seconds.observe(report.seconds)
         self.last = report
-        if report.admitted or report.preempted or report.failed or report.start_failed:
+        if report.started or report.preempted or report.failed:  # start failures: their own line
             log.info(
                 "cycle: admitted %d, start failed %d, preempted %d, failed %d, pending %d (%.1fms)",
                 len(report.admitted),
@@ -113,7 +131,17 @@ class SchedulerLoop(Loop):
         return report
 
     # -- applying decisions ---------------------------------------------------------------
-    def apply(self, d: Decisions, snap: Snapshot, now: float, report: CycleReport) -> None:
+    def apply(
+        self,
+        d: Decisions,
+        snap: Snapshot,
+        now: float,
+        report: CycleReport,
+        considered: list[Workload] | None = None,
+        waiting: list[Workload] | None = None,
+    ) -> None:
+        """Apply the cycle's decisions. `considered` are the pending workloads the cycle
+        decided on, `waiting` those it left out (backing off after a failed start)."""
         ctx = self.ctx
         for wid, reason in d.unschedulable.items():
             try:
@@ -136,11 +164,43 @@ class SchedulerLoop(Loop):
         for a in d.admissions:
             self.nominated.pop(a.workload_id, None)
         todo = [(a.workload_id, a.allocation) for a in d.admissions]
+        self._retrying = []
         for i in range(0, len(todo), ADMIT_BATCH):  # short write transactions: API writes
             self._admit_all(todo[i : i + ADMIT_BATCH], now, report)  # interleave
+        waiting = [*(waiting or ()), *self._retrying]  # incl. those that just failed to start
+        infos = d.pending
+        if waiting:
+            infos = {**d.pending, **self._waiting_info(d.pending, considered or [], waiting)}
         with ctx.store.write() as s:
-            WorkloadRepo(s).set_pending_info(d.pending)
-        report.pending = len(d.pending)
+            WorkloadRepo(s).set_pending_info(infos)
+        report.pending = len(infos)
+
+    def _waiting_info(
+        self, decided: dict[str, PendingInfo], considered: list[Workload], waiting: list[Workload]
+    ) -> dict[str, PendingInfo]:
+        """Why-pending of work waiting to retry its start: its failure and when it retries,
+        placed behind the work of its tenant that the cycle considered."""
+        tenant_of = {w.id: w.tenant for w in considered}
+        last: dict[str, int] = {}
+        rank: dict[str, int] = {}
+        for wid, info in decided.items():
+            t = tenant_of.get(wid)
+            if t is not None:
+                last[t] = max(last.get(t, 0), info.position)
+                rank[t] = info.tenant_position
+        worst = max(rank.values(), default=0)
+        policy = self.ctx.settings.start_retry
+        out: dict[str, PendingInfo] = {}
+        for w in sorted(waiting, key=lambda x: (x.retry_at or 0.0, x.submitted_at, x.id)):
+            if w.tenant not in rank:
+                worst += 1
+                rank[w.tenant] = worst
+            last[w.tenant] = last.get(w.tenant, 0) + 1
+            why = w.reason if w.reason and w.reason.startswith("could not start") else None
+            if why is None:
+                why = retry_reason(w.start_attempts, w.retry_at or 0.0, policy.max_attempts)
+            out[w.id] = PendingInfo(why, last[w.tenant], rank[w.tenant])
+        return out
 
     def _admit_all(
         self, admissions: list[tuple[str, Allocation]], now: float, report: CycleReport
@@ -168,6 +228,9 @@ class SchedulerLoop(Loop):
         for w, alloc, unix_user in committed:
             report.admitted.append(w.id)
             ctx.metrics.decisions.labels("admitted").inc()
+            ctx.metrics.wait_seconds.labels(w.tenant, str(w.kind)).observe(
+                max(0.0, now - w.submitted_at)
+            )
             handle = self._start(w, alloc, unix_user, report)
             if handle is None:
                 continue
@@ -206,18 +269,59 @@ class SchedulerLoop(Loop):
     def _start(
         self, w: Workload, alloc: Allocation, unix_user: str | None, report: CycleReport
     ) -> Handle | None:
-        """Launch one admitted workload; on failure roll its admission back and requeue it."""
+        """Launch one admitted workload; on failure roll its admission back (see the module
+        docstring for what becomes of it)."""
         ctx = self.ctx
         try:
             return ctx.executor.start(w, alloc if alloc.shares else None, unix_user=unix_user)
         except ExecutorError as e:
-            reason, data = f"could not start: {e}; requeued", {"start_failed": True}
-            report.start_failed[w.id] = str(e)
+            error, permanent, crash = str(e), isinstance(e, StartError) and e.permanent, None
         except Exception as e:  # noqa: BLE001 - an executor bug must not leak the allocation
-            log.exception("executor.start(%s) crashed", w.id)
-            reason, data = f"could not start: {e!r}; requeued", {"start_failed": True}
-            report.start_failed[w.id] = repr(e)
+            error, permanent, crash = f"{type(e).__name__}: {e}", False, e
+        report.start_failed[w.id] = error
         ctx.metrics.decisions.labels("start_failed").inc()
-        with ctx.store.write() as s:
-            WorkloadRepo(s).change_state(w.id, S.PENDING, ctx.clock.now(), reason, data=data)
+        self._start_failed(w, error, permanent, crash, report)
         return None
+
+    def _start_failed(
+        self,
+        w: Workload,
+        error: str,
+        permanent: bool,
+        crash: Exception | None,
+        report: CycleReport,
+    ) -> None:
+        """Roll back the admission of `w`: fail it, or requeue it to retry later. A stop asked
+        meanwhile (cancel, preemption) wins. One log line (a traceback only for the first
+        crash of an executor in a row)."""
+        ctx = self.ctx
+        now = ctx.clock.now()
+        with ctx.store.write() as s:
+            repo = WorkloadRepo(s)
+            rec = repo.record(w.id, lock=True)  # a cancel may be writing its stop
+            if rec.workload.state is not S.ADMITTED:
+                return  # settled meanwhile (cancelled while it was being started)
+            if rec.stopping is not None:  # nothing runs: it becomes what the stop asked for
+                lifecycle.apply_status(s, rec, ExecStatus.unknown(w.id), now)
+                return
+            out = ctx.settings.start_retry.after_failure(
+                rec.workload.start_attempts, error, permanent=permanent, now=now
+            )
+            data: dict[str, object] = {
+                "start_failed": True,
+                "attempts": out.attempts,
+                "permanent": permanent,
+            }
+            if out.gives_up:
+                repo.change_state(w.id, S.FAILED, now, out.reason, data=data)
+                report.start_gave_up[w.id] = out.reason
+            else:
+                data["retry_at"] = out.retry_at
+                repo.change_state(w.id, S.PENDING, now, out.reason, data=data)
+            repo.set_start_retry(w.id, out.attempts, out.retry_at)
+            if not out.gives_up:
+                self._retrying.append(repo.get(w.id))
+        if crash is not None and out.attempts == 1:
+            log.error("workload %s: %s", w.id, out.reason, exc_info=crash)
+        else:
+            log.warning("workload %s: %s", w.id, out.reason)

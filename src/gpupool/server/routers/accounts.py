@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from gpupool.server.auth import Principal, authenticated
 from gpupool.server.context import AppContext, get_ctx
@@ -23,9 +23,17 @@ from gpupool.server.services import accounts
 router = APIRouter()
 
 
-@router.post("/auth/login", tags=["auth"], summary="Log in; returns a new API token")
-def login(body: LoginIn, response: Response, ctx: AppContext = Depends(get_ctx)) -> LoginOut:
-    out = accounts.login(ctx, body.username, body.password, body.token_name)
+@router.post(
+    "/auth/login",
+    tags=["auth"],
+    summary="Log in; returns a new API token",
+    responses={429: {"description": "too many failed logins, or too many at once: retry later"}},
+)
+async def login(
+    body: LoginIn, request: Request, response: Response, ctx: AppContext = Depends(get_ctx)
+) -> LoginOut:
+    client = request.client.host if request.client else None
+    out = await accounts.login(ctx, body.username, body.password, body.token_name, client)
     response.set_cookie(
         ctx.settings.cookie_name,
         out.token,
@@ -98,14 +106,20 @@ def get_user(
     return accounts.get_user(ctx, p, name)
 
 
-@router.patch("/users/{name}", tags=["users"], summary="Change a user (admin) or my password")
+@router.patch(
+    "/users/{name}",
+    tags=["users"],
+    summary="Change a user (admin) or my password (with current_password)",
+)
 def update_user(
     name: str,
     body: UserUpdateIn,
+    request: Request,
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
 ) -> UserOut:
-    return accounts.update_user(ctx, p, name, body)
+    client = request.client.host if request.client else None
+    return accounts.update_user(ctx, p, name, body, client)
 
 
 @router.put(

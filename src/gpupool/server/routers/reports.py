@@ -37,7 +37,7 @@ def events(
     workload: str | None = Query(None, max_length=64),
     tenant: str | None = Query(None, max_length=255),
     kind: str | None = Query(None, max_length=64, description="prefix, e.g. 'workload.'"),
-    since: float | None = Query(None, description="seconds since the epoch"),
+    since: float | None = Query(None, description="seconds since the epoch", allow_inf_nan=False),
     limit: int = Query(100, ge=1, le=1000),
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),

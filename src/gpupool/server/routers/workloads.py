@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 
 from gpupool.domain import WorkloadState
 from gpupool.server.auth import Principal, authenticated
@@ -16,7 +16,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadIn,
     WorkloadOut,
 )
-from gpupool.server.services import workloads
+from gpupool.server.services import idempotency, workloads
 from gpupool.server.workload_json import json_response
 
 router = APIRouter()
@@ -25,11 +25,31 @@ router = APIRouter()
 # encoded once; response_model documents their schema.
 
 
-@router.post("/workloads", tags=["workloads"], status_code=201, summary="Submit a job or notebook")
+@router.post(
+    "/workloads",
+    tags=["workloads"],
+    status_code=201,
+    summary="Submit a job or notebook",
+    responses={200: {"description": "an earlier submission with this Idempotency-Key"}},
+)
 def submit(
-    body: WorkloadIn, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+    body: WorkloadIn,
+    response: Response,
+    idempotency_key: str | None = Header(
+        None,
+        alias=idempotency.HEADER,
+        max_length=idempotency.MAX_KEY_LENGTH,
+        description="a new UUID per submission, the same on its retries: a retry answers "
+        "with the workload already made (200) instead of submitting again",
+    ),
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
 ) -> WorkloadOut:
-    return workloads.submit(ctx, p, body)
+    out, created = idempotency.submit(ctx, p, body, idempotency_key)
+    if not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    return out
 
 
 @router.get(

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpupool.server.schemas.base import In, Out
+from gpupool.server.schemas.agents import NodeTelemetryOut
+from gpupool.server.schemas.base import INT32_MAX, In, Out
 
 Sharing = Literal["exclusive", "shared", "mig"]
 
@@ -35,12 +36,15 @@ class GpuOut(Out):
 
 class NodeOut(Out):
     name: str
-    state: Literal["ready", "draining", "down"]
+    #: `unknown`: its agent stopped reporting (see docs/telemetry.md, "gpupool agent")
+    state: Literal["ready", "draining", "down", "unknown"]
     cpu_milli: int
     memory_mib: int
     labels: dict[str, str]
     last_heartbeat: float | None
     gpus: list[GpuOut]
+    #: the latest report of the node's agent; None for nodes without one (the local engine's)
+    telemetry: NodeTelemetryOut | None = None
 
 
 class GpuIn(In):
@@ -53,7 +57,7 @@ class GpuIn(In):
 
 class NodeIn(In):
     cpu_milli: int = Field(default=0, ge=0, le=1 << 30)
-    memory_mib: int = Field(default=0, ge=0, le=1 << 40)
+    memory_mib: int = Field(default=0, ge=0, le=INT32_MAX)
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     gpus: list[GpuIn] = Field(default_factory=list, max_length=64)
     state: Literal["ready", "draining", "down"] = "ready"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from gpupool.domain import (
     MILLI_PER_GPU,
     Allocation,
@@ -14,6 +16,7 @@ from gpupool.domain import (
     ValidationError,
 )
 from gpupool.domain.profiles import Profile
+from gpupool.scheduler.types import Wait
 from gpupool.server.schemas.cluster import HolderOut
 from gpupool.server.schemas.tenancy import MembershipOut, QuotaIO, UserOut
 from gpupool.server.schemas.workloads import (
@@ -24,6 +27,7 @@ from gpupool.server.schemas.workloads import (
     RequestOut,
     ResourcesIn,
     ShareOut,
+    WaitOut,
     WorkloadOut,
 )
 from gpupool.store import WorkloadRecord
@@ -113,8 +117,27 @@ def workload_out(rec: WorkloadRecord, allocation: AllocationOut | None = None) -
             reason=rec.pending.reason,
             position=rec.pending.position,
             tenant_position=rec.pending.tenant_position,
+            wait=None if rec.pending.wait is None else wait_out(rec.pending.wait),
         ),
         allocation=allocation,
+    )
+
+
+def iso_time(t: float | None) -> str | None:
+    """Unix seconds as ISO 8601 UTC ('2026-11-25T10:42:05Z'), None for None."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(round(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def wait_out(w: Wait) -> WaitOut:
+    return WaitOut(
+        kind=str(w.kind),  # type: ignore[arg-type]
+        owed_gpus=w.owed_milli / MILLI_PER_GPU if w.owed_milli else None,
+        victims=list(w.victims),
+        until=iso_time(w.until),
+        node=w.node,
+        expected_start=iso_time(w.expected_start),
     )
 
 

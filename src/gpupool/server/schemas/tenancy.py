@@ -2,15 +2,50 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
+from gpupool.domain import ValidationError
+from gpupool.domain.tenancy import (
+    TENANT_NAME_PATTERN,
+    USER_NAME_PATTERN,
+    check_tenant_name,
+    check_user_name,
+)
 from gpupool.server.schemas.base import In, Out
 
-UserName = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
-TenantName = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+def _rule(check: Callable[[str], str]) -> AfterValidator:
+    """A domain name check as a pydantic validator whose message is the domain's."""
+
+    def validate(value: str) -> str:
+        try:
+            return check(value)
+        except ValidationError as e:
+            raise PydanticCustomError("name_rule", "{rule}", {"rule": str(e)}) from None
+
+    return AfterValidator(validate)
+
+
+#: The pattern is published in the schema; the validator also refuses '..' and says the rule.
+UserName = Annotated[
+    str,
+    Field(min_length=1, max_length=128, json_schema_extra={"pattern": USER_NAME_PATTERN}),
+    _rule(check_user_name),
+]
+TenantName = Annotated[
+    str,
+    Field(min_length=1, max_length=255, json_schema_extra={"pattern": TENANT_NAME_PATTERN}),
+    _rule(check_tenant_name),
+]
+#: A Unix account name (useradd's rule: lower case, no leading '-'); as create does.
+UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_.-]*\$?$"
 TenantRole = Literal["tenant-admin", "member", "viewer"]
+#: Longest idle timeout a tenant may set (a year); finite, above 0.
+MAX_IDLE_TIMEOUT_S = 366 * 86400.0
 
 
 class LoginIn(In):
@@ -67,16 +102,21 @@ class LoginOut(Out):
 
 
 class UserCreateIn(In):
-    name: str = UserName
+    name: UserName
     password: str | None = Field(default=None, min_length=8, max_length=1024)
     admin: bool = False
-    unix_user: str | None = Field(default=None, max_length=64, pattern=r"^[a-z_][a-z0-9_.-]*\$?$")
+    unix_user: str | None = Field(default=None, max_length=64, pattern=UNIX_USER_PATTERN)
 
 
 class UserUpdateIn(In):
     password: str | None = Field(default=None, min_length=8, max_length=1024)
+    #: needed to change your own password (admins resetting another user's need not)
+    current_password: str | None = Field(default=None, min_length=1, max_length=1024)
     admin: bool | None = None
-    unix_user: str | None = Field(default=None, max_length=64)
+    #: "" clears it (jobs then run as the account named like the user)
+    unix_user: str | None = Field(
+        default=None, max_length=64, pattern=f"(^$)|({UNIX_USER_PATTERN})"
+    )
     disabled: bool | None = None
 
 
@@ -97,14 +137,14 @@ class QuotaIO(In):
 
 
 class TenantCreateIn(In):
-    name: str = TenantName
+    name: TenantName
     quota: QuotaIO = Field(default_factory=QuotaIO)
-    idle_timeout_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_IDLE_TIMEOUT_S)
 
 
 class TenantUpdateIn(In):
     quota: QuotaIO | None = None
-    idle_timeout_s: float | None = Field(default=None, gt=0)
+    idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_IDLE_TIMEOUT_S)
     clear_idle_timeout: bool = False
 
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from gpupool.server.schemas.base import In, Out
+from gpupool.server.schemas.base import INT32_MAX, In, Out
 
 Kind = Literal["notebook", "job"]
 State = Literal[
@@ -31,7 +31,7 @@ class ResourcesIn(In):
     gpu_memory_mib: int = Field(default=0, ge=0, le=1 << 24)
     gpu_model: str | None = Field(default=None, min_length=1, max_length=128)
     cpus: float = Field(default=0, ge=0, le=100_000)
-    memory_mib: int = Field(default=0, ge=0, le=1 << 40)
+    memory_mib: int = Field(default=0, ge=0, le=INT32_MAX)
 
 
 class WorkloadIn(ResourcesIn):
@@ -73,10 +73,32 @@ class AllocationOut(Out):
     shares: list[ShareOut]
 
 
+class WaitOut(Out):
+    """The structured part of a why-pending, for waits that end at a known time or event.
+
+    kind: `owed` (its tenant is owed the GPUs within its guarantee: unless they free up first,
+    they are taken from `victims` at `until`), `reclaiming` (`victims` were preempted for it;
+    it starts once they have stopped), `reserved` (it holds a reservation on `node`)."""
+
+    kind: Literal["owed", "reclaiming", "reserved"]
+    #: GPUs its tenant is owed (kind `owed`)
+    owed_gpus: float | None = None
+    #: workloads the GPUs are (or will be) taken from
+    victims: list[str] = Field(default_factory=list)
+    #: ISO 8601 UTC: when the GPUs are reclaimed unless freed before (kind `owed`)
+    until: str | None = None
+    #: the node reserved for it
+    node: str | None = None
+    #: ISO 8601 UTC: by when it can start at the latest, when the running work in its way
+    #: reaches its max runtime (unless work ahead of it comes first); null when unknown
+    expected_start: str | None = None
+
+
 class PendingOut(Out):
     reason: str
     position: int
     tenant_position: int
+    wait: WaitOut | None = None
 
 
 class EventOut(Out):
@@ -123,6 +145,8 @@ class QueueEntryOut(Out):
     position: int
     tenant_position: int
     reason: str
+    #: the structured part of `reason` (as `workload.pending.wait`), or null
+    wait: WaitOut | None = None
     workload: WorkloadOut
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from gpupool.domain import Membership, Role, User
+from starlette.concurrency import run_in_threadpool
+
+from gpupool.domain import Membership, Role, User, ValidationError
+from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
-from gpupool.server.problems import NotAuthenticated, PermissionDenied
+from gpupool.server.problems import NotAuthenticated, PermissionDenied, TooManyRequests
 from gpupool.server.schemas.convert import user_out
 from gpupool.server.schemas.tenancy import (
     LoginOut,
@@ -48,14 +51,52 @@ def issue_token_for(
     return issue_token(ctx, user, name, expires_in_s)
 
 
-def login(ctx: AppContext, username: str, password: str, token_name: str) -> LoginOut:
+async def login(
+    ctx: AppContext, username: str, password: str, token_name: str, client: str | None
+) -> LoginOut:
+    """Check the password and issue a token. Throttled per account and per client address
+    (`gpupool.server.throttle`): a blocked key is refused with 429 before any password check.
+    The check runs in `ctx.passwords` (argon2 off the event loop, bounded)."""
+    throttle = ctx.login_throttle
+    keys = throttle.keys(username, client)
+    try:
+        # refusals cost no thread and no database: a known block, then a full password pool
+        throttle.check_cached(keys)
+        ctx.passwords.admit()
+        try:
+            await run_in_threadpool(throttle.check, keys)
+        except BaseException:
+            ctx.passwords.release()
+            raise
+    except TooManyRequests as e:
+        await throttle.hold(e.retry_after_s)  # a client that does not wait is slowed down
+        raise
+
+    def check() -> bool:
+        # waited in the queue: another try may have blocked a key meanwhile
+        throttle.check_cached(keys)
+        return _password_ok(ctx, username, password)
+
+    if not await ctx.passwords.run_admitted(check):
+        await run_in_threadpool(throttle.failed, keys)
+        raise NotAuthenticated("wrong user name or password")
+    return await run_in_threadpool(_logged_in, ctx, username, token_name)
+
+
+def _password_ok(ctx: AppContext, user: str, password: str) -> bool:
+    with ctx.store.read() as s:
+        digest = UserRepo(s).password_hash(user)
+    return verify_password(digest, password)
+
+
+def _logged_in(ctx: AppContext, username: str, token_name: str) -> LoginOut:
     with ctx.store.read() as s:
         users = UserRepo(s)
-        ok = verify_password(users.password_hash(username), password)
-        user = users.find(username) if ok else None
+        user = users.find(username)
         memberships = users.memberships(username) if user else []
-    if user is None:
+    if user is None:  # disabled between the check and now
         raise NotAuthenticated("wrong user name or password")
+    ctx.login_throttle.succeeded(user.name)
     tok = issue_token(ctx, user.name, token_name, None)
     return LoginOut(
         token=tok.token,
@@ -91,11 +132,7 @@ def _visible_users(p: Principal, memberships: list[Membership]) -> set[str] | No
     roots = p.managed_roots()
     if roots is None:
         return None
-    return {p.name} | {
-        m.user
-        for m in memberships
-        if any(m.tenant == r or m.tenant.startswith(r + "/") for r in roots)
-    }
+    return {p.name} | {m.user for m in memberships if any(in_subtree(m.tenant, r) for r in roots)}
 
 
 def list_users(ctx: AppContext, p: Principal) -> list[UserOut]:
@@ -137,7 +174,12 @@ def create_user(ctx: AppContext, p: Principal | None, body: UserCreateIn) -> Use
     return user_out(user, [])
 
 
-def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) -> UserOut:
+def update_user(
+    ctx: AppContext, p: Principal, name: str, body: UserUpdateIn, client: str | None = None
+) -> UserOut:
+    """Change a user (admins) or your own password. A new password needs the current one,
+    unless an admin resets another user's; it revokes the user's other tokens (yours: all but
+    the one of this request; an admin's reset: all of them, and clears the login throttle)."""
     if not p.admin and (
         name != p.name
         or body.admin is not None
@@ -145,7 +187,10 @@ def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) ->
         or (body.disabled is not None)
     ):
         raise PermissionDenied("only an admin may change users; you may change your password")
-    digest = hash_password(body.password) if body.password else None
+    own = name == p.name
+    if body.password is not None and own:
+        _check_current_password(ctx, name, body.current_password, client)
+    digest = ctx.passwords.run_blocking(hash_password, body.password) if body.password else None
     with ctx.store.write() as s:
         repo = UserRepo(s)
         user = repo.update(
@@ -155,9 +200,30 @@ def update_user(ctx: AppContext, p: Principal, name: str, body: UserUpdateIn) ->
             password_hash=digest,
             disabled=body.disabled,
         )
+        if digest is not None:
+            TokenRepo(s).revoke_all(name, ctx.clock.now(), keep=p.token_id if own else None)
         out = user_out(user, repo.memberships(name))
+    if digest is not None and not own:
+        ctx.login_throttle.forget(name)
     ctx.auth_changed()
     return out
+
+
+def _check_current_password(
+    ctx: AppContext, name: str, current: str | None, client: str | None
+) -> None:
+    """Raise unless `current` is `name`'s password; a wrong one counts as a failed login."""
+    if current is None:
+        raise ValidationError(
+            "to change your password, also send your current one (current_password)",
+            "current_password",
+        )
+    throttle = ctx.login_throttle
+    keys = throttle.keys(name, client)
+    throttle.check(keys)
+    if not ctx.passwords.run_blocking(_password_ok, ctx, name, current):
+        throttle.failed(keys)
+        raise PermissionDenied("current_password is not your current password; nothing was changed")
 
 
 def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: str) -> UserOut:

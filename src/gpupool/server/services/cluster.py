@@ -5,8 +5,10 @@ from __future__ import annotations
 from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.schemas.agents import NodeTelemetryOut
 from gpupool.server.schemas.cluster import GpuOut, HolderOut, NodeIn, NodeOut
 from gpupool.server.schemas.convert import holder_out
+from gpupool.server.services.agents import node_telemetry
 from gpupool.store import AllocationRepo, NodeRepo
 
 
@@ -37,7 +39,9 @@ def _gpu_out(node: str, g: GPU, holders: list[HolderOut]) -> GpuOut:
     )
 
 
-def _node_out(n: Node, holders: dict[str, list[HolderOut]]) -> NodeOut:
+def _node_out(
+    n: Node, holders: dict[str, list[HolderOut]], telemetry: NodeTelemetryOut | None = None
+) -> NodeOut:
     return NodeOut(
         name=n.name,
         state=str(n.state),  # type: ignore[arg-type]
@@ -46,6 +50,7 @@ def _node_out(n: Node, holders: dict[str, list[HolderOut]]) -> NodeOut:
         labels=n.label_map,
         last_heartbeat=n.last_heartbeat,
         gpus=[_gpu_out(n.name, g, holders.get(g.uuid, [])) for g in n.gpus],
+        telemetry=telemetry,
     )
 
 
@@ -53,13 +58,15 @@ def list_nodes(ctx: AppContext) -> list[NodeOut]:
     holders = _holders(ctx)
     with ctx.store.read() as s:
         nodes = NodeRepo(s).list()
-    return [_node_out(n, holders) for n in nodes]
+    reports = node_telemetry(ctx)
+    return [_node_out(n, holders, reports.get(n.name)) for n in nodes]
 
 
 def get_node(ctx: AppContext, name: str) -> NodeOut:
     holders = _holders(ctx)
     with ctx.store.read() as s:
-        return _node_out(NodeRepo(s).get(name), holders)
+        node = NodeRepo(s).get(name)
+    return _node_out(node, holders, node_telemetry(ctx).get(name))
 
 
 def put_node(ctx: AppContext, p: Principal, name: str, body: NodeIn) -> NodeOut:

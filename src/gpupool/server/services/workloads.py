@@ -3,7 +3,13 @@ show, cancel, logs, and the queue."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import sys
+from collections.abc import Callable
+
+from sqlalchemy.orm import Session
 
 from gpupool.domain import (
     ACTIVE_STATES,
@@ -16,6 +22,7 @@ from gpupool.domain import (
     WorkloadKind,
     WorkloadState,
 )
+from gpupool.domain.commands import LINUX_MAX_ARG_STRLEN, ArgLimits, check_command
 from gpupool.domain.profiles import Profile
 from gpupool.executors.base import ExecutorError, NotSupported
 from gpupool.scheduler.admissible import never_runs
@@ -55,6 +62,20 @@ _ACTIVE = frozenset(str(x) for x in ACTIVE_STATES)
 def _gpus(milli: int) -> str:
     n = milli / MILLI_PER_GPU
     return f"{n:g} GPU" + ("" if n == 1 else "s")
+
+
+@functools.cache
+def os_arg_limits() -> ArgLimits:
+    """This host's limits on a new process's arguments (read once, on first use)."""
+    try:
+        arg_max = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        arg_max = -1
+    default = ArgLimits()
+    return ArgLimits(
+        arg_max=arg_max if arg_max > 0 else default.arg_max,
+        arg_strlen_max=LINUX_MAX_ARG_STRLEN if sys.platform.startswith("linux") else None,
+    )
 
 
 def check_can_ever_run(req: Request, tenant: str, tree: TenantTree, nodes: list[Node]) -> None:
@@ -124,10 +145,17 @@ def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request
     return profile.request, kind
 
 
-def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
+def submit(
+    ctx: AppContext,
+    p: Principal,
+    body: WorkloadIn,
+    on_insert: Callable[[Session, Workload], None] | None = None,
+) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
-    are advisory: a quota changed in between is caught by the scheduler."""
+    are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
+    the insert's transaction (services.idempotency binds its key there)."""
     now = ctx.clock.now()
+    check_command(body.command, os_arg_limits())  # what no executor could ever launch
     with ctx.store.read() as s:
         tree = TenantRepo(s).tree()
         tenant = _pick_tenant(p, tree, body.tenant)
@@ -144,7 +172,8 @@ def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
             )
-        check_can_ever_run(req, tenant, tree, NodeRepo(s).list())
+        nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
+        check_can_ever_run(req, tenant, tree, nodes)
     w = Workload(
         id=new_workload_id(),
         tenant=tenant,
@@ -164,6 +193,8 @@ def submit(ctx: AppContext, p: Principal, body: WorkloadIn) -> WorkloadOut:
         if not TenantRepo(s).exists(tenant):
             raise ValidationError(f"tenant {tenant!r} was just deleted", "tenant")
         repo.add(w, name=body.name)
+        if on_insert is not None:
+            on_insert(s, w)
         rec = repo.record(w.id)
     ctx.wake_scheduler()
     return workload_out(rec)

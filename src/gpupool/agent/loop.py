@@ -1,0 +1,166 @@
+"""The agent's loop: sample, tag, report; again every `interval_s` until stopped.
+
+A report the server refuses for good (a bad, revoked or foreign credential, a body it cannot
+take, a GPU registered on another node) stops the agent with `AgentRefused`, whose message
+says what to do. A server that cannot be reached or answers 5xx is retried on the next
+interval, and the agent says so once per outage, not on every attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from gpupool.agent.attribute import HostAttributor
+from gpupool.agent.report import build_report
+from gpupool.clock import Clock, SystemClock
+from gpupool.telemetry.source import GPUSource
+
+log = logging.getLogger(__name__)
+#: the report intervals the server accepts (gpupool.server.schemas.agents.NodeReportIn)
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
+
+
+class AgentError(Exception):
+    """A report did not arrive; it is tried again on the next interval."""
+
+
+class AgentRefused(AgentError):
+    """The server refused the report for a reason retrying does not fix."""
+
+
+class Reporter(Protocol):
+    def send(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Deliver one report; the server's answer. Raises AgentError / AgentRefused."""
+        ...
+
+
+class HttpReporter:
+    """Posts reports to `{url}/api/v1/nodes/{node}/report` with the node credential."""
+
+    def __init__(
+        self,
+        url: str,
+        node: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.url = url.rstrip("/")
+        self.node = node
+        self.http = httpx.Client(
+            base_url=self.url + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def send(self, report: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = self.http.post(f"/nodes/{self.node}/report", json=report)
+        except httpx.HTTPError as e:
+            raise AgentError(f"cannot reach the gpupool server at {self.url}: {e}") from None
+        if r.status_code >= 500:
+            raise AgentError(f"the server at {self.url} answered {r.status_code}: {_detail(r)}")
+        if r.status_code >= 400:
+            raise AgentRefused(
+                f"the server refused the report: {_detail(r)} (HTTP {r.status_code})"
+            )
+        ack: dict[str, Any] = r.json()
+        return ack
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _detail(r: httpx.Response) -> str:
+    try:
+        body = r.json()
+        return str(body.get("detail") or body.get("title") or r.text)
+    except ValueError:
+        return r.text or r.reason_phrase
+
+
+@dataclass
+class AgentStats:
+    reports: int = 0
+    failures: int = 0
+    last_ack: dict[str, Any] | None = None
+
+
+class Agent:
+    """Samples `source`, tags its processes and hands each report to `reporter`."""
+
+    def __init__(
+        self,
+        source: GPUSource,
+        reporter: Reporter,
+        *,
+        interval_s: float = 5.0,
+        clock: Clock | None = None,
+        tagger: HostAttributor | None = None,
+        host: tuple[int, int] = (0, 0),
+    ):
+        if not MIN_INTERVAL_S <= interval_s <= MAX_INTERVAL_S:
+            raise ValueError(
+                f"the report interval must be {MIN_INTERVAL_S:g}..{MAX_INTERVAL_S:g} s, "
+                f"not {interval_s:g}"
+            )
+        self.source = source
+        self.reporter = reporter
+        self.interval_s = interval_s
+        self.clock = clock or SystemClock()
+        self.tagger = tagger or HostAttributor()
+        self.cpu_milli, self.memory_mib = host
+        self.stats = AgentStats()
+        self._failing = False
+
+    def sample(self) -> dict[str, Any]:
+        """One report of the host as it is now (not sent)."""
+        snap = self.source.snapshot()
+        tags = self.tagger.tag(p.pid for p in snap.processes)
+        return build_report(
+            snap,
+            tags,
+            interval_s=self.interval_s,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+        )
+
+    def report_once(self) -> dict[str, Any]:
+        """Sample and send one report; the server's answer. Raises AgentError."""
+        try:
+            ack = self.reporter.send(self.sample())
+        except AgentError:
+            self.stats.failures += 1
+            raise
+        self.stats.reports += 1
+        self.stats.last_ack = ack
+        return ack
+
+    def run(
+        self, stop: threading.Event, on_ack: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        """Report every `interval_s` until `stop` is set. Raises AgentRefused."""
+        while not stop.is_set():
+            try:
+                ack = self.report_once()
+            except AgentRefused:
+                raise
+            except AgentError as e:
+                if not self._failing:
+                    log.warning("%s; retrying every %g s", e, self.interval_s)
+                self._failing = True
+            else:
+                if self._failing:
+                    log.warning("reporting again: node %s is %s", ack["node"], ack["state"])
+                self._failing = False
+                if on_ack is not None:
+                    on_ack(ack)
+            stop.wait(self.interval_s)
