@@ -53,8 +53,8 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
     from gpupool.server.security import hash_password
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings
-    from gpupool.server.system import SystemSettings, build_system
     from gpupool.store import NodeRepo, TenantRepo, UserRepo, open_store
+    from gpupool.system import SystemSettings, build_system
 
     class TimedExecutor(FakeExecutor):
         """Jobs succeed 1-3 s after they start (by hash of the id: deterministic)."""

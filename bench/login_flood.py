@@ -53,7 +53,6 @@ def serve(data_dir: Path, port: int, workers: int) -> None:
     from gpupool.server.security import hash_password
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings
-    from gpupool.server.system import SystemSettings, build_system
     from gpupool.store import (
         NodeRepo,
         TenantRepo,
@@ -62,6 +61,7 @@ def serve(data_dir: Path, port: int, workers: int) -> None:
         new_workload_id,
         open_store,
     )
+    from gpupool.system import SystemSettings, build_system
 
     clock = SystemClock()
     store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}", wal_autocheckpoint=False)

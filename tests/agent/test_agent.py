@@ -16,7 +16,7 @@ from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.server.schemas.agents import NodeReportIn
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
+from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry.simulated import SimulatedSource
 from tests.support import ServedApp, free_port
 from tests.telemetry.telemetry_fakes import write_proc

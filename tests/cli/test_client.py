@@ -19,8 +19,8 @@ from gpupool.executors.base import Handle
 from gpupool.executors.fake import FakeExecutor
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import UsageRepo, open_store
+from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import PASSWORD, seed
 from tests.support import ServedApp
 

@@ -3,7 +3,7 @@ store seeded with 2 simulated GPUs. Used by the end-to-end tests and bench/spawn
 
 The gpupool server runs in a thread of this process (uvicorn, its real loops, the
 HubLaunchExecutor over the fake executor: notebooks are started by the hub, never by the
-executor). JupyterHub runs as a child process with the config `gpupool.jupyterhub.config`
+executor). JupyterHub runs as a child process with the config `gpupool.server.hub.config`
 generates, plus a `driver` service whose admin token the tests use for the hub's REST API.
 """
 
@@ -30,12 +30,12 @@ from gpupool.domain.profiles import Profile
 from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.executors.hub_launch import HubLaunchExecutor
-from gpupool.jupyterhub.config import HubSettings, start_hub, wait_hub_ready
+from gpupool.server.hub.config import HubSettings, start_hub, wait_hub_ready
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import NodeRepo, ProfileRepo, TenantRepo, UserRepo, open_store
+from gpupool.system import SystemSettings, build_system
 from tests.support import ServedApp, free_port, wait_for
 
 PASSWORD = "hub-test-password-1"
@@ -204,7 +204,7 @@ class Stack:
 
 
 def make_app(db_url: str, hub: HubSettings) -> Any:
-    """The gpupool server as `gpupool up --jupyterhub` builds it (gpupool.server.system): the
+    """The gpupool server as `gpupool up --jupyterhub` builds it (gpupool.system): the
     hub launch executor over the fake engine's executor, every loop, the dashboard under the
     hub prefix with hub sign-on. The stack starts the hub itself (`Stack.start_hub`)."""
     settings = Settings(

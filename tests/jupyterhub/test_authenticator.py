@@ -14,9 +14,9 @@ from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.jupyterhub.authenticator import GpupoolAuthenticator
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import open_store
 from gpupool.store.throttle import LoginThrottleRepo
+from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import PASSWORD, seed
 from tests.support import ServedApp
 

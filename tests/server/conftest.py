@@ -17,8 +17,8 @@ from gpupool.server.context import AppContext
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import NodeRepo, TenantRepo, UserRepo
+from gpupool.system import SystemSettings, build_system
 from tests.store.databases import DB_PARAMS, make_store
 
 API = "/api/v1"

@@ -11,8 +11,8 @@ from gpupool.domain import Node
 from gpupool.engines.fake import FakeEngine
 from gpupool.server.loops.history import HistoryLoop
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import GpuPeriod, HistoryRepo, NodeRepo, Retention, open_store
+from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry import Sampler, SimulatedSource
 
 H = 3600

@@ -10,8 +10,8 @@ from gpupool.executors.fake import FakeExecutor
 from gpupool.executors.mps import MPSManager
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.scheduler import SchedulerLoop
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import AllocationRepo, EventRepo, WorkloadRepo
+from gpupool.system import SystemSettings, build_system
 from tests.executors.conftest import make_fake_mps_binary
 
 S = WorkloadState

@@ -29,8 +29,8 @@ from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.telemetry import TelemetryLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, UserRepo, open_store
+from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry import SimulatedSource
 from tests.support import ServedApp, free_port, wait_for
 

@@ -17,8 +17,8 @@ from gpupool.server.loops.base import Loop, LoopGroup
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services import lifecycle
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.store import AllocationRepo, TenantRepo, WorkloadRepo, open_store
+from gpupool.system import SystemSettings, build_system
 
 S = WorkloadState
 

@@ -15,7 +15,7 @@ from gpupool.executors.fake import FakeExecutor
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.services.workloads import os_arg_limits
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
+from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import API, seed
 from tests.server.test_bad_input import _problem, _state
 from tests.store.databases import DB_PARAMS, make_store

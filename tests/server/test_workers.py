@@ -25,7 +25,6 @@ from gpupool.server.forward import served_locally
 from gpupool.server.routes import iter_routes
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.server.system import SystemSettings, build_system
 from gpupool.server.workers import (
     PrimaryOnlyExecutor,
     api_socket,
@@ -35,6 +34,7 @@ from gpupool.server.workers import (
     run_dir,
 )
 from gpupool.store import open_store
+from gpupool.system import SystemSettings, build_system
 from gpupool.web import create_router
 from tests.server.conftest import API, PASSWORD, USERS, seed
 from tests.support import ServedApp

@@ -29,8 +29,8 @@ def build_app(db_url: str, seeded_now: float, **seed_kw: object):
     """A gpupool app over a freshly seeded store, with the dashboard router included."""
     from gpupool.engines.fake import FakeEngine
     from gpupool.server.settings import Settings
-    from gpupool.server.system import SystemSettings, build_system
     from gpupool.store import open_store
+    from gpupool.system import SystemSettings, build_system
 
     store = open_store(db_url)
     seeded = seed(store, now=seeded_now, **seed_kw)  # type: ignore[arg-type]

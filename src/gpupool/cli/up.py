@@ -2,7 +2,7 @@
 
 Parses the flags, turns them into `SystemSettings` and an engine (`--engine local`: this
 host's GPUs through NVML, or simulated ones when asked or when none exist, said loudly), and
-hands them to `gpupool.server.system.build_system`, which opens the store, registers this
+hands them to `gpupool.system.build_system`, which opens the store, registers this
 machine and its GPUs, creates the first admin and a `default` tenant, and serves the API and
 dashboard with every background loop (scheduler, reconciler, telemetry, culler, accounting)
 until Ctrl-C. On shutdown the MPS daemons stop; running jobs keep running and are adopted by
@@ -174,7 +174,7 @@ def serve(
     import logging
 
     from gpupool.server.settings import Settings
-    from gpupool.server.system import SetupError, SystemSettings, build_system
+    from gpupool.system import SetupError, SystemSettings, build_system
 
     chosen = _engine(
         engine,

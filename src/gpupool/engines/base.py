@@ -1,7 +1,7 @@
 """The engine contract: where work runs, where nodes and GPUs come from, where GPU readings
 come from.
 
-gpupool is assembled around one engine (`gpupool.server.system.build_system`):
+gpupool is assembled around one engine (`gpupool.system.build_system`):
 
 - `open(env)` prepares the engine (finds the GPUs, starts its helpers) and returns its
   **executor** (`gpupool.executors.base.Executor`): what runs workloads;

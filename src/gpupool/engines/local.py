@@ -39,7 +39,7 @@ class LocalOptions:
     mps_service_account: str | None = None
 
 
-def _open_gpus(simulate: str | None, node: str, env: EngineEnv):  # noqa: ANN202 - GPUSource
+def _open_gpus(simulate: str | None, node: str, env: EngineEnv) -> tuple[GPUSource, str | None]:
     from gpupool.telemetry import NoGPUError, SpecError, open_source
 
     if simulate:

@@ -2,13 +2,12 @@
 
 - `spawner.GpupoolSpawner`: notebooks get their GPUs from gpupool and wait in its queue;
 - `authenticator.GpupoolAuthenticator`: log in with gpupool credentials, admins follow gpupool;
-- `config`: the hub `gpupool up` runs (generated config, command, start, readiness);
 - `options`, `notices`, `client`: the form and validation, user banners, the API client.
 
-What runs in the gpupool server lives beside it: `gpupool.executors.hub_launch` (the
-executor that hands notebooks to the hub, through `gpupool.executors.handoff`, the shared
-directory both sides use) and `gpupool.server.hub` (the hub keeper and the dashboard's
-single sign-on).
+What runs in the gpupool server lives elsewhere: `gpupool.server.hub` (the hub's generated
+config, its start and the keeper that restarts it), `gpupool.executors.hub_launch` (the
+executor that hands notebooks to the hub through `gpupool.executors.handoff`, the directory
+both sides use) and `gpupool.web.hub_sso` (the dashboard's sign-on through the hub).
 
 Nothing is imported here, so `gpupool up` can use `config` without loading JupyterHub.
 """

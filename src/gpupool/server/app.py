@@ -3,7 +3,7 @@
 `create_app(settings, executor=..., clock=...)` opens the store (running migrations), creates
 the context and metrics, and mounts the API under /api/v1 (OpenAPI at /api/v1/openapi.json).
 It adds no loops: the whole system, loops included, is assembled by
-`gpupool.server.system.build_system`, which calls this. Loops in `app.state.ctx.loops` run
+`gpupool.system.build_system`, which calls this. Loops in `app.state.ctx.loops` run
 while the app serves when `settings.start_loops`, and stop on shutdown.
 """
 

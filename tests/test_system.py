@@ -1,4 +1,4 @@
-"""The one assembly (gpupool.server.system.build_system), with the fake engine on simulated
+"""The one assembly (gpupool.system.build_system), with the fake engine on simulated
 GPUs: what it registers, which loops it runs, what /metrics and the dashboard then show."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from gpupool.clock import ManualClock
 from gpupool.engines.fake import FakeEngine
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.server.system import SetupError, SystemSettings, build_system
 from gpupool.store import NodeRepo, TenantRepo, UserRepo
+from gpupool.system import SetupError, SystemSettings, build_system
 
 
 def _settings(tmp_path, **kw) -> SystemSettings:

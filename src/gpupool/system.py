@@ -10,7 +10,9 @@ releases what was opened (running jobs keep running and are adopted on the next 
 
 `gpupool up` only turns its flags into `SystemSettings` and an engine and calls this; the
 tests and benchmarks build their servers here too (with the fake engine), so they run the
-system `gpupool up` runs.
+system `gpupool up` runs. This is the composition root: it sits above the server, the
+dashboard (`gpupool.web`) and the hub's launcher, which do not import each other downwards
+(the layers in pyproject.toml), and only the CLI sits above it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from gpupool.store import EventRepo, Store, StoreError, open_store
 if TYPE_CHECKING:
     import uvicorn
 
-    from gpupool.jupyterhub.config import HubSettings
+    from gpupool.server.hub.config import HubSettings
     from gpupool.server.workers import WorkerPool
     from gpupool.supervise import Supervisor
 
@@ -287,8 +289,8 @@ def _assemble(
         if not s.admin_password:
             say("gpupool: (shown once; keep it)", loud=True)
     if hub is not None:
-        from gpupool.jupyterhub.config import service_secret
-        from gpupool.server.hub.sso import SSOSettings, install_hub_sso
+        from gpupool.server.hub.config import service_secret
+        from gpupool.web.hub_sso import SSOSettings, install_hub_sso
 
         hub.data_dir.mkdir(parents=True, exist_ok=True)
         install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
@@ -420,7 +422,7 @@ def _lock_data_dir(data_dir: Path) -> IO[str]:
 
 def _hub_available(say: Callable[..., None]) -> bool:
     """Whether JupyterHub can be started here (its configurable-http-proxy is installed)."""
-    from gpupool.jupyterhub.config import HubSetupError, find_proxy
+    from gpupool.server.hub.config import HubSetupError, find_proxy
 
     try:
         find_proxy()
@@ -432,7 +434,7 @@ def _hub_available(say: Callable[..., None]) -> bool:
 
 def _hub_settings(s: SystemSettings, single_user: bool) -> HubSettings:
     """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub)."""
-    from gpupool.jupyterhub.config import HubSettings
+    from gpupool.server.hub.config import HubSettings
 
     assert s.data_dir is not None, "JupyterHub needs a data directory"
     api = f"http://{'127.0.0.1' if s.host in ('0.0.0.0', '::') else s.host}:{s.port}"
@@ -453,7 +455,7 @@ def _hub_settings(s: SystemSettings, single_user: bool) -> HubSettings:
 def _start_hub(system: System, admin: str) -> Supervisor:
     """Start JupyterHub as a child process talking to this server, kept running by
     `keep_hub` (its exits are reported here with the end of its log)."""
-    from gpupool.jupyterhub.config import HubSetupError, find_proxy, start_hub
+    from gpupool.server.hub.config import HubSetupError, find_proxy, start_hub
     from gpupool.server.hub.keeper import check_ports, keep_hub
     from gpupool.server.services.accounts import issue_token
 
