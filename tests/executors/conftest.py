@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.tracking import detect_cgroup_root, kill_job, remove_cgroup
 
 FAKE_MPS = Path(__file__).with_name("fake_mps_control.py")
 
@@ -117,3 +118,17 @@ def end_all(ex: LocalExecutor) -> None:
     leaves processes or cgroups behind."""
     for wid in ex._workload_ids():
         ex._sweep(wid)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_cgroups() -> Iterator[None]:
+    """Job cgroups a test made are emptied and removed after it (none is left on the host)."""
+    root = detect_cgroup_root()
+    before = {p.name for p in root.iterdir() if p.is_dir()} if root else set()
+    yield
+    if root is None:
+        return
+    for p in root.iterdir():
+        if p.is_dir() and p.name not in before:
+            kill_job(None, None, p)
+            remove_cgroup(p)
