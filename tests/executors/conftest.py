@@ -96,16 +96,6 @@ def shared_tmp() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def job_tmp() -> Iterator[Path]:
-    """A temp dir jobs may write to whatever account they run as (as root, single-user jobs
-    run as the unprivileged jobs account, which cannot reach pytest's private tmp_path)."""
-    d = Path(tempfile.mkdtemp(prefix="gpupool-job-", dir="/tmp"))
-    d.chmod(0o777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def mkfifo(path: Path) -> Path:
     """A FIFO any job's account can open (os.mkfifo honours the umask)."""
     os.mkfifo(path)
