@@ -334,7 +334,13 @@ def serve(
         from gpupool.web import create_router
 
         app.include_router(create_router())
-    tl = TelemetryLoop(ctx, source, node=node_name)
+    tl = TelemetryLoop(
+        ctx,
+        source,
+        node=node_name,
+        mps_daemons=manager.daemons if manager is not None else None,
+        police_unowned=chosen_mode == "per-user",
+    )
     holder["t"] = tl
     ctx.loops.add(ReconcilerLoop(ctx, mps=manager, node=node_name))
     ctx.loops.add(tl)

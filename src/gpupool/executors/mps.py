@@ -154,6 +154,16 @@ class MPSManager:
         info = proc_starttime(pid)
         return pid if info is not None and info[1] != "Z" else None
 
+    def daemons(self) -> dict[int, str]:
+        """pid -> GPU UUID of every live control daemon of this manager (its MPS servers are
+        their children: telemetry recognises them as gpupool's, not as unowned work)."""
+        out = {}
+        for uuid in sorted(self._gpus):
+            pid = self.daemon_pid(uuid)
+            if pid is not None:
+                out[pid] = uuid
+        return out
+
     def _control(self, gpu_uuid: str, command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.binary],
