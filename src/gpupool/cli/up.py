@@ -368,7 +368,7 @@ def serve(
     url = f"http://{host}:{port}"
     _say(f"gpupool: serving on {url}  (log in: gpupool login --url {url} --user {ADMIN})")
 
-    hub = _hub_settings(data_dir, host, port, hub_port, chosen_mode) if jupyterhub else None
+    hub = _hub_settings(data_dir, host, port, hub_port, chosen_mode, run_as) if jupyterhub else None
     if hub is not None:
         from gpupool.jupyterhub.config import service_secret
         from gpupool.jupyterhub.sso import SSOSettings, install_hub_sso
@@ -490,9 +490,19 @@ def _hub_available() -> bool:
     return True
 
 
-def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str):  # noqa: ANN202
-    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub)."""
+def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str, run_as=None):  # noqa: ANN001, ANN202
+    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
+    With a jobs account (root, single-user), notebooks run as it, with their homes under its
+    home (the data dir is private to the server)."""
+    import pwd
+
     from gpupool.jupyterhub.config import HubSettings
+
+    homes = None
+    if run_as is not None:
+        base = pwd.getpwnam(run_as).pw_dir
+        homes = f"{base}/{{username}}" if os.path.isdir(base) else None
+        homes = homes or "/var/lib/gpupool-notebooks/{username}"
 
     api = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     return HubSettings(
@@ -506,6 +516,8 @@ def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str
         proxy_api_port=hub_port + 1,
         hub_port=hub_port + 81,
         single_user_mode=mode == "single-user",
+        jobs_account=run_as,
+        home_dir_template=homes,
     )
 
 
