@@ -28,9 +28,9 @@ PASS_SETTING = "GPUPOOL_JOB_ENV_PASS"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def passed_names(server_env: Mapping[str, str]) -> tuple[str, ...]:
-    """Extra variables the admin lets through (GPUPOOL_JOB_ENV_PASS), GPUPOOL_* excluded."""
-    raw = server_env.get(PASS_SETTING, "")
+def passed_names(raw: str) -> tuple[str, ...]:
+    """Extra variables an admin lets through (the GPUPOOL_JOB_ENV_PASS list), GPUPOOL_*
+    excluded."""
     return tuple(
         n for n in (x.strip() for x in raw.split(",")) if n and not n.startswith("GPUPOOL_")
     )
@@ -46,9 +46,11 @@ def job_environment(
     *,
     declared: Mapping[str, str] | None = None,
     injected: Mapping[str, str],
+    passed: Iterable[str] = (),
 ) -> dict[str, str]:
-    """The environment of one job (see the module docstring)."""
-    extra = passed_names(server_env)
+    """The environment of one job (see the module docstring); `passed`: the admin's extra
+    names (`passed_names`)."""
+    extra = tuple(n for n in passed if not n.startswith("GPUPOOL_"))
     env = {k: v for k, v in server_env.items() if allowed(k, extra)}
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(HOME=account.home, USER=account.name, LOGNAME=account.name, SHELL=account.shell)

@@ -65,7 +65,7 @@ from gpupool.executors.base import (
     SupportsLogs,
     exec_state_for_exit,
 )
-from gpupool.executors.jobenv import job_environment
+from gpupool.executors.jobenv import PASS_SETTING, job_environment, passed_names
 from gpupool.executors.launcher import (
     ENV_FILE,
     EXIT_FILE,
@@ -106,6 +106,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
     shared GPUs (None: fractional shares are `policed`). `jobs_account`: who single-user
     jobs run as when the server is root (default `gpupool-jobs` if it exists, else `nobody`).
     `cgroups`: track jobs in cgroups when the host delegates them (False: never).
+    `env_pass`: server variables jobs may also see (default: $GPUPOOL_JOB_ENV_PASS).
     """
 
     name = "local"
@@ -120,6 +121,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         mps: MPSManager | None = None,
         jobs_account: str | None = None,
         cgroups: bool = True,
+        env_pass: tuple[str, ...] | None = None,
         python: str = sys.executable,
     ) -> None:
         self.state_dir = Path(state_dir)
@@ -137,6 +139,10 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
             jobs_account = default_jobs_account()
         self.jobs_account = jobs_account
         self.cgroup_root = detect_cgroup_root() if cgroups else None
+        #: extra server variables jobs may see (default: GPUPOOL_JOB_ENV_PASS, read once)
+        self.env_pass = (
+            env_pass if env_pass is not None else passed_names(os.environ.get(PASS_SETTING, ""))
+        )
         self.python = python
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._final: dict[str, ExecStatus] = {}
@@ -301,7 +307,9 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         injected, enforcement, notes = self._environment(workload, allocation, account)
         marker = new_marker(workload.id)
         injected[MARKER_ENV] = marker
-        job_env = job_environment(os.environ, account, declared=env, injected=injected)
+        job_env = job_environment(
+            os.environ, account, declared=env, injected=injected, passed=self.env_pass
+        )
 
         d = self._dir(workload.id)
         private_dir(d)
