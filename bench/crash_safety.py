@@ -311,7 +311,7 @@ def report(results: list[dict[str, object]], args: argparse.Namespace) -> str:
     head = (
         f"\n## {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.node()} "
         f"({os.cpu_count()} CPUs)\n\n"
-        f"`python bench/crash_safety.py --backend {args.backend} --submissions "
+        f"`python bench/crash_safety.py --backend {results[0]['backend']} --submissions "
         f"{args.submissions} --clients {args.clients} --kills {args.kills} --gpus {args.gpus}`\n\n"
         "| backend | acknowledged | kill -9 | lost | double starts | over-committed | "
         "duplicates | states | retries | restart s | total s |\n"
@@ -348,15 +348,15 @@ def main() -> int:
     if "postgres" in backends and not args.postgres_url:
         p.error("PostgreSQL needs --postgres-url or GPUPOOL_TEST_POSTGRES_URL (an empty database)")
     results = []
-    for b in backends:
+    for b in backends:  # each backend's row is written as soon as it is measured
         r = run_backend(b, args)
         print(r, flush=True)
         results.append(r)
-    text = report(results, args)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text)
+        text = report([r], args)
+        print(text, flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(text)
     bad = any(r["lost"] or r["double_starts"] or r["overcommitted"] for r in results)
     return 1 if bad else 0
 
