@@ -117,6 +117,15 @@ def test_single_user_mode_as_root_runs_jobs_as_the_jobs_account(tmp_path, execut
 
 
 @root_only
+def test_single_user_mode_ignores_the_owners_unix_user(tmp_path, executors, account):
+    ex = make(tmp_path, jobs_account=account)
+    executors.append(ex)
+    ex.start(wl("id -un"), None, unix_user="root")  # the scheduler passes the owner's mapping
+    wait_job(ex, "w1")
+    assert ex.logs("w1").split() == [account]
+
+
+@root_only
 def test_single_user_default_account_is_never_root(tmp_path, executors):
     ex = make(tmp_path)  # no jobs account named: gpupool-jobs, else nobody
     executors.append(ex)

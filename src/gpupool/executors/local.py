@@ -159,15 +159,16 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def _account(self, workload: Workload, unix_user: str | None) -> Account:
-        """Who the job runs as; never root (`StartError`, permanent)."""
+    def _account(
+        self, workload: Workload, unix_user: str | None, service: str | None = None
+    ) -> Account:
+        """Who the job runs as; never root (`StartError`, permanent). `unix_user` is the
+        owner's account (per-user mode only); `service` the MPS service account, if any."""
         if self.user_mode is UserMode.SINGLE_USER and os.geteuid() != 0:
             return server_account()
         if self.user_mode is UserMode.SINGLE_USER:
-            return unprivileged(
-                unix_user or str(self.jobs_account), why="cannot run single-user jobs"
-            )
-        name = unix_user or self.resolve_unix_user(workload.owner) or workload.owner
+            return unprivileged(service or str(self.jobs_account), why="cannot run the job")
+        name = service or unix_user or self.resolve_unix_user(workload.owner) or workload.owner
         try:
             pw = pwd.getpwnam(name)
         except KeyError:
@@ -301,9 +302,10 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         fractional_mps = allocation is not None and any(
             not s.whole and s.enforcement is Enforcement.MPS for s in allocation.shares
         )
+        service = None
         if fractional_mps and self.mps is not None and self.mps.service_account:
-            unix_user = self.mps.service_account
-        account = self._account(workload, unix_user)
+            service = self.mps.service_account
+        account = self._account(workload, unix_user, service)
         injected, enforcement, notes = self._environment(workload, allocation, account)
         marker = new_marker(workload.id)
         injected[MARKER_ENV] = marker
