@@ -194,8 +194,10 @@ class MPSManager:
         pipe, log = self.pipe_dir(gpu_uuid), self.log_dir(gpu_uuid)
         pipe.mkdir(parents=True, exist_ok=True)
         log.mkdir(parents=True, exist_ok=True)
-        os.chmod(pipe, 0o755)
-        os.chmod(log, 0o755)
+        # every job's account must reach the pipe (else it runs without MPS, unlimited),
+        # whatever umask made the directories (gpupool up runs with 077)
+        for d in (pipe.parent, pipe, log):
+            os.chmod(d, 0o755)
         (pipe / PID_FILE).unlink(missing_ok=True)  # stale pid file of a crashed daemon
         try:
             proc = subprocess.run(
