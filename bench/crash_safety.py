@@ -179,7 +179,8 @@ def all_workloads(server: Server, token: str) -> list[dict]:
             params={"limit": 1000, "offset": len(out)},
             timeout=60,
         )
-        r.raise_for_status()
+        if r.status_code != 200:
+            raise RuntimeError(f"listing workloads answered {r.status_code}: {r.text[:500]}")
         page = r.json()
         items = page["items"] if isinstance(page, dict) else page
         out += items
@@ -187,8 +188,10 @@ def all_workloads(server: Server, token: str) -> list[dict]:
             return out
 
 
-def check_ledger(ledger: Path) -> tuple[collections.Counter, int, int]:
-    """(starts per workload id, over-committed overlaps, jobs with no end line)."""
+def check_ledger(ledger: Path, finished: dict[str, float]) -> tuple[collections.Counter, int, int]:
+    """(starts per workload id, over-committed overlaps, jobs with no end line). A job with
+    no `end` line (killed before it could write one) ends when the server says it did
+    (`finished`: workload id -> finished_at), else never."""
     starts: collections.Counter = collections.Counter()
     spans: dict[str, dict[str, list[float]]] = collections.defaultdict(dict)
     for line in ledger.read_text().splitlines():
@@ -201,8 +204,12 @@ def check_ledger(ledger: Path) -> tuple[collections.Counter, int, int]:
         for g in gpus.split(","):
             spans[g].setdefault(wid, [0.0, float("inf")])
             spans[g][wid][0 if what == "start" else 1] = float(t)
-    overlaps = 0
     unended = sum(1 for g in spans.values() for s in g.values() if s[1] == float("inf"))
+    for per_gpu in spans.values():
+        for wid, span in per_gpu.items():
+            if span[1] == float("inf") and finished.get(wid):
+                span[1] = finished[wid]
+    overlaps = 0
     for per_gpu in spans.values():
         ordered = sorted(per_gpu.values())
         busy_until = -1.0
@@ -279,7 +286,8 @@ def run_backend(backend: str, args: argparse.Namespace) -> dict[str, object]:
             and httpx.get(f"{server.url}/api/v1/workloads/{w}", headers=h).status_code != 200
         ]
         states = collections.Counter(rows[w]["state"] for w in acked if w in rows)
-        starts, overlaps, unended = check_ledger(ledger)
+        finished = {w: r.get("finished_at") for w, r in rows.items()}
+        starts, overlaps, unended = check_ledger(ledger, finished)
         never_ran = [w for w in acked if starts[w] == 0]
         names = collections.Counter(w.get("name") for w in rows.values())
         return {
@@ -314,13 +322,14 @@ def report(results: list[dict[str, object]], args: argparse.Namespace) -> str:
         f"`python bench/crash_safety.py --backend {results[0]['backend']} --submissions "
         f"{args.submissions} --clients {args.clients} --kills {args.kills} --gpus {args.gpus}`\n\n"
         "| backend | acknowledged | kill -9 | lost | double starts | over-committed | "
-        "duplicates | states | retries | restart s | total s |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "duplicates | states | no end line | retries | restart s | total s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = "".join(
         f"| {r['backend']} | {r['acknowledged']}/{r['submissions']} | {r['kills']} | "
         f"**{r['lost']}** | **{r['double_starts']}** | **{r['overcommitted']}** | "
-        f"{r['duplicates']} | {r['states']} | {r['retries']} | {r['restart_s']} | "
+        f"{r['duplicates']} | {r['states']} | {r['unended']} | {r['retries']} | "
+        f"{r['restart_s']} | "
         f"{r['total_s']} |\n"
         for r in results
     )

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from gpupool.executors.local import LocalExecutor
-from gpupool.executors.tracking import detect_cgroup_root, kill_job, remove_cgroup
+from gpupool.executors.tracking import kill_job, remove_cgroup
 
 FAKE_MPS = Path(__file__).with_name("fake_mps_control.py")
 
@@ -108,17 +108,26 @@ def end_all(ex: LocalExecutor) -> None:
     leaves processes or cgroups behind."""
     for wid in ex._workload_ids():
         ex._sweep(wid)
+    if ex.cgroup_root is not None and ex.cgroup_root.is_dir():  # its state dir may be gone
+        for cg in ex.cgroup_root.iterdir():
+            if cg.is_dir():
+                kill_job(None, None, cg)
+                remove_cgroup(cg)
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_cgroups() -> Iterator[None]:
-    """Job cgroups a test made are emptied and removed after it (none is left on the host)."""
-    root = detect_cgroup_root()
-    before = {p.name for p in root.iterdir() if p.is_dir()} if root else set()
+def no_leftover_jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every LocalExecutor a test makes has its jobs ended and its cgroups removed after the
+    test: nothing of a test is left on the host, and nothing of anyone else is touched."""
+    made: list[LocalExecutor] = []
+    init = LocalExecutor.__init__
+
+    def tracked(self: LocalExecutor, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(LocalExecutor, "__init__", tracked)
     yield
-    if root is None:
-        return
-    for p in root.iterdir():
-        if p.is_dir() and p.name not in before:
-            kill_job(None, None, p)
-            remove_cgroup(p)
+    for ex in made:
+        end_all(ex)
+        remove_cgroup(ex.cgroup_root, wait_s=0)

@@ -197,7 +197,7 @@ def test_job_files_are_private(tmp_path, executors, account):
 
 
 # -- escapes ----------------------------------------------------------------------------------
-ESCAPE = "setsid sh -c 'echo $$ > {ready}; exec sleep 1000' & read x < {go}; exit 0"
+ESCAPE = "setsid sh -c 'echo $$ > {ready}; sleep 1000' & read x < {go}; exit 0"
 
 
 def _escaping_job(ex: LocalExecutor, tmp: Path) -> tuple[Path, int]:

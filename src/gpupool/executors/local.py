@@ -30,6 +30,7 @@ reused pid, not the job.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -138,7 +139,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         if jobs_account is None and os.geteuid() == 0:
             jobs_account = default_jobs_account()
         self.jobs_account = jobs_account
-        self.cgroup_root = detect_cgroup_root() if cgroups else None
+        self.cgroup_root = self._cgroup_root() if cgroups else None
         #: extra server variables jobs may see (default: GPUPOOL_JOB_ENV_PASS, read once)
         self.env_pass = (
             env_pass if env_pass is not None else passed_names(os.environ.get(PASS_SETTING, ""))
@@ -185,6 +186,19 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
                 permanent=True,
             )
         return Account.of(pw)
+
+    def _cgroup_root(self) -> Path | None:
+        """This executor's own cgroup subtree: `<host root>/<hash of the state dir>`, so two
+        servers (or tests) on one host never touch each other's job cgroups."""
+        host = detect_cgroup_root()
+        if host is None:
+            return None
+        digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:12]
+        try:
+            (host / digest).mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return host / digest
 
     def _make_cgroup(self, workload_id: str, marker: str) -> Path | None:
         """A fresh cgroup for one start of a job (None when the host delegates none)."""

@@ -64,7 +64,7 @@ def detect_cgroup_root(proc_self: Path = Path("/proc/self"), name: str = CGROUP_
     if mount is None or own is None:
         return None
     root = mount / own.strip().lstrip("/") / name
-    probe = root / f"probe-{os.getpid()}"
+    probe = root / f"probe-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         root.mkdir(exist_ok=True)
         probe.mkdir()
@@ -141,10 +141,17 @@ def kill_job(
     if cgroup is not None and spare is None:
         with contextlib.suppress(OSError):
             (cgroup / "cgroup.kill").write_text("1\n")
+    quiet = 0
     for _ in range(KILL_ROUNDS):
         pids = {p for p in job_pids(leader, marker, cgroup) if p != spare and _alive(p)}
         if not pids:
-            break
+            # a process in the middle of execve shows an empty environment for a moment:
+            # one more sweep before believing that nothing is left
+            quiet += 1
+            if quiet == 2:
+                break
+            continue
+        quiet = 0
         signal_pids(pids, signal.SIGKILL)
         killed |= pids
     return killed
