@@ -609,8 +609,10 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         return self._dir(workload_id) / LOG_FILE
 
     def close(self) -> None:
-        """Forget child handles; jobs keep running and a later executor adopts them."""
+        """Forget child handles; jobs keep running and a later executor adopts them. The
+        executor's cgroup subtree goes when no job cgroup is left in it."""
         self._children.clear()
+        remove_cgroup(self.cgroup_root, wait_s=0)
 
 
 def _sessions() -> dict[int, list[int]]:
