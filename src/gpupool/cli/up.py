@@ -396,6 +396,8 @@ def serve(
             hub_keeper.stop()
         if manager is not None:
             manager.stop_all()
+            if manager.base_dir.is_relative_to("/run/gpupool"):  # this data dir's, under /run
+                shutil.rmtree(manager.base_dir.parent, ignore_errors=True)
         source.close()
         store.close()
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
