@@ -78,6 +78,7 @@ from gpupool.executors.launcher import (
 from gpupool.executors.mps import MPSError, MPSManager, limits_for
 from gpupool.executors.tracking import (
     MARKER_ENV,
+    all_sessions,
     cgroup_pids,
     detect_cgroup_root,
     job_pids,
@@ -541,7 +542,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         return out
 
     def list_running(self) -> list[RunningProcess]:
-        sessions = _sessions()
+        sessions = all_sessions()
         with self._lock:
             return self._list_running(sessions)
 
@@ -613,17 +614,3 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
         executor's cgroup subtree goes when no job cgroup is left in it."""
         self._children.clear()
         remove_cgroup(self.cgroup_root, wait_s=0)
-
-
-def _sessions() -> dict[int, list[int]]:
-    """session id -> pids in it, from /proc (processes we may not read are skipped)."""
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            sid = os.getsid(int(entry))
-        except (ProcessLookupError, PermissionError):
-            continue
-        out.setdefault(sid, []).append(int(entry))
-    return out

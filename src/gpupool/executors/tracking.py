@@ -191,3 +191,17 @@ def _populated(cgroup: Path) -> bool:
         return "populated 1" in (cgroup / "cgroup.events").read_text()
     except OSError:
         return False
+
+
+def all_sessions() -> dict[int, list[int]]:
+    """session id -> pids in it, from /proc (processes we may not read are skipped)."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            sid = os.getsid(int(entry))
+        except (ProcessLookupError, PermissionError):
+            continue
+        out.setdefault(sid, []).append(int(entry))
+    return out
