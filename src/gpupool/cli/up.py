@@ -44,6 +44,7 @@ class Plan:
     spec: str | None
     user_mode: str
     mps: bool
+    jobs_account: str | None = None
 
 
 def _say(msg: str, *, loud: bool = False) -> None:
@@ -95,7 +96,14 @@ def register(app: typer.Typer) -> None:
             "auto",
             "--user-mode",
             help="Who jobs run as: per-user (owner's Unix account; needs root), single-user "
-            "(the server's own account), or auto (per-user when root on real GPUs).",
+            "(one account: --jobs-account when root, else the server's own), or auto "
+            "(per-user when root on real GPUs). Never root. See docs/security.md.",
+        ),
+        jobs_account: str = typer.Option(
+            "gpupool-jobs",
+            "--jobs-account",
+            help="Unprivileged Unix account of single-user jobs when gpupool runs as root "
+            "(created if missing; nobody if it cannot be).",
         ),
         mps: str = typer.Option(
             "auto",
@@ -140,6 +148,7 @@ def register(app: typer.Typer) -> None:
             host=host,
             port=port,
             user_mode=user_mode,
+            jobs_account=jobs_account,
             mps=mps,
             mps_binary=mps_binary,
             mps_service_account=mps_service_account,
@@ -208,6 +217,7 @@ def serve(
     jupyterhub: bool | None = False,
     hub_port: int = 8000,
     workers: int = 0,
+    jobs_account: str = "gpupool-jobs",
 ) -> None:
     """Set everything up and serve until interrupted (see the module docstring)."""
     import psutil
@@ -238,12 +248,18 @@ def serve(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from gpupool.cli.up_isolation import choose_jobs_account, isolation_lines, secure_data_dir
+
     data_dir = data_dir.expanduser().resolve()
+    os.umask(0o077)  # what the server writes is its own; jobs get 022 from their launcher
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
+        fixed = secure_data_dir(data_dir)
     except OSError as e:
         _say(f"error: cannot create the data directory {data_dir}: {e}; choose --data-dir")
         raise typer.Exit(2) from None
+    if fixed:
+        _say(f"gpupool: made {len(fixed)} file(s) in {data_dir} private (0700/0600)")
     if jupyterhub is None:  # auto: on when the hub's proxy is installed
         jupyterhub = _hub_available()
     if jupyterhub and port == hub_port:
@@ -257,7 +273,10 @@ def serve(
     simulated = bool(getattr(source, "simulated", False))
     chosen_mode = _choose_user_mode(user_mode, simulated)
     use_mps = _choose_mps(mps, mps_binary, simulated)
-    plan = Plan(data_dir, node_name, simulated, spec, chosen_mode, use_mps)
+    run_as, account_warning = choose_jobs_account(chosen_mode, jobs_account)
+    if account_warning:
+        _say(f"gpupool: warning: {account_warning}", loud=True)
+    plan = Plan(data_dir, node_name, simulated, spec, chosen_mode, use_mps, run_as)
     if simulated:
         _say(f"*** SIMULATED GPUs ({spec}): not real hardware ***", loud=True)
 
@@ -294,12 +313,14 @@ def serve(
     manager = None
     if use_mps:
         manager = MPSManager(
-            _mps_base(data_dir, chosen_mode),
+            mps_base(data_dir),
             binary=mps_binary,
             service_account=mps_service_account,
             on_event=record,
         )
-    executor = LocalExecutor(data_dir / "jobs", clock=clock, user_mode=chosen_mode, mps=manager)
+    executor = LocalExecutor(
+        data_dir / "jobs", clock=clock, user_mode=chosen_mode, mps=manager, jobs_account=run_as
+    )
     if jupyterhub:
         from gpupool.jupyterhub.launch import HubLaunchExecutor
 
@@ -315,7 +336,13 @@ def serve(
         from gpupool.web import create_router
 
         app.include_router(create_router())
-    tl = TelemetryLoop(ctx, source, node=node_name)
+    tl = TelemetryLoop(
+        ctx,
+        source,
+        node=node_name,
+        mps_daemons=manager.daemons if manager is not None else None,
+        police_unowned=chosen_mode == "per-user",
+    )
     holder["t"] = tl
     ctx.loops.add(ReconcilerLoop(ctx, mps=manager, node=node_name))
     ctx.loops.add(tl)
@@ -329,13 +356,10 @@ def serve(
         f"gpupool: node {node_name} with {len(node.gpus)} GPU(s): "
         + ", ".join(f"{g.index}:{g.model}" for g in node.gpus)
     )
-    if chosen_mode == "single-user":
-        _say(
-            "gpupool: single-user mode: every job runs as this Unix account "
-            f"({_me()}); no isolation between gpupool users"
-        )
-    else:
-        _say("gpupool: per-user mode: jobs run as their owners' Unix accounts")
+    for line in isolation_lines(chosen_mode, run_as):
+        _say(line, loud=chosen_mode == "single-user" and run_as is None)
+    tracking = "cgroup, " if executor_tracks_cgroups(executor) else ""
+    _say(f"gpupool: a job's processes are tracked by {tracking}process group, session and marker")
     _say(f"gpupool: fractional shares are enforced by {'CUDA MPS' if use_mps else 'policing'}")
     if password is not None:
         shown = (
@@ -347,7 +371,7 @@ def serve(
     url = f"http://{host}:{port}"
     _say(f"gpupool: serving on {url}  (log in: gpupool login --url {url} --user {ADMIN})")
 
-    hub = _hub_settings(data_dir, host, port, hub_port, chosen_mode) if jupyterhub else None
+    hub = _hub_settings(data_dir, host, port, hub_port, chosen_mode, run_as) if jupyterhub else None
     if hub is not None:
         from gpupool.jupyterhub.config import service_secret
         from gpupool.jupyterhub.sso import SSOSettings, install_hub_sso
@@ -375,6 +399,8 @@ def serve(
             hub_keeper.stop()
         if manager is not None:
             manager.stop_all()
+            if manager.base_dir.is_relative_to("/run/gpupool"):  # this data dir's, under /run
+                shutil.rmtree(manager.base_dir.parent, ignore_errors=True)
         source.close()
         store.close()
         _say("gpupool: stopped; running jobs keep running and are adopted on the next start")
@@ -411,15 +437,24 @@ def _give_up(server) -> None:  # noqa: ANN001 - a uvicorn.Server
     server.should_exit = True
 
 
-def _mps_base(data_dir: Path, mode: str) -> Path:
+def executor_tracks_cgroups(executor) -> bool:  # noqa: ANN001 - an Executor
+    inner = getattr(executor, "inner", executor)
+    return getattr(inner, "cgroup_root", None) is not None
+
+
+def mps_base(data_dir: Path) -> Path:
     """Where MPS pipe directories go. Jobs of other Unix accounts must reach them (a client
     that cannot reach its pipe directory silently runs without MPS, i.e. without limits), so
-    in per-user mode they live in /run/gpupool/mps (world-traversable), not in the data dir."""
-    if mode != "per-user":
+    when gpupool runs as root (jobs then run as other accounts, in either mode) they live in
+    /run/gpupool/<data dir hash>/mps (world-traversable), not in the private data dir."""
+    if os.geteuid() != 0:
         return data_dir / "mps"
-    base = Path("/run/gpupool/mps")
+    import hashlib
+
+    tag = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]  # one per data dir
+    base = Path("/run/gpupool") / tag / "mps"
     base.mkdir(parents=True, exist_ok=True)
-    for d in (base.parent, base):
+    for d in (base.parent.parent, base.parent, base):
         d.chmod(0o755)
     return base
 
@@ -460,9 +495,19 @@ def _hub_available() -> bool:
     return True
 
 
-def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str):  # noqa: ANN202
-    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub)."""
+def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str, run_as=None):  # noqa: ANN001, ANN202
+    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
+    With a jobs account (root, single-user), notebooks run as it, with their homes under its
+    home (the data dir is private to the server)."""
+    import pwd
+
     from gpupool.jupyterhub.config import HubSettings
+
+    homes = None
+    if run_as is not None:
+        base = pwd.getpwnam(run_as).pw_dir
+        homes = f"{base}/{{username}}" if os.path.isdir(base) else None
+        homes = homes or "/var/lib/gpupool-notebooks/{username}"
 
     api = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
     return HubSettings(
@@ -476,6 +521,8 @@ def _hub_settings(data_dir: Path, host: str, port: int, hub_port: int, mode: str
         proxy_api_port=hub_port + 1,
         hub_port=hub_port + 81,
         single_user_mode=mode == "single-user",
+        jobs_account=run_as,
+        home_dir_template=homes,
     )
 
 
@@ -506,9 +553,3 @@ def _start_hub(ctx, hub):  # noqa: ANN001, ANN202
         loud=True,
     )
     return keeper
-
-
-def _me() -> str:
-    import pwd
-
-    return pwd.getpwuid(os.geteuid()).pw_name
