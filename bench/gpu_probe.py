@@ -24,6 +24,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--alloc-mib", type=int, default=0)
     ap.add_argument("--chunk-mib", type=int, default=256)
+    ap.add_argument("--hold-s", type=float, default=0, help="keep the context this long")
     args = ap.parse_args()
     out: dict[str, object] = {
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -76,6 +77,10 @@ def main() -> int:
         out["allocated_mib"] = got
         out["alloc_error"] = fail
     print(json.dumps(out), flush=True)
+    if args.hold_s:
+        import time
+
+        time.sleep(args.hold_s)  # stay on the GPU (telemetry checks)
     return 0
 
 

@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -70,6 +71,21 @@ FAKE_MPS = HERE.parent / "tests" / "executors" / "fake_mps_control.py"
 NODE = socket.gethostname()
 
 
+def _reachable_by_others(path: str) -> bool:
+    """Whether an unprivileged account can run `path` (every directory on the way o+x)."""
+    p = Path(path).resolve()
+    return all(os.stat(d).st_mode & 0o001 for d in [p, *p.parents])
+
+
+#: The Python jobs run with. As root, jobs run as an unprivileged account (never root), which
+#: may not reach this interpreter (e.g. one under /root): then the system's python3.
+JOB_PYTHON = (
+    sys.executable
+    if os.geteuid() != 0 or _reachable_by_others(sys.executable)
+    else (shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable)
+)
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -79,6 +95,9 @@ class Bench:
         self.args = args
         self.index, self.uuid, self.memory_mib = gpu_index, uuid, memory_mib
         self.work = Path(args.work_dir or tempfile.mkdtemp(prefix="gpupool-sharing-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:  # jobs run as an unprivileged account: they must reach it
+            self.work.chmod(0o777)
         self.mps = MPSManager(self.work / "mps", binary=args.mps_binary)
         self.ex = LocalExecutor(self.work / "jobs", user_mode="single-user", mps=self.mps)
         self.out_dir = Path(args.out)
@@ -105,7 +124,7 @@ class Bench:
         if self.args.dry_run:
             worker_args = (*worker_args, "--fake")
         w = Workload(
-            id=wid, tenant="bench", owner="bench", command=(sys.executable, WORKER, *worker_args)
+            id=wid, tenant="bench", owner="bench", command=(JOB_PYTHON, WORKER, *worker_args)
         )
         self.started.append(wid)
         h = self.ex.start(w, Allocation(wid, NODE, (share,), time.time()), env=env)
@@ -162,6 +181,7 @@ class Bench:
         share = self.share(1 if mode == "exclusive" else n, enforcement)
         sync = self.work / f"sync-{tag}"
         sync.mkdir(parents=True)
+        sync.chmod(0o777)
         names = [f"t{i}" for i in range(n)]
         wids = [f"{tag}-{nm}" for nm in names]
         phases = a.workloads.split(",")
@@ -218,6 +238,7 @@ class Bench:
         tag = f"iso-{mode}"
         sync = self.work / f"sync-{tag}"
         sync.mkdir(parents=True)
+        sync.chmod(0o777)
         target = int(share.memory_mib * 1.5)
         rec: dict = {
             "mode": mode,

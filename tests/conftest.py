@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,13 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+@pytest.fixture
+def job_tmp() -> Iterator[Path]:
+    """A temp dir jobs may write to whatever account they run as (as root, single-user jobs
+    run as an unprivileged account, which cannot reach pytest's private tmp_path)."""
+    d = Path(tempfile.mkdtemp(prefix="gpupool-job-", dir="/tmp"))
+    d.chmod(0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

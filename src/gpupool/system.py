@@ -33,6 +33,7 @@ from fastapi import FastAPI
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Allocation, Event
 from gpupool.engines import Engine, EngineEnv, EngineError
+from gpupool.engines.isolation import secure_data_dir
 from gpupool.executors.base import Executor
 from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
@@ -192,10 +193,13 @@ def build_system(
     if data_dir is not None:
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
+            fixed = secure_data_dir(data_dir)
         except OSError as e:
             raise SetupError(
                 f"cannot create the data directory {data_dir}: {e}; choose --data-dir"
             ) from None
+        if fixed:
+            say(f"gpupool: made {len(fixed)} file(s) in {data_dir} private (0700/0600)")
     jupyterhub = s.jupyterhub
     if jupyterhub is None:  # auto: on when the hub's proxy is installed
         jupyterhub = _hub_available(say)
@@ -268,7 +272,7 @@ def _assemble(
     if s.jupyterhub:
         from gpupool.executors.hub_launch import HubLaunchExecutor
 
-        hub = s.hub or _hub_settings(s, engine.single_user)
+        hub = s.hub or _hub_settings(s, engine.single_user, engine.jobs_account)
         executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())
@@ -281,8 +285,8 @@ def _assemble(
 
     if s.data_dir is not None:
         say(f"gpupool: data in {s.data_dir}")
-    for line in engine.describe():
-        say(line)
+    for line, loud in engine.describe():
+        say(line, loud=loud)
     if password is not None:
         shown = "from GPUPOOL_ADMIN_PASSWORD" if s.admin_password else password
         say(f"gpupool: first admin created: user {s.admin!r}, password {shown}", loud=True)
@@ -324,7 +328,14 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     sampled = engine.telemetry()
     by_node: dict[str, TelemetryLoop] = {}
     for t in sampled:
-        tl = TelemetryLoop(ctx, t.source, node=t.node, kill=t.kill)
+        tl = TelemetryLoop(
+            ctx,
+            t.source,
+            node=t.node,
+            kill=t.kill,
+            mps_daemons=t.mps_daemons,
+            police_unowned=t.police_unowned,
+        )
         if len(sampled) > 1:
             tl.name = f"telemetry-{t.node}"
         ctx.loops.add(tl)  # its sampler joins ctx.samplers: /metrics and the dashboard read it
@@ -432,11 +443,21 @@ def _hub_available(say: Callable[..., None]) -> bool:
     return True
 
 
-def _hub_settings(s: SystemSettings, single_user: bool) -> HubSettings:
-    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub)."""
+def _hub_settings(s: SystemSettings, single_user: bool, run_as: str | None) -> HubSettings:
+    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
+    With a jobs account (root, single-user), notebooks run as it, with their homes under its
+    home (the data dir is private to the server)."""
+    import pwd
+
     from gpupool.server.hub.config import HubSettings
 
     assert s.data_dir is not None, "JupyterHub needs a data directory"
+    homes = None
+    if run_as is not None:
+        base = pwd.getpwnam(run_as).pw_dir
+        homes = f"{base}/{{username}}" if os.path.isdir(base) else None
+        homes = homes or "/var/lib/gpupool-notebooks/{username}"
+
     api = f"http://{'127.0.0.1' if s.host in ('0.0.0.0', '::') else s.host}:{s.port}"
     return HubSettings(
         data_dir=s.data_dir / "hub",
@@ -449,6 +470,8 @@ def _hub_settings(s: SystemSettings, single_user: bool) -> HubSettings:
         proxy_api_port=s.hub_port + 1,
         hub_port=s.hub_port + 81,
         single_user_mode=single_user,
+        jobs_account=run_as,
+        home_dir_template=homes,
     )
 
 

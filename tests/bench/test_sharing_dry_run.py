@@ -11,12 +11,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_dry_run_measures_every_mode_and_proves_isolation(tmp_path):
+def test_dry_run_measures_every_mode_and_proves_isolation(tmp_path, job_tmp):
     out = tmp_path / "out"
     cmd = [sys.executable, str(ROOT / "bench" / "sharing.py"), "--dry-run", "--out", str(out)]
     cmd += ["--counts", "1,2", "--duration", "0.3", "--warmup", "0.1"]
     cmd += ["--isolation-tenants", "2", "--kill-after", "0.3", "--interval", "0.1"]
-    cmd += ["--after-s", "0.1", "--work-dir", str(tmp_path / "work")]
+    cmd += ["--after-s", "0.1", "--work-dir", str(job_tmp / "work")]  # jobs' account reaches it
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads((out / "sharing.json").read_text())

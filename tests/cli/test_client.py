@@ -127,7 +127,7 @@ def test_run_show_queue_cancel_logs(env):
     r = gp("queue", token=t)
     assert small in r.output and "WHY IT WAITS" in r.output
     r = gp("show", big, token=t)
-    assert "enforcement hardware" in r.output and "workload.admitted" in r.output
+    assert "enforcement policed" in r.output and "workload.admitted" in r.output
     r = gp("ls", token=t)
     assert big in r.output and small in r.output
     r = gp("ls", "--all", "--json", "--state", "running", token=t)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -19,7 +20,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.executors.conftest import release, wait_ready
+from gpupool.engines.local import mps_base
+from tests.executors.conftest import mkfifo, release, wait_ready
 from tests.support import free_hub_port, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -39,6 +41,9 @@ class Up:
             + ["--data-dir", str(data_dir), "--port", str(port), "--user-mode", "single-user"]
             + ([] if "--jupyterhub" in extra else ["--no-jupyterhub"])
             + ([] if "--workers" in extra else ["--workers", "0"])  # not by this host's CPUs
+            # as root, single-user jobs run as an unprivileged account: use one that exists,
+            # so that tests do not create accounts on the host
+            + (["--jobs-account", "nobody"] if os.geteuid() == 0 else [])
             + list(extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -92,14 +97,22 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
+def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, job_tmp):
     port = free_port()
+    data_dir.mkdir(parents=True)
+    data_dir.chmod(0o755)  # as earlier versions made it: fixed at start
     up = Up(data_dir, port)
     try:
         up.wait_ready()
         assert httpx.get(f"{up.url}/healthz").json() == {"status": "ok", "process": "primary"}
         assert "SIMULATED GPUs" in up.output
-        assert "single-user mode" in up.output
+        assert "single-user mode" in up.output and "never as root" in up.output
+        if os.geteuid() == 0:
+            assert "unprivileged account 'nobody'" in up.output
+        else:
+            assert "CAN read and write gpupool's database" in up.output
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE((data_dir / "gpupool.db").stat().st_mode) == 0o600
         h = login(up.url)
         readyz = wait_for(lambda: httpx.get(f"{up.url}/readyz").status_code == 200, what="readyz")
         assert readyz
@@ -107,9 +120,7 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, tmp_path):
         uuids = {g["uuid"] for g in (gpus["items"] if isinstance(gpus, dict) else gpus)}
         assert len(uuids) == 2
 
-        ready, go = tmp_path / "ready", tmp_path / "go"
-        os.mkfifo(ready)
-        os.mkfifo(go)
+        ready, go = mkfifo(job_tmp / "ready"), mkfifo(job_tmp / "go")
         cmd = f'echo "CVD=$CUDA_VISIBLE_DEVICES"; echo up > {ready}; read x < {go}; exit 5'
         r = httpx.post(
             f"{up.url}/api/v1/workloads",
@@ -293,7 +304,7 @@ def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
         h = login(up.url)
         gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
         uuid = sorted(g["uuid"] for g in (gpus["items"] if isinstance(gpus, dict) else gpus))[0]
-        pid_file = data_dir / "mps" / uuid / "pipe" / "nvidia-cuda-mps-control.pid"
+        pid_file = mps_base(data_dir.resolve()) / uuid / "pipe" / "nvidia-cuda-mps-control.pid"
         r = httpx.patch(f"{up.url}/api/v1/gpus/{uuid}", headers=h, json={"sharing": "shared"})
         assert r.status_code == 200, r.text
         cmd = "env | grep -E '^CUDA_(MPS|VISIBLE)' | sort"

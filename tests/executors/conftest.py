@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from gpupool.executors.local import LocalExecutor
+from gpupool.executors.tracking import kill_job, remove_cgroup
 
 FAKE_MPS = Path(__file__).with_name("fake_mps_control.py")
 
@@ -93,3 +94,40 @@ def shared_tmp() -> Iterator[Path]:
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+def mkfifo(path: Path) -> Path:
+    """A FIFO any job's account can open (os.mkfifo honours the umask)."""
+    os.mkfifo(path)
+    path.chmod(0o666)
+    return path
+
+
+def end_all(ex: LocalExecutor) -> None:
+    """Teardown: kill what is left of every job of `ex` and remove their cgroups, so no test
+    leaves processes or cgroups behind."""
+    for wid in ex._workload_ids():
+        ex._sweep(wid)
+    if ex.cgroup_root is not None and ex.cgroup_root.is_dir():  # its state dir may be gone
+        for cg in ex.cgroup_root.iterdir():
+            if cg.is_dir():
+                kill_job(None, None, cg)
+                remove_cgroup(cg)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every LocalExecutor a test makes has its jobs ended and its cgroups removed after the
+    test: nothing of a test is left on the host, and nothing of anyone else is touched."""
+    made: list[LocalExecutor] = []
+    init = LocalExecutor.__init__
+
+    def tracked(self: LocalExecutor, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(LocalExecutor, "__init__", tracked)
+    yield
+    for ex in made:
+        end_all(ex)
+        remove_cgroup(ex.cgroup_root, wait_s=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -11,11 +12,14 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.executors.accounts import default_jobs_account
 from gpupool.executors.base import ExecState, StartError
 from gpupool.executors.local import LocalExecutor, UserMode
-from tests.executors.conftest import release, wait_exit, wait_job, wait_ready
+from tests.executors.conftest import end_all, mkfifo, release, wait_exit, wait_job, wait_ready
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
+#: who single-user jobs run as here: never root (the jobs account, else nobody)
+JOB_USER = ME if os.geteuid() != 0 else default_jobs_account()
 
 
 def wl(cmd: str, wid: str = "w1", owner: str = "alice") -> Workload:
@@ -31,8 +35,10 @@ def alloc(wid: str = "w1", *shares: Share) -> Allocation:
 
 
 @pytest.fixture
-def ex(tmp_path: Path) -> LocalExecutor:
-    return LocalExecutor(tmp_path / "jobs", clock=ManualClock(1000), user_mode="single-user")
+def ex(tmp_path: Path) -> Iterator[LocalExecutor]:
+    executor = LocalExecutor(tmp_path / "jobs", clock=ManualClock(1000), user_mode="single-user")
+    yield executor
+    end_all(executor)
 
 
 def test_job_sees_its_gpus_and_ids_and_no_secrets(ex, monkeypatch):
@@ -86,9 +92,9 @@ def test_logs_tail(ex):
     assert ex.logs("nope") == ""
 
 
-def test_running_job_is_adopted_by_a_new_executor(ex, tmp_path):
-    fifo = tmp_path / "go"
-    os.mkfifo(fifo)
+def test_running_job_is_adopted_by_a_new_executor(ex, job_tmp):
+    fifo = job_tmp / "go"
+    mkfifo(fifo)
     ex.start(wl(f"read x < {fifo}; exit 3"), alloc())
     assert ex.poll("w1").state is ExecState.RUNNING
     launcher = ex._children["w1"]
@@ -98,7 +104,7 @@ def test_running_job_is_adopted_by_a_new_executor(ex, tmp_path):
     running = ex2.list_running()
     assert [r.workload_id for r in running] == ["w1"]
     assert running[0].gpu_uuids == ("GPU-aaa", "GPU-bbb")
-    assert running[0].user == ME
+    assert running[0].user == JOB_USER
     assert int(running[0].ref) in running[0].pids
     assert ex2.poll("w1").state is ExecState.RUNNING
     with pytest.raises(StartError, match="already running"):
@@ -139,10 +145,10 @@ def test_stop_right_after_start_is_not_lost(ex):
     assert (st.state, st.exit_code) == (ExecState.FAILED, 143)
 
 
-def test_polite_stop_ends_with_sigterm(ex, tmp_path):
-    fifo, ready = tmp_path / "go", tmp_path / "ready"
-    os.mkfifo(fifo)
-    os.mkfifo(ready)
+def test_polite_stop_ends_with_sigterm(ex, job_tmp):
+    fifo, ready = job_tmp / "go", job_tmp / "ready"
+    mkfifo(fifo)
+    mkfifo(ready)
     ex.start(wl(f"echo up > {ready}; read x < {fifo}"), None)
     wait_ready(ready)
     ex.stop("w1", "cancelled by alice", grace_s=30)
@@ -152,12 +158,12 @@ def test_polite_stop_ends_with_sigterm(ex, tmp_path):
     assert st.stop_reason == "cancelled by alice"
 
 
-def test_stop_escalates_to_sigkill_after_grace_on_the_clock(tmp_path):
+def test_stop_escalates_to_sigkill_after_grace_on_the_clock(tmp_path, job_tmp):
     clock = ManualClock(1000)
     ex = LocalExecutor(tmp_path / "jobs", clock=clock, user_mode="single-user")
-    fifo, ready = tmp_path / "go", tmp_path / "ready"
-    os.mkfifo(fifo)
-    os.mkfifo(ready)
+    fifo, ready = job_tmp / "go", job_tmp / "ready"
+    mkfifo(fifo)
+    mkfifo(ready)
     ex.start(wl(f"trap '' TERM; echo up > {ready}; read x < {fifo}"), None)
     wait_ready(ready)
     ex.stop("w1", "preempted for w7", grace_s=30)
@@ -180,8 +186,8 @@ def test_stop_of_unknown_or_finished_work_is_a_no_op(ex):
     assert ex.poll("w1").state is ExecState.SUCCEEDED
 
 
-def test_leftover_background_processes_die_with_the_job(ex, tmp_path):
-    bg = tmp_path / "bg.pid"
+def test_leftover_background_processes_die_with_the_job(ex, job_tmp):
+    bg = job_tmp / "bg.pid"
     ex.start(wl(f"sleep 1000 & echo $! > {bg}; exit 0"), None)
     wait_job(ex, "w1")
     wait_exit(int(bg.read_text()))
@@ -197,10 +203,10 @@ def test_restarted_job_gets_fresh_state(ex):
     assert ex.poll("w1").exit_code == 0
 
 
-def test_process_map_attributes_pids(ex, tmp_path):
-    fifo, ready = tmp_path / "go", tmp_path / "ready"
-    os.mkfifo(fifo)
-    os.mkfifo(ready)
+def test_process_map_attributes_pids(ex, job_tmp):
+    fifo, ready = job_tmp / "go", job_tmp / "ready"
+    mkfifo(fifo)
+    mkfifo(ready)
     ex.start(wl(f"echo up > {ready}; read x < {fifo}"), None)
     wait_ready(ready)
     pmap = ex.process_map()
@@ -271,12 +277,12 @@ def test_many_finished_jobs_are_not_rescanned(ex):
     assert ex._live_candidates() == []
 
 
-def test_prune_removes_only_old_finished_jobs(ex, tmp_path):
+def test_prune_removes_only_old_finished_jobs(ex, job_tmp):
     import time
 
-    fifo, ready = tmp_path / "go", tmp_path / "ready"
-    os.mkfifo(fifo)
-    os.mkfifo(ready)
+    fifo, ready = job_tmp / "go", job_tmp / "ready"
+    mkfifo(fifo)
+    mkfifo(ready)
     ex.start(wl("exit 0", wid="old"), None)
     ex.start(wl(f"echo up > {ready}; read x < {fifo}", wid="live"), None)
     wait_job(ex, "old")

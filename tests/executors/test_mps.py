@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from pathlib import Path
 
 import psutil
@@ -195,3 +196,20 @@ def test_concurrent_ensure_starts_one_daemon(mgr):
         t.join(60)
     assert results == [True, True, True]
     assert [k for k, _ in mgr.events].count("mps.started") == 1
+
+
+def test_pipe_directory_is_reachable_under_a_private_umask(tmp_path, fake_mps_binary):
+    base = tmp_path / "mps"
+    base.mkdir()
+    base.chmod(0o755)
+    m = MPSManager(base, binary=fake_mps_binary)
+    old = os.umask(0o077)  # as gpupool up runs
+    try:
+        m.start("GPU-x")
+    finally:
+        os.umask(old)
+    try:
+        for d in (base / "GPU-x", m.pipe_dir("GPU-x"), m.log_dir("GPU-x")):
+            assert stat.S_IMODE(d.stat().st_mode) & 0o005 == 0o005, d  # others may enter
+    finally:
+        m.stop_all()

@@ -71,3 +71,13 @@ def test_command_and_missing_proxy(hub, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(HubSetupError, match="npm install -g configurable-http-proxy"):
         find_proxy()
+
+
+def test_jobs_account_reaches_the_spawner(hub, monkeypatch):
+    import dataclasses
+
+    path = write_hub_config(dataclasses.replace(hub, jobs_account="gpupool-jobs"))
+    c = _load(path, hub_env(hub, "t", base={}), monkeypatch)
+    assert c.GpupoolSpawner.jobs_account == "gpupool-jobs"
+    path = write_hub_config(hub)  # tests' own hubs: none named
+    assert _load(path, hub_env(hub, "t", base={}), monkeypatch).GpupoolSpawner.jobs_account == ""

@@ -53,3 +53,34 @@ def test_the_spawner_knows_every_workload_state_by_the_domains_names():
     assert {S.PENDING} | set(ACTIVE) | set(ENDED) == set(S)
     assert not set(ACTIVE) & set(ENDED)
     assert set(STOPPED_BECAUSE) <= set(ENDED)
+
+
+def test_notebooks_under_root_run_as_the_jobs_account(job_tmp):
+    import os
+    import pwd
+    import stat
+    import subprocess
+
+    import pytest
+
+    from gpupool.jupyterhub.spawner import as_jobs_account
+
+    if os.geteuid() != 0:
+        pytest.skip("switching accounts needs root")
+    job_tmp.chmod(0o755)
+    base = job_tmp / "homes"
+    home = base / "eve"
+    out = subprocess.run(
+        ["sh", "-c", "id -u; pwd"],
+        preexec_fn=as_jobs_account("nobody", str(home)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert out.stdout.split() == [str(nobody), str(home)]
+    st = home.stat()
+    assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o700
+    assert stat.S_IMODE(base.stat().st_mode) == 0o711
+    with pytest.raises(Exception, match="never runs notebooks as root"):
+        as_jobs_account("root", str(job_tmp / "r"))

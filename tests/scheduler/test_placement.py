@@ -97,8 +97,16 @@ def test_enforcement_recorded_on_shares():
     d = one([sh], [job("f", fraction=0.5, gpu_gib=10), job("w", gpus=1, submit=1)], config=cfg)
     by = {a.workload_id: a.allocation.shares[0] for a in d.admissions}
     assert by["f"].enforcement is Enforcement.MPS and by["f"].memory_mib == 10 * GIB
-    assert by["w"].enforcement is Enforcement.HARDWARE
+    # a whole GPU bound by CUDA_VISIBLE_DEVICES alone is watched, not enforced by hardware
+    assert by["w"].enforcement is Enforcement.POLICED
     assert by["w"].milli == 1000 and by["w"].memory_mib == 80 * GIB  # all of its memory
+
+
+def test_only_mig_gpus_are_hardware_enforced():
+    ex, mig = node("ex", gpus=1), node("mig", gpus=1, sharing="mig")
+    d = one([ex, mig], [job("a", gpus=1), job("b", gpus=1, submit=1)])
+    by = {a.allocation.node: a.allocation.shares[0].enforcement for a in d.admissions}
+    assert by == {"ex": Enforcement.POLICED, "mig": Enforcement.HARDWARE}
 
 
 def test_fraction_without_memory_gets_its_proportion():

@@ -149,3 +149,33 @@ def test_heartbeat_and_idle_and_busy_figures(world, sim):
     with world.ctx.store.read() as s:
         assert NodeRepo(s).get("sim").last_heartbeat == world.clock.now()
     assert loop.sampler.latest is not None
+
+
+def test_per_user_mode_warns_then_kills_a_persons_process_on_a_gpu_others_hold(world, sim):
+    src, _, _, _ = sim
+    killed: list[int] = []
+    people = {601: 1234, 602: 0}  # 601: a person's process; 602: root's (a system service)
+
+    class ByUid:
+        def attribute_all(self, pids):
+            return {p: Attribution(p, Via.UNIX_USER, uid=people.get(p)) for p in pids}
+
+    loop = TelemetryLoop(
+        world.ctx,
+        src,
+        node="sim",
+        kill=killed.append,
+        kill_after_s=30,
+        attributor=ByUid(),
+        police_unowned=True,
+    )
+    w = start(world, gpus=1)
+    gpu = alloc(world, w).shares[0].gpu_index
+    src.add_process(gpu, 601, memory_mib=100)
+    src.add_process(gpu, 602, memory_mib=100)
+    loop.run_once()
+    assert killed == [] and "telemetry.unowned_on_allocated" in telemetry_events(world)
+    world.clock.advance(30)
+    loop.run_once()
+    assert killed == [601]  # warned first, then stopped; root's process is never killed
+    assert telemetry_events(world).count("gpu.policed") == 1

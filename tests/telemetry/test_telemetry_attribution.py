@@ -134,3 +134,48 @@ def test_real_child_without_the_variable_is_attributed_through_its_parent():
     finally:
         os.kill(child, signal.SIGTERM)
         shell.wait(10)
+
+
+def _mps(proc_root, daemon: int, server: int, ppid: int | None = None) -> None:
+    write_proc(proc_root, daemon, ppid=1, uid=0, comm="nvidia-cuda-mps")
+    (proc_root / str(daemon) / "cmdline").write_bytes(b"nvidia-cuda-mps-control\0-d\0")
+    write_proc(proc_root, server, ppid=ppid or daemon, uid=0, comm="nvidia-cuda-mps")
+    (proc_root / str(server) / "cmdline").write_bytes(b"/usr/bin/nvidia-cuda-mps-server\0")
+
+
+def test_gpupools_own_mps_server_is_a_service_not_unowned(proc_root):
+    from gpupool.clock import ManualClock
+    from gpupool.domain import Allocation, Enforcement, Share
+    from gpupool.telemetry import DetectionKind, Policer, SimulatedSource
+
+    clock = ManualClock()
+    sim = SimulatedSource("2xH100-80GB", clock=clock)
+    g0, g1 = sim.uuid(0), sim.uuid(1)
+    write_proc(proc_root, 1, ppid=0, uid=0, comm="init")
+    _mps(proc_root, 500, 501)  # gpupool's daemon and server of GPU 0
+    _mps(proc_root, 600, 601)  # ... of GPU 1
+    _mps(proc_root, 700, 701, ppid=1)  # a server no daemon of gpupool started
+    daemons = {500: g0, 600: g1}
+    a = Attributor(proc_root, mps_daemons=lambda: daemons, user_name=lambda uid: "root")
+    own = a.attribute(501)
+    assert (own.via, own.service_gpu, own.owned, own.label) == (
+        Via.SERVICE,
+        g0,
+        False,
+        "gpupool MPS server",
+    )
+    assert a.attribute(701).via is Via.UNIX_USER
+    # the NVML process list of a shared GPU 0 holding two fractional jobs
+    sim.add_process(0, 501, 300, 0)  # its own MPS server: no alarm
+    sim.add_process(0, 601, 300, 0)  # GPU 1's server showing on GPU 0: reported
+    sim.add_process(0, 701, 300, 0)  # an impostor by name: reported
+    shares = [
+        Allocation(w, "n", (Share("n", 0, g0, 500, 40000, Enforcement.MPS),), 0.0)
+        for w in ("w-1", "w-2")
+    ]
+    snap = sim.snapshot()
+    dets = Policer(clock).check(snap, a.attribute_all(p.pid for p in snap.processes), shares)
+    assert sorted((d.kind, d.pids) for d in dets) == [
+        (DetectionKind.UNOWNED_ON_ALLOCATED, (601,)),
+        (DetectionKind.UNOWNED_ON_ALLOCATED, (701,)),
+    ]

@@ -26,6 +26,8 @@ def up_server(tmp_path):
     cmd = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
     cmd += ["up", "--simulate", "2xH100-80GB", "--no-jupyterhub"]
     cmd += ["--data-dir", str(tmp_path / "data"), "--port", str(port), "--user-mode", "single-user"]
+    if os.geteuid() == 0:  # jobs run as an existing unprivileged account: none is created
+        cmd += ["--jobs-account", "nobody"]
     log = open(tmp_path / "up.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

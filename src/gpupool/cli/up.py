@@ -64,7 +64,14 @@ def register(app: typer.Typer) -> None:
             "auto",
             "--user-mode",
             help="Who jobs run as: per-user (owner's Unix account; needs root), single-user "
-            "(the server's own account), or auto (per-user when root on real GPUs).",
+            "(one account: --jobs-account when root, else the server's own), or auto "
+            "(per-user when root on real GPUs). Never root. See docs/security.md.",
+        ),
+        jobs_account: str = typer.Option(
+            "gpupool-jobs",
+            "--jobs-account",
+            help="Unprivileged Unix account of single-user jobs when gpupool runs as root "
+            "(created if missing; nobody if it cannot be).",
         ),
         mps: str = typer.Option(
             "auto",
@@ -110,6 +117,7 @@ def register(app: typer.Typer) -> None:
             host=host,
             port=port,
             user_mode=user_mode,
+            jobs_account=jobs_account,
             mps=mps,
             mps_binary=mps_binary,
             mps_service_account=mps_service_account,
@@ -169,6 +177,7 @@ def serve(
     hub_port: int = 8000,
     workers: int = 0,
     engine: str = "local",
+    jobs_account: str = "gpupool-jobs",
 ) -> None:
     """Build the system from the flags and serve until interrupted (see the module)."""
     import logging
@@ -181,6 +190,7 @@ def serve(
         node=node_name,
         simulate=simulate,
         user_mode=user_mode,
+        jobs_account=jobs_account,
         mps=mps,
         mps_binary=mps_binary,
         mps_service_account=mps_service_account,
@@ -190,6 +200,7 @@ def serve(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     data_dir = data_dir.expanduser().resolve()
+    os.umask(0o077)  # what the server writes is its own; jobs get 022 from their launcher
     settings = SystemSettings(
         server=Settings.from_env(
             database_url=os.environ.get("GPUPOOL_DATABASE_URL", f"sqlite:///{data_dir}/gpupool.db")

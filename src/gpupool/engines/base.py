@@ -60,11 +60,15 @@ class EngineEnv:
 @dataclass(frozen=True)
 class NodeTelemetry:
     """One node's GPUs as this process samples them. `kill(pid)` ends a process found where
-    it must not be (None: the telemetry loop's default, SIGKILL or off a simulated GPU)."""
+    it must not be (None: the telemetry loop's default, SIGKILL or off a simulated GPU);
+    `mps_daemons()` names the MPS server processes (pid -> GPU uuid) that are no job's;
+    `police_unowned`: a process no workload owns on a held GPU is acted on (per-user mode)."""
 
     node: str
     source: GPUSource
     kill: Callable[[int], None] | None = None
+    mps_daemons: Callable[[], Mapping[int, str]] | None = None
+    police_unowned: bool = False
 
 
 class Engine(ABC):
@@ -97,11 +101,17 @@ class Engine(ABC):
 
     @property
     def single_user(self) -> bool:
-        """Whether all work runs as the server's own Unix account (notebooks too)."""
+        """Whether all work runs as one Unix account (notebooks too), not as its owners'."""
         return True
 
-    def describe(self) -> list[str]:
-        """Lines `gpupool up` prints about this engine once it is open."""
+    @property
+    def jobs_account(self) -> str | None:
+        """The unprivileged account single-user work runs as when it is not the server's own
+        (gpupool runs as root); None otherwise."""
+        return None
+
+    def describe(self) -> list[tuple[str, bool]]:
+        """(line, loud) that `gpupool up` prints about this engine once it is open."""
         return []
 
     def close(self) -> None:  # noqa: B027 - optional hook with a no-op default

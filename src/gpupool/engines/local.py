@@ -16,7 +16,9 @@ from pathlib import Path
 
 from gpupool.domain import Enforcement, Node
 from gpupool.engines.base import Engine, EngineEnv, EngineError, NodeTelemetry
+from gpupool.engines.isolation import choose_jobs_account, isolation_lines
 from gpupool.executors.base import Executor
+from gpupool.executors.local import LocalExecutor
 from gpupool.executors.mps import MPSManager
 from gpupool.telemetry import GPUSource
 
@@ -28,12 +30,14 @@ class LocalOptions:
     """`gpupool up`'s choices for this host (see `gpupool up --help`).
 
     node: this machine's name in gpupool. simulate: a spec of simulated GPUs, or None for
-    the real ones. user_mode: per-user, single-user or auto. mps: on, off or auto.
+    the real ones. user_mode: per-user, single-user or auto. jobs_account: the account of
+    single-user jobs when gpupool runs as root. mps: on, off or auto.
     """
 
     node: str
     simulate: str | None = None
     user_mode: str = "auto"
+    jobs_account: str = "gpupool-jobs"
     mps: str = "auto"
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_service_account: str | None = None
@@ -81,23 +85,21 @@ def _choose_mps(requested: str, binary: str, simulated: bool) -> bool:
     return requested == "on" or (requested == "auto" and found and not simulated)
 
 
-def _mps_base(data_dir: Path, mode: str) -> Path:
+def mps_base(data_dir: Path) -> Path:
     """Where MPS pipe directories go. Jobs of other Unix accounts must reach them (a client
     that cannot reach its pipe directory silently runs without MPS, i.e. without limits), so
-    in per-user mode they live in /run/gpupool/mps (world-traversable), not in the data dir."""
-    if mode != "per-user":
+    when gpupool runs as root (jobs then run as other accounts, in either mode) they live in
+    /run/gpupool/<data dir hash>/mps (world-traversable), not in the private data dir."""
+    if os.geteuid() != 0:
         return data_dir / "mps"
-    base = Path("/run/gpupool/mps")
+    import hashlib
+
+    tag = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]  # one per data dir
+    base = Path("/run/gpupool") / tag / "mps"
     base.mkdir(parents=True, exist_ok=True)
-    for d in (base.parent, base):
+    for d in (base.parent.parent, base.parent, base):
         d.chmod(0o755)
     return base
-
-
-def _me() -> str:
-    import pwd
-
-    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 class LocalEngine(Engine):
@@ -112,12 +114,12 @@ class LocalEngine(Engine):
         self.simulated = False
         self.user_mode = "single-user"
         self.use_mps = False
+        self.run_as: str | None = None
         self.manager: MPSManager | None = None
+        self.executor: LocalExecutor | None = None
         self._nodes: list[Node] = []
 
     def open(self, env: EngineEnv) -> Executor:
-        from gpupool.executors.local import LocalExecutor
-
         o = self.options
         if env.data_dir is None:
             raise EngineError("the local engine needs a data directory (--data-dir)")
@@ -125,18 +127,26 @@ class LocalEngine(Engine):
         self.simulated = self.source.simulated
         self.user_mode = _choose_user_mode(o.user_mode, self.simulated)
         self.use_mps = _choose_mps(o.mps, o.mps_binary, self.simulated)
+        self.run_as, account_warning = choose_jobs_account(self.user_mode, o.jobs_account)
+        if account_warning:
+            env.say(f"gpupool: warning: {account_warning}", loud=True)
         if self.simulated:
             env.say(f"*** SIMULATED GPUs ({self.spec}): not real hardware ***", loud=True)
         if self.use_mps:
             self.manager = MPSManager(
-                _mps_base(env.data_dir, self.user_mode),
+                mps_base(env.data_dir),
                 binary=o.mps_binary,
                 service_account=o.mps_service_account,
                 on_event=env.record,
             )
-        return LocalExecutor(
-            env.data_dir / "jobs", clock=env.clock, user_mode=self.user_mode, mps=self.manager
+        self.executor = LocalExecutor(
+            env.data_dir / "jobs",
+            clock=env.clock,
+            user_mode=self.user_mode,
+            mps=self.manager,
+            jobs_account=self.run_as,
         )
+        return self.executor
 
     def inventory(self) -> list[Node]:
         import psutil
@@ -155,7 +165,14 @@ class LocalEngine(Engine):
 
     def telemetry(self) -> list[NodeTelemetry]:
         assert self.source is not None, "open the engine first"
-        return [NodeTelemetry(self.options.node, self.source)]
+        return [
+            NodeTelemetry(
+                self.options.node,
+                self.source,
+                mps_daemons=self.manager.daemons if self.manager is not None else None,
+                police_unowned=self.user_mode == "per-user",
+            )
+        ]
 
     def mps(self) -> tuple[MPSManager, str] | None:
         return (self.manager, self.options.node) if self.manager is not None else None
@@ -168,27 +185,43 @@ class LocalEngine(Engine):
     def single_user(self) -> bool:
         return self.user_mode == "single-user"
 
-    def describe(self) -> list[str]:
+    @property
+    def jobs_account(self) -> str | None:
+        return self.run_as
+
+    def describe(self) -> list[tuple[str, bool]]:
         node = (self._nodes or self.inventory())[0]
         lines = [
-            f"gpupool: node {node.name} with {len(node.gpus)} GPU(s): "
-            + ", ".join(f"{g.index}:{g.model}" for g in node.gpus)
-        ]
-        if self.user_mode == "single-user":
-            lines.append(
-                "gpupool: single-user mode: every job runs as this Unix account "
-                f"({_me()}); no isolation between gpupool users"
+            (
+                f"gpupool: node {node.name} with {len(node.gpus)} GPU(s): "
+                + ", ".join(f"{g.index}:{g.model}" for g in node.gpus),
+                False,
             )
-        else:
-            lines.append("gpupool: per-user mode: jobs run as their owners' Unix accounts")
+        ]
+        loud = self.user_mode == "single-user" and self.run_as is None
+        lines += [(line, loud) for line in isolation_lines(self.user_mode, self.run_as)]
+        cgroups = self.executor is not None and self.executor.cgroup_root is not None
+        tracking = "cgroup, " if cgroups else ""
         lines.append(
-            "gpupool: fractional shares are enforced by "
-            f"{'CUDA MPS' if self.use_mps else 'policing'}"
+            (
+                f"gpupool: a job's processes are tracked by {tracking}process group, session "
+                "and marker",
+                False,
+            )
+        )
+        lines.append(
+            (
+                "gpupool: fractional shares are enforced by "
+                f"{'CUDA MPS' if self.use_mps else 'policing'}",
+                False,
+            )
         )
         return lines
 
     def close(self) -> None:
         if self.manager is not None:
             self.manager.stop_all()
+            if self.manager.base_dir.is_relative_to("/run/gpupool"):  # this data dir's
+                shutil.rmtree(self.manager.base_dir.parent, ignore_errors=True)
         if self.source is not None:
             self.source.close()

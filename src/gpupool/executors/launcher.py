@@ -1,17 +1,21 @@
 """The tiny process that runs one job and records how it ended.
 
-    python -m gpupool.executors.launcher STATE_DIR [--uid U --gid G --groups G1,G2] -- COMMAND...
+    python -m gpupool.executors.launcher STATE_DIR [--uid U --gid G --groups G1,G2]
+        [--cgroup PATH] -- COMMAND...
 
 The local executor starts this launcher in a new session (so the launcher leads the job's
 process group) with stdout/stderr already pointing at the job's log file. The launcher:
 
 1. writes ``STATE_DIR/pid`` ("<pid> <starttime>", starttime from /proc/<pid>/stat, which
-   tells a live launcher from a later process that reused its pid);
-2. runs COMMAND as its child (as user U / group G when given: the launcher itself stays with
-   the server's account, so the job's owner cannot forge its exit code), forwarding
-   SIGTERM/SIGINT/SIGHUP to it;
-3. when the child ends, kills what is left of the job's process group (background
-   processes the job left behind must not keep holding its GPU);
+   tells a live launcher from a later process that reused its pid), and moves itself into
+   the job's cgroup PATH when given;
+2. reads the job's environment from ``STATE_DIR/env.json`` (and deletes the file), then runs
+   COMMAND as its child with that environment and umask 022 (as user U / group G when given:
+   the launcher itself stays with the server's account, so the job's owner cannot forge its
+   exit code), forwarding SIGTERM/SIGINT/SIGHUP to it;
+3. when the child ends, kills every other process of the job (its cgroup, process group,
+   session and environment marker, `gpupool.executors.tracking`): background processes, even
+   ones that called ``setsid``, must not keep holding its GPU;
 4. writes ``STATE_DIR/exitcode`` ("<code> <epoch seconds>") atomically and exits with it.
 
 Exit codes follow the shell: a child killed by signal N ends with 128 + N; a command that
@@ -22,6 +26,7 @@ own stop record, or reports the work as lost.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,8 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpupool.executors.tracking import MARKER_ENV, join_cgroup, kill_job
+
 PID_FILE = "pid"
 EXIT_FILE = "exitcode"
+ENV_FILE = "env.json"
 
 
 def proc_starttime(pid: int) -> tuple[int, str] | None:
@@ -47,29 +55,40 @@ def proc_starttime(pid: int) -> tuple[int, str] | None:
     return int(rest[19]), rest[0]
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see either nothing or the whole content.
+def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write `text` to `path` so that readers see either nothing or the whole content; the
+    file is created with `mode` (private to its owner by default).
 
     No fsync: the files must survive the server's death (kill -9), which the page cache
     does; a power loss ends the jobs too."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)  # O_CREAT honours the umask, and the file may be left from before
+    with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
 
 
-def _kill_leftovers() -> None:
-    """SIGKILL every other process of this launcher's process group."""
-    me = os.getpid()
-    pgid = os.getpgid(0)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            if os.getpgid(int(entry)) == pgid:
-                os.kill(int(entry), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
+def private_dir(path: Path) -> Path:
+    """Create `path` (and parents) if needed and make it 0700: only its owner gets in."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def _read_env(state: Path) -> dict[str, str] | None:
+    try:
+        env = json.loads((state / ENV_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    (state / ENV_FILE).unlink(missing_ok=True)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def _found(program: str, path: str) -> bool:
+    if "/" in program:
+        return os.path.exists(program)
+    return any(os.path.exists(os.path.join(d or ".", program)) for d in path.split(os.pathsep))
 
 
 def _parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]] | None:
@@ -81,9 +100,11 @@ def _parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]] | None:
     it = iter(opts)
     for flag in it:
         value = next(it, None)
-        if value is None or flag not in ("--uid", "--gid", "--groups"):
+        if value is None or flag not in ("--uid", "--gid", "--groups", "--cgroup"):
             return None
-        if flag == "--groups":
+        if flag == "--cgroup":
+            ids["cgroup"] = value
+        elif flag == "--groups":
             ids["extra_groups"] = [int(g) for g in value.split(",") if g]
         else:
             ids["user" if flag == "--uid" else "group"] = int(value)
@@ -100,6 +121,15 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
     info = proc_starttime(me)
     write_atomic(state / PID_FILE, f"{me} {info[0] if info else 0}\n")
+    cgroup = Path(str(ids.pop("cgroup"))) if "cgroup" in ids else None
+    if cgroup is not None and not join_cgroup(cgroup):
+        cgroup = None
+    env = _read_env(state)
+    if env is None:
+        print("gpupool: the job's environment file is missing", file=sys.stderr, flush=True)
+        write_atomic(state / EXIT_FILE, f"1 {time.time():.3f}\n")
+        return 1
+    marker = env.get(MARKER_ENV)
 
     child: subprocess.Popen[bytes] | None = None
     pending: list[int] = []
@@ -117,21 +147,27 @@ def main(argv: list[str]) -> int:
             command,
             stdin=subprocess.DEVNULL,
             restore_signals=True,
+            env=env,
+            umask=0o022,
             **ids,
         )
     except FileNotFoundError:
         print(f"gpupool: command not found: {command[0]}", file=sys.stderr, flush=True)
         code = 127
     except PermissionError:
-        print(f"gpupool: permission denied: {command[0]}", file=sys.stderr, flush=True)
-        code = 126
+        if _found(command[0], env.get("PATH", "")):
+            print(f"gpupool: permission denied: {command[0]}", file=sys.stderr, flush=True)
+            code = 126
+        else:  # a PATH entry the job's account may not search: the shell says "not found"
+            print(f"gpupool: command not found: {command[0]}", file=sys.stderr, flush=True)
+            code = 127
     else:
         for signum in pending:
             child.send_signal(signum)
         rc = child.wait()
         code = 128 - rc if rc < 0 else rc
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _kill_leftovers()
+    kill_job(me, marker, cgroup, spare=me)
     write_atomic(state / EXIT_FILE, f"{code} {time.time():.3f}\n")
     return code
 

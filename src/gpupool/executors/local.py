@@ -3,19 +3,23 @@
 Each job runs under `gpupool.executors.launcher` in a session of its own (the launcher leads
 its process group), with stdout and stderr in ``<state_dir>/<workload>/output.log``.
 
-Who a job runs as (`UserMode`):
+Who a job runs as (`UserMode`, see `gpupool.executors.accounts`):
 
 - ``per-user`` (default when the server runs as root): the owner's Unix account (the user's
   `unix_user`, else the gpupool user name). No such account -> `StartError` saying what to do.
-  Jobs never run as root unless ``allow_root_jobs``.
-- ``single-user`` (default otherwise): every job runs as the server's own Unix user. Fine for
-  one person's workstation or a demo; there is no isolation between gpupool users.
+- ``single-user`` (default otherwise): one account runs every job: the jobs account
+  (``gpupool-jobs``, else ``nobody``) when the server runs as root, else the server's own.
+No job ever runs as root.
 
-Environment: the server's environment without secrets (``GPUPOOL_*``, ``CUDA_*``,
-``NVIDIA_VISIBLE_DEVICES``), then ``CUDA_VISIBLE_DEVICES=<GPU UUIDs>`` (empty for CPU-only work,
-so it sees no GPU), ``GPUPOOL_WORKLOAD_ID``, ``GPUPOOL_GPU_MILLI``, and for a fractional share
-enforced by MPS the variables of `gpupool.executors.mps`. In per-user mode HOME, USER, LOGNAME
-and SHELL are the account's. The working directory is the account's home directory.
+Environment: an allowlist, never the server's environment (`gpupool.executors.jobenv`). The
+working directory is the account's home directory (``/`` if it has none).
+
+Tracking: every process of a job is found by its cgroup (where the host delegates one), its
+process group and session, and its ``GPUPOOL_JOB_MARKER`` (`gpupool.executors.tracking`); a
+stop, and the end of the job's main process, kill all of them.
+
+Files: the state dir and each job's dir are 0700 and every file in them 0600, owned by the
+server; only ``output.log`` belongs to the job's account (jobs never need the state dir).
 
 Restart safety: everything the executor needs lives in files of the workload's state dir
 (``spec.json``, ``pid`` with the process start time, ``exitcode``, ``stop.json``). A new
@@ -26,8 +30,8 @@ reused pid, not the job.
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import hashlib
 import json
 import os
 import pwd
@@ -40,12 +44,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.executors.accounts import (
+    Account,
+    UserMode,
+    default_jobs_account,
+    server_account,
+    unprivileged,
+)
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -55,8 +64,29 @@ from gpupool.executors.base import (
     StartError,
     exec_state_for_exit,
 )
-from gpupool.executors.launcher import EXIT_FILE, PID_FILE, proc_starttime, write_atomic
+from gpupool.executors.jobenv import PASS_SETTING, job_environment, passed_names
+from gpupool.executors.launcher import (
+    ENV_FILE,
+    EXIT_FILE,
+    PID_FILE,
+    private_dir,
+    proc_starttime,
+    write_atomic,
+)
 from gpupool.executors.mps import MPSError, MPSManager, limits_for
+from gpupool.executors.tracking import (
+    MARKER_ENV,
+    all_sessions,
+    cgroup_pids,
+    detect_cgroup_root,
+    job_pids,
+    kill_job,
+    new_marker,
+    remove_cgroup,
+    signal_pids,
+)
+
+__all__ = ["Account", "LocalExecutor", "UserMode"]
 
 SPEC_FILE = "spec.json"
 STOP_FILE = "stop.json"
@@ -64,25 +94,8 @@ LOG_FILE = "output.log"
 SIGKILL_EXIT = 128 + signal.SIGKILL
 SIGTERM_EXIT = 128 + signal.SIGTERM
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SECRET_PREFIXES = ("GPUPOOL_", "CUDA_", "NVIDIA_VISIBLE_DEVICES")
-
-
-class UserMode(StrEnum):
-    PER_USER = "per-user"
-    SINGLE_USER = "single-user"
-
-    @staticmethod
-    def default() -> UserMode:
-        return UserMode.PER_USER if os.geteuid() == 0 else UserMode.SINGLE_USER
-
-
-@dataclass(frozen=True, slots=True)
-class Account:
-    name: str
-    uid: int
-    gid: int
-    home: str
-    shell: str
+#: variables the launcher itself needs (to import gpupool); the job gets its own environment
+_LAUNCHER_ENV = ("PATH", "PYTHONPATH", "LANG")
 
 
 class LocalExecutor(Executor):
@@ -90,7 +103,10 @@ class LocalExecutor(Executor):
 
     `state_dir` holds one directory per workload. `resolve_unix_user(owner)` maps a gpupool
     user to a Unix account name (None: use the owner's name). `mps` manages MPS daemons of
-    shared GPUs (None: fractional shares are `policed`).
+    shared GPUs (None: fractional shares are `policed`). `jobs_account`: who single-user
+    jobs run as when the server is root (default `gpupool-jobs` if it exists, else `nobody`).
+    `cgroups`: track jobs in cgroups when the host delegates them (False: never).
+    `env_pass`: server variables jobs may also see (default: $GPUPOOL_JOB_ENV_PASS).
     """
 
     name = "local"
@@ -104,11 +120,13 @@ class LocalExecutor(Executor):
         user_mode: UserMode | str | None = None,
         resolve_unix_user: Callable[[str], str | None] | None = None,
         mps: MPSManager | None = None,
-        allow_root_jobs: bool = False,
+        jobs_account: str | None = None,
+        cgroups: bool = True,
+        env_pass: tuple[str, ...] | None = None,
         python: str = sys.executable,
     ) -> None:
         self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_dir)
         self.clock = clock or SystemClock()
         self.user_mode = UserMode(user_mode) if user_mode else UserMode.default()
         if self.user_mode is UserMode.PER_USER and os.geteuid() != 0:
@@ -118,7 +136,14 @@ class LocalExecutor(Executor):
             )
         self.resolve_unix_user = resolve_unix_user or (lambda owner: None)
         self.mps = mps
-        self.allow_root_jobs = allow_root_jobs
+        if jobs_account is None and os.geteuid() == 0:
+            jobs_account = default_jobs_account()
+        self.jobs_account = jobs_account
+        self.cgroup_root = self._cgroup_root() if cgroups else None
+        #: extra server variables jobs may see (default: GPUPOOL_JOB_ENV_PASS, read once)
+        self.env_pass = (
+            env_pass if env_pass is not None else passed_names(os.environ.get(PASS_SETTING, ""))
+        )
         self.python = python
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._final: dict[str, ExecStatus] = {}
@@ -135,27 +160,80 @@ class LocalExecutor(Executor):
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
-    def _account(self, workload: Workload, unix_user: str | None) -> Account:
+    def _account(
+        self, workload: Workload, unix_user: str | None, service: str | None = None
+    ) -> Account:
+        """Who the job runs as; never root (`StartError`, permanent). `unix_user` is the
+        owner's account (per-user mode only); `service` the MPS service account, if any."""
+        if self.user_mode is UserMode.SINGLE_USER and os.geteuid() != 0:
+            return server_account()
         if self.user_mode is UserMode.SINGLE_USER:
-            pw = pwd.getpwuid(os.geteuid())
-        else:
-            name = unix_user or self.resolve_unix_user(workload.owner) or workload.owner
-            try:
-                pw = pwd.getpwnam(name)
-            except KeyError:
-                raise StartError(
-                    f"gpupool user {workload.owner!r} has no Unix account {name!r} on this host; "
-                    f"create it (useradd -m {name}), set the user's unix_user to an existing "
-                    "account, or run gpupool in single-user mode",
-                    permanent=True,
-                ) from None
-            if pw.pw_uid == 0 and not self.allow_root_jobs:
-                raise StartError(
-                    f"refusing to run {workload.owner!r}'s job as root; map the user to an "
-                    "unprivileged Unix account",
-                    permanent=True,
-                )
-        return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir, pw.pw_shell)
+            return unprivileged(service or str(self.jobs_account), why="cannot run the job")
+        name = service or unix_user or self.resolve_unix_user(workload.owner) or workload.owner
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            raise StartError(
+                f"gpupool user {workload.owner!r} has no Unix account {name!r} on this host; "
+                f"create it (useradd -m {name}), set the user's unix_user to an existing "
+                "account, or run gpupool in single-user mode",
+                permanent=True,
+            ) from None
+        if pw.pw_uid == 0:
+            raise StartError(
+                f"refusing to run {workload.owner!r}'s job as root; map the user to an "
+                "unprivileged Unix account",
+                permanent=True,
+            )
+        return Account.of(pw)
+
+    def _cgroup_root(self) -> Path | None:
+        """This executor's own cgroup subtree: `<host root>/<hash of the state dir>`, so two
+        servers (or tests) on one host never touch each other's job cgroups."""
+        host = detect_cgroup_root()
+        if host is None:
+            return None
+        digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:12]
+        try:
+            (host / digest).mkdir(exist_ok=True)
+        except OSError:
+            return None
+        return host / digest
+
+    def _make_cgroup(self, workload_id: str, marker: str) -> Path | None:
+        """A fresh cgroup for one start of a job (None when the host delegates none)."""
+        if self.cgroup_root is None:
+            return None
+        path = self.cgroup_root / f"{workload_id}-{marker.rsplit(':', 1)[1]}"
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        return path
+
+    def _tracking(self, workload_id: str) -> tuple[int | None, str | None, Path | None]:
+        """(leader pid while the launcher lives, marker, cgroup) of the job's latest start."""
+        spec = self._read_json(self._dir(workload_id) / SPEC_FILE) or {}
+        ident = self._pid(workload_id)
+        leader = ident[0] if ident is not None and self._alive(workload_id) else None
+        cgroup = Path(spec["cgroup"]) if spec.get("cgroup") else None
+        return leader, spec.get("marker"), cgroup
+
+    def job_pids(self, workload_id: str) -> set[int]:
+        """Every live process of the job (cgroup, process group, session, marker)."""
+        with self._lock:
+            return job_pids(*self._tracking(workload_id))
+
+    def _sweep(self, workload_id: str) -> None:
+        """The job has ended: kill whatever of it escaped, and drop its cgroup. A launcher
+        that recorded an exit code has already done so; one that was killed could not."""
+        leader, marker, cgroup = self._tracking(workload_id)
+        launcher_swept = (self._dir(workload_id) / EXIT_FILE).exists()
+        if launcher_swept and (cgroup is None or not cgroup_pids(cgroup)):
+            remove_cgroup(cgroup)
+            return
+        kill_job(leader, marker, cgroup)
+        remove_cgroup(cgroup)
 
     def _mps_users(self, gpu_uuid: str) -> list[str]:
         """Unix users of live MPS clients on `gpu_uuid` (from the state dirs)."""
@@ -192,10 +270,8 @@ class LocalExecutor(Executor):
     def _environment(
         self, workload: Workload, allocation: Allocation | None, account: Account
     ) -> tuple[dict[str, str], dict[str, str], list[str]]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_SECRET_PREFIXES)}
-        if self.user_mode is UserMode.PER_USER:
-            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
-            env["SHELL"] = account.shell
+        """gpupool's own variables of the job, its enforcement per GPU and why."""
+        env: dict[str, str] = {}
         shares = allocation.shares if allocation else ()
         env["CUDA_VISIBLE_DEVICES"] = ",".join(s.gpu_uuid for s in shares)
         env["GPUPOOL_WORKLOAD_ID"] = workload.id
@@ -247,17 +323,26 @@ class LocalExecutor(Executor):
         fractional_mps = allocation is not None and any(
             not s.whole and s.enforcement is Enforcement.MPS for s in allocation.shares
         )
+        service = None
         if fractional_mps and self.mps is not None and self.mps.service_account:
-            unix_user = self.mps.service_account
-        account = self._account(workload, unix_user)
-        full_env, enforcement, notes = self._environment(workload, allocation, account)
-        full_env.update(env or {})
+            service = self.mps.service_account
+        account = self._account(workload, unix_user, service)
+        injected, enforcement, notes = self._environment(workload, allocation, account)
+        marker = new_marker(workload.id)
+        injected[MARKER_ENV] = marker
+        job_env = job_environment(
+            os.environ, account, declared=env, injected=injected, passed=self.env_pass
+        )
 
         d = self._dir(workload.id)
-        d.mkdir(parents=True, exist_ok=True)
+        private_dir(d)
         for stale in (PID_FILE, EXIT_FILE, STOP_FILE):
             (d / stale).unlink(missing_ok=True)
         self._final.pop(workload.id, None)
+        previous = (self._read_json(d / SPEC_FILE) or {}).get("cgroup")
+        if previous:  # an earlier run of the same workload (requeued): it has ended
+            remove_cgroup(Path(previous))
+        cgroup = self._make_cgroup(workload.id, marker)
         now = self.clock.now()
         spec = {
             "workload_id": workload.id,
@@ -268,13 +353,18 @@ class LocalExecutor(Executor):
             "enforcement": enforcement,
             "enforcement_notes": notes,
             "started_at": now,
+            "marker": marker,
+            "cgroup": str(cgroup) if cgroup else None,
         }
         write_atomic(d / SPEC_FILE, json.dumps(spec, indent=1))
-        switch = self.user_mode is UserMode.PER_USER and account.uid != os.geteuid()
+        write_atomic(d / ENV_FILE, json.dumps(job_env))
+        switch = account.uid != os.geteuid()
         ids: list[str] = []
         if switch:
             groups = ",".join(str(g) for g in os.getgrouplist(account.name, account.gid))
             ids = ["--uid", str(account.uid), "--gid", str(account.gid), "--groups", groups]
+        if cgroup is not None:
+            ids += ["--cgroup", str(cgroup)]
         # the log is private to the job's owner (and the server)
         fd = os.open(d / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         if switch:
@@ -283,20 +373,24 @@ class LocalExecutor(Executor):
         argv = [self.python, "-m", "gpupool.executors.launcher", str(d), *ids, "--"]
         argv += list(workload.command)
         cwd = account.home if os.path.isdir(account.home) else "/"
+        launcher_env = {k: os.environ[k] for k in _LAUNCHER_ENV if k in os.environ}
+        launcher_env.update(GPUPOOL_WORKLOAD_ID=workload.id, **{MARKER_ENV: marker})
         try:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=full_env,
+                env=launcher_env,
                 cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
             )
         except ValueError as e:  # e.g. an embedded NUL byte: no retry can help
+            remove_cgroup(cgroup)
             raise StartError(f"could not start workload {workload.id}: {e}", permanent=True) from e
         except OSError as e:  # E2BIG (arguments too long) cannot change; others may
+            remove_cgroup(cgroup)
             raise StartError(
                 f"could not start workload {workload.id}: {e}", permanent=e.errno == errno.E2BIG
             ) from e
@@ -381,6 +475,7 @@ class LocalExecutor(Executor):
                     message="the job's process is gone and left no exit code",
                     stop_reason=reason,
                 )
+                self._sweep(workload_id)
                 self._final[workload_id] = status
                 return status
         status = ExecStatus(
@@ -392,6 +487,7 @@ class LocalExecutor(Executor):
             message=msg,
             stop_reason=reason,
         )
+        self._sweep(workload_id)
         self._final[workload_id] = status
         self._children.pop(workload_id, None)
         return status
@@ -410,18 +506,16 @@ class LocalExecutor(Executor):
         if stop is None:
             stop = {"reason": reason, "requested_at": now, "kill_at": now + max(0.0, grace_s)}
             write_atomic(d / STOP_FILE, json.dumps(stop))
-        self._signal_group(ident[0], signal.SIGTERM)
+        # every process of the job, not just the launcher's group: setsid escapes that
+        signal_pids(job_pids(*self._tracking(workload_id)), signal.SIGTERM)
         if grace_s <= 0:
             self._kill(workload_id, ident[0], stop)
-
-    def _signal_group(self, pgid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
 
     def _kill(self, workload_id: str, pgid: int, stop: dict) -> None:
         stop["killed_at"] = self.clock.now()
         write_atomic(self._dir(workload_id) / STOP_FILE, json.dumps(stop))
-        self._signal_group(pgid, signal.SIGKILL)
+        _leader, marker, cgroup = self._tracking(workload_id)
+        kill_job(pgid, marker, cgroup)
 
     def tick(self) -> None:
         """Escalate overdue stops to SIGKILL; reap exited launchers."""
@@ -459,7 +553,7 @@ class LocalExecutor(Executor):
         return out
 
     def list_running(self) -> list[RunningProcess]:
-        sessions = _sessions()
+        sessions = all_sessions()
         with self._lock:
             return self._list_running(sessions)
 
@@ -471,6 +565,8 @@ class LocalExecutor(Executor):
             spec = self._read_json(self._dir(wid) / SPEC_FILE) or {}
             ident = self._pid(wid)
             pid = ident[0] if ident else 0
+            cgroup = Path(spec["cgroup"]) if spec.get("cgroup") else None
+            pids = set(sessions.get(pid, [pid])) | cgroup_pids(cgroup)
             out.append(
                 RunningProcess(
                     workload_id=wid,
@@ -478,7 +574,7 @@ class LocalExecutor(Executor):
                     started_at=spec.get("started_at"),
                     user=spec.get("unix_user"),
                     gpu_uuids=tuple(spec.get("gpu_uuids", ())),
-                    pids=tuple(sorted(sessions.get(pid, [pid]))),
+                    pids=tuple(sorted(pids)),
                 )
             )
         return out
@@ -514,6 +610,7 @@ class LocalExecutor(Executor):
                 except (FileNotFoundError, ValueError, IndexError):
                     continue
                 if now - ended >= older_than_s and not self._alive(wid):
+                    self._sweep(wid)
                     shutil.rmtree(d, ignore_errors=True)
                     self._final.pop(wid, None)
                     self._children.pop(wid, None)
@@ -524,19 +621,7 @@ class LocalExecutor(Executor):
         return self._dir(workload_id) / LOG_FILE
 
     def close(self) -> None:
-        """Forget child handles; jobs keep running and a later executor adopts them."""
+        """Forget child handles; jobs keep running and a later executor adopts them. The
+        executor's cgroup subtree goes when no job cgroup is left in it."""
         self._children.clear()
-
-
-def _sessions() -> dict[int, list[int]]:
-    """session id -> pids in it, from /proc (processes we may not read are skipped)."""
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            sid = os.getsid(int(entry))
-        except (ProcessLookupError, PermissionError):
-            continue
-        out.setdefault(sid, []).append(int(entry))
-    return out
+        remove_cgroup(self.cgroup_root, wait_s=0)

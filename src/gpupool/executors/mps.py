@@ -154,6 +154,16 @@ class MPSManager:
         info = proc_starttime(pid)
         return pid if info is not None and info[1] != "Z" else None
 
+    def daemons(self) -> dict[int, str]:
+        """pid -> GPU UUID of every live control daemon of this manager (its MPS servers are
+        their children: telemetry recognises them as gpupool's, not as unowned work)."""
+        out = {}
+        for uuid in sorted(self._gpus):
+            pid = self.daemon_pid(uuid)
+            if pid is not None:
+                out[pid] = uuid
+        return out
+
     def _control(self, gpu_uuid: str, command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [self.binary],
@@ -184,8 +194,10 @@ class MPSManager:
         pipe, log = self.pipe_dir(gpu_uuid), self.log_dir(gpu_uuid)
         pipe.mkdir(parents=True, exist_ok=True)
         log.mkdir(parents=True, exist_ok=True)
-        os.chmod(pipe, 0o755)
-        os.chmod(log, 0o755)
+        # every job's account must reach the pipe (else it runs without MPS, unlimited),
+        # whatever umask made the directories (gpupool up runs with 077)
+        for d in (pipe.parent, pipe, log):
+            os.chmod(d, 0o755)
         (pipe / PID_FILE).unlink(missing_ok=True)  # stale pid file of a crashed daemon
         try:
             proc = subprocess.run(

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
 import time
 from html import escape
 from typing import Any
 
-from jupyterhub.spawner import LocalProcessSpawner
+from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from tornado import web
 from traitlets import Bool, Float, Unicode, default
 
@@ -91,6 +92,27 @@ def _latest_warning(workload: dict, now: float, show_s: float) -> str | None:
     return warning[1] or None
 
 
+def as_jobs_account(account: str, home: str) -> Any:
+    """A preexec function that runs a notebook as the unprivileged `account` (never root) in
+    `home`, which is created for it (0700, owned by the account)."""
+    pw = pwd.getpwnam(account)
+    if pw.pw_uid == 0:
+        raise web.HTTPError(500, f"gpupool never runs notebooks as root ({account!r} is root)")
+    parent = os.path.dirname(home.rstrip("/"))
+    if not os.path.isdir(parent):  # made here: only traversable, so homes stay apart
+        os.makedirs(parent, exist_ok=True)
+        os.chmod(parent, 0o711)
+    os.makedirs(home, 0o700, exist_ok=True)
+    os.chown(home, pw.pw_uid, pw.pw_gid)
+    switch = set_user_setuid(account, chdir=False)
+
+    def preexec() -> None:
+        switch()
+        os.chdir(home)
+
+    return preexec
+
+
 class GpupoolSpawner(LocalProcessSpawner):
     """A LocalProcessSpawner whose GPUs come from gpupool (see the module docstring)."""
 
@@ -108,6 +130,12 @@ class GpupoolSpawner(LocalProcessSpawner):
         True,
         config=True,
         help="Run notebooks as the hub's own Unix user (no per-user accounts needed).",
+    )
+    jobs_account = Unicode(
+        "",
+        config=True,
+        help="Single-user mode under root: run notebooks as this unprivileged Unix account "
+        "(gpupool up sets its --jobs-account), never as root.",
     )
     home_dir_template = Unicode(
         "/tmp/gpupool-home/{username}",
@@ -308,8 +336,9 @@ class GpupoolSpawner(LocalProcessSpawner):
 
     def get_args(self) -> list[str]:
         args = super().get_args()
-        if self.single_user_mode and os.geteuid() == 0:
-            # Single-user mode under root (containers, CI): notebooks run as the hub's user.
+        if self.single_user_mode and os.geteuid() == 0 and not self.jobs_account:
+            # Single-user mode under root without a jobs account (tests' own hubs only;
+            # gpupool up always names one): notebooks run as the hub's user.
             args.append("--ServerApp.allow_root=True")
         return args
 
@@ -317,6 +346,8 @@ class GpupoolSpawner(LocalProcessSpawner):
         if not self.single_user_mode:
             return super().make_preexec_fn(name)
         home = self.home_dir
+        if self.jobs_account and os.geteuid() == 0:
+            return as_jobs_account(self.jobs_account, home)
         os.makedirs(home, 0o755, exist_ok=True)
 
         def preexec() -> None:

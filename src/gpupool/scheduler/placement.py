@@ -12,7 +12,8 @@ Rules:
   holder asks for stay free there;
 * a GPU model selector restricts the GPUs considered.
 
-Shares record their enforcement: whole GPUs `hardware`, fractions the configured level.
+Shares record their enforcement: MIG GPUs `hardware`; other whole GPUs `policed` (bound by
+CUDA_VISIBLE_DEVICES alone, which a process can ignore); fractions the configured level.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share
+from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share, SharingMode
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
 
 #: (gpu id, milli, memory MiB) taken on one GPU
@@ -222,6 +223,15 @@ def _find_cpu_only(cap: CapacityIndex, shape: Shape) -> Placement | None:
     return None if fallback is None else Placement(fallback, ())
 
 
+def _enforcement(sharing: SharingMode, milli: int, shared: Enforcement) -> Enforcement:
+    """What keeps a share to its GPU: the GPU itself only for MIG; a whole GPU bound by
+    CUDA_VISIBLE_DEVICES alone is watched (`policed`), not enforced; fractions get the
+    configured level (`mps` or `policed`)."""
+    if sharing is SharingMode.MIG:
+        return Enforcement.HARDWARE
+    return Enforcement.POLICED if milli == MILLI_PER_GPU else shared
+
+
 def to_allocation(
     cap: CapacityIndex,
     workload_id: str,
@@ -238,7 +248,7 @@ def to_allocation(
             gpu_uuid=cap.gpu_uuid[g],
             milli=milli,
             memory_mib=mem,
-            enforcement=Enforcement.HARDWARE if milli == MILLI_PER_GPU else shared_enforcement,
+            enforcement=_enforcement(cap.gpu_sharing[g], milli, shared_enforcement),
         )
         for g, milli, mem in placement.takes
     )

@@ -72,7 +72,7 @@ class SchedulerConfig:
     borrow_order: BorrowOrder = BorrowOrder.USAGE
     backfill: bool = True
     #: Enforcement recorded on fractional shares of `shared` GPUs (`mps` when the executor runs
-    #: MPS daemons, `policed` otherwise). Whole GPUs and MIG slices are `hardware`.
+    #: MPS daemons, `policed` otherwise). MIG GPUs are `hardware`, other whole GPUs `policed`.
     shared_enforcement: Enforcement = Enforcement.POLICED
     #: Stop after this many admissions in one cycle (None: no cap).
     max_admissions_per_cycle: int | None = None

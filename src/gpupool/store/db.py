@@ -15,6 +15,7 @@ one database file (`gpupool up --workers N`); the kernel drops it when a process
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -182,10 +183,10 @@ def open_store(url: str, *, migrate: bool = True, wal_autocheckpoint: bool = Tru
     """Open the database at `url` and (by default) run migrations up to head.
     `wal_autocheckpoint=False` (SQLite): the server's processes leave checkpoints to its
     CheckpointLoop (`Store.checkpoint`)."""
-    if url.startswith("sqlite:///"):
-        path = make_url(url).database
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = make_url(url).database if url.startswith("sqlite:///") else None
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite_files(Path(path))
     try:
         store = Store(url, wal_autocheckpoint=wal_autocheckpoint)
         if migrate:
@@ -194,4 +195,24 @@ def open_store(url: str, *, migrate: bool = True, wal_autocheckpoint: bool = Tru
         raise
     except Exception as e:  # noqa: BLE001 - any driver error becomes one clear message
         raise StoreError(f"cannot open the database {make_url(url)!r}: {e}") from e
+    if path:
+        private_sqlite_files(Path(path))
     return store
+
+
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal", ".writelock")
+
+
+def private_sqlite_files(db: Path) -> None:
+    """Make a SQLite database and its side files readable and writable by their owner only
+    (0600): it holds password hashes, token hashes and every tenant's commands. The database
+    file is created 0600 if missing, so the files SQLite makes beside it (which copy its
+    mode) are private from the start; files of existing installs are fixed."""
+    if str(db) in ("", ":memory:"):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for p in (db, *(Path(f"{db}{suffix}") for suffix in SQLITE_SIDE_FILES)):
+        with contextlib.suppress(FileNotFoundError):
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)

@@ -1,6 +1,10 @@
 """GPU process -> workload -> user and tenant.
 
-Three ways, first match wins:
+gpupool's own services come first: an ``nvidia-cuda-mps-server`` whose parent is the MPS
+control daemon gpupool runs for a GPU (`mps_daemons`: daemon pid -> GPU UUID) is that GPU's
+MPS server (`Via.SERVICE`), not an unowned process: policing leaves it alone on that GPU.
+
+Then three ways, first match wins:
 1. `GPUPOOL_WORKLOAD_ID` in `/proc/<pid>/environ`, following parent processes
    (`/proc/<pid>/stat` field 4) up to init, so a child that dropped the variable still counts;
 2. on Kubernetes, the pod UID in `/proc/<pid>/cgroup`, mapped to a workload by a callback;
@@ -22,6 +26,7 @@ from enum import StrEnum
 from pathlib import Path
 
 WORKLOAD_ENV = "GPUPOOL_WORKLOAD_ID"
+MPS_SERVER = "nvidia-cuda-mps-server"
 _POD_UID = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
 )
@@ -32,6 +37,7 @@ class Via(StrEnum):
 
     ENV = "env"  # GPUPOOL_WORKLOAD_ID in the process or an ancestor
     POD = "pod"  # Kubernetes pod UID in the cgroup path
+    SERVICE = "service"  # gpupool's own MPS server of a GPU
     UNIX_USER = "unix-user"  # only the Unix user is known
     NONE = "none"  # nothing known: unowned
 
@@ -58,6 +64,7 @@ class Attribution:
     pod_uid: str | None = None
     command: str | None = None
     source_pid: int | None = None  # the process (itself or an ancestor) that carried the id
+    service_gpu: str | None = None  # Via.SERVICE: the GPU whose gpupool service this is
 
     @property
     def owned(self) -> bool:
@@ -69,6 +76,8 @@ class Attribution:
         if self.workload_id:
             who = "/".join(x for x in (self.tenant, self.user) if x) or "?"
             return f"{who} {self.workload_id}"
+        if self.via is Via.SERVICE:
+            return "gpupool MPS server"
         return f"unowned ({self.unix_user})" if self.unix_user else "unowned"
 
 
@@ -147,6 +156,13 @@ class ProcReader:
         except (IndexError, ValueError):
             return None
 
+    def program(self, pid: int) -> str | None:
+        """Base name of the program (argv[0]); the command name in stat is cut at 15 chars."""
+        raw = self._read(pid, "cmdline")
+        if not raw:
+            return None
+        return raw.split(b"\0", 1)[0].decode("utf-8", "replace").rsplit("/", 1)[-1]
+
     def uid(self, pid: int) -> int | None:
         raw = self._read(pid, "status")
         if raw is None:
@@ -174,6 +190,7 @@ class Attributor:
     `resolve_workload`: workload id -> WorkloadOwner (or a mapping to one / to (user, tenant)).
     `resolve_pod`: Kubernetes pod UID -> workload id.
     `user_name`: uid -> user name (default: the password database).
+    `mps_daemons`: pid -> GPU UUID of the MPS control daemons gpupool runs (None: none).
     """
 
     def __init__(
@@ -184,6 +201,7 @@ class Attributor:
         user_name: Callable[[int], str | None] = _user_name,
         max_depth: int = 64,
         recheck_every: int = 10,
+        mps_daemons: Callable[[], Mapping[int, str]] | None = None,
     ):
         self.proc = ProcReader(proc_root)
         self.resolve_workload = _as_resolver(resolve_workload)
@@ -193,6 +211,7 @@ class Attributor:
         else:
             self.resolve_pod = resolve_pod or (lambda _uid: None)
         self.user_name = user_name
+        self.mps_daemons = mps_daemons
         self.max_depth = max_depth
         self.recheck_every = max(1, recheck_every)
         self._cache: dict[int, tuple[int, Attribution, int]] = {}
@@ -231,6 +250,9 @@ class Attributor:
         uid = self.proc.uid(pid)
         unix_user = self.user_name(uid) if uid is not None else None
         base = {"pid": pid, "command": command, "uid": uid, "unix_user": unix_user}
+        gpu = self._mps_server_of(pid, st)
+        if gpu is not None:
+            return Attribution(via=Via.SERVICE, service_gpu=gpu, **base)
         found = self._workload_from_env(pid, st)
         if found is not None:
             wid, carrier = found
@@ -258,6 +280,15 @@ class Attributor:
         if unix_user is not None:
             return Attribution(via=Via.UNIX_USER, **base)
         return Attribution(via=Via.NONE, **base)
+
+    def _mps_server_of(self, pid: int, st: tuple[str, int, int] | None) -> str | None:
+        """The GPU whose gpupool MPS server `pid` is, or None."""
+        if self.mps_daemons is None or st is None or not st[0].startswith("nvidia-cuda-mps"):
+            return None
+        gpu = self.mps_daemons().get(st[1])
+        if gpu is None or self.proc.program(pid) != MPS_SERVER:
+            return None
+        return gpu
 
     def _workload_from_env(
         self, pid: int, st: tuple[str, int, int] | None

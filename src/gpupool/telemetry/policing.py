@@ -2,7 +2,8 @@
 
 Kinds:
 - `foreign_gpu`: a process of workload W runs on a GPU W does not hold (or W holds none);
-- `unowned_on_allocated`: a process no workload owns runs on a GPU some workload holds;
+- `unowned_on_allocated`: a process no workload owns runs on a GPU some workload holds
+  (gpupool's own MPS server of that GPU, `Via.SERVICE`, excepted);
 - `over_memory`: a workload's processes on a GPU use more memory than its share there;
 - `idle`: an allocated GPU (or share) stays near 0% utilization for `idle_after_s`.
 
@@ -87,6 +88,8 @@ class Policer:
             owner = owners.get(p.pid)
             wid = owner.workload_id if owner else None
             if wid is None:
+                if owner is not None and owner.service_gpu == p.gpu_uuid:
+                    continue  # gpupool's own MPS server of this GPU
                 if p.gpu_uuid in holders:
                     found.append(self._unowned(p, holders[p.gpu_uuid], owner))
                 continue

@@ -73,6 +73,9 @@ class HubSettings:
     #: Run notebooks as the hub's own Unix user (one-person machines, demos, tests) instead
     #: of each user's Unix account (needs root).
     single_user_mode: bool = True
+    #: Single-user mode under root: the unprivileged account notebooks run as (None: the
+    #: hub's own user; only tests' hubs do that, `gpupool up` always names one).
+    jobs_account: str | None = None
     #: Where notebook home directories go in single-user mode ({username} is replaced).
     home_dir_template: str | None = None
     proxy_command: str | None = None
@@ -141,6 +144,7 @@ def render_hub_config(settings: HubSettings) -> str:
         "c.GpupoolSpawner.gpupool_url = _api_url",
         "c.GpupoolSpawner.gpupool_token = _token",
         f"c.GpupoolSpawner.single_user_mode = {settings.single_user_mode!r}",
+        f"c.GpupoolSpawner.jobs_account = {settings.jobs_account or ''!r}",
         f"c.GpupoolSpawner.home_dir_template = {home!r}",
         f"c.GpupoolSpawner.cmd = {_singleuser_command()!r}",
         f"c.Spawner.default_url = {settings.default_url!r}",

@@ -9,7 +9,10 @@ refreshes the node's heartbeat, and acts on the policing detections:
   condition still holds after `kill_after_s`, the offending processes are killed and a
   `gpu.policed` event records why. Shares enforced by `mps`/`hardware` are never killed
   for memory: the limit holds there (an event is still recorded).
-- `unowned_on_allocated` (a process no workload owns on a held GPU): an event, no action.
+- `unowned_on_allocated` (a process no workload owns on a held GPU): an event; with
+  `police_unowned` (per-user mode) it is also killed after `kill_after_s` unless it runs as
+  root or as the server's account (system services, gpupool's own MPS servers, which are
+  never reported: `mps_daemons`).
 - `idle`: nothing here; the culler reads idleness from `idle_seconds()`.
 
 Events are written once per condition (and once more when acted on), not on every pass.
@@ -21,13 +24,14 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gpupool.domain import Allocation, Enforcement, Event
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.store import AllocationRepo, EventRepo, NodeRepo, NotFound, WorkloadRepo
 from gpupool.telemetry import (
+    Attribution,
     Attributor,
     Detection,
     DetectionKind,
@@ -70,18 +74,23 @@ class TelemetryLoop(Loop):
         policing: PolicingConfig | None = None,
         proc_root: str = "/proc",
         attributor: Attributor | None = None,
+        mps_daemons: Callable[[], Mapping[int, str]] | None = None,
+        police_unowned: bool = False,
     ):
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
         self.ctx = ctx
         self.node = node
         self.kill_after_s = kill_after_s
         self.kill = kill or default_killer(source)
+        self.police_unowned = police_unowned
+        self._owners: Mapping[int, Attribution] = {}
         self.policer = Policer(ctx.clock, policing or PolicingConfig(idle_after_s=0.0))
         self.sampler = Sampler(
             source,
             ctx.clock,
             interval_s=interval_s,
-            attributor=attributor or Attributor(proc_root, resolve_workload=self._owner),
+            attributor=attributor
+            or Attributor(proc_root, resolve_workload=self._owner, mps_daemons=mps_daemons),
             policer=self.policer,
             allocations=self._allocations,
         )
@@ -106,6 +115,7 @@ class TelemetryLoop(Loop):
     # -- the pass ----------------------------------------------------------------------------
     def run_once(self) -> list[Detection]:
         frame = self.sampler.sample_once()
+        self._owners = frame.owners
         now = self.ctx.clock.now()
         with self.ctx.store.write() as s, contextlib.suppress(NotFound):
             NodeRepo(s).heartbeat(self.node, now)
@@ -124,8 +134,10 @@ class TelemetryLoop(Loop):
             self._warned[d.key] = d.since
             self._acted.discard(d.key)
             self._record(d, now, f"telemetry.{d.kind}", d.message)
-        actionable = d.kind is DetectionKind.FOREIGN_GPU or (
-            d.kind is DetectionKind.OVER_MEMORY and d.enforcement not in ENFORCED
+        actionable = (
+            d.kind is DetectionKind.FOREIGN_GPU
+            or (d.kind is DetectionKind.OVER_MEMORY and d.enforcement not in ENFORCED)
+            or (d.kind is DetectionKind.UNOWNED_ON_ALLOCATED and self._may_kill_unowned(d))
         )
         if not actionable or d.key in self._acted or d.duration_s < self.kill_after_s:
             return
@@ -142,6 +154,13 @@ class TelemetryLoop(Loop):
             f"killed process{'es' if len(d.pids) > 1 else ''} "
             f"{', '.join(map(str, d.pids))}: {d.message} for {d.duration_s:.0f} s",
         )
+
+    def _may_kill_unowned(self, d: Detection) -> bool:
+        """Per-user mode: a person's process on a GPU others hold; never root's or ours."""
+        if not self.police_unowned:
+            return False
+        owner = self._owners.get(d.pids[0]) if d.pids else None
+        return owner is not None and owner.uid not in (None, 0, os.geteuid())
 
     def _record(self, d: Detection, now: float, kind: str, message: str) -> None:
         tenant = user = None
