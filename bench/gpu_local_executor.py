@@ -47,6 +47,7 @@ def main(out_dir: Path) -> int:
     snap = src.snapshot()
     gpus = [(g.index, g.uuid, int(g.memory_total_bytes // 2**20)) for g in snap.gpus]
     work = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
+    work.chmod(0o755)  # jobs run as another account (nobody) when this runs as root
     result: dict[str, object] = {
         "host": socket.gethostname(),
         "driver": snap.driver_version,

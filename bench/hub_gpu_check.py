@@ -70,6 +70,7 @@ def probe_with_grant(ex: HubLaunchExecutor, wid: str, *args: str) -> dict:
 def main(out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpupool-hub-gpu-"))
+    work.chmod(0o755)  # jobs run as another account when this runs as root
     found = gpus()
     result: dict[str, object] = {"host": socket.gethostname(), "gpus": found, "at": time.time()}
 

@@ -39,7 +39,10 @@ def free_port() -> int:
 def wait(pred, timeout: float, what: str):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        got = pred()
+        try:
+            got = pred()
+        except httpx.TransportError:  # not listening yet
+            got = None
         if got:
             return got
         time.sleep(0.5)

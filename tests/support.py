@@ -5,10 +5,13 @@ never a stand-in for a clock (code under test takes an injected clock for that).
 
 from __future__ import annotations
 
+import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -98,3 +101,15 @@ class ServedApp:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def open_to_others(path: Path) -> Path:
+    """Make `path` and the directories above it, up to the temp root, searchable by other
+    accounts (pytest makes them 0700): as root, MPS refuses pipe directories jobs of other
+    accounts could not reach."""
+    top = Path(tempfile.gettempdir()).resolve()
+    p = path.resolve()
+    while p != top and top in p.parents:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    return path

@@ -14,12 +14,18 @@ from gpupool.domain import Allocation, Enforcement, Share, Workload
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.mps import MPSError, MPSManager, limits_for, thread_percentage
 from tests.executors.conftest import release, wait_exit, wait_job, wait_ready
+from tests.support import open_to_others
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 
 
 def share(milli: int = 250, mem: int = 20480, enf: Enforcement = Enforcement.MPS) -> Share:
     return Share("n1", 0, GPU, milli, mem, enf)
+
+
+@pytest.fixture(autouse=True)
+def _reachable(tmp_path: Path) -> None:
+    open_to_others(tmp_path)
 
 
 @pytest.fixture
@@ -213,3 +219,13 @@ def test_pipe_directory_is_reachable_under_a_private_umask(tmp_path, fake_mps_bi
             assert stat.S_IMODE(d.stat().st_mode) & 0o005 == 0o005, d  # others may enter
     finally:
         m.stop_all()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the check applies when jobs run as other accounts")
+def test_a_pipe_other_accounts_cannot_reach_is_refused(tmp_path, fake_mps_binary):
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    m = MPSManager(closed / "mps", binary=fake_mps_binary)
+    with pytest.raises(MPSError, match="closed to other accounts"):
+        m.start("GPU-x")  # a job as another account would run without MPS limits
+    assert not m.healthy("GPU-x")

@@ -13,6 +13,7 @@ from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.store import AllocationRepo, EventRepo, WorkloadRepo
 from gpupool.system import SystemSettings, build_system
 from tests.executors.conftest import make_fake_mps_binary
+from tests.support import open_to_others
 
 S = WorkloadState
 
@@ -151,6 +152,7 @@ def test_orphaned_work_is_stopped_with_an_event(world):
 
 
 def test_mps_daemons_follow_the_shared_gpus(world, tmp_path):
+    open_to_others(tmp_path)
     events = []
     mgr = MPSManager(
         tmp_path / "mps",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import stat
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
@@ -68,6 +69,19 @@ class MPSLimits:
         if self.pinned_mem_limit:
             out["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = self.pinned_mem_limit
         return out
+
+
+def _check_reachable(pipe: Path) -> None:
+    """Raise MPSError unless every directory above `pipe` lets other accounts through: a
+    client that cannot reach its pipe runs without MPS, unlimited, while its share would
+    claim `mps` enforcement."""
+    for d in pipe.parents:
+        if not os.stat(d).st_mode & stat.S_IXOTH:
+            raise MPSError(
+                f"cannot use CUDA MPS for {pipe}: {d} is closed to other accounts (mode "
+                f"{stat.S_IMODE(os.stat(d).st_mode):o}), so jobs would run without MPS limits; "
+                "put the MPS directory where every job's account can reach it"
+            )
 
 
 def thread_percentage(milli: int) -> int:
@@ -198,6 +212,8 @@ class MPSManager:
         # whatever umask made the directories (gpupool up runs with 077)
         for d in (pipe.parent, pipe, log):
             os.chmod(d, 0o755)
+        if os.geteuid() == 0:  # jobs run as other accounts: each must reach the pipe
+            _check_reachable(pipe)
         (pipe / PID_FILE).unlink(missing_ok=True)  # stale pid file of a crashed daemon
         try:
             proc = subprocess.run(
