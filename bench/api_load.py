@@ -47,14 +47,14 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
 
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Role, Tenant, User
+    from gpupool.engines.fake import FakeEngine
     from gpupool.executors.base import ExecState, ExecStatus
     from gpupool.executors.fake import FakeExecutor
-    from gpupool.server.app import create_app
-    from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.security import hash_password
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings
     from gpupool.store import NodeRepo, TenantRepo, UserRepo, open_store
+    from gpupool.system import SystemSettings, build_system
 
     class TimedExecutor(FakeExecutor):
         """Jobs succeed 1-3 s after they start (by hash of the id: deterministic)."""
@@ -85,11 +85,15 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
                 users.create(User(f"{t}-u{u}"), pw, now)
                 users.set_membership(Membership(f"{t}-u{u}", t, Role.MEMBER))
     settings = Settings(
-        database_url=store.url, scheduler_interval_s=interval_s, max_body_bytes=1 << 20
+        database_url=store.url,
+        scheduler_interval_s=interval_s,
+        reconciler_interval_s=1.0,
+        max_body_bytes=1 << 20,
     )
-    app = create_app(settings, executor=TimedExecutor(clock), clock=clock, store=store)
+    app = build_system(
+        SystemSettings(server=settings), FakeEngine(TimedExecutor(clock)), clock=clock, store=store
+    ).app
     ctx = app.state.ctx
-    ctx.loops.add(ReconcilerLoop(ctx, interval_s=1.0))
     tokens = {"admin": issue_token(ctx, "admin", "bench", None).token}
     for t in TENANTS:
         for u in range(USERS_PER_TENANT):

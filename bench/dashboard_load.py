@@ -29,7 +29,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.web.conftest import CHROMIUM, CHROMIUM_ARGS, _Server, build_app  # noqa: E402
+from tests.conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from tests.support import ServedApp  # noqa: E402
+from tests.web.conftest import build_app  # noqa: E402
 from tests.web.seed import PASSWORD  # noqa: E402
 
 GPUS, WORKLOADS, NODES = 64, 500, 8
@@ -108,7 +110,7 @@ def main() -> int:
     results: dict[str, dict[str, list[float]]] = {k: {"cold": [], "warm": []} for k, _, _ in READY}
     load: list[float] = []
     api_ms: dict[str, list[float]] = {}
-    with _Server(app) as url:
+    with ServedApp(app) as url:
         login = httpx.post(
             f"{url}/api/v1/auth/login", json={"username": "root", "password": PASSWORD}
         ).json()

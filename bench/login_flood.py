@@ -48,8 +48,8 @@ def serve(data_dir: Path, port: int, workers: int) -> None:
     """Seed (one tenant, the reader, 100 workloads, 4 GPUs), write tokens.json, serve."""
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, User, Workload
+    from gpupool.engines.fake import FakeEngine
     from gpupool.executors.fake import FakeExecutor
-    from gpupool.server.app import create_app
     from gpupool.server.security import hash_password
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings
@@ -61,6 +61,7 @@ def serve(data_dir: Path, port: int, workers: int) -> None:
         new_workload_id,
         open_store,
     )
+    from gpupool.system import SystemSettings, build_system
 
     clock = SystemClock()
     store = open_store(f"sqlite:///{data_dir / 'gpupool.db'}", wal_autocheckpoint=False)
@@ -86,7 +87,9 @@ def serve(data_dir: Path, port: int, workers: int) -> None:
             )
             repo.add(w, name=f"job-{i}")
     settings = Settings(database_url=store.url, scheduler_interval_s=1.0)
-    app = create_app(settings, executor=FakeExecutor(clock), clock=clock, store=store)
+    app = build_system(
+        SystemSettings(server=settings), FakeEngine(FakeExecutor(clock)), clock=clock, store=store
+    ).app
     ctx = app.state.ctx
     tokens = {"reader": issue_token(ctx, "reader", "bench", None).token}
     (data_dir / "tokens.json.tmp").write_text(json.dumps(tokens))

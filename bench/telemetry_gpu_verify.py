@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpupool.clock import SystemClock
 from gpupool.domain import Allocation, Enforcement, Share
 from gpupool.telemetry import Attributor, Policer, PolicingConfig, Sampler
+from gpupool.telemetry.frame_json import frame_view
 from gpupool.telemetry.nvml import NVMLSource
-from gpupool.telemetry.view import frame_view
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "telemetry_gpu_worker.py"

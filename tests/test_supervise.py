@@ -1,7 +1,7 @@
 """The supervisor of `gpupool up`'s child processes: the restart budget on an injected clock,
 and a stop that escalates to SIGKILL for a child that ignores the polite request and SIGTERM
 (the API workers' and the hub's own cases are in tests/server/test_workers.py and
-tests/jupyterhub/test_keeper.py)."""
+tests/server/test_hub_keeper.py)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,11 @@ from gpupool.agent.attribute import HostAttributor, ProcessTags
 from gpupool.agent.loop import Agent, AgentError, AgentRefused, HttpReporter
 from gpupool.agent.report import build_report
 from gpupool.clock import SystemClock
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.schemas.agents import NodeReportIn
 from gpupool.server.settings import Settings
+from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry.simulated import SimulatedSource
 from tests.support import ServedApp, free_port
 from tests.telemetry.telemetry_fakes import write_proc
@@ -74,12 +75,12 @@ def server(tmp_path):
     clock = SystemClock()
     with store.write() as s:
         UserRepo(s).create(User("root", admin=True), None, clock.now())
-    app = create_app(
-        Settings(database_url=store.url, start_loops=False),
-        executor=FakeExecutor(clock),
+    app = build_system(
+        SystemSettings(server=Settings(database_url=store.url, start_loops=False)),
+        FakeEngine(FakeExecutor(clock)),
         clock=clock,
         store=store,
-    )
+    ).app
     admin = issue_token(app.state.ctx, "root", "test", None).token
     with ServedApp(app) as url:
         yield url, admin

@@ -14,12 +14,13 @@ from typer.testing import CliRunner
 from gpupool.cli.main import app as cli
 from gpupool.clock import SystemClock
 from gpupool.domain import Allocation, Workload
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.base import Handle
 from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import UsageRepo, open_store
+from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import PASSWORD, seed
 from tests.support import ServedApp
 
@@ -49,10 +50,16 @@ def server(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
     clock = SystemClock()
     settings = Settings(database_url=store.url, scheduler_interval_s=0.05)
-    app = create_app(settings, executor=ScriptedExecutor(clock), clock=clock, store=store)
-    seed(app.state.ctx)
-    with ServedApp(app) as url:
-        yield url, app.state.ctx
+    system = build_system(
+        SystemSettings(server=settings),
+        FakeEngine(ScriptedExecutor(clock)),
+        clock=clock,
+        store=store,
+    )
+    seed(system.ctx)
+    with ServedApp(system.app) as url:
+        yield url, system.ctx
+    system.stop()
     store.close()
 
 
@@ -137,7 +144,7 @@ def test_errors_are_messages_not_tracebacks(env):
     _, ctx = env
     t = as_(ctx, "ann")
     r = gp("run", "--gpus", "9", "--", "x", token=t)
-    assert r.exit_code == 1 and "no node has 9" in r.output and "(HTTP 422)" in r.output
+    assert r.exit_code == 1 and "needs 9 GPUs" in r.output and "(HTTP 422)" in r.output
     r = gp("run", "--gpus", "1", "--gpu-fraction", "0.5", "--", "x", token=t)
     assert r.exit_code == 2 and "not both" in r.output
     r = gp("run", "--gpu-fraction", "0.5", "--gpu-memory", "lots", "--", "x", token=t)
@@ -254,3 +261,11 @@ def test_usage(env):
     assert r.exit_code == 0 and "ann" in r.output and "25%" in r.output
     rep = json.loads(gp("usage", "--json", "--from", "2026-05-01", token=t).output)
     assert rep["rows"][0]["gpu_hours_allocated"] == 2.0
+
+
+def test_followed_work_ends_in_the_domains_final_states_and_preempted():
+    from gpupool.cli.client import TERMINAL
+    from gpupool.domain import ACTIVE_STATES, TERMINAL_STATES, WorkloadState
+
+    assert TERMINAL_STATES | {WorkloadState.PREEMPTED} == TERMINAL
+    assert not TERMINAL & ACTIVE_STATES and WorkloadState.PENDING not in TERMINAL

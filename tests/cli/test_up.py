@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from gpupool.cli.up import mps_base
+from gpupool.engines.local import mps_base
 from tests.executors.conftest import mkfifo, release, wait_ready
 from tests.support import free_hub_port, free_port, wait_for
 
@@ -193,6 +193,25 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     )
     assert r.returncode == 2
     assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("engine,issue", [("kubernetes", 15), ("slurm", 16)])
+def test_up_says_which_engines_are_not_available_yet(data_dir, engine, issue):
+    r = subprocess.run(
+        [*GPUPOOL, "up", "--engine", engine, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert f"--engine {engine} is not available yet" in r.stderr
+    assert f"issue {issue}" in r.stderr and "Traceback" not in r.stderr
+    assert not (data_dir / "gpupool.db").exists()  # nothing was started or created
+
+
+def test_up_help_offers_the_engine_option():
+    r = subprocess.run([*GPUPOOL, "up", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--engine" in r.stdout and "kubernetes" in r.stdout
 
 
 @pytest.mark.skipif(

@@ -4,7 +4,7 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Share, Workload
-from gpupool.executors.base import ExecState, NotSupported, StartError, SupportsLogs
+from gpupool.executors.base import ExecState, NotSupported, StartError
 from gpupool.executors.fake import (
     FailingExecutor,
     FakeExecutor,
@@ -91,13 +91,15 @@ def test_slow_never_failing():
 
 def test_logs_capability():
     ex = FakeExecutor(ManualClock())
-    assert ex.supports(SupportsLogs)
     ex.start(_wl(), None)
     ex.write_log("w1", "a\nb\nc\n")
     assert ex.logs("w1", tail=2) == "b\nc\n"
 
 
-def test_base_logs_not_supported():
+def test_base_capability_defaults():
+    """An executor that implements only the four required methods answers every optional
+    capability with its documented default (no caller has to probe for it)."""
+    from gpupool.domain import Enforcement, Share
     from gpupool.executors.base import Executor
 
     class Bare(Executor):
@@ -113,5 +115,12 @@ def test_base_logs_not_supported():
         def list_running(self):
             return []
 
+    bare = Bare()
     with pytest.raises(NotSupported):
-        Bare().logs("x")
+        bare.logs("x")
+    assert bare.enforcement_of("x") is None  # applies what it is asked: nothing to correct
+    assert bare.mps_enforcement("GPU-1") is Enforcement.POLICED
+    assert bare.mps_env(Share("n", 0, "GPU-1", 500, 1024, Enforcement.MPS)) == {}
+    assert bare.process_map() == {}
+    assert bare.prune(0.0) == []
+    assert bare.adopts_work is False

@@ -3,7 +3,7 @@ store seeded with 2 simulated GPUs. Used by the end-to-end tests and bench/spawn
 
 The gpupool server runs in a thread of this process (uvicorn, its real loops, the
 HubLaunchExecutor over the fake executor: notebooks are started by the hub, never by the
-executor). JupyterHub runs as a child process with the config `gpupool.jupyterhub.config`
+executor). JupyterHub runs as a child process with the config `gpupool.server.hub.config`
 generates, plus a `driver` service whose admin token the tests use for the hub's REST API.
 """
 
@@ -27,15 +27,15 @@ import httpx
 from gpupool.clock import SystemClock
 from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
-from gpupool.jupyterhub.config import HubSettings, service_secret, start_hub, wait_hub_ready
-from gpupool.jupyterhub.launch import HubLaunchExecutor
-from gpupool.jupyterhub.sso import SSOSettings, install_hub_sso
-from gpupool.server.app import create_app
+from gpupool.executors.hub_launch import HubLaunchExecutor
+from gpupool.server.hub.config import HubSettings, start_hub, wait_hub_ready
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, ProfileRepo, TenantRepo, UserRepo, open_store
+from gpupool.system import SystemSettings, build_system
 from tests.support import ServedApp, free_port, wait_for
 
 PASSWORD = "hub-test-password-1"
@@ -204,18 +204,22 @@ class Stack:
 
 
 def make_app(db_url: str, hub: HubSettings) -> Any:
-    """The gpupool server as `gpupool up --jupyterhub` builds it: the hub launch executor, the
-    scheduler and reconciler loops, the dashboard under the hub prefix with hub sign-on."""
-    from gpupool.server.loops.reconciler import ReconcilerLoop
-    from gpupool.web import create_router
-
-    executor = HubLaunchExecutor(FakeExecutor(SystemClock()), hub.launch_dir)
-    settings = Settings(database_url=db_url, scheduler_interval_s=0.5, stop_grace_s=5.0)
-    app = create_app(settings, executor=executor, clock=SystemClock())
-    app.state.ctx.loops.add(ReconcilerLoop(app.state.ctx, interval_s=0.5))
-    app.include_router(create_router())
-    install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
-    return app
+    """The gpupool server as `gpupool up --jupyterhub` builds it (gpupool.system): the
+    hub launch executor over the fake engine's executor, every loop, the dashboard under the
+    hub prefix with hub sign-on. The stack starts the hub itself (`Stack.start_hub`)."""
+    settings = Settings(
+        database_url=db_url,
+        scheduler_interval_s=0.5,
+        reconciler_interval_s=0.5,
+        stop_grace_s=5.0,
+    )
+    system = build_system(
+        SystemSettings(server=settings, jupyterhub=True, hub=hub),
+        FakeEngine(FakeExecutor(SystemClock())),
+        clock=SystemClock(),
+    )
+    assert isinstance(system.executor, HubLaunchExecutor)
+    return system.app
 
 
 def build(root: Path, *, hub_poll_s: int = 1, extra_config: str = "", workers: int = 0) -> Stack:

@@ -10,12 +10,13 @@ from types import SimpleNamespace
 import pytest
 
 from gpupool.clock import ManualClock
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.jupyterhub.authenticator import GpupoolAuthenticator
-from gpupool.server.app import create_app
 from gpupool.server.settings import Settings
 from gpupool.store import open_store
 from gpupool.store.throttle import LoginThrottleRepo
+from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import PASSWORD, seed
 from tests.support import ServedApp
 
@@ -25,7 +26,9 @@ def served(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
     clock = ManualClock(1_780_000_000.0)
     settings = Settings(database_url=store.url, start_loops=False)
-    app = create_app(settings, executor=FakeExecutor(clock), clock=clock, store=store)
+    app = build_system(
+        SystemSettings(server=settings), FakeEngine(FakeExecutor(clock)), clock=clock, store=store
+    ).app
     seed(app.state.ctx)
     with ServedApp(app) as url:
         yield url, store

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from traitlets.config import PyFileConfigLoader
 
-from gpupool.jupyterhub.config import (
+from gpupool.server.hub.config import (
     HubSettings,
     HubSetupError,
     crypt_key,

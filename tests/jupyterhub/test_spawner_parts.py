@@ -46,6 +46,15 @@ def test_form_data_keeps_only_the_forms_fields():
     assert _simple_form(data) == {"profile": "gpu", "tenant": "lab"}
 
 
+def test_the_spawner_knows_every_workload_state_by_the_domains_names():
+    from gpupool.domain import WorkloadState as S
+    from gpupool.jupyterhub.spawner import ACTIVE, ENDED, STOPPED_BECAUSE
+
+    assert {S.PENDING} | set(ACTIVE) | set(ENDED) == set(S)
+    assert not set(ACTIVE) & set(ENDED)
+    assert set(STOPPED_BECAUSE) <= set(ENDED)
+
+
 def test_notebooks_under_root_run_as_the_jobs_account(job_tmp):
     import os
     import pwd

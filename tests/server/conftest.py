@@ -11,13 +11,14 @@ from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
 from gpupool.domain import GPU, Membership, Node, Quota, Role, SharingMode, Tenant, User
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, TenantRepo, UserRepo
+from gpupool.system import SystemSettings, build_system
 from tests.store.databases import DB_PARAMS, make_store
 
 API = "/api/v1"
@@ -117,7 +118,10 @@ def world(request, tmp_path):
     clock = ManualClock(1_780_000_000.0)
     executor = FakeExecutor(clock)
     settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=64 * 1024)
-    app = create_app(settings, executor=executor, clock=clock, store=store)
+    system = build_system(
+        SystemSettings(server=settings), FakeEngine(executor), clock=clock, store=store
+    )
+    app = system.app
     ctx: AppContext = app.state.ctx
     ctx.login_throttle.refusal_delay_s = 0.0  # real time; test_login_throttle checks it
     seed(ctx)
@@ -126,4 +130,5 @@ def world(request, tmp_path):
         for role, name in USERS.items():
             w.tokens[role] = issue_token(ctx, name, "test", None).token
         yield w
+    system.stop()
     gen.close()

@@ -17,7 +17,6 @@ from gpupool.server.routes import iter_routes
 from gpupool.server.services.agents import LOST_AFTER_REPORTS
 from gpupool.store import EventRepo, NodeRepo
 from gpupool.telemetry.simulated import SimulatedSource
-from gpupool.web.api import create_api_router
 from tests.server.conftest import API
 
 INTERVAL = 5.0
@@ -115,7 +114,6 @@ def test_agent_gpus_are_in_metrics_with_their_owners(world, sim):
 
 
 def test_dashboard_cluster_shows_agent_readings(world, sim):
-    world.app.include_router(create_api_router(), prefix=API)
     token = token_for(world)
     sim.set_utilization(0, 33.0)
     assert send(world, token, report_of(sim)).status_code == 200
@@ -201,7 +199,6 @@ def test_only_admins_manage_node_credentials(world, role):
 def test_node_credential_is_refused_on_every_other_route(world, sim):
     """The node credential grants nothing an anonymous caller does not have, anywhere but
     its own report route."""
-    world.app.include_router(create_api_router(), prefix=API)
     token = token_for(world)
     checked = 0
     for method, path in sorted(set(iter_routes(world.app.routes))):

@@ -8,13 +8,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.domain import Node
-from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
+from gpupool.engines.fake import FakeEngine
 from gpupool.server.loops.history import HistoryLoop
 from gpupool.server.settings import Settings
 from gpupool.store import GpuPeriod, HistoryRepo, NodeRepo, Retention, open_store
+from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry import Sampler, SimulatedSource
-from gpupool.web import create_router
 
 H = 3600
 
@@ -118,10 +117,9 @@ def test_a_restarted_server_still_shows_30_days(world):
     store = open_store(world.ctx.store.url)  # a new process on the same database
     try:
         settings = Settings(database_url=store.url, start_loops=False)
-        app = create_app(
-            settings, executor=FakeExecutor(world.clock), clock=world.clock, store=store
-        )
-        app.include_router(create_router())
+        app = build_system(
+            SystemSettings(server=settings), FakeEngine(), clock=world.clock, store=store
+        ).app  # a new server process: the system gpupool up builds, dashboard included
         with TestClient(app) as c:
             r = c.get("/api/v1/dashboard/gpu-history?range_s=2592000", headers=world.h("viewer"))
             assert r.status_code == 200, r.text
@@ -148,8 +146,7 @@ def test_the_last_hour_keeps_every_sample_the_sampler_holds(world):
         world.clock.advance(10)
         if i % 30 == 29:
             loop.run_once()
-    world.app.include_router(create_router())
-    world.ctx.extras["samplers"] = [sampler]
+    world.ctx.samplers.append(sampler)
     r = world.client.get("/api/v1/dashboard/gpu-history?range_s=3600", headers=world.h("member"))
     (series,) = [x for x in r.json()["series"] if x["uuid"] == src.uuid(0)]
     assert sum(u is not None for u in series["util"]) >= 119
@@ -160,7 +157,6 @@ def test_the_chart_shows_each_new_minute_the_loop_writes(world):
     and each lands in the chart's slot of its own time."""
     src, sampler = gpu_world(world, "H100")
     loop = HistoryLoop(world.ctx, [sampler])
-    world.app.include_router(create_router())
     to_hour(world)
 
     def utils() -> list[float]:
@@ -196,7 +192,6 @@ def test_the_chart_query_runs_once_per_new_minute(world, monkeypatch):
     monkeypatch.setattr(api, "_stored_history", counting)
     src, sampler = gpu_world(world, "H100")
     loop = HistoryLoop(world.ctx, [sampler])
-    world.app.include_router(create_router())
     sampler.sample_once()
     world.clock.advance(60)
     loop.run_once()

@@ -5,12 +5,13 @@ admissions, re-sent stops, orphaned work, and MPS daemons for shared GPUs."""
 from __future__ import annotations
 
 from gpupool.domain import Allocation, Share, WorkloadState
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.executors.mps import MPSManager
-from gpupool.server.app import create_app
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.store import AllocationRepo, EventRepo, WorkloadRepo
+from gpupool.system import SystemSettings, build_system
 from tests.executors.conftest import make_fake_mps_binary
 from tests.support import open_to_others
 
@@ -70,9 +71,12 @@ def test_restart_adopts_running_work_and_settles_what_ended(world):
     # the server dies; meanwhile one job ends with code 4
     world.executor.finish(ended, 4)
     new_executor = world.executor.reborn()
-    app2 = create_app(
-        world.ctx.settings, executor=new_executor, clock=world.clock, store=world.ctx.store
-    )
+    app2 = build_system(
+        SystemSettings(server=world.ctx.settings),
+        FakeEngine(new_executor),
+        clock=world.clock,
+        store=world.ctx.store,
+    ).app
     ctx2 = app2.state.ctx
     rec = ReconcilerLoop(ctx2)
     report = rec.run_once()

@@ -23,15 +23,15 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Membership, Node, Quota, Role, Tenant, User
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.telemetry import TelemetryLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, UserRepo, open_store
+from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry import SimulatedSource
-from gpupool.telemetry.exporter import TelemetryCollector
 from tests.support import ServedApp, free_port, wait_for
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gpupool.json"
@@ -61,19 +61,16 @@ class Cluster:
             TenantRepo(s).save(Tenant("lab-b", Quota.gpus(1, 2)), now)
             UserRepo(s).create(User("ann"), None, now)
             UserRepo(s).set_membership(Membership("ann", "lab-a", Role.MEMBER))
-        holder: dict[str, TelemetryLoop] = {}
-        collector = TelemetryCollector(lambda: holder["t"].sampler.latest, HOST)
         self.executor = FakeExecutor(self.clock)
         settings = Settings(database_url=self.store.url, start_loops=False)
-        self.app = create_app(
-            settings,
-            executor=self.executor,
-            clock=self.clock,
-            telemetry=collector,
-            store=self.store,
-        )
+        engine = FakeEngine(self.executor, sources=[self.source])
+        self.app = build_system(
+            SystemSettings(server=settings), engine, clock=self.clock, store=self.store
+        ).app  # the system gpupool up builds: its telemetry loop samples the source
         self.ctx = self.app.state.ctx
-        self.telemetry = holder["t"] = TelemetryLoop(self.ctx, self.source, node=HOST)
+        telemetry = self.ctx.loops.get("telemetry")
+        assert isinstance(telemetry, TelemetryLoop)
+        self.telemetry = telemetry
         self.token = issue_token(self.ctx, "ann", "test", None).token
 
     def submit(self, url: str, gpus: int) -> str:

@@ -140,6 +140,17 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("GET", "/healthz"): Probe("/healthz", PUBLIC),
     ("GET", "/readyz"): Probe("/readyz", PUBLIC),
     ("GET", "/metrics"): Probe("/metrics", PUBLIC),
+    # the dashboard (gpupool.web): its data needs a user; its pages and files are public
+    ("GET", "/api/v1/dashboard/cluster"): Probe(API + "/dashboard/cluster", ANY_USER),
+    ("GET", "/api/v1/dashboard/tenants"): Probe(API + "/dashboard/tenants", ANY_USER),
+    ("GET", "/api/v1/dashboard/gpu-history"): Probe(API + "/dashboard/gpu-history", ANY_USER),
+    ("GET", "/"): Probe("/", PUBLIC),
+    ("GET", "/dashboard"): Probe("/dashboard", PUBLIC),
+    ("GET", "/dashboard/"): Probe("/dashboard/", PUBLIC),
+    ("GET", "/dashboard/login"): Probe("/dashboard/login", PUBLIC),
+    ("GET", "/dashboard/{slug}"): Probe("/dashboard/cluster", PUBLIC),
+    ("GET", "/dashboard/static/{name}"): Probe("/dashboard/static/common.js", PUBLIC),
+    ("GET", "/dashboard/vendor/plotly.min.js"): Probe("/dashboard/vendor/plotly.min.js", PUBLIC),
 }
 
 

@@ -10,14 +10,15 @@ import threading
 import pytest
 
 from gpupool.domain import Quota, Tenant, WorkloadState
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FailingExecutor, FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop, LoopGroup
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services import lifecycle
 from gpupool.server.settings import Settings
 from gpupool.store import AllocationRepo, TenantRepo, WorkloadRepo, open_store
+from gpupool.system import SystemSettings, build_system
 
 S = WorkloadState
 
@@ -134,12 +135,12 @@ def test_two_schedulers_racing_never_double_allocate(db, tmp_path):
     fake_world = FakeWorld()
     for i in range(2):
         store = open_store(url)
-        app = create_app(
-            Settings(database_url=url, start_loops=False),
-            executor=FakeExecutor(clock, world=fake_world),
+        app = build_system(
+            SystemSettings(server=Settings(database_url=url, start_loops=False)),
+            FakeEngine(FakeExecutor(clock, world=fake_world)),
             clock=clock,
             store=store,
-        )
+        ).app
         contexts.append(app.state.ctx)
         if i == 0:
             seed(app.state.ctx)

@@ -74,9 +74,6 @@ def test_usage_is_scoped_exactly(world, scoped, who):
 
 @pytest.mark.parametrize("who", sorted(READERS))
 def test_dashboard_tenants_are_scoped_exactly(world, scoped, who):
-    from gpupool.web import create_router
-
-    world.app.include_router(create_router())
     mine, other = READERS[who]
     r = world.get(who, "/dashboard/tenants")
     assert r.status_code == 200, r.text

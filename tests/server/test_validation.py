@@ -10,11 +10,12 @@ from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
 from gpupool.domain.commands import LINUX_MAX_ARG_STRLEN
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
-from gpupool.server.app import create_app
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.services.workloads import os_arg_limits
 from gpupool.server.settings import Settings
+from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import API, seed
 from tests.server.test_bad_input import _problem, _state
 from tests.store.databases import DB_PARAMS, make_store
@@ -56,7 +57,9 @@ def roomy(request, tmp_path):
     store = next(gen)
     clock = ManualClock(1_780_000_000.0)
     settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=4 << 20)
-    app = create_app(settings, executor=FakeExecutor(clock), clock=clock, store=store)
+    app = build_system(
+        SystemSettings(server=settings), FakeEngine(FakeExecutor(clock)), clock=clock, store=store
+    ).app
     seed(app.state.ctx)
     with TestClient(app, raise_server_exceptions=False) as client:
         token = issue_token(app.state.ctx, "ann", "test", None).token

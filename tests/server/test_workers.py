@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from gpupool.clock import ManualClock
+from gpupool.engines.fake import FakeEngine
 from gpupool.executors.fake import FakeExecutor
 from gpupool.server.app import create_app
 from gpupool.server.bus import PRIMARY, Bus
@@ -33,6 +34,7 @@ from gpupool.server.workers import (
     run_dir,
 )
 from gpupool.store import open_store
+from gpupool.system import SystemSettings, build_system
 from gpupool.web import create_router
 from tests.server.conftest import API, PASSWORD, USERS, seed
 from tests.support import ServedApp
@@ -115,7 +117,13 @@ class Primary:
         self.clock = ManualClock(1_780_000_000.0)
         self.executor = FakeExecutor(self.clock)
         settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=4096)
-        self.app = create_app(settings, executor=self.executor, clock=self.clock, store=store)
+        self.system = build_system(
+            SystemSettings(server=settings),
+            FakeEngine(self.executor),
+            clock=self.clock,
+            store=store,
+        )
+        self.app = self.system.app
         self.ctx = self.app.state.ctx
         seed(self.ctx)
         self.served = ServedApp(self.app, sock=listen_unix(api_socket(run)))
@@ -142,7 +150,7 @@ def pair(store, tmp_path):
             store=worker_store,
             forward_to=str(api_socket(run)),
         )
-        app.state.ctx.extras["process"] = "worker-1"
+        app.state.ctx.process = "worker-1"
         with TestClient(app, raise_server_exceptions=False) as client:
             yield primary, client
         worker_store.close()
@@ -276,12 +284,12 @@ def test_the_bus_carries_notices_between_named_processes(tmp_path):
 
 
 def test_notices_wake_loops_and_clear_the_token_cache(store, tmp_path, caplog):
-    app = create_app(
-        Settings(database_url=store.url, start_loops=False),
-        executor=FakeExecutor(ManualClock(0)),
+    app = build_system(
+        SystemSettings(server=Settings(database_url=store.url, start_loops=False)),
+        FakeEngine(),
         clock=ManualClock(0),
         store=store,
-    )
+    ).app
     ctx = app.state.ctx
     handle = ctx.on_notice
     handle("wake scheduler")
@@ -389,12 +397,12 @@ def test_the_checkpoint_loop_moves_the_log_into_the_database_file(tmp_path):
     db = tmp_path / "g.db"
     store = open_store(f"sqlite:///{db}", wal_autocheckpoint=False)
     try:
-        app = create_app(
-            Settings(database_url=store.url, start_loops=False),
-            executor=FakeExecutor(ManualClock(0)),
+        app = build_system(
+            SystemSettings(server=Settings(database_url=store.url, start_loops=False)),
+            FakeEngine(),
             clock=ManualClock(0),
             store=store,
-        )
+        ).app
         loop = app.state.ctx.loops.get("checkpoint")
         assert isinstance(loop, CheckpointLoop)
         with store.write() as tx:

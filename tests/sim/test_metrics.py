@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Quota, Tenant, TenantTree
-from gpupool.sim.fairshare import reference_fair_shares, water_fill
+from gpupool.scheduler.fairshare import water_fill
+from gpupool.sim.fairshare import reference_fair_shares
 from gpupool.sim.metrics import compute_metrics, jain, percentile
 
 from .builders import job, node, run, scenario, tenant
@@ -29,9 +30,9 @@ def test_jain_index(xs, expected):
 def test_water_fill_guarantees_first_then_weights_capped_at_demand():
     got = water_fill(
         10_000,
-        demand={"a": 8000, "b": 1000, "c": 10_000},
-        guarantee={"a": 2000, "b": 2000, "c": 0},
-        weight={"a": 1, "b": 1, "c": 3},
+        guarantees={"a": 2000, "b": 2000, "c": 0},
+        caps={"a": 8000, "b": 1000, "c": 10_000},
+        weights={"a": 1, "b": 1, "c": 3},
     )
     # guarantees: a 2000, b 1000 (capped at its demand); 7000 left split 1:3 between a and c
     assert got == pytest.approx({"a": 2000 + 1750, "b": 1000, "c": 5250})
@@ -55,6 +56,28 @@ def test_limits_cap_fair_share():
     tree = TenantTree([Tenant("a", Quota.gpus(limit=1)), Tenant("b")])
     got = reference_fair_shares(tree, {"a": 4000, "b": 4000}, 4000)
     assert got == pytest.approx({"a": 1000, "b": 3000})
+
+
+def test_the_yardstick_is_the_schedulers_fair_share():
+    """The simulator's reference fair shares are the scheduler's own, leaf by leaf."""
+    from gpupool.scheduler.fairshare import fair_shares
+
+    tree = TenantTree(
+        [
+            Tenant("phys", Quota.gpus(guaranteed=3, limit=6, weight=2)),
+            Tenant("phys/a", Quota.gpus(guaranteed=1)),
+            Tenant("phys/b", Quota.gpus(weight=3)),
+            Tenant("bio", Quota.gpus(guaranteed=1)),
+            Tenant("chem", Quota.gpus(limit=2)),
+        ]
+    )
+    for demand in (
+        {"phys/a": 5000, "phys/b": 2500, "bio": 700, "chem": 9000},
+        {"phys/a": 0, "phys/b": 12000, "bio": 12000, "chem": 0},
+        {"phys/a": 333, "phys/b": 0, "bio": 0, "chem": 4000},
+    ):
+        ours = fair_shares(tree, 10_000, demand)
+        assert reference_fair_shares(tree, demand, 10_000) == {t: ours[t] for t in demand}
 
 
 def test_utilization_share_and_waits_on_a_hand_computed_scenario():

@@ -4,7 +4,6 @@ Playwright. Browser tests are skipped where Chromium or Playwright is missing.""
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,22 +27,17 @@ class LiveServer:
 
 def build_app(db_url: str, seeded_now: float, **seed_kw: object):
     """A gpupool app over a freshly seeded store, with the dashboard router included."""
-    from gpupool.executors.fake import FakeExecutor
+    from gpupool.engines.fake import FakeEngine
     from gpupool.server.settings import Settings
     from gpupool.store import open_store
-
-    create_app = importlib.import_module("gpupool.server.app").create_app
+    from gpupool.system import SystemSettings, build_system
 
     store = open_store(db_url)
     seeded = seed(store, now=seeded_now, **seed_kw)  # type: ignore[arg-type]
     store.close()
-    settings = Settings(database_url=db_url, start_loops=False)
-    app = create_app(settings, executor=FakeExecutor(seeded.clock), clock=seeded.clock)
-    app.state.ctx.extras["samplers"] = seeded.samplers
-    if not any(getattr(r, "path", "") == "/dashboard/{slug}" for r in app.routes):
-        from gpupool.web import create_router
-
-        app.include_router(create_router())
+    settings = SystemSettings(server=Settings(database_url=db_url, start_loops=False))
+    app = build_system(settings, FakeEngine(), clock=seeded.clock).app
+    app.state.ctx.samplers.extend(seeded.samplers)
     return app, seeded
 
 

@@ -77,12 +77,13 @@ def test_history_covers_the_seeded_telemetry(client):
 
 
 def test_telemetry_is_found_through_the_servers_telemetry_loop(app_and_seed):
-    """With no samplers in ctx.extras, the loop named `telemetry` (holding `.sampler`) is used."""
+    """The server's telemetry loop puts its sampler where the dashboard reads frames."""
     from gpupool.server.loops.telemetry import TelemetryLoop
 
     app, seeded = app_and_seed
     ctx = app.state.ctx
-    saved = ctx.extras.pop("samplers")
+    saved = list(ctx.samplers)
+    ctx.samplers.clear()
     try:
         c = TestClient(app)
         h = _as(c, "root")
@@ -94,4 +95,4 @@ def test_telemetry_is_found_through_the_servers_telemetry_loop(app_and_seed):
         after = c.get("/api/v1/dashboard/cluster", headers=h).json()
         assert all(g["util"] is not None for g in after["nodes"][0]["gpus"])
     finally:
-        ctx.extras["samplers"] = saved
+        ctx.samplers[:] = saved

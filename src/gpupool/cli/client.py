@@ -27,9 +27,13 @@ from rich.console import Console
 
 from gpupool.cli import tables
 from gpupool.cli.tables import Col, Output
+from gpupool.domain import TERMINAL_STATES, WorkloadState
 
+S = WorkloadState
 DEFAULT_URL = "http://127.0.0.1:8000"
-TERMINAL = {"succeeded", "failed", "cancelled", "culled", "lost", "preempted"}
+#: states in which a followed workload has ended for the caller (preempted work may be
+#: requeued, but this run of it is over)
+TERMINAL = TERMINAL_STATES | {S.PREEMPTED}
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -287,7 +291,7 @@ def _wait(c: Api, wid: str, poll: float) -> int:
             w = c.get(f"/workloads/{wid}")
             code = w["exit_code"]
             err.print(f"{wid} {state}" + (f": {w['reason']}" if w["reason"] else ""))
-            if state == "succeeded":
+            if state == S.SUCCEEDED:
                 return 0
             return code if isinstance(code, int) and 0 < code < 256 else 1
     return 1
@@ -300,11 +304,11 @@ def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, st
         w = c.get(f"/workloads/{wid}")
         state = w["state"]
         note = None
-        if state == "pending" and w.get("pending"):
+        if state == S.PENDING and w.get("pending"):
             p = w["pending"]
             note = f"waiting (#{p['position']} in the queue): {p['reason']}"
         text = ""
-        if state != "pending":
+        if state != S.PENDING:
             logs = c.get(f"/workloads/{wid}/logs")["text"]
             text, printed = logs[printed:], max(printed, len(logs))
         yield state, note, text
@@ -402,7 +406,7 @@ def cancel(workload_id: str = typer.Argument(...)) -> None:
     @handled
     def go() -> None:
         w = api().call("DELETE", f"/workloads/{workload_id}")
-        note = "" if w["state"] == "cancelled" else " (stopping)"
+        note = "" if w["state"] == S.CANCELLED else " (stopping)"
         out.print(f"{w['id']} {w['state']}{note}")
 
     go()

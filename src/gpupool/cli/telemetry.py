@@ -25,10 +25,10 @@ from gpupool.cli import cluster_view, tables
 from gpupool.cli.client import Api, CliError, load_config
 from gpupool.cli.tables import Col, Output
 from gpupool.telemetry.attribution import Attributor
+from gpupool.telemetry.frame_json import frame_view
 from gpupool.telemetry.sampler import Frame, Sampler
 from gpupool.telemetry.simulated import SpecError
 from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError, open_source
-from gpupool.telemetry.view import frame_view
 
 T = TypeVar("T")
 MIB = 1024 * 1024

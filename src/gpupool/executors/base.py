@@ -16,9 +16,22 @@ the fakes used in tests) only through this contract:
   unknown or finished work is a no-op.
 - ``list_running()`` lists the work the executor sees alive right now, including work started
   by an earlier server process; the reconciler uses it to adopt jobs after a restart.
-- ``logs(workload_id, tail)`` returns the work's output, for executors with `SupportsLogs`.
+Optional capabilities are methods of `Executor` too, each with a documented default that
+is the honest answer of an executor without the capability; callers call them directly
+(no attribute probing, no type checks), and a wrapping executor forwards each one by name:
 
-Executors are synchronous and cheap to call; the background loops call them from a thread.
+- ``logs(workload_id, tail)`` returns the work's output (default: `NotSupported`);
+- ``enforcement_of(workload_id)`` tells the enforcement the executor really applied per GPU
+  (default: None, nothing to correct: the executor applies what the allocation asks);
+- ``mps_enforcement(gpu_uuid, unix_user)`` and ``mps_env(share)`` tell which enforcement a
+  new fractional share would get now and the environment its processes need for CUDA MPS
+  (default: ``policed`` and ``{}``, for executors that manage no MPS daemons);
+- ``process_map()`` maps host process ids to the workloads they belong to (default: ``{}``,
+  for executors whose work does not run on this host);
+- ``prune(older_than_s)`` removes the kept state and logs of work that ended long ago
+  (default: nothing kept, nothing removed);
+- ``adopts_work``: whether work survives a server restart and ``list_running`` finds it
+  again (default: False).
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Share, Workload
 
 
 class ExecState(StrEnum):
@@ -157,35 +170,42 @@ class Executor(ABC):
     def tick(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Housekeeping called by the reconciler each pass (e.g. escalate overdue stops)."""
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
-        """The workload's output (last `tail` lines when given)."""
-        raise NotSupported(f"the {self.name} executor does not keep logs")
-
     def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release executor resources on server shutdown. Running work keeps running."""
 
-    def supports(self, capability: type) -> bool:
-        """True if this executor has the capability mixin `capability`."""
-        return isinstance(self, capability)
+    # -- optional capabilities: each default is what an executor without it answers -------
+    #: Work survives a server restart and `list_running` finds it again (to be adopted).
+    adopts_work: bool = False
 
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        """The workload's output (last `tail` lines when given). Default: `NotSupported`."""
+        raise NotSupported(f"the {self.name} executor does not keep logs")
 
-class SupportsLogs:
-    """Capability mixin: `logs()` returns the work's output."""
-
-
-class SupportsFractionalMPS:
-    """Capability mixin: fractional shares on `shared` GPUs can be enforced with CUDA MPS.
-
-    `mps_enforcement(gpu_uuid, unix_user)` tells which enforcement a new fractional share on
-    that GPU would get right now (`mps` only while a healthy daemon can serve that user).
-    """
+    def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
+        """Enforcement applied per GPU UUID when the work was launched (may be weaker than
+        the allocation asked); empty while the work is unknown (not launched yet). None (the
+        default): this executor always applies exactly what it is asked, nothing to correct."""
+        return None
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
-        raise NotImplementedError
+        """The enforcement a new fractional share on `gpu_uuid` would get right now (`mps`
+        only while a healthy daemon can serve `unix_user`). Default: `policed`."""
+        return Enforcement.POLICED
 
+    def mps_env(self, share: Share) -> Mapping[str, str]:
+        """Environment a process needs to run on `share` under CUDA MPS with its limits
+        (pipe and log directories, thread and memory limits). Default: none (no daemons)."""
+        return {}
 
-class SupportsAdoption:
-    """Capability mixin: work survives a server restart and `list_running` finds it again."""
+    def process_map(self) -> Mapping[int, str]:
+        """Host process id -> workload id for every process of running work on this host.
+        Default: empty (the executor's work does not run on this host)."""
+        return {}
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """Remove the kept state (and logs) of work that ended more than `older_than_s` ago;
+        live work is kept. Returns the workload ids removed. Default: nothing is kept."""
+        return []
 
 
 def exec_state_for_exit(exit_code: int | None) -> ExecState:

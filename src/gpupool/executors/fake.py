@@ -25,8 +25,6 @@ from gpupool.executors.base import (
     Handle,
     RunningProcess,
     StartError,
-    SupportsAdoption,
-    SupportsLogs,
     exec_state_for_exit,
 )
 
@@ -63,10 +61,11 @@ class FakeWorld:
     next_ref: int = 1000
 
 
-class FakeExecutor(Executor, SupportsLogs, SupportsAdoption):
+class FakeExecutor(Executor):
     """Scriptable in-memory executor. Work is `running` as soon as it is started."""
 
     name = "fake"
+    adopts_work = True
     start_state = ExecState.RUNNING
 
     def __init__(

@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Share, Workload
 from gpupool.executors.accounts import (
     Account,
     UserMode,
@@ -62,9 +62,6 @@ from gpupool.executors.base import (
     Handle,
     RunningProcess,
     StartError,
-    SupportsAdoption,
-    SupportsFractionalMPS,
-    SupportsLogs,
     exec_state_for_exit,
 )
 from gpupool.executors.jobenv import PASS_SETTING, job_environment, passed_names
@@ -101,7 +98,7 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _LAUNCHER_ENV = ("PATH", "PYTHONPATH", "LANG")
 
 
-class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractionalMPS):
+class LocalExecutor(Executor):
     """Runs workloads as local processes. See the module docstring.
 
     `state_dir` holds one directory per workload. `resolve_unix_user(owner)` maps a gpupool
@@ -113,6 +110,7 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
     """
 
     name = "local"
+    adopts_work = True
 
     def __init__(
         self,
@@ -250,6 +248,13 @@ class LocalExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractional
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
         return self._decide_mps(gpu_uuid, unix_user or pwd.getpwuid(os.geteuid()).pw_name)[0]
+
+    def mps_env(self, share: Share) -> dict[str, str]:
+        if self.mps is None:
+            return {}
+        return limits_for(share).env(
+            self.mps.pipe_dir(share.gpu_uuid), self.mps.log_dir(share.gpu_uuid)
+        )
 
     def _decide_mps(self, gpu_uuid: str, unix_user: str) -> tuple[Enforcement, str]:
         if self.mps is None:

@@ -31,9 +31,10 @@ from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from tornado import web
 from traitlets import Bool, Float, Unicode, default
 
+from gpupool.domain import ACTIVE_STATES, TERMINAL_STATES, WorkloadState
+from gpupool.executors.handoff import LaunchDir
 from gpupool.jupyterhub import notices
 from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUnavailable
-from gpupool.jupyterhub.launch import LaunchDir
 from gpupool.jupyterhub.options import (
     ALLOWED_KEYS,
     OptionsError,
@@ -45,15 +46,17 @@ from gpupool.jupyterhub.options import (
     validate,
 )
 
-ACTIVE = ("admitted", "starting", "running")
-ENDED = ("succeeded", "failed", "cancelled", "preempted", "culled", "lost")
+S = WorkloadState
+ACTIVE = ACTIVE_STATES
+#: states in which this run of a notebook is over (preempted work may be requeued)
+ENDED = TERMINAL_STATES | {S.PREEMPTED}
 #: Why-stopped messages, by final state, for the page banner.
 STOPPED_BECAUSE = {
-    "culled": "Your notebook was stopped because its GPU sat idle",
-    "preempted": "Your notebook was stopped to give a GPU back to a team within its guarantee",
-    "cancelled": "Your notebook was stopped by gpupool",
-    "lost": "gpupool lost track of your notebook",
-    "failed": "Your notebook's GPU allocation ended",
+    S.CULLED: "Your notebook was stopped because its GPU sat idle",
+    S.PREEMPTED: "Your notebook was stopped to give a GPU back to a team within its guarantee",
+    S.CANCELLED: "Your notebook was stopped by gpupool",
+    S.LOST: "gpupool lost track of your notebook",
+    S.FAILED: "Your notebook's GPU allocation ended",
 }
 
 
@@ -293,7 +296,7 @@ class GpupoolSpawner(LocalProcessSpawner):
         if not mine:
             return None
         last = max(mine, key=lambda w: w.get("submitted_at") or 0)
-        if last.get("state") in ("culled", "preempted"):
+        if last.get("state") in (S.CULLED, S.PREEMPTED):
             return f"{STOPPED_BECAUSE[last['state']]}: {last.get('reason') or ''}".rstrip(": ")
         return None
 
@@ -358,14 +361,14 @@ class GpupoolSpawner(LocalProcessSpawner):
         if self.workload_id:
             try:
                 w = await client.workload(self.workload_id)
-                if w["state"] in ("pending", *ACTIVE):
+                if w["state"] in (S.PENDING, *ACTIVE):
                     return w
             except GpupoolAPIError as e:
                 if e.status != 404:
                     raise
         self.workload_id = ""
         for w in await client.workloads(user=self.user.name, kind="notebook"):
-            if w.get("name") == self._server_label and w["state"] in ("pending", *ACTIVE):
+            if w.get("name") == self._server_label and w["state"] in (S.PENDING, *ACTIVE):
                 return w
         return None
 
@@ -502,7 +505,7 @@ class GpupoolSpawner(LocalProcessSpawner):
                 warning = _latest_warning(wl, time.time(), self.warning_show_s)
                 notices.set_notice(self.user.name, warning)
             return None
-        if state in ("pending", "admitted", "starting") and self._launch.launched(wid) is None:
+        if state in (S.PENDING, S.ADMITTED, S.STARTING) and self._launch.launched(wid) is None:
             # Queued (or granted, not launched yet). While the hub stops (or starts) this
             # server, "not running" would skip stop(), which cancels the request: say
             # running. Otherwise (the hub restarted during the spawn) it is not running;

@@ -14,9 +14,10 @@ milli its subtree holds plus what it asks for in pending work. Shares are in mil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from gpupool.domain import TenantTree
+from gpupool.domain import Allocation, Node, TenantTree, Workload
+from gpupool.domain.resources import Capacity
 
 EPS = 1e-9
 
@@ -84,3 +85,20 @@ def fair_shares(tree: TenantTree, capacity: float, demand: Mapping[str, float]) 
 
     split(None, float(capacity))
     return out
+
+
+def current_fair_shares(
+    tree: TenantTree,
+    nodes: Sequence[Node],
+    running: Iterable[tuple[Workload, Allocation]],
+    pending: Iterable[Workload],
+) -> dict[str, int]:
+    """Fair share (milli, rounded) of every tenant now, for reports and the dashboard: the
+    whole capacity of `nodes`, demand = GPU milli held by `running` + asked for by `pending`."""
+    demand: dict[str, float] = {}
+    for w, a in running:
+        demand[w.tenant] = demand.get(w.tenant, 0.0) + a.gpu_milli
+    for w in pending:
+        demand[w.tenant] = demand.get(w.tenant, 0.0) + w.request.total_gpu_milli
+    shares = fair_shares(tree, Capacity.of(list(nodes)).gpu_milli, demand)
+    return {t: round(v) for t, v in shares.items()}

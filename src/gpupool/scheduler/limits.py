@@ -94,15 +94,37 @@ def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> LimitHit | 
     return None
 
 
-def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:
-    """Why `milli` can never be admitted for `tenant` even with nothing running, or None."""
+class NeverWithin(NamedTuple):
+    """A limit no request of this size can ever be admitted under: `scope` TENANT (the
+    tenant's limit) or USER (its per-user cap), the tenant that sets it, and its value."""
+
+    scope: str
+    tenant: str
+    limit_milli: int
+
+
+def never_within(tree: TenantTree, tenant: str, milli: int) -> NeverWithin | None:
+    """The limit that `milli` exceeds for `tenant` even with nothing running: over the whole
+    ancestor chain (nearest first), each tenant's limit, then its per-user cap; or None."""
     for a in tree.ancestors(tenant):
         q = tree.get(a).quota
         if q.limit_milli is not None and milli > q.limit_milli:
-            return f"asks for {gpus_text(milli)} but {a}'s limit is {gpus_text(q.limit_milli)}"
+            return NeverWithin(TENANT, a, q.limit_milli)
         if q.max_milli_per_user is not None and milli > q.max_milli_per_user:
-            return (
-                f"asks for {gpus_text(milli)} but the per-user cap in {a} is "
-                f"{gpus_text(q.max_milli_per_user)}"
-            )
+            return NeverWithin(USER, a, q.max_milli_per_user)
     return None
+
+
+def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:
+    """Why `milli` can never be admitted for `tenant` even with nothing running, or None."""
+    hit = never_within(tree, tenant, milli)
+    if hit is None:
+        return None
+    if hit.scope == TENANT:
+        return (
+            f"asks for {gpus_text(milli)} but {hit.tenant}'s limit is {gpus_text(hit.limit_milli)}"
+        )
+    return (
+        f"asks for {gpus_text(milli)} but the per-user cap in {hit.tenant} is "
+        f"{gpus_text(hit.limit_milli)}"
+    )

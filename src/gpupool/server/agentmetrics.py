@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from gpupool.server.context import AppContext
 from gpupool.server.services.agents import node_telemetry, report_frames
 from gpupool.telemetry.exporter import TelemetryCollector
+from gpupool.telemetry.sampler import Frame, Sampler
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +37,27 @@ def merge_families(collectors: list[Any]) -> list[Metric]:
     return list(merged.values())
 
 
+def _latest(sampler: Sampler) -> Callable[[], Frame | None]:
+    return lambda: sampler.latest
+
+
 class AgentTelemetryCollector(Collector):
     """The local telemetry collector (if any) merged with every reporting agent's series."""
 
-    def __init__(self, ctx: AppContext, local: Any = None):
+    def __init__(self, ctx: AppContext, local: Collector | None = None):
         self.ctx = ctx
-        self.local = local if hasattr(local, "collect") else None
+        #: this host's GPU series; None: those of this process's samplers (`ctx.samplers`)
+        self.local = local
 
     def _agents(self) -> list[Callable[[], Any]]:
         return [lambda f=f: f for f in report_frames(self.ctx)]
 
     def collect(self) -> Iterator[Metric]:
-        collectors: list[Any] = [self.local] if self.local is not None else []
+        collectors: list[Any] = (
+            [self.local]
+            if self.local is not None
+            else [TelemetryCollector(_latest(s)) for s in self.ctx.samplers]
+        )
         age = GaugeMetricFamily(
             "gpupool_node_agent_report_age_seconds",
             "Seconds since the node's agent last reported.",

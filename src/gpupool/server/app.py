@@ -1,20 +1,20 @@
 """The FastAPI app factory.
 
-`create_app(settings, executor=..., clock=...)` opens the store (running migrations), wires
-the scheduler loop (on SQLite also the checkpoint loop) and metrics, and mounts the API under
-/api/v1 (OpenAPI at /api/v1/openapi.json). More loops (reconciler, telemetry, ...) are added with
-`app.state.ctx.loops.add(loop)` before the app starts serving; with `settings.start_loops`
-they run while it serves and stop on shutdown.
+`create_app(settings, executor=..., clock=...)` opens the store (running migrations), creates
+the context and metrics, and mounts the API under /api/v1 (OpenAPI at /api/v1/openapi.json).
+It adds no loops: the whole system, loops included, is assembled by
+`gpupool.system.build_system`, which calls this. Loops in `app.state.ctx.loops` run
+while the app serves when `settings.start_loops`, and stop on shutdown.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
+from prometheus_client.registry import Collector
 
 from gpupool import __version__
 from gpupool.clock import Clock
@@ -24,9 +24,6 @@ from gpupool.server.agentmetrics import AgentTelemetryCollector
 from gpupool.server.context import AppContext
 from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
-from gpupool.server.loops.checkpoint import CheckpointLoop
-from gpupool.server.loops.nodewatch import NodeWatchLoop
-from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.metrics import Metrics
 from gpupool.server.routers import (
     accounts,
@@ -49,15 +46,16 @@ def create_app(
     *,
     executor: Executor,
     clock: Clock,
-    telemetry: Any = None,
+    telemetry: Collector | None = None,
     store: Store | None = None,
     forward_to: str | None = None,
 ) -> FastAPI:
     """Build the app. `store` may be given (tests share one); otherwise it is opened from
-    `settings.database_url`. `telemetry`, when given, is a prometheus collector whose series
-    are served on /metrics beside gpupool's own. `forward_to` makes it an API worker's app:
-    requests it does not serve itself go to the primary process at that Unix socket
-    (gpupool.server.forward)."""
+    `settings.database_url`. `telemetry`, when given, is a prometheus collector of this
+    host's GPU series for /metrics (default: rendered from `ctx.samplers`, the telemetry
+    loops' samplers); node agents' series are merged with it. `forward_to` makes it an API
+    worker's app: requests it does not serve itself go to the primary process at that Unix
+    socket (gpupool.server.forward)."""
     own_store = store is None
     store = store or open_store(settings.database_url)
     loops = LoopGroup()
@@ -68,14 +66,9 @@ def create_app(
         clock=clock,
         loops=loops,
         metrics=Metrics(store),
-        telemetry=telemetry,
     )
     # node agents' GPU series are merged with the local telemetry's (one family per name)
     ctx.metrics.add_collector(AgentTelemetryCollector(ctx, telemetry))
-    loops.add(SchedulerLoop(ctx))
-    loops.add(NodeWatchLoop(ctx))
-    if store.dialect == "sqlite":
-        loops.add(CheckpointLoop(ctx))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

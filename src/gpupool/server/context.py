@@ -1,10 +1,11 @@
-"""What every request handler and loop shares: store, executor, clock, settings, loops, metrics."""
+"""What every request handler and loop shares: store, executor, clock, settings, loops, metrics,
+the telemetry samplers the dashboard reads, and which process of the server this is."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from gpupool.server.metrics import Metrics
     from gpupool.server.security import PasswordWork
     from gpupool.server.throttle import LoginThrottle
-    from gpupool.server.views import WorkloadViews
+    from gpupool.server.workload_json import WorkloadJSONMemo
+    from gpupool.telemetry.sampler import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +36,14 @@ class AppContext:
     clock: Clock
     loops: LoopGroup
     metrics: Metrics
-    telemetry: Any = None
-    #: Free-form slots for components plugged in later (e.g. telemetry state for the UI).
-    extras: dict[str, Any] = field(default_factory=dict)
+    #: which process of the server this is: `primary`, or `worker-N` (gpupool.server.workers)
+    process: str = "primary"
+    #: the telemetry samplers of this process, whose frames and history the dashboard shows
+    #: (each `TelemetryLoop` adds its own; tests may add seeded ones)
+    samplers: list[Sampler] = field(default_factory=list)
     auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
-    #: memo of workload JSON for the polling endpoints (see gpupool.server.views)
-    views: WorkloadViews = field(default_factory=lambda: _views())
+    #: memo of workload JSON for the polling endpoints (see gpupool.server.workload_json)
+    workload_json: WorkloadJSONMemo = field(default_factory=lambda: _workload_json())
     #: the other processes of this server, when it runs several (gpupool.server.workers)
     bus: Bus | None = None
     #: the nodes this server's executor runs work on (the engine's inventory); None: every
@@ -101,10 +105,10 @@ def _token_cache() -> TokenCache:
     return TokenCache()
 
 
-def _views() -> WorkloadViews:
-    from gpupool.server.views import WorkloadViews
+def _workload_json() -> WorkloadJSONMemo:
+    from gpupool.server.workload_json import WorkloadJSONMemo
 
-    return WorkloadViews()
+    return WorkloadJSONMemo()
 
 
 async def get_ctx(request: Request) -> AppContext:

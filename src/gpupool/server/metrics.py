@@ -20,9 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpupool.domain import Allocation, Node, TenantTree, Workload
-from gpupool.domain.resources import Capacity
-from gpupool.scheduler.fairshare import fair_shares
+from gpupool.scheduler.fairshare import current_fair_shares
 from gpupool.store import AllocationRepo, NodeRepo, Store, TenantRepo, WorkloadRepo
 
 log = logging.getLogger(__name__)
@@ -68,23 +66,6 @@ class StoreCollector(Collector):
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 
 
-def fair_shares_now(
-    tree: TenantTree,
-    nodes: list[Node],
-    running: list[tuple[Workload, Allocation]],
-    pending: list[Workload],
-) -> dict[str, int]:
-    """Fair share (milli) of every tenant as the scheduler computes it: the cluster's GPUs
-    water-filled over the tenant tree, demand = GPUs held + GPUs asked for."""
-    demand: dict[str, float] = {}
-    for w, a in running:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + a.gpu_milli
-    for w in pending:
-        demand[w.tenant] = demand.get(w.tenant, 0.0) + w.request.total_gpu_milli
-    shares = fair_shares(tree, Capacity.of(nodes).gpu_milli, demand)
-    return {t: round(v) for t, v in shares.items()}
-
-
 class TenantCollector(Collector):
     """Per tenant: guaranteed, limit, fair share, allocated and pending (see module doc)."""
 
@@ -101,7 +82,7 @@ class TenantCollector(Collector):
         except Exception:  # noqa: BLE001 - a scrape must not fail because the DB hiccups
             log.exception("metrics: reading the tenants failed")
             return
-        fair = fair_shares_now(tree, nodes, running, pending)
+        fair = current_fair_shares(tree, nodes, running, pending)
         names = [t.name for t in tree]
         allocated = dict.fromkeys(names, 0.0)
         waiting = dict.fromkeys(names, 0.0)

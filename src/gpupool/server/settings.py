@@ -21,6 +21,7 @@ class Settings:
     scheduler_interval_s: the scheduler loop also runs this often without being woken.
     scheduler_min_gap_s: passes woken by submissions start at least this far apart, so a
         burst of submissions is decided in one pass (it bounds the added admission delay).
+    reconciler_interval_s: how often the reconciler compares the executor with the store.
     start_loops: run the background loops while the app is serving (tests drive them by hand).
     stop_grace_s: time work gets between the polite stop signal and the forced kill.
     start_retry: what happens to admitted work the executor could not start: a permanent
@@ -42,6 +43,7 @@ class Settings:
     scheduler_interval_s: float = 2.0
     scheduler_min_gap_s: float = 0.1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    reconciler_interval_s: float = 2.0
     start_loops: bool = True
     stop_grace_s: float = 30.0
     start_retry: StartRetryPolicy = field(default_factory=StartRetryPolicy)

@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         forward_to=str(api_socket(args.run_dir)),
     )
     ctx: AppContext = app.state.ctx
-    ctx.extras["process"] = f"worker-{args.index}"
+    ctx.process = f"worker-{args.index}"
     bus = attach_bus(ctx, args.run_dir, f"worker-{args.index}")
     sock = listen_tcp(args.host, args.port, shared=True)
     config = uvicorn.Config(

@@ -10,7 +10,9 @@ capacity at the roots:
 
 A leaf's demand is what it holds plus what it waits for (milli-GPU); an inner tenant's demand
 is the sum of its leaves'. The same numbers are used for every policy, so `fifo`, `fair` and
-`las` are compared against one yardstick.
+`las` are compared against one yardstick. The water-filling itself is the scheduler's
+(`gpupool.scheduler.fairshare.water_fill`); this module only keeps the tree's shape between
+calls, as the replay asks for fair shares at every change of demand.
 """
 
 from __future__ import annotations
@@ -18,45 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpupool.domain import TenantTree
-
-_EPS = 1e-9
-
-
-def water_fill(
-    amount: float,
-    demand: Mapping[str, float],
-    guarantee: Mapping[str, float],
-    weight: Mapping[str, float],
-) -> dict[str, float]:
-    """Split `amount` among keys of `demand`: guarantees first, then by weight (see module).
-
-    The weighted part raises one water level L: each key gets min(unmet demand, L × weight);
-    keys are visited in order of the level at which they are satisfied."""
-    g = {k: min(guarantee.get(k, 0.0), d) for k, d in demand.items()}
-    total_g = sum(g.values())
-    if total_g >= amount:
-        if total_g <= 0:
-            return dict.fromkeys(demand, 0.0)
-        return {k: amount * g[k] / total_g for k in demand}
-    left = amount - total_g
-    unmet = [
-        ((demand[k] - g[k]) / weight.get(k, 1.0), k) for k in demand if demand[k] - g[k] > _EPS
-    ]
-    unmet.sort()
-    wsum = sum(weight.get(k, 1.0) for _, k in unmet)
-    level = 0.0
-    for ratio, k in unmet:
-        cost = (ratio - level) * wsum
-        if cost > left:
-            level += left / wsum
-            break
-        left -= cost
-        level = ratio
-        wsum -= weight.get(k, 1.0)
-    out = dict(g)
-    for ratio, k in unmet:
-        out[k] = g[k] + min(ratio, level) * weight.get(k, 1.0)
-    return out
+from gpupool.scheduler.fairshare import water_fill
 
 
 class FairShares:
@@ -84,7 +48,7 @@ class FairShares:
         stack: list[tuple[tuple[str, ...], float]] = [(self.children[None], float(capacity_milli))]
         while stack:
             kids, amount = stack.pop()
-            shares = water_fill(amount, {c: capped[c] for c in kids}, self.guarantee, self.weight)
+            shares = water_fill(amount, self.guarantee, {c: capped[c] for c in kids}, self.weight)
             for c in kids:
                 if self.children[c]:
                     stack.append((self.children[c], shares[c]))

@@ -11,7 +11,7 @@ from gpupool.store.events import EventRepo
 from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
 from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
 from gpupool.store.profiles import ProfileRepo
-from gpupool.store.tenancy import TenantRepo, TokenRepo, UserRepo, role_in
+from gpupool.store.tenancy import TenantRepo, Token, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
 from gpupool.store.workloads import (
     ROW_KEYS,
@@ -38,6 +38,7 @@ __all__ = [
     "Store",
     "StoreError",
     "TenantRepo",
+    "Token",
     "TokenRepo",
     "UsageRepo",
     "UsageTotal",

@@ -53,7 +53,19 @@ class NodeTokenRepo:
     def __init__(self, s: Session):
         self.s = s
 
-    def add(self, row: NodeTokenRow) -> NodeTokenRow:
+    def issue(
+        self, token_id: str, node: str, token_hash: str, now: float, created_by: str
+    ) -> NodeTokenRow:
+        """Record a new credential for `node` (created now by `created_by`, never used)."""
+        row = NodeTokenRow(
+            id=token_id,
+            node=node,
+            token_hash=token_hash,
+            created_at=now,
+            created_by=created_by,
+            revoked_at=None,
+            last_used_at=None,
+        )
         self.s.add(row)
         self.s.flush()
         return row

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
@@ -182,38 +184,88 @@ class UserRepo:
             raise NotFound(f"user {user!r} is not a member of {tenant!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class Token:
+    """An API token as stored: its id, owner and times; only the hash of its secret."""
+
+    id: str
+    user: str
+    name: str
+    token_hash: str
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    last_used_at: float | None
+
+
+def _token(row: TokenRow) -> Token:
+    return Token(
+        row.id,
+        row.user,
+        row.name,
+        row.token_hash,
+        row.created_at,
+        row.expires_at,
+        row.revoked_at,
+        row.last_used_at,
+    )
+
+
 class TokenRepo:
     """API tokens. The repository sees only hashes; secrets never reach the database."""
 
     def __init__(self, s: Session):
         self.s = s
 
-    def add(self, row: TokenRow) -> TokenRow:
+    def issue(
+        self,
+        token_id: str,
+        user: str,
+        name: str,
+        token_hash: str,
+        now: float,
+        expires_at: float | None,
+    ) -> Token:
+        """Record a new token of `user` (created now, never used, not revoked)."""
+        row = TokenRow(
+            id=token_id,
+            user=user,
+            name=name,
+            token_hash=token_hash,
+            created_at=now,
+            expires_at=expires_at,
+            revoked_at=None,
+            last_used_at=None,
+        )
         self.s.add(row)
         self.s.flush()
-        return row
+        return _token(row)
 
-    def by_hash(self, token_hash: str) -> TokenRow | None:
-        return self.s.scalar(select(TokenRow).where(TokenRow.token_hash == token_hash))
+    def by_hash(self, token_hash: str) -> Token | None:
+        row = self.s.scalar(select(TokenRow).where(TokenRow.token_hash == token_hash))
+        return None if row is None else _token(row)
 
-    def get(self, token_id: str) -> TokenRow:
+    def _row(self, token_id: str) -> TokenRow:
         row = self.s.get(TokenRow, token_id)
         if row is None:
             raise NotFound(f"no token {token_id!r}; list yours with GET /api/v1/tokens")
         return row
 
-    def list(self, user: str | None = None) -> list[TokenRow]:
+    def get(self, token_id: str) -> Token:
+        return _token(self._row(token_id))
+
+    def list(self, user: str | None = None) -> list[Token]:
         q = select(TokenRow).order_by(TokenRow.created_at)
         if user is not None:
             q = q.where(TokenRow.user == user)
-        return list(self.s.scalars(q))
+        return [_token(r) for r in self.s.scalars(q)]
 
-    def revoke(self, token_id: str, now: float) -> TokenRow:
-        row = self.get(token_id)
+    def revoke(self, token_id: str, now: float) -> Token:
+        row = self._row(token_id)
         if row.revoked_at is None:
             row.revoked_at = now
         self.s.flush()
-        return row
+        return _token(row)
 
     def revoke_all(self, user: str, now: float, *, keep: str | None = None) -> int:
         """Revoke every live token of `user` except `keep`; returns how many."""

@@ -10,7 +10,7 @@ the committed allocations while holding the GPUs' row locks (see `store.db`).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -22,6 +22,7 @@ from gpupool.domain import (
     ACTIVE_STATES,
     MILLI_PER_GPU,
     Allocation,
+    Enforcement,
     Event,
     Share,
     Workload,
@@ -439,6 +440,23 @@ class AllocationRepo:
                     )
         self.s.add(allocation_to_row(allocation))
         self.s.flush()
+
+    def set_enforcement(self, workload_id: str, enforcement: Mapping[str, Enforcement]) -> None:
+        """Record on the workload's active allocation the enforcement really applied on some
+        of its GPUs (GPU uuid -> enforcement); other shares are left as they are."""
+        alloc_id = self.s.scalar(
+            select(AllocationRow.id).where(
+                AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
+            )
+        )
+        if alloc_id is None:
+            raise NotFound(f"workload {workload_id} holds no allocation")
+        for uuid, enf in enforcement.items():
+            self.s.execute(
+                update(ShareRow)
+                .where(ShareRow.allocation_id == alloc_id, ShareRow.gpu_uuid == uuid)
+                .values(enforcement=str(enf))
+            )
 
     def release(self, workload_id: str, now: float) -> None:
         self.s.execute(

@@ -13,7 +13,6 @@ everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -21,9 +20,11 @@ from fastapi.responses import JSONResponse
 
 from gpupool.domain import ValidationError
 from gpupool.domain.tenancy import in_subtree
+from gpupool.scheduler.fairshare import current_fair_shares
+from gpupool.server.context import AppContext, get_ctx
 from gpupool.store.history import HistoryRepo, Retention
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.web.views import (
+from gpupool.web.page_data import (
     MAX_POINTS,
     RANGES_S,
     cluster_view,
@@ -32,58 +33,20 @@ from gpupool.web.views import (
 )
 
 
-def _samplers(telemetry: Any) -> Iterator[Any]:
-    """The telemetry samplers behind the server's `telemetry` slot (a Sampler, an object
-    holding one as `.sampler`, or a list of either); nothing when telemetry is off."""
-    if telemetry is None:
-        return
-    if isinstance(telemetry, list | tuple):
-        for t in telemetry:
-            yield from _samplers(t)
-        return
-    if hasattr(telemetry, "gpu_history") and hasattr(telemetry, "latest"):
-        yield telemetry
-        return
-    inner = getattr(telemetry, "sampler", None)
-    if inner is not None:
-        yield from _samplers(inner)
-
-
-def _sources(ctx: Any) -> list[Any]:
-    """Where the server keeps telemetry samplers, in the order looked at: `ctx.extras["samplers"]`,
-    the telemetry loop (`ctx.loops.get("telemetry")`, holding `.sampler`), `ctx.telemetry`."""
-    extras = getattr(ctx, "extras", None) or {}
-    loops = getattr(ctx, "loops", None)
-    get = getattr(loops, "get", None)
-    found: list[Any] = []
-    seen: set[int] = set()
-    for holder in (
-        extras.get("samplers"),
-        get("telemetry") if callable(get) else None,
-        ctx.telemetry,
-    ):
-        for s in _samplers(holder):
-            if id(s) not in seen:
-                seen.add(id(s))
-                found.append(s)
-    return found
-
-
-def _frames(ctx: Any) -> list[Frame]:
+def _frames(ctx: AppContext) -> list[Frame]:
     """The local samplers' latest frames, then those of the nodes' agents (their reports)."""
     from gpupool.server.services.agents import report_frames
 
-    local = [s.latest for s in _sources(ctx) if getattr(s, "latest", None) is not None]
+    local = [s.latest for s in ctx.samplers if s.latest is not None]
     return local + report_frames(ctx)
 
 
-def _history(ctx: Any, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:
+def _history(ctx: AppContext, uuids: set[str], per_minute: bool) -> dict[str, list[GPUPoint]]:
     """GPU uuid -> its points at one resolution, from whichever sampler has them."""
     out: dict[str, list[GPUPoint]] = {}
-    for s in _sources(ctx):
-        known = getattr(s, "gpus", None)
+    for s in ctx.samplers:
         for uuid in uuids:
-            if uuid in out or (isinstance(known, dict) and uuid not in known):
+            if uuid in out or uuid not in s.gpus:
                 continue
             pts = s.gpu_history(uuid, per_minute=per_minute)
             if pts:
@@ -149,31 +112,14 @@ class HistoryCache:
         return {u: list(p) for u, p in points.items()}
 
 
-def _fair_shares(ctx: Any) -> dict[str, int]:
-    """Tenant -> fair share (milli) from the scheduler's last cycle, where the server keeps it."""
-    found = (
-        ctx.extras.get("fair_shares") if isinstance(getattr(ctx, "extras", None), dict) else None
-    )
-    if found is None:
-        loops = getattr(ctx, "loops", None)
-        get = getattr(loops, "get", None)
-        loop = get("scheduler") if callable(get) else None
-        for attr in ("fair_shares", "last_decisions"):
-            v = getattr(loop, attr, None)
-            if v is not None:
-                found = getattr(v, "fair_shares", v)
-                break
-    return dict(found) if isinstance(found, dict) else {}
-
-
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
     from gpupool.server.auth import Principal, authenticated
-    from gpupool.server.context import AppContext, get_ctx
-    from gpupool.server.metrics import fair_shares_now
+    from gpupool.server.loops.history import HistoryLoop
     from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])
+    history_cache = HistoryCache()  # one per app: each app includes its own router
 
     # Responses are built as plain dicts and sent as JSONResponse (no response-model pass:
     # these are the dashboard's hottest calls).
@@ -195,11 +141,8 @@ def create_api_router() -> APIRouter:
         with ctx.store.read() as s:
             tree = TenantRepo(s).tree()
             running = [(r.workload, r.allocation) for r in AllocationRepo(s).running()]
-            fair = _fair_shares(ctx)
-            if not fair:
-                nodes = NodeRepo(s).list()
-                pending = WorkloadRepo(s).pending()
-                fair = fair_shares_now(tree, nodes, running, pending)
+            nodes = NodeRepo(s).list()
+            fair = current_fair_shares(tree, nodes, running, WorkloadRepo(s).pending())
         names = [t.name for t in tree]
         view = tenant_live_view(names, running, _frames(ctx), fair)
         roots = who.readable_roots()
@@ -225,11 +168,10 @@ def create_api_router() -> APIRouter:
             )
         now = ctx.clock.now()
         loop = ctx.loops.get("history")
-        retention = getattr(loop, "retention", None) or Retention()
+        retention = loop.retention if isinstance(loop, HistoryLoop) else Retention()
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
-            cache = ctx.extras.setdefault("gpu_history_cache", HistoryCache())
-            hist = cache.get(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
+            hist = history_cache.get(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
         # The samplers' memory wins where it reaches (every sample of the last hour, or
         # per-minute means, the minute in progress included); the store covers before that.
         half = max(1, range_s // MAX_POINTS) / 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-#: Where JupyterHub's proxy sends its `gpupool` service (see gpupool.jupyterhub.config).
+#: Where JupyterHub's proxy sends its `gpupool` service (see gpupool.server.hub.config).
 HUB_SERVICE_PREFIX = "/services/gpupool"
 
 

@@ -30,16 +30,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import select, update
-
 from gpupool.domain import Enforcement, Event, SharingMode, WorkloadState
 from gpupool.executors.base import ExecState, ExecutorError
 from gpupool.executors.mps import MPSManager
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle
-from gpupool.store import Conflict, EventRepo, NodeRepo, NotFound, WorkloadRepo
-from gpupool.store.rows import AllocationRow, ShareRow
+from gpupool.store import (
+    AllocationRepo,
+    Conflict,
+    EventRepo,
+    NodeRepo,
+    NotFound,
+    WorkloadRepo,
+)
 
 log = logging.getLogger(__name__)
 S = WorkloadState
@@ -168,39 +172,23 @@ class ReconcilerLoop(Loop):
     def _sync_enforcement(self, workload_id: str, report: ReconcileReport) -> bool:
         """Record on the allocation the enforcement the executor really applied. True when
         that is settled for the current allocation (no need to look again)."""
-        ex = self.ctx.executor
-        # a wrapping executor (JupyterHub hand-off) delegates plain jobs to `inner`
-        applied_of = getattr(ex, "enforcement_of", None) or getattr(
-            getattr(ex, "inner", None), "enforcement_of", None
-        )
-        if applied_of is None:
-            return True
+        applied = self.ctx.executor.enforcement_of(workload_id)
+        if applied is None:
+            return True  # the executor applies what the allocation asks
         with self.ctx.store.read() as s:
-            alloc = s.scalar(
-                select(AllocationRow).where(
-                    AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
-                )
-            )
-            if alloc is None:
-                return False
-            alloc_id = alloc.id
-            shares = {
-                r.gpu_uuid: r.enforcement
-                for r in s.scalars(select(ShareRow).where(ShareRow.allocation_id == alloc_id))
-            }
-        applied: dict[str, Enforcement] = applied_of(workload_id)
+            alloc = AllocationRepo(s).active_for(workload_id)
+        if alloc is None:
+            return False
+        shares = {sh.gpu_uuid: str(sh.enforcement) for sh in alloc.shares}
         if not applied:
             return False  # not launched by this executor (yet)
         changes = {u: str(e) for u, e in applied.items() if u in shares and shares[u] != str(e)}
         if not changes:
             return True
         with self.ctx.store.write() as s:
-            for uuid, enf in changes.items():
-                s.execute(
-                    update(ShareRow)
-                    .where(ShareRow.allocation_id == alloc_id, ShareRow.gpu_uuid == uuid)
-                    .values(enforcement=enf)
-                )
+            AllocationRepo(s).set_enforcement(
+                workload_id, {u: Enforcement(e) for u, e in changes.items()}
+            )
             w = WorkloadRepo(s).get(workload_id)
             what = ", ".join(f"GPU {u}: {shares[u]} -> {e}" for u, e in changes.items())
             EventRepo(s).add(
@@ -258,12 +246,11 @@ class ReconcilerLoop(Loop):
 
     def _prune(self) -> None:
         """Hourly: drop executor state (and logs) of work that ended `keep_finished_s` ago."""
-        prune = getattr(self.ctx.executor, "prune", None)
         now = self.ctx.clock.now()
-        if prune is None or (self._last_prune is not None and now - self._last_prune < 3600):
+        if self._last_prune is not None and now - self._last_prune < 3600:
             return
         self._last_prune = now
-        removed = prune(self.keep_finished_s)
+        removed = self.ctx.executor.prune(self.keep_finished_s)
         if removed:
             log.info("reconciler: removed the state and logs of %d old jobs", len(removed))
 

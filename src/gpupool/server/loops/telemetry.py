@@ -39,6 +39,7 @@ from gpupool.telemetry import (
     Policer,
     PolicingConfig,
     Sampler,
+    SimulatedSource,
     WorkloadOwner,
 )
 
@@ -48,8 +49,8 @@ ENFORCED = (Enforcement.MPS, Enforcement.HARDWARE)
 
 def default_killer(source: GPUSource) -> Callable[[int], None]:
     """Kill a real process with SIGKILL; on simulated GPUs, take the process off the GPU."""
-    if getattr(source, "simulated", False) and hasattr(source, "remove_process"):
-        return lambda pid: source.remove_process(pid)  # type: ignore[attr-defined]
+    if isinstance(source, SimulatedSource):
+        return source.remove_process
 
     def kill(pid: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -93,6 +94,7 @@ class TelemetryLoop(Loop):
             policer=self.policer,
             allocations=self._allocations,
         )
+        ctx.samplers.append(self.sampler)  # the dashboard shows what it samples
         #: detection key -> the `since` it was reported with (dedupes events)
         self._warned: dict[tuple, float] = {}
         self._acted: set[tuple] = set()

@@ -16,7 +16,7 @@ router = APIRouter(tags=["system"])
 async def healthz(ctx: AppContext = Depends(get_ctx)) -> dict[str, str]:
     """`process` names the server process that answered: `primary`, or `worker-N` with
     `gpupool up --workers N`."""
-    return {"status": "ok", "process": str(ctx.extras.get("process", "primary"))}
+    return {"status": "ok", "process": ctx.process}
 
 
 @router.get("/readyz", summary="The database answers and the loops run", response_model=None)

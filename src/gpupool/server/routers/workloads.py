@@ -17,11 +17,11 @@ from gpupool.server.schemas.workloads import (
     WorkloadOut,
 )
 from gpupool.server.services import idempotency, workloads
-from gpupool.server.views import json_response
+from gpupool.server.workload_json import json_response
 
 router = APIRouter()
 
-# The hot polling endpoints answer with memoised JSON objects (gpupool.server.views),
+# The hot polling endpoints answer with memoised JSON objects (gpupool.server.workload_json),
 # encoded once; response_model documents their schema.
 
 

@@ -20,12 +20,11 @@ from gpupool.server.schemas.tenancy import (
     UserUpdateIn,
 )
 from gpupool.server.security import hash_password, new_token, verify_password
-from gpupool.store import TokenRepo, UserRepo
-from gpupool.store.rows import TokenRow
+from gpupool.store import Token, TokenRepo, UserRepo
 
 
-def _token_out(row: TokenRow) -> TokenOut:
-    return TokenOut.model_validate(row)
+def _token_out(token: Token) -> TokenOut:
+    return TokenOut.model_validate(token)
 
 
 def issue_token(
@@ -35,19 +34,9 @@ def issue_token(
     now = ctx.clock.now()
     ttl = ctx.settings.token_ttl_s if expires_in_s is None else expires_in_s
     token_id, secret, digest = new_token()
-    row = TokenRow(
-        id=token_id,
-        user=user,
-        name=name,
-        token_hash=digest,
-        created_at=now,
-        expires_at=now + ttl,
-        revoked_at=None,
-        last_used_at=None,
-    )
     with ctx.store.write() as s:
-        TokenRepo(s).add(row)
-    return TokenSecretOut(**_token_out(row).model_dump(), token=secret)
+        token = TokenRepo(s).issue(token_id, user, name, digest, now, now + ttl)
+    return TokenSecretOut(**_token_out(token).model_dump(), token=secret)
 
 
 def issue_token_for(

@@ -84,17 +84,7 @@ def create_token(ctx: AppContext, p: Principal, node: str) -> NodeTokenCreated:
     secret = NODE_TOKEN_PREFIX + user_style.removeprefix(TOKEN_PREFIX)
     digest = hash_token(secret)
     with ctx.store.write() as s:
-        row = NodeTokenRepo(s).add(
-            NodeTokenRow(
-                id=token_id,
-                node=node,
-                token_hash=digest,
-                created_at=ctx.clock.now(),
-                created_by=p.name,
-                revoked_at=None,
-                last_used_at=None,
-            )
-        )
+        row = NodeTokenRepo(s).issue(token_id, node, digest, ctx.clock.now(), p.name)
         out = _token_out(row)
     return NodeTokenCreated(**out.model_dump(), token=secret)
 

@@ -16,7 +16,6 @@ from gpupool.domain import (
     MILLI_PER_GPU,
     Node,
     Request,
-    SharingMode,
     TenantTree,
     ValidationError,
     Workload,
@@ -26,6 +25,8 @@ from gpupool.domain import (
 from gpupool.domain.commands import LINUX_MAX_ARG_STRLEN, ArgLimits, check_command
 from gpupool.domain.profiles import Profile
 from gpupool.executors.base import ExecutorError, NotSupported
+from gpupool.scheduler.admissible import never_runs
+from gpupool.scheduler.limits import TENANT
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied
@@ -38,7 +39,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadOut,
 )
 from gpupool.server.services import lifecycle
-from gpupool.server.views import JSONObject, queue_entry
+from gpupool.server.workload_json import JSONObject, queue_entry
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -77,79 +78,27 @@ def os_arg_limits() -> ArgLimits:
     )
 
 
-def check_fits_some_node(req: Request, nodes: list[Node]) -> None:
-    """Raise ValidationError if no registered node could ever hold `req`, saying what could."""
-    if not req.wants_gpu and not req.cpu_milli and not req.memory_mib:
+def check_can_ever_run(req: Request, tenant: str, tree: TenantTree, nodes: list[Node]) -> None:
+    """Raise ValidationError if `req` could never run: the scheduler's own rule
+    (`gpupool.scheduler.admissible.never_runs`: hardware no node has, or a limit or per-user
+    cap anywhere on the tenant's chain), saying what to ask for instead."""
+    never = never_runs(req, tenant, tree, nodes)
+    if never is None:
         return
-    model = f" {req.gpu_model}" if req.gpu_model else ""
-    if req.wants_gpu and not any(n.gpus for n in nodes):
+    hit = never.limit
+    if hit is None:
+        raise ValidationError(f"this request can never run: {never.why}", never.field)
+    want, most = req.total_gpu_milli, f"{hit.limit_milli / 1000:g}"
+    if hit.scope == TENANT:
         raise ValidationError(
-            "no node with GPUs is registered; ask for CPU only or ask an admin to add a node",
+            f"{hit.tenant}'s limit is {_gpus(hit.limit_milli)}, so a request for {_gpus(want)} "
+            f"can never run; ask for at most {most} or ask an admin to raise it",
             "gpus",
         )
-
-    def fitting(n: Node) -> list:
-        return [
-            g
-            for g in n.gpus
-            if (req.gpu_model is None or g.model == req.gpu_model)
-            and g.memory_mib >= req.gpu_memory_mib
-        ]
-
-    if req.gpus:
-        best = max((len(fitting(n)) for n in nodes), default=0)
-        if best < req.gpus:
-            mem = f" with {req.gpu_memory_mib} MiB" if req.gpu_memory_mib else ""
-            raise ValidationError(
-                f"no node has {req.gpus}{model} GPUs{mem} (the most on one node is {best}); "
-                f"ask for at most {best}" + (" or another GPU model" if model else ""),
-                "gpus",
-            )
-    elif req.gpu_milli:
-        shareable = [
-            g
-            for n in nodes
-            for g in fitting(n)
-            if g.sharing in (SharingMode.SHARED, SharingMode.MIG)
-        ]
-        if not shareable:
-            raise ValidationError(
-                f"no{model} GPU with {req.gpu_memory_mib} MiB allows fractional shares; ask for "
-                "whole GPUs (gpus: 1), or ask an admin to set a GPU's sharing mode to 'shared'",
-                "gpu_fraction",
-            )
-    if req.cpu_milli and all(n.cpu_milli and n.cpu_milli < req.cpu_milli for n in nodes):
-        most = max(n.cpu_milli for n in nodes) / 1000
-        raise ValidationError(
-            f"no node has {req.cpu_milli / 1000:g} CPUs; ask for at most {most:g}", "cpus"
-        )
-    if req.memory_mib and all(n.memory_mib and n.memory_mib < req.memory_mib for n in nodes):
-        most = max(n.memory_mib for n in nodes)
-        raise ValidationError(
-            f"no node has {req.memory_mib} MiB of memory; ask for at most {most}", "memory_mib"
-        )
-
-
-def check_within_limits(req: Request, tenant: str, tree: TenantTree) -> None:
-    """Raise ValidationError if a limit of the tenant (or an ancestor) or its per-user cap is
-    below the request, so it could never be admitted."""
-    want = req.total_gpu_milli
-    if not want:
-        return
-    for name in tree.ancestors(tenant):
-        q = tree.get(name).quota
-        if q.limit_milli is not None and want > q.limit_milli:
-            raise ValidationError(
-                f"{name}'s limit is {_gpus(q.limit_milli)}, so a request for {_gpus(want)} can "
-                f"never run; ask for at most {q.limit_milli / 1000:g} or ask an admin to raise it",
-                "gpus",
-            )
-    cap = tree.get(tenant).quota.max_milli_per_user
-    if cap is not None and want > cap:
-        raise ValidationError(
-            f"{tenant} allows at most {_gpus(cap)} per user; ask for at most {cap / 1000:g}",
-            "gpus",
-        )
+    raise ValidationError(
+        f"{hit.tenant} allows at most {_gpus(hit.limit_milli)} per user; ask for at most {most}",
+        "gpus",
+    )
 
 
 def _pick_tenant(p: Principal, tree: TenantTree, asked: str | None) -> str:
@@ -224,8 +173,7 @@ def submit(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
             )
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
-        check_fits_some_node(req, nodes)
-        check_within_limits(req, tenant, tree)
+        check_can_ever_run(req, tenant, tree, nodes)
     w = Workload(
         id=new_workload_id(),
         tenant=tenant,
@@ -282,7 +230,7 @@ def list_workloads(
         )
         active = [r.id for r in rows if r.state in _ACTIVE]
         allocs = AllocationRepo(s).active_for_many(active)
-    return ctx.views.workloads(rows, allocs)
+    return ctx.workload_json.workloads(rows, allocs)
 
 
 def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDetailOut:
@@ -362,7 +310,7 @@ def queue(ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500) -
     rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
     out = []
     for i, r in enumerate(rows[:limit], 1):
-        obj = ctx.views.workload(r)
+        obj = ctx.workload_json.workload(r)
         if r.pending_reason is None:
             out.append(queue_entry(i, 0, "waiting for the next scheduling cycle", obj))
         else:

@@ -1,4 +1,4 @@
-"""Plain-data views the dashboard's pages draw: the cluster map and GPU history.
+"""The data the dashboard's pages draw (cluster map, tenant numbers, GPU history) as JSON.
 
 Pure functions over domain types and telemetry frames (no I/O), so they are tested without a
 server and reused by any route that serves them.

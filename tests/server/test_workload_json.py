@@ -4,7 +4,7 @@ follows every change of the stored row."""
 from __future__ import annotations
 
 from gpupool.server.schemas.convert import allocation_out, workload_out
-from gpupool.server.views import WorkloadViews
+from gpupool.server.workload_json import WorkloadJSONMemo
 from gpupool.store import AllocationRepo, WorkloadRepo, record_of
 
 
@@ -38,7 +38,7 @@ def test_views_equal_the_pydantic_schema_in_every_state(world):
     rows, allocs = _rows_and_allocs(world)
     states = {r.state for r in rows}
     assert {"pending", "cancelled"} <= states and len(allocs) >= 1
-    views = WorkloadViews()
+    views = WorkloadJSONMemo()
     assert views.workloads(rows, allocs) == _pydantic(rows, allocs)
     assert any(o["allocation"] for o in views.workloads(rows, allocs))
     assert any(o["request"]["gpu_fraction"] == 0.25 for o in views.workloads(rows, allocs))
@@ -46,7 +46,7 @@ def test_views_equal_the_pydantic_schema_in_every_state(world):
 
 def test_a_changed_row_is_never_served_from_the_memo(world):
     w = world.submit(gpus=1)
-    views = WorkloadViews()
+    views = WorkloadJSONMemo()
     rows, allocs = _rows_and_allocs(world)
     assert views.workloads(rows, allocs)[0]["state"] == "pending"
     assert (views.hits, views.misses) == (0, 1)
@@ -62,7 +62,7 @@ def test_a_changed_row_is_never_served_from_the_memo(world):
 def test_the_memo_is_bounded(world):
     for _ in range(3):
         world.submit(gpus=1)
-    views = WorkloadViews(max_entries=2)
+    views = WorkloadJSONMemo(max_entries=2)
     rows, allocs = _rows_and_allocs(world)
     assert len(views.workloads(rows, allocs)) == 3
     assert len(views._memo) <= 2
@@ -78,4 +78,4 @@ def test_the_polling_endpoints_answer_from_the_views(world):
     world.scheduler.run_once()
     assert world.get("member", "/workloads").json()[0]["state"] != "pending"
     assert world.get("member", "/queue").json() == []
-    assert world.ctx.views.hits + world.ctx.views.misses >= 3
+    assert world.ctx.workload_json.hits + world.ctx.workload_json.misses >= 3

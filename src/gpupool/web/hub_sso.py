@@ -14,7 +14,7 @@ The hub lists the dashboard in its Services menu as the service ``gpupool`` and 
 
 `install_hub_sso(app, sso)` adds it (and ServePrefix). The client secret is the service's
 api_token, shared with the hub through ``GPUPOOL_HUB_SERVICE_SECRET``
-(`gpupool.jupyterhub.config.service_secret`).
+(`gpupool.server.hub.config.service_secret`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpupool.domain import DomainError
-from gpupool.jupyterhub.config import DASHBOARD_SERVICE
+from gpupool.server.hub.config import DASHBOARD_SERVICE
 
 STATE_COOKIE = "gpupool-hub-oauth-state"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpupool.jupyterhub.config import HubSettings, HubSetupError
-from gpupool.jupyterhub.keeper import check_ports, keep_hub, log_tail
+from gpupool.server.hub.config import HubSettings, HubSetupError
+from gpupool.server.hub.keeper import check_ports, keep_hub, log_tail
 from gpupool.supervise import RestartBudget
 from tests.support import free_hub_port, wait_for
 

@@ -1,8 +1,8 @@
-"""JSON views of workload rows for the hot polling endpoints (GET /workloads, GET /queue).
+"""Memoised JSON of workload rows for the hot polling endpoints (GET /workloads, GET /queue).
 
 A workload's JSON is a pure function of its stored row (plus its allocation while it is
 active), and the rows polled most — a user's recent work, the queue — rarely change between
-two polls. `WorkloadViews` memoises each row's JSON object keyed by *all* the row's values:
+two polls. `WorkloadJSONMemo` memoises each row's JSON object keyed by *all* the row's values:
 a row that changed is a new key, so a memoised object is never stale, and nothing has to be
 invalidated. The objects equal `WorkloadOut.model_dump(mode="json")` (a test holds them to
 it), so the API's schema stays the one pydantic documents.
@@ -30,7 +30,7 @@ _COMMAND = ROW_KEYS.index("command")
 JSONObject = dict[str, Any]
 
 
-class WorkloadViews:
+class WorkloadJSONMemo:
     """Memo of workload JSON objects by row value; at most `max_entries` (then it starts
     afresh: the polled rows come back on the next request). Safe to share between threads."""
 

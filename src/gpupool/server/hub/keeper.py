@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from gpupool.jupyterhub.config import HubSettings, HubSetupError
+from gpupool.server.hub.config import HubSettings, HubSetupError
 from gpupool.supervise import RestartBudget, Supervisor
 
 #: Lines of the hub's log quoted when it exits.

@@ -1,36 +1,23 @@
-"""Notebooks that gpupool admits and JupyterHub starts: the hand-off between the two.
+"""Notebooks that gpupool admits and JupyterHub starts: the server's side of the hand-off.
 
 For a `notebook` workload submitted without a command, gpupool admits and allocates as for
 any workload, but JupyterHub's spawner starts the process (so JupyterHub keeps its OAuth, its
 proxy routes and its own view of the server). `HubLaunchExecutor` wraps the server's real
 executor and takes those workloads over; every other workload goes to the wrapped executor.
-
-The two sides meet in a directory on this host, one sub-directory per workload:
-
-- ``grant.json``    written by the executor at admission: the environment the notebook must
-                    run with (``CUDA_VISIBLE_DEVICES=<GPU UUIDs>``, ``GPUPOOL_WORKLOAD_ID``,
-                    ``GPUPOOL_GPU_MILLI``, MPS variables for fractional shares under MPS);
-- ``launched.json`` written by the spawner once the notebook process runs (pid + start time);
-- ``exited.json``   written by the spawner when it stopped the notebook itself;
-- ``stop.json``     written by the executor when the server stops the notebook (cull,
-                    preemption, cancel): it signals the process, the spawner notices.
-
-Everything lives in files, so both the hub and the gpupool server may restart at any time.
+The two sides meet in a directory on this host (`gpupool.executors.handoff.LaunchDir`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
+from gpupool.domain import Allocation, Enforcement, Share, Workload
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -38,140 +25,8 @@ from gpupool.executors.base import (
     Handle,
     NotSupported,
     RunningProcess,
-    SupportsAdoption,
-    SupportsFractionalMPS,
-    SupportsLogs,
 )
-from gpupool.executors.launcher import write_atomic
-
-GRANT = "grant.json"
-LAUNCHED = "launched.json"
-EXITED = "exited.json"
-STOP = "stop.json"
-#: Exit code recorded for a notebook the server stopped (128 + SIGTERM, as the shell does).
-STOPPED_EXIT = 128 + signal.SIGTERM
-
-
-def is_hub_launched(workload: Workload) -> bool:
-    """True for workloads JupyterHub starts: notebooks submitted without a command."""
-    return workload.kind is WorkloadKind.NOTEBOOK and not workload.command
-
-
-def _write_json(path: Path, data: Mapping[str, object]) -> None:
-    """Atomic and safe for concurrent writers (loops in several threads stop the same
-    notebook): `gpupool.executors.launcher.write_atomic`."""
-    write_atomic(path, json.dumps(data))
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
-
-
-def process_start_time(pid: int) -> float | None:
-    """The process's start time (epoch seconds), or None if it is gone (or a zombie)."""
-    try:
-        p = psutil.Process(pid)
-        if p.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return p.create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    workload_id: str
-    env: dict[str, str]
-    gpu_uuids: tuple[str, ...]
-    enforcement: dict[str, str]
-    granted_at: float
-
-
-class LaunchDir:
-    """The shared hand-off directory (see the module docstring). Safe for concurrent use."""
-
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-
-    def _d(self, workload_id: str) -> Path:
-        if not workload_id or "/" in workload_id or workload_id.startswith("."):
-            raise ValueError(f"bad workload id {workload_id!r}")
-        return self.path / workload_id
-
-    def known(self, workload_id: str) -> bool:
-        return (self._d(workload_id) / GRANT).exists()
-
-    def ids(self) -> list[str]:
-        if not self.path.is_dir():
-            return []
-        return sorted(p.name for p in self.path.iterdir() if (p / GRANT).exists())
-
-    # -- executor side -------------------------------------------------------------------
-    def write_grant(self, grant: Grant) -> None:
-        d = self._d(grant.workload_id)
-        d.mkdir(parents=True, exist_ok=True)
-        _write_json(
-            d / GRANT,
-            {
-                "workload_id": grant.workload_id,
-                "env": grant.env,
-                "gpu_uuids": list(grant.gpu_uuids),
-                "enforcement": grant.enforcement,
-                "granted_at": grant.granted_at,
-            },
-        )
-
-    def ask_stop(self, workload_id: str, reason: str, at: float, grace_s: float) -> None:
-        d = self._d(workload_id)
-        if d.is_dir() and not (d / STOP).exists():
-            _write_json(d / STOP, {"reason": reason, "at": at, "grace_s": grace_s})
-
-    def stop_request(self, workload_id: str) -> dict | None:
-        return _read_json(self._d(workload_id) / STOP)
-
-    # -- spawner side --------------------------------------------------------------------
-    def grant(self, workload_id: str) -> Grant | None:
-        data = _read_json(self._d(workload_id) / GRANT)
-        if data is None:
-            return None
-        return Grant(
-            workload_id=data["workload_id"],
-            env={str(k): str(v) for k, v in data.get("env", {}).items()},
-            gpu_uuids=tuple(data.get("gpu_uuids", ())),
-            enforcement=dict(data.get("enforcement", {})),
-            granted_at=float(data.get("granted_at", 0.0)),
-        )
-
-    def mark_launched(self, workload_id: str, pid: int, at: float) -> None:
-        d = self._d(workload_id)
-        d.mkdir(parents=True, exist_ok=True)
-        _write_json(d / LAUNCHED, {"pid": pid, "pid_start": process_start_time(pid), "at": at})
-
-    def launched(self, workload_id: str) -> dict | None:
-        return _read_json(self._d(workload_id) / LAUNCHED)
-
-    def mark_exited(self, workload_id: str, exit_code: int, at: float) -> None:
-        d = self._d(workload_id)
-        if d.is_dir():
-            _write_json(d / EXITED, {"exit_code": exit_code, "at": at})
-
-    def exited(self, workload_id: str) -> dict | None:
-        return _read_json(self._d(workload_id) / EXITED)
-
-    def alive_pid(self, workload_id: str) -> int | None:
-        """The notebook's pid if that very process still runs (not a reused pid)."""
-        info = self.launched(workload_id)
-        if not info:
-            return None
-        started = process_start_time(int(info["pid"]))
-        if started is None:
-            return None
-        if info.get("pid_start") is not None and abs(started - float(info["pid_start"])) > 1.0:
-            return None
-        return int(info["pid"])
+from gpupool.executors.handoff import STOPPED_EXIT, Grant, LaunchDir, is_hub_launched
 
 
 def hub_launch_env(
@@ -192,14 +47,19 @@ def hub_launch_env(
     return env
 
 
-class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFractionalMPS):
+class HubLaunchExecutor(Executor):
     """Wraps `inner`; notebooks without a command are started by JupyterHub instead.
+
+    Every method of the executor contract is answered here: for hub notebooks from the
+    hand-off directory, for all other work by forwarding to `inner` (capabilities included:
+    this executor has logs, MPS and pruning exactly when `inner` has them).
 
     `launch_timeout_s`: a grant the hub never picks up (hub down, spawn abandoned) fails
     after this long, which releases its GPUs.
     """
 
     name = "jupyterhub"
+    adopts_work = True  # notebooks live in the hand-off files; other work is `inner`'s
 
     def __init__(
         self,
@@ -215,11 +75,6 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
         self.clock = clock or SystemClock()
         self.launch_timeout_s = launch_timeout_s
 
-    def supports(self, capability: type) -> bool:
-        if capability is SupportsAdoption:
-            return True
-        return isinstance(self.inner, capability)
-
     def _mine(self, workload_id: str) -> bool:
         try:
             return self.dir.known(workload_id)
@@ -229,19 +84,12 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
     def _mps_env(self, allocation: Allocation | None, unix_user: str | None) -> tuple[dict, dict]:
         mps_env: dict[str, dict[str, str]] = {}
         enforcement: dict[str, str] = {}
-        manager = getattr(self.inner, "mps", None)
         for s in allocation.shares if allocation else ():
             got = s.enforcement
             if not s.whole and s.enforcement is Enforcement.MPS:
-                got = Enforcement.POLICED
-                if manager is not None and isinstance(self.inner, SupportsFractionalMPS):
-                    got = self.inner.mps_enforcement(s.gpu_uuid, unix_user)
-                if got is Enforcement.MPS and manager is not None:
-                    from gpupool.executors.mps import limits_for
-
-                    mps_env[s.gpu_uuid] = limits_for(s).env(
-                        manager.pipe_dir(s.gpu_uuid), manager.log_dir(s.gpu_uuid)
-                    )
+                got = self.inner.mps_enforcement(s.gpu_uuid, unix_user)
+                if got is Enforcement.MPS:
+                    mps_env[s.gpu_uuid] = dict(self.inner.mps_env(s))
             enforcement[s.gpu_uuid] = str(got)
         return mps_env, enforcement
 
@@ -371,20 +219,19 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
 
     def process_map(self) -> dict[int, str]:
         """pid -> workload id for every process of running work, notebooks included."""
-        inner = getattr(self.inner, "process_map", None)
-        out: dict[int, str] = dict(inner()) if callable(inner) else {}
+        out = dict(self.inner.process_map())
         for rp in self.list_running():
             if rp.ref.startswith("hub:"):
                 out.update({pid: rp.workload_id for pid in rp.pids})
         return out
 
-    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement]:
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
         """Enforcement applied at grant (hub notebooks) or at start (other work)."""
         if self._mine(workload_id):
             grant = self.dir.grant(workload_id)
             return {k: Enforcement(v) for k, v in (grant.enforcement if grant else {}).items()}
-        inner = getattr(self.inner, "enforcement_of", None)
-        return inner(workload_id) if callable(inner) else {}
+        inner = self.inner.enforcement_of(workload_id)
+        return None if inner is None else dict(inner)
 
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         if self._mine(workload_id):
@@ -392,18 +239,17 @@ class HubLaunchExecutor(Executor, SupportsLogs, SupportsAdoption, SupportsFracti
         return self.inner.logs(workload_id, tail)
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
-        if isinstance(self.inner, SupportsFractionalMPS):
-            return self.inner.mps_enforcement(gpu_uuid, unix_user)
-        return Enforcement.POLICED
+        return self.inner.mps_enforcement(gpu_uuid, unix_user)
+
+    def mps_env(self, share: Share) -> dict[str, str]:
+        return dict(self.inner.mps_env(share))
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """The wrapped executor's old work (hand-off directories are kept)."""
+        return self.inner.prune(older_than_s, now)
 
     def close(self) -> None:
         self.inner.close()
-
-    def __getattr__(self, name: str) -> object:
-        # Executor-specific extras of the wrapped executor (process_map, log_path, mps...).
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
 
 def _tree(pid: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""What `gpupool up` does to keep members' jobs away from gpupool itself.
+"""What the local engine does to keep members' jobs away from gpupool itself.
 
 - `secure_data_dir`: the data directory 0700; the database and its side files, job state
   files and secrets 0600; job directories 0700. Run at every start, so installs made by

@@ -16,7 +16,7 @@ from gpupool.domain import (
     WorkloadState,
 )
 from gpupool.telemetry import Sampler, SimulatedSource
-from gpupool.web.views import cluster_view, gpu_history_view, tenant_live_view
+from gpupool.web.page_data import cluster_view, gpu_history_view, tenant_live_view
 
 
 def _node(name: str = "n1", n: int = 4, health: GPUHealth = GPUHealth.HEALTHY) -> Node:

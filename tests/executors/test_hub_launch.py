@@ -11,7 +11,8 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
 from gpupool.executors.base import ExecState
 from gpupool.executors.fake import FakeExecutor
-from gpupool.jupyterhub.launch import STOPPED_EXIT, HubLaunchExecutor, LaunchDir, is_hub_launched
+from gpupool.executors.handoff import STOPPED_EXIT, LaunchDir, is_hub_launched
+from gpupool.executors.hub_launch import HubLaunchExecutor
 
 
 def _notebook(wid: str = "w1") -> Workload:
@@ -154,7 +155,7 @@ def test_hand_off_files_survive_concurrent_writers(tmp_path):
     import json
     import threading
 
-    from gpupool.jupyterhub.launch import _write_json
+    from gpupool.executors.handoff import _write_json
 
     path = tmp_path / "stop.json"
     errors: list[BaseException] = []
@@ -174,3 +175,25 @@ def test_hand_off_files_survive_concurrent_writers(tmp_path):
     assert errors == []
     assert json.loads(path.read_text())["i"] == 49
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+def test_the_wrapper_answers_the_whole_executor_contract_itself():
+    """Every method of `Executor` is defined on HubLaunchExecutor (forwarded by name, not
+    through __getattr__), so a capability added to the contract cannot be silently lost or
+    reached by attribute probing."""
+    from gpupool.executors.base import Executor
+
+    contract = {n for n, v in vars(Executor).items() if callable(v) and not n.startswith("_")}
+    assert contract - set(vars(HubLaunchExecutor)) == set()
+    assert "__getattr__" not in vars(HubLaunchExecutor)
+
+
+def test_capabilities_of_plain_work_are_the_inner_executors(setup, tmp_path):
+    clock, inner, ex, _ = setup
+    job = Workload(id="j1", tenant="lab", owner="a", command=("python", "x.py"))
+    share = Share("n1", 0, "GPU-bbb", 500, 1024, Enforcement.MPS)
+    inner.downgrade["GPU-bbb"] = Enforcement.POLICED
+    ex.start(job, Allocation("j1", "n1", (share,), since=0.0))
+    assert ex.enforcement_of("j1") == {"GPU-bbb": Enforcement.POLICED}
+    assert ex.mps_enforcement("GPU-bbb") is Enforcement.POLICED  # the fake has no MPS
+    assert ex.mps_env(share) == {} and ex.prune(0.0) == [] and ex.adopts_work

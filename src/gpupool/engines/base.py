@@ -1,0 +1,118 @@
+"""The engine contract: where work runs, where nodes and GPUs come from, where GPU readings
+come from.
+
+gpupool is assembled around one engine (`gpupool.system.build_system`):
+
+- `open(env)` prepares the engine (finds the GPUs, starts its helpers) and returns its
+  **executor** (`gpupool.executors.base.Executor`): what runs workloads;
+- `inventory()` is the **nodes** with their GPUs the engine offers now, registered in the
+  store at start (the local engine: this host, through NVML or simulated GPUs; a cluster
+  engine: its nodes, from the Kubernetes API or `scontrol`);
+- `telemetry()` is the **GPU sources** this process samples, one per node (the local engine
+  samples its own host in-process; a cluster engine's nodes report through agents instead);
+- `mps()` is the CUDA MPS daemons the engine keeps for one node's `shared` GPUs, if any;
+- `shared_enforcement` is what enforces fractional shares (`mps` or `policed`);
+- `describe()` is what `gpupool up` prints about it.
+
+Adding an engine is a module in this package and a choice of `gpupool up --engine`; the
+scheduler, the API and the dashboard do not change.
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.clock import Clock
+from gpupool.domain import Enforcement, Node
+from gpupool.executors.base import Executor
+from gpupool.executors.mps import MPSManager
+from gpupool.telemetry import GPUSource
+
+
+class EngineError(Exception):
+    """The engine cannot start as configured; the message says what to do."""
+
+
+def _print(message: str, loud: bool = False) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """What the system gives an engine when it opens it.
+
+    data_dir: where the engine keeps state (job files, MPS pipes); None for engines that
+        keep none (the fake engine of the tests).
+    record(kind, message, data): add an event to the store (e.g. an MPS daemon restarted).
+    say(message, loud=False): tell the operator (`gpupool up` prints it).
+    """
+
+    clock: Clock
+    data_dir: Path | None = None
+    record: Callable[[str, str, Mapping[str, object]], None] = lambda kind, message, data: None
+    say: Callable[..., None] = _print
+
+
+@dataclass(frozen=True)
+class NodeTelemetry:
+    """One node's GPUs as this process samples them. `kill(pid)` ends a process found where
+    it must not be (None: the telemetry loop's default, SIGKILL or off a simulated GPU);
+    `mps_daemons()` names the MPS server processes (pid -> GPU uuid) that are no job's;
+    `police_unowned`: a process no workload owns on a held GPU is acted on (per-user mode)."""
+
+    node: str
+    source: GPUSource
+    kill: Callable[[int], None] | None = None
+    mps_daemons: Callable[[], Mapping[int, str]] | None = None
+    police_unowned: bool = False
+
+
+class Engine(ABC):
+    """A cluster engine (see the module docstring). Open it once, close it on shutdown."""
+
+    #: What `gpupool up --engine` calls it.
+    name: str = "engine"
+
+    @abstractmethod
+    def open(self, env: EngineEnv) -> Executor:
+        """Prepare the engine and return its executor. Raises `EngineError`."""
+
+    @abstractmethod
+    def inventory(self) -> list[Node]:
+        """The nodes (with their GPUs) this engine offers now; registered at start."""
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        """The GPU sources this process samples. Default: none (nodes report by agents)."""
+        return []
+
+    def mps(self) -> tuple[MPSManager, str] | None:
+        """The MPS daemons the engine keeps, with the node whose `shared` GPUs they serve
+        (the reconciler keeps them up). Default: none."""
+        return None
+
+    @property
+    def shared_enforcement(self) -> Enforcement:
+        """What enforces fractional shares on `shared` GPUs. Default: policing."""
+        return Enforcement.POLICED
+
+    @property
+    def single_user(self) -> bool:
+        """Whether all work runs as one Unix account (notebooks too), not as its owners'."""
+        return True
+
+    @property
+    def jobs_account(self) -> str | None:
+        """The unprivileged account single-user work runs as when it is not the server's own
+        (gpupool runs as root); None otherwise."""
+        return None
+
+    def describe(self) -> list[tuple[str, bool]]:
+        """(line, loud) that `gpupool up` prints about this engine once it is open."""
+        return []
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Stop the engine's helpers (not the work: running work keeps running)."""

@@ -1,0 +1,505 @@
+"""The whole gpupool system, assembled in one place from settings and an engine.
+
+`build_system(settings, engine)` opens the store, opens the engine (its executor, its nodes
+and GPUs, its telemetry), registers the engine's nodes, creates the first admin when asked,
+wraps the executor for JupyterHub notebooks when the hub runs, builds the API app with the
+dashboard, and adds every background loop: scheduler, checkpoint (SQLite), reconciler,
+telemetry (one per sampled node), culler and accounting. `System.serve()` then starts the
+hub keeper and the API worker processes and serves until SIGINT/SIGTERM; `System.stop()`
+releases what was opened (running jobs keep running and are adopted on the next start).
+
+`gpupool up` only turns its flags into `SystemSettings` and an engine and calls this; the
+tests and benchmarks build their servers here too (with the fake engine), so they run the
+system `gpupool up` runs. This is the composition root: it sits above the server, the
+dashboard (`gpupool.web`) and the hub's launcher, which do not import each other downwards
+(the layers in pyproject.toml), and only the CLI sits above it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import IO, TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from gpupool.clock import Clock, SystemClock
+from gpupool.domain import Allocation, Event
+from gpupool.engines import Engine, EngineEnv, EngineError
+from gpupool.engines.isolation import secure_data_dir
+from gpupool.executors.base import Executor
+from gpupool.server.app import create_app
+from gpupool.server.context import AppContext
+from gpupool.server.settings import Settings
+from gpupool.store import EventRepo, Store, StoreError, open_store
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from gpupool.server.hub.config import HubSettings
+    from gpupool.server.workers import WorkerPool
+    from gpupool.supervise import Supervisor
+
+log = logging.getLogger(__name__)
+DEFAULT_TENANT = "default"
+
+
+class SetupError(Exception):
+    """The system cannot start as configured; the message says what to do."""
+
+
+def _print(message: str, loud: bool = False) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class SystemSettings:
+    """How the whole system runs, beyond what the API's `Settings` say.
+
+    data_dir: the data directory (locked: one server per directory; jobs and hub files live
+        there); None for tests that keep no files.
+    host, port: where the API and dashboard listen.
+    workers: API worker processes in front of this one (gpupool.server.workers); 0: none.
+    jupyterhub: run JupyterHub beside the server (None: when configurable-http-proxy is
+        installed); hub_port: its public port. `hub`: the hub's settings, when the caller
+        chose them (default: derived from the above, as `gpupool up` runs it).
+    admin: create this first admin (password `admin_password`, else a generated one, shown
+        once) and a `default` tenant on the first start; None: create no one.
+    """
+
+    server: Settings = field(default_factory=Settings)
+    data_dir: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 0
+    jupyterhub: bool | None = False
+    hub_port: int = 8000
+    hub: HubSettings | None = None
+    admin: str | None = None
+    admin_password: str | None = None
+    log_level: str = "info"
+
+
+@dataclass
+class System:
+    """A built system (see the module docstring). `app` is its ASGI app, `ctx` the context
+    its requests and loops share."""
+
+    settings: SystemSettings
+    engine: Engine
+    app: FastAPI
+    store: Store
+    executor: Executor
+    say: Callable[..., None] = _print
+    hub: HubSettings | None = None  # when the hub runs
+    admin_password: str | None = None  # the first admin's, when created by this start
+    own_store: bool = True
+    lock: IO[str] | None = None
+    hub_keeper: Supervisor | None = None
+    pool: WorkerPool | None = None
+    server: uvicorn.Server | None = None  # once started
+
+    @property
+    def ctx(self) -> AppContext:
+        return self.app.state.ctx  # type: ignore[no-any-return]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    def start(self) -> None:
+        """Start what runs beside the API: JupyterHub (kept running) and the API workers."""
+        import uvicorn
+
+        from gpupool.server.serving import make_server
+
+        s = self.settings
+        admin = s.admin or "admin"
+        self.say(
+            f"gpupool: serving on {self.url}  (log in: gpupool login --url {self.url} "
+            f"--user {admin})"
+        )
+        if self.hub is not None:
+            self.hub_keeper = _start_hub(self, admin)
+        config = uvicorn.Config(
+            self.app, host=s.host, port=s.port, log_level=s.log_level.lower(), lifespan="on"
+        )
+        self.server = make_server(config)
+        if s.workers:
+            self.pool = _start_workers(self)
+
+    def serve(self) -> None:
+        """`start()`, serve until SIGINT/SIGTERM, then `stop()`."""
+        from gpupool.server.serving import settle_heap, stop_on_signals
+
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        stop_on_signals(self.server)
+        settle_heap()
+        assert self.server is not None
+        try:
+            self.server.run(sockets=self.pool.sockets if self.pool is not None else None)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.stop()
+            self.say(
+                "gpupool: stopped; running jobs keep running and are adopted on the next start"
+            )
+
+    def stop(self) -> None:
+        """Stop the workers, the hub and the engine's helpers; close the store if it was
+        opened here. Running work keeps running. Safe to call twice."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.hub_keeper is not None:
+            self.hub_keeper.stop()
+            self.hub_keeper = None
+        self.engine.close()
+        if self.own_store:
+            self.store.close()
+            self.own_store = False
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
+
+def build_system(
+    settings: SystemSettings,
+    engine: Engine,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    say: Callable[..., None] = _print,
+) -> System:
+    """Assemble the system (see the module docstring). `store` may be given (tests share
+    one; it is then not closed here), else it is opened from `settings.server.database_url`.
+    `say(message, loud=False)` tells the operator what was decided. Raises `SetupError`."""
+    clock = clock or SystemClock()
+    s = settings
+    data_dir = s.data_dir.expanduser().resolve() if s.data_dir is not None else None
+    if data_dir is not None:
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            fixed = secure_data_dir(data_dir)
+        except OSError as e:
+            raise SetupError(
+                f"cannot create the data directory {data_dir}: {e}; choose --data-dir"
+            ) from None
+        if fixed:
+            say(f"gpupool: made {len(fixed)} file(s) in {data_dir} private (0700/0600)")
+    jupyterhub = s.jupyterhub
+    if jupyterhub is None:  # auto: on when the hub's proxy is installed
+        jupyterhub = _hub_available(say)
+    port = s.port
+    if jupyterhub and port == s.hub_port:
+        if port != 8000:
+            raise SetupError(f"--port and --hub-port are both {port}; choose two ports")
+        port = 8080
+    s = dataclasses.replace(s, data_dir=data_dir, jupyterhub=jupyterhub, port=port)
+    lock = _lock_data_dir(data_dir) if data_dir is not None else None
+    own_store = store is None
+    try:
+        if store is None:
+            try:
+                # checkpoints are the CheckpointLoop's, off the writers' path (Store.checkpoint)
+                store = open_store(s.server.database_url, wal_autocheckpoint=False)
+            except StoreError as e:
+                raise SetupError(str(e)) from None
+        system = _assemble(s, engine, clock, store, say)
+    except BaseException:
+        if own_store and store is not None:
+            store.close()
+        if lock is not None:
+            lock.close()
+        raise
+    system.own_store = own_store
+    system.lock = lock
+    return system
+
+
+def _assemble(
+    s: SystemSettings, engine: Engine, clock: Clock, store: Store, say: Callable[..., None]
+) -> System:
+    from gpupool.server.bootstrap import (
+        ensure_admin,
+        ensure_default_profiles,
+        ensure_tenant,
+        register_node,
+    )
+    from gpupool.web import create_router
+
+    def record(kind: str, message: str, data: Mapping[str, object]) -> None:
+        with store.write() as tx:
+            EventRepo(tx).add(
+                Event(at=clock.now(), kind=kind, message=message, data=MappingProxyType(dict(data)))
+            )
+
+    try:
+        executor = engine.open(EngineEnv(clock, s.data_dir, record, say))
+    except EngineError as e:
+        raise SetupError(str(e)) from None
+    server = dataclasses.replace(
+        s.server,
+        scheduler=dataclasses.replace(
+            s.server.scheduler, shared_enforcement=engine.shared_enforcement
+        ),
+    )
+    now = clock.now()
+    nodes = [dataclasses.replace(n, last_heartbeat=now) for n in engine.inventory()]
+    for node in nodes:
+        register_node(store, node)
+    password = None
+    if s.admin is not None:
+        password = ensure_admin(store, s.admin, s.admin_password, now)
+        ensure_tenant(store, DEFAULT_TENANT, now, members=(s.admin,))
+        if nodes:
+            ensure_default_profiles(store, nodes[0])
+
+    hub = None
+    if s.jupyterhub:
+        from gpupool.executors.hub_launch import HubLaunchExecutor
+
+        hub = s.hub or _hub_settings(s, engine.single_user, engine.jobs_account)
+        executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
+    app = create_app(server, executor=executor, clock=clock, store=store)
+    app.include_router(create_router())
+    ctx: AppContext = app.state.ctx
+    # the scheduler places work only on the engine's nodes (agents' nodes are watched); an
+    # engine that brings no nodes (the tests' fake one) runs work on every registered node
+    ctx.work_nodes = frozenset(n.name for n in nodes) if nodes else None
+    _add_loops(ctx, engine)
+    system = System(s, engine, app, store, executor, say, hub, password)
+
+    if s.data_dir is not None:
+        say(f"gpupool: data in {s.data_dir}")
+    for line, loud in engine.describe():
+        say(line, loud=loud)
+    if password is not None:
+        shown = "from GPUPOOL_ADMIN_PASSWORD" if s.admin_password else password
+        say(f"gpupool: first admin created: user {s.admin!r}, password {shown}", loud=True)
+        if not s.admin_password:
+            say("gpupool: (shown once; keep it)", loud=True)
+    if hub is not None:
+        from gpupool.server.hub.config import service_secret
+        from gpupool.web.hub_sso import SSOSettings, install_hub_sso
+
+        hub.data_dir.mkdir(parents=True, exist_ok=True)
+        install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
+    return system
+
+
+def _add_loops(ctx: AppContext, engine: Engine) -> None:
+    """Every background loop, in the order they start."""
+    from gpupool.server.loops.accounting import AccountingLoop
+    from gpupool.server.loops.checkpoint import CheckpointLoop
+    from gpupool.server.loops.culler import CullerLoop
+    from gpupool.server.loops.history import HistoryLoop
+    from gpupool.server.loops.nodewatch import NodeWatchLoop
+    from gpupool.server.loops.reconciler import ReconcilerLoop
+    from gpupool.server.loops.scheduler import SchedulerLoop
+    from gpupool.server.loops.telemetry import TelemetryLoop
+
+    ctx.loops.add(SchedulerLoop(ctx))
+    ctx.loops.add(NodeWatchLoop(ctx))
+    if ctx.store.dialect == "sqlite":
+        ctx.loops.add(CheckpointLoop(ctx))
+    mps = engine.mps()
+    ctx.loops.add(
+        ReconcilerLoop(
+            ctx,
+            interval_s=ctx.settings.reconciler_interval_s,
+            mps=mps[0] if mps else None,
+            node=mps[1] if mps else None,
+        )
+    )
+    sampled = engine.telemetry()
+    by_node: dict[str, TelemetryLoop] = {}
+    for t in sampled:
+        tl = TelemetryLoop(
+            ctx,
+            t.source,
+            node=t.node,
+            kill=t.kill,
+            mps_daemons=t.mps_daemons,
+            police_unowned=t.police_unowned,
+        )
+        if len(sampled) > 1:
+            tl.name = f"telemetry-{t.node}"
+        ctx.loops.add(tl)  # its sampler joins ctx.samplers: /metrics and the dashboard read it
+        by_node[t.node] = tl
+    if len(by_node) == 1:
+        (tl,) = by_node.values()
+        ctx.loops.add(CullerLoop(ctx, tl.idle_seconds))
+        ctx.loops.add(AccountingLoop(ctx, tl.busy_fraction, tl.memory_mib))
+    elif by_node:
+
+        def idle(a: Allocation) -> float | None:
+            tl = by_node.get(a.node)
+            return tl.idle_seconds(a) if tl is not None else None
+
+        def busy(a: Allocation, since: float | None = None) -> float | None:
+            tl = by_node.get(a.node)
+            return tl.busy_fraction(a, since) if tl is not None else None
+
+        def memory(a: Allocation) -> float:
+            tl = by_node.get(a.node)
+            return tl.memory_mib(a) if tl is not None else 0.0
+
+        ctx.loops.add(CullerLoop(ctx, idle))
+        ctx.loops.add(AccountingLoop(ctx, busy, memory))
+    else:
+        ctx.loops.add(CullerLoop(ctx))
+        ctx.loops.add(AccountingLoop(ctx))
+    ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
+
+
+def _start_workers(system: System) -> WorkerPool:
+    """The API workers in front of this process (gpupool.server.workers.WorkerPool)."""
+    import errno
+
+    from gpupool.server.workers import WorkerPool
+
+    s = system.settings
+    assert s.data_dir is not None, "API workers need a data directory"
+    try:
+        pool = WorkerPool(
+            system.ctx,
+            s.data_dir,
+            s.host,
+            s.port,
+            s.workers,
+            s.log_level,
+            on_all_gone=lambda: _give_up(system),
+        )
+    except OSError as e:
+        why = "the port is in use" if e.errno == errno.EADDRINUSE else str(e)
+        raise SetupError(
+            f"cannot listen on {s.host}:{s.port}: {why}; choose another --port"
+        ) from None
+    system.say(
+        f"gpupool: {s.workers} API worker process(es) serve port {s.port}; this one (pid "
+        f"{os.getpid()}) runs the loops and answers what they forward"
+    )
+    return pool
+
+
+def _give_up(system: System) -> None:
+    """Every API worker keeps dying: nothing serves the port, so stop (jobs keep running)."""
+    system.say(
+        "error: the API worker processes keep exiting (see their errors above); stopping. "
+        "Start again without --workers to serve from one process.",
+        loud=True,
+    )
+    if system.server is not None:
+        system.server.should_exit = True
+
+
+def _lock_data_dir(data_dir: Path) -> IO[str]:
+    """One `gpupool up` per data dir: two servers would both run and adopt the same jobs.
+
+    The lock is an flock, so the kernel drops it when the process dies (even by kill -9)."""
+    import fcntl
+
+    f = open(data_dir / "gpupool.lock", "a+")  # noqa: SIM115 - kept open for the lock
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise SetupError(
+            f"gpupool is already running with the data directory {data_dir} "
+            f"(pid {holder}); stop it first or choose another --data-dir"
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def _hub_available(say: Callable[..., None]) -> bool:
+    """Whether JupyterHub can be started here (its configurable-http-proxy is installed)."""
+    from gpupool.server.hub.config import HubSetupError, find_proxy
+
+    try:
+        find_proxy()
+    except HubSetupError as e:
+        say(f"gpupool: JupyterHub not started: {e} (or pass --no-jupyterhub to silence this)")
+        return False
+    return True
+
+
+def _hub_settings(s: SystemSettings, single_user: bool, run_as: str | None) -> HubSettings:
+    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
+    With a jobs account (root, single-user), notebooks run as it, with their homes under its
+    home (the data dir is private to the server)."""
+    import pwd
+
+    from gpupool.server.hub.config import HubSettings
+
+    assert s.data_dir is not None, "JupyterHub needs a data directory"
+    homes = None
+    if run_as is not None:
+        base = pwd.getpwnam(run_as).pw_dir
+        homes = f"{base}/{{username}}" if os.path.isdir(base) else None
+        homes = homes or "/var/lib/gpupool-notebooks/{username}"
+
+    api = f"http://{'127.0.0.1' if s.host in ('0.0.0.0', '::') else s.host}:{s.port}"
+    return HubSettings(
+        data_dir=s.data_dir / "hub",
+        launch_dir=s.data_dir / "hub-launch",
+        api_url=api,
+        dashboard_url=api,
+        ip=s.host,
+        port=s.hub_port,
+        # JupyterHub's defaults for a public port of 8000 (proxy API 8001, hub API 8081)
+        proxy_api_port=s.hub_port + 1,
+        hub_port=s.hub_port + 81,
+        single_user_mode=single_user,
+        jobs_account=run_as,
+        home_dir_template=homes,
+    )
+
+
+def _start_hub(system: System, admin: str) -> Supervisor:
+    """Start JupyterHub as a child process talking to this server, kept running by
+    `keep_hub` (its exits are reported here with the end of its log)."""
+    from gpupool.server.hub.config import HubSetupError, find_proxy, start_hub
+    from gpupool.server.hub.keeper import check_ports, keep_hub
+    from gpupool.server.services.accounts import issue_token
+
+    hub = system.hub
+    assert hub is not None, "the hub runs only when SystemSettings.jupyterhub"
+    log_path = hub.data_dir / "jupyterhub.log"
+    try:
+        find_proxy()
+        check_ports(hub)
+        token = issue_token(system.ctx, admin, "jupyterhub", None).token
+        keeper = keep_hub(
+            lambda: start_hub(hub, token, log_path=log_path),
+            log_path,
+            report=lambda message: system.say(f"gpupool: {message}", loud=True),
+        )
+        keeper.start()
+    except HubSetupError as e:
+        raise SetupError(f"cannot start JupyterHub: {e}") from None
+    system.say(
+        f"gpupool: JupyterHub on {hub.public_url} (users log in there; the dashboard is also "
+        f"in its Services menu; log: {log_path})",
+        loud=True,
+    )
+    return keeper
