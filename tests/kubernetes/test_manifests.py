@@ -13,7 +13,10 @@ kv = pytest.importorskip("kubernetes_validate")
 
 def _w(**kw) -> Workload:
     base = dict(
-        id="W-01ABC", tenant="lab/vision", owner="ann", command=("python", "train.py"),
+        id="W-01ABC",
+        tenant="lab/vision",
+        owner="ann",
+        command=("python", "train.py"),
         request=Request(gpus=2, cpu_milli=4000, memory_mib=8192),
     )
     base.update(kw)
@@ -30,8 +33,13 @@ def _alloc(n: int = 2, milli: int = 1000) -> Allocation:
 
 def _pod(alloc: Allocation | None, limits: dict[str, str], **kw) -> dict:
     return m.build_pod(
-        _w(**kw), alloc, m.PodSettings(), node=alloc.node if alloc else None,
-        gpu_limits=limits, enforcement={}, started_at=12.5,
+        _w(**kw),
+        alloc,
+        m.PodSettings(),
+        node=alloc.node if alloc else None,
+        gpu_limits=limits,
+        enforcement={},
+        started_at=12.5,
     )
 
 
