@@ -25,20 +25,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fastapi.testclient import TestClient  # noqa: E402
+from tests.kubernetes.fakeapi import FakeKube  # noqa: E402
 
 from gpupool.clock import ManualClock  # noqa: E402
 from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine  # noqa: E402
 from gpupool.server.services.accounts import issue_token  # noqa: E402
 from gpupool.server.settings import Settings  # noqa: E402
 from gpupool.system import SystemSettings, build_system  # noqa: E402
-from tests.kubernetes.fakeapi import FakeKube  # noqa: E402
 
 
 def _system(kube: FakeKube, tmp: Path, name: str):  # noqa: ANN202
     db = f"sqlite:///{tmp / name}"
     s = SystemSettings(server=Settings(database_url=db, start_loops=False), admin="admin")
-    system = build_system(s, KubernetesEngine(KubeOptions(), api_client=kube.client()),
-                          clock=ManualClock(1_780_000_000.0))
+    system = build_system(
+        s,
+        KubernetesEngine(KubeOptions(), api_client=kube.client()),
+        clock=ManualClock(1_780_000_000.0),
+    )
     token = issue_token(system.ctx, "admin", "bench", None).token
     return system, TestClient(system.app, headers={"Authorization": f"Bearer {token}"})
 
@@ -51,8 +54,9 @@ def admission_latency(jobs: int, tmp: Path) -> list[float]:
     try:
         sched = system.ctx.loops.get("scheduler")
         for _ in range(jobs):
-            r = client.post("/api/v1/workloads",
-                            json={"gpus": 1, "command": ["true"], "tenant": "default"})
+            r = client.post(
+                "/api/v1/workloads", json={"gpus": 1, "command": ["true"], "tenant": "default"}
+            )
             assert r.status_code == 201, r.text
             wid = r.json()["id"]
             t0 = time.perf_counter()
@@ -78,8 +82,9 @@ def reconcile_pass(pods: int, tmp: Path) -> dict[str, float]:
         t0 = time.perf_counter()
         ids = []
         for _ in range(pods):
-            r = client.post("/api/v1/workloads",
-                            json={"gpus": 1, "command": ["true"], "tenant": "default"})
+            r = client.post(
+                "/api/v1/workloads", json={"gpus": 1, "command": ["true"], "tenant": "default"}
+            )
             assert r.status_code == 201, r.text
             ids.append(r.json()["id"])
         while sched.run_once() and len(kube.pods) < pods:
@@ -88,9 +93,14 @@ def reconcile_pass(pods: int, tmp: Path) -> dict[str, float]:
         out["setup_s"] = time.perf_counter() - t0
         assert len(kube.pods) == pods, len(kube.pods)
         for (ns, name), pod in list(kube.pods.items()):
-            kube.set_phase(ns, name, "Running", node=pod["spec"]["affinity"]["nodeAffinity"][
-                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
-                "matchExpressions"][0]["values"][0])
+            kube.set_phase(
+                ns,
+                name,
+                "Running",
+                node=pod["spec"]["affinity"]["nodeAffinity"][
+                    "requiredDuringSchedulingIgnoredDuringExecution"
+                ]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0],
+            )
         rec = ctx.loops.get("reconciler")
         rec.run_once()  # pods become running in the store
         ex = system.engine.executor

@@ -189,3 +189,10 @@ def test_fractional_share_asks_the_shared_resource(kube, api, clock):
     assert h.enforcement == {"k8s:n1:0": Enforcement.NONE}
     limits = kube.pod(NS, "gp-w1")["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu.shared": "1"}
+
+
+def test_a_pending_pod_adopted_after_a_restart_keeps_its_node(kube, api, clock):
+    _executor(api, clock).start(_w(), _alloc(first=3))
+    reborn = _executor(api, clock)
+    reborn.tick()  # not bound yet: the node comes from the pod's node affinity
+    assert reborn.gpu_indexes_by_node() == {"n1": {3}}

@@ -75,6 +75,18 @@ def _container_state(pod: Mapping[str, Any]) -> dict[str, Any]:
     return dict(statuses[0].get("state") or {}) if statuses else {}
 
 
+def _node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod runs on, or the one its required node affinity pins it to."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    try:
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        return str(terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0])
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
 def pending_reason(pod: Mapping[str, Any], events: list[dict[str, Any]]) -> str:
     """Why a pod is still Pending: its PodScheduled condition, its last warning event, or
     its container's waiting reason."""
@@ -227,7 +239,7 @@ class KubernetesExecutor(Executor):
                 k = self._known[wid] = _Known(
                     meta.get("namespace", ""), meta.get("name", ""), _started_at(pod, now)
                 )
-                k.node = (pod.get("spec") or {}).get("nodeName")
+            k.node = k.node or _node_of(pod)
             k.pod = pod
             st = status_of(wid, pod)
             if st.state.finished and k.finished_at is None:
