@@ -134,3 +134,18 @@ def test_cancel_deletes_the_pod(system, kube, clock):
     kube.vanish(NS, pod["metadata"]["name"])  # the kubelet ended it within the grace
     system.ctx.loops.get("reconciler").run_once()
     assert _state(client, wid)["state"] == "cancelled"
+
+
+def test_the_inventory_loop_rereads_nodes_on_its_interval(system, kube, clock):
+    loop = system.ctx.loops.get("inventory")
+    assert loop.run_once() == ["gpu-1"]
+    kube.cordon("gpu-1")
+    kube.add_node("gpu-2", 4, labels=GFD)
+    clock.advance(5)
+    assert loop.run_once() == []  # not due yet: every 10 s
+    clock.advance(5)
+    assert loop.run_once() == ["gpu-1", "gpu-2"]
+    with system.ctx.store.read() as s:
+        states = {n.name: n.state.value for n in NodeRepo(s).list()}
+    assert states == {"gpu-1": "draining", "gpu-2": "ready"}
+    assert system.ctx.runs_work_on("gpu-2")

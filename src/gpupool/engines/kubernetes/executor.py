@@ -353,7 +353,10 @@ class KubernetesExecutor(Executor):
         self._stops[workload_id] = _Stop(reason, self.clock.now() + grace_s, forced=grace == 0)
 
     def list_running(self) -> list[RunningProcess]:
-        self.refresh()
+        """From the list of this pass (`tick` runs first in every reconcile pass); listed
+        now when no list was made yet (a new server adopting work)."""
+        if not self._listed:
+            self.refresh()
         out = []
         for wid, k in self._known.items():
             if k.pod is None or not status_of(wid, k.pod).state.alive:
