@@ -342,7 +342,7 @@ class FakeKube:
 
     def _quota_refusal(self, ns: str, pod: dict[str, Any]) -> str | None:
         want = _gpu_request(pod)
-        if not want:
+        if not want or not any(qns == ns for qns, _ in self.quotas):
             return None
         used = sum(
             _gpu_request(p)
@@ -403,22 +403,23 @@ class FakeKube:
 
         def list_pods(ns: str | None, request: Request) -> Response:
             q = request.query_params
-            with self.lock:
+            with self.lock:  # encoded under the lock: no copies of 5,000 pods
                 items = [
-                    copy.deepcopy(p)
+                    p
                     for (pns, _), p in self.pods.items()
                     if (ns is None or pns == ns)
                     and _match_labels(p["metadata"].get("labels") or {}, q.get("labelSelector"))
                     and _match_fields(p, q.get("fieldSelector"))
                 ]
-            return JSONResponse(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PodList",
-                    "metadata": {"resourceVersion": self.rv()},
-                    "items": items,
-                }
-            )
+                body = json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PodList",
+                        "metadata": {"resourceVersion": self.rv()},
+                        "items": items,
+                    }
+                )
+            return Response(body, media_type="application/json")
 
         async def all_pods(request: Request) -> Response:
             record(request)
