@@ -130,6 +130,9 @@ def test_defaults(helm):
     url = base64.b64decode(db["url"]).decode()
     assert len(pw) == 24 and pw.isalnum()
     assert url == f"postgresql+psycopg://gpupool:{pw}@gp-gpupool-postgresql:5432/gpupool"
+    keep = {"helm.sh/resource-policy": "keep"}  # the PVC and the database outlive uninstall
+    assert one(objs, "Secret", "gp-gpupool-database")["metadata"]["annotations"] == keep
+    assert one(objs, "Secret", "gp-gpupool-admin")["metadata"]["annotations"] == keep
     admin = base64.b64decode(one(objs, "Secret", "gp-gpupool-admin")["data"]["password"])
     assert len(admin) == 24 and admin.isalnum()
     sts = one(objs, "StatefulSet")
