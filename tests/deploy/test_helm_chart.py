@@ -5,6 +5,7 @@ and what the objects say (RBAC exactly what the kubernetes engine uses, probes, 
 from __future__ import annotations
 
 import base64
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -304,3 +305,14 @@ def test_chart_files_are_where_the_docs_say():
                  "deploy/docker/Dockerfile", "scripts/k8s-real-cluster.sh"):  # fmt: skip
         assert path in docs
         assert (CHART.parents[2] / path).exists(), path
+
+
+def test_real_cluster_script_parses_and_says_it_was_not_run_here():
+    script = CHART.parents[2] / "scripts" / "k8s-real-cluster.sh"
+    head = script.read_text().splitlines()[:3]
+    assert any("NOT RUN HERE" in line for line in head)
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    bash = shutil.which("bash")
+    r = subprocess.run([bash, str(script)], capture_output=True, text=True, env={"PATH": ""})
+    assert r.returncode != 0 and "set IMAGE=" in r.stderr  # refuses before touching a cluster
