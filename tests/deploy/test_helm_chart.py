@@ -1,0 +1,318 @@
+"""The Helm chart deploy/helm/gpupool: `helm lint`, `helm template` with value combinations,
+every rendered object validated with kubernetes-validate --strict (Kubernetes 1.30 and 1.34),
+and what the objects say (RBAC exactly what the kubernetes engine uses, probes, secrets)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import CHART, KUBE_VERSIONS
+
+EXTERNAL_DB = {
+    "postgresql.enabled": "false",
+    "externalDatabase.url": "postgresql+psycopg://gp:pw@db.example:5432/gpupool",
+}
+COMBOS = {
+    "defaults": {},
+    "external-db": EXTERNAL_DB,
+    "external-db-secret": {
+        "postgresql.enabled": "false",
+        "externalDatabase.existingSecret": "my-db",
+        "externalDatabase.existingSecretKey": "dsn",
+    },
+    "ingress-tls": {
+        "ingress.enabled": "true",
+        "ingress.className": "nginx",
+        "ingress.tlsSecretName": "gpupool-tls",
+    },
+    "agent-off": {"agent.enabled": "false"},
+    "agent-tokens-runtime": {
+        "agent.runtimeClassName": "nvidia",
+        "agent.nodeTokens.tokens.gpu-a": "gpn_aaaa",
+    },
+    "tenant-namespaces": {"rbac.tenantNamespaces[0]": "gpupool-team-a"},
+    "no-persistence": {"postgresql.persistence.enabled": "false"},
+}
+
+#: What the kubernetes engine does through the API (the brief of issue 15's engine): nothing
+#: more may be granted.
+ENGINE_RULES = {
+    ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
+    ("events", "get"), ("events", "list"), ("events", "watch"),
+    ("pods", "get"), ("pods", "list"), ("pods", "watch"),
+    ("pods", "create"), ("pods", "patch"), ("pods", "delete"),
+    ("pods/log", "get"),
+    ("namespaces", "create"), ("namespaces", "get"), ("namespaces", "list"),
+    ("namespaces", "patch"),
+    ("resourcequotas", "create"), ("resourcequotas", "get"), ("resourcequotas", "list"),
+    ("resourcequotas", "patch"),
+}  # fmt: skip
+
+
+def template(helm: str, values: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    args = [helm, "template", "gp", str(CHART), "-n", "gpupool"]
+    for k, v in values.items():
+        args += ["--set", f"{k}={v}"]
+    return subprocess.run([*args, *extra], capture_output=True, text=True, timeout=120)
+
+
+def render(helm: str, values: dict[str, str], *extra: str) -> list[dict]:
+    r = template(helm, values, *extra)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def by_kind(objs: list[dict], kind: str) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [o for o in by_kind(objs, kind) if name is None or o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind} {name}: {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def test_helm_lint(helm):
+    for values in (COMBOS["defaults"], EXTERNAL_DB):
+        args = [helm, "lint", "--strict", str(CHART)]
+        for k, v in values.items():
+            args += ["--set", f"{k}={v}"]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "0 chart(s) failed" in r.stdout
+
+
+@pytest.mark.parametrize("combo", sorted(COMBOS))
+def test_rendered_objects_are_valid(helm, kube_validate, combo, tmp_path):
+    for version in KUBE_VERSIONS:
+        r = template(helm, COMBOS[combo], "--kube-version", version)
+        assert r.returncode == 0, r.stderr
+        out = tmp_path / f"{combo}-{version}.yaml"
+        out.write_text(r.stdout)
+        kube_validate(out, (version,))
+
+
+def test_defaults(helm):
+    objs = render(helm, {})
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == sorted(
+        ["ServiceAccount", "Secret", "Secret", "ClusterRole", "ClusterRole",
+         "ClusterRoleBinding", "ClusterRoleBinding", "Service", "Service", "Deployment",
+         "StatefulSet", "DaemonSet"]
+    )  # fmt: skip
+    dep = one(objs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == "ghcr.io/gpupool/gpupool:0.1.0"  # appVersion
+    args = c["args"]
+    assert args[:8] == ["up", "--engine", "kubernetes", "--host", "0.0.0.0", "--port", "8080",
+                        "--no-jupyterhub"]  # fmt: skip
+    env = {e["name"]: e for e in c["env"]}
+    db_ref = env["GPUPOOL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert db_ref == {"name": "gp-gpupool-database", "key": "url"}
+    assert env["GPUPOOL_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "gp-gpupool-admin"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    assert pod["serviceAccountName"] == "gp-gpupool"
+    svc = one(objs, "Service", "gp-gpupool")
+    assert svc["spec"]["ports"][0]["port"] == 8080
+
+    db = one(objs, "Secret", "gp-gpupool-database")["data"]
+    pw = base64.b64decode(db["postgres-password"]).decode()
+    url = base64.b64decode(db["url"]).decode()
+    assert len(pw) == 24 and pw.isalnum()
+    assert url == f"postgresql+psycopg://gpupool:{pw}@gp-gpupool-postgresql:5432/gpupool"
+    keep = {"helm.sh/resource-policy": "keep"}  # the PVC and the database outlive uninstall
+    assert one(objs, "Secret", "gp-gpupool-database")["metadata"]["annotations"] == keep
+    assert one(objs, "Secret", "gp-gpupool-admin")["metadata"]["annotations"] == keep
+    admin = base64.b64decode(one(objs, "Secret", "gp-gpupool-admin")["data"]["password"])
+    assert len(admin) == 24 and admin.isalnum()
+    sts = one(objs, "StatefulSet")
+    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"] == {
+        "storage": "8Gi"
+    }
+
+
+def test_admin_password_is_random_unless_given(helm):
+    def admin(values):
+        sec = one(render(helm, values), "Secret", "gp-gpupool-admin")
+        return base64.b64decode(sec["data"]["password"]).decode()
+
+    assert admin({}) != admin({})  # no cluster to look up: a fresh one each time
+    assert admin({"admin.password": "s3cret-pw"}) == "s3cret-pw"
+    objs = render(helm, {"admin.existingSecret": "mine", "admin.existingSecretKey": "pw"})
+    assert not [o for o in by_kind(objs, "Secret") if o["metadata"]["name"].endswith("-admin")]
+    (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    ref = {e["name"]: e for e in c["env"]}["GPUPOOL_ADMIN_PASSWORD"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "mine", "key": "pw"}
+
+
+def test_cluster_role_is_exactly_what_the_engine_uses(helm):
+    objs = render(helm, {})
+    granted = set()
+    for role in by_kind(objs, "ClusterRole"):
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == [""]
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            granted |= {(res, verb) for res in rule["resources"] for verb in rule["verbs"]}
+    assert granted == ENGINE_RULES
+    assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    bindings = {b["roleRef"]["name"]: b for b in by_kind(objs, "ClusterRoleBinding")}
+    assert set(bindings) == {"gp-gpupool-cluster", "gp-gpupool-workloads"}
+    for b in bindings.values():
+        assert b["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gp-gpupool", "namespace": "gpupool"}
+        ]
+
+
+def test_tenant_namespaces_bind_pod_rules_per_namespace(helm):
+    objs = render(
+        helm, {"rbac.tenantNamespaces[0]": "gpupool-a", "rbac.tenantNamespaces[1]": "gpupool-b"}
+    )
+    crbs = [b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")]
+    assert crbs == ["gp-gpupool-cluster"]  # nodes and namespaces only, cluster-wide
+    rbs = by_kind(objs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in rbs) == ["gpupool-a", "gpupool-b"]
+    assert {b["roleRef"]["name"] for b in rbs} == {"gp-gpupool-workloads"}
+
+
+def test_rbac_off(helm):
+    objs = render(helm, {"rbac.create": "false"})
+    assert not [o for o in objs if o["kind"].endswith(("Role", "RoleBinding"))]
+
+
+def test_external_database(helm):
+    objs = render(helm, EXTERNAL_DB)
+    assert not by_kind(objs, "StatefulSet")
+    db = one(objs, "Secret", "gp-gpupool-database")["data"]
+    assert base64.b64decode(db["url"]).decode() == EXTERNAL_DB["externalDatabase.url"]
+    assert "postgres-password" not in db
+
+    objs = render(helm, COMBOS["external-db-secret"])
+    assert not [o for o in by_kind(objs, "Secret") if o["metadata"]["name"].endswith("database")]
+    (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    ref = {e["name"]: e for e in c["env"]}["GPUPOOL_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "my-db", "key": "dsn"}
+
+
+def test_no_database_is_refused_with_what_to_set(helm):
+    r = template(helm, {"postgresql.enabled": "false"})
+    assert r.returncode != 0
+    assert "externalDatabase.url" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"server.replicas": "2"}, "/server/replicas"),
+        ({"externalDatabase.url": "mysql://x"}, "/externalDatabase/url"),
+        ({"agent.nodeTokens.tokens.gpu-a": "not-a-token"}, "/agent/nodeTokens/tokens"),
+        ({"servr.replicas": "1"}, "servr"),
+    ],
+)
+def test_schema_refuses_bad_values(helm, values, says):
+    r = template(helm, values)
+    assert r.returncode != 0
+    assert says in r.stderr
+
+
+def test_ingress(helm):
+    objs = render(helm, COMBOS["ingress-tls"])
+    ing = one(objs, "Ingress")
+    assert ing["spec"]["ingressClassName"] == "nginx"
+    assert ing["spec"]["tls"] == [{"hosts": ["gpupool.example.com"], "secretName": "gpupool-tls"}]
+    backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "gp-gpupool", "port": {"name": "http"}}
+    (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in c["env"]}["GPUPOOL_COOKIE_SECURE"] == "true"
+    assert not by_kind(render(helm, {}), "Ingress")
+
+
+def test_agent_daemonset(helm):
+    objs = render(helm, COMBOS["agent-tokens-runtime"])
+    ds = one(objs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    (c,) = pod["containers"]
+    assert c["args"][:7] == [
+        "agent", "--url", "http://gp-gpupool.gpupool.svc:8080", "--node", "$(NODE_NAME)",
+        "--token-file", "/var/run/gpupool/node-tokens/$(NODE_NAME)",
+    ]  # fmt: skip
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "nvidia.com/gpu" not in str(c["resources"])  # the agent takes no GPU
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["node-tokens"]["secret"]["secretName"] == "gp-gpupool-node-tokens"
+    tokens = one(objs, "Secret", "gp-gpupool-node-tokens")["data"]
+    assert base64.b64decode(tokens["gpu-a"]) == b"gpn_aaaa"
+
+    objs = render(helm, {})
+    assert not [o for o in by_kind(objs, "Secret") if "node-tokens" in o["metadata"]["name"]]
+    assert not by_kind(render(helm, COMBOS["agent-off"]), "DaemonSet")
+
+
+def test_image_tag_override(helm):
+    (c,) = one(render(helm, {"image.tag": "dev"}), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert c["image"] == "ghcr.io/gpupool/gpupool:dev"
+
+
+def test_z2jh_values_point_the_hub_at_gpupool():
+    values = yaml.safe_load((CHART.parent / "z2jh-values.yaml").read_text())
+    hub = values["hub"]
+    assert hub["config"]["JupyterHub"]["authenticator_class"] == (
+        "gpupool.jupyterhub.authenticator.GpupoolAuthenticator"
+    )
+    assert hub["config"]["GpupoolAuthenticator"]["gpupool_url"].startswith(
+        "http://gpupool.gpupool.svc:8080"
+    )
+    assert hub["config"]["JupyterHub"]["spawner_class"] == "kubespawner.KubeSpawner"
+    profiles = values["singleuser"]["profileList"]
+    gpu = [p for p in profiles if "nvidia.com/gpu" in str(p)]
+    assert gpu, "no GPU profile"
+    for p in gpu:
+        limits = p["kubespawner_override"]["extra_resource_limits"]
+        assert int(limits["nvidia.com/gpu"]) >= 1
+        assert p["display_name"] and p["description"]
+    assert hub["image"]["name"] and values["singleuser"]["image"]["name"]
+
+
+def test_z2jh_authenticator_class_exists():
+    from gpupool.jupyterhub.authenticator import GpupoolAuthenticator
+
+    assert "gpupool_url" in GpupoolAuthenticator.class_trait_names()
+
+
+def test_chart_files_are_where_the_docs_say():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    for path in ("deploy/helm/gpupool", "deploy/helm/z2jh-values.yaml",
+                 "deploy/docker/Dockerfile", "scripts/k8s-real-cluster.sh"):  # fmt: skip
+        assert path in docs
+        assert (CHART.parents[2] / path).exists(), path
+
+
+def test_real_cluster_script_parses_and_says_it_was_not_run_here():
+    script = CHART.parents[2] / "scripts" / "k8s-real-cluster.sh"
+    head = script.read_text().splitlines()[:3]
+    assert any("NOT RUN HERE" in line for line in head)
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    bash = shutil.which("bash")
+    r = subprocess.run([bash, str(script)], capture_output=True, text=True, env={"PATH": ""})
+    assert r.returncode != 0 and "set IMAGE=" in r.stderr  # refuses before touching a cluster
