@@ -195,7 +195,7 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("engine,issue", [("kubernetes", 15), ("slurm", 16)])
+@pytest.mark.parametrize("engine,issue", [("slurm", 16)])
 def test_up_says_which_engines_are_not_available_yet(data_dir, engine, issue):
     r = subprocess.run(
         [*GPUPOOL, "up", "--engine", engine, "--data-dir", str(data_dir)],
@@ -207,6 +207,72 @@ def test_up_says_which_engines_are_not_available_yet(data_dir, engine, issue):
     assert f"--engine {engine} is not available yet" in r.stderr
     assert f"issue {issue}" in r.stderr and "Traceback" not in r.stderr
     assert not (data_dir / "gpupool.db").exists()  # nothing was started or created
+
+
+def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
+    pytest.importorskip("kubernetes")
+    from tests.kubernetes.fakeapi import FakeKube
+
+    kube = FakeKube().start()
+    kube.add_node("gpu-1", 2, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    config = tmp_path / "kubeconfig"
+    kube.kubeconfig(config)
+    up = Up(data_dir, free_port(), "--engine", "kubernetes", "--kubeconfig", str(config))
+    try:
+        up.wait_ready()
+        assert "kubernetes engine on " + kube.url in up.output
+        h = login(up.url)
+        gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
+        items = gpus["items"] if isinstance(gpus, dict) else gpus
+        assert sorted(g["uuid"] for g in items) == ["k8s:gpu-1:0", "k8s:gpu-1:1"]
+        r = httpx.post(
+            f"{up.url}/api/v1/workloads",
+            headers=h,
+            json={"gpus": 1, "command": ["nvidia-smi"], "tenant": "default"},
+        )
+        assert r.status_code == 201, r.text
+        wid = r.json()["id"]
+        assert wait_for(lambda: kube.pods_of(f"gpupool.dev/workload={wid}"), what="the pod")
+        (pod,) = kube.pods_of(f"gpupool.dev/workload={wid}")
+        kube.set_phase(
+            "gpupool-default", pod["metadata"]["name"], "Failed", node="gpu-1", exit_code=4
+        )
+        done = wait_for(lambda: workload(up.url, h, wid)["state"] == "failed", what="failed")
+        assert done and workload(up.url, h, wid)["exit_code"] == 4
+    finally:
+        assert up.stop() == 0, up.output
+        kube.stop()
+
+
+def test_up_kubernetes_without_a_cluster_says_what_to_do(data_dir, tmp_path):
+    pytest.importorskip("kubernetes")
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        '{"apiVersion": "v1", "kind": "Config", "current-context": "x",'
+        ' "clusters": [{"name": "x", "cluster": {"server": "http://127.0.0.1:9"}}],'
+        ' "users": [{"name": "x", "user": {}}],'
+        ' "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}'
+    )
+    r = subprocess.run(
+        [
+            *GPUPOOL,
+            "up",
+            "--engine",
+            "kubernetes",
+            "--kubeconfig",
+            str(config),
+            "--data-dir",
+            str(data_dir),
+            "--no-jupyterhub",
+            "--workers",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot list nodes" in r.stderr and "kubeconfig" in r.stderr
 
 
 def test_up_help_offers_the_engine_option():

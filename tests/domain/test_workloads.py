@@ -77,3 +77,11 @@ def test_request_totals():
     assert Request(gpus=3).total_gpu_milli == 3000
     assert Request(gpu_milli=250).total_gpu_milli == 250
     assert not Request().wants_gpu
+
+
+def test_starting_work_the_engine_gave_up_on_goes_back_to_pending():
+    """A pod still Pending long after its start (ExecState.REJECTED) is requeued."""
+    w = Workload("w1", "lab", "ann", state=WorkloadState.STARTING, admitted_at=5.0)
+    back, event = transition(w, WorkloadState.PENDING, 40.0, "the pod stayed Pending")
+    assert back.state is WorkloadState.PENDING and back.admitted_at is None
+    assert event.kind == "workload.pending"

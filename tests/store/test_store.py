@@ -178,7 +178,7 @@ def test_change_state_writes_the_event_in_the_same_transaction(store):
         assert AllocationRepo(s).active_for(w.id) is not None
     # an illegal change raises and leaves everything as it was
     with pytest.raises(IllegalTransition), store.write() as s:
-        WorkloadRepo(s).change_state(w.id, S.PENDING, 7.0, "nope")
+        WorkloadRepo(s).change_state(w.id, S.ADMITTED, 7.0, "nope")
     with store.write() as s:
         done = WorkloadRepo(s).change_state(w.id, S.SUCCEEDED, 9.0, "exited 0", exit_code=0)
     assert done.finished_at == 9.0 and done.exit_code == 0

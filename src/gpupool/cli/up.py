@@ -44,8 +44,24 @@ def register(app: typer.Typer) -> None:
             "local",
             "--engine",
             metavar="NAME",
-            help="Where work runs: local (processes on this machine's GPUs); kubernetes and "
-            "slurm are not available yet.",
+            help="Where work runs: local (processes on this machine's GPUs) or kubernetes "
+            "(pods of the cluster, see --kubeconfig); slurm is not available yet.",
+        ),
+        kubeconfig: str | None = typer.Option(
+            None,
+            "--kubeconfig",
+            help="--engine kubernetes: the kubeconfig to use (default: the pod's service "
+            "account in a cluster, else $KUBECONFIG or ~/.kube/config).",
+        ),
+        namespace_prefix: str = typer.Option(
+            "gpupool-",
+            "--namespace-prefix",
+            help="--engine kubernetes: tenant a/b runs in namespace <prefix>a-b.",
+        ),
+        image: str = typer.Option(
+            "python:3.12-slim",
+            "--image",
+            help="--engine kubernetes: the container image jobs run in.",
         ),
         simulate: str | None = typer.Option(
             None,
@@ -112,6 +128,7 @@ def register(app: typer.Typer) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
         serve(
             engine=engine,
+            kube={"kubeconfig": kubeconfig, "namespace_prefix": namespace_prefix, "image": image},
             simulate=simulate,
             data_dir=data_dir or default_data_dir(),
             host=host,
@@ -144,8 +161,8 @@ def _choose_workers(requested: str) -> int:
     return n
 
 
-def _engine(name: str, **local: object):  # noqa: ANN003, ANN202 - an Engine
-    """The engine `--engine` names (only `local` exists yet)."""
+def _engine(name: str, kube: dict | None = None, **local: object):  # noqa: ANN003, ANN202
+    """The engine `--engine` names (an Engine)."""
     from gpupool.engines import AVAILABLE, PLANNED
     from gpupool.engines.local import LocalEngine, LocalOptions
 
@@ -158,6 +175,15 @@ def _engine(name: str, **local: object):  # noqa: ANN003, ANN202 - an Engine
     if name not in AVAILABLE:
         _say(f"error: --engine must be one of {', '.join((*AVAILABLE, *PLANNED))}, not {name!r}")
         raise typer.Exit(2)
+    if name == "kubernetes":
+        from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, PodSettings
+
+        k = kube or {}
+        pods = PodSettings(
+            image=k.get("image") or PodSettings.image,
+            namespace_prefix=k.get("namespace_prefix") or PodSettings.namespace_prefix,
+        )
+        return KubernetesEngine(KubeOptions(kubeconfig=k.get("kubeconfig"), pods=pods))
     return LocalEngine(LocalOptions(**local))  # type: ignore[arg-type]
 
 
@@ -178,6 +204,7 @@ def serve(
     workers: int = 0,
     engine: str = "local",
     jobs_account: str = "gpupool-jobs",
+    kube: dict | None = None,
 ) -> None:
     """Build the system from the flags and serve until interrupted (see the module)."""
     import logging
@@ -187,6 +214,7 @@ def serve(
 
     chosen = _engine(
         engine,
+        kube,
         node=node_name,
         simulate=simulate,
         user_mode=user_mode,

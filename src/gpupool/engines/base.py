@@ -76,6 +76,14 @@ class Engine(ABC):
 
     #: What `gpupool up --engine` calls it.
     name: str = "engine"
+    #: Re-read `inventory()` this often (seconds) and register what changed; None: the
+    #: nodes are read once at start (the local engine: this host does not change).
+    inventory_interval_s: float | None = None
+
+    def inventory_due(self) -> bool:
+        """Whether the inventory should be re-read now, before its interval is up (e.g. a
+        pod stayed Pending: its node's capacity changed). Default: never."""
+        return False
 
     @abstractmethod
     def open(self, env: EngineEnv) -> Executor:

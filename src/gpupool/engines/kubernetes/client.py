@@ -1,0 +1,138 @@
+"""Glue over the official `kubernetes` client: the few calls the engine makes, as plain
+dicts (the raw JSON: parsing 5,000 pods into client models would cost seconds per pass).
+
+`KubeError` carries the HTTP status (403 quota, 404, 409 conflict) and the API's message.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpupool.engines.base import EngineError
+
+
+class KubeError(Exception):
+    """An API call failed; `status` is the HTTP status (0: no answer) and the message is the
+    API server's own."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _message(e: Any) -> str:
+    try:
+        return str(json.loads(e.body).get("message") or e.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(e, "reason", e))
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An `ApiClient`: from `kubeconfig` when given, else in-cluster (the pod's service
+    account), else $KUBECONFIG / ~/.kube/config. Raises EngineError saying what to do."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise EngineError(
+            "the kubernetes engine needs the kubernetes client: pip install 'gpupool[kubernetes]'"
+        ) from None
+    cfg = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                kubeconfig, context=context, client_configuration=cfg
+            )
+        else:
+            try:
+                config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=cfg
+                )
+            except config.ConfigException:
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    context=context, client_configuration=cfg
+                )
+    except (config.ConfigException, OSError, TypeError, ValueError) as e:
+        raise EngineError(
+            f"cannot configure the Kubernetes client ({e}); run gpupool in the cluster with a "
+            "service account, or pass --kubeconfig (or set KUBECONFIG)"
+        ) from None
+    return client.ApiClient(cfg)
+
+
+class KubeApi:
+    """The core/v1 calls of the engine over an `ApiClient`."""
+
+    def __init__(self, api_client: Any, *, timeout_s: float = 10.0):
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.timeout_s = timeout_s
+
+    def _call(self, fn: Any, *args: Any, raw: bool = True, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+        except ApiException as e:
+            raise KubeError(e.status or 0, _message(e)) from None
+        except Exception as e:  # noqa: BLE001 - connection errors of urllib3
+            raise KubeError(0, f"the Kubernetes API did not answer: {e}") from None
+        data = resp.data
+        return json.loads(data) if raw else data.decode("utf-8", "replace")
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return list(self._call(self.core.list_node)["items"])
+
+    def list_pods(self, label_selector: str = "", field_selector: str = "") -> list[dict[str, Any]]:
+        kw: dict[str, Any] = {}
+        if label_selector:
+            kw["label_selector"] = label_selector
+        if field_selector:
+            kw["field_selector"] = field_selector
+        return list(self._call(self.core.list_pod_for_all_namespaces, **kw)["items"])
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self._call(self.core.read_namespaced_pod, name, namespace))
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._call(self.core.create_namespaced_pod, namespace, body))
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
+        from kubernetes import client
+
+        try:
+            self._call(
+                self.core.delete_namespaced_pod,
+                name,
+                namespace,
+                body=client.V1DeleteOptions(grace_period_seconds=grace_s),
+            )
+        except KubeError as e:
+            if e.status != 404:
+                raise
+
+    def pod_log(self, namespace: str, name: str, tail: int | None) -> str:
+        kw: dict[str, int] = {"tail_lines": tail} if tail is not None else {}
+        return str(self._call(self.core.read_namespaced_pod_log, name, namespace, raw=False, **kw))
+
+    def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return list(
+            self._call(
+                self.core.list_namespaced_event,
+                namespace,
+                field_selector=f"involvedObject.name={name}",
+            )["items"]
+        )
+
+    def ensure_namespace(self, body: dict[str, Any]) -> None:
+        try:
+            self._call(self.core.create_namespace, body)
+        except KubeError as e:
+            if e.status != 409:
+                raise

@@ -1,0 +1,408 @@
+"""The kubernetes executor: one Pod per workload; kube-scheduler binds, the kubelet runs.
+
+- `start` creates the pod (`manifests.build_pod`) in the tenant's namespace (made on first
+  use), pinned to the allocation's node; 403 "exceeded quota" is a transient `StartError`
+  (the namespace's ResourceQuota is a backstop behind gpupool's own limits: when it bites,
+  pods gpupool does not manage use the quota, and that changes; the start-retry policy gives
+  up after its tries); 409 (the pod exists: a start retried after a lost answer) adopts it.
+- State comes from one list of gpupool's pods (label `app.kubernetes.io/managed-by=gpupool`)
+  per reconcile pass (`tick`): phase and container statuses give starting/running/succeeded/
+  failed with the container's exit code; a known pod that disappeared without gpupool
+  deleting it is `lost`. No watch: list-based polling once per pass (2 s by default).
+- A pod still `Pending` `pending_timeout_s` (30 s) after its start is deleted and reported
+  as `ExecState.REJECTED` with the reason from its conditions or events; the workload is
+  requeued, and the engine re-reads its nodes (`on_rejected`).
+- `stop` deletes the pod with the grace period; `tick` force-deletes (grace 0) what is still
+  there once the grace has passed on the executor's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpupool.clock import Clock
+from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes.client import KubeApi, KubeError
+from gpupool.executors.base import (
+    ExecState,
+    ExecStatus,
+    Executor,
+    ExecutorError,
+    Handle,
+    RunningProcess,
+    StartError,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Stop:
+    reason: str
+    due_at: float
+    forced: bool = False
+
+
+@dataclass
+class _Known:
+    """A pod this executor created or adopted."""
+
+    namespace: str
+    name: str
+    started_at: float
+    node: str | None = None
+    pod: dict[str, Any] | None = None
+    finished_at: float | None = None
+    final: ExecStatus | None = None
+    enforcement: dict[str, Enforcement] = field(default_factory=dict)
+
+
+def _started_at(pod: Mapping[str, Any], default: float) -> float:
+    raw = (pod.get("metadata", {}).get("annotations") or {}).get(m.STARTED_AT)
+    try:
+        return float(raw) if raw is not None else default
+    except ValueError:
+        return default
+
+
+def _container_state(pod: Mapping[str, Any]) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return dict(statuses[0].get("state") or {}) if statuses else {}
+
+
+def _node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod runs on, or the one its required node affinity pins it to."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    try:
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        return str(terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0])
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def pending_reason(pod: Mapping[str, Any], events: list[dict[str, Any]]) -> str:
+    """Why a pod is still Pending: its PodScheduled condition, its last warning event, or
+    its container's waiting reason."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason', 'Unschedulable')}: {c.get('message', '')}".strip(": ")
+    if events:
+        e = events[-1]
+        return f"{e.get('reason', '')}: {e.get('message', '')}".strip(": ")
+    waiting = _container_state(pod).get("waiting") or {}
+    if waiting:
+        return f"{waiting.get('reason', '')}: {waiting.get('message', '')}".strip(": ")
+    return "no reason given by Kubernetes"
+
+
+def status_of(workload_id: str, pod: Mapping[str, Any]) -> ExecStatus:
+    """A pod's phase and container status as an `ExecStatus` (pure)."""
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    state = _container_state(pod)
+    if phase == "Succeeded":
+        return ExecStatus(workload_id, ExecState.SUCCEEDED, exit_code=0)
+    if phase == "Failed":
+        term = state.get("terminated") or {}
+        code = term.get("exitCode")
+        reason = term.get("reason") or (pod.get("status") or {}).get("reason") or "Failed"
+        msg = (pod.get("status") or {}).get("message") or ""
+        return ExecStatus(
+            workload_id,
+            ExecState.FAILED,
+            exit_code=int(code) if code is not None else None,
+            message=f"{reason}{': ' + msg if msg else ''}",
+        )
+    if phase == "Running":
+        term = state.get("terminated")
+        if term is not None:  # the container ended, the pod not yet marked
+            code = int(term.get("exitCode", 1))
+            st = ExecState.SUCCEEDED if code == 0 else ExecState.FAILED
+            return ExecStatus(workload_id, st, exit_code=code, message=term.get("reason", ""))
+        return ExecStatus(workload_id, ExecState.RUNNING)
+    if phase == "Unknown":
+        return ExecStatus(workload_id, ExecState.RUNNING, message="the node stopped reporting")
+    return ExecStatus(workload_id, ExecState.STARTING)
+
+
+class KubernetesExecutor(Executor):
+    """Pods through `api` (see the module docstring). `on_rejected(node)` is called when a
+    pod that stayed Pending is given up (the engine re-reads that node's capacity)."""
+
+    name = "kubernetes"
+    adopts_work = True
+
+    def __init__(
+        self,
+        api: KubeApi,
+        clock: Clock,
+        settings: m.PodSettings | None = None,
+        *,
+        pending_timeout_s: float = 30.0,
+        allocatable: Callable[[str], tuple[Mapping[str, str], int]] | None = None,
+        on_rejected: Callable[[str | None], None] | None = None,
+    ):
+        self.api = api
+        self.clock = clock
+        self.settings = settings or m.PodSettings()
+        self.pending_timeout_s = pending_timeout_s
+        #: node -> (its allocatable resources, its sharing replicas), from the inventory
+        self.allocatable = allocatable or (lambda node: ({}, 1))
+        self.on_rejected = on_rejected or (lambda node: None)
+        self._known: dict[str, _Known] = {}
+        self._stops: dict[str, _Stop] = {}
+        self._namespaces: set[str] = set()
+        self._listed = False
+
+    # -- start -------------------------------------------------------------------------
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        node = allocation.node if allocation is not None else None
+        now = self.clock.now()
+        enforcement: dict[str, Enforcement] = {}
+        try:
+            alloc_res, replicas = self.allocatable(node) if node else ({}, 1)
+            limits, shared = m.gpu_resources(allocation, alloc_res, replicas)
+            for s in allocation.shares if allocation else ():
+                enforcement[s.gpu_uuid] = shared if shared is not None else s.enforcement
+            pod = m.build_pod(
+                workload,
+                allocation,
+                self.settings,
+                node=node,
+                gpu_limits=limits,
+                enforcement=enforcement,
+                started_at=now,
+                env=env,
+            )
+        except m.ManifestError as e:
+            raise StartError(str(e), permanent=True) from None
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            if ns not in self._namespaces:
+                self.api.ensure_namespace(m.namespace_manifest(ns, workload.tenant))
+                self._namespaces.add(ns)
+            created = self.api.create_pod(ns, pod)
+        except KubeError as e:
+            if e.status == 409:
+                created = self._adopt_existing(workload.id, ns, name)
+            elif e.status == 403 and "exceeded quota" in str(e):
+                raise StartError(
+                    f"the namespace {ns}'s ResourceQuota refused the pod ({e}); gpupool "
+                    "retries; raise the quota to at least the tenant's GPU limit"
+                ) from None
+            else:
+                raise StartError(f"Kubernetes refused the pod {ns}/{name}: {e}") from None
+        self._known[workload.id] = _Known(
+            ns, name, _started_at(created, now), node, created, enforcement=enforcement
+        )
+        self._stops.pop(workload.id, None)
+        return Handle(workload.id, self.name, f"{ns}/{name}", now, enforcement)
+
+    def _adopt_existing(self, workload_id: str, ns: str, name: str) -> dict[str, Any]:
+        existing = self.api.get_pod(ns, name)
+        labels = (existing or {}).get("metadata", {}).get("labels") or {}
+        if existing is None or labels.get(m.WORKLOAD) != m.label_value(workload_id):
+            raise StartError(f"a pod {ns}/{name} exists that gpupool did not create for it")
+        return existing
+
+    # -- state ---------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """One list of gpupool's pods: adopt what is new, note what vanished."""
+        try:
+            pods = self.api.list_pods(m.SELECTOR)
+        except KubeError as e:
+            raise ExecutorError(f"listing gpupool's pods failed: {e}") from None
+        self._listed = True
+        now = self.clock.now()
+        seen: set[str] = set()
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            wid = (meta.get("annotations") or {}).get(m.WORKLOAD)
+            if not wid:
+                continue
+            seen.add(wid)
+            k = self._known.get(wid)
+            if k is None:
+                k = self._known[wid] = _Known(
+                    meta.get("namespace", ""), meta.get("name", ""), _started_at(pod, now)
+                )
+            k.node = k.node or _node_of(pod)
+            k.pod = pod
+            st = status_of(wid, pod)
+            if st.state.finished and k.finished_at is None:
+                k.finished_at = now
+        for wid, k in self._known.items():
+            if wid not in seen and k.pod is not None and k.final is None:
+                k.final = self._vanished(wid, k)
+                k.pod = None
+                k.finished_at = k.finished_at or now
+
+    def _vanished(self, wid: str, k: _Known) -> ExecStatus:
+        last = status_of(wid, k.pod or {})
+        stop = self._stops.get(wid)
+        if last.state.finished:
+            return last
+        if stop is not None:
+            code = 137 if stop.forced else 143
+            return ExecStatus(
+                wid,
+                ExecState.FAILED,
+                exit_code=code,
+                message="the pod was deleted",
+                stop_reason=stop.reason,
+            )
+        return ExecStatus(
+            wid,
+            ExecState.LOST,
+            message=f"the pod {k.namespace}/{k.name} was deleted outside gpupool",
+        )
+
+    def poll(self, workload_id: str) -> ExecStatus:
+        if not self._listed:
+            self.refresh()
+        k = self._known.get(workload_id)
+        if k is None:
+            return ExecStatus.unknown(workload_id)
+        stop = self._stops.get(workload_id)
+        if k.final is not None:
+            st = k.final
+        elif k.pod is None:
+            return ExecStatus.unknown(workload_id)
+        else:
+            st = status_of(workload_id, k.pod)
+        if stop is not None and st.stop_reason is None:
+            st = ExecStatus(
+                st.workload_id,
+                st.state,
+                st.exit_code,
+                st.started_at,
+                st.finished_at,
+                st.message,
+                stop.reason,
+            )
+        return st
+
+    def tick(self) -> None:
+        self.refresh()
+        now = self.clock.now()
+        for wid, stop in list(self._stops.items()):
+            k = self._known.get(wid)
+            if k is None or k.pod is None or stop.forced or now < stop.due_at:
+                continue
+            try:
+                self.api.delete_pod(k.namespace, k.name, 0)
+                stop.forced = True
+            except KubeError as e:
+                log.warning("force-deleting pod %s/%s failed: %s", k.namespace, k.name, e)
+        for wid, k in self._known.items():
+            if k.pod is None or k.final is not None or wid in self._stops:
+                continue
+            if status_of(wid, k.pod).state is not ExecState.STARTING:
+                continue
+            if now - k.started_at < self.pending_timeout_s:
+                continue
+            self._reject(wid, k, now)
+
+    def _reject(self, wid: str, k: _Known, now: float) -> None:
+        pod = k.pod or {}
+        try:
+            events = self.api.pod_events(k.namespace, k.name)
+        except KubeError:
+            events = []
+        reason = pending_reason(pod, events)
+        waited = int(now - k.started_at)
+        try:
+            self.api.delete_pod(k.namespace, k.name, 0)
+        except KubeError as e:
+            log.warning("deleting the stuck pod %s/%s failed: %s", k.namespace, k.name, e)
+            return
+        k.final = ExecStatus(
+            wid,
+            ExecState.REJECTED,
+            message=f"the pod stayed Pending for {waited} s ({reason}); requeued",
+        )
+        k.pod = None
+        k.finished_at = now
+        self.on_rejected(k.node)
+
+    # -- stop, adoption, logs, pruning ---------------------------------------------------------
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        k = self._known.get(workload_id)
+        if k is None or k.final is not None or workload_id in self._stops:
+            return
+        if k.pod is not None and status_of(workload_id, k.pod).state.finished:
+            return
+        grace = max(0, math.ceil(grace_s))
+        try:
+            self.api.delete_pod(k.namespace, k.name, grace)
+        except KubeError as e:
+            raise ExecutorError(f"deleting pod {k.namespace}/{k.name} failed: {e}") from None
+        self._stops[workload_id] = _Stop(reason, self.clock.now() + grace_s, forced=grace == 0)
+
+    def list_running(self) -> list[RunningProcess]:
+        """From the list of this pass (`tick` runs first in every reconcile pass); listed
+        now when no list was made yet (a new server adopting work)."""
+        if not self._listed:
+            self.refresh()
+        out = []
+        for wid, k in self._known.items():
+            if k.pod is None or not status_of(wid, k.pod).state.alive:
+                continue
+            ann = (k.pod.get("metadata") or {}).get("annotations") or {}
+            uuids = tuple(u for u in ann.get(m.UUIDS, "").split(",") if u)
+            out.append(
+                RunningProcess(wid, f"{k.namespace}/{k.name}", k.started_at, k.namespace, uuids)
+            )
+        return out
+
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        k = self._known.get(workload_id)
+        if k is None:
+            raise ExecutorError(f"no pod is known for workload {workload_id}")
+        try:
+            return self.api.pod_log(k.namespace, k.name, tail)
+        except KubeError as e:
+            raise ExecutorError(
+                f"reading the log of pod {k.namespace}/{k.name} failed: {e}"
+            ) from None
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """Delete the pods (and so the logs) of work that ended `older_than_s` ago."""
+        now = self.clock.now() if now is None else now
+        gone = []
+        for wid, k in list(self._known.items()):
+            if k.finished_at is None or now - k.finished_at < older_than_s:
+                continue
+            if k.pod is not None:
+                try:
+                    self.api.delete_pod(k.namespace, k.name, 0)
+                except KubeError:
+                    continue
+            del self._known[wid]
+            self._stops.pop(wid, None)
+            gone.append(wid)
+        return gone
+
+    def gpu_indexes_by_node(self) -> dict[str, set[int]]:
+        """The GPU indexes gpupool's live pods hold, per node (for the inventory)."""
+        out: dict[str, set[int]] = {}
+        for k in self._known.values():
+            if k.pod is None or k.final is not None or not k.node:
+                continue
+            ann = (k.pod.get("metadata") or {}).get("annotations") or {}
+            idx = {int(i) for i in ann.get(m.GPUS, "").split(",") if i.strip().isdigit()}
+            out.setdefault(k.node, set()).update(idx)
+        return out

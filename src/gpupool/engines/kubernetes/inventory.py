@@ -1,0 +1,181 @@
+"""Nodes and GPUs from the Kubernetes API (pure: objects in, domain nodes out).
+
+One domain `Node` per Kubernetes Node that offers GPUs (`nvidia.com/gpu` or
+`nvidia.com/gpu.shared` allocatable):
+
+- GPU count: GPU Feature Discovery's `nvidia.com/gpu.count`, else allocatable
+  `nvidia.com/gpu` (divided by `nvidia.com/gpu.replicas` when time-slicing shares it);
+  model from `nvidia.com/gpu.product`, memory (MiB) from `nvidia.com/gpu.memory`;
+  UUIDs are gpupool's own (`k8s:<node>:<index>`): the device plugin, not gpupool, picks the
+  device, so a GPU index is a slot of the node's capacity, not a particular board;
+- sharing: `shared` when the node advertises a time-sliced resource (replicas > 1 or
+  `nvidia.com/gpu.shared`), else `exclusive`; `mig` when `nvidia.com/mig.strategy` is
+  `single` (each MIG slice is then one `nvidia.com/gpu`);
+- state: cordoned (`spec.unschedulable`) -> draining; Ready condition not True -> down;
+- capacity used outside gpupool: GPUs requested by live pods gpupool did not create are
+  taken. The domain has no "held by someone else" state, and the scheduler must not learn
+  one, so that many GPU slots (those no gpupool pod holds, highest index first) are reported
+  `unhealthy` (the scheduler places nothing there) and the node is labelled
+  `gpupool.dev/outside-gpus=<n>` so the dashboard and `gpupool nodes` show why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
+from gpupool.engines.kubernetes import manifests as m
+
+PRODUCT = "nvidia.com/gpu.product"
+MEMORY = "nvidia.com/gpu.memory"
+COUNT = "nvidia.com/gpu.count"
+REPLICAS = "nvidia.com/gpu.replicas"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+OUTSIDE = "gpupool.dev/outside-gpus"
+
+_UNITS = {
+    "Ki": 1 / 1024,
+    "Mi": 1,
+    "Gi": 1024,
+    "Ti": 1024 * 1024,
+    "K": 1e3 / 2**20,
+    "M": 1e6 / 2**20,
+    "G": 1e9 / 2**20,
+    "": 1 / 2**20,
+}
+
+
+def cpu_milli(q: str | None) -> int:
+    """A CPU quantity ("16", "500m") in milli-CPU."""
+    if not q:
+        return 0
+    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
+
+
+def memory_mib(q: str | None) -> int:
+    """A memory quantity ("64Gi", "1000Mi", "8e9") in MiB."""
+    if not q:
+        return 0
+    match = re.fullmatch(r"([0-9.e+]+)(Ki|Mi|Gi|Ti|K|M|G)?", q)
+    if not match:
+        return 0
+    return int(float(match.group(1)) * _UNITS[match.group(2) or ""])
+
+
+def _int(v: Any, default: int = 0) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def node_state(node: Mapping[str, Any]) -> NodeState:
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    if not ready:
+        return NodeState.DOWN
+    if (node.get("spec") or {}).get("unschedulable"):
+        return NodeState.DRAINING
+    return NodeState.READY
+
+
+def replicas_of(node: Mapping[str, Any]) -> int:
+    return max(1, _int(((node.get("metadata") or {}).get("labels") or {}).get(REPLICAS), 1))
+
+
+def _gpus_requested(pod: Mapping[str, Any], replicas: int) -> int:
+    n = 0.0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        for part in ("limits", "requests"):
+            q = res.get(part) or {}
+            if m.GPU in q or m.GPU_SHARED in q:
+                n += _int(q.get(m.GPU)) / replicas + _int(q.get(m.GPU_SHARED)) / replicas
+                break
+    return math.ceil(n)
+
+
+def outside_use(pods: Iterable[Mapping[str, Any]], replicas: Mapping[str, int]) -> dict[str, int]:
+    """GPUs per node requested by live pods gpupool did not create."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(m.MANAGED_BY) == "gpupool":
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        n = _gpus_requested(pod, replicas.get(node, 1))
+        if n:
+            out[node] = out.get(node, 0) + n
+    return out
+
+
+def to_node(node: Mapping[str, Any], outside: int = 0, held: Iterable[int] = ()) -> Node | None:
+    """The domain node of a Kubernetes Node (None: it offers no GPU). `outside`: GPUs taken by
+    pods gpupool did not create; `held`: GPU indexes gpupool's own pods hold there."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    replicas = replicas_of(node)
+    shared = _int(alloc.get(m.GPU_SHARED))
+    plain = _int(alloc.get(m.GPU))
+    count = _int(labels.get(COUNT)) or (plain + shared) // replicas
+    if count <= 0:
+        return None
+    name = meta["name"]
+    if labels.get(MIG_STRATEGY) == "single":
+        sharing = SharingMode.MIG
+    elif replicas > 1 or shared:
+        sharing = SharingMode.SHARED
+    else:
+        sharing = SharingMode.EXCLUSIVE
+    held_set = set(held)
+    free_slots = [i for i in reversed(range(count)) if i not in held_set]
+    taken = set(free_slots[: max(0, outside)])
+    gpus = tuple(
+        GPU(
+            index=i,
+            uuid=f"k8s:{name}:{i}",
+            model=labels.get(PRODUCT, "NVIDIA GPU"),
+            memory_mib=max(1, _int(labels.get(MEMORY), 1)),
+            sharing=sharing,
+            health=GPUHealth.UNHEALTHY if i in taken else GPUHealth.HEALTHY,
+        )
+        for i in range(count)
+    )
+    extra = {OUTSIDE: str(outside)} if outside else {}
+    keep = {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
+    return Node(
+        name,
+        gpus,
+        cpu_milli=cpu_milli(alloc.get("cpu")),
+        memory_mib=memory_mib(alloc.get("memory")),
+        labels=tuple(sorted({**keep, **extra}.items())),
+        state=node_state(node),
+    )
+
+
+def nodes_from(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    held: Mapping[str, set[int]] | None = None,
+) -> list[Node]:
+    """Every GPU node of `nodes`, with the GPUs `pods` (live pods of the cluster) take
+    outside gpupool marked as taken (see the module docstring)."""
+    nodes = list(nodes)
+    outside = outside_use(pods, {n["metadata"]["name"]: replicas_of(n) for n in nodes})
+    out = []
+    for n in nodes:
+        name = n["metadata"]["name"]
+        d = to_node(n, outside.get(name, 0), (held or {}).get(name, ()))
+        if d is not None:
+            out.append(d)
+    return out

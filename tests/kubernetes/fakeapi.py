@@ -1,0 +1,546 @@
+"""A stateful fake Kubernetes API server over real HTTP, for the kubernetes engine's tests.
+
+The subset of core/v1 the engine uses: nodes (list), namespaces (create/get), pods
+(create/get/list/patch/delete/log, labelSelector and fieldSelector `spec.nodeName`),
+events (list, fieldSelector `involvedObject.name`) and resourcequotas (list; a pod create
+over a quota's `requests.nvidia.com/gpu` is answered 403 "exceeded quota", as the real
+admission plugin does). Nothing schedules: kube-scheduler's and the kubelet's part is
+scripted by the test through `FakeKube` (bind a pod, set its phase, exit code, events; make
+a node NotReady or cordoned; delete a pod behind gpupool's back).
+
+Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
+talks to it through `FakeKube.client()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+GPU = "nvidia.com/gpu"
+
+
+def _status(code: int, reason: str, message: str) -> JSONResponse:
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    return JSONResponse(body, status_code=code)
+
+
+def _match_labels(labels: dict[str, str], selector: str | None) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        term = term.strip()
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.split("=", 1)
+            if labels.get(k.rstrip("=")) != v.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(obj: dict[str, Any], path: str) -> Any:
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return cur
+
+
+def _match_fields(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if str(_field(obj, k) or "") == v:
+                return False
+        else:
+            k, v = term.split("=", 1)
+            if str(_field(obj, k.rstrip("=")) or "") != v.lstrip("="):
+                return False
+    return True
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """JSON merge patch (RFC 7386); strategic merge treated the same for the maps we patch."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+    return target
+
+
+def _gpu_request(pod: dict[str, Any]) -> int:
+    n = 0
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources") or {}
+        q = (res.get("requests") or {}).get(GPU) or (res.get("limits") or {}).get(GPU)
+        n += int(q or 0)
+    return n
+
+
+class FakeKube:
+    """The fake API server's state and the test's control handle."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[tuple[str, str], str] = {}
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request
+        self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
+        self._rv = itertools.count(1)
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> FakeKube:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        config = uvicorn.Config(
+            self.app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fake API server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self) -> Any:
+        """An official `kubernetes.client.ApiClient` pointed at this server."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.url
+        return client.ApiClient(cfg)
+
+    def kubeconfig(self, path: Any) -> None:
+        """Write a kubeconfig file for this server at `path`."""
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "t"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+
+    # -- control handle ---------------------------------------------------------------
+    def rv(self) -> str:
+        return str(next(self._rv))
+
+    def add_node(
+        self,
+        name: str,
+        gpus: int = 0,
+        *,
+        labels: dict[str, str] | None = None,
+        extra: dict[str, str] | None = None,
+        ready: bool = True,
+    ) -> None:
+        alloc = {"cpu": "16", "memory": "64Gi", GPU: str(gpus), **(extra or {})}
+        with self.lock:
+            self.nodes[name] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "uid": str(uuid.uuid4()),
+                    "resourceVersion": self.rv(),
+                    "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                },
+                "spec": {},
+                "status": {
+                    "capacity": dict(alloc),
+                    "allocatable": dict(alloc),
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                },
+            }
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        with self.lock:
+            self.nodes[name]["status"]["conditions"] = [
+                {"type": "Ready", "status": "True" if ready else "False"}
+            ]
+
+    def cordon(self, name: str, cordoned: bool = True) -> None:
+        with self.lock:
+            self.nodes[name]["spec"]["unschedulable"] = cordoned
+
+    def add_quota(self, namespace: str, name: str, gpus: int) -> None:
+        with self.lock:
+            self.quotas[(namespace, name)] = {
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"hard": {f"requests.{GPU}": str(gpus)}},
+            }
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            return copy.deepcopy(self.pods[(namespace, name)])
+
+    def pods_of(self, label_selector: str = "") -> list[dict[str, Any]]:
+        with self.lock:
+            return [
+                copy.deepcopy(p)
+                for p in self.pods.values()
+                if _match_labels(p["metadata"].get("labels") or {}, label_selector)
+            ]
+
+    def add_pod(self, pod: dict[str, Any]) -> None:
+        """A pod created by someone else than gpupool (kubectl, another controller)."""
+        with self.lock:
+            self._store_pod(pod["metadata"].get("namespace", "default"), pod)
+
+    def set_phase(
+        self,
+        namespace: str,
+        name: str,
+        phase: str,
+        *,
+        node: str | None = None,
+        exit_code: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """What kube-scheduler and the kubelet would do: bind, run, terminate."""
+        with self.lock:
+            p = self.pods[(namespace, name)]
+            p["metadata"]["resourceVersion"] = self.rv()
+            if node is not None:
+                p["spec"]["nodeName"] = node
+            st = p.setdefault("status", {})
+            st["phase"] = phase
+            cname = p["spec"]["containers"][0]["name"]
+            if phase == "Running":
+                st["startTime"] = "2026-11-25T10:00:00Z"
+                state: dict[str, Any] = {"running": {"startedAt": "2026-11-25T10:00:01Z"}}
+            elif phase in ("Succeeded", "Failed"):
+                state = {
+                    "terminated": {
+                        "exitCode": exit_code if exit_code is not None else 0,
+                        "reason": reason or ("Completed" if exit_code in (0, None) else "Error"),
+                        "startedAt": "2026-11-25T10:00:01Z",
+                        "finishedAt": "2026-11-25T10:01:00Z",
+                    }
+                }
+            else:
+                state = {"waiting": {"reason": reason or "ContainerCreating"}}
+            st["containerStatuses"] = [
+                {
+                    "name": cname,
+                    "ready": phase == "Running",
+                    "restartCount": 0,
+                    "image": "x",
+                    "imageID": "",
+                    "state": state,
+                }
+            ]
+
+    def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
+        """kube-scheduler could not place it: a PodScheduled=False condition and an event."""
+        with self.lock:
+            p = self.pods[(namespace, name)]
+            p.setdefault("status", {})["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ]
+            self.add_event(namespace, name, "FailedScheduling", message)
+
+    def add_event(self, namespace: str, pod: str, reason: str, message: str) -> None:
+        with self.lock:
+            self.events.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"name": f"{pod}.{len(self.events)}", "namespace": namespace},
+                    "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+                    "reason": reason,
+                    "message": message,
+                    "type": "Warning",
+                    "count": 1,
+                }
+            )
+
+    def vanish(self, namespace: str, name: str) -> None:
+        """Delete a pod behind gpupool's back (kubectl delete --force)."""
+        with self.lock:
+            self.pods.pop((namespace, name), None)
+
+    def write_log(self, namespace: str, name: str, text: str) -> None:
+        with self.lock:
+            self.logs[(namespace, name)] = self.logs.get((namespace, name), "") + text
+
+    # -- the server --------------------------------------------------------------------
+    def _store_pod(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        pod = copy.deepcopy(body)
+        meta = pod.setdefault("metadata", {})
+        meta["namespace"] = ns
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta["resourceVersion"] = self.rv()
+        meta.setdefault("creationTimestamp", "2026-11-25T10:00:00Z")
+        pod.setdefault("apiVersion", "v1")
+        pod.setdefault("kind", "Pod")
+        pod.setdefault("status", {}).setdefault("phase", "Pending")
+        self.pods[(ns, meta["name"])] = pod
+        return pod
+
+    def _quota_refusal(self, ns: str, pod: dict[str, Any]) -> str | None:
+        want = _gpu_request(pod)
+        if not want or not any(qns == ns for qns, _ in self.quotas):
+            return None
+        used = sum(
+            _gpu_request(p)
+            for (pns, _), p in self.pods.items()
+            if pns == ns and p["status"].get("phase") not in ("Succeeded", "Failed")
+        )
+        for (qns, qname), q in self.quotas.items():
+            hard = q["spec"]["hard"].get(f"requests.{GPU}")
+            if qns == ns and hard is not None and used + want > int(hard):
+                return (
+                    f'pods "{pod["metadata"]["name"]}" is forbidden: exceeded quota: {qname}, '
+                    f"requested: requests.{GPU}={want}, used: requests.{GPU}={used}, "
+                    f"limited: requests.{GPU}={hard}"
+                )
+        return None
+
+    def app(self) -> Starlette:
+        def record(request: Request) -> None:
+            self.requests.append((request.method, request.url.path))
+
+        async def nodes(request: Request) -> Response:
+            record(request)
+            q = request.query_params
+            with self.lock:
+                items = [
+                    copy.deepcopy(n)
+                    for n in self.nodes.values()
+                    if _match_labels(n["metadata"]["labels"], q.get("labelSelector"))
+                ]
+            return JSONResponse(
+                {
+                    "apiVersion": "v1",
+                    "kind": "NodeList",
+                    "metadata": {"resourceVersion": self.rv()},
+                    "items": items,
+                }
+            )
+
+        async def namespaces(request: Request) -> Response:
+            record(request)
+            body = await request.json()
+            name = body["metadata"]["name"]
+            with self.lock:
+                if name in self.namespaces:
+                    return _status(409, "AlreadyExists", f'namespaces "{name}" already exists')
+                body.setdefault("status", {"phase": "Active"})
+                body["metadata"]["resourceVersion"] = self.rv()
+                self.namespaces[name] = body
+            return JSONResponse(body, status_code=201)
+
+        async def namespace(request: Request) -> Response:
+            record(request)
+            name = request.path_params["name"]
+            with self.lock:
+                if name not in self.namespaces:
+                    return _status(404, "NotFound", f'namespaces "{name}" not found')
+                return JSONResponse(self.namespaces[name])
+
+        def list_pods(ns: str | None, request: Request) -> Response:
+            q = request.query_params
+            with self.lock:  # encoded under the lock: no copies of 5,000 pods
+                items = [
+                    p
+                    for (pns, _), p in self.pods.items()
+                    if (ns is None or pns == ns)
+                    and _match_labels(p["metadata"].get("labels") or {}, q.get("labelSelector"))
+                    and _match_fields(p, q.get("fieldSelector"))
+                ]
+                body = json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PodList",
+                        "metadata": {"resourceVersion": self.rv()},
+                        "items": items,
+                    }
+                )
+            return Response(body, media_type="application/json")
+
+        async def all_pods(request: Request) -> Response:
+            record(request)
+            return list_pods(None, request)
+
+        async def ns_pods(request: Request) -> Response:
+            record(request)
+            ns = request.path_params["ns"]
+            if request.method == "GET":
+                return list_pods(ns, request)
+            body = await request.json()
+            name = body.get("metadata", {}).get("name")
+            with self.lock:
+                if ns not in self.namespaces:
+                    return _status(404, "NotFound", f'namespaces "{ns}" not found')
+                if (ns, name) in self.pods:
+                    return _status(409, "AlreadyExists", f'pods "{name}" already exists')
+                refusal = self._quota_refusal(ns, body)
+                if refusal is not None:
+                    return _status(403, "Forbidden", refusal)
+                pod = self._store_pod(ns, body)
+                return JSONResponse(copy.deepcopy(pod), status_code=201)
+
+        async def ns_pod(request: Request) -> Response:
+            record(request)
+            ns, name = request.path_params["ns"], request.path_params["name"]
+            key = (ns, name)
+            with self.lock:
+                if key not in self.pods:
+                    return _status(404, "NotFound", f'pods "{name}" not found')
+                if request.method == "GET":
+                    return JSONResponse(copy.deepcopy(self.pods[key]))
+            if request.method == "PATCH":
+                patch = await request.json()
+                with self.lock:
+                    pod = self.pods[key]
+                    if isinstance(patch, list):  # JSON patch: the ops we need
+                        for op in patch:
+                            parts = [p for p in op["path"].split("/") if p]
+                            cur: Any = pod
+                            for part in parts[:-1]:
+                                cur = cur[int(part)] if isinstance(cur, list) else cur[part]
+                            if op["op"] == "remove":
+                                if isinstance(cur, list):
+                                    cur.pop(int(parts[-1]))
+                                else:
+                                    cur.pop(parts[-1], None)
+                            else:
+                                cur[parts[-1]] = op["value"]
+                    else:
+                        _merge(pod, patch)
+                    pod["metadata"]["resourceVersion"] = self.rv()
+                    return JSONResponse(copy.deepcopy(pod))
+            # DELETE
+            grace = None
+            raw = await request.body()
+            if raw:
+                opts = json.loads(raw)
+                grace = opts.get("gracePeriodSeconds")
+            if grace is None and "gracePeriodSeconds" in request.query_params:
+                grace = int(request.query_params["gracePeriodSeconds"])
+            with self.lock:
+                self.deletes.append((ns, name, grace))
+                pod = self.pods[key]
+                if grace == 0 or pod["status"].get("phase") in ("Succeeded", "Failed", "Pending"):
+                    self.pods.pop(key)
+                else:  # graceful: the kubelet sends SIGTERM; the test decides when it ends
+                    pod["metadata"]["deletionTimestamp"] = "2026-11-25T10:05:00Z"
+                    pod["metadata"]["deletionGracePeriodSeconds"] = grace
+                return JSONResponse(copy.deepcopy(pod))
+
+        async def pod_log(request: Request) -> Response:
+            record(request)
+            ns, name = request.path_params["ns"], request.path_params["name"]
+            with self.lock:
+                if (ns, name) not in self.pods:
+                    return _status(404, "NotFound", f'pods "{name}" not found')
+                text = self.logs.get((ns, name), "")
+            tail = request.query_params.get("tailLines")
+            if tail is not None:
+                lines = text.splitlines(keepends=True)
+                text = "".join(lines[-int(tail) :]) if int(tail) else ""
+            return PlainTextResponse(text)
+
+        async def events(request: Request) -> Response:
+            record(request)
+            ns = request.path_params["ns"]
+            fs = request.query_params.get("fieldSelector")
+            with self.lock:
+                items = [
+                    copy.deepcopy(e)
+                    for e in self.events
+                    if e["metadata"]["namespace"] == ns and _match_fields(e, fs)
+                ]
+            return JSONResponse(
+                {"apiVersion": "v1", "kind": "EventList", "metadata": {}, "items": items}
+            )
+
+        async def quotas(request: Request) -> Response:
+            record(request)
+            ns = request.path_params["ns"]
+            with self.lock:
+                items = [copy.deepcopy(q) for (qns, _), q in self.quotas.items() if qns == ns]
+            return JSONResponse(
+                {"apiVersion": "v1", "kind": "ResourceQuotaList", "metadata": {}, "items": items}
+            )
+
+        return Starlette(
+            routes=[
+                Route("/api/v1/nodes", nodes),
+                Route("/api/v1/namespaces", namespaces, methods=["POST"]),
+                Route("/api/v1/namespaces/{name}", namespace),
+                Route("/api/v1/pods", all_pods),
+                Route("/api/v1/namespaces/{ns}/pods", ns_pods, methods=["GET", "POST"]),
+                Route(
+                    "/api/v1/namespaces/{ns}/pods/{name}",
+                    ns_pod,
+                    methods=["GET", "PATCH", "DELETE"],
+                ),
+                Route("/api/v1/namespaces/{ns}/pods/{name}/log", pod_log),
+                Route("/api/v1/namespaces/{ns}/events", events),
+                Route("/api/v1/namespaces/{ns}/resourcequotas", quotas),
+            ]
+        )

@@ -1,0 +1,117 @@
+"""Nodes from the Kubernetes API: GFD labels, cordon/NotReady, GPUs used outside gpupool."""
+
+from __future__ import annotations
+
+from gpupool.domain import GPUHealth, NodeState, SharingMode
+from gpupool.engines.base import EngineEnv
+from gpupool.engines.kubernetes import KubernetesEngine
+from gpupool.engines.kubernetes.inventory import memory_mib
+
+GFD = {
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.memory": "81559",
+    "nvidia.com/gpu.count": "4",
+}
+
+
+def _engine(kube, clock) -> KubernetesEngine:
+    engine = KubernetesEngine(api_client=kube.client())
+    engine.open(EngineEnv(clock))
+    return engine
+
+
+def test_gpu_nodes_with_gfd_labels(kube, clock):
+    kube.add_node("n1", 4, labels=GFD)
+    kube.add_node("cpu-only", 0)
+    kube.add_node(
+        "ts",
+        0,
+        labels={"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.count": "2"},
+        extra={"nvidia.com/gpu.shared": "8"},
+    )
+    nodes = {n.name: n for n in _engine(kube, clock).inventory()}
+    assert set(nodes) == {"n1", "ts"}
+    n1 = nodes["n1"]
+    assert [g.uuid for g in n1.gpus] == [f"k8s:n1:{i}" for i in range(4)]
+    assert {g.model for g in n1.gpus} == {"NVIDIA-H100-80GB-HBM3"}
+    assert {g.memory_mib for g in n1.gpus} == {81559}
+    assert {g.sharing for g in n1.gpus} == {SharingMode.EXCLUSIVE}
+    assert n1.cpu_milli == 16000 and n1.memory_mib == 65536 and n1.state is NodeState.READY
+    assert len(nodes["ts"].gpus) == 2 and nodes["ts"].gpus[0].sharing is SharingMode.SHARED
+
+
+def test_cordoned_is_draining_and_not_ready_is_down(kube, clock):
+    kube.add_node("a", 1)
+    kube.add_node("b", 1)
+    engine = _engine(kube, clock)
+    kube.cordon("a")
+    kube.set_node_ready("b", False)
+    states = {n.name: n.state for n in engine.inventory()}
+    assert states == {"a": NodeState.DRAINING, "b": NodeState.DOWN}
+
+
+def test_gpus_used_by_pods_gpupool_did_not_create_are_taken(kube, clock):
+    kube.add_node("n1", 4, labels=GFD)
+    kube.namespaces["ml"] = {"metadata": {"name": "ml"}}
+    kube.add_pod(
+        {
+            "metadata": {"name": "other", "namespace": "ml", "labels": {}},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+                ],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    kube.add_pod(
+        {  # finished: holds nothing
+            "metadata": {"name": "done", "namespace": "ml", "labels": {}},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ],
+            },
+            "status": {"phase": "Succeeded"},
+        }
+    )
+    (n1,) = _engine(kube, clock).inventory()
+    health = [g.health for g in n1.gpus]
+    assert health == [GPUHealth.HEALTHY] * 2 + [GPUHealth.UNHEALTHY] * 2
+    assert n1.label_map["gpupool.dev/outside-gpus"] == "2"
+
+
+def test_outside_use_spares_the_slots_gpupools_own_pods_hold(kube, clock):
+    from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
+
+    kube.add_node("n1", 2, labels={"nvidia.com/gpu.count": "2"})
+    engine = _engine(kube, clock)
+    share = Share("n1", 1, "k8s:n1:1", 1000, 1, Enforcement.HARDWARE)
+    assert engine.executor is not None
+    engine.executor.start(
+        Workload("w1", "lab", "ann", Request(gpus=1), command=("x",)),
+        Allocation("w1", "n1", (share,), 0.0),
+    )
+    kube.add_pod(
+        {
+            "metadata": {"name": "other", "namespace": "default", "labels": {}},
+            "spec": {
+                "nodeName": "n1",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                ],
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    kube.set_phase("gpupool-lab", "gp-w1", "Running", node="n1")
+    engine.executor.tick()
+    (n1,) = engine.inventory()
+    assert [g.health for g in n1.gpus] == [GPUHealth.UNHEALTHY, GPUHealth.HEALTHY]
+
+
+def test_quantities():
+    assert memory_mib("64Gi") == 65536 and memory_mib("1024Ki") == 1
+    assert memory_mib("1000Mi") == 1000
