@@ -2,10 +2,12 @@
 
 The subset of core/v1 the engine uses: nodes (list), namespaces (create/get), pods
 (create/get/list/patch/delete/log, labelSelector and fieldSelector `spec.nodeName`),
-events (list, fieldSelector `involvedObject.name`) and resourcequotas (list; a pod create
-over a quota's `requests.nvidia.com/gpu` is answered 403 "exceeded quota", as the real
-admission plugin does). Nothing schedules: kube-scheduler's and the kubelet's part is
-scripted by the test through `FakeKube` (bind a pod, set its phase, exit code, events; make
+events (list, fieldSelector `involvedObject.name`), namespaces (create/get/patch) and the
+tenancy objects: resourcequotas, persistentvolumeclaims (core/v1), rolebindings
+(rbac.authorization.k8s.io/v1) and networkpolicies (networking.k8s.io/v1), each with
+create/get/list/patch (merge)/delete. A pod create over a quota's `requests.nvidia.com/gpu`
+is answered 403 "exceeded quota", as the real admission plugin does. Nothing schedules:
+kube-scheduler's and the kubelet's part is scripted by the test through `FakeKube` (bind a pod, set its phase, exit code, events; make
 a node NotReady or cordoned; delete a pod behind gpupool's back).
 
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
@@ -119,6 +121,13 @@ class FakeKube:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        #: the namespaced tenancy objects by resource (plural), `quotas` among them
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
+            "resourcequotas": self.quotas,
+            "persistentvolumeclaims": {},
+            "rolebindings": {},
+            "networkpolicies": {},
+        }
         self.logs: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
@@ -396,10 +405,71 @@ class FakeKube:
         async def namespace(request: Request) -> Response:
             record(request)
             name = request.path_params["name"]
+            patch = await request.json() if request.method == "PATCH" else None
             with self.lock:
                 if name not in self.namespaces:
                     return _status(404, "NotFound", f'namespaces "{name}" not found')
-                return JSONResponse(self.namespaces[name])
+                if patch is not None:
+                    _merge(self.namespaces[name], patch)
+                    self.namespaces[name]["metadata"]["resourceVersion"] = self.rv()
+                return JSONResponse(copy.deepcopy(self.namespaces[name]))
+
+        def kinds(resource: str) -> tuple[str, str]:
+            kind = {
+                "resourcequotas": "ResourceQuota",
+                "persistentvolumeclaims": "PersistentVolumeClaim",
+                "rolebindings": "RoleBinding",
+                "networkpolicies": "NetworkPolicy",
+            }[resource]
+            group = {
+                "rolebindings": "rbac.authorization.k8s.io/v1",
+                "networkpolicies": "networking.k8s.io/v1",
+            }.get(resource, "v1")
+            return kind, group
+
+        async def collection(request: Request) -> Response:
+            record(request)
+            ns, res = request.path_params["ns"], request.path_params["res"]
+            if res not in self.objects:
+                return _status(404, "NotFound", f"the server could not find {res}")
+            kind, group = kinds(res)
+            store = self.objects[res]
+            if request.method == "GET":
+                with self.lock:
+                    items = [copy.deepcopy(o) for (ons, _), o in store.items() if ons == ns]
+                return JSONResponse(
+                    {"apiVersion": group, "kind": f"{kind}List", "metadata": {}, "items": items}
+                )
+            body = await request.json()
+            name = body.get("metadata", {}).get("name")
+            with self.lock:
+                if ns not in self.namespaces:
+                    return _status(404, "NotFound", f'namespaces "{ns}" not found')
+                if (ns, name) in store:
+                    return _status(409, "AlreadyExists", f'{res} "{name}" already exists')
+                body["metadata"]["namespace"] = ns
+                body["metadata"]["resourceVersion"] = self.rv()
+                body["metadata"].setdefault("uid", str(uuid.uuid4()))
+                store[(ns, name)] = body
+                return JSONResponse(copy.deepcopy(body), status_code=201)
+
+        async def item(request: Request) -> Response:
+            record(request)
+            ns, res, name = (request.path_params[k] for k in ("ns", "res", "name"))
+            if res not in self.objects:
+                return _status(404, "NotFound", f"the server could not find {res}")
+            store = self.objects[res]
+            patch = await request.json() if request.method == "PATCH" else None
+            with self.lock:
+                if (ns, name) not in store:
+                    return _status(404, "NotFound", f'{res} "{name}" not found')
+                obj = store[(ns, name)]
+                if request.method == "DELETE":
+                    store.pop((ns, name))
+                elif patch is not None:
+                    _merge(obj, patch)
+                    obj["metadata"]["resourceVersion"] = self.rv()
+                return JSONResponse(copy.deepcopy(obj))
 
         def list_pods(ns: str | None, request: Request) -> Response:
             q = request.query_params
@@ -531,7 +601,7 @@ class FakeKube:
             routes=[
                 Route("/api/v1/nodes", nodes),
                 Route("/api/v1/namespaces", namespaces, methods=["POST"]),
-                Route("/api/v1/namespaces/{name}", namespace),
+                Route("/api/v1/namespaces/{name}", namespace, methods=["GET", "PATCH"]),
                 Route("/api/v1/pods", all_pods),
                 Route("/api/v1/namespaces/{ns}/pods", ns_pods, methods=["GET", "POST"]),
                 Route(
@@ -541,6 +611,26 @@ class FakeKube:
                 ),
                 Route("/api/v1/namespaces/{ns}/pods/{name}/log", pod_log),
                 Route("/api/v1/namespaces/{ns}/events", events),
-                Route("/api/v1/namespaces/{ns}/resourcequotas", quotas),
+                Route("/api/v1/namespaces/{ns}/resourcequotas", quotas, methods=["GET"]),
+                *(
+                    r
+                    for base in (
+                        "/api/v1",
+                        "/apis/rbac.authorization.k8s.io/v1",
+                        "/apis/networking.k8s.io/v1",
+                    )
+                    for r in (
+                        Route(
+                            base + "/namespaces/{ns}/{res}",
+                            collection,
+                            methods=["GET", "POST"],
+                        ),
+                        Route(
+                            base + "/namespaces/{ns}/{res}/{name}",
+                            item,
+                            methods=["GET", "PATCH", "DELETE"],
+                        ),
+                    )
+                ),
             ]
         )
