@@ -8,7 +8,8 @@ tenancy objects: resourcequotas, persistentvolumeclaims (core/v1), rolebindings
 create/get/list/patch (merge)/delete. A pod create over a quota's `requests.nvidia.com/gpu`
 is answered 403 "exceeded quota", as the real admission plugin does. Nothing schedules:
 kube-scheduler's and the kubelet's part is scripted by the test through `FakeKube` (bind a
-pod, set its phase, exit code, events; make a node NotReady or cordoned; delete a pod behind gpupool's back).
+pod, set its phase, exit code, events; make a node NotReady or cordoned; delete a pod
+behind gpupool's back).
 
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
