@@ -1,6 +1,6 @@
 """A stateful fake Kubernetes API server over real HTTP, for the kubernetes engine's tests.
 
-The subset of core/v1 the engine uses: nodes (list), namespaces (create/get), pods
+The subset of core/v1 the engine uses: nodes (list), pods
 (create/get/list/patch/delete/log, labelSelector and fieldSelector `spec.nodeName`),
 events (list, fieldSelector `involvedObject.name`), namespaces (create/get/patch) and the
 tenancy objects: resourcequotas, persistentvolumeclaims (core/v1), rolebindings
