@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import CHART, KUBE_VERSIONS
+from tests.kubernetes.rbac_rules import ENGINE_RULES
 
 EXTERNAL_DB = {
     "postgresql.enabled": "false",
@@ -40,36 +41,8 @@ COMBOS = {
     "no-persistence": {"postgresql.persistence.enabled": "false"},
 }
 
-#: What the kubernetes engine does through the API (the brief of issue 15's engine): nothing
-#: more may be granted.
-#: (ClusterRole suffix, API group, resource, verb, resourceNames): exactly the engine's calls
-#: (client.py KubeApi and ObjectApi). Pods are listed in every namespace (outside GPUs), so
-#: `pods: list` is cluster-wide even when the rest is bound per tenant namespace.
-ENGINE_RULES = {
-    ("cluster", "", "nodes", "list", ()),
-    ("cluster", "", "namespaces", "create", ()),
-    ("cluster", "", "namespaces", "get", ()),
-    ("cluster", "", "namespaces", "patch", ()),
-    ("cluster", "", "pods", "list", ()),
-    ("workloads", "", "pods", "get", ()),
-    ("workloads", "", "pods", "create", ()),
-    ("workloads", "", "pods", "delete", ()),
-    ("workloads", "", "pods/log", "get", ()),
-    ("workloads", "", "events", "list", ()),
-    ("workloads", "", "resourcequotas", "get", ()),
-    ("workloads", "", "resourcequotas", "create", ()),
-    ("workloads", "", "resourcequotas", "patch", ()),
-    ("workloads", "", "resourcequotas", "delete", ()),
-    ("workloads", "", "persistentvolumeclaims", "get", ()),
-    ("workloads", "", "persistentvolumeclaims", "create", ()),
-    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "get", ()),
-    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "create", ()),
-    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "patch", ()),
-    ("workloads", "rbac.authorization.k8s.io", "clusterroles", "bind", ("edit", "view")),
-    ("workloads", "networking.k8s.io", "networkpolicies", "get", ()),
-    ("workloads", "networking.k8s.io", "networkpolicies", "create", ()),
-    ("workloads", "networking.k8s.io", "networkpolicies", "patch", ()),
-}
+#: What the kubernetes engine does through the API (tests/kubernetes checks every request of
+#: its tests against the same set): the chart grants exactly this, nothing more.
 
 
 def template(helm: str, values: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
