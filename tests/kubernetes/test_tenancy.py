@@ -180,3 +180,22 @@ def test_a_failed_pass_is_retried(kube, clock):
     engine.api = engine.api.__class__(kube.client())
     engine.sync_tenants(TenantTree([Tenant("solo")]), [])
     assert "gpupool-solo" in kube.namespaces
+
+
+def test_what_a_real_server_adds_or_omits_is_not_a_difference():
+    from gpupool.engines.kubernetes.tenancy_sync import object_patch
+
+    (edit, view) = t.role_binding_manifests(NS, "physics/lab-a", [("bob", Role.MEMBER)])
+    served = {  # the API server omits an empty list and adds its own metadata
+        **edit,
+        "metadata": {**edit["metadata"], "uid": "u", "resourceVersion": "9"},
+    }
+    del served["subjects"]
+    assert object_patch(edit, served) is None
+    ns = t.tenant_objects(_spec(), "gpupool-", TenancySettings())[0]
+    labelled = {"kubernetes.io/metadata.name": NS, **ns["metadata"]["labels"]}
+    assert object_patch(ns, {"metadata": {"name": NS, "labels": labelled}}) is None
+    assert object_patch(ns, {"metadata": {"name": NS, "labels": {"x": "y"}}}) == {
+        "metadata": {"labels": ns["metadata"]["labels"]}
+    }
+    assert object_patch(view, {**view, "subjects": []}) == {"subjects": view["subjects"]}

@@ -30,7 +30,10 @@ _OWNED = {
 
 
 def _contains(have: Any, want: Any) -> bool:
-    """Whether `have` holds `want` (dicts: every key of `want`, recursively; else equal)."""
+    """Whether `have` holds `want` (dicts: every key of `want`, recursively; an absent field
+    holds an empty list or map, as the API server omits them; else equal)."""
+    if have is None and want in ([], {}):
+        return True
     if isinstance(want, dict):
         return isinstance(have, dict) and all(_contains(have.get(k), v) for k, v in want.items())
     return bool(have == want)
