@@ -39,7 +39,7 @@ from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.settings import Settings
-from gpupool.store import EventRepo, Store, StoreError, open_store
+from gpupool.store import EventRepo, Store, StoreError, TenantRepo, UserRepo, open_store
 
 if TYPE_CHECKING:
     import uvicorn
@@ -268,6 +268,7 @@ def _assemble(
         ensure_tenant(store, DEFAULT_TENANT, now, members=(s.admin,))
         if nodes:
             ensure_default_profiles(store, nodes[0])
+    _sync_tenants(store, engine)
 
     hub = None
     if s.jupyterhub:
@@ -302,6 +303,14 @@ def _assemble(
     return system
 
 
+def _sync_tenants(store: Store, engine: Engine) -> None:
+    """Hand the engine the tenants and memberships (it applies its per-tenant objects)."""
+    with store.read() as tx:
+        tree = TenantRepo(tx).tree()
+        memberships = UserRepo(tx).memberships()
+    engine.sync_tenants(tree, memberships)
+
+
 class InventoryLoop(Loop):
     """Re-reads an engine's nodes (every `engine.inventory_interval_s`, or at the next pass
     once `engine.inventory_due()`) and registers them: capacity, state, health. New nodes
@@ -322,6 +331,7 @@ class InventoryLoop(Loop):
         """Re-read the nodes when due; returns the names registered (empty: not due)."""
         from gpupool.server.bootstrap import register_node
 
+        _sync_tenants(self.ctx.store, self.engine)
         now = self.ctx.clock.now()
         fresh = self._last is not None and now - self._last < self.every
         if fresh and not self.engine.inventory_due():

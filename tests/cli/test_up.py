@@ -217,10 +217,24 @@ def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
     kube.add_node("gpu-1", 2, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     config = tmp_path / "kubeconfig"
     kube.kubeconfig(config)
-    up = Up(data_dir, free_port(), "--engine", "kubernetes", "--kubeconfig", str(config))
+    up = Up(
+        data_dir,
+        free_port(),
+        "--engine",
+        "kubernetes",
+        "--kubeconfig",
+        str(config),
+        "--home-size",
+        "5Gi",
+        "--home-storage-class",
+        "fast",
+    )
     try:
         up.wait_ready()
         assert "kubernetes engine on " + kube.url in up.output
+        home = kube.objects["persistentvolumeclaims"][("gpupool-default", "home-admin")]
+        assert home["spec"]["storageClassName"] == "fast"
+        assert home["spec"]["resources"]["requests"]["storage"] == "5Gi"
         h = login(up.url)
         gpus = httpx.get(f"{up.url}/api/v1/gpus", headers=h).json()
         items = gpus["items"] if isinstance(gpus, dict) else gpus

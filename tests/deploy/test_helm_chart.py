@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import CHART, KUBE_VERSIONS
+from tests.kubernetes.rbac_rules import ENGINE_RULES
 
 EXTERNAL_DB = {
     "postgresql.enabled": "false",
@@ -40,19 +41,8 @@ COMBOS = {
     "no-persistence": {"postgresql.persistence.enabled": "false"},
 }
 
-#: What the kubernetes engine does through the API (the brief of issue 15's engine): nothing
-#: more may be granted.
-ENGINE_RULES = {
-    ("nodes", "get"), ("nodes", "list"), ("nodes", "watch"),
-    ("events", "get"), ("events", "list"), ("events", "watch"),
-    ("pods", "get"), ("pods", "list"), ("pods", "watch"),
-    ("pods", "create"), ("pods", "patch"), ("pods", "delete"),
-    ("pods/log", "get"),
-    ("namespaces", "create"), ("namespaces", "get"), ("namespaces", "list"),
-    ("namespaces", "patch"),
-    ("resourcequotas", "create"), ("resourcequotas", "get"), ("resourcequotas", "list"),
-    ("resourcequotas", "patch"),
-}  # fmt: skip
+#: What the kubernetes engine does through the API (tests/kubernetes checks every request of
+#: its tests against the same set): the chart grants exactly this, nothing more.
 
 
 def template(helm: str, values: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
@@ -160,11 +150,22 @@ def test_cluster_role_is_exactly_what_the_engine_uses(helm):
     objs = render(helm, {})
     granted = set()
     for role in by_kind(objs, "ClusterRole"):
+        suffix = role["metadata"]["name"].removeprefix("gp-gpupool-")
         for rule in role["rules"]:
-            assert rule["apiGroups"] == [""]
-            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
-            granted |= {(res, verb) for res in rule["resources"] for verb in rule["verbs"]}
+            assert "nonResourceURLs" not in rule
+            (group,) = rule["apiGroups"]
+            names = tuple(rule.get("resourceNames", ()))
+            granted |= {
+                (suffix, group, res, verb, names)
+                for res in rule["resources"]
+                for verb in rule["verbs"]
+            }
     assert granted == ENGINE_RULES
+    assert not any(
+        "escalate" in r["verbs"] or "*" in r["verbs"]
+        for c in by_kind(objs, "ClusterRole")
+        for r in c["rules"]
+    )
     assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
     bindings = {b["roleRef"]["name"]: b for b in by_kind(objs, "ClusterRoleBinding")}
     assert set(bindings) == {"gp-gpupool-cluster", "gp-gpupool-workloads"}
@@ -179,7 +180,10 @@ def test_tenant_namespaces_bind_pod_rules_per_namespace(helm):
         helm, {"rbac.tenantNamespaces[0]": "gpupool-a", "rbac.tenantNamespaces[1]": "gpupool-b"}
     )
     crbs = [b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")]
-    assert crbs == ["gp-gpupool-cluster"]  # nodes and namespaces only, cluster-wide
+    assert crbs == ["gp-gpupool-cluster"]  # nodes, namespaces, pods: list, cluster-wide
+    (cluster,) = [c for c in by_kind(objs, "ClusterRole") if c["metadata"]["name"] == crbs[0]]
+    pods = [r for r in cluster["rules"] if r["resources"] == ["pods"]]
+    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     rbs = by_kind(objs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in rbs) == ["gpupool-a", "gpupool-b"]
     assert {b["roleRef"]["name"] for b in rbs} == {"gp-gpupool-workloads"}

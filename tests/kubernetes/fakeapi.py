@@ -1,12 +1,15 @@
 """A stateful fake Kubernetes API server over real HTTP, for the kubernetes engine's tests.
 
-The subset of core/v1 the engine uses: nodes (list), namespaces (create/get), pods
+The subset of core/v1 the engine uses: nodes (list), pods
 (create/get/list/patch/delete/log, labelSelector and fieldSelector `spec.nodeName`),
-events (list, fieldSelector `involvedObject.name`) and resourcequotas (list; a pod create
-over a quota's `requests.nvidia.com/gpu` is answered 403 "exceeded quota", as the real
-admission plugin does). Nothing schedules: kube-scheduler's and the kubelet's part is
-scripted by the test through `FakeKube` (bind a pod, set its phase, exit code, events; make
-a node NotReady or cordoned; delete a pod behind gpupool's back).
+events (list, fieldSelector `involvedObject.name`), namespaces (create/get/patch) and the
+tenancy objects: resourcequotas, persistentvolumeclaims (core/v1), rolebindings
+(rbac.authorization.k8s.io/v1) and networkpolicies (networking.k8s.io/v1), each with
+create/get/list/patch (merge)/delete. A pod create over a quota's `requests.nvidia.com/gpu`
+is answered 403 "exceeded quota", as the real admission plugin does. Nothing schedules:
+kube-scheduler's and the kubelet's part is scripted by the test through `FakeKube` (bind a
+pod, set its phase, exit code, events; make a node NotReady or cordoned; delete a pod
+behind gpupool's back).
 
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
@@ -28,6 +31,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+
+from tests.kubernetes.fakeapi_objects import object_routes
 
 GPU = "nvidia.com/gpu"
 
@@ -119,6 +124,13 @@ class FakeKube:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
         self.quotas: dict[tuple[str, str], dict[str, Any]] = {}
+        #: the namespaced tenancy objects by resource (plural), `quotas` among them
+        self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
+            "resourcequotas": self.quotas,
+            "persistentvolumeclaims": {},
+            "rolebindings": {},
+            "networkpolicies": {},
+        }
         self.logs: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
@@ -396,10 +408,14 @@ class FakeKube:
         async def namespace(request: Request) -> Response:
             record(request)
             name = request.path_params["name"]
+            patch = await request.json() if request.method == "PATCH" else None
             with self.lock:
                 if name not in self.namespaces:
                     return _status(404, "NotFound", f'namespaces "{name}" not found')
-                return JSONResponse(self.namespaces[name])
+                if patch is not None:
+                    _merge(self.namespaces[name], patch)
+                    self.namespaces[name]["metadata"]["resourceVersion"] = self.rv()
+                return JSONResponse(copy.deepcopy(self.namespaces[name]))
 
         def list_pods(ns: str | None, request: Request) -> Response:
             q = request.query_params
@@ -531,7 +547,7 @@ class FakeKube:
             routes=[
                 Route("/api/v1/nodes", nodes),
                 Route("/api/v1/namespaces", namespaces, methods=["POST"]),
-                Route("/api/v1/namespaces/{name}", namespace),
+                Route("/api/v1/namespaces/{name}", namespace, methods=["GET", "PATCH"]),
                 Route("/api/v1/pods", all_pods),
                 Route("/api/v1/namespaces/{ns}/pods", ns_pods, methods=["GET", "POST"]),
                 Route(
@@ -541,6 +557,7 @@ class FakeKube:
                 ),
                 Route("/api/v1/namespaces/{ns}/pods/{name}/log", pod_log),
                 Route("/api/v1/namespaces/{ns}/events", events),
-                Route("/api/v1/namespaces/{ns}/resourcequotas", quotas),
+                Route("/api/v1/namespaces/{ns}/resourcequotas", quotas, methods=["GET"]),
+                *object_routes(self, record),
             ]
         )

@@ -149,3 +149,21 @@ def test_the_inventory_loop_rereads_nodes_on_its_interval(system, kube, clock):
         states = {n.name: n.state.value for n in NodeRepo(s).list()}
     assert states == {"gpu-1": "draining", "gpu-2": "ready"}
     assert system.ctx.runs_work_on("gpu-2")
+
+
+def test_tenancy_objects_follow_the_store(system, kube, clock):
+    """At start the default tenant's objects exist; a new member reaches its RoleBinding on
+    the inventory loop's next pass."""
+    from gpupool.domain import Membership, Role, User
+    from gpupool.store import UserRepo
+
+    view = kube.objects["rolebindings"][(NS, "gpupool-view")]
+    assert [s["name"] for s in view["subjects"]] == ["admin"]
+    assert (NS, "home-admin") in kube.objects["persistentvolumeclaims"]
+    with system.ctx.store.write() as s:
+        users = UserRepo(s)
+        users.create(User("eve"), None, clock.now())
+        users.set_membership(Membership("eve", "default", Role.TENANT_ADMIN))
+    system.ctx.loops.get("inventory").run_once()
+    edit = kube.objects["rolebindings"][(NS, "gpupool-edit")]
+    assert [s["name"] for s in edit["subjects"]] == ["eve"]

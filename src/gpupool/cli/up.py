@@ -58,6 +58,18 @@ def register(app: typer.Typer) -> None:
             "--namespace-prefix",
             help="--engine kubernetes: tenant a/b runs in namespace <prefix>a-b.",
         ),
+        home_size: str = typer.Option(
+            "10Gi",
+            "--home-size",
+            help="--engine kubernetes: size of each member's notebook-home PVC (home-<user> "
+            "in the tenant's namespace).",
+        ),
+        home_storage_class: str | None = typer.Option(
+            None,
+            "--home-storage-class",
+            help="--engine kubernetes: StorageClass of the notebook homes (default: the "
+            "cluster's default class).",
+        ),
         image: str = typer.Option(
             "python:3.12-slim",
             "--image",
@@ -128,7 +140,13 @@ def register(app: typer.Typer) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
         serve(
             engine=engine,
-            kube={"kubeconfig": kubeconfig, "namespace_prefix": namespace_prefix, "image": image},
+            kube={
+                "kubeconfig": kubeconfig,
+                "namespace_prefix": namespace_prefix,
+                "image": image,
+                "home_size": home_size,
+                "home_storage_class": home_storage_class,
+            },
             simulate=simulate,
             data_dir=data_dir or default_data_dir(),
             host=host,
@@ -176,14 +194,25 @@ def _engine(name: str, kube: dict | None = None, **local: object):  # noqa: ANN0
         _say(f"error: --engine must be one of {', '.join((*AVAILABLE, *PLANNED))}, not {name!r}")
         raise typer.Exit(2)
     if name == "kubernetes":
-        from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, PodSettings
+        from gpupool.engines.kubernetes import (
+            KubeOptions,
+            KubernetesEngine,
+            PodSettings,
+            TenancySettings,
+        )
 
         k = kube or {}
         pods = PodSettings(
             image=k.get("image") or PodSettings.image,
             namespace_prefix=k.get("namespace_prefix") or PodSettings.namespace_prefix,
         )
-        return KubernetesEngine(KubeOptions(kubeconfig=k.get("kubeconfig"), pods=pods))
+        tenancy = TenancySettings(
+            home_size=k.get("home_size") or TenancySettings.home_size,
+            home_storage_class=k.get("home_storage_class") or None,
+        )
+        return KubernetesEngine(
+            KubeOptions(kubeconfig=k.get("kubeconfig"), pods=pods, tenancy=tenancy)
+        )
     return LocalEngine(LocalOptions(**local))  # type: ignore[arg-type]
 
 

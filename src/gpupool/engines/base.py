@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.clock import Clock
-from gpupool.domain import Enforcement, Node
+from gpupool.domain import Enforcement, Membership, Node, TenantTree
 from gpupool.executors.base import Executor
 from gpupool.executors.mps import MPSManager
 from gpupool.telemetry import GPUSource
@@ -84,6 +84,12 @@ class Engine(ABC):
         """Whether the inventory should be re-read now, before its interval is up (e.g. a
         pod stayed Pending: its node's capacity changed). Default: never."""
         return False
+
+    def sync_tenants(self, tenants: TenantTree, memberships: Sequence[Membership]) -> None:
+        """Make the engine's per-tenant objects match `tenants` and `memberships` (the
+        kubernetes engine: namespaces, quotas, RoleBindings...). Called at start and on every
+        inventory-loop pass; cheap when nothing changed. Default: nothing to do."""
+        return None
 
     @abstractmethod
     def open(self, env: EngineEnv) -> Executor:

@@ -10,32 +10,42 @@ come from the agent DaemonSet, not from this process. See docs/executors.md.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupool.domain import Enforcement, Node
+from gpupool.domain import Enforcement, Membership, Node, TenantTree
 from gpupool.engines.base import Engine, EngineEnv, EngineError
 from gpupool.engines.kubernetes import inventory as inv
-from gpupool.engines.kubernetes.client import KubeApi, KubeError, load_api_client
+from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi, load_api_client
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.engines.kubernetes.manifests import PodSettings
+from gpupool.engines.kubernetes.tenancy import TenancySettings, fingerprint, tenant_specs
+from gpupool.engines.kubernetes.tenancy_sync import TenancySync
 from gpupool.executors.base import Executor
 
-__all__ = ["KubeOptions", "KubernetesEngine", "KubernetesExecutor", "PodSettings"]
+__all__ = [
+    "KubeOptions",
+    "KubernetesEngine",
+    "KubernetesExecutor",
+    "PodSettings",
+    "TenancySettings",
+]
 
 
 @dataclass(frozen=True)
 class KubeOptions:
     """`gpupool up --engine kubernetes` options. `kubeconfig`: None -> in-cluster, then
     $KUBECONFIG; `pending_timeout_s`: a pod still Pending this long after its start is
-    requeued; `inventory_interval_s`: how often the nodes are re-read."""
+    requeued; `inventory_interval_s`: how often the nodes are re-read; `tenancy`: the
+    per-tenant objects' settings (notebook homes)."""
 
     kubeconfig: str | None = None
     context: str | None = None
     pods: PodSettings = field(default_factory=PodSettings)
     pending_timeout_s: float = 30.0
     inventory_interval_s: float = 10.0
+    tenancy: TenancySettings = field(default_factory=TenancySettings)
 
 
 class KubernetesEngine(Engine):
@@ -53,10 +63,13 @@ class KubernetesEngine(Engine):
         self._lock = threading.Lock()
         self.inventory_interval_s: float | None = self.options.inventory_interval_s
         self._stale = threading.Event()
+        self._tenancy_applied: str | None = None
+        self._record: Any = None
 
     def open(self, env: EngineEnv) -> Executor:
         client = self._api_client or load_api_client(self.options.kubeconfig, self.options.context)
         self.api = KubeApi(client)
+        self._record = env.record
         try:
             self.api.list_nodes()
         except KubeError as e:
@@ -112,6 +125,28 @@ class KubernetesEngine(Engine):
         held = self.executor.gpu_indexes_by_node() if self.executor else {}
         self._stale.clear()
         return inv.nodes_from(nodes, pods, held)
+
+    def sync_tenants(self, tenants: TenantTree, memberships: Sequence[Membership]) -> None:
+        """Apply every leaf tenant's objects (`tenancy.py`) when the tenants, limits or
+        members changed since the last complete pass; a failed pass is retried next time."""
+        if self.api is None:
+            return
+        specs = tenant_specs(tenants, memberships)
+        prefix = self.options.pods.namespace_prefix
+        digest = fingerprint(specs, prefix, self.options.tenancy)
+        if digest == self._tenancy_applied:
+            return
+        errors = TenancySync(ObjectApi(self.api), prefix, self.options.tenancy).apply_all(specs)
+        if errors:
+            if self._record is not None:
+                self._record(
+                    "kubernetes.tenancy_failed",
+                    "applying the tenants' namespaces, quotas, RoleBindings, network policies "
+                    f"or home PVCs failed (retried): {'; '.join(errors)[:500]}",
+                    {"tenants": len(errors)},
+                )
+            return
+        self._tenancy_applied = digest
 
     def inventory_due(self) -> bool:
         """Whether a pod stayed Pending since the last read (re-read the nodes now)."""

@@ -136,3 +136,58 @@ class KubeApi:
         except KubeError as e:
             if e.status != 409:
                 raise
+
+
+#: kind -> (API class, method suffix, namespaced): the objects of a tenant (tenancy.py)
+_KINDS = {
+    "Namespace": ("CoreV1Api", "namespace", False),
+    "ResourceQuota": ("CoreV1Api", "resource_quota", True),
+    "PersistentVolumeClaim": ("CoreV1Api", "persistent_volume_claim", True),
+    "RoleBinding": ("RbacAuthorizationV1Api", "role_binding", True),
+    "NetworkPolicy": ("NetworkingV1Api", "network_policy", True),
+}
+
+
+class ObjectApi:
+    """get/create/patch/delete of the tenancy objects by kind, over the same `KubeApi`
+    error handling (`KubeError`). Patches are JSON merge patches (RFC 7386)."""
+
+    def __init__(self, api: KubeApi):
+        from kubernetes import client
+
+        self.api = api
+        base = api.core.api_client
+        self._apis = {n: getattr(client, n)(base) for n in {k[0] for k in _KINDS.values()}}
+
+    def _fn(self, verb: str, kind: str) -> tuple[Any, bool]:
+        cls, suffix, namespaced = _KINDS[kind]
+        name = f"{verb}_namespaced_{suffix}" if namespaced else f"{verb}_{suffix}"
+        return getattr(self._apis[cls], name), namespaced
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        fn, namespaced = self._fn("read", kind)
+        try:
+            args = (name, namespace) if namespaced else (name,)
+            return dict(self.api._call(fn, *args))
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def create(self, body: dict[str, Any]) -> None:
+        fn, namespaced = self._fn("create", body["kind"])
+        args = (body["metadata"]["namespace"], body) if namespaced else (body,)
+        self.api._call(fn, *args)
+
+    def patch(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        fn, namespaced = self._fn("patch", kind)
+        args = (name, namespace, patch) if namespaced else (name, patch)
+        self.api._call(fn, *args, _content_type="application/merge-patch+json")
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        fn, namespaced = self._fn("delete", kind)
+        try:
+            self.api._call(fn, *((name, namespace) if namespaced else (name,)))
+        except KubeError as e:
+            if e.status != 404:
+                raise

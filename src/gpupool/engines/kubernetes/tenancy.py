@@ -1,0 +1,203 @@
+"""Pure builders of a tenant's Kubernetes objects (plain dicts, no I/O); the engine applies
+them (`TenancySync`, create-or-patch) for every leaf tenant.
+
+For a leaf tenant `a/b` in namespace `<prefix>a-b`:
+
+- the **Namespace**, labelled `gpupool.dev/tenant` (the NetworkPolicy finds tenants by it);
+- a **ResourceQuota** `gpupool-gpus`, `requests.nvidia.com/gpu` = the tenant's GPU limit
+  (the smallest `limit` on its path, rounded up to whole GPUs; none when unlimited). It is a
+  backstop against pods made outside gpupool, never the queue: gpupool admits within it;
+- **RoleBindings** `gpupool-edit` (tenant-admins, ClusterRole `edit`) and `gpupool-view`
+  (members and viewers, ClusterRole `view`), subjects `kind: User` named by the gpupool user
+  name: the cluster's authentication must give people the same names as gpupool does;
+- a **NetworkPolicy** `gpupool-tenant-isolation`: ingress only from the same namespace and
+  from namespaces that are no tenant's (no `gpupool.dev/tenant` label: gpupool's own, the
+  hub's, ingress controllers, monitoring); other tenants' namespaces are denied;
+- a **PersistentVolumeClaim** `home-<user>` per member (every member, up front), for
+  notebook homes.
+
+Memberships of an ancestor tenant apply to its whole subtree, as in gpupool's own checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpupool.domain import Membership, Role, TenantTree
+from gpupool.engines.kubernetes.manifests import (
+    GPU,
+    MANAGED_BY,
+    TENANT,
+    USER,
+    _dns,
+    label_value,
+    namespace_for,
+    namespace_manifest,
+)
+
+QUOTA_NAME = "gpupool-gpus"
+POLICY_NAME = "gpupool-tenant-isolation"
+#: RoleBinding name -> the built-in ClusterRole it grants
+BINDINGS = {"gpupool-edit": "edit", "gpupool-view": "view"}
+ROLE_TO_BINDING = {
+    Role.TENANT_ADMIN: "gpupool-edit",
+    Role.MEMBER: "gpupool-view",
+    Role.VIEWER: "gpupool-view",
+}
+
+
+@dataclass(frozen=True)
+class TenancySettings:
+    """`home_size`: each notebook home's size; `home_storage_class`: its StorageClass
+    (None: the cluster's default)."""
+
+    home_size: str = "10Gi"
+    home_storage_class: str | None = None
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """What one leaf tenant needs: its GPU limit (None: unlimited) and its members' roles."""
+
+    tenant: str
+    gpu_limit: int | None
+    members: tuple[tuple[str, Role], ...]
+
+
+def _labels(tenant: str) -> dict[str, str]:
+    return {MANAGED_BY: "gpupool", TENANT: label_value(tenant.replace("/", "-"))}
+
+
+def tenant_specs(tree: TenantTree, memberships: Iterable[Membership]) -> list[TenantSpec]:
+    """One spec per leaf tenant: the smallest limit on its path (milli-GPUs rounded up to
+    GPUs) and every member of it or an ancestor (the strongest role wins)."""
+    ms = list(memberships)
+    out = []
+    for leaf in tree.leaves():
+        path = [leaf]
+        while (parent := tree.get(path[-1]).parent) is not None:
+            path.append(parent)
+        limits = [tree.get(t).quota.limit_milli for t in path]
+        known = [x for x in limits if x is not None]
+        limit = math.ceil(min(known) / 1000) if known else None
+        roles: dict[str, Role] = {}
+        rank = [Role.VIEWER, Role.MEMBER, Role.TENANT_ADMIN]
+        for m in ms:
+            if m.tenant in path and (
+                m.user not in roles or rank.index(m.role) > rank.index(roles[m.user])
+            ):
+                roles[m.user] = m.role
+        out.append(TenantSpec(leaf, limit, tuple(sorted(roles.items()))))
+    return out
+
+
+def fingerprint(specs: Iterable[TenantSpec], prefix: str, settings: TenancySettings) -> str:
+    """A digest of everything the objects depend on: equal digests, nothing to apply."""
+    return hashlib.sha256(
+        repr((sorted(specs, key=lambda s: s.tenant), prefix, settings)).encode()
+    ).hexdigest()
+
+
+def quota_manifest(namespace: str, tenant: str, gpu_limit: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": QUOTA_NAME, "namespace": namespace, "labels": _labels(tenant)},
+        "spec": {"hard": {f"requests.{GPU}": str(gpu_limit)}},
+    }
+
+
+def role_binding_manifests(
+    namespace: str, tenant: str, members: Iterable[tuple[str, Role]]
+) -> list[dict[str, Any]]:
+    """Both RoleBindings, always (an empty `subjects` list when no member has that role, so
+    removing the last one is a patch, not a delete)."""
+    subjects: dict[str, list[str]] = {name: [] for name in BINDINGS}
+    for user, role in members:
+        subjects[ROLE_TO_BINDING[role]].append(user)
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace, "labels": _labels(tenant)},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": BINDINGS[name],
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                for u in sorted(users)
+            ],
+        }
+        for name, users in subjects.items()
+    ]
+
+
+def network_policy_manifest(namespace: str, tenant: str) -> dict[str, Any]:
+    """Ingress from the same namespace and from every namespace without the tenant label."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": POLICY_NAME, "namespace": namespace, "labels": _labels(tenant)},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {}},
+                        {
+                            "namespaceSelector": {
+                                "matchExpressions": [{"key": TENANT, "operator": "DoesNotExist"}]
+                            }
+                        },
+                    ]
+                }
+            ],
+        },
+    }
+
+
+def home_claim_name(user: str) -> str:
+    """The PVC of `user`'s notebook home: `home-<user>` as a DNS name."""
+    return _dns(f"home-{user}", 253)
+
+
+def home_claim_manifest(
+    namespace: str, tenant: str, user: str, settings: TenancySettings
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": settings.home_size}},
+    }
+    if settings.home_storage_class:
+        spec["storageClassName"] = settings.home_storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": home_claim_name(user),
+            "namespace": namespace,
+            "labels": {**_labels(tenant), USER: label_value(user)},
+        },
+        "spec": spec,
+    }
+
+
+def tenant_objects(
+    spec: TenantSpec, prefix: str, settings: TenancySettings
+) -> list[dict[str, Any]]:
+    """Every object of one tenant, namespace first (the rest live in it)."""
+    ns = namespace_for(spec.tenant, prefix)
+    objs = [namespace_manifest(ns, spec.tenant)]
+    if spec.gpu_limit is not None:
+        objs.append(quota_manifest(ns, spec.tenant, spec.gpu_limit))
+    objs += role_binding_manifests(ns, spec.tenant, spec.members)
+    objs.append(network_policy_manifest(ns, spec.tenant))
+    objs += [home_claim_manifest(ns, spec.tenant, u, settings) for u, _ in spec.members]
+    return objs

@@ -1,0 +1,94 @@
+"""The fake API server's tenancy objects (see fakeapi.py): resourcequotas,
+persistentvolumeclaims (core/v1), rolebindings (rbac.authorization.k8s.io/v1) and
+networkpolicies (networking.k8s.io/v1), with create/get/list/patch (merge)/delete, kept in
+`FakeKube.objects[resource][(namespace, name)]`."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+if TYPE_CHECKING:
+    from tests.kubernetes.fakeapi import FakeKube
+
+GROUPS = ("/api/v1", "/apis/rbac.authorization.k8s.io/v1", "/apis/networking.k8s.io/v1")
+
+
+def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Route]:
+    """The routes of the tenancy objects, served from `self` (a FakeKube)."""
+    from tests.kubernetes.fakeapi import _merge, _status
+
+    def kinds(resource: str) -> tuple[str, str]:
+        kind = {
+            "resourcequotas": "ResourceQuota",
+            "persistentvolumeclaims": "PersistentVolumeClaim",
+            "rolebindings": "RoleBinding",
+            "networkpolicies": "NetworkPolicy",
+        }[resource]
+        group = {
+            "rolebindings": "rbac.authorization.k8s.io/v1",
+            "networkpolicies": "networking.k8s.io/v1",
+        }.get(resource, "v1")
+        return kind, group
+
+    async def collection(request: Request) -> Response:
+        record(request)
+        ns, res = request.path_params["ns"], request.path_params["res"]
+        if res not in self.objects:
+            return _status(404, "NotFound", f"the server could not find {res}")
+        kind, group = kinds(res)
+        store = self.objects[res]
+        if request.method == "GET":
+            with self.lock:
+                items = [copy.deepcopy(o) for (ons, _), o in store.items() if ons == ns]
+            return JSONResponse(
+                {"apiVersion": group, "kind": f"{kind}List", "metadata": {}, "items": items}
+            )
+        body = await request.json()
+        name = body.get("metadata", {}).get("name")
+        with self.lock:
+            if ns not in self.namespaces:
+                return _status(404, "NotFound", f'namespaces "{ns}" not found')
+            if (ns, name) in store:
+                return _status(409, "AlreadyExists", f'{res} "{name}" already exists')
+            body["metadata"]["namespace"] = ns
+            body["metadata"]["resourceVersion"] = self.rv()
+            body["metadata"].setdefault("uid", str(uuid.uuid4()))
+            store[(ns, name)] = body
+            return JSONResponse(copy.deepcopy(body), status_code=201)
+
+    async def item(request: Request) -> Response:
+        record(request)
+        ns, res, name = (request.path_params[k] for k in ("ns", "res", "name"))
+        if res not in self.objects:
+            return _status(404, "NotFound", f"the server could not find {res}")
+        store = self.objects[res]
+        patch = await request.json() if request.method == "PATCH" else None
+        with self.lock:
+            if (ns, name) not in store:
+                return _status(404, "NotFound", f'{res} "{name}" not found')
+            obj = store[(ns, name)]
+            if request.method == "DELETE":
+                store.pop((ns, name))
+            elif patch is not None:
+                _merge(obj, patch)
+                obj["metadata"]["resourceVersion"] = self.rv()
+            return JSONResponse(copy.deepcopy(obj))
+
+    routes: list[Any] = []
+    for base in GROUPS:
+        routes.append(Route(base + "/namespaces/{ns}/{res}", collection, methods=["GET", "POST"]))
+        routes.append(
+            Route(
+                base + "/namespaces/{ns}/{res}/{name}",
+                item,
+                methods=["GET", "PATCH", "DELETE"],
+            )
+        )
+    return routes

@@ -1,0 +1,60 @@
+"""The API permissions the kubernetes engine uses, one source for two checks: every request
+the engine makes in tests/kubernetes must be one of them (`request_rule`, checked by the `kube`
+fixture), and the Helm chart's ClusterRoles must grant exactly them (tests/deploy)."""
+
+from __future__ import annotations
+
+#: (ClusterRole suffix, API group, resource, verb, resourceNames): exactly the engine's calls
+#: (client.py KubeApi and ObjectApi). Pods are listed in every namespace (outside GPUs), so
+#: `pods: list` is cluster-wide even when the rest is bound per tenant namespace.
+ENGINE_RULES = {
+    ("cluster", "", "nodes", "list", ()),
+    ("cluster", "", "namespaces", "create", ()),
+    ("cluster", "", "namespaces", "get", ()),
+    ("cluster", "", "namespaces", "patch", ()),
+    ("cluster", "", "pods", "list", ()),
+    ("workloads", "", "pods", "get", ()),
+    ("workloads", "", "pods", "create", ()),
+    ("workloads", "", "pods", "delete", ()),
+    ("workloads", "", "pods/log", "get", ()),
+    ("workloads", "", "events", "list", ()),
+    ("workloads", "", "resourcequotas", "get", ()),
+    ("workloads", "", "resourcequotas", "create", ()),
+    ("workloads", "", "resourcequotas", "patch", ()),
+    ("workloads", "", "resourcequotas", "delete", ()),
+    ("workloads", "", "persistentvolumeclaims", "get", ()),
+    ("workloads", "", "persistentvolumeclaims", "create", ()),
+    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "get", ()),
+    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "create", ()),
+    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "patch", ()),
+    ("workloads", "rbac.authorization.k8s.io", "clusterroles", "bind", ("edit", "view")),
+    ("workloads", "networking.k8s.io", "networkpolicies", "get", ()),
+    ("workloads", "networking.k8s.io", "networkpolicies", "create", ()),
+    ("workloads", "networking.k8s.io", "networkpolicies", "patch", ()),
+}
+
+
+_VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
+
+
+def request_rule(method: str, path: str) -> tuple[str, str, str, str]:
+    """(scope, group, resource, verb) of one API request; scope `cluster` for cluster-scoped
+    objects and all-namespace lists, `workloads` for objects in a namespace."""
+    parts = [p for p in path.split("/") if p]
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        group, rest = parts[1], parts[3:]
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        ns_rest = rest[2:]
+        resource = ns_rest[0] + ("/" + ns_rest[2] if len(ns_rest) > 2 else "")
+        item = len(ns_rest) > 1
+        scope = "workloads"
+    else:
+        resource, item, scope = rest[0], len(rest) > 1, "cluster"
+    verb = _VERBS.get(method) or ("get" if item else "list")
+    return scope, group, resource, verb
+
+
+def allowed(method: str, path: str) -> bool:
+    return request_rule(method, path) in {r[:4] for r in ENGINE_RULES}
