@@ -31,14 +31,15 @@ from typing import IO, TYPE_CHECKING
 from fastapi import FastAPI
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Event
+from gpupool.domain import Allocation, Event, Tenant
 from gpupool.engines import Engine, EngineEnv, EngineError
 from gpupool.engines.isolation import secure_data_dir
 from gpupool.executors.base import Executor
 from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
+from gpupool.server.loops.base import Loop
 from gpupool.server.settings import Settings
-from gpupool.store import EventRepo, Store, StoreError, open_store
+from gpupool.store import EventRepo, Store, StoreError, TenantRepo, open_store
 
 if TYPE_CHECKING:
     import uvicorn
@@ -247,8 +248,12 @@ def _assemble(
                 Event(at=clock.now(), kind=kind, message=message, data=MappingProxyType(dict(data)))
             )
 
+    def tenants() -> list[Tenant]:
+        with store.read() as tx:
+            return TenantRepo(tx).list()
+
     try:
-        executor = engine.open(EngineEnv(clock, s.data_dir, record, say))
+        executor = engine.open(EngineEnv(clock, s.data_dir, record, say, tenants))
     except EngineError as e:
         raise SetupError(str(e)) from None
     server = dataclasses.replace(
@@ -301,6 +306,43 @@ def _assemble(
     return system
 
 
+class InventoryLoop(Loop):
+    """Re-reads an engine's nodes (every `engine.inventory_interval_s`, or at the next pass
+    once `engine.inventory_due()`) and registers them: capacity, state, health. New nodes
+    join the nodes work may be placed on; nodes that disappear are kept as registered."""
+
+    name = "inventory"
+
+    def __init__(self, ctx: AppContext, engine: Engine):
+        every = engine.inventory_interval_s or 10.0
+        super().__init__(
+            min(every, ctx.settings.reconciler_interval_s),
+            on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc(),
+        )
+        self.ctx, self.engine, self.every = ctx, engine, every
+        self._last: float | None = None
+
+    def run_once(self) -> list[str]:
+        """Re-read the nodes when due; returns the names registered (empty: not due)."""
+        from gpupool.server.bootstrap import register_node
+
+        now = self.ctx.clock.now()
+        fresh = self._last is not None and now - self._last < self.every
+        if fresh and not self.engine.inventory_due():
+            return []
+        self._last = now
+        try:
+            nodes = self.engine.inventory()
+        except EngineError as e:
+            log.warning("re-reading the nodes failed: %s", e)
+            return []
+        for node in nodes:
+            register_node(self.ctx.store, dataclasses.replace(node, last_heartbeat=now))
+        if self.ctx.work_nodes is not None:
+            self.ctx.work_nodes = self.ctx.work_nodes | {n.name for n in nodes}
+        return [n.name for n in nodes]
+
+
 def _add_loops(ctx: AppContext, engine: Engine) -> None:
     """Every background loop, in the order they start."""
     from gpupool.server.loops.accounting import AccountingLoop
@@ -314,6 +356,8 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
 
     ctx.loops.add(SchedulerLoop(ctx))
     ctx.loops.add(NodeWatchLoop(ctx))
+    if engine.inventory_interval_s is not None:
+        ctx.loops.add(InventoryLoop(ctx, engine))
     if ctx.store.dialect == "sqlite":
         ctx.loops.add(CheckpointLoop(ctx))
     mps = engine.mps()

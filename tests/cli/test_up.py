@@ -195,7 +195,7 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("engine,issue", [("kubernetes", 15), ("slurm", 16)])
+@pytest.mark.parametrize("engine,issue", [("kubernetes", 15)])
 def test_up_says_which_engines_are_not_available_yet(data_dir, engine, issue):
     r = subprocess.run(
         [*GPUPOOL, "up", "--engine", engine, "--data-dir", str(data_dir)],
@@ -207,6 +207,20 @@ def test_up_says_which_engines_are_not_available_yet(data_dir, engine, issue):
     assert f"--engine {engine} is not available yet" in r.stderr
     assert f"issue {issue}" in r.stderr and "Traceback" not in r.stderr
     assert not (data_dir / "gpupool.db").exists()  # nothing was started or created
+
+
+def test_up_engine_slurm_without_slurm_says_what_to_install(data_dir):
+    env = {**os.environ, "PATH": "/nonexistent"}
+    r = subprocess.run(
+        [*GPUPOOL, "up", "--engine", "slurm", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "cannot use Slurm: sinfo is not installed" in r.stderr
+    assert "slurm-client" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_up_help_offers_the_engine_option():

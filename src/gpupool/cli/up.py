@@ -44,8 +44,20 @@ def register(app: typer.Typer) -> None:
             "local",
             "--engine",
             metavar="NAME",
-            help="Where work runs: local (processes on this machine's GPUs); kubernetes and "
-            "slurm are not available yet.",
+            help="Where work runs: local (processes on this machine's GPUs) or slurm (batch "
+            "jobs of the Slurm cluster of $SLURM_CONF, see docs/slurm.md); kubernetes is not "
+            "available yet.",
+        ),
+        slurm_partition: str | None = typer.Option(
+            None,
+            "--slurm-partition",
+            help="--engine slurm: submit to this partition (default: Slurm's default).",
+        ),
+        slurm_output_dir: Path | None = typer.Option(
+            None,
+            "--slurm-output-dir",
+            help="--engine slurm: jobs' output files, on a file system the compute nodes "
+            "share (default: <data dir>/../gpupool-slurm-output).",
         ),
         simulate: str | None = typer.Option(
             None,
@@ -112,6 +124,7 @@ def register(app: typer.Typer) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
         serve(
             engine=engine,
+            slurm={"partition": slurm_partition, "output_dir": slurm_output_dir},
             simulate=simulate,
             data_dir=data_dir or default_data_dir(),
             host=host,
@@ -144,8 +157,8 @@ def _choose_workers(requested: str) -> int:
     return n
 
 
-def _engine(name: str, **local: object):  # noqa: ANN003, ANN202 - an Engine
-    """The engine `--engine` names (only `local` exists yet)."""
+def _engine(name: str, slurm: dict | None = None, **local: object):  # noqa: ANN003, ANN202
+    """The engine `--engine` names (an Engine)."""
     from gpupool.engines import AVAILABLE, PLANNED
     from gpupool.engines.local import LocalEngine, LocalOptions
 
@@ -158,6 +171,10 @@ def _engine(name: str, **local: object):  # noqa: ANN003, ANN202 - an Engine
     if name not in AVAILABLE:
         _say(f"error: --engine must be one of {', '.join((*AVAILABLE, *PLANNED))}, not {name!r}")
         raise typer.Exit(2)
+    if name == "slurm":
+        from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+
+        return SlurmEngine(SlurmOptions(**{k: v for k, v in (slurm or {}).items() if v}))
     return LocalEngine(LocalOptions(**local))  # type: ignore[arg-type]
 
 
@@ -178,6 +195,7 @@ def serve(
     workers: int = 0,
     engine: str = "local",
     jobs_account: str = "gpupool-jobs",
+    slurm: dict | None = None,
 ) -> None:
     """Build the system from the flags and serve until interrupted (see the module)."""
     import logging
@@ -187,6 +205,7 @@ def serve(
 
     chosen = _engine(
         engine,
+        slurm,
         node=node_name,
         simulate=simulate,
         user_mode=user_mode,

@@ -41,8 +41,9 @@ TRANSITIONS: dict[WorkloadState, frozenset[WorkloadState]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
     # admitted -> pending: the executor could not start it; the admission is rolled back.
     S.ADMITTED: frozenset({S.STARTING, S.PENDING, S.CANCELLED, S.PREEMPTED, S.FAILED}),
+    # starting -> pending: the engine gave up starting it (a pod that stayed Pending).
     S.STARTING: frozenset(
-        {S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.CULLED, S.LOST}
+        {S.PENDING, S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.CULLED, S.LOST}
     ),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.PREEMPTED, S.CULLED, S.LOST}),
     # preempted work that allows requeue goes back to pending.

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.clock import Clock
-from gpupool.domain import Enforcement, Node
+from gpupool.domain import Enforcement, Node, Tenant
 from gpupool.executors.base import Executor
 from gpupool.executors.mps import MPSManager
 from gpupool.telemetry import GPUSource
@@ -49,12 +49,14 @@ class EngineEnv:
         keep none (the fake engine of the tests).
     record(kind, message, data): add an event to the store (e.g. an MPS daemon restarted).
     say(message, loud=False): tell the operator (`gpupool up` prints it).
+    tenants(): the tenants as stored now (an engine that mirrors them, e.g. as Slurm accounts).
     """
 
     clock: Clock
     data_dir: Path | None = None
     record: Callable[[str, str, Mapping[str, object]], None] = lambda kind, message, data: None
     say: Callable[..., None] = _print
+    tenants: Callable[[], Sequence[Tenant]] = lambda: ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,14 @@ class Engine(ABC):
 
     #: What `gpupool up --engine` calls it.
     name: str = "engine"
+    #: Re-read `inventory()` this often (seconds) and register what changed; None: the
+    #: nodes are read once at start (the local engine: this host does not change).
+    inventory_interval_s: float | None = None
+
+    def inventory_due(self) -> bool:
+        """Whether the inventory should be re-read now, before its interval is up (e.g. a
+        pod stayed Pending: its node's capacity changed). Default: never."""
+        return False
 
     @abstractmethod
     def open(self, env: EngineEnv) -> Executor:

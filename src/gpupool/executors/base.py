@@ -14,6 +14,10 @@ the fakes used in tests) only through this contract:
   kill once ``grace_s`` seconds have passed on the executor's clock. It never blocks: the
   escalation happens in a later ``tick()`` (the reconciler calls it every pass). Stopping
   unknown or finished work is a no-op.
+- ``poll`` may answer ``ExecState.REJECTED`` for work it launched but could not get running
+  (a Kubernetes pod still Pending 30 s after its start): nothing of it runs any more, and
+  the caller requeues the workload with the status's message (the start "did not take"
+  after `start` had already returned, so a `StartError` could not say it).
 - ``list_running()`` lists the work the executor sees alive right now, including work started
   by an earlier server process; the reconciler uses it to adopt jobs after a restart.
 Optional capabilities are methods of `Executor` too, each with a documented default that
@@ -52,6 +56,9 @@ class ExecState(StrEnum):
     SUCCEEDED = "succeeded"  # exited with code 0
     FAILED = "failed"  # exited non-zero or was killed by a signal
     LOST = "lost"  # known, but it vanished without a trace of how it ended
+    #: the engine gave up starting it (a pod still Pending long after its start): nothing of
+    #: it runs any more; the caller requeues the workload with `message` as the reason
+    REJECTED = "rejected"
     UNKNOWN = "unknown"  # the executor has never heard of this workload
 
     @property

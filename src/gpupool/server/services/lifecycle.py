@@ -28,7 +28,8 @@ S = WorkloadState
 def apply_status(s: Session, rec: WorkloadRecord, status: ExecStatus, now: float) -> Workload:
     """Bring one active workload in line with `status`; return it as it now stands.
 
-    Alive work: `starting` becomes `running` once the executor says so. Ended work: the
+    Alive work: `starting` becomes `running` once the executor says so. Rejected work (the
+    engine gave up starting it) is requeued as `pending` with the executor's reason. Ended work: the
     state a pending stop asked for, else succeeded/failed by exit code, else lost. Work the
     executor never heard of is lost once it was started (admitted work waits for its start).
     """
@@ -47,6 +48,8 @@ def apply_status(s: Session, rec: WorkloadRecord, status: ExecStatus, now: float
         return w
     if st is ExecState.UNKNOWN and w.state is S.ADMITTED and rec.stopping is None:
         return w  # not launched yet
+    if st is ExecState.REJECTED and rec.stopping is None:
+        return repo.change_state(w.id, S.PENDING, now, status.message or "the start did not take")
     if rec.stopping is not None:
         to, reason = rec.stopping
         if to is S.CULLED and w.state is S.ADMITTED:
