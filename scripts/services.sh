@@ -133,6 +133,7 @@ AccountingStorageTRES=gres/gpu
 AccountingStorageEnforce=associations,limits,qos
 PriorityType=priority/multifactor
 MinJobAge=600
+KillWait=2
 NodeName=$H NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 EOF

@@ -35,8 +35,6 @@ API = "/api/v1"
 #: gpupool users, who are also Unix accounts on this host (made if missing)
 MEMBERS = {"slann": "lab", "slbob": "other"}
 
-pytestmark = pytest.mark.slurm
-
 
 def _why_not() -> str | None:
     if not os.environ.get("GPUPOOL_TEST_SLURM"):

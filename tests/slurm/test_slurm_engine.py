@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from gpupool.domain import GPUHealth
 from gpupool.store import EventRepo, NodeRepo, WorkloadRepo
 from tests.slurm.conftest import sacct, sh, wait_until
 
 NODE = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
 RUNNING = {"running"}
+pytestmark = pytest.mark.slurm
 
 
 def test_a_job_runs_under_the_tenants_account_with_its_gpus(make_world):
@@ -137,3 +140,21 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
             assert WorkloadRepo(s).get(wid).state.value == "pending"  # 1 GPU left: it waits
     finally:
         subprocess.run(["scancel", foreign], check=False)
+
+
+def test_work_that_ignores_sigterm_is_killed_after_the_grace(make_world):
+    w = make_world()
+    script = "trap '' TERM; echo ready; while :; do sleep 1; done"
+    wid = w.submit("slann", gpus=1, command=["sh", "-c", script])["id"]
+    w.schedule()
+    w.settle(wid, RUNNING)
+    wait_until("the trap to be set", lambda: "ready" in w.engine.executor.logs(wid))
+    job_id = w.job_id(wid)
+    w.client.delete(f"/api/v1/workloads/{wid}", headers=w.h("slann"))
+    w.reconcile()
+    assert sh("squeue", "-h", "-j", job_id, "-o", "%T").strip() == "RUNNING"  # TERM ignored
+    w.clock.advance(w.ctx.settings.stop_grace_s + 1)  # the grace is over on gpupool's clock
+    done = w.settle(wid, {"cancelled"})
+    assert done["exit_code"] == 137, done  # killed
+    job = sacct(job_id)
+    assert job["state"]["current"] in ("CANCELLED", "FAILED"), job["state"]

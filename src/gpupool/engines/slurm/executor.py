@@ -20,7 +20,7 @@ reported `REJECTED` with Slurm's reason (``Resources``, ``AssocGrpGRES``…): th
 requeues the workload in gpupool's queue with that reason.
 
 `stop` sends SIGTERM to the job (``scancel --signal=TERM --full``) and, once `grace_s` passed
-on the injected clock, `tick` cancels it (Slurm's SIGKILL after its KillWait).
+on the injected clock, `tick` sends SIGKILL (``scancel --signal=KILL --full``) and cancels it.
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def exit_code_of(record: Mapping[str, Any]) -> int | None:
     code = number(ec)
     if code is None:
         return None
-    return code >> 8 if code > 255 else code  # squeue: a wait status
+    if code & 0x7F:  # squeue gives the wait status: killed by a signal
+        return 128 + (code & 0x7F)
+    return code >> 8
 
 
 class SlurmExecutor(Executor):
@@ -346,6 +348,8 @@ class SlurmExecutor(Executor):
             alive = raw is not None and state_of(raw.get("job_state")) in _ALIVE
             if job.stop_at is not None and not job.killed and alive and now >= job.stop_at:
                 job.killed = True
+                with contextlib.suppress(SlurmError):  # gpupool's grace was the grace
+                    self.cli.scancel(job.job_id, "KILL")
                 with contextlib.suppress(SlurmError):
                     self.cli.scancel(job.job_id)
         if self.sync is not None:
