@@ -138,6 +138,17 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
         w.schedule()
         with w.ctx.store.read() as s:
             assert WorkloadRepo(s).get(wid).state.value == "pending"  # 1 GPU left: it waits
+        sh("scancel", foreign)  # once the plain job ends, its GPUs are gpupool's again
+        wait_until(
+            "the plain job to end",
+            lambda: not sh("squeue", "-h", "-j", foreign, "-t", "running,completing").strip(),
+        )
+        w.clock.advance(6)
+        w.ctx.loops.get("inventory").run_once()
+        with w.ctx.store.read() as s:
+            assert all(g.health is GPUHealth.HEALTHY for g in NodeRepo(s).get(NODE).gpus)
+        w.schedule()
+        w.settle(wid, RUNNING | {"succeeded"}, user="slbob")
     finally:
         subprocess.run(["scancel", foreign], check=False)
 
