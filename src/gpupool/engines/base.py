@@ -7,7 +7,7 @@ gpupool is assembled around one engine (`gpupool.system.build_system`):
   **executor** (`gpupool.executors.base.Executor`): what runs workloads;
 - `inventory()` is the **nodes** with their GPUs the engine offers now, registered in the
   store at start (the local engine: this host, through NVML or simulated GPUs; a cluster
-  engine: its nodes, from the Kubernetes API or `scontrol`);
+  engine: its nodes, from the Kubernetes API or `sinfo --json`);
 - `telemetry()` is the **GPU sources** this process samples, one per node (the local engine
   samples its own host in-process; a cluster engine's nodes report through agents instead);
 - `mps()` is the CUDA MPS daemons the engine keeps for one node's `shared` GPUs, if any;
