@@ -39,7 +39,14 @@ from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.settings import Settings
-from gpupool.store import EventRepo, Store, StoreError, TenantRepo, open_store
+from gpupool.store import (
+    AllocationRepo,
+    EventRepo,
+    Store,
+    StoreError,
+    TenantRepo,
+    open_store,
+)
 
 if TYPE_CHECKING:
     import uvicorn
@@ -252,8 +259,12 @@ def _assemble(
         with store.read() as tx:
             return TenantRepo(tx).list()
 
+    def held() -> set[str]:
+        with store.read() as tx:
+            return {u for a in AllocationRepo(tx).active() for u in a.gpu_uuids}
+
     try:
-        executor = engine.open(EngineEnv(clock, s.data_dir, record, say, tenants))
+        executor = engine.open(EngineEnv(clock, s.data_dir, record, say, tenants, held))
     except EngineError as e:
         raise SetupError(str(e)) from None
     server = dataclasses.replace(

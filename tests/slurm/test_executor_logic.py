@@ -119,3 +119,35 @@ def test_a_new_executor_adopts_by_job_name(tmp_path):
     assert [(r.workload_id, r.ref) for r in again.list_running()] == [("w-1", "101")]
     assert again.poll("w-1").state is ExecState.RUNNING
     assert again.poll("w-2").state is ExecState.UNKNOWN
+
+
+def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(tmp_path):
+    """After a restart the executor knows none of its jobs' GPUs; the store's allocations
+    (EngineEnv.held) keep a plain job's GPUs off gpupool's own."""
+    from gpupool.domain import GPUHealth
+    from gpupool.engines.base import EngineEnv
+    from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+
+    slurm = FakeSlurm()
+    node = {"name": "n1", "state": "mixed", "gres": "gpu:h100:4", "cpus": 8, "real_memory": 1}
+    plain = {"job_id": 7, "name": "plain", "job_state": "RUNNING", "user_name": "eve",
+             "batch_host": "n1", "gres_detail": ["gpu:h100:1(IDX:0)"]}  # fmt: skip
+    slurm.jobs["plain"] = plain
+
+    def runner(args, **kw):  # noqa: ANN001, ANN003, ANN202
+        if args[0] == "sinfo":
+            out = "slurm 22.05.8" if "--version" in args else json.dumps({"nodes": [node]})
+            return subprocess.CompletedProcess(args, 0, out, "")
+        if args[0] == "sacctmgr":
+            return subprocess.CompletedProcess(args, 0, "", "")
+        return slurm(args, **kw)
+
+    from gpupool.engines.slurm.cli import SlurmCLI as CLI
+
+    engine = SlurmEngine(
+        SlurmOptions(output_dir=tmp_path / "out", per_user=False), cli=CLI("/x", runner=runner)
+    )
+    engine.open(EngineEnv(ManualClock(0.0), held=lambda: {"slurm-n1-gpu0"}))
+    (n1,) = engine.inventory()
+    taken = [g.uuid for g in n1.gpus if g.health is GPUHealth.UNHEALTHY]
+    assert len(taken) == 1 and taken != ["slurm-n1-gpu0"]

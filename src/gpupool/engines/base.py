@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,7 @@ class EngineEnv:
     record(kind, message, data): add an event to the store (e.g. an MPS daemon restarted).
     say(message, loud=False): tell the operator (`gpupool up` prints it).
     tenants(): the tenants as stored now (an engine that mirrors them, e.g. as Slurm accounts).
+    held(): the GPU uuids gpupool's active allocations hold now.
     """
 
     clock: Clock
@@ -57,6 +58,7 @@ class EngineEnv:
     record: Callable[[str, str, Mapping[str, object]], None] = lambda kind, message, data: None
     say: Callable[..., None] = _print
     tenants: Callable[[], Sequence[Tenant]] = lambda: ()
+    held: Callable[[], Collection[str]] = lambda: ()
 
 
 @dataclass(frozen=True)

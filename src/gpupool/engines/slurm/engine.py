@@ -143,7 +143,9 @@ class SlurmEngine(Engine):
             foreign = self.foreign()
         except SlurmError as e:
             raise EngineError(f"cannot read Slurm's nodes: {e}") from None
-        held = self.executor.held_gpus() if self.executor else set()
+        held = set(self._env.held()) if self._env else set()  # survives a restart
+        if self.executor is not None:
+            held |= self.executor.held_gpus()
         nodes = []
         for r in raw:
             node = to_node(r, self.options.default_gpu_memory_mib)
