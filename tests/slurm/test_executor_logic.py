@@ -151,3 +151,25 @@ def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(tmp_path):
     (n1,) = engine.inventory()
     taken = [g.uuid for g in n1.gpus if g.health is GPUHealth.UNHEALTHY]
     assert len(taken) == 1 and taken != ["slurm-n1-gpu0"]
+
+
+def test_a_failing_squeue_does_not_stop_the_pass_and_polls_say_so(tmp_path):
+    from gpupool.engines.slurm.cli import SlurmError
+
+    synced = []
+
+    def runner(args, **kw):  # noqa: ANN001, ANN003, ANN202
+        return subprocess.CompletedProcess(args, 1, "", "slurm_load_jobs error: timed out")
+
+    ex = SlurmExecutor(
+        SlurmCLI("/x", runner=runner), ManualClock(0.0), tmp_path / "o",
+        account_of=str, per_user=False, sync=lambda: synced.append(1),
+    )  # fmt: skip
+    ex.tick()  # no exception: the reconciler goes on
+    assert synced == [1]
+    try:
+        ex.poll("w-1")
+    except SlurmError as e:
+        assert "timed out" in str(e)
+    else:
+        raise AssertionError("a poll without squeue must raise, not guess")

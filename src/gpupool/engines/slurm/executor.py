@@ -26,6 +26,7 @@ on the injected clock, `tick` sends SIGKILL (``scancel --signal=KILL --full``) a
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shlex
@@ -48,6 +49,8 @@ from gpupool.executors.base import (
     StartError,
 )
 from gpupool.executors.jobenv import job_environment, passed_names
+
+log = logging.getLogger(__name__)
 
 PREFIX = "gpupool-"
 _ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
@@ -342,7 +345,11 @@ class SlurmExecutor(Executor):
     def tick(self) -> None:
         """Read squeue once for this pass; cancel stopped work whose grace is over; sync."""
         now = self.clock.now()
-        snap = self.refresh()
+        try:
+            snap = self.refresh()
+        except SlurmError as e:  # each poll will say so too; the sync may still work
+            log.warning("reading squeue failed: %s", e)
+            snap = _Snapshot()
         for wid, job in self._jobs.items():
             raw = snap.jobs.get(wid)
             alive = raw is not None and state_of(raw.get("job_state")) in _ALIVE
