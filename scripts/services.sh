@@ -74,6 +74,7 @@ _wait_for() {  # _wait_for SECONDS CMD...: bounded polling, 0.2 s steps
   return 1
 }
 _SLURM_PIDS=()
+_SLURM_DEVS=()
 _slurm_pid() { [ -f "$1" ] && _SLURM_PIDS+=("$(cat "$1")"); }
 
 start_slurm() {
@@ -92,7 +93,11 @@ start_slurm() {
   local S H i
   S=$(mktemp -d /tmp/gpupool-slurm.XXXXXX); H=$(hostname -s); _SLURM_TMP=$S
   chmod 755 "$S"; mkdir -p "$S"/{state,spool,log,run,mysql}
-  for i in 0 1 2 3; do [ -e /dev/nvidia$i ] || mknod -m 666 /dev/nvidia$i c 195 $i || { _slurm_fail "cannot mknod /dev/nvidia$i"; return; }; done
+  for i in 0 1 2 3; do  # only those missing; removed again by stop_slurm
+    [ -e /dev/nvidia$i ] && continue
+    mknod -m 666 /dev/nvidia$i c 195 $i || { _slurm_fail "cannot mknod /dev/nvidia$i"; return; }
+    _SLURM_DEVS+=(/dev/nvidia$i)
+  done
   local pctl pd pdbd pdb
   pctl=$(_free_port); pd=$(_free_port); pdbd=$(_free_port); pdb=$(_free_port)
   # munge: our own key and socket, so that a site's munged is neither used nor disturbed
@@ -190,6 +195,8 @@ stop_slurm() {
     kill -9 "$p" 2>/dev/null || true
   done
   _SLURM_PIDS=()
+  for p in "${_SLURM_DEVS[@]}"; do rm -f "$p"; done
+  _SLURM_DEVS=()
   [ -n "${_SLURM_TMP:-}" ] && rm -rf "$_SLURM_TMP"
   _SLURM_TMP=
   unset GPUPOOL_TEST_SLURM
