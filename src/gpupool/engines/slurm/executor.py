@@ -160,11 +160,6 @@ class SlurmExecutor(Executor):
             return self.refresh()
         return self._snap
 
-    def all_jobs(self) -> list[dict[str, Any]]:
-        """Every job squeue lists (gpupool's and others'); also refreshes the snapshot."""
-        jobs = self.cli.jobs()
-        return jobs
-
     # -- the contract -----------------------------------------------------------------
     def start(
         self,
