@@ -83,7 +83,155 @@ PY
   fi
 }
 
+# Real Slurm 22.05 (Debian 12) on one node for the `slurm` tests: munged, MariaDB, slurmdbd,
+# slurmctld and slurmd on free loopback ports, config and state in a throwaway directory, four
+# fake GPUs (/dev/nvidia0..3, character devices 195:N: slurmd only checks that they exist).
+# Root only (slurmd must switch to the jobs' accounts). Exports SLURM_CONF and
+# GPUPOOL_TEST_SLURM=1; on any failure it says which daemon and prints its log, and the
+# slurm tests skip.
+_slurm_fail() {
+  echo "scripts/test: Slurm not started: $1; slurm tests will be skipped" >&2
+  [ -n "${2:-}" ] && [ -f "$2" ] && { echo "---- $2" >&2; tail -n 40 "$2" >&2; }
+  stop_slurm
+  return 1
+}
+_free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+_wait_for() {  # _wait_for SECONDS CMD...: bounded polling, 0.2 s steps
+  local i n=$(( $1 * 5 )); shift
+  for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  return 1
+}
+_SLURM_PIDS=()
+_SLURM_DEVS=()
+_slurm_pid() { [ -f "$1" ] && _SLURM_PIDS+=("$(cat "$1")"); }
+
+start_slurm() {
+  [ -n "${GPUPOOL_TEST_SLURM:-}" ] && return
+  if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test: Slurm tests need root (slurmd runs jobs as other accounts); skipped" >&2; return
+  fi
+  local missing=() c
+  for c in slurmctld slurmd sbatch slurmdbd munged mariadbd; do command -v "$c" >/dev/null 2>&1 || missing+=("$c"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    _need_apt=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server); _apt_install
+  fi
+  for c in slurmctld slurmd sbatch slurmdbd munged mariadbd mariadb-install-db; do
+    command -v "$c" >/dev/null 2>&1 || { _slurm_fail "$c is not installed (apt-get install slurmctld slurmd slurm-client slurmdbd munge mariadb-server)"; return; }
+  done
+  local S H i
+  S=$(mktemp -d /tmp/gpupool-slurm.XXXXXX); H=$(hostname -s); _SLURM_TMP=$S
+  chmod 755 "$S"; mkdir -p "$S"/{state,spool,log,run,mysql}
+  for i in 0 1 2 3; do  # only those missing; removed again by stop_slurm
+    [ -e /dev/nvidia$i ] && continue
+    mknod -m 666 /dev/nvidia$i c 195 $i || { _slurm_fail "cannot mknod /dev/nvidia$i"; return; }
+    _SLURM_DEVS+=(/dev/nvidia$i)
+  done
+  local pctl pd pdbd pdb
+  pctl=$(_free_port); pd=$(_free_port); pdbd=$(_free_port); pdb=$(_free_port)
+  # munge: our own key and socket, so that a site's munged is neither used nor disturbed
+  dd if=/dev/urandom of="$S/munge.key" bs=1024 count=1 status=none; chmod 600 "$S/munge.key"
+  munged --socket="$S/run/munge.sock" --key-file="$S/munge.key" --pid-file="$S/run/munged.pid" \
+    --log-file="$S/log/munged.log" --seed-file="$S/run/munge.seed" --force >/dev/null 2>&1 \
+    || { _slurm_fail "munged did not start" "$S/log/munged.log"; return; }
+  _slurm_pid "$S/run/munged.pid"
+  cat > "$S/slurm.conf" <<EOF
+ClusterName=gpupoolci
+SlurmctldHost=$H(127.0.0.1)
+SlurmUser=root
+SlurmctldPort=$pctl
+SlurmdPort=$pd
+AuthType=auth/munge
+AuthInfo=socket=$S/run/munge.sock
+StateSaveLocation=$S/state
+SlurmdSpoolDir=$S/spool
+SlurmctldPidFile=$S/run/slurmctld.pid
+SlurmdPidFile=$S/run/slurmd.pid
+SlurmctldLogFile=$S/log/slurmctld.log
+SlurmdLogFile=$S/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+MpiDefault=none
+ReturnToService=2
+JobAcctGatherType=jobacct_gather/linux
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$pdbd
+AccountingStoragePass=$S/run/munge.sock
+AccountingStorageTRES=gres/gpu
+AccountingStorageEnforce=associations,limits,qos
+PriorityType=priority/multifactor
+MinJobAge=600
+KillWait=2
+NodeName=$H NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
+EOF
+  printf 'AutoDetect=off\nNodeName=%s Name=gpu Type=fake File=/dev/nvidia[0-3]\n' "$H" > "$S/gres.conf"
+  mariadb-install-db --user=root --datadir="$S/mysql" --auth-root-authentication-method=socket >"$S/log/mysql-install.log" 2>&1 \
+    || { _slurm_fail "mariadb-install-db failed" "$S/log/mysql-install.log"; return; }
+  mariadbd --user=root --datadir="$S/mysql" --socket="$S/run/mysql.sock" --port="$pdb" --bind-address=127.0.0.1 \
+    --pid-file="$S/run/mysqld.pid" --log-error="$S/log/mysqld.err" --innodb-buffer-pool-size=32M \
+    --skip-log-bin >/dev/null 2>&1 &
+  _SLURM_PIDS+=("$!")
+  _wait_for 20 mariadb --socket="$S/run/mysql.sock" -u root -e 'select 1' || { _slurm_fail "mariadbd did not answer" "$S/log/mysqld.err"; return; }
+  mariadb --socket="$S/run/mysql.sock" -u root -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" \
+    || { _slurm_fail "could not create the slurm database user"; return; }
+  cat > "$S/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=$S/run/munge.sock
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$pdbd
+SlurmUser=root
+LogFile=$S/log/slurmdbd.log
+PidFile=$S/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$pdb
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+EOF
+  chmod 600 "$S/slurmdbd.conf"
+  export SLURM_CONF="$S/slurm.conf"
+  slurmdbd >/dev/null 2>&1 || { _slurm_fail "slurmdbd did not start" "$S/log/slurmdbd.log"; return; }
+  _wait_for 10 test -s "$S/run/slurmdbd.pid"; _slurm_pid "$S/run/slurmdbd.pid"
+  _wait_for 20 sacctmgr -n list cluster || { _slurm_fail "slurmdbd did not answer" "$S/log/slurmdbd.log"; return; }
+  sacctmgr -i add cluster gpupoolci >/dev/null || { _slurm_fail "sacctmgr add cluster failed" "$S/log/slurmdbd.log"; return; }
+  slurmctld -i >/dev/null 2>&1 || { _slurm_fail "slurmctld did not start" "$S/log/slurmctld.log"; return; }
+  _wait_for 10 test -s "$S/run/slurmctld.pid"; _slurm_pid "$S/run/slurmctld.pid"
+  _wait_for 20 scontrol ping || { _slurm_fail "slurmctld did not answer" "$S/log/slurmctld.log"; return; }
+  slurmd -N "$H" >/dev/null 2>&1 || { _slurm_fail "slurmd did not start" "$S/log/slurmd.log"; return; }
+  _wait_for 10 test -s "$S/run/slurmd.pid"; _slurm_pid "$S/run/slurmd.pid"
+  _slurm_idle() { sinfo -h -N -n "$H" -o '%t' | grep -qx idle; }
+  _wait_for 30 _slurm_idle || { _slurm_fail "node $H did not become idle ($(sinfo -h -N -o '%N %t' 2>&1))" "$S/log/slurmd.log"; return; }
+  export GPUPOOL_TEST_SLURM=1
+}
+
+stop_slurm() {
+  local p
+  if [ -n "${GPUPOOL_TEST_SLURM:-}" ]; then  # the tests' leftover jobs, then the daemons
+    squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null || true
+  fi
+  for p in "${_SLURM_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${_SLURM_PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  done
+  _SLURM_PIDS=()
+  for p in "${_SLURM_DEVS[@]}"; do rm -f "$p"; done
+  _SLURM_DEVS=()
+  [ -n "${_SLURM_TMP:-}" ] && rm -rf "$_SLURM_TMP"
+  _SLURM_TMP=
+  unset GPUPOOL_TEST_SLURM
+}
+
 stop_services() {
+  stop_slurm
   if [ -n "${_PG_STOP:-}" ]; then "${_PG_STOP[@]}" >/dev/null 2>&1 || true; rm -rf "$_PG_TMP"; fi
 }
 
@@ -102,4 +250,5 @@ start_services() {
   start_chp
   start_prometheus
   start_helm
+  start_slurm || true
 }

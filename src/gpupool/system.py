@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING
 from fastapi import FastAPI
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Event
+from gpupool.domain import Allocation, Event, Tenant
 from gpupool.engines import Engine, EngineEnv, EngineError
 from gpupool.engines.isolation import secure_data_dir
 from gpupool.executors.base import Executor
@@ -39,7 +39,15 @@ from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.settings import Settings
-from gpupool.store import EventRepo, Store, StoreError, TenantRepo, UserRepo, open_store
+from gpupool.store import (
+    AllocationRepo,
+    EventRepo,
+    Store,
+    StoreError,
+    TenantRepo,
+    UserRepo,
+    open_store,
+)
 
 if TYPE_CHECKING:
     import uvicorn
@@ -248,8 +256,16 @@ def _assemble(
                 Event(at=clock.now(), kind=kind, message=message, data=MappingProxyType(dict(data)))
             )
 
+    def tenants() -> list[Tenant]:
+        with store.read() as tx:
+            return TenantRepo(tx).list()
+
+    def held() -> set[str]:
+        with store.read() as tx:
+            return {u for a in AllocationRepo(tx).active() for u in a.gpu_uuids}
+
     try:
-        executor = engine.open(EngineEnv(clock, s.data_dir, record, say))
+        executor = engine.open(EngineEnv(clock, s.data_dir, record, say, tenants, held))
     except EngineError as e:
         raise SetupError(str(e)) from None
     server = dataclasses.replace(

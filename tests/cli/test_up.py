@@ -195,20 +195,6 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("engine,issue", [("slurm", 16)])
-def test_up_says_which_engines_are_not_available_yet(data_dir, engine, issue):
-    r = subprocess.run(
-        [*GPUPOOL, "up", "--engine", engine, "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2
-    assert f"--engine {engine} is not available yet" in r.stderr
-    assert f"issue {issue}" in r.stderr and "Traceback" not in r.stderr
-    assert not (data_dir / "gpupool.db").exists()  # nothing was started or created
-
-
 def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
     pytest.importorskip("kubernetes")
     from tests.kubernetes.fakeapi import FakeKube
@@ -287,6 +273,20 @@ def test_up_kubernetes_without_a_cluster_says_what_to_do(data_dir, tmp_path):
     )
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert "cannot list nodes" in r.stderr and "kubeconfig" in r.stderr
+
+
+def test_up_engine_slurm_without_slurm_says_what_to_install(data_dir):
+    env = {**os.environ, "PATH": "/nonexistent"}
+    r = subprocess.run(
+        [*GPUPOOL, "up", "--engine", "slurm", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "cannot use Slurm: sinfo is not installed" in r.stderr
+    assert "slurm-client" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_up_help_offers_the_engine_option():

@@ -44,8 +44,9 @@ def register(app: typer.Typer) -> None:
             "local",
             "--engine",
             metavar="NAME",
-            help="Where work runs: local (processes on this machine's GPUs) or kubernetes "
-            "(pods of the cluster, see --kubeconfig); slurm is not available yet.",
+            help="Where work runs: local (processes on this machine's GPUs), kubernetes "
+            "(pods of the cluster, see --kubeconfig) or slurm (batch jobs of the Slurm "
+            "cluster of $SLURM_CONF, see docs/slurm.md).",
         ),
         kubeconfig: str | None = typer.Option(
             None,
@@ -74,6 +75,17 @@ def register(app: typer.Typer) -> None:
             "python:3.12-slim",
             "--image",
             help="--engine kubernetes: the container image jobs run in.",
+        ),
+        slurm_partition: str | None = typer.Option(
+            None,
+            "--slurm-partition",
+            help="--engine slurm: submit to this partition (default: Slurm's default).",
+        ),
+        slurm_output_dir: Path | None = typer.Option(
+            None,
+            "--slurm-output-dir",
+            help="--engine slurm: jobs' output files, on a file system the compute nodes "
+            "share (default: <data dir>/../gpupool-slurm-output).",
         ),
         simulate: str | None = typer.Option(
             None,
@@ -147,6 +159,7 @@ def register(app: typer.Typer) -> None:
                 "home_size": home_size,
                 "home_storage_class": home_storage_class,
             },
+            slurm={"partition": slurm_partition, "output_dir": slurm_output_dir},
             simulate=simulate,
             data_dir=data_dir or default_data_dir(),
             host=host,
@@ -179,7 +192,9 @@ def _choose_workers(requested: str) -> int:
     return n
 
 
-def _engine(name: str, kube: dict | None = None, **local: object):  # noqa: ANN003, ANN202
+def _engine(
+    name: str, kube: dict | None = None, slurm: dict | None = None, **local: object
+):  # noqa: ANN003, ANN202
     """The engine `--engine` names (an Engine)."""
     from gpupool.engines import AVAILABLE, PLANNED
     from gpupool.engines.local import LocalEngine, LocalOptions
@@ -213,6 +228,10 @@ def _engine(name: str, kube: dict | None = None, **local: object):  # noqa: ANN0
         return KubernetesEngine(
             KubeOptions(kubeconfig=k.get("kubeconfig"), pods=pods, tenancy=tenancy)
         )
+    if name == "slurm":
+        from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+
+        return SlurmEngine(SlurmOptions(**{k: v for k, v in (slurm or {}).items() if v}))
     return LocalEngine(LocalOptions(**local))  # type: ignore[arg-type]
 
 
@@ -234,6 +253,7 @@ def serve(
     engine: str = "local",
     jobs_account: str = "gpupool-jobs",
     kube: dict | None = None,
+    slurm: dict | None = None,
 ) -> None:
     """Build the system from the flags and serve until interrupted (see the module)."""
     import logging
@@ -244,6 +264,7 @@ def serve(
     chosen = _engine(
         engine,
         kube,
+        slurm,
         node=node_name,
         simulate=simulate,
         user_mode=user_mode,

@@ -7,7 +7,7 @@ gpupool is assembled around one engine (`gpupool.system.build_system`):
   **executor** (`gpupool.executors.base.Executor`): what runs workloads;
 - `inventory()` is the **nodes** with their GPUs the engine offers now, registered in the
   store at start (the local engine: this host, through NVML or simulated GPUs; a cluster
-  engine: its nodes, from the Kubernetes API or `scontrol`);
+  engine: its nodes, from the Kubernetes API or `sinfo --json`);
 - `telemetry()` is the **GPU sources** this process samples, one per node (the local engine
   samples its own host in-process; a cluster engine's nodes report through agents instead);
 - `mps()` is the CUDA MPS daemons the engine keeps for one node's `shared` GPUs, if any;
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.clock import Clock
-from gpupool.domain import Enforcement, Membership, Node, TenantTree
+from gpupool.domain import Enforcement, Membership, Node, Tenant, TenantTree
 from gpupool.executors.base import Executor
 from gpupool.executors.mps import MPSManager
 from gpupool.telemetry import GPUSource
@@ -49,12 +49,16 @@ class EngineEnv:
         keep none (the fake engine of the tests).
     record(kind, message, data): add an event to the store (e.g. an MPS daemon restarted).
     say(message, loud=False): tell the operator (`gpupool up` prints it).
+    tenants(): the tenants as stored now (an engine that mirrors them, e.g. as Slurm accounts).
+    held(): the GPU uuids gpupool's active allocations hold now.
     """
 
     clock: Clock
     data_dir: Path | None = None
     record: Callable[[str, str, Mapping[str, object]], None] = lambda kind, message, data: None
     say: Callable[..., None] = _print
+    tenants: Callable[[], Sequence[Tenant]] = lambda: ()
+    held: Callable[[], Collection[str]] = lambda: ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,190 @@
+"""The Slurm engine: nodes from Slurm, work as Slurm batch jobs, tenants as Slurm accounts.
+
+`SlurmEngine(SlurmOptions(...))`:
+
+- `inventory()`: `sinfo --json` → nodes and GPUs (`inventory.to_node`); GPUs held by Slurm jobs
+  gpupool did not submit are reported unhealthy (not schedulable) and each such job is
+  recorded once as an event ``slurm.foreign`` (job, user, account, node, GPUs). Re-read every
+  `inventory_interval_s` by the system's inventory loop.
+- `open()`: the `SlurmExecutor`; its `tick` (every reconciler pass) also syncs tenants to
+  Slurm accounts (`accounts.SlurmAccounts`) every `accounts_interval_s` on the clock, reading
+  the tenants from the store given in the options' `tenants` callable (the system passes
+  the store's tenant list).
+- no telemetry in this process: compute nodes report through `gpupool agent`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpupool.domain import Node, Tenant
+from gpupool.engines.base import Engine, EngineEnv, EngineError
+from gpupool.engines.slurm.accounts import DEFAULT_PREFIX, SlurmAccounts
+from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
+from gpupool.engines.slurm.executor import PREFIX, SlurmExecutor
+from gpupool.engines.slurm.inventory import ForeignJob, foreign_jobs, mark_foreign, to_node
+from gpupool.executors.base import Executor
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """conf: slurm.conf (default $SLURM_CONF). output_dir: where jobs' output files go (must
+    be on a file system the compute nodes share; default <data dir>/../gpupool-slurm-output).
+    partition: submit there (default: Slurm's default). account_prefix: see `accounts`.
+    pending_timeout_s: a job still pending this long after its start is requeued in gpupool.
+    """
+
+    conf: str | None = None
+    output_dir: Path | None = None
+    partition: str | None = None
+    account_prefix: str = DEFAULT_PREFIX
+    pending_timeout_s: float = 30.0
+    inventory_interval_s: float = 5.0
+    accounts_interval_s: float = 30.0
+    default_gpu_memory_mib: int = 16384
+    per_user: bool | None = None
+
+
+class SlurmEngine(Engine):
+    name = "slurm"
+
+    def __init__(
+        self,
+        options: SlurmOptions | None = None,
+        *,
+        cli: SlurmCLI | None = None,
+        tenants: Callable[[], Sequence[Tenant]] | None = None,
+    ) -> None:
+        self.options = options or SlurmOptions()
+        self.cli = cli or SlurmCLI(self.options.conf)
+        self.accounts = SlurmAccounts(self.cli, self.options.account_prefix)
+        #: the tenants to mirror as accounts (the system sets it to the store's list)
+        self.tenants = tenants
+        self.inventory_interval_s = self.options.inventory_interval_s
+        self.executor: SlurmExecutor | None = None
+        self._env: EngineEnv | None = None
+        self._foreign_seen: set[str] = set()
+        self._synced_at: float | None = None
+
+    @property
+    def single_user(self) -> bool:
+        return not (self.executor.per_user if self.executor else os.geteuid() == 0)
+
+    def open(self, env: EngineEnv) -> Executor:
+        self._env = env
+        try:
+            major, minor = self.cli.version()
+        except SlurmError as e:
+            raise EngineError(f"cannot use Slurm: {e}") from None
+        if (major, minor) < (21, 8):
+            raise EngineError(f"Slurm {major}.{minor} has no --json output; 21.08 or later needed")
+        out = self.options.output_dir
+        if out is None:
+            base = env.data_dir.parent if env.data_dir else Path("/tmp")
+            out = base / "gpupool-slurm-output"
+        self.executor = SlurmExecutor(
+            self.cli,
+            env.clock,
+            out,
+            account_of=self.accounts.account_of,
+            ensure_user=self.ensure_user,
+            per_user=self.options.per_user,
+            partition=self.options.partition,
+            pending_timeout_s=self.options.pending_timeout_s,
+            sync=self.sync_accounts,
+        )
+        self.inventory()  # fail early, and teach the executor the GPU types
+        self.sync_accounts(force=True)
+        return self.executor
+
+    def ensure_user(self, user: str, account: str) -> None:
+        """`user`'s association with `account`; a missing account (a tenant made since the
+        last sync) is synced first."""
+        try:
+            self.accounts.ensure_user(user, account)
+        except SlurmError:
+            self.sync_accounts(force=True)
+            self.accounts.ensure_user(user, account)
+
+    def sync_accounts(self, force: bool = False) -> list[str]:
+        """Mirror the tenants as accounts, at most every `accounts_interval_s` (unless
+        `force`); the accounts changed. Errors are recorded, not raised."""
+        if self._env is None:
+            return []
+        tenants = self.tenants or self._env.tenants
+        now = self._env.clock.now()
+        due = self._synced_at is None or now - self._synced_at >= self.options.accounts_interval_s
+        if not (force or due):
+            return []
+        self._synced_at = now
+        try:
+            changed = self.accounts.sync(tenants())
+        except SlurmError as e:
+            self._env.record("slurm.accounts", f"syncing tenants to Slurm failed: {e}", {})
+            return []
+        if changed:
+            self._env.record(
+                "slurm.accounts",
+                f"Slurm accounts updated: {', '.join(changed)}",
+                {"accounts": changed},
+            )
+        return changed
+
+    def foreign(self) -> list[ForeignJob]:
+        """Running Slurm jobs gpupool did not submit that hold GPUs."""
+        return foreign_jobs(self.cli.jobs(), PREFIX)
+
+    def inventory(self) -> list[Node]:
+        try:
+            raw = self.cli.nodes()
+            foreign = self.foreign()
+        except SlurmError as e:
+            raise EngineError(f"cannot read Slurm's nodes: {e}") from None
+        held = set(self._env.held()) if self._env else set()  # survives a restart
+        if self.executor is not None:
+            held |= self.executor.held_gpus()
+        nodes = []
+        for r in raw:
+            node = to_node(r, self.options.default_gpu_memory_mib)
+            if self.executor is not None:
+                for g in node.gpus:
+                    self.executor.gpu_types[g.uuid] = g.model
+            nodes.append(mark_foreign(node, foreign, held))
+        self._note_foreign(foreign)
+        return nodes
+
+    def _note_foreign(self, foreign: list[ForeignJob]) -> None:
+        if self._env is None:
+            return
+        for f in foreign:
+            if f.job_id in self._foreign_seen:
+                continue
+            self._foreign_seen.add(f.job_id)
+            self._env.record(
+                "slurm.foreign",
+                f"Slurm job {f.job_id} of {f.user} (account {f.account or '-'}) holds "
+                f"{f.gpus} GPU(s) on {f.node} outside gpupool",
+                {
+                    "job": f.job_id,
+                    "user": f.user,
+                    "account": f.account,
+                    "node": f.node,
+                    "gpus": f.gpus,
+                },
+            )
+        self._foreign_seen &= {f.job_id for f in foreign}
+
+    def describe(self) -> list[tuple[str, bool]]:
+        major, minor = self.cli.version()
+        who = "their owners' Unix accounts" if not self.single_user else "this server's account"
+        return [
+            (f"engine: slurm {major}.{minor} (SLURM_CONF={self.cli.conf or 'default'})", False),
+            (
+                f"jobs run as Slurm batch jobs under {who}; tenants are Slurm accounts "
+                f"'{self.options.account_prefix}<tenant>'",
+                False,
+            ),
+        ]

@@ -1,0 +1,393 @@
+"""The Slurm executor: gpupool admits, Slurm runs.
+
+`start` submits one batch job per workload::
+
+    sbatch --parsable --job-name=gpupool-<id> --comment=gpupool:<id> --nodelist=<node>
+           --gres=gpu:<type>:<n> --account=<tenant's account> --uid=<owner> --gid=<owner's>
+           --output=<output dir>/<id>.out --open-mode=append --export=ALL [--time=<min>]
+
+(`--uid`/`--gid` when gpupool runs as root: the job runs as the owner's own Unix account,
+never root, resolved as the local executor does, `executors.accounts`). The script `exec`s the
+workload's command; its environment is the local executor's allowlist (`executors.jobenv`).
+Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node).
+
+State comes from `squeue --json` (read once per reconciler pass, in `tick`, and on demand
+when older than `refresh_s`) and, for jobs squeue no longer lists, `sacct --json`. Jobs are
+found by name, so a new gpupool process adopts what an earlier one submitted.
+
+A job Slurm still keeps PENDING `pending_timeout_s` (30 s) after its start is cancelled and
+reported `REJECTED` with Slurm's reason (``Resources``, ``AssocGrpGRES``…): the reconciler
+requeues the workload in gpupool's queue with that reason.
+
+`stop` sends SIGTERM to the job (``scancel --signal=TERM --full``) and, once `grace_s` passed
+on the injected clock, `tick` sends SIGKILL (``scancel --signal=KILL --full``) and cancels it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpupool.clock import Clock
+from gpupool.domain import Allocation, Workload
+from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
+from gpupool.executors.accounts import Account, server_account, unprivileged
+from gpupool.executors.base import (
+    ExecState,
+    ExecStatus,
+    Executor,
+    Handle,
+    RunningProcess,
+    StartError,
+)
+from gpupool.executors.jobenv import job_environment, passed_names
+
+log = logging.getLogger(__name__)
+
+PREFIX = "gpupool-"
+_ALIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+_PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
+
+
+@dataclass
+class _Job:
+    job_id: str
+    submitted_at: float
+    output: Path
+    user: str = ""
+    gpu_uuids: tuple[str, ...] = ()
+    stop_reason: str | None = None
+    stop_at: float | None = None
+    killed: bool = False
+    rejected: str | None = None
+
+
+@dataclass
+class _Snapshot:
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # workload id -> squeue job
+    read_at: float = -math.inf
+
+
+def workload_of(job: Mapping[str, Any]) -> str | None:
+    name = str(job.get("name") or "")
+    return name[len(PREFIX) :] if name.startswith(PREFIX) else None
+
+
+def exit_code_of(record: Mapping[str, Any]) -> int | None:
+    """The shell's exit code from a sacct (object) or squeue (number) record; 128+N when
+    killed by signal N."""
+    ec = record.get("exit_code")
+    if isinstance(ec, dict):
+        sig = ec.get("signal") or {}
+        sig_id = number(sig.get("signal_id") if isinstance(sig, dict) else None)
+        status = ec.get("status")
+        statuses = {str(s).upper() for s in (status if isinstance(status, list) else [status])}
+        if "SIGNALED" in statuses and sig_id:
+            return 128 + sig_id
+        return number(ec.get("return_code"))
+    code = number(ec)
+    if code is None:
+        return None
+    if code & 0x7F:  # squeue gives the wait status: killed by a signal
+        return 128 + (code & 0x7F)
+    return code >> 8
+
+
+class SlurmExecutor(Executor):
+    """Runs workloads as Slurm batch jobs (see the module docstring).
+
+    account_of(tenant) -> Slurm account; ensure_user(unix_user, account) makes the
+    association before a submission (`engine.SlurmAccounts`); `per_user`: jobs run as their
+    owners' accounts (needs root); else as the server's account.
+    """
+
+    name = "slurm"
+    adopts_work = True
+
+    def __init__(
+        self,
+        cli: SlurmCLI,
+        clock: Clock,
+        output_dir: Path,
+        *,
+        account_of: Callable[[str], str],
+        ensure_user: Callable[[str, str], None] = lambda user, account: None,
+        per_user: bool | None = None,
+        partition: str | None = None,
+        pending_timeout_s: float = 30.0,
+        refresh_s: float = 1.0,
+        gpu_types: Mapping[str, str] | None = None,
+        sync: Callable[[], object] | None = None,
+    ) -> None:
+        self.cli, self.clock, self.output_dir = cli, clock, output_dir
+        self.account_of, self.ensure_user = account_of, ensure_user
+        self.per_user = os.geteuid() == 0 if per_user is None else per_user
+        self.partition = partition
+        self.pending_timeout_s, self.refresh_s = pending_timeout_s, refresh_s
+        #: GPU uuid -> Slurm GRES type (from the inventory)
+        self.gpu_types: dict[str, str] = dict(gpu_types or {})
+        self.sync = sync
+        self._jobs: dict[str, _Job] = {}
+        self._snap = _Snapshot()
+        output_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(output_dir, 0o711)  # jobs open their own file by name; nobody lists
+
+    # -- reading Slurm ----------------------------------------------------------------
+    def refresh(self) -> _Snapshot:
+        """Read `squeue --json` now (all of gpupool's jobs, by workload id; the newest job
+        of a workload wins)."""
+        by_id: dict[str, dict[str, Any]] = {}
+        for j in self.cli.jobs():
+            wid = workload_of(j)
+            if wid is None:
+                continue
+            old = by_id.get(wid)
+            if old is None or int(j.get("job_id") or 0) > int(old.get("job_id") or 0):
+                by_id[wid] = j
+        self._snap = _Snapshot(by_id, time.monotonic())
+        return self._snap
+
+    def _queue(self) -> _Snapshot:
+        if time.monotonic() - self._snap.read_at > self.refresh_s:
+            return self.refresh()
+        return self._snap
+
+    # -- the contract -----------------------------------------------------------------
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        if not workload.command:
+            raise StartError("the workload has no command to run", permanent=True)
+        shares = allocation.shares if allocation else ()
+        if any(s.milli != 1000 for s in shares):
+            raise StartError(
+                "fractional GPUs are not available on the Slurm engine yet; ask for whole GPUs",
+                permanent=True,
+            )
+        account = self._account(unix_user or workload.owner)
+        slurm_account = self.account_of(workload.tenant)
+        try:
+            self.ensure_user(account.name, slurm_account)
+        except SlurmError as e:
+            raise StartError(f"could not give {account.name} the Slurm account: {e}") from None
+        output = self.output_dir / f"{workload.id}.out"
+        output.touch(mode=0o600, exist_ok=True)
+        if self.per_user:
+            os.chown(output, account.uid, account.gid)
+        args = [
+            f"--job-name={PREFIX}{workload.id}",
+            f"--comment=gpupool:{workload.id}",
+            f"--account={slurm_account}",
+            f"--output={output}",
+            "--open-mode=append",
+            "--export=ALL",
+            f"--chdir={account.home if os.path.isdir(account.home) else '/tmp'}",
+        ]
+        if allocation is not None:
+            args.append(f"--nodelist={allocation.node}")
+        if shares:
+            types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
+            typ = types.pop() if len(types) == 1 else None
+            n = len(shares)
+            args.append(f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}")
+        if self.partition:
+            args.append(f"--partition={self.partition}")
+        if workload.max_runtime_s:
+            args.append(f"--time={max(1, math.ceil(workload.max_runtime_s / 60))}")
+        if self.per_user:
+            args += [f"--uid={account.uid}", f"--gid={account.gid}"]
+        job_env = job_environment(
+            os.environ,
+            account,
+            declared=env,
+            injected={"GPUPOOL_WORKLOAD_ID": workload.id},
+            passed=passed_names(os.environ.get("GPUPOOL_JOB_ENV_PASS", "")),
+        )
+        script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
+        try:
+            job_id = self.cli.sbatch(args, script, job_env, cwd="/")
+        except SlurmError as e:
+            raise StartError(f"Slurm refused the job: {e}") from None
+        now = self.clock.now()
+        uuids = tuple(s.gpu_uuid for s in shares)
+        self._jobs[workload.id] = _Job(job_id, now, output, account.name, uuids)
+        self._snap.read_at = -math.inf  # the next poll reads squeue again
+        return Handle(workload.id, self.name, job_id, now)
+
+    def _account(self, user: str) -> Account:
+        if not self.per_user:
+            return server_account()
+        return unprivileged(user, why=f"cannot run {user}'s job under their own Unix account")
+
+    def poll(self, workload_id: str) -> ExecStatus:
+        job = self._jobs.get(workload_id)
+        if job is not None and job.rejected is not None:
+            return ExecStatus(workload_id, ExecState.REJECTED, message=job.rejected)
+        raw = self._queue().jobs.get(workload_id)
+        if raw is not None and (job is None or str(raw.get("job_id")) == job.job_id):
+            job = job or self._adopt(workload_id, raw)
+            return self._status(workload_id, job, raw)
+        if job is None:
+            return ExecStatus.unknown(workload_id)
+        return self._from_accounting(workload_id, job)
+
+    def _adopt(self, workload_id: str, raw: Mapping[str, Any]) -> _Job:
+        job = _Job(
+            str(raw.get("job_id")),
+            self.clock.now(),
+            Path(str(raw.get("standard_output") or self.output_dir / f"{workload_id}.out")),
+            str(raw.get("user_name") or ""),
+        )
+        self._jobs[workload_id] = job
+        return job
+
+    def _status(self, wid: str, job: _Job, raw: Mapping[str, Any]) -> ExecStatus:
+        st = state_of(raw.get("job_state"))
+        started = number(raw.get("start_time")) if st not in _PENDING else None
+        if st in _PENDING:
+            reason = str(raw.get("state_reason") or "")
+            return self._pending(wid, job, "" if reason == "None" else reason)
+        if st in _ALIVE:
+            state = ExecState.RUNNING if st != "CONFIGURING" else ExecState.STARTING
+            return ExecStatus(
+                wid, state, started_at=started, message=st.lower(), stop_reason=job.stop_reason
+            )
+        return self._ended(wid, job, st, exit_code_of(raw), number(raw.get("end_time")))
+
+    def _pending(self, wid: str, job: _Job, reason: str) -> ExecStatus:
+        waited = self.clock.now() - job.submitted_at
+        if job.stop_reason is None and waited >= self.pending_timeout_s:
+            try:
+                self.cli.scancel(job.job_id)
+            except SlurmError:
+                pass  # it may have just started or ended; the next poll tells
+            else:
+                job.rejected = (
+                    f"Slurm kept job {job.job_id} pending for {waited:.0f} s "
+                    f"(reason: {reason or 'none given'}); back in gpupool's queue"
+                )
+                return ExecStatus(wid, ExecState.REJECTED, message=job.rejected)
+        return ExecStatus(
+            wid,
+            ExecState.STARTING,
+            message=f"pending in Slurm: {reason or 'no reason given'}",
+            stop_reason=job.stop_reason,
+        )
+
+    def _ended(self, wid: str, job: _Job, st: str, code: int | None, end: int | None) -> ExecStatus:
+        if st == "CANCELLED" and (code is None or code == 0):
+            code = 137 if job.killed else 143
+        if st in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE") and not code:
+            code = 137 if st != "TIMEOUT" else 143
+        if code is None:
+            return ExecStatus(wid, ExecState.LOST, message=f"Slurm says {st.lower()}")
+        state = ExecState.SUCCEEDED if code == 0 and st == "COMPLETED" else ExecState.FAILED
+        if state is ExecState.FAILED and code == 0:
+            code = 1
+        return ExecStatus(
+            wid,
+            state,
+            exit_code=code,
+            finished_at=float(end) if end else None,
+            message=f"Slurm job {job.job_id} {st.lower()}",
+            stop_reason=job.stop_reason,
+        )
+
+    def _from_accounting(self, wid: str, job: _Job) -> ExecStatus:
+        recs = [r for r in self.cli.accounting([job.job_id]) if str(r.get("job_id")) == job.job_id]
+        if not recs:
+            if self.clock.now() - job.submitted_at < 60:
+                return ExecStatus(wid, ExecState.STARTING, message="not in Slurm's lists yet")
+            return ExecStatus(wid, ExecState.LOST, message=f"Slurm has no job {job.job_id}")
+        rec = recs[-1]
+        state = rec.get("state") or {}
+        st = state_of(state.get("current") if isinstance(state, dict) else state)
+        if st in _ALIVE:
+            return ExecStatus(wid, ExecState.RUNNING, stop_reason=job.stop_reason)
+        end = number((rec.get("time") or {}).get("end"))
+        return self._ended(wid, job, st, exit_code_of(rec), end)
+
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        job = self._jobs.get(workload_id)
+        if job is None:
+            raw = self._queue().jobs.get(workload_id)
+            if raw is None or state_of(raw.get("job_state")) not in _ALIVE:
+                return
+            job = self._adopt(workload_id, raw)
+        if job.stop_reason is not None:
+            return
+        job.stop_reason = reason
+        job.stop_at = self.clock.now() + grace_s
+        raw = self._queue().jobs.get(workload_id)
+        pending = raw is not None and state_of(raw.get("job_state")) in _PENDING
+        with contextlib.suppress(SlurmError):  # already ended
+            self.cli.scancel(job.job_id, None if pending else "TERM")
+        self._snap.read_at = -math.inf
+
+    def tick(self) -> None:
+        """Read squeue once for this pass; cancel stopped work whose grace is over; sync."""
+        now = self.clock.now()
+        try:
+            snap = self.refresh()
+        except SlurmError as e:  # each poll will say so too; the sync may still work
+            log.warning("reading squeue failed: %s", e)
+            snap = _Snapshot()
+        for wid, job in self._jobs.items():
+            raw = snap.jobs.get(wid)
+            alive = raw is not None and state_of(raw.get("job_state")) in _ALIVE
+            if job.stop_at is not None and not job.killed and alive and now >= job.stop_at:
+                job.killed = True
+                with contextlib.suppress(SlurmError):  # gpupool's grace was the grace
+                    self.cli.scancel(job.job_id, "KILL")
+                with contextlib.suppress(SlurmError):
+                    self.cli.scancel(job.job_id)
+        if self.sync is not None:
+            self.sync()
+
+    def list_running(self) -> list[RunningProcess]:
+        out = []
+        for wid, raw in self.refresh().jobs.items():
+            if state_of(raw.get("job_state")) in _ALIVE:
+                out.append(
+                    RunningProcess(
+                        wid,
+                        str(raw.get("job_id")),
+                        started_at=number(raw.get("start_time")),
+                        user=str(raw.get("user_name") or ""),
+                    )
+                )
+        return out
+
+    def held_gpus(self) -> set[str]:
+        """GPU uuids of gpupool's live jobs started by this executor."""
+        snap = self._snap
+        return {
+            u
+            for wid, job in self._jobs.items()
+            if wid in snap.jobs and state_of(snap.jobs[wid].get("job_state")) in _ALIVE
+            for u in job.gpu_uuids
+        }
+
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        job = self._jobs.get(workload_id)
+        path = job.output if job else self.output_dir / f"{workload_id}.out"
+        try:
+            text = path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        if tail is not None:
+            text = "\n".join(text.splitlines()[-tail:])
+        return text

@@ -1,0 +1,179 @@
+"""Slurm's nodes as gpupool nodes, from `sinfo --json` (and `squeue --json` for the GPUs that
+work gpupool did not submit holds).
+
+- GRES ``gpu:<type>:<count>`` (or ``gpu:<count>``) → that many GPUs of model ``<type>``
+  (``gpu`` when Slurm names no type). Slurm does not know a GPU's memory: a table of common
+  types gives it, else `default_memory_mib`. GPU uuids are ``slurm-<node>-gpu<index>``.
+- Node state: ``DRAIN``/``DRAINING``/``DRAINED`` → draining; ``DOWN``/``FAIL``/``NOT_RESPONDING``
+  (or a state flag saying so) → down; anything else (idle, mixed, allocated) → ready.
+- GPUs held by Slurm jobs that gpupool did not submit (their name lacks gpupool's prefix) are
+  reported **unhealthy**, so the scheduler, unchanged, does not place work on them; which ones:
+  the indices Slurm gave those jobs where gpupool holds none of them, else others that gpupool
+  holds none of. `ForeignJob` lists them (job, user, node, GPUs) for events and the operator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpupool.domain import GPU, GPUHealth, Node, NodeState
+from gpupool.engines.slurm.cli import number, state_of
+
+#: GPU memory (MiB) of common Slurm GPU type names; others get `default_memory_mib`.
+MEMORY_BY_TYPE = {
+    "a100": 40960,
+    "a100-80gb": 81920,
+    "h100": 81920,
+    "h200": 143360,
+    "l40s": 46068,
+    "a40": 46068,
+    "v100": 16384,
+    "t4": 15360,
+    "rtx6000": 24576,
+}
+_GRES = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)")
+_IDX = re.compile(r"IDX:([0-9,\-]+)")
+_DRAIN = {"DRAIN", "DRAINING", "DRAINED"}
+_DOWN = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN", "FUTURE"}
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignJob:
+    """A running Slurm job gpupool did not submit, with the GPUs it holds."""
+
+    job_id: str
+    user: str
+    account: str
+    node: str
+    gpus: int
+    indices: tuple[int, ...] = ()
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    return f"slurm-{node}-gpu{index}"
+
+
+def parse_gres(gres: str) -> list[tuple[str, int]]:
+    """``gpu:a100:4,gpu:t4:2(S:0),shard:8`` → [("a100", 4), ("t4", 2)]; type "gpu" if none."""
+    out = []
+    for part in _split_gres(gres):
+        m = _GRES.match(part)
+        if m:
+            out.append((m.group("type") or "gpu", int(m.group("count"))))
+    return out
+
+
+def _split_gres(gres: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in gres or "":
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in [*parts, cur] if p and p != "(null)"]
+
+
+def parse_indices(detail: Iterable[str]) -> tuple[int, ...]:
+    """GPU indices from ``gres_detail`` entries such as ``gpu:fake:2(IDX:0-1)``."""
+    out: list[int] = []
+    for d in detail:
+        if not d.startswith("gpu"):
+            continue
+        for m in _IDX.finditer(d):
+            for r in m.group(1).split(","):
+                lo, _, hi = r.partition("-")
+                out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(out)
+
+
+def node_state(raw: Mapping[str, Any]) -> NodeState:
+    words = {state_of(raw.get("state"))}
+    flags = raw.get("state_flags") or []
+    words |= {str(f).upper() for f in (flags if isinstance(flags, list) else [flags])}
+    if isinstance(raw.get("state"), list):
+        words |= {str(s).upper() for s in raw["state"]}
+    if words & _DOWN:
+        return NodeState.DOWN
+    if words & _DRAIN:
+        return NodeState.DRAINING
+    return NodeState.READY
+
+
+def to_node(raw: Mapping[str, Any], default_memory_mib: int) -> Node:
+    """One `sinfo --json` node as a gpupool node (GPUs healthy)."""
+    name = str(raw["name"])
+    gpus: list[GPU] = []
+    for model, count in parse_gres(str(raw.get("gres") or "")):
+        mem = MEMORY_BY_TYPE.get(model.lower(), default_memory_mib)
+        for _ in range(count):
+            i = len(gpus)
+            gpus.append(GPU(i, gpu_uuid(name, i), model, mem))
+    cpus = number(raw.get("cpus")) or 0
+    mem_mib = number(raw.get("real_memory")) or 0
+    return Node(
+        name,
+        tuple(gpus),
+        cpu_milli=cpus * 1000,
+        memory_mib=mem_mib,
+        labels=(("engine", "slurm"),),
+        state=node_state(raw),
+    )
+
+
+def foreign_jobs(jobs: Iterable[Mapping[str, Any]], prefix: str) -> list[ForeignJob]:
+    """Running jobs (from `squeue --json`) not named with gpupool's `prefix` that hold GPUs."""
+    out = []
+    for j in jobs:
+        if state_of(j.get("job_state")) not in ("RUNNING", "SUSPENDED", "COMPLETING"):
+            continue
+        if str(j.get("name") or "").startswith(prefix):
+            continue
+        detail = [str(d) for d in j.get("gres_detail") or []]
+        indices = parse_indices(detail)
+        count = len(indices) or sum(c for _, c in parse_gres(_tres_gres(j)))
+        if count == 0:
+            continue
+        out.append(
+            ForeignJob(
+                str(j.get("job_id")),
+                str(j.get("user_name") or j.get("user_id") or "?"),
+                str(j.get("account") or ""),
+                str(j.get("batch_host") or j.get("nodes") or ""),
+                count,
+                indices,
+            )
+        )
+    return out
+
+
+def _tres_gres(job: Mapping[str, Any]) -> str:
+    tres = str(job.get("tres_per_node") or "")
+    return tres.replace("gres:", "").replace("gres/", "")
+
+
+def mark_foreign(node: Node, foreign: Iterable[ForeignJob], held: Collection[str]) -> Node:
+    """`node` with the GPUs that `foreign` jobs hold marked unhealthy; `held`: GPU uuids
+    gpupool's own work holds (never marked)."""
+    jobs = [f for f in foreign if f.node == node.name]
+    if not jobs:
+        return node
+    taken: set[int] = set()
+    want = 0
+    for f in jobs:
+        want += f.gpus
+        taken |= {i for i in f.indices if gpu_uuid(node.name, i) not in held}
+    free = [g.index for g in reversed(node.gpus) if gpu_uuid(node.name, g.index) not in held]
+    for i in free:
+        if len(taken) >= want:
+            break
+        taken.add(i)
+    gpus = tuple(
+        replace(g, health=GPUHealth.UNHEALTHY) if g.index in taken else g for g in node.gpus
+    )
+    return replace(node, gpus=gpus)
