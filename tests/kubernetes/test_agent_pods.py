@@ -6,12 +6,16 @@ server; the report is built by the agent's own code from a simulated GPU source.
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
 
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
+from gpupool.cli import cluster_view
 from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, KubernetesExecutor
 from gpupool.executors.base import PodRef
 from gpupool.executors.fake import FakeExecutor
@@ -140,6 +144,18 @@ def test_agent_processes_are_attributed_by_pod_uid(system, kube, clock):
         None,
     )
     assert (shown[303]["outside"], shown[303]["pod"]) == (True, STRANGER_UID)
+    assert procs[303]["via"] == "none"  # a pod UID alone finds no owner
+
+    # `gpupool top` (logged in) renders that data: processes with owners, in 80 columns
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(cluster_view.render_top(data, "http://gpupool"))
+    screen = console.export_text()
+    assert max(len(line.rstrip()) for line in screen.splitlines()) <= 80, screen
+    rows = {line.split()[1]: line for line in screen.splitlines() if line.startswith("gpu-1:")}
+    assert wid in rows["101"] and "admin" in rows["101"]
+    assert "outside: ml/notebook-x" in rows["202"] and "20%" in rows["202"]
+    assert "outside: pod 0d5f3c2e" in rows["303"] and "outside gpupool" in rows["404"]
+    assert "SM" in next(line for line in screen.splitlines() if line.startswith("GPU  "))
 
     # /metrics: the per-process series carry workload, user and tenant
     text = admin.get("/metrics").text
