@@ -155,7 +155,10 @@ def test_agent_processes_are_attributed_by_pod_uid(system, kube, clock):
     assert wid in rows["101"] and "admin" in rows["101"]
     assert "outside: ml/notebook-x" in rows["202"] and "20%" in rows["202"]
     assert "outside: pod 0d5f3c2e" in rows["303"] and "outside gpupool" in rows["404"]
-    assert "SM" in next(line for line in screen.splitlines() if line.startswith("GPU  "))
+    header = next(
+        line for line in screen.splitlines() if line.startswith("GPU  ") and "PID" in line
+    )
+    assert header.split()[-2:] == ["MEM", "SM"]
 
     # /metrics: the per-process series carry workload, user and tenant
     text = admin.get("/metrics").text

@@ -147,9 +147,7 @@ def render_top(data: dict[str, Any], url: str) -> Group:
         parts.append(tables.build(HOLDER_COLUMNS, holders))
     else:
         parts.append(Text("no workload holds a GPU", style="dim"))
-    procs = [
-        p | {"gpu": f"{g['node']}:{g['index']}"} for g in gpus for p in g.get("processes", ())
-    ]
+    procs = [p | {"gpu": f"{g['node']}:{g['index']}"} for g in gpus for p in g.get("processes", ())]
     if procs:
         parts.append(Text(""))
         parts.append(tables.build(PROCESS_COLUMNS, procs))
