@@ -24,17 +24,18 @@ from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo
 from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry import SimulatedSource
+from tests.store.databases import DB_PARAMS, store_url
 
 GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
 NS = "gpupool-default"
 STRANGER_UID = "0d5f3c2e-1111-4222-8333-944455556666"
 
 
-@pytest.fixture
-def system(kube, clock, tmp_path):
+@pytest.fixture(params=DB_PARAMS)
+def system(request, kube, clock, tmp_path):
     kube.add_node("gpu-1", 2, labels=GFD)
     engine = KubernetesEngine(KubeOptions(), api_client=kube.client())
-    db = f"sqlite:///{tmp_path / 'gpupool.db'}"
+    db = store_url(request.param, tmp_path)
     s = SystemSettings(server=Settings(database_url=db, start_loops=False), admin="admin")
     system = build_system(s, engine, clock=clock)
     try:
