@@ -202,3 +202,13 @@ def test_executors_without_pods_map_none_and_reports_are_unchanged(clock):
     procs = [{"pid": 1, "pod_uid": STRANGER_UID, "workload_id": "w-9", "unix_user": "bob"}]
     attribute_pods({}, procs)
     assert procs[0]["workload_id"] == "w-9" and "via" not in procs[0]
+
+
+def test_an_unowned_process_in_a_pod_is_labelled_outside_gpupool():
+    from gpupool.telemetry.attribution import Attribution, Via
+
+    assert Attribution(1, Via.NONE, pod_uid=STRANGER_UID, pod="ml/x").label == (
+        "outside gpupool (pod ml/x)"
+    )
+    assert STRANGER_UID in Attribution(1, Via.NONE, pod_uid=STRANGER_UID).label
+    assert Attribution(1, Via.UNIX_USER, unix_user="bob").label == "unowned (bob)"
