@@ -2,7 +2,8 @@
 
 Both read `GET /api/v1/dashboard/cluster` (any logged-in user may: everyone can see who uses
 which GPU and whether it is busy): every node's GPUs with live readings from the server's
-telemetry, their status (free, busy, idle, down) and the workloads holding shares of them.
+telemetry, their status (free, busy, idle, down) and the workloads holding shares of them;
+`gpupool top` also lists the GPU processes with their owners (or "outside gpupool").
 """
 
 from __future__ import annotations
@@ -92,6 +93,28 @@ HOLDER_COLUMNS = (
 )
 
 
+def _owner(p: dict[str, Any]) -> str:
+    if not p.get("outside", True):
+        return str(p["workload"])
+    pod = p.get("pod") or ""
+    if not pod:
+        return "outside gpupool"
+    return f"outside: {pod if '/' in pod else 'pod ' + pod[:8]}"  # a bare UID: its start
+
+
+#: One row per GPU process the nodes' agents report: whose it is (a workload, by its pod on
+#: Kubernetes) or that it runs outside gpupool.
+PROCESS_COLUMNS = (
+    Col("GPU", lambda p: p["gpu"]),
+    Col("PID", lambda p: str(p["pid"]), right=True),
+    Col("WORKLOAD", _owner, wrap=True),
+    Col("USER", lambda p: p["user"] or "-"),
+    Col("TENANT", lambda p: p["tenant"] or "-", wrap=True),
+    Col("MEM", lambda p: _num(p["memory_mib"], " MiB"), right=True),
+    Col("SM", lambda p: _pct(p["sm_util"]), right=True),
+)
+
+
 def _title(data: dict[str, Any], url: str) -> Text:
     s = data["summary"]
     head = Text(f"GPUs of {url}: ", style="bold")
@@ -124,4 +147,8 @@ def render_top(data: dict[str, Any], url: str) -> Group:
         parts.append(tables.build(HOLDER_COLUMNS, holders))
     else:
         parts.append(Text("no workload holds a GPU", style="dim"))
+    procs = [p | {"gpu": f"{g['node']}:{g['index']}"} for g in gpus for p in g.get("processes", ())]
+    if procs:
+        parts.append(Text(""))
+        parts.append(tables.build(PROCESS_COLUMNS, procs))
     return Group(*parts)

@@ -32,6 +32,9 @@ is the honest answer of an executor without the capability; callers call them di
   (default: ``policed`` and ``{}``, for executors that manage no MPS daemons);
 - ``process_map()`` maps host process ids to the workloads they belong to (default: ``{}``,
   for executors whose work does not run on this host);
+- ``pod_workloads()`` maps Kubernetes pod UIDs to the pods the executor knows: its own, with
+  their workload, and others it listed, without one (default: ``{}``, for executors that run
+  no pods); the server attributes agent-reported processes through it;
 - ``prune(older_than_s)`` removes the kept state and logs of work that ended long ago
   (default: nothing kept, nothing removed);
 - ``adopts_work``: whether work survives a server restart and ``list_running`` finds it
@@ -141,6 +144,20 @@ class RunningProcess:
     pids: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """A Kubernetes pod an executor knows, by UID: `workload_id` None means a pod gpupool
+    did not create (its processes are outside gpupool)."""
+
+    namespace: str
+    name: str
+    workload_id: str | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class Executor(ABC):
     """Runs workloads. See the module docstring for the contract of each method."""
 
@@ -207,6 +224,11 @@ class Executor(ABC):
     def process_map(self) -> Mapping[int, str]:
         """Host process id -> workload id for every process of running work on this host.
         Default: empty (the executor's work does not run on this host)."""
+        return {}
+
+    def pod_workloads(self) -> Mapping[str, PodRef]:
+        """Pod UID -> the pod and the workload it runs (None for pods gpupool did not
+        create), as of the executor's last list. Default: empty (the executor runs no pods)."""
         return {}
 
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:

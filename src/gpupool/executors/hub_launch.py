@@ -24,6 +24,7 @@ from gpupool.executors.base import (
     Executor,
     Handle,
     NotSupported,
+    PodRef,
     RunningProcess,
 )
 from gpupool.executors.handoff import STOPPED_EXIT, Grant, LaunchDir, is_hub_launched
@@ -224,6 +225,10 @@ class HubLaunchExecutor(Executor):
             if rp.ref.startswith("hub:"):
                 out.update({pid: rp.workload_id for pid in rp.pids})
         return out
+
+    def pod_workloads(self) -> Mapping[str, PodRef]:
+        """The wrapped executor's pods (notebooks launched here run in no pod)."""
+        return self.inner.pod_workloads()
 
     def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
         """Enforcement applied at grant (hub notebooks) or at start (other work)."""

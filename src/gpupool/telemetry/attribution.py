@@ -62,6 +62,8 @@ class Attribution:
     unix_user: str | None = None
     uid: int | None = None
     pod_uid: str | None = None
+    #: `namespace/name` of the pod, where the server knows it (agents' reports on Kubernetes)
+    pod: str | None = None
     command: str | None = None
     source_pid: int | None = None  # the process (itself or an ancestor) that carried the id
     service_gpu: str | None = None  # Via.SERVICE: the GPU whose gpupool service this is
@@ -78,6 +80,8 @@ class Attribution:
             return f"{who} {self.workload_id}"
         if self.via is Via.SERVICE:
             return "gpupool MPS server"
+        if self.pod_uid:
+            return f"outside gpupool (pod {self.pod or self.pod_uid})"
         return f"unowned ({self.unix_user})" if self.unix_user else "unowned"
 
 

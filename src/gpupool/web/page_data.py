@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpupool.domain import Allocation, GPUHealth, Node, NodeState, Workload
+from gpupool.telemetry.attribution import Attribution, Via
 from gpupool.telemetry.policing import DetectionKind
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.telemetry.snapshots import MIB
+from gpupool.telemetry.snapshots import MIB, ProcessSnapshot
 
 #: A GPU held by work whose utilization is at or below this (percent) shows as idle when
 #: telemetry has no idle detection of its own (e.g. before the policer's window has passed).
@@ -29,6 +30,22 @@ def _round(x: float | None, nd: int = 1) -> float | None:
     return None if x is None else round(x, nd)
 
 
+def _process(p: ProcessSnapshot, o: Attribution | None) -> dict[str, Any]:
+    """One GPU process with its owner; `outside` when no gpupool workload owns it (then `pod`
+    names the Kubernetes pod it runs in, where known)."""
+    return {
+        "pid": p.pid,
+        "memory_mib": _round(None if p.used_memory_bytes is None else p.used_memory_bytes / MIB),
+        "sm_util": p.sm_util,
+        "workload": o.workload_id if o else None,
+        "user": (o.user or o.unix_user) if o else None,
+        "tenant": o.tenant if o else None,
+        "via": str(o.via) if o else "none",
+        "pod": (o.pod or o.pod_uid) if o else None,
+        "outside": not (o and (o.owned or o.via is Via.SERVICE)),
+    }
+
+
 def cluster_view(
     nodes: Sequence[Node],
     running: Iterable[tuple[Workload, Allocation]],
@@ -38,6 +55,7 @@ def cluster_view(
 ) -> dict[str, Any]:
     """Every node and GPU with its live readings and holders, plus a summary.
 
+    Each GPU lists the processes telemetry sees on it, with their owners (`_process`).
     A GPU's `status` is `down` (unhealthy, node down or unknown), `idle` (held, telemetry says
     idle), `busy` (held) or `free`. Readings are None where no telemetry covers the GPU.
     """
@@ -58,6 +76,7 @@ def cluster_view(
                 }
             )
     readings: dict[str, Any] = {}
+    processes: dict[str, list[dict[str, Any]]] = {}
     idle_from_telemetry: dict[str, float] = {}
     simulated_hosts: set[str] = set()
     for f in frames:
@@ -65,6 +84,7 @@ def cluster_view(
             simulated_hosts.add(f.snapshot.hostname)
         for g in f.snapshot.gpus:
             readings[g.uuid] = g
+            processes[g.uuid] = [_process(p, f.owners.get(p.pid)) for p in g.processes]
         for d in f.detections:
             if d.kind is DetectionKind.IDLE:
                 idle_from_telemetry[d.gpu_uuid] = max(
@@ -119,6 +139,7 @@ def cluster_view(
                     "idle_for_s": _round(idle_from_telemetry.get(g.uuid)),
                     "allocated_milli": milli,
                     "holders": held,
+                    "processes": processes.get(g.uuid, []),
                 }
             )
         out_nodes.append(

@@ -123,6 +123,8 @@ class KubernetesEngine(Engine):
                 for n in nodes
             }
         held = self.executor.gpu_indexes_by_node() if self.executor else {}
+        if self.executor is not None:
+            self.executor.note_cluster_pods(pods)
         self._stale.clear()
         return inv.nodes_from(nodes, pods, held)
 

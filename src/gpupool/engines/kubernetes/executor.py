@@ -14,6 +14,9 @@
   requeued, and the engine re-reads its nodes (`on_rejected`).
 - `stop` deletes the pod with the grace period; `tick` force-deletes (grace 0) what is still
   there once the grace has passed on the executor's clock.
+- `pod_workloads` maps pod UIDs to gpupool's pods (from `start` and the last list) and to
+  the other pods the engine's inventory listed in every namespace (`note_cluster_pods`), so
+  the server attributes the processes the agents report per pod.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gpupool.executors.base import (
     Executor,
     ExecutorError,
     Handle,
+    PodRef,
     RunningProcess,
     StartError,
 )
@@ -159,6 +163,9 @@ class KubernetesExecutor(Executor):
         self._stops: dict[str, _Stop] = {}
         self._namespaces: set[str] = set()
         self._listed = False
+        #: pod UID -> pod, rebuilt whole (never mutated: request threads read it)
+        self._own_pods: dict[str, PodRef] = {}
+        self._other_pods: dict[str, PodRef] = {}
 
     # -- start -------------------------------------------------------------------------
     def start(
@@ -209,6 +216,9 @@ class KubernetesExecutor(Executor):
             ns, name, _started_at(created, now), node, created, enforcement=enforcement
         )
         self._stops.pop(workload.id, None)
+        uid = (created.get("metadata") or {}).get("uid")
+        if uid:
+            self._own_pods = {**self._own_pods, uid: PodRef(ns, name, workload.id)}
         return Handle(workload.id, self.name, f"{ns}/{name}", now, enforcement)
 
     def _adopt_existing(self, workload_id: str, ns: str, name: str) -> dict[str, Any]:
@@ -249,6 +259,28 @@ class KubernetesExecutor(Executor):
                 k.final = self._vanished(wid, k)
                 k.pod = None
                 k.finished_at = k.finished_at or now
+        own: dict[str, PodRef] = {}
+        for wid, k in self._known.items():
+            uid = ((k.pod or {}).get("metadata") or {}).get("uid")
+            if uid:
+                own[uid] = PodRef(k.namespace, k.name, wid)
+        self._own_pods = own
+
+    def note_cluster_pods(self, pods: list[dict[str, Any]]) -> None:
+        """Remember the pods of every namespace (the inventory's list) by UID, so a process
+        the agent finds in a pod gpupool did not create is shown with that pod's name."""
+        other: dict[str, PodRef] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if (meta.get("labels") or {}).get(m.MANAGED_BY) == "gpupool":
+                continue  # gpupool's own: mapped from its own list, with their workload
+            if meta.get("uid") and meta.get("name"):
+                other[meta["uid"]] = PodRef(meta.get("namespace", ""), meta["name"])
+        self._other_pods = other
+
+    def pod_workloads(self) -> Mapping[str, PodRef]:
+        """gpupool's pods (with their workload) over the other pods last listed (without)."""
+        return {**self._other_pods, **self._own_pods}
 
     def _vanished(self, wid: str, k: _Known) -> ExecStatus:
         last = status_of(wid, k.pod or {})

@@ -122,6 +122,9 @@ class ProcessTelemetryOut(Out):
     tenant: str | None
     slurm_job_id: str | None
     pod_uid: str | None
+    #: `namespace/name` of the pod, when the Kubernetes engine knows it; with no workload,
+    #: the process runs in a pod gpupool did not create (outside gpupool)
+    pod: str | None = None
     unix_user: str | None
     #: how the owner was found: env, slurm, pod, unix-user, none
     via: str

@@ -5,6 +5,10 @@
   user routes look tokens up among user tokens, where it is not (`node_credential`).
 - `accept_report` registers or refreshes the node and its GPUs (the admin's sharing modes and
   the node's state and labels are kept) and keeps the report, with workload owners resolved.
+  A node the server's engine registers itself (Kubernetes) keeps the engine's GPUs: the
+  report is re-keyed to them by index (`to_engine_gpus`).
+  On Kubernetes the pod a process runs in decides whose it is (`attribute_pods`, from the
+  executor's `pod_workloads`).
 - `mark_lost` turns a node whose agent missed `LOST_AFTER_REPORTS` reports `unknown`; the
   next report gives it back the state it had.
 - `report_frames` and `node_telemetry` read the reports back for `/metrics`, the dashboard
@@ -14,9 +18,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gpupool.domain import GPU, Event, GPUHealth, Node, NodeState
+from gpupool.executors.base import PodRef
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import NotAuthenticated, PermissionDenied
@@ -137,9 +143,28 @@ def node_credential(ctx: AppContext, node: str, secret: str | None) -> str:
 # -- reports ------------------------------------------------------------------------------------
 
 
-def _owners(ctx: AppContext, report: NodeReportIn) -> dict[str, tuple[str, str]]:
-    """workload id -> (user, tenant) for the workloads the report names."""
-    wanted = {p.workload_id for p in report.processes if p.workload_id}
+def attribute_pods(pods: Mapping[str, PodRef], procs: list[dict[str, Any]]) -> None:
+    """Attribute reported processes (dicts, changed in place) by the pod they run in.
+
+    A process in a pod gpupool created belongs to that pod's workload (`via` pod), even over
+    an environment marker, which any process can set; one in a pod gpupool did not create is
+    outside gpupool (no workload, whatever its environment says) and keeps the pod's
+    `namespace/name`. A pod UID the executor does not know changes nothing."""
+    for p in procs:
+        ref = pods.get(p.get("pod_uid") or "")
+        if ref is None:
+            continue
+        p["pod"] = ref.ref
+        p["workload_id"] = ref.workload_id
+        if ref.workload_id:
+            p["via"] = "pod"
+        else:
+            p["via"] = "unix-user" if p.get("unix_user") else "none"
+
+
+def _owners(ctx: AppContext, procs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """workload id -> (user, tenant) for the workloads the report's processes name."""
+    wanted = {p["workload_id"] for p in procs if p.get("workload_id")}
     out: dict[str, tuple[str, str]] = {}
     if not wanted:
         return out
@@ -154,11 +179,29 @@ def _owners(ctx: AppContext, report: NodeReportIn) -> dict[str, tuple[str, str]]
     return out
 
 
+def to_engine_gpus(engine_node: Node, stored: dict[str, Any]) -> None:
+    """Re-key a report (changed in place) to the GPUs of a node the server's engine
+    registers (Kubernetes: `k8s:<node>:<index>`), by GPU index, so readings and processes
+    land on the GPUs work is allocated on. The engine keeps the node's GPUs, capacity and
+    health; the agent's own GPU UUID stays as `device_uuid`."""
+    by_index = {g.index: g.uuid for g in engine_node.gpus}
+    renamed: dict[str, str] = {}
+    for g in stored["gpus"]:
+        uuid = by_index.get(g["index"])
+        if uuid is not None and uuid != g["uuid"]:
+            renamed[g["uuid"]] = uuid
+            g["device_uuid"], g["uuid"] = g["uuid"], uuid
+    for p in stored["processes"]:
+        p["gpu_uuid"] = renamed.get(p["gpu_uuid"], p["gpu_uuid"])
+
+
 def accept_report(ctx: AppContext, node: str, token_id: str, report: NodeReportIn) -> NodeReportAck:
     """Register or refresh `node` from its agent's report and keep the report."""
     now = ctx.clock.now()
-    owners = _owners(ctx, report)
     stored: dict[str, Any] = report.model_dump()
+    if any(p.pod_uid for p in report.processes):
+        attribute_pods(ctx.executor.pod_workloads(), stored["processes"])
+    owners = _owners(ctx, stored["processes"])
     for proc in stored["processes"]:
         user, tenant = owners.get(proc["workload_id"] or "", (None, None))
         proc["user"], proc["tenant"] = user, tenant
@@ -186,6 +229,10 @@ def accept_report(ctx: AppContext, node: str, token_id: str, report: NodeReportI
             )
             for g in report.gpus
         )
+        cpu, memory = report.cpu_milli, report.memory_mib
+        if old is not None and old.gpus and ctx.work_nodes is not None and node in ctx.work_nodes:
+            to_engine_gpus(old, stored)
+            gpus, cpu, memory = old.gpus, old.cpu_milli, old.memory_mib
         changed = (
             old is None
             or found
@@ -195,8 +242,8 @@ def accept_report(ctx: AppContext, node: str, token_id: str, report: NodeReportI
             Node(
                 node,
                 gpus,
-                cpu_milli=report.cpu_milli,
-                memory_mib=report.memory_mib,
+                cpu_milli=cpu,
+                memory_mib=memory,
                 labels=old.labels if old is not None else (),
                 state=state,
                 last_heartbeat=now,
@@ -267,12 +314,12 @@ def mark_lost(ctx: AppContext) -> list[str]:
 
 
 def _via(p: dict[str, Any]) -> str:
+    if p.get("via"):
+        return str(p["via"])  # decided when the report came (`attribute_pods`)
     if p.get("workload_id"):
         return "env"
     if p.get("slurm_job_id"):
         return "slurm"
-    if p.get("pod_uid"):
-        return "pod"
     return "unix-user" if p.get("unix_user") else "none"
 
 
@@ -292,6 +339,7 @@ def frame_of(node: str, report: dict[str, Any]) -> Frame:
             tenant=p.get("tenant"),
             unix_user=p.get("unix_user"),
             pod_uid=p.get("pod_uid"),
+            pod=p.get("pod"),
             command=p.get("command"),
         )
     simulated = bool(report.get("simulated"))
@@ -395,6 +443,7 @@ def node_telemetry(ctx: AppContext) -> dict[str, NodeTelemetryOut]:
                     tenant=p.get("tenant"),
                     slurm_job_id=p.get("slurm_job_id"),
                     pod_uid=p.get("pod_uid"),
+                    pod=p.get("pod"),
                     unix_user=p.get("unix_user"),
                     via=_via(p),
                 )
