@@ -5,6 +5,8 @@ injected. The real-Slurm tests (test_slurm_engine.py) check the same paths end t
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Request, Share, Workload
 from gpupool.engines.slurm.cli import SlurmCLI
 from gpupool.engines.slurm.executor import SlurmExecutor
+from gpupool.executors.accounts import default_jobs_account
 from gpupool.executors.base import ExecState
 
 
@@ -71,7 +74,12 @@ def test_submission_asks_for_the_node_type_count_and_account(tmp_path):
     (sbatch,) = [c for c in slurm.calls if c[0] == "sbatch"]
     assert "--gres=gpu:h100:2" in sbatch and "--nodelist=n1" in sbatch
     assert "--account=gp.lab" in sbatch and "--job-name=gpupool-w-1" in sbatch
-    assert not any(a.startswith("--uid") for a in sbatch)  # single-user: no switch
+    uids = [a for a in sbatch if a.startswith("--uid=")]
+    if os.geteuid() == 0:  # single-user as root: one unprivileged jobs account, never root
+        assert len(uids) == 1 and uids[0] != "--uid=0", sbatch
+        assert uids[0] == f"--uid={pwd.getpwnam(default_jobs_account()).pw_uid}"
+    else:  # the server's own (unprivileged) account: no switch
+        assert uids == []
 
 
 def test_pending_past_the_timeout_is_cancelled_and_rejected_with_slurms_reason(tmp_path):

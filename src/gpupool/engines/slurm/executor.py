@@ -39,7 +39,12 @@ from typing import Any
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Workload
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
-from gpupool.executors.accounts import Account, server_account, unprivileged
+from gpupool.executors.accounts import (
+    Account,
+    default_jobs_account,
+    server_account,
+    unprivileged,
+)
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -185,7 +190,7 @@ class SlurmExecutor(Executor):
             raise StartError(f"could not give {account.name} the Slurm account: {e}") from None
         output = self.output_dir / f"{workload.id}.out"
         output.touch(mode=0o600, exist_ok=True)
-        if self.per_user:
+        if os.geteuid() == 0:  # the job's account writes its output
             os.chown(output, account.uid, account.gid)
         args = [
             f"--job-name={PREFIX}{workload.id}",
@@ -207,7 +212,7 @@ class SlurmExecutor(Executor):
             args.append(f"--partition={self.partition}")
         if workload.max_runtime_s:
             args.append(f"--time={max(1, math.ceil(workload.max_runtime_s / 60))}")
-        if self.per_user:
+        if os.geteuid() == 0:  # as root, Slurm would otherwise run the job as root
             args += [f"--uid={account.uid}", f"--gid={account.gid}"]
         job_env = job_environment(
             os.environ,
@@ -228,9 +233,14 @@ class SlurmExecutor(Executor):
         return Handle(workload.id, self.name, job_id, now)
 
     def _account(self, user: str) -> Account:
-        if not self.per_user:
-            return server_account()
-        return unprivileged(user, why=f"cannot run {user}'s job under their own Unix account")
+        """Who the job runs as: its owner (per-user), else one account for every job — the
+        jobs account when gpupool runs as root, never root itself."""
+        if self.per_user:
+            return unprivileged(user, why=f"cannot run {user}'s job under their own Unix account")
+        if os.geteuid() == 0:
+            name = default_jobs_account()
+            return unprivileged(name, why=f"cannot run jobs as the jobs account {name}")
+        return server_account()
 
     def poll(self, workload_id: str) -> ExecStatus:
         job = self._jobs.get(workload_id)
