@@ -196,3 +196,17 @@ def test_a_pending_pod_adopted_after_a_restart_keeps_its_node(kube, api, clock):
     reborn = _executor(api, clock)
     reborn.tick()  # not bound yet: the node comes from the pod's node affinity
     assert reborn.gpu_indexes_by_node() == {"n1": {3}}
+
+
+def test_whole_gpus_are_recorded_as_hardware_also_after_adoption(kube, api, clock):
+    # the scheduler labels a whole GPU `policed` (all the local engine can do); on Kubernetes
+    # the device plugin gives the container only its own GPUs, which the executor reports
+    shares = tuple(Share("n1", i, f"k8s:n1:{i}", 1000, 81920, Enforcement.POLICED) for i in (0, 1))
+    ex = _executor(api, clock)
+    assert ex.enforcement_of("w1") == {}  # unknown: nothing launched yet
+    ex.start(_w(gpus=2), Allocation("w1", "n1", shares, 0.0))
+    want = {"k8s:n1:0": Enforcement.HARDWARE, "k8s:n1:1": Enforcement.HARDWARE}
+    assert ex.enforcement_of("w1") == want
+    fresh = _executor(api, clock)  # a restarted server adopts the pod by its label
+    fresh.refresh()
+    assert fresh.enforcement_of("w1") == want

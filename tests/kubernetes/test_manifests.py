@@ -46,7 +46,7 @@ def _pod(alloc: Allocation | None, limits: dict[str, str], **kw) -> dict:
 @pytest.mark.parametrize("version", ["1.30.0", "1.34.0"])
 def test_whole_gpu_pod_is_pinned_by_affinity_and_valid(version):
     limits, shared = m.gpu_resources(_alloc(), {m.GPU: "8"})
-    assert limits == {m.GPU: "2"} and shared is None
+    assert limits == {m.GPU: "2"} and shared is Enforcement.HARDWARE  # the device plugin
     pod = _pod(_alloc(), limits)
     kv.validate(pod, version, strict=True)
     spec = pod["spec"]

@@ -302,6 +302,21 @@ class KubernetesExecutor(Executor):
             message=f"the pod {k.namespace}/{k.name} was deleted outside gpupool",
         )
 
+    def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
+        """What the pod really gets per GPU (`hardware` for whole GPUs through the device
+        plugin, `none` for time-sliced fractions): recorded at start, or read back from the
+        pod's annotation for an adopted pod; empty while the pod is unknown."""
+        k = self._known.get(workload_id)
+        if k is None:
+            return {}
+        if not k.enforcement and k.pod is not None:
+            raw = (k.pod.get("metadata", {}).get("annotations") or {}).get(m.ENFORCEMENT, "")
+            for item in filter(None, raw.split(",")):
+                uuid, _, value = item.rpartition("=")
+                if uuid and value in set(Enforcement):
+                    k.enforcement[uuid] = Enforcement(value)
+        return dict(k.enforcement)
+
     def poll(self, workload_id: str) -> ExecStatus:
         if not self._listed:
             self.refresh()

@@ -77,8 +77,10 @@ def gpu_resources(
     allocation: Allocation | None, node_allocatable: Mapping[str, str], replicas: int = 1
 ) -> tuple[dict[str, str], Enforcement | None]:
     """The extended-resource limits for `allocation` on a node that advertises
-    `node_allocatable`, and the enforcement a fractional share gets (None: whole GPUs).
-    Raises ManifestError when the node offers no resource that fits."""
+    `node_allocatable`, and the enforcement its shares get: `hardware` for whole GPUs (the
+    device plugin gives the container only its own GPUs' device nodes), `none` for a
+    time-sliced fraction (nothing isolates it). Raises ManifestError when the node offers no
+    resource that fits."""
     if allocation is None or not allocation.shares:
         return {}, None
     whole = [s for s in allocation.shares if s.whole]
@@ -89,7 +91,7 @@ def gpu_resources(
                 f"{replicas} replicas per GPU): a whole GPU cannot be requested there; set "
                 "renameByDefault in the device plugin's sharing config"
             )
-        return {GPU: str(len(whole))}, None
+        return {GPU: str(len(whole))}, Enforcement.HARDWARE
     if len(allocation.shares) != 1:
         raise ManifestError("a fractional allocation holds exactly one share")
     if int(node_allocatable.get(GPU_SHARED, "0") or 0) > 0:
