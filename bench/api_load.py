@@ -270,6 +270,53 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class bench_server:  # noqa: N801 - used as a context manager, like open()
+    """A bench server process (`cmd`, which writes `data`/tokens.json when ready) on `port`:
+    entered once every one of its `workers` API processes answers /healthz; left with SIGINT
+    (a kill after 30 s). `measure(run)` adds the server's CPU seconds and the load average
+    before and after to what `run()` returns."""
+
+    def __init__(self, cmd: list[str], data: Path, port: int, workers: int, **popen) -> None:
+        self.cmd, self.data, self.workers, self.popen = cmd, data, workers, popen
+        self.url = f"http://127.0.0.1:{port}"
+
+    def __enter__(self) -> bench_server:
+        import httpx
+
+        self.proc = subprocess.Popen(self.cmd, **self.popen)  # workers inherit a pin
+        deadline = time.monotonic() + 120
+        seen: set[str] = set()  # every API process answers before the load starts
+        while len(seen) < max(1, self.workers):
+            try:
+                if (self.data / "tokens.json").exists():
+                    with httpx.Client() as fresh:  # a new connection each time
+                        seen.add(fresh.get(self.url + "/healthz").json()["process"])
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.__exit__()
+                raise SystemExit(f"the bench server did not start ({sorted(seen)} answered)")
+            time.sleep(0.2)
+        return self
+
+    def measure(self, run) -> dict:  # noqa: ANN001
+        import psutil
+
+        pids = [self.proc.pid, *(c.pid for c in psutil.Process(self.proc.pid).children())]
+        cpu0, load0 = sum(_cpu_seconds(p) for p in pids), os.getloadavg()[0]
+        res = run()
+        res["server_cpu_s"] = sum(_cpu_seconds(p) for p in pids) - cpu0
+        res["loadavg"] = (load0, os.getloadavg()[0])
+        return res
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=200)
@@ -298,8 +345,6 @@ def main() -> None:
         return
     import socket
 
-    import psutil
-
     port = args.port
     if not port:
         with socket.socket() as s:
@@ -316,42 +361,11 @@ def main() -> None:
             lo, _, hi = args.server_cpus.partition("-")
             cpus = set(range(int(lo), int(hi or lo) + 1))
             pin = lambda: os.sched_setaffinity(0, cpus)  # noqa: E731
-        proc = subprocess.Popen(cmd, env=env, preexec_fn=pin)  # its workers inherit the pin
-        try:
-            url = f"http://127.0.0.1:{port}"
-            import httpx
-
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if (data / "tokens.json").exists() and httpx.get(url + "/healthz").is_success:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit("the bench server did not start")
-                time.sleep(0.2)
-            seen: set[str] = set()  # every API process answers before the load starts
-            while len(seen) < max(1, args.workers):
-                with httpx.Client() as fresh:  # a new connection each time
-                    seen.add(fresh.get(url + "/healthz").json()["process"])
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"only {sorted(seen)} of {args.workers} processes answer")
+        with bench_server(cmd, data, port, args.workers, env=env, preexec_fn=pin) as server:
             tokens = json.loads((data / "tokens.json").read_text())
-            pids = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]
-            cpu0, load0 = sum(_cpu_seconds(p) for p in pids), os.getloadavg()[0]
             t0 = time.monotonic()
-            res = asyncio.run(load(url, tokens, args))
-            wall = time.monotonic() - t0
-            res["server_cpu_s"] = sum(_cpu_seconds(p) for p in pids) - cpu0
-            res["loadavg"] = (load0, os.getloadavg()[0])
-            text = report(res, args, wall)
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            res = server.measure(lambda: asyncio.run(load(server.url, tokens, args)))
+            text = report(res, args, time.monotonic() - t0)
     print(text)
     if args.out:
         with args.out.open("a") as f:

@@ -29,9 +29,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from api_load import _cpu_seconds, _serve_on, pct  # noqa: E402
+from api_load import _serve_on, bench_server, pct  # noqa: E402
 
 PASSWORD = "bench-password"
 
@@ -216,8 +214,6 @@ def main() -> None:
     if args.serve:
         serve(args.serve, args.port, args.workers)
         return
-    import httpx
-    import psutil
 
     port = args.port
     if not port:
@@ -228,34 +224,11 @@ def main() -> None:
         data = Path(tmp)
         cmd = [sys.executable, __file__, "--serve", str(data), "--port", str(port)]
         cmd += ["--workers", str(args.workers)]
-        proc = subprocess.Popen(cmd, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            seen: set[str] = set()  # every API process answers before the load starts
-            while len(seen) < max(1, args.workers):
-                try:
-                    if (data / "tokens.json").exists():
-                        with httpx.Client() as fresh:  # a new connection each time
-                            seen.add(fresh.get(url + "/healthz").json()["process"])
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit("the bench server did not start")
-                time.sleep(0.2)
+        env = os.environ | {"PYTHONUNBUFFERED": "1"}
+        with bench_server(cmd, data, port, args.workers, env=env) as server:
             token = json.loads((data / "tokens.json").read_text())["reader"]
-            pids = [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]
-            cpu0, load0 = sum(_cpu_seconds(p) for p in pids), os.getloadavg()[0]
-            res = asyncio.run(run_load(url, token, args))
-            res["server_cpu_s"] = sum(_cpu_seconds(p) for p in pids) - cpu0
-            res["loadavg"] = (load0, os.getloadavg()[0])
+            res = server.measure(lambda: asyncio.run(run_load(server.url, token, args)))
             text = report(res, args)
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     print(text)
     if args.out:
         with args.out.open("a") as f:

@@ -20,19 +20,17 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import socket
 import threading
-import time
 import uuid
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.kubernetes.fakeapi_objects import object_routes
+from tests.support import ServedApp
 
 GPU = "nvidia.com/gpu"
 
@@ -136,32 +134,19 @@ class FakeKube:
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
         self._rv = itertools.count(1)
         self.port = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._served: ServedApp | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> FakeKube:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        config = uvicorn.Config(
-            self.app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off"
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the fake API server did not start")
-            time.sleep(0.01)
+        self._served = ServedApp(self.app(), lifespan="off")
+        self.port = self._served.port
+        self._served.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._served is not None:
+            self._served.stop()
+            self._served = None
 
     @property
     def url(self) -> str:

@@ -30,6 +30,7 @@ from gpupool.server.settings import Settings
 from gpupool.store import TenantRepo, UserRepo, WorkloadRepo, open_store
 from gpupool.system import System, SystemSettings, build_system
 from tests.server.conftest import password_hash
+from tests.support import wait_for
 
 API = "/api/v1"
 #: gpupool users, who are also Unix accounts on this host (made if missing)
@@ -71,18 +72,7 @@ def sacct(job_id: str, final: bool = True) -> dict:
         alive = jobs[-1]["state"]["current"] in ("PENDING", "RUNNING", "COMPLETING")
         return None if final and alive else jobs[-1]
 
-    return wait_until(f"sacct's record of job {job_id}", record)  # type: ignore[return-value]
-
-
-def wait_until(what: str, cond: Callable[[], object], timeout_s: float = 30.0) -> object:
-    """Poll `cond` (real Slurm needs real time) until truthy; fail saying `what`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+    return wait_for(record, f"sacct's record of job {job_id}", timeout=30)  # type: ignore[return-value]
 
 
 @dataclass
@@ -137,7 +127,7 @@ class SlurmWorld:
             w = self.get(user, wid)
             return w if w["state"] in states else None
 
-        return wait_until(f"{wid} to become one of {states}", done)  # type: ignore[return-value]
+        return wait_for(done, f"{wid} to become one of {states}", timeout=30)  # type: ignore[return-value]
 
 
 def seed(store, now: float) -> None:  # noqa: ANN001

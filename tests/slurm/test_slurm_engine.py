@@ -9,7 +9,8 @@ import pytest
 
 from gpupool.domain import GPUHealth
 from gpupool.store import EventRepo, NodeRepo, WorkloadRepo
-from tests.slurm.conftest import sacct, sh, wait_until
+from tests.slurm.conftest import sacct, sh
+from tests.support import wait_for
 
 NODE = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
 RUNNING = {"running"}
@@ -109,9 +110,10 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
         "sleep 300",
     ).strip()
     try:
-        wait_until(
-            "the plain job to run",
+        wait_for(
             lambda: sh("squeue", "-h", "-j", foreign, "-o", "%T").strip() == "RUNNING",
+            "the plain job to run",
+            timeout=30,
         )
         # gpupool's view of the node is from before that job: it admits 2 GPUs, Slurm has 1
         wid = w.submit("slbob", gpus=2, command=["sleep", "5"])["id"]
@@ -119,9 +121,12 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
         st = w.settle(wid, {"starting", "admitted"}, user="slbob")
         assert st["state"] in ("starting", "admitted")
         name = f"gpupool-{wid}"
-        wait_until(  # Slurm has tried and says why it waits
+        wait_for(
+            lambda: (
+                sh("squeue", "-h", "--name", name, "-o", "%r").strip() == "Resources"
+            ),  # Slurm has tried and says why it waits
             "Slurm's reason",
-            lambda: sh("squeue", "-h", "--name", name, "-o", "%r").strip() == "Resources",
+            timeout=30,
         )
         w.clock.advance(31)  # still pending in Slurm 30 s after admission
         back = w.settle(wid, {"pending"}, user="slbob")
@@ -139,9 +144,10 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
         with w.ctx.store.read() as s:
             assert WorkloadRepo(s).get(wid).state.value == "pending"  # 1 GPU left: it waits
         sh("scancel", foreign)  # once the plain job ends, its GPUs are gpupool's again
-        wait_until(
-            "the plain job to end",
+        wait_for(
             lambda: not sh("squeue", "-h", "-j", foreign, "-t", "running,completing").strip(),
+            "the plain job to end",
+            timeout=30,
         )
         w.clock.advance(6)
         w.ctx.loops.get("inventory").run_once()
@@ -159,7 +165,7 @@ def test_work_that_ignores_sigterm_is_killed_after_the_grace(make_world):
     wid = w.submit("slann", gpus=1, command=["sh", "-c", script])["id"]
     w.schedule()
     w.settle(wid, RUNNING)
-    wait_until("the trap to be set", lambda: "ready" in w.engine.executor.logs(wid))
+    wait_for(lambda: "ready" in w.engine.executor.logs(wid), "the trap to be set", timeout=30)
     job_id = w.job_id(wid)
     w.client.delete(f"/api/v1/workloads/{wid}", headers=w.h("slann"))
     w.reconcile()
