@@ -17,9 +17,7 @@ SLURM = OutsideUse("slurm job 4711", "bob", since=100.0)
 
 
 def outside(n: Node, *indexes: int, use: OutsideUse = SLURM) -> Node:
-    gpus = tuple(
-        dataclasses.replace(g, outside=use) if g.index in indexes else g for g in n.gpus
-    )
+    gpus = tuple(dataclasses.replace(g, outside=use) if g.index in indexes else g for g in n.gpus)
     return dataclasses.replace(n, gpus=gpus)
 
 
