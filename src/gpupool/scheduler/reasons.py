@@ -132,7 +132,9 @@ def outside_text(cap: CapacityIndex, shape: Shape, most: int = 2) -> str:
         return ""
     parts = [f"GPU {i} on {node} is used outside gpupool by {o.text}" for node, i, o in found]
     if len(parts) > most:
-        parts = [*parts[:most], f"{len(parts) - most} more GPUs are used outside gpupool"]
+        k = len(parts) - most
+        more = "1 more GPU is" if k == 1 else f"{k} more GPUs are"
+        parts = [*parts[:most], f"{more} used outside gpupool"]
     return "; " + "; ".join(parts)
 
 
