@@ -142,7 +142,7 @@ def _title(data: dict[str, Any], url: str) -> Text:
         f"{s['gpus']} GPUs, {s['busy']} busy, {s['idle']} idle, {s['free']} free, {s['down']} down"
     )
     if s.get("outside"):
-        head.append(f", {s['outside']} outside gpupool")
+        head.append(f", {s['outside']} outside")
     if data["simulated"]:
         head.append("  SIMULATED", style="bold magenta")
     return head
