@@ -303,7 +303,7 @@ NODE_COLUMNS = (
     Col("STATE", lambda n: n["state"]),
     Col("FREE GPUS", _free_gpus, right=True),
     Col("MODELS", _models, wrap=True),
-    Col("OUTSIDE GPUPOOL", _outside, wrap=True),
+    Col("OUTSIDE", _outside, wrap=True),
     Col("CPUS", lambda n: f"{n['cpu_milli'] / 1000:g}", wide=True, right=True),
     Col("MEMORY MiB", lambda n: n["memory_mib"], wide=True, right=True),
     Col("HEARTBEAT", lambda n: tables.age(n["last_heartbeat"]), wide=True),
@@ -318,7 +318,7 @@ NODE_COLUMNS = (
 
 @node_app.command("ls")
 def node_ls(as_json: bool = tables.json_option(), output: Output = tables.output_option()) -> None:
-    """Nodes, their state, free GPUs (healthy, held by nobody) and GPUs used outside
+    """Nodes, their state, free GPUs (healthy, held by nobody) and the GPUs used outside
     gpupool (by a plain Slurm job, someone else's pod), naming who holds them."""
 
     @handled
