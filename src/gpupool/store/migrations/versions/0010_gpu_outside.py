@@ -1,7 +1,7 @@
 """gpus.outside: who holds a GPU outside gpupool (ref, user, since as JSON; NULL: nobody)
 
 Revision ID: 0010
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-25
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
