@@ -55,6 +55,9 @@ class GPU:
     memory_mib: int
     sharing: SharingMode = SharingMode.EXCLUSIVE
     health: GPUHealth = GPUHealth.HEALTHY
+    #: the MIG layout's name (gpupool.domain.mig) of a `mig` GPU: its fixed instances are
+    #: scheduled one by one. None: a `mig` GPU is handed out whole.
+    mig_layout: str | None = None
 
     def __post_init__(self) -> None:
         if self.index < 0:
@@ -116,6 +119,9 @@ class Share:
     milli: int
     memory_mib: int
     enforcement: Enforcement = Enforcement.HARDWARE
+    #: a MIG instance of the GPU's layout: its profile and start slot (None: not MIG)
+    mig_profile: str | None = None
+    mig_start: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.milli <= MILLI_PER_GPU:

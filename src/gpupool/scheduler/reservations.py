@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.types import RunningWorkload
 
@@ -37,7 +37,7 @@ def reservation_node(cap: CapacityIndex, shape: Shape) -> int | None:
     """The usable node where `shape` is closest to fitting (and could fit when empty): the
     most whole free GPUs of its model, or the shared GPU with the most free milli. CPU-only
     work reserves nothing."""
-    if shape.kind == CPU_ONLY:
+    if shape.kind in (CPU_ONLY, MIG):  # MIG: instances free one by one, nothing to hold
         return None
     models = [shape.model] if shape.model is not None else cap.models
     best: tuple | None = None
