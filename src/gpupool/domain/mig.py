@@ -21,8 +21,8 @@ created instance. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gpupool.domain.errors import ValidationError
 from gpupool.domain.resources import MILLI_PER_GPU

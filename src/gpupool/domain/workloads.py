@@ -127,7 +127,8 @@ class Request:
 
     def describe(self) -> str:
         if self.mig:
-            return f"a {self.mig} MIG instance" + (f" of a {self.gpu_model}" if self.gpu_model else "")
+            of = f" of a {self.gpu_model}" if self.gpu_model else ""
+            return f"a {self.mig} MIG instance{of}"
         if self.gpus:
             what = f"{self.gpus} {self.gpu_model or ''} GPU{'s' if self.gpus > 1 else ''}"
         elif self.gpu_milli:

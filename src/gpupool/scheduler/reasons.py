@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
 from gpupool.domain.mig import find_model, model_for
 from gpupool.scheduler.capacity import CPU_ONLY, MIG, WHOLE, CapacityIndex, Shape
-from gpupool.scheduler.mig import mig_no_fit_reason
 from gpupool.scheduler.limits import gpus_text
+from gpupool.scheduler.mig import mig_no_fit_reason
 
 
 def gib(mib: int) -> str:
