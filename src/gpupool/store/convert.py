@@ -51,6 +51,7 @@ def request_of(row: WorkloadRow | ProfileRow) -> Request:
         gpu_model=row.gpu_model,
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
+        mig=row.mig,
     )
 
 
@@ -61,6 +62,7 @@ def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
     row.gpu_model = r.gpu_model
     row.cpu_milli = r.cpu_milli
     row.memory_mib = r.memory_mib
+    row.mig = r.mig
 
 
 # -- cluster ----------------------------------------------------------------------------------
@@ -74,6 +76,7 @@ def gpu_to_domain(row: GpuRow) -> GPU:
         memory_mib=row.memory_mib,
         sharing=SharingMode(row.sharing),
         health=GPUHealth(row.health),
+        mig_layout=row.mig_layout,
     )
 
 
@@ -85,6 +88,7 @@ def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
     row.memory_mib = gpu.memory_mib
     row.sharing = str(gpu.sharing)
     row.health = str(gpu.health)
+    row.mig_layout = gpu.mig_layout
     return row
 
 
@@ -252,6 +256,8 @@ def share_to_domain(row: ShareRow) -> Share:
         milli=row.milli,
         memory_mib=row.memory_mib,
         enforcement=Enforcement(row.enforcement),
+        mig_profile=row.mig_profile,
+        mig_start=row.mig_start,
     )
 
 
@@ -282,6 +288,8 @@ def allocation_to_row(a: Allocation) -> AllocationRow:
                 milli=s.milli,
                 memory_mib=s.memory_mib,
                 enforcement=str(s.enforcement),
+                mig_profile=s.mig_profile,
+                mig_start=s.mig_start,
             )
             for s in a.shares
         ],

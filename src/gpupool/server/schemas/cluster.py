@@ -19,6 +19,18 @@ class HolderOut(Out):
     milli: int
     memory_mib: int
     enforcement: str
+    mig_profile: str | None = None
+    mig_start: int | None = None
+
+
+class MigInstanceOut(Out):
+    """One instance of a GPU's MIG layout and who holds it."""
+
+    profile: str
+    start: int
+    memory_mib: int
+    #: the workload that holds it; None: free
+    workload_id: str | None = None
 
 
 class GpuOut(Out):
@@ -32,6 +44,9 @@ class GpuOut(Out):
     allocated_milli: int
     allocated_memory_mib: int
     holders: list[HolderOut]
+    #: the MIG layout of a `mig` GPU (None: handed out whole) and its instances
+    mig_layout: str | None = None
+    mig_instances: list[MigInstanceOut] = []
 
 
 class NodeOut(Out):
@@ -68,4 +83,8 @@ class NodeStateIn(In):
 
 
 class GpuUpdateIn(In):
-    sharing: Sharing
+    """Give `sharing`, `mig_layout` or both. `mig_layout`: a layout name (see docs/mig.md)
+    for a GPU in `mig` mode; the empty string clears it."""
+
+    sharing: Sharing | None = None
+    mig_layout: str | None = Field(default=None, max_length=255)
