@@ -339,3 +339,18 @@ def instances_of(gpu_model: str, memory_mib: int, layout: str) -> list[tuple[str
         assert p is not None
         out.append((p.name, i.start, p.milli, p.memory_mib))
     return out
+
+
+def short_name(gpu_model: str, memory_mib: int, layout: str) -> str:
+    """`layout` by its `all-…` name when it is exactly that named layout, else as given."""
+    model = model_for(gpu_model, memory_mib)
+    if model is None:
+        return layout
+    try:
+        insts = parse_layout(model, layout)
+    except ValidationError:
+        return layout
+    for name in [f"all-{p.name}" for p in model.profiles] + ["all-balanced"]:
+        if parse_layout(model, name) == insts:
+            return name
+    return layout

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpupool.domain import GPU, GPUHealth, SharingMode
+from gpupool.domain.mig import short_name
 
 MIB = 1024 * 1024
 
@@ -130,7 +131,9 @@ class GPUSnapshot:
             return None
         if any(d.profile is None or d.start is None for d in devs):
             return None
-        return ",".join(f"{d.profile}@{d.start}" for d in sorted(devs, key=lambda d: d.start or 0))
+        explicit = ",".join(f"{d.profile}@{d.start}" for d in sorted(devs, key=_start))
+        mib = int(self.memory_total_bytes // MIB) if self.memory_total_bytes else 1
+        return short_name(self.name, mib, explicit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,3 +189,7 @@ def mig_device_uuid(gpu: GPUSnapshot, profile: str | None, start: int | None) ->
     if len(unknown) == 1 and len(devs) == 1:
         return unknown[0].uuid
     return None
+
+
+def _start(d: MigDeviceSnapshot) -> int:
+    return d.start or 0
