@@ -32,7 +32,8 @@ def test_instances_are_held_one_by_one_and_the_next_waits_for_one_to_free():
 
 def test_a_layout_that_does_not_fit_the_model_is_a_problem():
     data = scenario(nodes=[mig_node(mig_layout="all-1g.5gb")])
-    with pytest.raises(ScenarioError, match="mig_layout: .*H100-80GB has no MIG profile 1g.5gb; use all-1g.10gb"):
+    says = "mig_layout: .*H100-80GB has no MIG profile 1g.5gb; use all-1g.10gb"
+    with pytest.raises(ScenarioError, match=says):
         parse_scenario(data)
     data = scenario(nodes=[node("e", mig_layout="all-1g.10gb")])
     with pytest.raises(ScenarioError, match="needs sharing: mig"):
