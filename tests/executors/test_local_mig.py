@@ -25,7 +25,8 @@ def test_mig_job_sees_only_its_mig_device_and_mig_off_is_refused(tmp_path):
         admin="admin",
         admin_password="a long admin password",
     )
-    engine = LocalEngine(LocalOptions(node="box", simulate=SPEC, user_mode="single-user", mps="off"))
+    options = LocalOptions(node="box", simulate=SPEC, user_mode="single-user", mps="off")
+    engine = LocalEngine(options)
     system = build_system(settings, engine, clock=SystemClock())
     try:
         ctx = system.ctx
