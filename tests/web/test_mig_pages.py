@@ -4,9 +4,9 @@ a GPU whose MIG mode is off is refused with what to do."""
 
 from __future__ import annotations
 
-import pytest
-
 import time
+
+import pytest
 
 from gpupool.store import AllocationRepo, NodeRepo
 from tests.support import ServedApp

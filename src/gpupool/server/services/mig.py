@@ -15,7 +15,7 @@ Rules:
 from __future__ import annotations
 
 from gpupool.domain import GPU, SharingMode, ValidationError
-from gpupool.domain.mig import MigInstance, instances_of, layout_for_gpu
+from gpupool.domain.mig import MigInstance, instances_of, layout_for_gpu, model_for
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.schemas.cluster import GpuUpdateIn, HolderOut, MigInstanceOut
@@ -54,12 +54,14 @@ def _readings(ctx: AppContext, uuid: str) -> tuple[GPUSnapshot | None, bool]:
 
 def mig_mode_off_text(node: str, g: GPU) -> str:
     """What to do when `mig` sharing is asked of a GPU whose MIG mode is off."""
+    model = model_for(g.model, g.memory_mib)
+    small = model.smallest.name if model is not None else "1g.10gb"
     return (
         f"GPU {g.index} of {node} has MIG mode off (NVML reports it disabled), so it cannot "
         f"be shared as MIG slices. To use MIG: drain the GPU, enable MIG mode with "
         f"`sudo nvidia-smi -i {g.index} -mig 1` (some GPUs need a reset or reboot after), "
         f"create the instances of a layout (`sudo nvidia-smi mig -i {g.index} -cgi "
-        "1g.10gb,1g.10gb -C`, or mig-parted / the GPU Operator's MIG manager), then set "
+        f"{small},{small} -C`, or mig-parted / the GPU Operator's MIG manager), then set "
         f"sharing to mig again. Otherwise use exclusive or shared sharing for it."
     )
 
