@@ -114,9 +114,7 @@ def check_api(simulate: str | None, work: Path) -> list[dict[str, Any]]:
                 )
                 continue
             t0 = time.perf_counter()
-            resp = client.patch(
-                f"/api/v1/gpus/{g['uuid']}", headers=auth, json={"sharing": "mig"}
-            )
+            resp = client.patch(f"/api/v1/gpus/{g['uuid']}", headers=auth, json={"sharing": "mig"})
             ms = (time.perf_counter() - t0) * 1000
             body = resp.json() if resp.headers.get("content-type", "").endswith("json") else {}
             detail = str(body.get("detail", resp.text))

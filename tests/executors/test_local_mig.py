@@ -53,9 +53,7 @@ def test_mig_job_sees_only_its_mig_device_and_mig_off_is_refused(tmp_path):
         assert share["enforcement"] == "hardware" and share["mig_profile"] == "3g.40gb"
         mig_uuid = engine.source.mig_uuid(0, share["mig_start"])  # type: ignore[union-attr]
         log = data / "jobs" / wid / "output.log"
-        seen = wait_for(
-            lambda: log.exists() and log.read_text().strip(), what="the job's output"
-        )
+        seen = wait_for(lambda: log.exists() and log.read_text().strip(), what="the job's output")
         assert seen == f"CVD={mig_uuid}" and mig_uuid.startswith("MIG-")
     finally:
         system.stop()

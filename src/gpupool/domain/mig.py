@@ -190,9 +190,7 @@ def starts_text(p: MigProfile) -> str:
     return "start " + _or(p.starts)
 
 
-def place(
-    model: MigModel, placed: tuple[MigInstance, ...], profile: str
-) -> MigInstance | None:
+def place(model: MigModel, placed: tuple[MigInstance, ...], profile: str) -> MigInstance | None:
     """The lowest allowed start where one more `profile` instance fits beside `placed`, or
     None."""
     p = model.profile(profile)
@@ -211,20 +209,22 @@ def place(
 def pack(model: MigModel, wanted: list[tuple[str, int]]) -> tuple[MigInstance, ...]:
     """Place `wanted` (profile, count) together, largest first, each at the lowest start that
     still lets the rest fit (a small backtracking search); ValidationError if they cannot."""
+    by_name: dict[str, MigProfile] = {}
     names: list[str] = []
     for name, count in wanted:
-        if model.profile(name) is None:
+        p = model.profile(name)
+        if p is None:
             validate(model, (MigInstance(0, name),))  # raises: unknown profile
+            raise AssertionError  # pragma: no cover - validate raised
+        by_name[name] = p
         names += [name] * count
-    names.sort(key=lambda n: -model.profile(n).size)  # type: ignore[union-attr]
-    for n in sorted(set(names)):
-        p = model.profile(n)
-        assert p is not None
+    names.sort(key=lambda n: -by_name[n].size)
+    for n, p in sorted(by_name.items()):
         if names.count(n) > p.max_count:
             raise ValidationError(
                 f"at most {p.max_count} {n} instances fit on a {model.key}", "mig_layout"
             )
-    compute = sum(model.profile(n).compute_slices for n in names)  # type: ignore[union-attr]
+    compute = sum(by_name[n].compute_slices for n in names)
     if compute > COMPUTE_SLICES:
         raise ValidationError(
             f"the layout needs {compute} compute slices; a {model.key} has {COMPUTE_SLICES}",
@@ -234,7 +234,7 @@ def pack(model: MigModel, wanted: list[tuple[str, int]]) -> tuple[MigInstance, .
     def search(i: int, placed: tuple[MigInstance, ...]) -> tuple[MigInstance, ...] | None:
         if i == len(names):
             return placed
-        for s in model.profile(names[i]).starts:  # type: ignore[union-attr]
+        for s in by_name[names[i]].starts:
             cand = (*placed, MigInstance(s, names[i]))
             try:
                 validate(model, cand)

@@ -137,8 +137,7 @@ def _mig_holds(profiles: list[_Profile], shape: Shape) -> bool:
                 continue
             m = model_for(model, mem)
             if m is not None and any(
-                q.milli >= shape.milli and q.memory_mib >= shape.gpu_memory_mib
-                for q in m.profiles
+                q.milli >= shape.milli and q.memory_mib >= shape.gpu_memory_mib for q in m.profiles
             ):
                 return True
     return False

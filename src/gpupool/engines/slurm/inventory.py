@@ -183,9 +183,7 @@ def to_node(raw: Mapping[str, Any], default_memory_mib: int) -> Node:
     for prefix, wanted in sorted(mig.items()):
         for model, mem, layout in _mig_gpus(prefix, wanted):
             i = len(gpus)
-            gpus.append(
-                GPU(i, gpu_uuid(name, i), model, mem, SharingMode.MIG, mig_layout=layout)
-            )
+            gpus.append(GPU(i, gpu_uuid(name, i), model, mem, SharingMode.MIG, mig_layout=layout))
     cpus = number(raw.get("cpus")) or 0
     mem_mib = number(raw.get("real_memory")) or 0
     return Node(
