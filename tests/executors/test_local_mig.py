@@ -73,3 +73,59 @@ def test_a_mig_share_whose_device_nvml_does_not_list_is_not_started(tmp_path):
         ex.device_uuid(share)
     whole = Share("box", 1, "GPU-y", 1000, 81920)
     assert ex.device_uuid(whole) == "GPU-y"
+
+
+def test_idle_relayout_cuts_a_simulated_gpu_for_a_waiting_profile(tmp_path):
+    data = tmp_path / "data"
+    settings = SystemSettings(
+        server=Settings(
+            database_url=f"sqlite:///{tmp_path / 'g.db'}", start_loops=False, mig_relayout=True
+        ),
+        data_dir=data,
+        admin="admin",
+        admin_password="a long admin password",
+    )
+    spec = "1xH100-80GB:mig=all-1g.10gb"
+    engine = LocalEngine(LocalOptions(node="box", simulate=spec, user_mode="single-user"))
+    system = build_system(settings, engine, clock=SystemClock())
+    try:
+        ctx = system.ctx
+        h = {"Authorization": f"Bearer {issue_token(ctx, 'admin', 't', None).token}"}
+        c = TestClient(system.app)
+        body = {"mig": "3g.40gb", "command": ["true"], "tenant": "default"}
+        wid = c.post("/api/v1/workloads", headers=h, json=body).json()["id"]
+        ctx.loops.get("scheduler").run_once()
+        w = c.get(f"/api/v1/workloads/{wid}", headers=h).json()
+        assert w["state"] == "pending" and "no free 3g.40gb" in w["pending"]["reason"]
+        (plan,) = ctx.loops.get("mig-relayout").run_once()
+        assert plan.layout == "all-3g.40gb" and plan.for_workload == wid
+        (g,) = c.get("/api/v1/gpus", headers=h).json()
+        assert g["mig_layout"] == "all-3g.40gb"
+        assert engine.source.snapshot().gpus[0].mig_layout() == "all-3g.40gb"  # type: ignore[union-attr]
+        ctx.loops.get("scheduler").run_once()
+        w = c.get(f"/api/v1/workloads/{wid}", headers=h).json()
+        assert w["allocation"]["shares"][0]["mig_profile"] == "3g.40gb"
+        events = c.get("/api/v1/events", headers=h, params={"kind": "gpu.mig_relayout"}).json()
+        items = events["items"] if isinstance(events, dict) else events
+        assert any(e["kind"] == "gpu.mig_relayout" for e in items)
+        # the GPU now holds work: never re-laid again, whatever waits
+        body["mig"] = "1g.10gb"
+        c.post("/api/v1/workloads", headers=h, json=body)
+        assert ctx.loops.get("mig-relayout").run_once() == []
+    finally:
+        system.stop()
+        engine.close()
+
+
+def test_relayout_is_off_by_default(tmp_path):
+    settings = SystemSettings(
+        server=Settings(database_url=f"sqlite:///{tmp_path / 'g.db'}", start_loops=False),
+        data_dir=tmp_path / "data",
+    )
+    engine = LocalEngine(LocalOptions(node="box", simulate="H100", user_mode="single-user"))
+    system = build_system(settings, engine, clock=SystemClock())
+    try:
+        assert "mig-relayout" not in [loop.name for loop in system.ctx.loops]
+    finally:
+        system.stop()
+        engine.close()

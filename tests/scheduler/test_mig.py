@@ -111,3 +111,34 @@ def test_mig_request_on_a_model_selects_that_model() -> None:
     n = Node("a", (a100, h100), 64_000, 512 * GIB)
     d = cycle(snapshot([n], [tenant("lab-a")]), [mig_job("w", "1g.10gb", gpu_model="H100")], 1)
     assert d.admissions[0].allocation.shares[0].gpu_index == 1
+
+
+# -- idle re-layout (gpupool.scheduler.mig_relayout) ---------------------------------------
+
+from gpupool.scheduler.mig_relayout import plan_relayouts  # noqa: E402
+
+
+def test_relayout_cuts_an_idle_gpu_for_a_profile_no_layout_has() -> None:
+    n = mig_node(layouts=("all-1g.10gb", "all-1g.10gb"))
+    pending = [mig_job("big", "3g.40gb")]
+    (plan,) = plan_relayouts([n], [], pending)
+    assert (plan.gpu_index, plan.layout, plan.for_workload) == (0, "all-3g.40gb", "big")
+    assert "idle" in plan.reason
+
+
+def test_relayout_never_touches_a_gpu_with_running_work() -> None:
+    n = mig_node(layouts=("all-1g.10gb", "all-1g.10gb"))
+    snap = snapshot([n], [tenant("lab-a")])
+    d = cycle(snap, [mig_job("small", "1g.10gb")], now=1)
+    snap, _ = apply(snap, [mig_job("small", "1g.10gb")], d, 1)
+    busy = d.admissions[0].allocation.shares[0].gpu_index
+    plans = plan_relayouts([n], snap.running, [mig_job("a", "3g.40gb"), mig_job("b", "3g.40gb")])
+    assert [p.gpu_index for p in plans] == [1 - busy]  # one GPU holds both 3g.40gb requests
+    both = [mig_job(f"w{i}", "3g.40gb") for i in range(5)]
+    assert [p.gpu_index for p in plan_relayouts([n], snap.running, both)] == [1 - busy]
+
+
+def test_relayout_plans_nothing_when_a_request_fits_or_nothing_is_idle() -> None:
+    n = mig_node(layouts=("all-3g.40gb",))
+    assert plan_relayouts([n], [], [mig_job("fits", "3g.40gb")]) == []
+    assert plan_relayouts([n], [], [mig_job("other-model", "1g.5gb")]) == []

@@ -106,3 +106,19 @@ def test_a_gpu_found_in_mig_mode_offers_its_instances(world) -> None:
     r = world.patch("admin", f"/gpus/{src.uuid(0)}", json={"mig_layout": "all-1g.10gb"})
     assert r.status_code == 200 and r.json()["mig_layout"] == "all-1g.10gb"
     assert g["mig_layout"] == "all-1g.10gb"  # found in NVML, named
+
+
+def test_relayout_an_engine_cannot_apply_is_undone_and_said(world) -> None:
+    from gpupool.engines.fake import FakeEngine
+    from gpupool.server.loops.mig_relayout import MigRelayoutLoop
+
+    world.patch("admin", "/gpus/GPU-n1-2", json={"sharing": "mig", "mig_layout": "all-1g.10gb"})
+    world.submit(mig="3g.40gb")
+    engine = FakeEngine(world.executor)
+    loop = MigRelayoutLoop(world.ctx, engine.apply_mig_layout)
+    assert loop.run_once() == []
+    assert _gpu(world, "GPU-n1-2")["mig_layout"] == "all-1g.10gb"  # put back
+    events = world.get("admin", "/events", params={"kind": "gpu.mig_relayout_refused"}).json()
+    items = events["items"] if isinstance(events, dict) else events
+    (e,) = [e for e in items if e["kind"] == "gpu.mig_relayout_refused"]
+    assert "does not change MIG layouts" in e["message"]

@@ -149,6 +149,23 @@ class LocalEngine(Engine):
         )
         return self.executor
 
+    def apply_mig_layout(self, node: str, gpu_uuid: str, layout: str) -> str | None:
+        """Simulated GPUs take the new layout; real ones never: gpupool does not change the
+        MIG mode or instances of real GPUs."""
+        from gpupool.telemetry.simulated import SimulatedSource
+
+        src = self.source
+        if not isinstance(src, SimulatedSource):
+            return (
+                "gpupool never changes the MIG instances of real GPUs; create them with "
+                "nvidia-smi mig or mig-parted, then set the layout (gpupool gpu mig-layout)"
+            )
+        for g in src.snapshot().gpus:
+            if g.uuid == gpu_uuid:
+                src.set_mig(g.index, layout)
+                return None
+        return f"no GPU {gpu_uuid} on this host"
+
     def _mig_uuid(self, share: Share) -> str | None:
         """The MIG device (UUID) of a MIG instance share, as NVML lists it now."""
         from gpupool.telemetry.snapshots import mig_device_uuid
