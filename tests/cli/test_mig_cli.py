@@ -22,7 +22,7 @@ def test_layout_then_a_mig_job_runs_on_an_instance(env):  # noqa: F811
     assert r.exit_code == 0, r.output
     assert "sliced" in r.output and "3g.40gb MIG instance" in r.output
     r = gp("run", "--mig", "1g.10gb", "--gpus", "1", "--", "x", token=ann)
-    assert r.exit_code == 2 and "one of --gpus, --gpu-fraction and --mig" in r.output
+    assert r.exit_code == 2 and "use --mig or --gpus / --gpu-fraction, not both" in r.output
     out = gp("gpu", "ls", token=ann).output
     assert "mig 2/2 free" in out
     assert all(len(line) <= 80 for line in out.splitlines())

@@ -227,8 +227,10 @@ def run(
 
     @handled
     def go() -> None:
-        if sum(x is not None for x in (gpus, gpu_fraction, mig)) > 1:
-            raise CliError("use one of --gpus, --gpu-fraction and --mig", 2)
+        if gpus is not None and gpu_fraction is not None:
+            raise CliError("use --gpus or --gpu-fraction, not both", 2)
+        if mig is not None and (gpus is not None or gpu_fraction is not None):
+            raise CliError("use --mig or --gpus / --gpu-fraction, not both", 2)
         body: dict[str, Any] = {"command": command, "priority": priority}
         if gpus is not None:
             body["gpus"] = gpus

@@ -90,8 +90,12 @@ def cluster_view(
     holders: dict[str, list[dict[str, Any]]] = {}
     for w, a in running:
         for s in a.shares:
+            mig = {} if s.mig_profile is None else {"mig_profile": s.mig_profile}
+            if s.mig_start is not None:
+                mig["mig_start"] = s.mig_start
             holders.setdefault(s.gpu_uuid, []).append(
-                {
+                mig
+                | {
                     "workload": w.id,
                     "kind": str(w.kind),
                     "user": w.owner,
@@ -101,8 +105,6 @@ def cluster_view(
                     "memory_mib": s.memory_mib,
                     "enforcement": str(s.enforcement),
                     "since": a.since,
-                    "mig_profile": s.mig_profile,
-                    "mig_start": s.mig_start,
                 }
             )
     readings: dict[str, Any] = {}
