@@ -74,3 +74,21 @@ def test_simulated_mig_devices_follow_the_spec_and_processes_land_on_them():
 def test_bad_simulated_mig_layouts_are_refused(spec, says):
     with pytest.raises(SpecError, match=says):
         SimulatedSource(spec)
+
+
+def test_a_mig_instance_share_is_not_policed_for_memory():
+    """The GPU holds a MIG instance to its memory; the nominal size gpupool records may be a
+    little below what the device really has, so memory policing would kill work that is
+    within its instance."""
+    from gpupool.domain import Allocation, Enforcement, Share
+    from gpupool.telemetry import Attribution, Policer, Via
+
+    clock = ManualClock(0.0)
+    src = SimulatedSource("1xH100-80GB:mig=all-1g.10gb", clock=clock)
+    src.add_process(0, 30, memory_mib=10100, sm_util=50, mig_start=2)
+    owners = {30: Attribution(pid=30, via=Via.ENV, workload_id="w-1", unix_user="a")}
+    mig = Share("n", 0, src.uuid(0), 142, 9984, Enforcement.HARDWARE, "1g.10gb", 2)
+    assert Policer(clock).check(src.snapshot(), owners, [Allocation("w-1", "n", (mig,), 0)]) == []
+    plain = Share("n", 0, src.uuid(0), 142, 9984, Enforcement.POLICED)  # the old behaviour
+    (d,) = Policer(clock).check(src.snapshot(), owners, [Allocation("w-1", "n", (plain,), 0)])
+    assert d.kind.value == "over_memory"
