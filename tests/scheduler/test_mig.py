@@ -142,3 +142,43 @@ def test_relayout_plans_nothing_when_a_request_fits_or_nothing_is_idle() -> None
     n = mig_node(layouts=("all-3g.40gb",))
     assert plan_relayouts([n], [], [mig_job("fits", "3g.40gb")]) == []
     assert plan_relayouts([n], [], [mig_job("other-model", "1g.5gb")]) == []
+
+
+# -- with preemption and the scheduler cache ----------------------------------------------
+
+
+def test_guaranteed_mig_request_reclaims_a_borrowed_instance() -> None:
+    from gpupool.domain import Quota, Tenant
+
+    n = mig_node(layouts=("all-3g.40gb",))
+    tenants = [Tenant("lab-a", Quota.gpus(0)), Tenant("lab-b", Quota.gpus(1))]
+    snap = snapshot([n], tenants)
+    borrowed = [
+        dataclasses.replace(mig_job(f"b{i}", "3g.40gb", submit=i), tenant="lab-a") for i in range(2)
+    ]
+    d = cycle(snap, borrowed, now=0)
+    snap, _ = apply(snap, borrowed, d, 0)
+    want = dataclasses.replace(mig_job("g", "3g.40gb", submit=1000), tenant="lab-b", owner="bob")
+    d = cycle(snap, [want], now=10_000)
+    (victim,) = d.preemptions  # one instance is enough
+    freed = next(
+        rw.allocation.shares[0].mig_start
+        for rw in snap.running
+        if rw.workload.id == victim.workload_id
+    )
+    snap, left = apply(snap, [want], d, 10_000)
+    d = cycle(snap, left, now=10_001)
+    (a,) = d.admissions
+    assert a.workload_id == "g" and a.allocation.shares[0].mig_start == freed
+
+
+def test_a_layout_change_reaches_a_cached_index() -> None:
+    from gpupool.scheduler import SchedulerCache
+
+    cache = SchedulerCache()
+    n = mig_node(layouts=("all-1g.10gb",))
+    d = cycle(snapshot([n], [tenant("lab-a")]), [mig_job("w", "3g.40gb")], now=1, cache=cache)
+    assert not d.admissions
+    cut = dataclasses.replace(n, gpus=(dataclasses.replace(n.gpus[0], mig_layout="all-3g.40gb"),))
+    d = cycle(snapshot([cut], [tenant("lab-a")]), [mig_job("w", "3g.40gb")], now=2, cache=cache)
+    assert d.admissions[0].allocation.shares[0].mig_profile == "3g.40gb"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gpupool.domain import GPU, MILLI_PER_GPU, Node, SharingMode
+from gpupool.domain import GPU, MILLI_PER_GPU, Node, Share, SharingMode
 from gpupool.domain.mig import instances_of
 from gpupool.scheduler.buckets import BucketIndex
 from gpupool.scheduler.types import RunningWorkload
@@ -217,15 +217,21 @@ class CapacityIndex:
             return (-1, (), 0, 0, milli)
         takes = []
         for s in a.shares:
-            if s.mig_start is not None:
-                g = self._st.mig_ids.get((n, s.gpu_index, s.mig_start))
-                if g is not None:  # a MIG instance is held whole
-                    takes.append((g, self._st.milli[g], self.gpu_total_mem[g]))
-                continue
-            g = self._gpu_ids.get((n, s.gpu_index))
-            if g is not None:
-                takes.append((g, s.milli, self.gpu_total_mem[g] if s.whole else s.memory_mib))
+            t = self.share_take(n, s)
+            if t is not None:
+                takes.append(t)
         return (n, tuple(takes), a.cpu_milli, a.memory_mib, milli)
+
+    def share_take(self, n: int, s: Share) -> tuple[int, int, int] | None:
+        """(GPU or MIG instance id, milli, memory) that share `s` on node `n` holds; None if
+        the index has no such GPU (or instance). A MIG instance is held whole."""
+        if s.mig_start is not None:
+            g = self._st.mig_ids.get((n, s.gpu_index, s.mig_start))
+            return None if g is None else (g, self._st.milli[g], self.gpu_total_mem[g])
+        g = self._gpu_ids.get((n, s.gpu_index))
+        if g is None:
+            return None
+        return (g, s.milli, self.gpu_total_mem[g] if s.whole else s.memory_mib)
 
     def apply_takes(self, t: Takes, sign: int) -> None:
         """Give back (`sign` 1) or take (-1) what `t` holds. Does not refile the node."""

@@ -95,11 +95,12 @@ def expected_start(
         cpu += a.cpu_milli
         mem += a.memory_mib
         for s in a.shares:
-            g = cap.gpu_id(n, s.gpu_index)
-            if g is None:
+            t = cap.share_take(n, s)
+            if t is None:
                 continue
+            g, smilli, smem = t
             m0, g0 = gpu.get(g, (0, 0))
-            gpu[g] = (m0 + s.milli, g0 + (cap.gpu_total_mem[g] if s.whole else s.memory_mib))
+            gpu[g] = (m0 + smilli, g0 + smem)
         if place_on_node(cap, n, shape, cpu, mem, gpu) is not None:
             return end
     return None
