@@ -103,6 +103,8 @@ class _Static:
                     self.node_mig[n].append(len(self.gpu_node))
                     self._add(n, gpu, mem, milli, (profile, start), node)
         self.models = sorted(set(self.gpu_model))
+        #: the nodes with MIG instances (few: placement scans them)
+        self.mig_nodes = [n for n, ids in enumerate(self.node_mig) if ids]
         self.gpu_shared = [s is SharingMode.SHARED for s in self.gpu_sharing]
         self.total_gpu_milli = self.count_gpu_milli()
         #: the GPU models on each node (most nodes have one)
@@ -180,6 +182,7 @@ class CapacityIndex:
         self.node_models = st.node_models
         self._gpu_ids = st.gpu_ids
         self.node_mig = st.node_mig
+        self.mig_nodes = st.mig_nodes
         self.gpu_mig = st.gpu_mig
         self.gpu_milli_total = st.milli
         self.models = st.models

@@ -68,8 +68,8 @@ def find_mig(cap: CapacityIndex, shape: Shape) -> tuple[int, tuple[int, int, int
     that have its CPUs and memory, or None. First node in id order with a fit wins among
     equals; MIG nodes are few, so this scans them."""
     best: tuple[tuple, int, tuple[int, int, int]] | None = None
-    for n, ids in enumerate(cap.node_mig):
-        if not ids or not cap.node_ready[n] or cap.node_held[n]:
+    for n in cap.mig_nodes:
+        if not cap.node_ready[n] or cap.node_held[n]:
             continue
         if not cap.node_fits_host(n, shape):
             continue
@@ -93,9 +93,9 @@ def mig_no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     fam = profile_family(want)
     seen_profile = False
     details: list[str] = []
-    for n, ids in enumerate(cap.node_mig):
+    for n in cap.mig_nodes:
         by_gpu: dict[int, list[int]] = {}
-        for g in ids:
+        for g in cap.node_mig[n]:
             if shape.model is None or cap.gpu_model[g] == shape.model:
                 by_gpu.setdefault(cap.gpu_index[g], []).append(g)
         for index, gs in sorted(by_gpu.items()):
