@@ -182,3 +182,17 @@ def test_a_layout_change_reaches_a_cached_index() -> None:
     cut = dataclasses.replace(n, gpus=(dataclasses.replace(n.gpus[0], mig_layout="all-3g.40gb"),))
     d = cycle(snapshot([cut], [tenant("lab-a")]), [mig_job("w", "3g.40gb")], now=2, cache=cache)
     assert d.admissions[0].allocation.shares[0].mig_profile == "3g.40gb"
+
+
+def test_whole_gpus_no_node_has_stay_unschedulable_beside_mig_gpus() -> None:
+    n = mig_node(layouts=("all-1g.10gb", None))
+    big = Workload("big", "lab-a", "alice", Request(gpus=3), submitted_at=0)
+    d = cycle(snapshot([n], [tenant("lab-a")]), [big], now=1)
+    assert "the most any node has is 2" in d.unschedulable["big"]
+
+
+def test_a_fraction_only_a_mig_profile_could_hold_is_not_unschedulable() -> None:
+    n = mig_node(layouts=("all-1g.10gb",))
+    frac = Workload("f", "lab-a", "alice", Request(gpu_milli=400), submitted_at=0)
+    d = cycle(snapshot([n], [tenant("lab-a")]), [frac], now=1)
+    assert "f" not in d.unschedulable and "f" in d.pending  # a 3g/4g layout could hold it

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
 from gpupool.domain.mig import find_model, model_for
-from gpupool.scheduler.capacity import CPU_ONLY, MIG, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import gpus_text
 from gpupool.scheduler.mig import mig_no_fit_reason
 
@@ -100,7 +100,7 @@ class Hardware:
             )
         if shape.kind == CPU_ONLY:
             return None
-        if shape.kind == MIG or _mig_holds(host_ok, shape):
+        if shape.kind == MIG or (shape.kind == FRACTION and _mig_holds(host_ok, shape)):
             return _never_mig(host_ok, shape)
         best = 0
         for p in host_ok:
