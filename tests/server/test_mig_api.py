@@ -122,3 +122,18 @@ def test_relayout_an_engine_cannot_apply_is_undone_and_said(world) -> None:
     items = events["items"] if isinstance(events, dict) else events
     (e,) = [e for e in items if e["kind"] == "gpu.mig_relayout_refused"]
     assert "does not change MIG layouts" in e["message"]
+
+
+def test_a_cluster_nodes_gpu_reported_with_mig_off_may_still_be_set_to_mig(world) -> None:
+    """On a cluster the GPU Operator's MIG manager turns MIG on after gpupool is told, so an
+    agent's reading of MIG off does not refuse it (the local engine's own reading does)."""
+    from tests.server.test_agents import report_of, send, token_for
+
+    sim = SimulatedSource("1xH100-80GB", clock=world.clock, hostname="gpu-a")
+    token = token_for(world)
+    assert send(world, token, report_of(sim)).status_code in (200, 202, 204)
+    assert sim.snapshot().gpus[0].mig_enabled is False
+    r = world.patch("admin", f"/gpus/{sim.uuid(0)}", json={"sharing": "mig"})
+    assert r.status_code == 200, r.text
+    r = world.patch("admin", f"/gpus/{sim.uuid(0)}", json={"mig_layout": "all-3g.40gb"})
+    assert r.status_code == 200 and len(r.json()["mig_instances"]) == 2

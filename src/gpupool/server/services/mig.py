@@ -2,9 +2,10 @@
 layout (`PATCH /api/v1/gpus/{uuid}`).
 
 Rules:
-* `mig` sharing is refused on a GPU whose MIG mode the telemetry reads as off (NVML's
-  nvmlDeviceGetMigMode through this process's sampler or the node's agent), saying how to
-  turn it on; a GPU whose mode is unknown (no reading yet) is accepted;
+* `mig` sharing is refused on a GPU this process samples itself (the local engine) whose
+  MIG mode NVML reads as off (nvmlDeviceGetMigMode), saying how to turn it on; a GPU whose
+  mode is unknown (no reading yet) is accepted, and so is one of a cluster node, whose MIG
+  mode the GPU Operator's MIG manager (or the admin) turns on after gpupool is told;
 * a layout must fit the GPU's model (gpupool.domain.mig), needs `mig` sharing, and changes
   only on a GPU no workload holds;
 * where this process samples the GPU itself (the local engine) and NVML lists MIG devices
@@ -85,7 +86,7 @@ def update_gpu(ctx: AppContext, p: Principal, uuid: str, body: GpuUpdateIn) -> t
         layout = None
     reading, local = _readings(ctx, uuid)
     turning_on = sharing is SharingMode.MIG and g.sharing is not SharingMode.MIG
-    if turning_on and reading is not None and reading.mig_enabled is False:
+    if turning_on and local and reading is not None and reading.mig_enabled is False:
         raise Conflict(mig_mode_off_text(node, g))
     if layout is not None:
         insts = layout_for_gpu(g.model, g.memory_mib, layout)
