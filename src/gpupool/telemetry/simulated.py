@@ -53,7 +53,8 @@ IDLE_SM_CLOCK_MHZ = 345.0
 _DEFAULT_MEMORY = {k.split("-")[0]: k for k in KNOWN_MODELS if k != "A100-80GB"}
 _ENTRY = re.compile(r"^(?:(\d+)\s*[xX]\s*)?([A-Za-z][A-Za-z0-9]*)(?:-(\d+)GB)?$")
 SPEC_HELP = (
-    "expected COUNTxMODEL-MEMGB entries separated by commas, e.g. 4xH100-80GB,2xA100-40GB "
+    "expected COUNTxMODEL-MEMGB entries separated by commas, e.g. 4xH100-80GB,2xA100-40GB, "
+    "each optionally with :mig=LAYOUT (MIG mode on, e.g. 1xH100-80GB:mig=all-1g.10gb) "
     f"(known models: {', '.join(sorted(KNOWN_MODELS))})"
 )
 
