@@ -246,14 +246,24 @@ def _holders(g: dict[str, Any]) -> str:
     return ", ".join(held)
 
 
+def _sharing(g: dict[str, Any]) -> str:
+    """'mig 3/7 free' for a GPU cut by a MIG layout, else the mode."""
+    insts = g.get("mig_instances") or []
+    if not insts:
+        return str(g["sharing"])
+    free = sum(1 for i in insts if i["workload_id"] is None)
+    return f"mig {free}/{len(insts)} free"
+
+
 GPU_COLUMNS = (
     Col("GPU", lambda g: f"{g['node']}:{g['index']}"),
     Col("MODEL", lambda g: g["model"]),
     Col("MiB", lambda g: g["memory_mib"], wide=True, right=True),
-    Col("SHARING", lambda g: g["sharing"]),
+    Col("SHARING", lambda g: _sharing(g)),
     Col("HEALTH", lambda g: g["health"], wide=True),
     Col("ALLOC", lambda g: f"{g['allocated_milli'] / 1000:g}", right=True),
     Col("HOLDERS", _holders, wrap=True),
+    Col("MIG LAYOUT", lambda g: g.get("mig_layout") or "", wide=True, wrap=True),
     Col("UUID", lambda g: g["uuid"], wide=True),
 )
 
@@ -360,6 +370,33 @@ def gpu_set_sharing(
     go()
 
 
+@gpu_app.command("mig-layout")
+def gpu_mig_layout(
+    gpu: str = typer.Argument(..., help="NODE:INDEX as gpupool gpu ls shows it, or the GPU UUID"),
+    layout: str = typer.Argument(
+        ...,
+        help="all-PROFILE (all-1g.10gb, all-3g.40gb), all-balanced, PROFILE:COUNT,… "
+        "(3g.40gb:1,1g.10gb:4) or PROFILE@START,… ; 'none' clears it",
+    ),
+) -> None:
+    """Cut a GPU into MIG instances (admins): sets its sharing to mig and its layout. Only
+    on a GPU no work holds; on this host the instances must exist (nvidia-smi mig)."""
+
+    @handled
+    def go() -> None:
+        c = api()
+        clear = layout.strip().lower() == "none"
+        body = {"mig_layout": ""} if clear else {"sharing": "mig", "mig_layout": layout}
+        g = c.call("PATCH", f"/gpus/{_gpu_uuid(c, gpu)}", json=body)
+        if clear:
+            out.print(f"GPU {g['index']} on {g['node']} has no MIG layout: handed out whole")
+            return
+        insts = ", ".join(f"{i['profile']}@{i['start']}" for i in g["mig_instances"])
+        out.print(f"GPU {g['index']} on {g['node']} is cut into {insts}")
+
+    go()
+
+
 @profile_app.command("create")
 def profile_create(
     name: str = typer.Argument(...),
@@ -367,6 +404,7 @@ def profile_create(
     gpu_fraction: float = typer.Option(None, "--gpu-fraction"),
     gpu_memory: str = typer.Option(None, "--gpu-memory", help="e.g. 20G"),
     gpu_model: str = typer.Option(None, "--gpu-model"),
+    mig: str = typer.Option(None, "--mig", help="a MIG instance of this profile, e.g. 1g.10gb"),
     description: str = typer.Option("", "--description", "-d"),
     kind: str = typer.Option("notebook", "--kind", help="notebook or job"),
     image: str = typer.Option(None, "--image", help="container image (Kubernetes)"),
@@ -389,6 +427,8 @@ def profile_create(
             body["gpu_memory_mib"] = parse_mib(gpu_memory)
         if gpu_model:
             body["gpu_model"] = gpu_model
+        if mig:
+            body["mig"] = mig
         if image:
             body["image"] = image
         p = api().post("/profiles", body)

@@ -80,6 +80,9 @@ class GPU:
     health: GPUHealth = GPUHealth.HEALTHY
     #: held by work gpupool did not create (None: not); such a GPU is taken, not unhealthy
     outside: OutsideUse | None = None
+    #: the MIG layout's name (gpupool.domain.mig) of a `mig` GPU: its fixed instances are
+    #: scheduled one by one. None: a `mig` GPU is handed out whole.
+    mig_layout: str | None = None
 
     def __post_init__(self) -> None:
         if self.index < 0:
@@ -142,6 +145,9 @@ class Share:
     milli: int
     memory_mib: int
     enforcement: Enforcement = Enforcement.HARDWARE
+    #: a MIG instance of the GPU's layout: its profile and start slot (None: not MIG)
+    mig_profile: str | None = None
+    mig_start: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.milli <= MILLI_PER_GPU:

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
-from gpupool.scheduler.capacity import CPU_ONLY, WHOLE, CapacityIndex, Shape
+from gpupool.domain.mig import find_model, model_for
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import gpus_text
+from gpupool.scheduler.mig import mig_no_fit_reason
 
 
 def gib(mib: int) -> str:
@@ -33,6 +35,8 @@ def what(shape: Shape) -> str:
         return s
     if shape.kind == CPU_ONLY:
         return "no GPU"
+    if shape.kind == MIG:
+        return f"a {shape.mig} MIG instance" + (f" of a {shape.model}" if shape.model else "")
     s = f"{shape.milli / MILLI_PER_GPU:g} of a shared {model}GPU"
     if shape.gpu_memory_mib:
         s += f" with {gib(shape.gpu_memory_mib)}"
@@ -96,6 +100,8 @@ class Hardware:
             )
         if shape.kind == CPU_ONLY:
             return None
+        if shape.kind == MIG or (shape.kind == FRACTION and _mig_holds(host_ok, shape)):
+            return _never_mig(host_ok, shape)
         best = 0
         for p in host_ok:
             if shape.kind == WHOLE:
@@ -138,6 +144,49 @@ def outside_text(cap: CapacityIndex, shape: Shape, most: int = 2) -> str:
     return "; " + "; ".join(parts)
 
 
+def _mig_holds(profiles: list[_Profile], shape: Shape) -> bool:
+    """True if a `mig` GPU of one of `profiles` has a profile that could hold fraction
+    `shape` (its compute share and memory at least what it asks)."""
+    for p in profiles:
+        for model, mem, sharing in p.gpus:
+            if sharing is not SharingMode.MIG or shape.model not in (None, model):
+                continue
+            m = model_for(model, mem)
+            if m is not None and any(
+                q.milli >= shape.milli and q.memory_mib >= shape.gpu_memory_mib for q in m.profiles
+            ):
+                return True
+    return False
+
+
+def _never_mig(profiles: list[_Profile], shape: Shape) -> str | None:
+    """None if some `mig` GPU's model has profile `shape.mig` (a fraction that a MIG profile
+    holds: always None), else why not."""
+    if shape.kind != MIG:
+        return None
+    models = set()
+    for p in profiles:
+        for model, mem, sharing in p.gpus:
+            if sharing is not SharingMode.MIG or shape.model not in (None, model):
+                continue
+            m = model_for(model, mem)
+            if m is not None:
+                if m.profile(shape.mig or "") is not None:
+                    return None
+                models.add(m.key)
+    if models:
+        have = "; ".join(
+            f"{k}: " + ", ".join(q.name for q in find_model(k).profiles)  # type: ignore[union-attr]
+            for k in sorted(models)
+        )
+        return f"needs {what(shape)}; no GPU in mig mode has that profile ({have})"
+    model = f"{shape.model} " if shape.model else ""
+    return (
+        f"needs {what(shape)}; no node has {model}GPUs in mig mode (an admin sets them with "
+        "gpupool gpu set-sharing NODE:INDEX mig)"
+    )
+
+
 def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     """Why `shape` does not fit on the free capacity right now (naming the GPUs it could
     use that are used outside gpupool, if any)."""
@@ -146,6 +195,8 @@ def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
 
 def _no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     model = f"{shape.model} " if shape.model else ""
+    if shape.kind == MIG:
+        return mig_no_fit_reason(cap, shape)
     if shape.kind == WHOLE:
         most = cap.most_whole_free(shape.model)
         if most < shape.count:

@@ -54,6 +54,7 @@ def request_of(row: WorkloadRow | ProfileRow) -> Request:
         gpu_model=row.gpu_model,
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
+        mig=row.mig,
     )
 
 
@@ -64,6 +65,7 @@ def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
     row.gpu_model = r.gpu_model
     row.cpu_milli = r.cpu_milli
     row.memory_mib = r.memory_mib
+    row.mig = r.mig
 
 
 # -- cluster ----------------------------------------------------------------------------------
@@ -90,6 +92,7 @@ def gpu_to_domain(row: GpuRow) -> GPU:
         sharing=SharingMode(row.sharing),
         health=GPUHealth(row.health),
         outside=outside_to_domain(row.outside),
+        mig_layout=row.mig_layout,
     )
 
 
@@ -102,6 +105,7 @@ def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
     row.sharing = str(gpu.sharing)
     row.health = str(gpu.health)
     row.outside = outside_to_row(gpu.outside)
+    row.mig_layout = gpu.mig_layout
     return row
 
 
@@ -269,6 +273,8 @@ def share_to_domain(row: ShareRow) -> Share:
         milli=row.milli,
         memory_mib=row.memory_mib,
         enforcement=Enforcement(row.enforcement),
+        mig_profile=row.mig_profile,
+        mig_start=row.mig_start,
     )
 
 
@@ -299,6 +305,8 @@ def allocation_to_row(a: Allocation) -> AllocationRow:
                 milli=s.milli,
                 memory_mib=s.memory_mib,
                 enforcement=str(s.enforcement),
+                mig_profile=s.mig_profile,
+                mig_start=s.mig_start,
             )
             for s in a.shares
         ],

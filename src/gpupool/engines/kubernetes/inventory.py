@@ -10,7 +10,11 @@ One domain `Node` per Kubernetes Node that offers GPUs (`nvidia.com/gpu` or
   device, so a GPU index is a slot of the node's capacity, not a particular board;
 - sharing: `shared` when the node advertises a time-sliced resource (replicas > 1 or
   `nvidia.com/gpu.shared`), else `exclusive`; `mig` when `nvidia.com/mig.strategy` is
-  `single` (each MIG slice is then one `nvidia.com/gpu`);
+  `single` (each MIG slice is then one `nvidia.com/gpu`); with the `mixed` strategy, the
+  GPUs beyond those `nvidia.com/gpu` counts are `mig`, and their layout is the node's
+  `nvidia.com/mig-<profile>` resources split evenly over them (`PROFILE:COUNT,...`; none
+  when they do not split evenly or do not fit the model). The admin's layout of a known GPU
+  is kept (gpupool.store.NodeRepo.upsert);
 - state: cordoned (`spec.unschedulable`) -> draining; Ready condition not True -> down;
 - capacity used outside gpupool: GPUs requested by live pods gpupool did not create are
   taken. The device plugin does not say which board a pod got, so that many GPU slots (those
@@ -28,7 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode
+from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, ValidationError
+from gpupool.domain.mig import layout_for_gpu
 from gpupool.engines.kubernetes import manifests as m
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -176,6 +181,9 @@ def to_node(
         sharing = SharingMode.SHARED
     else:
         sharing = SharingMode.EXCLUSIVE
+    model = labels.get(PRODUCT, "NVIDIA GPU")
+    memory = max(1, _int(labels.get(MEMORY), 1))
+    mig_count, layout = _mixed_mig(labels, alloc, count, plain, model, memory)
     held_set = set(held)
     free_slots = iter([i for i in reversed(range(count)) if i not in held_set])
     taken: dict[int, OutsideUse] = {}
@@ -187,10 +195,11 @@ def to_node(
         GPU(
             index=i,
             uuid=f"k8s:{name}:{i}",
-            model=labels.get(PRODUCT, "NVIDIA GPU"),
-            memory_mib=max(1, _int(labels.get(MEMORY), 1)),
-            sharing=sharing,
+            model=model,
+            memory_mib=memory,
+            sharing=SharingMode.MIG if i >= count - mig_count else sharing,
             outside=taken.get(i),
+            mig_layout=layout if i >= count - mig_count else None,
         )
         for i in range(count)
     )
@@ -204,6 +213,35 @@ def to_node(
         labels=tuple(sorted({**keep, **extra}.items())),
         state=node_state(node),
     )
+
+
+def _mixed_mig(
+    labels: Mapping[str, str],
+    alloc: Mapping[str, Any],
+    count: int,
+    plain: int,
+    model: str,
+    memory: int,
+) -> tuple[int, str | None]:
+    """(how many of the node's GPUs are cut into MIG instances, their layout) under the
+    `mixed` strategy; (0, None) otherwise."""
+    if labels.get(MIG_STRATEGY) != "mixed":
+        return 0, None
+    per_profile = {
+        k[len(m.MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(m.MIG_PREFIX)
+    }
+    per_profile = {k: v for k, v in per_profile.items() if v > 0}
+    mig_gpus = max(0, count - plain)
+    if not per_profile or not mig_gpus:
+        return 0, None
+    if any(v % mig_gpus for v in per_profile.values()):
+        return mig_gpus, None
+    layout = ",".join(f"{p}:{v // mig_gpus}" for p, v in sorted(per_profile.items()))
+    try:
+        layout_for_gpu(model, memory, layout)
+    except ValidationError:
+        return mig_gpus, None
+    return mig_gpus, layout
 
 
 def nodes_from(

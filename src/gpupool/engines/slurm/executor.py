@@ -39,6 +39,7 @@ from typing import Any
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Workload
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
+from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
 from gpupool.executors.accounts import (
     Account,
     default_jobs_account,
@@ -177,7 +178,7 @@ class SlurmExecutor(Executor):
         if not workload.command:
             raise StartError("the workload has no command to run", permanent=True)
         shares = allocation.shares if allocation else ()
-        if any(s.milli != 1000 for s in shares):
+        if any(s.milli != 1000 and s.mig_profile is None for s in shares):
             raise StartError(
                 "fractional GPUs are not available on the Slurm engine yet; ask for whole GPUs",
                 permanent=True,
@@ -203,7 +204,11 @@ class SlurmExecutor(Executor):
         ]
         if allocation is not None:
             args.append(f"--nodelist={allocation.node}")
-        if shares:
+        migs = [s for s in shares if s.mig_profile is not None]
+        if migs:  # one MIG instance: Slurm binds it (MIG devices are GRES types)
+            prefix = slurm_prefix(self.gpu_types.get(migs[0].gpu_uuid, ""))
+            args.append(f"--gres=gpu:{mig_gres_type(prefix, migs[0].mig_profile or '')}:1")
+        elif shares:
             types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
             typ = types.pop() if len(types) == 1 else None
             n = len(shares)

@@ -19,6 +19,18 @@ class HolderOut(Out):
     milli: int
     memory_mib: int
     enforcement: str
+    mig_profile: str | None = None
+    mig_start: int | None = None
+
+
+class MigInstanceOut(Out):
+    """One instance of a GPU's MIG layout and who holds it."""
+
+    profile: str
+    start: int
+    memory_mib: int
+    #: the workload that holds it; None: free
+    workload_id: str | None = None
 
 
 class OutsideOut(Out):
@@ -45,6 +57,9 @@ class GpuOut(Out):
     holders: list[HolderOut]
     #: set while work gpupool did not create holds the GPU (it is then taken, not unhealthy)
     outside: OutsideOut | None = None
+    #: the MIG layout of a `mig` GPU (None: handed out whole) and its instances
+    mig_layout: str | None = None
+    mig_instances: list[MigInstanceOut] = []
 
 
 class NodeOut(Out):
@@ -89,4 +104,8 @@ class NodeStateIn(In):
 
 
 class GpuUpdateIn(In):
-    sharing: Sharing
+    """Give `sharing`, `mig_layout` or both. `mig_layout`: a layout name (see docs/mig.md)
+    for a GPU in `mig` mode; the empty string clears it."""
+
+    sharing: Sharing | None = None
+    mig_layout: str | None = Field(default=None, max_length=255)

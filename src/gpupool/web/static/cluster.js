@@ -10,13 +10,24 @@
   const outsideText = (o) => (o.user ? `${o.ref} (${o.user})` : o.ref);
 
   function holderItem(x) {
-    const share = x.milli >= 1000 ? "whole GPU" : `${+(x.milli / 1000).toFixed(3)} GPU`;
+    const share = x.mig_profile ? `MIG ${x.mig_profile} @${x.mig_start}`
+      : x.milli >= 1000 ? "whole GPU" : `${+(x.milli / 1000).toFixed(3)} GPU`;
     const mem = x.milli < 1000 && x.memory_mib ? `, ${GP.gib(x.memory_mib)}` : "";
     return h("li", {},
       h("b", {}, x.user), " · ", x.tenant, " · ",
       h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(x.workload)}` }, x.workload),
       h("br"), `${share}${mem} `,
       badge(`enforced: ${x.enforcement}`, `enf-${x.enforcement}`));
+  }
+
+  function migList(g) {
+    if (!g.mig_instances || !g.mig_instances.length) return null;
+    const free = g.mig_instances.filter((i) => !i.workload).length;
+    return h("ul", { class: "mig", "aria-label": `MIG instances (${g.mig_layout}): ${free} of ${g.mig_instances.length} free` },
+      g.mig_instances.map((i) => h("li", { class: i.workload ? "held" : "free", dataset: { start: i.start } },
+        h("b", {}, i.profile), ` @${i.start} · `,
+        i.workload ? [h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(i.workload)}` }, i.workload), ` (${i.user})`] : "free",
+        i.memory_used_mib !== null ? ` · ${GP.gib(i.memory_used_mib)} / ${GP.gib(i.memory_mib)}` : "")));
   }
 
   function tile(node, g) {
@@ -34,8 +45,9 @@
         h("dt", {}, "Utilization"), h("dd", {}, GP.pct(g.util),
           h("div", { class: "bar", role: "presentation" }, h("span", { style: `width:${Math.min(100, g.util || 0)}%` }))),
         h("dt", {}, "Temperature"), h("dd", {}, g.temperature_c === null ? "—" : `${g.temperature_c} °C`),
-        h("dt", {}, "Sharing"), h("dd", {}, g.sharing),
+        h("dt", {}, "Sharing"), h("dd", {}, g.mig_layout ? `mig · ${g.mig_layout}` : g.sharing),
         g.idle_for_s ? [h("dt", {}, "Idle for"), h("dd", {}, GP.duration(g.idle_for_s))] : null),
+      migList(g),
       g.holders.length
         ? h("ul", { class: "holders", "aria-label": "Held by" }, g.holders.map(holderItem))
         : g.outside
