@@ -37,6 +37,9 @@ class Placement:
 def shape_of(request: Request, whole_gpus_only: bool = False) -> Shape:
     """Normalize a request. With `whole_gpus_only` a fraction becomes one whole GPU."""
     cpu, mem, model = request.cpu_milli, request.memory_mib, request.gpu_model
+    if request.nodes > 1:  # a gang: gpupool.scheduler.gangs places it
+        per = request.gpus_per_node
+        return Shape(WHOLE, per, 0, request.gpu_memory_mib, model, cpu, mem, request.nodes)
     if request.gpus:
         return Shape(WHOLE, request.gpus, 0, request.gpu_memory_mib, model, cpu, mem)
     if request.gpu_milli:
