@@ -54,6 +54,27 @@ def lost_gpu_hours(result) -> float:
     return lost / 3600
 
 
+def wide_metrics(result) -> dict:
+    """Waits of the multi-node (wide) jobs and of everyone else, and how many wide jobs ran
+    (issue 19): count, succeeded, average and p95 wait in seconds."""
+    w = waits(result)
+    out = {}
+    for name, wide in (("wide", True), ("narrow", False)):
+        recs = [r for r in result.records.values() if (r.workload.request.nodes > 1) == wide]
+        ws = sorted(w[r.workload.id] for r in recs if r.workload.id in w)
+        out[name] = {
+            "jobs": len(recs),
+            "succeeded": len(ws),
+            "avg_wait": round(sum(ws) / len(ws), 1) if ws else None,
+            "p95_wait": round(percentile(ws, 95), 1) if ws else None,
+            "gpu_hours": round(
+                sum(r.run_time * r.workload.request.total_gpu_milli / 1000 for r in recs) / 3600,
+                1,
+            ),
+        }
+    return out
+
+
 def config_overrides(pairs: list[str]) -> dict:
     """`key=value` pairs for SchedulerConfig fields, converted to each field's type."""
     base = SchedulerConfig()
@@ -80,9 +101,10 @@ def run_one(
     window: int,
     overrides: dict | None = None,
     tag: str = "",
+    multi_node: bool = True,
 ) -> dict:
     jobs = scopes(read_trace(trace), [scope])[scope]
-    scen = trace_scenario(jobs, policy=Policy(policy), load=load)
+    scen = trace_scenario(jobs, policy=Policy(policy), load=load, multi_node=multi_node)
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
     if overrides:
@@ -122,6 +144,8 @@ def run_one(
         "replay_wall_s": round(wall, 2),
         "replay_cpu_s": round(cpu, 2),
         "metrics": m,
+        "multi_node": multi_node,
+        "wide": wide_metrics(result),
         "lost_gpu_hours": round(lost_gpu_hours(result), 1),
         "wait_cdf": cdf,
         "series": series,
@@ -155,6 +179,32 @@ def summary(out_dir: Path) -> str:
         "Jain | min guarantee met | preemptions | GPU-h lost | unschedulable | "
         "replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 16
     )
+    return head + "\n" + "\n".join(rows) + "\n\n" + wide_summary(out_dir)
+
+
+def _h(v) -> str:
+    return "–" if v is None else f"{v / 3600:.2f}"
+
+
+def wide_summary(out_dir: Path) -> str:
+    """The multi-node (wide) jobs' waits beside everyone else's, per run (issue 19)."""
+    rows = []
+    for p in sorted(out_dir.glob("*.json")):
+        r = json.loads(p.read_text())
+        wd = r.get("wide")
+        if not wd:
+            continue
+        w, n = wd["wide"], wd["narrow"]
+        rows.append(
+            f"| {r['scope']} | {r['load']:g} | "
+            f"{r['policy']}{' (' + r['tag'] + ')' if r.get('tag') else ''} | "
+            f"{w['jobs']} | {w['succeeded']} | {_h(w['avg_wait'])} | {_h(w['p95_wait'])} | "
+            f"{w['gpu_hours']:.0f} | {_h(n['avg_wait'])} | {_h(n['p95_wait'])} |"
+        )
+    head = (
+        "| scope | load | policy | wide jobs | wide ran | wide avg wait h | wide p95 wait h | "
+        "wide GPU-h | others avg wait h | others p95 wait h |\n|" + "---|" * 10
+    )
     return head + "\n" + "\n".join(rows)
 
 
@@ -176,6 +226,11 @@ def main() -> None:
         help="override a SchedulerConfig field (e.g. reclaim_after_s=0); repeatable",
     )
     ap.add_argument("--tag", default="", help="suffix of the result files (for ablations)")
+    ap.add_argument(
+        "--single-node",
+        action="store_true",
+        help="jobs wider than a node stay unschedulable (as before multi-node requests)",
+    )
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
     out = Path(a.out)
@@ -192,7 +247,19 @@ def main() -> None:
     ]
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
         futs = {
-            pool.submit(run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, a.tag): (
+            pool.submit(
+                run_one,
+                a.trace,
+                s,
+                ld,
+                p,
+                str(out),
+                a.gap,
+                a.window,
+                overrides,
+                a.tag,
+                not a.single_node,
+            ): (
                 s,
                 ld,
                 p,
