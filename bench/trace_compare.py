@@ -102,9 +102,16 @@ def run_one(
     overrides: dict | None = None,
     tag: str = "",
     multi_node: bool = True,
+    same_cluster: bool = False,
 ) -> dict:
     jobs = scopes(read_trace(trace), [scope])[scope]
-    scen = trace_scenario(jobs, policy=Policy(policy), load=load, multi_node=multi_node)
+    scen = trace_scenario(
+        jobs,
+        policy=Policy(policy),
+        load=load,
+        multi_node=multi_node,
+        size_for_wide=not same_cluster,
+    )
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
     if overrides:
@@ -145,6 +152,7 @@ def run_one(
         "replay_cpu_s": round(cpu, 2),
         "metrics": m,
         "multi_node": multi_node,
+        "same_cluster": same_cluster,
         "wide": wide_metrics(result),
         "lost_gpu_hours": round(lost_gpu_hours(result), 1),
         "wait_cdf": cdf,
@@ -231,6 +239,12 @@ def main() -> None:
         action="store_true",
         help="jobs wider than a node stay unschedulable (as before multi-node requests)",
     )
+    ap.add_argument(
+        "--same-cluster",
+        action="store_true",
+        help="size the cluster for the load without the wide jobs (the --single-node cluster), "
+        "so their effect on everyone else is measured on the same nodes",
+    )
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
     out = Path(a.out)
@@ -259,6 +273,7 @@ def main() -> None:
                 overrides,
                 a.tag,
                 not a.single_node,
+                a.same_cluster,
             ): (
                 s,
                 ld,

@@ -170,13 +170,9 @@ class Allocation:
 
     @property
     def nodes(self) -> tuple[str, ...]:
-        """The nodes it spans in rank order: `node` first, then the others as their shares
-        first appear."""
-        out = [self.node]
-        for s in self.shares:
-            if s.node not in out:
-                out.append(s.node)
-        return tuple(out)
+        """The nodes it spans in rank order: `node` (rank 0) first, then the others by name
+        (so the order never depends on how the shares were stored)."""
+        return (self.node,) + tuple(sorted({s.node for s in self.shares} - {self.node}))
 
     @property
     def multi_node(self) -> bool:

@@ -310,14 +310,18 @@ def trace_scenario(
     gpus: int | None = None,
     load: float | None = None,
     multi_node: bool = True,
+    size_for_wide: bool = True,
 ) -> Scenario:
     """A Scenario replaying `jobs`. Without a cluster file: nodes of 8 exclusive GPUs, as many
     as `gpus` (or as make offered load ≈ `load`, default 1.0); tenants from `default_tenants`.
 
     With `multi_node` (the default) a job wider than the largest node becomes a multi-node
-    request (`wide_request`); without it, such a job is unschedulable (as before issue 19)."""
+    request (`wide_request`); without it, such a job is unschedulable (as before issue 19).
+    With `size_for_wide` off the cluster is sized for `load` without the wide jobs (the
+    cluster a replay without them gets: their effect on everyone else, on the same nodes)."""
     if cluster is None:
-        n_gpus = gpus or gpus_for_load(jobs, load or 1.0, multi_node=multi_node)
+        sized = multi_node and size_for_wide
+        n_gpus = gpus or gpus_for_load(jobs, load or 1.0, multi_node=sized)
         cluster = ClusterFile(
             cluster=ClusterSpec(
                 nodes=[NodeSpec(name="n", count=max(1, math.ceil(n_gpus / 8)), gpus=8)]

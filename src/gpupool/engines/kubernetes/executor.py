@@ -140,6 +140,7 @@ class KubernetesExecutor(Executor):
     pod that stayed Pending is given up (the engine re-reads that node's capacity)."""
 
     name = "kubernetes"
+    multi_node = True  # one pod per node, a headless Service (engines.kubernetes.gang)
     adopts_work = True
 
     def __init__(

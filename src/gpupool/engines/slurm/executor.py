@@ -115,6 +115,7 @@ class SlurmExecutor(Executor):
     """
 
     name = "slurm"
+    multi_node = True  # sbatch --nodes=N --nodelist=<the nodes gpupool chose>
     adopts_work = True
 
     def __init__(
