@@ -1,5 +1,6 @@
 """The fake API server's tenancy objects (see fakeapi.py): resourcequotas,
-persistentvolumeclaims, services (a gang's headless Service) (core/v1), rolebindings (rbac.authorization.k8s.io/v1) and
+persistentvolumeclaims, services (a gang's headless Service) (core/v1), rolebindings
+(rbac.authorization.k8s.io/v1) and
 networkpolicies (networking.k8s.io/v1), with create/get/list/patch (merge)/delete, kept in
 `FakeKube.objects[resource][(namespace, name)]`."""
 

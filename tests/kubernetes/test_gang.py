@@ -11,7 +11,7 @@ from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
-from gpupool.executors.base import ExecState
+from gpupool.executors.base import ExecState, StartError
 
 kv = pytest.importorskip("kubernetes_validate")
 NS = "gpupool-lab"
@@ -151,3 +151,14 @@ def test_stop_deletes_every_pod_and_the_service(kube, api, clock):
     ex.tick()
     st = ex.poll("g1")
     assert (st.state, st.exit_code, st.stop_reason) == (ExecState.FAILED, 137, "preempted for w9")
+
+
+def test_a_refused_pod_removes_the_rest_of_the_gang(kube, api, clock):
+    """All or nothing at creation too: the namespace's quota admits the first pod, refuses
+    the second; the first pod and the Service are deleted and the start fails (retried)."""
+    kube.add_quota(NS, "gpus", 4)
+    ex = _executor(api, clock)
+    with pytest.raises(StartError, match="ResourceQuota refused a pod of the gang"):
+        ex.start(_w(), _alloc())
+    assert kube.pods_of() == [] and kube.objects["services"] == {}
+    assert ("gpupool-lab", "gp-g1-0", 0) in kube.deletes

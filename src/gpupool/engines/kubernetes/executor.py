@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -266,29 +265,18 @@ class KubernetesExecutor(Executor):
             raise StartError(str(e), permanent=True) from None
         ns = svc["metadata"]["namespace"]
         names = tuple(p["metadata"]["name"] for p in pods)
-        made: list[dict[str, Any]] = []
         try:
             if ns not in self._namespaces:
                 self.api.ensure_namespace(m.namespace_manifest(ns, workload.tenant))
                 self._namespaces.add(ns)
-            try:
-                self.objects.create(svc)
-            except KubeError as e:
-                if e.status != 409:
-                    raise
-            for pod in pods:
-                try:
-                    made.append(self.api.create_pod(ns, pod))
-                except KubeError as e:
-                    if e.status != 409:
-                        raise
-                    made.append(self._adopt_existing(workload.id, ns, pod["metadata"]["name"]))
+            made = g.create_all(
+                self.api,
+                self.objects,
+                svc,
+                pods,
+                lambda name: self._adopt_existing(workload.id, ns, name),
+            )
         except KubeError as e:
-            for pod in made:
-                with contextlib.suppress(KubeError):
-                    self.api.delete_pod(ns, pod["metadata"]["name"], 0)
-            with contextlib.suppress(KubeError):
-                self.objects.delete("Service", ns, svc["metadata"]["name"])
             if e.status == 403 and "exceeded quota" in str(e):
                 raise StartError(
                     f"the namespace {ns}'s ResourceQuota refused a pod of the gang ({e}); "

@@ -1,5 +1,5 @@
 """Multi-node workloads (gangs) on Kubernetes: one pod per node, created by gpupool, and a
-headless Service. Pure builders and the gang's combined state (no I/O).
+headless Service. Builders and the gang's combined state are pure; `create_all` makes them.
 
 Why not an Indexed Job: a Job has one pod template, so it cannot pin index i to node i
 (per-index node affinity is not expressible); pinning the set instead (affinity on the N
@@ -25,12 +25,17 @@ The executor stops, rejects and prunes all pods and the Service together.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupool.domain import Allocation, Enforcement, Workload
 from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes.client import KubeError
 from gpupool.executors.gangenv import DEFAULT_MASTER_PORT, gang_env
+
+if TYPE_CHECKING:
+    from gpupool.engines.kubernetes.client import KubeApi, ObjectApi
 
 RANK = "gpupool.dev/gang-rank"
 SIZE = "gpupool.dev/gang-size"
@@ -118,6 +123,41 @@ def build_gang(
         pod["spec"]["subdomain"] = svc["metadata"]["name"]
         pods.append(pod)
     return svc, pods, enforcement
+
+
+def create_all(
+    api: KubeApi,
+    objects: ObjectApi,
+    svc: dict[str, Any],
+    pods: list[dict[str, Any]],
+    adopt: Callable[[str], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Create the Service and the pods (one that exists already: `adopt(name)`, a start
+    retried after a lost answer); all or nothing: on a refusal, what was made is deleted and
+    the KubeError raised. The only I/O of this module, through `api` and `objects`."""
+    ns = svc["metadata"]["namespace"]
+    made: list[dict[str, Any]] = []
+    try:
+        try:
+            objects.create(svc)
+        except KubeError as e:
+            if e.status != 409:
+                raise
+        for pod in pods:
+            try:
+                made.append(api.create_pod(ns, pod))
+            except KubeError as e:
+                if e.status != 409:
+                    raise
+                made.append(adopt(pod["metadata"]["name"]))
+    except KubeError:
+        for pod in made:
+            with contextlib.suppress(KubeError):
+                api.delete_pod(ns, pod["metadata"]["name"], 0)
+        with contextlib.suppress(KubeError):
+            objects.delete("Service", ns, svc["metadata"]["name"])
+        raise
+    return made
 
 
 def gang_size(pod: Mapping[str, Any]) -> int:
