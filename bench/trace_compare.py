@@ -12,6 +12,16 @@ per-tenant allocation time series for the plots (bench/trace_plots.py).
 
 Each run is written to OUT/<scope>-<load>-<policy>.json as soon as it finishes, so a
 partial sweep keeps its results; `--summary` prints a Markdown table of what is in OUT.
+
+Jobs wider than a node run across nodes (issue 19; `multi`). `--variants multi,same,single`
+adds the same replay on the cluster sized without them (`same`: their effect on everyone
+else, on the same nodes) and with them unschedulable as before (`single`); each run records
+the wide jobs' waits beside everyone else's (`wide`, printed by `--summary`). The full-trace
+sweep of docs/report-philly.md, 12 replays in parallel (a 16-core machine, about 5 minutes):
+
+    python bench/trace_compare.py --trace ../shared/data/philly/philly.csv \
+        --out bench/results/trace_philly --scopes full --loads 0.8,1.2 \
+        --policies fair,fifo --variants multi,same,single --jobs 12
 """
 
 from __future__ import annotations
@@ -240,6 +250,13 @@ def main() -> None:
         help="jobs wider than a node stay unschedulable (as before multi-node requests)",
     )
     ap.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated: multi (jobs wider than a node run across nodes; the default), "
+        "same (multi on the cluster sized without the wide jobs, tag 'same'), single (wide "
+        "jobs unschedulable, tag 'single'): all in one pool of --jobs processes",
+    )
+    ap.add_argument(
         "--same-cluster",
         action="store_true",
         help="size the cluster for the load without the wide jobs (the --single-node cluster), "
@@ -253,44 +270,41 @@ def main() -> None:
         print(summary(out))
         return
     overrides = config_overrides(a.set)
+    variants = [v for v in a.variants.split(",") if v] or [
+        "single" if a.single_node else ("same" if a.same_cluster else "multi")
+    ]
+    settings = {  # variant -> (multi_node, same_cluster, tag)
+        "multi": (True, False, a.tag),
+        "same": (True, True, a.tag or "same"),
+        "single": (False, False, a.tag or "single"),
+    }
+    if a.tag and len(variants) > 1:
+        ap.error("--tag names one variant's files; leave it out with several --variants")
     runs = [
-        (scope, float(load), policy)
+        (scope, float(load), policy, v)
         for scope in a.scopes.split(",")
         for load in a.loads.split(",")
         for policy in a.policies.split(",")
+        for v in variants
     ]
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
-        futs = {
-            pool.submit(
-                run_one,
-                a.trace,
-                s,
-                ld,
-                p,
-                str(out),
-                a.gap,
-                a.window,
-                overrides,
-                a.tag,
-                not a.single_node,
-                a.same_cluster,
-            ): (
-                s,
-                ld,
-                p,
+        futs = {}
+        for s, ld, p, v in runs:
+            multi, same, tag = settings[v]
+            f = pool.submit(
+                run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, tag, multi, same
             )
-            for s, ld, p in runs
-        }
+            futs[f] = (s, ld, p, v)
         for f in as_completed(futs):
-            s, ld, p = futs[f]
+            s, ld, p, v = futs[f]
             try:
                 r = f.result()
             except Exception as exc:  # report and go on with the other runs
-                print(f"{s} {ld:g} {p}: FAILED {exc!r}", file=sys.stderr, flush=True)
+                print(f"{s} {ld:g} {p} {v}: FAILED {exc!r}", file=sys.stderr, flush=True)
                 continue
             m = r["metrics"]
             print(
-                f"{s} load {ld:g} ({r['gpus']} GPUs) {p}: avg wait {m['avg_wait']:.0f} s, "
+                f"{s} load {ld:g} ({r['gpus']} GPUs) {p} {v}: avg wait {m['avg_wait']:.0f} s, "
                 f"util {m['gpu_utilization']}, jain {m['jain_fairness']}, "
                 f"replay {r['replay_wall_s']} s",
                 flush=True,

@@ -261,3 +261,24 @@ def test_gangs_never_partial_and_never_overcommit(scenario, config, finishes):
                 snap, running=tuple(rw for rw in snap.running if rw.workload.id not in done)
             )
         now += 100.0
+
+
+def test_a_borrowing_gangs_hold_never_keeps_guaranteed_work_waiting():
+    # lab-b's gang (16 GPUs) is beyond its guarantee of 0: it holds the two nodes against
+    # other borrowers, but lab-a's guaranteed job may still use them
+    n = nodes("n", 2)
+    run = [
+        running(job("r0", tenant="lab-c", gpus=4), n[0], range(4)),
+        running(job("r1", tenant="lab-c", gpus=4), n[1], range(4)),
+    ]
+    ts = [tenant("lab-a", 4), tenant("lab-b", 0), tenant("lab-c", 0)]
+    snap = snapshot(n, ts, run)
+    pend = [
+        gang("g", 2, 8, tenant="lab-b"),
+        job("borrower", tenant="lab-c", gpus=2, submit=1),
+        job("owed", tenant="lab-a", gpus=2, submit=2),
+    ]
+    d = cycle(snap, pend, 0.0, FAIR)
+    assert [a.workload_id for a in d.admissions] == ["owed"]
+    assert "held for it" in d.pending["g"].reason
+    assert "g" in d.pending["borrower"].reason

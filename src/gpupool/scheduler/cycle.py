@@ -238,7 +238,7 @@ class _Cycle:
                 break
             t = w.tenant
             walked[t] += 1
-            if shape in self.nofit and not (self.gang_holds and w.max_runtime_s):
+            if shape in self.nofit and not self.gang_holds:
                 why = self._blocked_reason(shape)
             elif self._place_or_block(w, shape, reserve=False):
                 continue

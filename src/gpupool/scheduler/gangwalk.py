@@ -20,6 +20,7 @@ from gpupool.scheduler.gangs import (
     per_node,
 )
 from gpupool.scheduler.placement import Placement, place_on_node
+from gpupool.scheduler.preemption import within_some_guarantee
 from gpupool.scheduler.reservations import Hold, expected_start
 from gpupool.scheduler.types import Admission
 
@@ -35,6 +36,9 @@ class GangHold:
     workload_id: str
     nodes: tuple[int, ...]
     due: float | None
+    #: (fair) the gang would borrow beyond its tenant's guarantee: work within a guarantee
+    #: may still use the held nodes (a borrower's hold never keeps guaranteed work waiting)
+    borrowing: bool = False
 
 
 def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
@@ -62,7 +66,10 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
             for n in nodes:
                 c._hold(n, Hold(w.tenant, w.id, one))
             due = gang_due([expected_start(c.cap, n, one, c._running_on(n)) for n in nodes])
-            c.gang_holds.append(GangHold(w.id, tuple(nodes), due))
+            borrowing = c.quotas and not within_some_guarantee(
+                c.tree, c.effective, w.tenant, shape.gpu_milli
+            )
+            c.gang_holds.append(GangHold(w.id, tuple(nodes), due, borrowing))
             names = ", ".join(c.cap.nodes[n].name for n in nodes[:4])
             more = f" and {len(nodes) - 4} more" if len(nodes) > 4 else ""
             c.reasons[w.id] = f"{why}; nodes {names}{more} are held for it"
@@ -74,12 +81,17 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
 
 def backfill_gang_nodes(c: _Cycle, w: Workload, shape: Shape) -> Placement | None:
     """A placement for one-node GPU work `w` on nodes held for a gang, if `w`'s max runtime
-    ends before the gang is due there (so the gang starts no later for it); else None."""
-    if shape.kind == CPU_ONLY or shape.nodes > 1 or w.max_runtime_s is None:
+    ends before the gang is due there (so the gang starts no later for it), or (fair) if the
+    gang borrows and `w` is within a guarantee; else None."""
+    if shape.kind == CPU_ONLY or shape.nodes > 1:
         return None
-    ends = c.now + w.max_runtime_s
+    ends = c.now + w.max_runtime_s if w.max_runtime_s is not None else None
+    guaranteed = None
     for h in c.gang_holds:
-        if h.due is None or ends > h.due:
+        if h.borrowing and guaranteed is None:
+            guaranteed = within_some_guarantee(c.tree, c.effective, w.tenant, shape.gpu_milli)
+        fits_before = ends is not None and h.due is not None and ends <= h.due
+        if not fits_before and not (h.borrowing and guaranteed):
             continue
         for n in h.nodes:
             p = place_on_node(c.cap, n, shape)
