@@ -236,7 +236,13 @@ def _check(snap: Snapshot, pending: list[Workload], d) -> None:
 @given(
     gang_scenarios(),
     st.sampled_from(
-        [FAIR, SchedulerConfig(policy=Policy.FIFO), SchedulerConfig(min_runtime_s=150)]
+        [
+            FAIR,
+            SchedulerConfig(policy=Policy.FIFO),
+            SchedulerConfig(policy=Policy.LAS),
+            SchedulerConfig(min_runtime_s=150),
+            SchedulerConfig(backfill=False, min_runtime_s=0),
+        ]
     ),
     st.lists(st.sets(st.integers(0, 5), max_size=3), min_size=2, max_size=5),
 )

@@ -54,9 +54,12 @@ def pick_nodes(
     count: int,
     keys: Iterable[str],
     fullness: Callable[[int], int],
+    group_rank: Callable[[list[int]], tuple] | None = None,
 ) -> tuple[list[int], str | None] | None:
     """`count` of `candidates` (node ids), close by `keys` where possible; `fullness(n)` orders
-    nodes inside the chosen group (smaller first). (nodes, domain) or None if too few."""
+    nodes inside the chosen group (smaller first); among the groups of the closest key that
+    have `count` candidates, `group_rank(members)` picks (smallest first; default: the
+    smallest group). (nodes, domain) or None if too few."""
     if len(candidates) < count:
         return None
     for key in keys:
@@ -65,7 +68,8 @@ def pick_nodes(
             v = cap.nodes[n].label_map.get(key)
             if v is not None:
                 groups.setdefault(v, []).append(n)
-        fitting = [(len(ns), v, ns) for v, ns in groups.items() if len(ns) >= count]
+        rank = group_rank or (lambda ns: (len(ns),))
+        fitting = [(rank(ns), v, ns) for v, ns in groups.items() if len(ns) >= count]
         if fitting:
             _, v, ns = min(fitting)
             chosen = sorted(ns, key=lambda n: (fullness(n), n))[:count]
@@ -152,9 +156,15 @@ def gang_reservation(
             for n in range(len(cap.nodes))
             if cap.node_ready[n] and not cap.node_held[n] and could_ever_fit(cap, n, one)
         ]
-        picked = pick_nodes(
-            cap, cands, shape.nodes, keys, lambda n, m=model: -_whole_free(cap, n, m)
-        )
+
+        def free_of(n: int, m: str = model, per: int = one.count) -> int:
+            return min(_whole_free(cap, n, m), per)
+
+        def closest(ns: list[int]) -> tuple:
+            best = sorted((free_of(n) for n in ns), reverse=True)[: shape.nodes]
+            return (-sum(best), len(ns))
+
+        picked = pick_nodes(cap, cands, shape.nodes, keys, lambda n: -free_of(n), closest)
         if picked is None:
             continue
         nodes, domain = picked

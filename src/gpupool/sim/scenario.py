@@ -159,6 +159,10 @@ class SchedulerSpec(_Strict):
     #: simulator only: give each cycle at most this many pending workloads per tenant, the
     #: first in the tenant's order (priority, then submit time); none = all of them
     pending_window: int | None = Field(default=None, ge=1)
+    #: node label keys for multi-node placement, closest first (SchedulerConfig)
+    topology_keys: list[str] | None = None
+    #: how many blocked multi-node requests may hold nodes in one cycle (SchedulerConfig)
+    gang_reservations: int = Field(default=1, ge=0)
 
 
 class ScenarioFile(_Strict):
@@ -529,6 +533,8 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         reclaim_after_s=spec.reclaim_after_s,
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
+        gang_reservations=spec.gang_reservations,
+        **({"topology_keys": tuple(spec.topology_keys)} if spec.topology_keys is not None else {}),
     )
 
 
