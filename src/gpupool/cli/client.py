@@ -208,10 +208,10 @@ def login(
 def run(
     command: list[str] = typer.Argument(..., help="the command, after --"),
     gpus: int = typer.Option(None, "--gpus", min=0, help="whole GPUs"),
-    nodes: int = typer.Option(
+    nodes: int | None = typer.Option(
         None, "--nodes", min=1, help="nodes to span (with --gpus-per-node); one job on all"
     ),
-    gpus_per_node: int = typer.Option(
+    gpus_per_node: int | None = typer.Option(
         None, "--gpus-per-node", min=1, help="whole GPUs on each node (with --nodes)"
     ),
     gpu_fraction: float = typer.Option(None, "--gpu-fraction", help="a fraction of one GPU"),
@@ -235,7 +235,7 @@ def run(
     def go() -> None:
         if gpus is not None and gpu_fraction is not None:
             raise CliError("use --gpus or --gpu-fraction, not both", 2)
-        if nodes is not None and nodes > 1 and gpus_per_node is None and gpus is None:
+        if (nodes or 1) > 1 and gpus_per_node is None and not gpus:
             raise CliError("--nodes needs --gpus-per-node (whole GPUs on each node)", 2)
         body: dict[str, Any] = {"command": command, "priority": priority}
         if gpus is not None:

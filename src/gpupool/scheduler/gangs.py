@@ -107,9 +107,11 @@ def find_gang(
             p = place_on_node(cap, n, one)
             if p is not None:
                 fits[n] = p
-        picked = pick_nodes(
-            cap, list(fits), shape.nodes, keys, lambda n, m=model: _whole_free(cap, n, m)
-        )
+
+        def whole_free(n: int, m: str = model) -> int:
+            return _whole_free(cap, n, m)
+
+        picked = pick_nodes(cap, list(fits), shape.nodes, keys, whole_free)
         if picked is None:
             continue
         nodes, domain = picked

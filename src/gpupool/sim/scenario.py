@@ -526,7 +526,7 @@ def build_workloads(
 
 
 def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> SchedulerConfig:
-    return SchedulerConfig(
+    config = SchedulerConfig(
         policy=policy or spec.policy,
         preemption=spec.preemption,
         min_runtime_s=spec.min_runtime_s,
@@ -534,8 +534,10 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
         gang_reservations=spec.gang_reservations,
-        **({"topology_keys": tuple(spec.topology_keys)} if spec.topology_keys is not None else {}),
     )
+    if spec.topology_keys is not None:
+        config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))
+    return config
 
 
 def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
