@@ -288,3 +288,16 @@ def test_a_borrowing_gangs_hold_never_keeps_guaranteed_work_waiting():
     assert [a.workload_id for a in d.admissions] == ["owed"]
     assert "held for it" in d.pending["g"].reason
     assert "g" in d.pending["borrower"].reason
+
+
+def test_a_running_gang_with_a_max_runtime_dates_a_reservation_on_its_second_node():
+    # g runs on n-0 (rank 0) and n-1 until 1000; a 2 x 8 gang waiting for both nodes is due
+    # then — before, only n-0 knew g, so n-1 gave no date and the wait had none
+    n = nodes("n", 2)
+    g = dataclasses.replace(gang("g", 2, 4, tenant="lab-b"), max_runtime_s=1000)
+    rg = running(g, n[0], range(4))
+    shares = rg.allocation.shares + running(g, n[1], range(4)).allocation.shares
+    rg = dataclasses.replace(rg, allocation=dataclasses.replace(rg.allocation, shares=shares))
+    snap = snapshot(n, [tenant("lab-a", 16), tenant("lab-b", 0)], [rg])
+    d = cycle(snap, [gang("w", 2, 8)], 100.0, SchedulerConfig(preemption=False))
+    assert d.pending["w"].wait is not None and d.pending["w"].wait.expected_start == 1000.0

@@ -445,9 +445,10 @@ class _Cycle:
             ids = self.cap.node_ids
             by_node: dict[int, list[RunningWorkload]] = {}
             for rw in self.cache.limited().values():
-                m = ids.get(rw.allocation.node)
-                if m is not None:
-                    by_node.setdefault(m, []).append(rw)
+                for name in rw.allocation.nodes:  # a multi-node allocation: each of its nodes
+                    m = ids.get(name)
+                    if m is not None:
+                        by_node.setdefault(m, []).append(rw)
             self._with_runtime = by_node
         return self._with_runtime.get(n, [])
 
