@@ -83,3 +83,13 @@ def test_an_engine_that_runs_on_one_node_refuses_multi_node_at_submit(world):
     assert "on one node" in detail and "slurm or kubernetes engine" in detail
     ok = world.post("member", "/workloads", json={"command": ["x"], "gpus": 1})
     assert ok.status_code == 201
+
+
+def test_a_profile_is_one_node(world):
+    body = {"name": "wide", "nodes": 2, "gpus_per_node": 2, "kind": "job", "tenants": ["lab"]}
+    r = world.post("admin", "/profiles", json=body)
+    assert r.status_code == 422 and "a profile is one node" in r.json()["detail"]
+    # and a profile's request is one node when used (profiles store no nodes)
+    one = body | {"name": "one", "nodes": 1, "gpus_per_node": None, "gpus": 1}
+    assert world.post("admin", "/profiles", json=one).status_code == 201
+    assert world.submit(profile="one")["request"]["nodes"] == 1
