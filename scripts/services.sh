@@ -222,7 +222,7 @@ EOF
   if [ "$nodes" -gt 1 ]; then
     local nd
     for nd in "$H" $(for k in $(seq 2 "$nodes"); do echo "$H-$k"; done); do
-      mkdir -p "$S/spool/$nd"
+      mkdir -p "$S/spool-$nd"
       slurmd -N "$nd" >/dev/null 2>&1 || { _slurm_fail "slurmd $nd did not start" "$S/log/slurmd-$nd.log"; return; }
       _wait_for 10 test -s "$S/run/slurmd-$nd.pid"; _slurm_pid "$S/run/slurmd-$nd.pid"
     done
