@@ -17,7 +17,7 @@ Jobs wider than a node run across nodes (issue 19; `multi`). `--variants multi,s
 adds the same replay on the cluster sized without them (`same`: their effect on everyone
 else, on the same nodes) and with them unschedulable as before (`single`); each run records
 the wide jobs' waits beside everyone else's (`wide`, printed by `--summary`). The full-trace
-sweep of docs/report-philly.md, 12 replays in parallel (a 16-core machine, about 5 minutes):
+sweep of docs/report-philly.md, 12 replays in parallel (a 16-core machine, 5-10 minutes):
 
     python bench/trace_compare.py --trace ../shared/data/philly/philly.csv \
         --out bench/results/trace_philly --scopes full --loads 0.8,1.2 \
