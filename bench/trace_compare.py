@@ -12,6 +12,16 @@ per-tenant allocation time series for the plots (bench/trace_plots.py).
 
 Each run is written to OUT/<scope>-<load>-<policy>.json as soon as it finishes, so a
 partial sweep keeps its results; `--summary` prints a Markdown table of what is in OUT.
+
+Jobs wider than a node run across nodes (issue 19; `multi`). `--variants multi,same,single`
+adds the same replay on the cluster sized without them (`same`: their effect on everyone
+else, on the same nodes) and with them unschedulable as before (`single`); each run records
+the wide jobs' waits beside everyone else's (`wide`, printed by `--summary`). The full-trace
+sweep of docs/report-philly.md, 12 replays in parallel (a 16-core machine, 5-10 minutes):
+
+    python bench/trace_compare.py --trace ../shared/data/philly/philly.csv \
+        --out bench/results/trace_philly --scopes full --loads 0.8,1.2 \
+        --policies fair,fifo --variants multi,same,single --jobs 12
 """
 
 from __future__ import annotations
@@ -54,6 +64,27 @@ def lost_gpu_hours(result) -> float:
     return lost / 3600
 
 
+def wide_metrics(result) -> dict:
+    """Waits of the multi-node (wide) jobs and of everyone else, and how many wide jobs ran
+    (issue 19): count, succeeded, average and p95 wait in seconds."""
+    w = waits(result)
+    out = {}
+    for name, wide in (("wide", True), ("narrow", False)):
+        recs = [r for r in result.records.values() if (r.workload.request.nodes > 1) == wide]
+        ws = sorted(w[r.workload.id] for r in recs if r.workload.id in w)
+        out[name] = {
+            "jobs": len(recs),
+            "succeeded": len(ws),
+            "avg_wait": round(sum(ws) / len(ws), 1) if ws else None,
+            "p95_wait": round(percentile(ws, 95), 1) if ws else None,
+            "gpu_hours": round(
+                sum(r.run_time * r.workload.request.total_gpu_milli / 1000 for r in recs) / 3600,
+                1,
+            ),
+        }
+    return out
+
+
 def config_overrides(pairs: list[str]) -> dict:
     """`key=value` pairs for SchedulerConfig fields, converted to each field's type."""
     base = SchedulerConfig()
@@ -80,9 +111,17 @@ def run_one(
     window: int,
     overrides: dict | None = None,
     tag: str = "",
+    multi_node: bool = True,
+    same_cluster: bool = False,
 ) -> dict:
     jobs = scopes(read_trace(trace), [scope])[scope]
-    scen = trace_scenario(jobs, policy=Policy(policy), load=load)
+    scen = trace_scenario(
+        jobs,
+        policy=Policy(policy),
+        load=load,
+        multi_node=multi_node,
+        size_for_wide=not same_cluster,
+    )
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
     if overrides:
@@ -122,6 +161,9 @@ def run_one(
         "replay_wall_s": round(wall, 2),
         "replay_cpu_s": round(cpu, 2),
         "metrics": m,
+        "multi_node": multi_node,
+        "same_cluster": same_cluster,
+        "wide": wide_metrics(result),
         "lost_gpu_hours": round(lost_gpu_hours(result), 1),
         "wait_cdf": cdf,
         "series": series,
@@ -155,6 +197,32 @@ def summary(out_dir: Path) -> str:
         "Jain | min guarantee met | preemptions | GPU-h lost | unschedulable | "
         "replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 16
     )
+    return head + "\n" + "\n".join(rows) + "\n\n" + wide_summary(out_dir)
+
+
+def _h(v) -> str:
+    return "–" if v is None else f"{v / 3600:.2f}"
+
+
+def wide_summary(out_dir: Path) -> str:
+    """The multi-node (wide) jobs' waits beside everyone else's, per run (issue 19)."""
+    rows = []
+    for p in sorted(out_dir.glob("*.json")):
+        r = json.loads(p.read_text())
+        wd = r.get("wide")
+        if not wd:
+            continue
+        w, n = wd["wide"], wd["narrow"]
+        rows.append(
+            f"| {r['scope']} | {r['load']:g} | "
+            f"{r['policy']}{' (' + r['tag'] + ')' if r.get('tag') else ''} | "
+            f"{w['jobs']} | {w['succeeded']} | {_h(w['avg_wait'])} | {_h(w['p95_wait'])} | "
+            f"{w['gpu_hours']:.0f} | {_h(n['avg_wait'])} | {_h(n['p95_wait'])} |"
+        )
+    head = (
+        "| scope | load | policy | wide jobs | wide ran | wide avg wait h | wide p95 wait h | "
+        "wide GPU-h | others avg wait h | others p95 wait h |\n|" + "---|" * 10
+    )
     return head + "\n" + "\n".join(rows)
 
 
@@ -176,6 +244,24 @@ def main() -> None:
         help="override a SchedulerConfig field (e.g. reclaim_after_s=0); repeatable",
     )
     ap.add_argument("--tag", default="", help="suffix of the result files (for ablations)")
+    ap.add_argument(
+        "--single-node",
+        action="store_true",
+        help="jobs wider than a node stay unschedulable (as before multi-node requests)",
+    )
+    ap.add_argument(
+        "--variants",
+        default="",
+        help="comma-separated: multi (jobs wider than a node run across nodes; the default), "
+        "same (multi on the cluster sized without the wide jobs, tag 'same'), single (wide "
+        "jobs unschedulable, tag 'single'): all in one pool of --jobs processes",
+    )
+    ap.add_argument(
+        "--same-cluster",
+        action="store_true",
+        help="size the cluster for the load without the wide jobs (the --single-node cluster), "
+        "so their effect on everyone else is measured on the same nodes",
+    )
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
     out = Path(a.out)
@@ -184,31 +270,41 @@ def main() -> None:
         print(summary(out))
         return
     overrides = config_overrides(a.set)
+    variants = [v for v in a.variants.split(",") if v] or [
+        "single" if a.single_node else ("same" if a.same_cluster else "multi")
+    ]
+    settings = {  # variant -> (multi_node, same_cluster, tag)
+        "multi": (True, False, a.tag),
+        "same": (True, True, a.tag or "same"),
+        "single": (False, False, a.tag or "single"),
+    }
+    if a.tag and len(variants) > 1:
+        ap.error("--tag names one variant's files; leave it out with several --variants")
     runs = [
-        (scope, float(load), policy)
+        (scope, float(load), policy, v)
         for scope in a.scopes.split(",")
         for load in a.loads.split(",")
         for policy in a.policies.split(",")
+        for v in variants
     ]
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
-        futs = {
-            pool.submit(run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, a.tag): (
-                s,
-                ld,
-                p,
+        futs = {}
+        for s, ld, p, v in runs:
+            multi, same, tag = settings[v]
+            f = pool.submit(
+                run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, tag, multi, same
             )
-            for s, ld, p in runs
-        }
+            futs[f] = (s, ld, p, v)
         for f in as_completed(futs):
-            s, ld, p = futs[f]
+            s, ld, p, v = futs[f]
             try:
                 r = f.result()
             except Exception as exc:  # report and go on with the other runs
-                print(f"{s} {ld:g} {p}: FAILED {exc!r}", file=sys.stderr, flush=True)
+                print(f"{s} {ld:g} {p} {v}: FAILED {exc!r}", file=sys.stderr, flush=True)
                 continue
             m = r["metrics"]
             print(
-                f"{s} load {ld:g} ({r['gpus']} GPUs) {p}: avg wait {m['avg_wait']:.0f} s, "
+                f"{s} load {ld:g} ({r['gpus']} GPUs) {p} {v}: avg wait {m['avg_wait']:.0f} s, "
                 f"util {m['gpu_utilization']}, jain {m['jain_fairness']}, "
                 f"replay {r['replay_wall_s']} s",
                 flush=True,

@@ -128,6 +128,16 @@ start_slurm() {
   done
   local pctl pd pdbd pdb
   pctl=$(_free_port); pd=$(_free_port); pdbd=$(_free_port); pdb=$(_free_port)
+  # GPUPOOL_TEST_SLURM_NODES=N (default 1): N slurmd on this host (Debian's Slurm is built
+  # with multiple-slurmd), nodes $H, $H-2 ... $H-N, each with its own port, spool and log,
+  # for the multi-node tests (tests/slurm/test_slurm_gang.py)
+  local nodes=${GPUPOOL_TEST_SLURM_NODES:-1} _SUFFIX= _PORT0= _MORE_NODES= k
+  if [ "$nodes" -gt 1 ]; then
+    _SUFFIX=-%n; _PORT0=" Port=$pd"
+    for k in $(seq 2 "$nodes"); do
+      _MORE_NODES+="NodeName=$H-$k NodeHostname=$H NodeAddr=127.0.0.1 Port=$(_free_port) CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN"$'\n'
+    done
+  fi
   # munge: our own key and socket, so that a site's munged is neither used nor disturbed
   dd if=/dev/urandom of="$S/munge.key" bs=1024 count=1 status=none; chmod 600 "$S/munge.key"
   munged --socket="$S/run/munge.sock" --key-file="$S/munge.key" --pid-file="$S/run/munged.pid" \
@@ -143,11 +153,11 @@ SlurmdPort=$pd
 AuthType=auth/munge
 AuthInfo=socket=$S/run/munge.sock
 StateSaveLocation=$S/state
-SlurmdSpoolDir=$S/spool
+SlurmdSpoolDir=$S/spool$_SUFFIX
 SlurmctldPidFile=$S/run/slurmctld.pid
-SlurmdPidFile=$S/run/slurmd.pid
+SlurmdPidFile=$S/run/slurmd$_SUFFIX.pid
 SlurmctldLogFile=$S/log/slurmctld.log
-SlurmdLogFile=$S/log/slurmd.log
+SlurmdLogFile=$S/log/slurmd$_SUFFIX.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
@@ -167,10 +177,14 @@ AccountingStorageEnforce=associations,limits,qos
 PriorityType=priority/multifactor
 MinJobAge=600
 KillWait=2
-NodeName=$H NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN
+NodeName=$H NodeAddr=127.0.0.1$_PORT0 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN
+$_MORE_NODES
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 EOF
   printf 'AutoDetect=off\nNodeName=%s Name=gpu Type=fake File=/dev/nvidia[0-3]\n' "$H" > "$S/gres.conf"
+  for k in $(seq 2 "$nodes"); do
+    printf 'NodeName=%s-%s Name=gpu Type=fake File=/dev/nvidia[0-3]\n' "$H" "$k" >> "$S/gres.conf"
+  done
   mariadb-install-db --user=root --datadir="$S/mysql" --auth-root-authentication-method=socket >"$S/log/mysql-install.log" 2>&1 \
     || { _slurm_fail "mariadb-install-db failed" "$S/log/mysql-install.log"; return; }
   mariadbd --user=root --datadir="$S/mysql" --socket="$S/run/mysql.sock" --port="$pdb" --bind-address=127.0.0.1 \
@@ -205,6 +219,18 @@ EOF
   slurmctld -i >/dev/null 2>&1 || { _slurm_fail "slurmctld did not start" "$S/log/slurmctld.log"; return; }
   _wait_for 10 test -s "$S/run/slurmctld.pid"; _slurm_pid "$S/run/slurmctld.pid"
   _wait_for 20 scontrol ping || { _slurm_fail "slurmctld did not answer" "$S/log/slurmctld.log"; return; }
+  if [ "$nodes" -gt 1 ]; then
+    local nd
+    for nd in "$H" $(for k in $(seq 2 "$nodes"); do echo "$H-$k"; done); do
+      mkdir -p "$S/spool-$nd"
+      slurmd -N "$nd" >/dev/null 2>&1 || { _slurm_fail "slurmd $nd did not start" "$S/log/slurmd-$nd.log"; return; }
+      _wait_for 10 test -s "$S/run/slurmd-$nd.pid"; _slurm_pid "$S/run/slurmd-$nd.pid"
+    done
+    _slurm_all_idle() { [ "$(sinfo -h -N -o '%t' | grep -cx idle)" -ge "$nodes" ]; }
+    _wait_for 30 _slurm_all_idle || { _slurm_fail "not all $nodes nodes became idle ($(sinfo -h -N -o '%N %t' 2>&1))" "$S/log/slurmd-$H.log"; return; }
+    export GPUPOOL_TEST_SLURM=1
+    return
+  fi
   slurmd -N "$H" >/dev/null 2>&1 || { _slurm_fail "slurmd did not start" "$S/log/slurmd.log"; return; }
   _wait_for 10 test -s "$S/run/slurmd.pid"; _slurm_pid "$S/run/slurmd.pid"
   _slurm_idle() { sinfo -h -N -n "$H" -o '%t' | grep -qx idle; }

@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 
 from gpupool.cli.main import app as cli
 from gpupool.clock import SystemClock
-from gpupool.domain import Allocation, Workload
+from gpupool.domain import GPU, Allocation, Node, Quota, Tenant, Workload
 from gpupool.engines.fake import FakeEngine
 from gpupool.executors.base import Handle
 from gpupool.executors.fake import FakeExecutor
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.store import UsageRepo, open_store
+from gpupool.store import NodeRepo, TenantRepo, UsageRepo, open_store
 from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import PASSWORD, seed
 from tests.support import ServedApp
@@ -292,3 +292,26 @@ def test_run_env_reaches_the_job_and_bad_pairs_are_refused(env):
     assert r.exit_code == 2 and "NAME=VALUE" in r.output
     r = gp("run", "--env", "CUDA_VISIBLE_DEVICES=1", "--", "sleep", token=t)
     assert r.exit_code != 0 and "set by gpupool" in r.output
+def test_run_across_nodes_and_show_the_nodes(env):
+    _, ctx = env
+    with ctx.store.write() as s:
+        NodeRepo(s).upsert(
+            Node("n2", tuple(GPU(i, f"GPU-n2-{i}", "H100", 81920) for i in range(4)), 64000, 512000)
+        )
+        TenantRepo(s).save(Tenant("lab", Quota.gpus(8, 8)), ctx.clock.now())
+    t = as_(ctx, "ann")
+    r = gp("run", "--nodes", "2", "--", "python", "x", token=t)
+    assert r.exit_code == 2 and "--nodes needs --gpus-per-node" in r.output
+    r = gp("run", "--nodes", "2", "--gpus-per-node", "2", "--", "python", "x", token=t)
+    assert r.exit_code == 0, r.output
+    wid = r.output.strip()
+    deadline = time.monotonic() + 30
+    while json.loads(gp("show", wid, "--json", token=t).output)["state"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    r = gp("show", wid, token=t)
+    assert "2 nodes x 2 GPUs" in r.output
+    assert "allocation 2 nodes: n1, n2 (held)" in " ".join(r.output.split())
+    assert "n2 GPU 0" in r.output
+    r = gp("run", "--nodes", "3", "--gpus-per-node", "2", "--", "python", "x", token=t)
+    assert r.exit_code == 1 and "needs 3 nodes" in r.output

@@ -128,6 +128,7 @@ class FakeKube:
             "persistentvolumeclaims": {},
             "rolebindings": {},
             "networkpolicies": {},
+            "services": {},
         }
         self.logs: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request

@@ -1,5 +1,6 @@
 """The fake API server's tenancy objects (see fakeapi.py): resourcequotas,
-persistentvolumeclaims (core/v1), rolebindings (rbac.authorization.k8s.io/v1) and
+persistentvolumeclaims, services (a gang's headless Service) (core/v1), rolebindings
+(rbac.authorization.k8s.io/v1) and
 networkpolicies (networking.k8s.io/v1), with create/get/list/patch (merge)/delete, kept in
 `FakeKube.objects[resource][(namespace, name)]`."""
 
@@ -30,6 +31,7 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
             "persistentvolumeclaims": "PersistentVolumeClaim",
             "rolebindings": "RoleBinding",
             "networkpolicies": "NetworkPolicy",
+            "services": "Service",
         }[resource]
         group = {
             "rolebindings": "rbac.authorization.k8s.io/v1",

@@ -18,6 +18,8 @@ ENGINE_RULES = {
     ("workloads", "", "pods", "delete", ()),
     ("workloads", "", "pods/log", "get", ()),
     ("workloads", "", "events", "list", ()),
+    ("workloads", "", "services", "create", ()),
+    ("workloads", "", "services", "delete", ()),
     ("workloads", "", "resourcequotas", "get", ()),
     ("workloads", "", "resourcequotas", "create", ()),
     ("workloads", "", "resourcequotas", "patch", ()),

@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from gpupool.domain import Enforcement, Node, SharingMode
+from gpupool.domain import Enforcement, Node, Quota, SharingMode, Tenant
 from gpupool.scheduler.types import SchedulerConfig
 from gpupool.server.loops.telemetry import TelemetryLoop
-from gpupool.store import AllocationRepo, EventRepo, NodeRepo
+from gpupool.store import AllocationRepo, EventRepo, NodeRepo, TenantRepo
 from gpupool.telemetry import Attribution, SimulatedSource, Via
 
 
@@ -179,3 +179,33 @@ def test_per_user_mode_warns_then_kills_a_persons_process_on_a_gpu_others_hold(w
     loop.run_once()
     assert killed == [601]  # warned first, then stopped; root's process is never killed
     assert telemetry_events(world).count("gpu.policed") == 1
+
+
+def test_a_multi_node_jobs_process_on_a_node_other_than_rank_0_is_its_own(world, sim):
+    """A gang holds GPUs on `sim` although its allocation's first node (rank 0) is another:
+    its process there is on GPUs it holds, not foreign. Before, the loop read only the
+    allocations whose first node was its own and killed that process."""
+    src, loop, attr, killed = sim
+    with world.ctx.store.write() as s:
+        NodeRepo(s).upsert(
+            Node(
+                "a-node",
+                tuple(
+                    dataclasses.replace(g, uuid=f"GPU-a-{g.index}", index=g.index)
+                    for g in NodeRepo(s).get("sim").gpus
+                ),
+                cpu_milli=8000,
+                memory_mib=64000,
+            )
+        )
+        TenantRepo(s).save(Tenant("lab", Quota.gpus(4, 4)), world.clock.now())
+    w = start(world, nodes=2, gpus_per_node=2)
+    a = alloc(world, w)
+    assert a.nodes == ("a-node", "sim")
+    src.add_process(0, 601, memory_mib=100)
+    attr.owners[601] = w
+    loop.run_once()
+    world.clock.advance(30)
+    loop.run_once()
+    assert killed == []
+    assert "telemetry.foreign_gpu" not in telemetry_events(world)

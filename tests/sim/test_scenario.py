@@ -183,3 +183,31 @@ def test_yaml_syntax_error_and_missing_file(tmp_path):
         load_scenario(p)
     with pytest.raises(ScenarioError, match="file not found"):
         load_scenario(tmp_path / "nope.yaml")
+
+
+def test_multi_node_workloads_in_scenarios():
+    data = scenario(
+        nodes=[{"name": "x", "count": 3}],
+        tenants=[tenant("lab", guaranteed_gpus=16)],
+        workloads=[
+            job("g", tenant="lab", gpus=0, nodes=2, gpus_per_node=8),
+            job("h", tenant="lab", gpus=0, nodes=4, gpus_per_node=8),
+        ],
+    )
+    with pytest.raises(ScenarioError, match="needs 4 nodes that can each hold 8 GPUs"):
+        parse_scenario(data)
+    data["workloads"].pop()
+    s = parse_scenario(data)
+    r = s.workloads[0].workload.request
+    assert (r.nodes, r.gpus_per_node, r.gpus) == (2, 8, 16)
+    bad = scenario(
+        nodes=[{"name": "x", "count": 2}],
+        tenants=[tenant("lab")],
+        workloads=[
+            job("g", tenant="lab", gpus=0, nodes=2),
+            job("k", tenant="lab", gpus=3, nodes=2, gpus_per_node=2),
+        ],
+    )
+    with pytest.raises(ScenarioError) as exc:
+        parse_scenario(bad)
+    assert "needs gpus_per_node" in str(exc.value) and "nodes x gpus_per_node" in str(exc.value)

@@ -98,16 +98,44 @@ def test_default_cluster_and_tenants(tmp_path):
     assert sum(ts.values()) <= 100 and ts["6214e9"] > ts["103959"] > ts["11cb48"]
 
 
-def test_a_job_wider_than_any_node_is_reported_unschedulable(tmp_path):
+def test_a_job_wider_than_any_node_runs_across_nodes(tmp_path):
     jobs = read_trace(write(tmp_path, "p.csv", PHILLY))
     scen = trace_scenario(jobs, gpus=16, policy=Policy.FAIR)
     assert scen.workloads[0].workload.submitted_at == 0  # times start at the first submission
     r = simulate(scen)
     wide = r.records["j4"]
-    assert wide.state is WorkloadState.FAILED and "16" in wide.reason
-    assert all(
-        rec.state is WorkloadState.SUCCEEDED for wid, rec in r.records.items() if wid != "j4"
-    )
+    assert wide.workload.request.nodes == 2 and wide.workload.request.gpus_per_node == 8
+    assert wide.state is WorkloadState.SUCCEEDED
+    assert set(wide.allocation.nodes) == {"n-0", "n-1"}
+    assert all(rec.state is WorkloadState.SUCCEEDED for rec in r.records.values())
+
+
+def test_a_job_wider_than_the_cluster_is_reported_unschedulable(tmp_path):
+    jobs = read_trace(write(tmp_path, "p.csv", PHILLY))
+    for scen in (
+        trace_scenario(jobs, gpus=8, policy=Policy.FAIR),  # one node: no 2 x 8
+        trace_scenario(jobs, gpus=16, policy=Policy.FAIR, multi_node=False),  # as before #19
+    ):
+        r = simulate(scen)
+        wide = r.records["j4"]
+        assert wide.state is WorkloadState.FAILED
+        assert "16" in (wide.reason or "") or "2 nodes" in (wide.reason or "")
+        assert all(
+            rec.state is WorkloadState.SUCCEEDED for wid, rec in r.records.items() if wid != "j4"
+        )
+
+
+def test_generic_trace_nodes_and_gpus_per_node_columns(tmp_path):
+    text = "submit_time,duration,num_gpus,tenant,nodes,gpus_per_node\n0,100,,a,2,4\n10,100,4,a,,\n"
+    jobs = read_trace(write(tmp_path, "n.csv", text))
+    assert (jobs[0].nodes, jobs[0].gpus) == (2, 8) and jobs[1].nodes == 1
+    scen = trace_scenario(jobs, gpus=16, policy=Policy.FIFO)
+    r = simulate(scen)
+    gang = r.records[jobs[0].id]
+    assert gang.state is WorkloadState.SUCCEEDED and len(gang.allocation.nodes) == 2
+    bad = "submit_time,duration,num_gpus,tenant,nodes,gpus_per_node\n0,1,5,a,2,4\n"
+    with pytest.raises(ScenarioError, match="nodes x gpus_per_node"):
+        read_trace(write(tmp_path, "bad.csv", bad))
 
 
 def test_cluster_file_tenants_must_cover_the_trace(tmp_path):

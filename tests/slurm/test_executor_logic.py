@@ -22,10 +22,13 @@ class FakeSlurm:
     def __init__(self) -> None:
         self.jobs: dict[str, dict] = {}
         self.calls: list[list[str]] = []
+        self.scripts: list[str | None] = []
         self.next_id = 100
 
     def __call__(self, args, input=None, **kw):  # noqa: A002, ANN001, ANN003, ANN204
         self.calls.append(list(args))
+        if args[0] == "sbatch":
+            self.scripts.append(input)
         out = ""
         if args[0] == "squeue":
             out = json.dumps({"jobs": list(self.jobs.values()), "errors": []})
@@ -183,3 +186,68 @@ def test_a_failing_squeue_does_not_stop_the_pass_and_polls_say_so(tmp_path):
         assert "timed out" in str(e)
     else:
         raise AssertionError("a poll without squeue must raise, not guess")
+
+
+def _gang(ex: SlurmExecutor, wid: str = "g-1", nodes: int = 2, per: int = 4) -> Allocation:
+    shares = tuple(
+        Share(f"n{k}", i, f"slurm-n{k}-gpu{i}", 1000, 81920)
+        for k in range(1, nodes + 1)
+        for i in range(per)
+    )
+    ex.gpu_types.update({s.gpu_uuid: "h100" for s in shares})
+    w = Workload(
+        wid, "lab", "ann", Request(gpus=nodes * per, nodes=nodes), command=("python", "t.py", "a b")
+    )
+    a = Allocation(wid, "n1", shares, since=0.0)
+    ex.start(w, a)
+    return a
+
+
+def test_a_gang_is_one_job_on_the_chosen_nodes_with_gpus_per_node(tmp_path):
+    slurm, _, ex = make(tmp_path)
+    _gang(ex, nodes=3)
+    (sbatch,) = [c for c in slurm.calls if c[0] == "sbatch"]
+    assert "--nodes=3" in sbatch and "--nodelist=n1,n2,n3" in sbatch
+    assert "--ntasks-per-node=1" in sbatch and "--gres=gpu:h100:4" in sbatch  # per node
+    script = slurm.scripts[0] or ""
+    assert "srun --kill-on-bad-exit=1 --ntasks-per-node=1" in script
+    assert "NNODES=3" in script and "WORLD_SIZE=12" in script and "NPROC_PER_NODE=4" in script
+
+
+def test_the_gang_script_runs_the_command_once_per_node_with_its_rank(tmp_path):
+    """The batch script under a stand-in srun that runs its command for SLURM_NODEID 0 and 1,
+    as Slurm does on two nodes: each gets NODE_RANK and the shared variables."""
+    slurm, _, ex = make(tmp_path)
+    a = _gang(ex)
+    script = (slurm.scripts[0] or "").replace('"python" ', "").replace("python ", "")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        "#!/bin/sh\n"
+        'while [ "${1#--}" != "$1" ]; do shift; done\n'  # drop srun's own options
+        'for id in 0 1; do SLURM_NODEID=$id "$@" || exit $?; done\n'
+    )
+    (bin_dir / "t.py").write_text(
+        '#!/bin/sh\necho "rank=$NODE_RANK of=$NNODES master=$MASTER_ADDR:$MASTER_PORT '
+        'world=$WORLD_SIZE gpus=$GPUS_PER_NODE arg=$1"\n'
+    )
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "node0"}
+    out = subprocess.run(
+        ["sh", "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines() == [
+        f"rank={r} of=2 master=node0:29500 world=8 gpus=4 arg=a b" for r in (0, 1)
+    ], out
+    assert a.nodes == ("n1", "n2")
+
+
+def test_a_gang_jobs_state_is_the_whole_jobs(tmp_path):
+    slurm, clock, ex = make(tmp_path)
+    _gang(ex)
+    slurm.set("g-1", job_state="RUNNING", state_reason="None")
+    assert ex.poll("g-1").state is ExecState.RUNNING
+    slurm.set("g-1", job_state="FAILED", exit_code=256)
+    st = ex.poll("g-1")
+    assert st.state is ExecState.FAILED and st.exit_code == 1

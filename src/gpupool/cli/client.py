@@ -208,6 +208,12 @@ def login(
 def run(
     command: list[str] = typer.Argument(..., help="the command, after --"),
     gpus: int = typer.Option(None, "--gpus", min=0, help="whole GPUs"),
+    nodes: int | None = typer.Option(
+        None, "--nodes", min=1, help="nodes to span (with --gpus-per-node); one job on all"
+    ),
+    gpus_per_node: int | None = typer.Option(
+        None, "--gpus-per-node", min=1, help="whole GPUs on each node (with --nodes)"
+    ),
     gpu_fraction: float = typer.Option(None, "--gpu-fraction", help="a fraction of one GPU"),
     gpu_memory: str = typer.Option(None, "--gpu-memory", help="GPU memory, e.g. 20G"),
     gpu_model: str = typer.Option(None, "--gpu-model", help="GPU model, e.g. H100"),
@@ -226,7 +232,10 @@ def run(
         None, "--env", "-e", help="NAME=VALUE for the job's environment (repeatable)"
     ),
 ) -> None:
-    """Submit a job: gpupool run --gpus 1 -- python train.py"""
+    """Submit a job: gpupool run --gpus 1 -- python train.py
+
+    Across nodes: gpupool run --nodes 2 --gpus-per-node 8 -- torchrun ... (all nodes start
+    together; --cpus and --memory are per node)."""
 
     @handled
     def go() -> None:
@@ -234,9 +243,15 @@ def run(
             raise CliError("use --gpus or --gpu-fraction, not both", 2)
         if mig is not None and (gpus is not None or gpu_fraction is not None):
             raise CliError("use --mig or --gpus / --gpu-fraction, not both", 2)
+        if (nodes or 1) > 1 and gpus_per_node is None and not gpus:
+            raise CliError("--nodes needs --gpus-per-node (whole GPUs on each node)", 2)
         body: dict[str, Any] = {"command": command, "priority": priority}
         if gpus is not None:
             body["gpus"] = gpus
+        if nodes is not None:
+            body["nodes"] = nodes
+        if gpus_per_node is not None:
+            body["gpus_per_node"] = gpus_per_node
         if gpu_fraction is not None:
             body["gpu_fraction"] = gpu_fraction
         if gpu_memory:
@@ -409,10 +424,13 @@ def show(
         a = w.get("allocation")
         if a:
             held = "released " + _when(a["released_at"]) if a["released_at"] else "held"
-            out.print(f"  {'allocation':<10} {a['node']} ({held})")
+            spans = a.get("nodes") or [a["node"]]
+            where = a["node"] if len(spans) == 1 else f"{len(spans)} nodes: {', '.join(spans)}"
+            out.print(f"  {'allocation':<10} {where} ({held})")
             for s in a["shares"]:
+                on = f"{s['node']} " if len(spans) > 1 else ""
                 out.print(
-                    f"    GPU {s['gpu_index']} {s['gpu_uuid']}: {s['milli'] / 1000:g} GPU, "
+                    f"    {on}GPU {s['gpu_index']} {s['gpu_uuid']}: {s['milli'] / 1000:g} GPU, "
                     f"{s['memory_mib']} MiB, enforcement {s['enforcement']}"
                 )
         out.print("  events")

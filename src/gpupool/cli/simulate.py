@@ -188,7 +188,10 @@ def _print_summary(out: dict, scen: Scenario, show_workloads: bool) -> None:
             t.add_column(col, justify="right" if col in ("submit", "start", "end") else "left")
         for w in out["workloads"]:
             where = ""
-            if w["node"]:
+            if len(w.get("nodes") or []) > 1:  # a multi-node workload: its nodes
+                per = len(w["gpus"]) // len(w["nodes"])
+                where = f"{len(w['nodes'])} x {per} GPUs: {','.join(w['nodes'])}"
+            elif w["node"]:
                 gs = ",".join(
                     str(i) if milli == 1000 else f"{i}:{milli / 1000:g}" for i, milli in w["gpus"]
                 )

@@ -69,6 +69,10 @@ class Request:
     Either `gpus` whole GPUs (>= 1), or a fraction `gpu_milli` in 1..999 of one GPU, or
     neither (CPU only). `gpu_memory_mib` is the GPU memory a fractional share gets (and, for
     whole GPUs, the least memory each GPU must have). CPUs in milli-CPU, memory in MiB.
+
+    A multi-node request (a gang) has `nodes` > 1: `gpus` whole GPUs in all, the same number
+    (`gpus_per_node`) on each of `nodes` distinct nodes, all admitted at once or not at all;
+    its `cpu_milli` and `memory_mib` are per node.
     """
 
     gpus: int = 0
@@ -79,6 +83,8 @@ class Request:
     memory_mib: int = 0
     #: a MIG profile (`1g.10gb`): one instance of it on a GPU in `mig` mode
     mig: str | None = None
+    #: nodes a multi-node request spans (1: one node)
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         if self.mig is not None:
@@ -92,6 +98,16 @@ class Request:
                     "ask for either a MIG instance (mig) or GPUs (gpus, gpu_fraction), not both",
                     "mig",
                 )
+        if self.nodes < 1:
+            raise ValidationError(f"nodes must be >= 1, got {self.nodes}", "nodes")
+        if self.nodes > 1 and (self.gpu_milli or self.gpus < self.nodes or self.gpus % self.nodes):
+            raise ValidationError(
+                f"a request across {self.nodes} nodes needs the same number of whole GPUs on "
+                "each node: give gpus_per_node >= 1 (fractions and CPU-only work run on one node)",
+                "gpus_per_node",
+            )
+        if self.mig is not None and self.nodes > 1:
+            raise ValidationError("a MIG instance is on one node: leave out nodes", "nodes")
         if self.gpus < 0:
             raise ValidationError(f"gpus must be >= 0, got {self.gpus}", "gpus")
         if self.gpus and self.gpu_milli:
@@ -110,6 +126,15 @@ class Request:
                 raise ValidationError(f"{name} must be >= 0", name)
 
     @property
+    def gpus_per_node(self) -> int:
+        """Whole GPUs on each node (all of `gpus` for a one-node request)."""
+        return self.gpus // self.nodes
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    @property
     def fractional(self) -> bool:
         return self.gpu_milli > 0
 
@@ -126,6 +151,10 @@ class Request:
         return self.total_gpu_milli > 0
 
     def describe(self) -> str:
+        if self.nodes > 1:
+            per = self.gpus_per_node
+            what = f"{self.nodes} nodes x {per} {self.gpu_model or ''} GPU{'s' if per > 1 else ''}"
+            return " ".join(what.split())
         if self.mig:
             of = f" of a {self.gpu_model}" if self.gpu_model else ""
             return f"a {self.mig} MIG instance{of}"
@@ -142,7 +171,9 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """The shares on one node that a workload holds, since `since`."""
+    """The shares a workload holds, since `since`: on one node, or for a multi-node request
+    on several. Each share names its node; `node` is the first (rank 0, the gang's head),
+    `nodes` all of them in rank order; `cpu_milli` and `memory_mib` are per node."""
 
     workload_id: str
     node: str
@@ -158,6 +189,20 @@ class Allocation:
     @property
     def gpu_uuids(self) -> tuple[str, ...]:
         return tuple(s.gpu_uuid for s in self.shares)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes it spans in rank order: `node` (rank 0) first, then the others by name
+        (so the order never depends on how the shares were stored)."""
+        return (self.node,) + tuple(sorted({s.node for s in self.shares} - {self.node}))
+
+    @property
+    def multi_node(self) -> bool:
+        return any(s.node != self.node for s in self.shares)
+
+    def on_node(self, node: str) -> tuple[Share, ...]:
+        """Its shares on `node`."""
+        return tuple(s for s in self.shares if s.node == node)
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,6 +203,9 @@ class Executor(ABC):
     # -- optional capabilities: each default is what an executor without it answers -------
     #: Work survives a server restart and `list_running` finds it again (to be adopted).
     adopts_work: bool = False
+    #: Runs one workload across several nodes (a multi-node Allocation, `Request.nodes` > 1);
+    #: without it the API refuses such requests at submit.
+    multi_node: bool = False
 
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         """The workload's output (last `tail` lines when given). Default: `NotSupported`."""

@@ -67,6 +67,7 @@ class FakeExecutor(Executor):
     """Scriptable in-memory executor. Work is `running` as soon as it is started."""
 
     name = "fake"
+    multi_node = True  # stands in for a cluster engine in the server tests
     adopts_work = True
     start_state = ExecState.RUNNING
 

@@ -77,6 +77,7 @@ class HubLaunchExecutor(Executor):
         launch_timeout_s: float = 600.0,
     ) -> None:
         self.inner = inner
+        self.multi_node = inner.multi_node  # jobs go to `inner`; notebooks are one node
         self.dir = LaunchDir(launch_dir)
         self.dir.path.mkdir(parents=True, exist_ok=True)
         self.clock = clock or SystemClock()

@@ -337,6 +337,12 @@ class LocalExecutor(Executor):
             )
         if not workload.command:
             raise StartError(f"workload {workload.id} has no command to run", permanent=True)
+        if allocation is not None and allocation.multi_node:
+            raise StartError(
+                f"workload {workload.id} spans {len(allocation.nodes)} nodes; the local "
+                "executor runs work on this host only (use the slurm or kubernetes engine)",
+                permanent=True,
+            )
         if self._alive(workload.id):
             raise StartError(f"workload {workload.id} is already running on this host")
         fractional_mps = allocation is not None and any(

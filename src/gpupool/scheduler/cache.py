@@ -129,16 +129,19 @@ class SchedulerCache:
                     continue
                 cap.apply_takes(e[2], 1)  # its allocation changed: give the old one back
                 touched.add(e[2][0])
+                touched.update(e[2][5])
                 removed += 1
             t = cap.takes_of(rw)
             cap.apply_takes(t, -1)
             touched.add(t[0])
+            touched.update(t[5])
             added += 1
             e = new[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
             self._count(e, 1)
         for e in old.values():
             cap.apply_takes(e[2], 1)
             touched.add(e[2][0])
+            touched.update(e[2][5])
             self._count(e, -1)
             removed += 1
         touched.discard(-1)

@@ -37,6 +37,8 @@ class Shape(NamedTuple):
     instance of profile `mig`; `milli` its compute share) or CPU_ONLY.
     gpu_memory_mib: for WHOLE the least memory each GPU must have; for FRACTION the memory
     of the share (0: proportional to `milli`).
+    nodes: for a multi-node request (a gang, gpupool.scheduler.gangs) the number of nodes,
+    each taking `count` GPUs and `cpu_milli`/`memory_mib`; 1 otherwise.
     """
 
     kind: str
@@ -47,10 +49,11 @@ class Shape(NamedTuple):
     cpu_milli: int = 0
     memory_mib: int = 0
     mig: str | None = None
+    nodes: int = 1
 
     @property
     def gpu_milli(self) -> int:
-        return self.count * MILLI_PER_GPU if self.kind == WHOLE else self.milli
+        return self.count * MILLI_PER_GPU * self.nodes if self.kind == WHOLE else self.milli
 
 
 class _Static:
@@ -145,8 +148,9 @@ def mig_instances(gpu: GPU) -> list[tuple[str, int, int, int]]:
 
 
 #: what one running allocation takes: (node id or -1, ((gpu id, milli, memory), ...), cpu,
-#: memory, GPU milli)
-Takes = tuple[int, tuple[tuple[int, int, int], ...], int, int, int]
+#: memory, GPU milli, the other node ids of a multi-node allocation (each also takes the cpu
+#: and memory))
+Takes = tuple[int, tuple[tuple[int, int, int], ...], int, int, int, tuple[int, ...]]
 
 
 def _gpu_layout(node: Node) -> tuple:
@@ -221,13 +225,19 @@ class CapacityIndex:
         milli = sum(s.milli for s in a.shares)
         n = self.node_ids.get(a.node)
         if n is None:
-            return (-1, (), 0, 0, milli)
+            return (-1, (), 0, 0, milli, ())
         takes = []
+        others: list[int] = []
         for s in a.shares:
-            t = self.share_take(n, s)
+            m = n if s.node == a.node else self.node_ids.get(s.node)
+            if m is None:
+                continue
+            if m != n and m not in others:
+                others.append(m)
+            t = self.share_take(m, s)
             if t is not None:
                 takes.append(t)
-        return (n, tuple(takes), a.cpu_milli, a.memory_mib, milli)
+        return (n, tuple(takes), a.cpu_milli, a.memory_mib, milli, tuple(others))
 
     def share_take(self, n: int, s: Share) -> tuple[int, int, int] | None:
         """(GPU or MIG instance id, milli, memory) that share `s` on node `n` holds; None if
@@ -247,6 +257,9 @@ class CapacityIndex:
             return
         self.free_cpu[n] += sign * t[2]
         self.free_mem[n] += sign * t[3]
+        for m in t[5]:
+            self.free_cpu[m] += sign * t[2]
+            self.free_mem[m] += sign * t[3]
         free_milli, free_gmem = self.free_milli, self.free_gmem
         for g, m, gm in t[1]:
             free_milli[g] += sign * m

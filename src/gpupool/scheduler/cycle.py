@@ -27,6 +27,8 @@ from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
 from gpupool.scheduler.fairshare import fair_shares
+from gpupool.scheduler.gangs import gang_reason
+from gpupool.scheduler.gangwalk import GangHold, backfill_gang_nodes, place_gang
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
@@ -142,6 +144,8 @@ class _Cycle:
         #: reason at the end of the cycle (never memoized: they are per workload)
         self.waits = Waits(self.cap)
         self.reserved_by_tenant: set[str] = set()
+        #: nodes held for blocked multi-node requests (gpupool.scheduler.gangwalk)
+        self.gang_holds: list[GangHold] = []
         #: tenants with blocked work that did not reclaim: no reclaim for work behind it
         self.no_reclaim: set[str] = set()
         #: workload id -> node index kept for it this cycle (Snapshot.nominated), and their
@@ -234,7 +238,7 @@ class _Cycle:
                 break
             t = w.tenant
             walked[t] += 1
-            if shape in self.nofit:
+            if shape in self.nofit and not self.gang_holds:
                 why = self._blocked_reason(shape)
             elif self._place_or_block(w, shape, reserve=False):
                 continue
@@ -368,12 +372,14 @@ class _Cycle:
         epoch = self._epoch
         if self._place_or_block(w, shape, reserve):
             return True
-        if self._epoch == epoch and w.tenant not in self.nominee_tenants:
+        if self._epoch == epoch and w.tenant not in self.nominee_tenants and not self.gang_holds:
             # placement failures do not depend on the user
             self._failed_shape.setdefault(w.tenant, {})[shape] = self.reasons[w.id]
         return False
 
     def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
+        if shape.nodes > 1:
+            return place_gang(self, w, shape)
         nominated = self.nominated_node.get(w.id) if self.nominated_node else None
         if nominated is not None:
             p = place_on_node(self.cap, nominated, shape)  # its own hold does not stop it
@@ -386,6 +392,11 @@ class _Cycle:
                 self._admit(w, shape, p)
                 return True
             self.nofit.add(shape)
+        if self.gang_holds:
+            p = backfill_gang_nodes(self, w, shape)
+            if p is not None:
+                self._admit(w, shape, p)
+                return True
         if not reserve:
             self.reasons[w.id] = self._blocked_reason(shape)
             return False
@@ -434,9 +445,10 @@ class _Cycle:
             ids = self.cap.node_ids
             by_node: dict[int, list[RunningWorkload]] = {}
             for rw in self.cache.limited().values():
-                m = ids.get(rw.allocation.node)
-                if m is not None:
-                    by_node.setdefault(m, []).append(rw)
+                for name in rw.allocation.nodes:  # a multi-node allocation: each of its nodes
+                    m = ids.get(name)
+                    if m is not None:
+                        by_node.setdefault(m, []).append(rw)
             self._with_runtime = by_node
         return self._with_runtime.get(n, [])
 
@@ -542,6 +554,8 @@ class _Cycle:
         return r
 
     def _compute_blocked_reason(self, shape: Shape) -> str:
+        if shape.nodes > 1:
+            return gang_reason(self.cap, shape)
         for n in sorted(self.holds):
             if place_on_node(self.cap, n, shape) is not None:
                 h = self.holds[n]

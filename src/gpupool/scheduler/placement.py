@@ -40,6 +40,9 @@ def shape_of(request: Request, whole_gpus_only: bool = False) -> Shape:
     cpu, mem, model = request.cpu_milli, request.memory_mib, request.gpu_model
     if request.mig:
         return Shape(MIG, 0, request.total_gpu_milli, 0, model, cpu, mem, request.mig)
+    if request.nodes > 1:  # a gang: gpupool.scheduler.gangs places it
+        per = request.gpus_per_node
+        return Shape(WHOLE, per, 0, request.gpu_memory_mib, model, cpu, mem, nodes=request.nodes)
     if request.gpus:
         return Shape(WHOLE, request.gpus, 0, request.gpu_memory_mib, model, cpu, mem)
     if request.gpu_milli:

@@ -98,19 +98,22 @@ class Reclaimer:
         #: the time victims are chosen for (`now`, or later for a preview)
         self.at = now
         for rw in running:
-            n = cap.node_ids.get(rw.allocation.node)
-            if n is None:
-                continue
-            if rw.stopping:
-                self.stopping.setdefault(n, []).append(rw)
-                continue
-            w = rw.workload
-            if not w.preemptible:
-                continue
-            started = w.started_at if w.started_at is not None else rw.allocation.since
-            if now - started < min_runtime_s:
-                self.young[w.id] = started + min_runtime_s
-            self.victims.setdefault(n, []).append(rw)
+            # a gang is listed on each of its nodes; chosen on one, it stops as a whole (one
+            # workload), though only its part on that node is counted as freed there
+            for name in rw.allocation.nodes if rw.allocation.multi_node else (rw.allocation.node,):
+                n = cap.node_ids.get(name)
+                if n is None:
+                    continue
+                if rw.stopping:
+                    self.stopping.setdefault(n, []).append(rw)
+                    continue
+                w = rw.workload
+                if not w.preemptible:
+                    continue
+                started = w.started_at if w.started_at is not None else rw.allocation.since
+                if now - started < min_runtime_s:
+                    self.young[w.id] = started + min_runtime_s
+                self.victims.setdefault(n, []).append(rw)
         self.now = now
         lost = self.lost
         for lst in self.victims.values():
@@ -185,15 +188,22 @@ class Reclaimer:
         room = self.usage.of(theirs) - guaranteed(self.tree, theirs)
         return (theirs, room) if room > 0 else None
 
-    def _freed(self, rws: list[RunningWorkload]) -> tuple[int, int, dict[int, tuple[int, int]]]:
+    def _freed(
+        self, rws: list[RunningWorkload], n: int | None = None
+    ) -> tuple[int, int, dict[int, tuple[int, int]]]:
+        """What stopping `rws` frees on node `n` (default: the first one's node)."""
         cpu = mem = 0
         gpu: dict[int, tuple[int, int]] = {}
-        n = self.cap.node_ids[rws[0].allocation.node] if rws else 0
+        if n is None:
+            n = self.cap.node_ids[rws[0].allocation.node] if rws else 0
+        name = self.cap.nodes[n].name
         for rw in rws:
             a = rw.allocation
             cpu += a.cpu_milli
             mem += a.memory_mib
             for s in a.shares:
+                if s.node != name:
+                    continue  # a gang's part on another node
                 t = self.cap.share_take(n, s)
                 if t is None:
                     continue
@@ -203,7 +213,7 @@ class Reclaimer:
         return cpu, mem, gpu
 
     def _fits(self, n: int, shape: Shape, rws: list[RunningWorkload]) -> Placement | None:
-        cpu, mem, gpu = self._freed(rws)
+        cpu, mem, gpu = self._freed(rws, n)
         return place_on_node(self.cap, n, shape, cpu, mem, gpu)
 
     def waits_for_stopping(self, shape: Shape) -> Reclaim | None:

@@ -64,15 +64,16 @@ class Hardware:
     """What the nodes could hold if they were empty; answers 'can this ever run?'."""
 
     def __init__(self, nodes: tuple[Node, ...]):
-        profiles = {
-            _Profile(
+        #: profile -> how many nodes have it (multi-node requests need several)
+        self.node_counts: dict[_Profile, int] = {}
+        for n in nodes:
+            p = _Profile(
                 n.cpu_milli,
                 n.memory_mib,
                 tuple(sorted((g.model, g.memory_mib, g.sharing) for g in n.gpus)),
             )
-            for n in nodes
-        }
-        self.profiles = sorted(profiles, key=lambda p: (p.cpu, p.mem, p.gpus))
+            self.node_counts[p] = self.node_counts.get(p, 0) + 1
+        self.profiles = sorted(self.node_counts, key=lambda p: (p.cpu, p.mem, p.gpus))
         self.empty = not nodes
         self._memo: dict[Shape, str | None] = {}
 
@@ -87,6 +88,8 @@ class Hardware:
         return r
 
     def _never_fits(self, shape: Shape) -> str | None:
+        if shape.nodes > 1:
+            return self._gang_never_fits(shape)
         host_ok = [
             p for p in self.profiles if p.cpu >= shape.cpu_milli and p.mem >= shape.memory_mib
         ]
@@ -126,6 +129,35 @@ class Hardware:
             return f"needs {need}; the largest shared GPU has {gib(best)}"
         model = f"{shape.model} " if shape.model else ""
         return f"needs {need}; no node has shared {model}GPUs (an admin sets GPUs to 'shared')"
+
+    def _gang_never_fits(self, shape: Shape) -> str | None:
+        """A gang: `shape.nodes` nodes that could each hold `shape.count` GPUs of one model
+        (the same on all) and the CPUs and memory asked for."""
+        one = shape._replace(nodes=1)
+        if self._never_fits(one) is not None:
+            return (
+                f"needs {shape.nodes} nodes that each hold {what(one)}"
+                + (f" and {host_text(one)}" if host_text(one) else "")
+                + "; no node could hold one part"
+            )
+        by_model: dict[str, int] = {}
+        for p, count in self.node_counts.items():
+            if p.cpu < shape.cpu_milli or p.mem < shape.memory_mib:
+                continue
+            counts: dict[str, int] = {}
+            for model, mem, _ in p.gpus:
+                if shape.model in (None, model) and mem >= shape.gpu_memory_mib:
+                    counts[model] = counts.get(model, 0) + 1
+            for model, c in counts.items():
+                if c >= shape.count:
+                    by_model[model] = by_model.get(model, 0) + count
+        most = max(by_model.values(), default=0)
+        if most >= shape.nodes:
+            return None
+        return (
+            f"needs {shape.nodes} nodes with {what(one)} each; only {most} "
+            f"node{'s' if most != 1 else ''} could ever hold that"
+        )
 
 
 def outside_text(cap: CapacityIndex, shape: Shape, most: int = 2) -> str:

@@ -88,6 +88,7 @@ def expected_start(
         started = w.started_at if w.started_at is not None else rw.allocation.since
         ends.append((started + w.max_runtime_s, w.id, rw))
     ends.sort(key=lambda e: (e[0], e[1]))
+    name = cap.nodes[n].name
     cpu = mem = 0
     gpu: dict[int, tuple[int, int]] = {}
     for end, _, rw in ends:
@@ -95,7 +96,7 @@ def expected_start(
         cpu += a.cpu_milli
         mem += a.memory_mib
         for s in a.shares:
-            t = cap.share_take(n, s)
+            t = cap.share_take(n, s) if s.node == name else None  # a gang's other nodes
             if t is None:
                 continue
             g, smilli, smem = t

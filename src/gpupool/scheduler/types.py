@@ -11,6 +11,15 @@ from enum import StrEnum
 
 from gpupool.domain import Allocation, Enforcement, Node, TenantTree, Workload
 
+#: node label keys that say which nodes are close, closest first (multi-node placement,
+#: gpupool.scheduler.gangs): an NVLink domain, a switch, a rack, a zone
+DEFAULT_TOPOLOGY_KEYS: tuple[str, ...] = (
+    "nvidia.com/gpu.clique",
+    "topology.gpupool.io/switch",
+    "topology.gpupool.io/rack",
+    "topology.kubernetes.io/zone",
+)
+
 
 class Policy(StrEnum):
     FAIR = "fair"  # gpupool: quotas, hierarchical fair share, reclaim, backfill
@@ -76,6 +85,11 @@ class SchedulerConfig:
     shared_enforcement: Enforcement = Enforcement.POLICED
     #: Stop after this many admissions in one cycle (None: no cap).
     max_admissions_per_cycle: int | None = None
+    #: node label keys for multi-node placement, closest first (gpupool.scheduler.gangs)
+    topology_keys: tuple[str, ...] = DEFAULT_TOPOLOGY_KEYS
+    #: how many blocked multi-node requests may hold nodes in one cycle (under every policy):
+    #: the first ones in queue order; 0: gangs reserve nothing (small work may starve them)
+    gang_reservations: int = 1
 
 
 @dataclass(frozen=True, slots=True)

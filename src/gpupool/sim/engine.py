@@ -259,19 +259,20 @@ class Simulator:
         return tuple(out)
 
     def _take(self, alloc: Allocation, sign: int) -> None:
-        used = self.node_used.get(alloc.node)
-        if used is None:
-            raise SimulationError(f"allocation of {alloc.workload_id} on unknown node {alloc.node}")
-        used[0] += sign * alloc.cpu_milli
-        used[1] += sign * alloc.memory_mib
-        if sign > 0 and (
-            used[0] > self.node_cap[alloc.node][0] or used[1] > self.node_cap[alloc.node][1]
-        ):
-            raise SimulationError(
-                f"node {alloc.node} over-allocated in CPUs or memory by {alloc.workload_id}"
-            )
+        """Take (1) or give back (-1) what `alloc` holds, on each of its nodes (a multi-node
+        allocation takes its CPUs and memory on every node); raise on over-allocation."""
+        for name in alloc.nodes:
+            used = self.node_used.get(name)
+            if used is None:
+                raise SimulationError(f"allocation of {alloc.workload_id} on unknown node {name}")
+            used[0] += sign * alloc.cpu_milli
+            used[1] += sign * alloc.memory_mib
+            if sign > 0 and (used[0] > self.node_cap[name][0] or used[1] > self.node_cap[name][1]):
+                raise SimulationError(
+                    f"node {name} over-allocated in CPUs or memory by {alloc.workload_id}"
+                )
         for sh in alloc.shares:
-            key = (alloc.node, sh.gpu_index)
+            key = (sh.node, sh.gpu_index)
             if key not in self.gpu_cap:
                 raise SimulationError(f"{alloc.workload_id}: no GPU {key}")
             u = self.gpu_used.setdefault(key, [0, 0])

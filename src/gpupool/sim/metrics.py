@@ -140,6 +140,7 @@ def workload_rows(result: SimResult) -> list[dict[str, Any]]:
                 "end": w.finished_at if w.terminal else None,
                 "state": str(w.state),
                 "node": alloc.node if alloc else None,
+                "nodes": list(alloc.nodes) if alloc else [],
                 "gpus": [[s.gpu_index, s.milli] for s in alloc.shares] if alloc else [],
                 "preemptions": w.preemptions,
                 "reason": r.reason if w.state in (S.FAILED, S.PENDING) else None,

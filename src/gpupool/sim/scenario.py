@@ -8,6 +8,7 @@ be >= 0``). The format and every default are documented in docs/scenarios.md.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,10 @@ class WorkloadSpec(_Strict):
     duration: float = Field(ge=0)
     gpus: int = Field(default=0, ge=0)
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
+    #: a multi-node request: `nodes` nodes with `gpus_per_node` whole GPUs each (then leave
+    #: `gpus` out, or give nodes x gpus_per_node)
+    nodes: int = Field(default=1, ge=1, le=4096)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64)
     gpu_memory_gib: float = Field(default=0, ge=0)
     gpu_model: str | None = None
     #: one MIG instance of this profile (e.g. 1g.10gb) on a node with a MIG layout
@@ -123,7 +128,23 @@ class WorkloadSpec(_Strict):
             raise ValueError(
                 "ask for either whole GPUs (gpus) or a fraction of one (gpu_fraction), not both"
             )
+        if self.gpus_per_node is not None:
+            total = self.nodes * self.gpus_per_node
+            if self.gpus and self.gpus != total:
+                raise ValueError(
+                    f"gpus {self.gpus} is not nodes x gpus_per_node ({total}); give one or the "
+                    "other"
+                )
+        elif self.nodes > 1:
+            raise ValueError(f"nodes: {self.nodes} needs gpus_per_node (whole GPUs on each)")
         return self
+
+    @property
+    def total_gpus(self) -> int:
+        """Whole GPUs in all (nodes x gpus_per_node for a multi-node request)."""
+        if self.gpus_per_node is not None:
+            return self.nodes * self.gpus_per_node
+        return self.gpus
 
 
 class SchedulerSpec(_Strict):
@@ -143,6 +164,10 @@ class SchedulerSpec(_Strict):
     #: simulator only: give each cycle at most this many pending workloads per tenant, the
     #: first in the tenant's order (priority, then submit time); none = all of them
     pending_window: int | None = Field(default=None, ge=1)
+    #: node label keys for multi-node placement, closest first (SchedulerConfig)
+    topology_keys: list[str] | None = None
+    #: how many blocked multi-node requests may hold nodes in one cycle (SchedulerConfig)
+    gang_reservations: int = Field(default=1, ge=0)
 
 
 class ScenarioFile(_Strict):
@@ -414,7 +439,17 @@ def _field_name(name: str | None) -> str:
 
 
 def unfit_reason(request: Request, nodes: Sequence[Node]) -> str | None:
-    """Why no node could ever hold `request`, even with the cluster empty; None if one can."""
+    """Why no node could ever hold `request`, even with the cluster empty; None if one can.
+    A multi-node request needs `request.nodes` nodes that could each hold its part."""
+    if request.nodes > 1:
+        part = dataclasses.replace(request, gpus=request.gpus_per_node, nodes=1)
+        able = sum(1 for n in nodes if unfit_reason(part, [n]) is None)
+        if able >= request.nodes:
+            return None
+        return (
+            f"needs {request.nodes} nodes that can each hold {request.gpus_per_node} GPUs "
+            f"(with the CPUs and memory asked for); {able} can"
+        )
     if request.mig:
         return _mig_unfit(request, nodes)
     best_gpus = 0
@@ -487,7 +522,8 @@ def build_workloads(
             continue
         try:
             request = Request(
-                gpus=w.gpus,
+                gpus=w.total_gpus,
+                nodes=w.nodes,
                 gpu_milli=0 if w.gpu_fraction is None else int(round(w.gpu_fraction * 1000)),
                 gpu_memory_mib=int(round(w.gpu_memory_gib * MIB_PER_GIB)),
                 gpu_model=w.gpu_model,
@@ -531,14 +567,18 @@ def build_workloads(
 
 
 def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> SchedulerConfig:
-    return SchedulerConfig(
+    config = SchedulerConfig(
         policy=policy or spec.policy,
         preemption=spec.preemption,
         min_runtime_s=spec.min_runtime_s,
         reclaim_after_s=spec.reclaim_after_s,
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
+        gang_reservations=spec.gang_reservations,
     )
+    if spec.topology_keys is not None:
+        config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))
+    return config
 
 
 def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:

@@ -65,6 +65,9 @@ class TraceJob:
     memory_mib: int = 0
     priority: int = 0
     preemptible: bool = True
+    #: nodes the job spans (a generic trace's `nodes` column; 1 otherwise). A job wider than
+    #: the largest node is made multi-node by `trace_scenario` (`wide_request`)
+    nodes: int = 1
 
     @property
     def gpu_demand_milli(self) -> int:
@@ -114,6 +117,12 @@ def _row_job(row: dict, line: int, philly: bool) -> TraceJob:
             gpu_milli=0,
         )
     gpus = _int(row, "num_gpus")
+    nodes = _int(row, "nodes", 1) or 1
+    per_node = _int(row, "gpus_per_node")
+    if per_node:
+        if gpus and gpus != nodes * per_node:
+            raise ValueError(f"num_gpus {gpus} is not nodes x gpus_per_node ({nodes * per_node})")
+        gpus = nodes * per_node
     milli = _int(row, "gpu_milli")
     if not milli and (row.get("gpu_fraction") or "").strip():
         milli = int(round(float(row["gpu_fraction"]) * MILLI_PER_GPU))
@@ -136,6 +145,7 @@ def _row_job(row: dict, line: int, philly: bool) -> TraceJob:
         memory_mib=_int(row, "memory_mib"),
         priority=_int(row, "priority"),
         preemptible=_bool(row, "preemptible"),
+        nodes=nodes,
     )
 
 
@@ -257,15 +267,17 @@ def offered_gpu_seconds(jobs: Iterable[TraceJob]) -> float:
     return sum(j.gpu_demand_milli / MILLI_PER_GPU * j.duration for j in jobs)
 
 
-def gpus_for_load(jobs: Sequence[TraceJob], load: float, gpus_per_node: int = 8) -> int:
+def gpus_for_load(
+    jobs: Sequence[TraceJob], load: float, gpus_per_node: int = 8, multi_node: bool = True
+) -> int:
     """Whole nodes of `gpus_per_node` GPUs so that offered load ≈ `load` over the submit span
-    (offered GPU-time ÷ (GPUs × span from first to last submission)); jobs wider than a node
-    are left out, since they can never run."""
+    (offered GPU-time ÷ (GPUs × span from first to last submission)); with `multi_node` off,
+    jobs wider than a node are left out, since they can never run then."""
     if not jobs:
         return gpus_per_node
     span = max(j.submit for j in jobs) - min(j.submit for j in jobs)
     span = max(span, 1.0)
-    fits = [j for j in jobs if j.gpus <= gpus_per_node]  # bigger ones can never run
+    fits = [j for j in jobs if multi_node or (j.gpus <= gpus_per_node and j.nodes == 1)]
     gpus = offered_gpu_seconds(fits) / (span * load)
     return max(1, math.ceil(gpus / gpus_per_node)) * gpus_per_node
 
@@ -283,6 +295,13 @@ def default_tenants(jobs: Sequence[TraceJob], capacity_gpus: int) -> list[Tenant
     ]
 
 
+def wide_request(gpus: int, largest_node: int) -> tuple[int, int]:
+    """(nodes, gpus per node) for a job of `gpus` whole GPUs wider than `largest_node`: as few
+    nodes as hold it, the GPUs spread evenly (rounded up to whole GPUs per node)."""
+    nodes = math.ceil(gpus / largest_node)
+    return nodes, math.ceil(gpus / nodes)
+
+
 def trace_scenario(
     jobs: Sequence[TraceJob],
     cluster: ClusterFile | None = None,
@@ -290,11 +309,19 @@ def trace_scenario(
     policy: Policy | None = None,
     gpus: int | None = None,
     load: float | None = None,
+    multi_node: bool = True,
+    size_for_wide: bool = True,
 ) -> Scenario:
     """A Scenario replaying `jobs`. Without a cluster file: nodes of 8 exclusive GPUs, as many
-    as `gpus` (or as make offered load ≈ `load`, default 1.0); tenants from `default_tenants`."""
+    as `gpus` (or as make offered load ≈ `load`, default 1.0); tenants from `default_tenants`.
+
+    With `multi_node` (the default) a job wider than the largest node becomes a multi-node
+    request (`wide_request`); without it, such a job is unschedulable (as before issue 19).
+    With `size_for_wide` off the cluster is sized for `load` without the wide jobs (the
+    cluster a replay without them gets: their effect on everyone else, on the same nodes)."""
     if cluster is None:
-        n_gpus = gpus or gpus_for_load(jobs, load or 1.0)
+        sized = multi_node and size_for_wide
+        n_gpus = gpus or gpus_for_load(jobs, load or 1.0, multi_node=sized)
         cluster = ClusterFile(
             cluster=ClusterSpec(
                 nodes=[NodeSpec(name="n", count=max(1, math.ceil(n_gpus / 8)), gpus=8)]
@@ -307,6 +334,7 @@ def trace_scenario(
         )
     nodes = build_nodes(cluster.cluster)
     capacity_gpus = sum(len(n.gpus) for n in nodes)
+    largest = max((len(n.gpus) for n in nodes), default=0)
     tenant_specs = list(cluster.tenants) or default_tenants(jobs, capacity_gpus)
     known = {t.name for t in tenant_specs}
     missing = sorted({j.tenant for j in jobs} - known)
@@ -327,9 +355,16 @@ def trace_scenario(
         if j.id in seen:
             raise ScenarioError([f"workload id {j.id!r} appears twice in the trace"])
         seen.add(j.id)
+        n_nodes, n_gpus_total = j.nodes, j.gpus
+        if multi_node and n_nodes == 1 and largest and j.gpus > largest:
+            n_nodes, per = wide_request(j.gpus, largest)
+            n_gpus_total = n_nodes * per
+        elif not multi_node:
+            n_nodes = 1
         try:
             req = Request(
-                gpus=j.gpus,
+                gpus=n_gpus_total,
+                nodes=n_nodes,
                 gpu_milli=j.gpu_milli,
                 gpu_memory_mib=j.gpu_memory_mib,
                 gpu_model=j.gpu_model,
@@ -349,6 +384,7 @@ def trace_scenario(
             raise ScenarioError([f"workload {j.id}: {exc}"]) from None
         key = (
             req.gpus,
+            req.nodes,
             req.gpu_milli,
             req.gpu_memory_mib,
             req.gpu_model,

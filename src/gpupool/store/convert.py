@@ -55,10 +55,13 @@ def request_of(row: WorkloadRow | ProfileRow) -> Request:
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
         mig=row.mig,
+        nodes=getattr(row, "nodes", None) or 1,  # profiles are one node
     )
 
 
 def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
+    if isinstance(row, WorkloadRow):
+        row.nodes = r.nodes
     row.gpus = r.gpus
     row.gpu_milli = r.gpu_milli
     row.gpu_memory_mib = r.gpu_memory_mib

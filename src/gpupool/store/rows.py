@@ -153,6 +153,8 @@ class WorkloadRow(Base):
     cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     mig: Mapped[str | None] = mapped_column(String(32))
+    # Nodes a multi-node request spans (`gpus` in all, gpus / nodes on each); 1: one node.
+    nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     priority: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     requeue_on_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -203,7 +205,9 @@ class WorkloadEnvRow(Base):
 
 
 class AllocationRow(Base):
-    """Shares held by a workload on one node. Active while `released_at` is NULL."""
+    """Shares held by a workload, on `node` (a multi-node allocation: its shares name their
+    nodes, `node` is rank 0; CPUs and memory are per node). Active while `released_at` is
+    NULL."""
 
     __tablename__ = "allocations"
 

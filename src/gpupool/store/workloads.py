@@ -445,8 +445,8 @@ class AllocationRepo:
             want: dict[str, list[int]] = {}
             for sh in allocation.shares:
                 g = gpus.get(sh.gpu_uuid)
-                if g is None or g.node != allocation.node or g.node != sh.node:
-                    raise Conflict(f"GPU {sh.gpu_uuid} is not on node {allocation.node}")
+                if g is None or g.node != sh.node:  # a multi-node allocation spans nodes
+                    raise Conflict(f"GPU {sh.gpu_uuid} is not on node {sh.node}")
                 acc = want.setdefault(sh.gpu_uuid, [0, 0])
                 acc[0] += sh.milli
                 acc[1] += sh.memory_mib

@@ -141,6 +141,7 @@ class KubeApi:
 #: kind -> (API class, method suffix, namespaced): the objects of a tenant (tenancy.py)
 _KINDS = {
     "Namespace": ("CoreV1Api", "namespace", False),
+    "Service": ("CoreV1Api", "service", True),  # a gang's headless Service (gang.py)
     "ResourceQuota": ("CoreV1Api", "resource_quota", True),
     "PersistentVolumeClaim": ("CoreV1Api", "persistent_volume_claim", True),
     "RoleBinding": ("RbacAuthorizationV1Api", "role_binding", True),

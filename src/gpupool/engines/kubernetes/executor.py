@@ -14,6 +14,9 @@
   requeued, and the engine re-reads its nodes (`on_rejected`).
 - `stop` deletes the pod with the grace period; `tick` force-deletes (grace 0) what is still
   there once the grace has passed on the executor's clock.
+- A multi-node allocation (a gang) is one pod per node plus a headless Service
+  (`gang.build_gang`, which says why not an Indexed Job); its state is all its pods' together
+  (`gang.gang_view`), and stop, reject and prune act on all of them and the Service.
 - `pod_workloads` maps pod UIDs to gpupool's pods (from `start` and the last list) and to
   the other pods the engine's inventory listed in every namespace (`note_cluster_pods`), so
   the server attributes the processes the agents report per pod.
@@ -29,8 +32,9 @@ from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
-from gpupool.engines.kubernetes.client import KubeApi, KubeError
+from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -64,6 +68,17 @@ class _Known:
     finished_at: float | None = None
     final: ExecStatus | None = None
     enforcement: dict[str, Enforcement] = field(default_factory=dict)
+    #: a gang: its pods' names in rank order (`name` is rank 0) and their last listed pods;
+    #: `pod` is then the pod standing for the whole gang (gang.gang_view)
+    members: tuple[str, ...] = ()
+    member_pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    service: str = ""
+
+    def pods(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """(name, last listed pod) of each of its pods."""
+        if not self.members:
+            return [(self.name, self.pod)]
+        return [(n, self.member_pods.get(n)) for n in self.members]
 
 
 def _started_at(pod: Mapping[str, Any], default: float) -> float:
@@ -140,6 +155,7 @@ class KubernetesExecutor(Executor):
     pod that stayed Pending is given up (the engine re-reads that node's capacity)."""
 
     name = "kubernetes"
+    multi_node = True  # one pod per node, a headless Service (engines.kubernetes.gang)
     adopts_work = True
 
     def __init__(
@@ -166,6 +182,13 @@ class KubernetesExecutor(Executor):
         #: pod UID -> pod, rebuilt whole (never mutated: request threads read it)
         self._own_pods: dict[str, PodRef] = {}
         self._other_pods: dict[str, PodRef] = {}
+        self._objects: ObjectApi | None = None
+
+    @property
+    def objects(self) -> ObjectApi:
+        if self._objects is None:
+            self._objects = ObjectApi(self.api)
+        return self._objects
 
     # -- start -------------------------------------------------------------------------
     def start(
@@ -176,6 +199,8 @@ class KubernetesExecutor(Executor):
         env: Mapping[str, str] | None = None,
         unix_user: str | None = None,
     ) -> Handle:
+        if allocation is not None and allocation.multi_node:
+            return self._start_gang(workload, allocation, env)
         node = allocation.node if allocation is not None else None
         now = self.clock.now()
         enforcement: dict[str, Enforcement] = {}
@@ -221,6 +246,70 @@ class KubernetesExecutor(Executor):
             self._own_pods = {**self._own_pods, uid: PodRef(ns, name, workload.id)}
         return Handle(workload.id, self.name, f"{ns}/{name}", now, enforcement)
 
+    def _start_gang(
+        self, workload: Workload, allocation: Allocation, env: Mapping[str, str] | None
+    ) -> Handle:
+        """The gang's Service, then its pods in rank order; a refusal after some were
+        created deletes what was made (all or nothing)."""
+        now = self.clock.now()
+
+        def resources(part: Allocation) -> tuple[dict[str, str], Enforcement | None]:
+            alloc_res, replicas = self.allocatable(part.node)
+            return m.gpu_resources(part, alloc_res, replicas)
+
+        try:
+            svc, pods, enforcement = g.build_gang(
+                workload, allocation, self.settings, resources, now, env
+            )
+        except m.ManifestError as e:
+            raise StartError(str(e), permanent=True) from None
+        ns = svc["metadata"]["namespace"]
+        names = tuple(p["metadata"]["name"] for p in pods)
+        try:
+            if ns not in self._namespaces:
+                self.api.ensure_namespace(m.namespace_manifest(ns, workload.tenant))
+                self._namespaces.add(ns)
+            made = g.create_all(
+                self.api,
+                self.objects,
+                svc,
+                pods,
+                lambda name: self._adopt_existing(workload.id, ns, name),
+            )
+        except KubeError as e:
+            if e.status == 403 and "exceeded quota" in str(e):
+                raise StartError(
+                    f"the namespace {ns}'s ResourceQuota refused a pod of the gang ({e}); "
+                    "gpupool retries; raise the quota to at least the tenant's GPU limit"
+                ) from None
+            raise StartError(f"Kubernetes refused the gang {ns}/{names[0]}: {e}") from None
+        k = self._known[workload.id] = _Known(
+            ns,
+            names[0],
+            now,
+            allocation.node,
+            g.gang_view(made, len(names)),
+            enforcement=enforcement,
+            members=names,
+            member_pods={p["metadata"]["name"]: p for p in made},
+            service=svc["metadata"]["name"],
+        )
+        self._stops.pop(workload.id, None)
+        own = dict(self._own_pods)
+        for p in made:
+            uid = (p.get("metadata") or {}).get("uid")
+            if uid:
+                own[uid] = PodRef(ns, p["metadata"]["name"], workload.id)
+        self._own_pods = own
+        return Handle(workload.id, self.name, f"{ns}/{k.name}", now, enforcement)
+
+    def _delete_all(self, k: _Known, grace: int) -> None:
+        """Delete its pod (a gang: every pod and the Service); raises KubeError."""
+        for name, _ in k.pods():
+            self.api.delete_pod(k.namespace, name, grace)
+        if k.service:
+            self.objects.delete("Service", k.namespace, k.service)
+
     def _adopt_existing(self, workload_id: str, ns: str, name: str) -> dict[str, Any]:
         existing = self.api.get_pod(ns, name)
         labels = (existing or {}).get("metadata", {}).get("labels") or {}
@@ -238,12 +327,16 @@ class KubernetesExecutor(Executor):
         self._listed = True
         now = self.clock.now()
         seen: set[str] = set()
+        gangs: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
             meta = pod.get("metadata") or {}
             wid = (meta.get("annotations") or {}).get(m.WORKLOAD)
             if not wid:
                 continue
             seen.add(wid)
+            if g.gang_size(pod) > 1:
+                gangs.setdefault(wid, []).append(pod)
+                continue
             k = self._known.get(wid)
             if k is None:
                 k = self._known[wid] = _Known(
@@ -254,6 +347,8 @@ class KubernetesExecutor(Executor):
             st = status_of(wid, pod)
             if st.state.finished and k.finished_at is None:
                 k.finished_at = now
+        for wid, members in gangs.items():
+            self._note_gang(wid, members, now)
         for wid, k in self._known.items():
             if wid not in seen and k.pod is not None and k.final is None:
                 k.final = self._vanished(wid, k)
@@ -261,10 +356,41 @@ class KubernetesExecutor(Executor):
                 k.finished_at = k.finished_at or now
         own: dict[str, PodRef] = {}
         for wid, k in self._known.items():
-            uid = ((k.pod or {}).get("metadata") or {}).get("uid")
-            if uid:
-                own[uid] = PodRef(k.namespace, k.name, wid)
+            for name, member in k.pods():
+                uid = ((member or {}).get("metadata") or {}).get("uid")
+                if uid and member is not None:
+                    own[uid] = PodRef(k.namespace, name, wid)
         self._own_pods = own
+
+    def _note_gang(self, wid: str, members: list[dict[str, Any]], now: float) -> None:
+        """Take in a gang's listed pods (adopting it if new); once one pod failed, the
+        others are deleted: a gang never runs in part."""
+        size = g.gang_size(members[0])
+        k = self._known.get(wid)
+        if k is None:
+            meta = members[0].get("metadata") or {}
+            names = tuple(g.member_name(wid, r) for r in range(size))
+            k = self._known[wid] = _Known(
+                meta.get("namespace", ""),
+                names[0],
+                _started_at(members[0], now),
+                members=names,
+                service=g.service_name(wid),
+            )
+        k.member_pods = {(p.get("metadata") or {}).get("name", ""): p for p in members}
+        k.pod = g.gang_view(members, size)
+        head = k.member_pods.get(k.name)
+        k.node = k.node or (_node_of(head) if head else None)
+        st = status_of(wid, k.pod)
+        if st.state.finished and k.finished_at is None:
+            k.finished_at = now
+        if st.state is ExecState.FAILED:
+            for name, pod in k.pods():
+                if pod is not None and status_of(wid, pod).state.alive:
+                    try:
+                        self.api.delete_pod(k.namespace, name, self.settings.grace_s)
+                    except KubeError as e:
+                        log.warning("stopping pod %s/%s of a failed gang: %s", k.namespace, name, e)
 
     def note_cluster_pods(self, pods: list[dict[str, Any]]) -> None:
         """Remember the pods of every namespace (the inventory's list) by UID, so a process
@@ -350,7 +476,7 @@ class KubernetesExecutor(Executor):
             if k is None or k.pod is None or stop.forced or now < stop.due_at:
                 continue
             try:
-                self.api.delete_pod(k.namespace, k.name, 0)
+                self._delete_all(k, 0)
                 stop.forced = True
             except KubeError as e:
                 log.warning("force-deleting pod %s/%s failed: %s", k.namespace, k.name, e)
@@ -372,7 +498,7 @@ class KubernetesExecutor(Executor):
         reason = pending_reason(pod, events)
         waited = int(now - k.started_at)
         try:
-            self.api.delete_pod(k.namespace, k.name, 0)
+            self._delete_all(k, 0)
         except KubeError as e:
             log.warning("deleting the stuck pod %s/%s failed: %s", k.namespace, k.name, e)
             return
@@ -394,7 +520,7 @@ class KubernetesExecutor(Executor):
             return
         grace = max(0, math.ceil(grace_s))
         try:
-            self.api.delete_pod(k.namespace, k.name, grace)
+            self._delete_all(k, grace)
         except KubeError as e:
             raise ExecutorError(f"deleting pod {k.namespace}/{k.name} failed: {e}") from None
         self._stops[workload_id] = _Stop(reason, self.clock.now() + grace_s, forced=grace == 0)
@@ -408,8 +534,14 @@ class KubernetesExecutor(Executor):
         for wid, k in self._known.items():
             if k.pod is None or not status_of(wid, k.pod).state.alive:
                 continue
-            ann = (k.pod.get("metadata") or {}).get("annotations") or {}
-            uuids = tuple(u for u in ann.get(m.UUIDS, "").split(",") if u)
+            uuids = tuple(
+                u
+                for _, pod in k.pods()
+                for u in (((pod or {}).get("metadata") or {}).get("annotations") or {})
+                .get(m.UUIDS, "")
+                .split(",")
+                if u
+            )
             out.append(
                 RunningProcess(wid, f"{k.namespace}/{k.name}", k.started_at, k.namespace, uuids)
             )
@@ -420,7 +552,14 @@ class KubernetesExecutor(Executor):
         if k is None:
             raise ExecutorError(f"no pod is known for workload {workload_id}")
         try:
-            return self.api.pod_log(k.namespace, k.name, tail)
+            if not k.members:
+                return self.api.pod_log(k.namespace, k.name, tail)
+            parts = []
+            for rank, name in enumerate(k.members):
+                parts.append(
+                    f"== rank {rank} ({name}) ==\n" + self.api.pod_log(k.namespace, name, tail)
+                )
+            return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
         except KubeError as e:
             raise ExecutorError(
                 f"reading the log of pod {k.namespace}/{k.name} failed: {e}"
@@ -435,7 +574,7 @@ class KubernetesExecutor(Executor):
                 continue
             if k.pod is not None:
                 try:
-                    self.api.delete_pod(k.namespace, k.name, 0)
+                    self._delete_all(k, 0)
                 except KubeError:
                     continue
             del self._known[wid]
@@ -449,7 +588,11 @@ class KubernetesExecutor(Executor):
         for k in self._known.values():
             if k.pod is None or k.final is not None or not k.node:
                 continue
-            ann = (k.pod.get("metadata") or {}).get("annotations") or {}
-            idx = {int(i) for i in ann.get(m.GPUS, "").split(",") if i.strip().isdigit()}
-            out.setdefault(k.node, set()).update(idx)
+            for _, pod in k.pods():
+                node = k.node if not k.members else (_node_of(pod) if pod else None)
+                if pod is None or not node:
+                    continue
+                ann = (pod.get("metadata") or {}).get("annotations") or {}
+                idx = {int(i) for i in ann.get(m.GPUS, "").split(",") if i.strip().isdigit()}
+                out.setdefault(node, set()).update(idx)
         return out

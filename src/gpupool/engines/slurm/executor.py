@@ -6,6 +6,15 @@
            --gres=gpu:<type>:<n> --account=<tenant's account> --uid=<owner> --gid=<owner's>
            --output=<output dir>/<id>.out --open-mode=append --export=ALL [--time=<min>]
 
+A multi-node allocation (a gang) is one job on the nodes gpupool chose, GPUs per node::
+
+    sbatch ... --nodes=<N> --nodelist=<node>,<node>,... --ntasks-per-node=1 --gres=gpu:<type>:<G>
+
+and its script runs the command once per node through ``srun --kill-on-bad-exit=1`` (one
+node failing ends them all) with the environment of `executors.gangenv`: ``MASTER_ADDR`` is
+Slurm's first node of the job (where the batch script runs), ``NODE_RANK`` Slurm's
+``SLURM_NODEID``. Its state is the state of the whole job.
+
 (`--uid`/`--gid` when gpupool runs as root: the job runs as the owner's own Unix account,
 never root, resolved as the local executor does, `executors.accounts`). The script `exec`s the
 workload's command; its environment is the local executor's allowlist (`executors.jobenv`).
@@ -54,6 +63,7 @@ from gpupool.executors.base import (
     RunningProcess,
     StartError,
 )
+from gpupool.executors.gangenv import gang_env
 from gpupool.executors.jobenv import job_environment, passed_names
 
 log = logging.getLogger(__name__)
@@ -107,6 +117,22 @@ def exit_code_of(record: Mapping[str, Any]) -> int | None:
     return code >> 8
 
 
+def gang_script(allocation: Allocation, command: tuple[str, ...] | list[str]) -> str:
+    """The batch script of a multi-node job: the gang environment, then the command once per
+    node (srun), each with its NODE_RANK."""
+    env = gang_env(allocation, master_addr="__NODE0__")
+    exports = " ".join(
+        f'{k}="${{SLURMD_NODENAME:-$(hostname)}}"' if v == "__NODE0__" else f"{k}={shlex.quote(v)}"
+        for k, v in env.items()
+    )
+    per_node = 'NODE_RANK="$SLURM_NODEID"; export NODE_RANK; exec "$@"'
+    run = shlex.join(
+        ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1", "sh", "-c", per_node, "gpupool"]
+        + list(command)
+    )
+    return f"#!/bin/sh\nexport {exports}\nexec {run}\n"
+
+
 class SlurmExecutor(Executor):
     """Runs workloads as Slurm batch jobs (see the module docstring).
 
@@ -116,6 +142,7 @@ class SlurmExecutor(Executor):
     """
 
     name = "slurm"
+    multi_node = True  # sbatch --nodes=N --nodelist=<the nodes gpupool chose>
     adopts_work = True
 
     def __init__(
@@ -202,7 +229,12 @@ class SlurmExecutor(Executor):
             "--export=ALL",
             f"--chdir={account.home if os.path.isdir(account.home) else '/tmp'}",
         ]
-        if allocation is not None:
+        gang = allocation is not None and allocation.multi_node
+        if allocation is not None and gang:
+            nodes = allocation.nodes
+            args += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}"]
+            args.append("--ntasks-per-node=1")
+        elif allocation is not None:
             args.append(f"--nodelist={allocation.node}")
         migs = [s for s in shares if s.mig_profile is not None]
         if migs:  # one MIG instance: Slurm binds it (MIG devices are GRES types)
@@ -211,7 +243,7 @@ class SlurmExecutor(Executor):
         elif shares:
             types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
             typ = types.pop() if len(types) == 1 else None
-            n = len(shares)
+            n = len(allocation.on_node(allocation.node)) if allocation is not None else len(shares)
             args.append(f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}")
         if self.partition:
             args.append(f"--partition={self.partition}")
@@ -226,7 +258,10 @@ class SlurmExecutor(Executor):
             injected={"GPUPOOL_WORKLOAD_ID": workload.id},
             passed=passed_names(os.environ.get("GPUPOOL_JOB_ENV_PASS", "")),
         )
-        script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
+        if allocation is not None and gang:
+            script = gang_script(allocation, workload.command)
+        else:
+            script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
         try:
             job_id = self.cli.sbatch(args, script, job_env, cwd="/")
         except SlurmError as e:

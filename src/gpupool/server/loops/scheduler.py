@@ -64,6 +64,9 @@ class CycleReport:
 def _describe(a: Allocation) -> str:
     if not a.shares:
         return f"on {a.node} (CPU only)"
+    if a.multi_node:
+        per = len(a.on_node(a.node))
+        return f"on {len(a.nodes)} nodes, {per} GPUs each: {', '.join(a.nodes)}"
     gpus = ", ".join(
         f"GPU {s.gpu_index}" + ("" if s.whole else f" ({s.milli / 1000:g}, {s.enforcement})")
         for s in a.shares

@@ -110,7 +110,7 @@ class TelemetryLoop(Loop):
 
     def _allocations(self) -> list[Allocation]:
         with self.ctx.store.read() as s:
-            return [a for a in AllocationRepo(s).active() if a.node == self.node]
+            return [a for a in AllocationRepo(s).active() if self.node in a.nodes]
 
     # -- the pass ----------------------------------------------------------------------------
     def run_once(self) -> list[Detection]:

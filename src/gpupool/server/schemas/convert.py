@@ -35,8 +35,23 @@ from gpupool.store import WorkloadRecord
 
 def request_from_in(r: ResourcesIn) -> Request:
     """Build a domain Request; domain rules raise ValidationError naming the field."""
+    gpus = r.gpus
+    if r.gpus_per_node is not None:
+        if gpus and gpus != r.nodes * r.gpus_per_node:
+            raise ValidationError(
+                f"gpus {gpus} is not nodes x gpus_per_node ({r.nodes * r.gpus_per_node}); "
+                "give gpus_per_node alone",
+                "gpus",
+            )
+        gpus = r.nodes * r.gpus_per_node
+    elif r.nodes > 1 and not gpus:
+        raise ValidationError(
+            f"a request across {r.nodes} nodes needs gpus_per_node (whole GPUs on each node)",
+            "gpus_per_node",
+        )
     return Request(
-        gpus=r.gpus,
+        gpus=gpus,
+        nodes=r.nodes,
         gpu_milli=0 if r.gpu_fraction is None else _fraction_milli(r.gpu_fraction),
         gpu_memory_mib=r.gpu_memory_mib,
         gpu_model=r.gpu_model,
@@ -60,6 +75,8 @@ def request_out(r: Request) -> RequestOut:
     return RequestOut(
         gpus=r.gpus,
         gpu_fraction=r.gpu_milli / MILLI_PER_GPU if r.gpu_milli else None,
+        nodes=r.nodes,
+        gpus_per_node=r.gpus_per_node,
         gpu_memory_mib=r.gpu_memory_mib,
         gpu_model=r.gpu_model,
         cpus=r.cpu_milli / 1000,
@@ -85,6 +102,7 @@ def share_out(s: Share) -> ShareOut:
 def allocation_out(a: Allocation, released_at: float | None = None) -> AllocationOut:
     return AllocationOut(
         node=a.node,
+        nodes=list(a.nodes),
         since=a.since,
         released_at=released_at,
         gpu_uuids=list(a.gpu_uuids),

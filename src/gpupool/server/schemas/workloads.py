@@ -27,10 +27,14 @@ State = Literal[
 
 class ResourcesIn(In):
     """What to run on. Either `gpus` (whole GPUs), `gpu_fraction` (0 < f < 1 of one GPU) or
-    `mig` (one MIG instance of that profile, e.g. `1g.10gb`, on a GPU in `mig` mode)."""
+    `mig` (one MIG instance of that profile, e.g. `1g.10gb`, on a GPU in `mig` mode).
+    Across several nodes: `nodes` and `gpus_per_node` (whole GPUs on each; `gpus` may be left
+    out or be nodes x gpus_per_node); `cpus` and `memory_mib` are then per node."""
 
     gpus: int = Field(default=0, ge=0, le=1024)
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
+    nodes: int = Field(default=1, ge=1, le=1024)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=1024)
     gpu_memory_mib: int = Field(default=0, ge=0, le=1 << 24)
     gpu_model: str | None = Field(default=None, min_length=1, max_length=128)
     cpus: float = Field(default=0, ge=0, le=100_000)
@@ -54,8 +58,11 @@ class WorkloadIn(ResourcesIn):
 
 
 class RequestOut(Out):
+    #: whole GPUs in all (nodes x gpus_per_node)
     gpus: int
     gpu_fraction: float | None
+    nodes: int = 1
+    gpus_per_node: int = 0
     gpu_memory_mib: int
     gpu_model: str | None
     cpus: float
@@ -77,7 +84,9 @@ class ShareOut(Out):
 
 
 class AllocationOut(Out):
+    #: rank 0's node (a multi-node allocation: `nodes` lists all, rank order)
     node: str
+    nodes: list[str] = Field(default_factory=list)
     since: float
     released_at: float | None = None
     gpu_uuids: list[str]

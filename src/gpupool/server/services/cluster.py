@@ -122,7 +122,7 @@ def set_node_state(ctx: AppContext, p: Principal, name: str, state: str) -> Node
 def delete_node(ctx: AppContext, p: Principal, name: str) -> None:
     p.require_admin("remove nodes")
     with ctx.store.read() as s:
-        busy = [a for a in AllocationRepo(s).active() if a.node == name]
+        busy = [a for a in AllocationRepo(s).active() if name in a.nodes]
     if busy:
         from gpupool.store import Conflict
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpupool.domain import WorkloadKind
+from gpupool.domain import ValidationError, WorkloadKind
 from gpupool.domain.profiles import Profile
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
@@ -36,6 +36,12 @@ def save_profile(
     ctx: AppContext, p: Principal, name: str, body: ProfileSpecIn, *, create: bool
 ) -> ProfileOut:
     p.require_admin("define profiles")
+    if body.nodes > 1:
+        raise ValidationError(
+            "a profile is one node's resources; submit multi-node jobs with nodes and "
+            "gpus_per_node instead",
+            "nodes",
+        )
     prof = Profile(
         name=name,
         request=request_from_in(body),

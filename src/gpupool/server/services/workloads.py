@@ -106,6 +106,23 @@ def check_can_ever_run(req: Request, tenant: str, tree: TenantTree, nodes: list[
     )
 
 
+def check_multi_node(req: Request, kind: WorkloadKind, supported: bool, engine: str) -> None:
+    """Raise ValidationError for a multi-node request the engine or the kind cannot run."""
+    if req.nodes == 1:
+        return
+    if kind is WorkloadKind.NOTEBOOK:
+        raise ValidationError(
+            "a notebook runs on one node; submit a job for work across several nodes", "nodes"
+        )
+    if not supported:
+        raise ValidationError(
+            f"this gpupool runs work with the {engine} engine, on one node; a request across "
+            f"{req.nodes} nodes needs the slurm or kubernetes engine — ask for nodes: 1 "
+            "(at most one node's GPUs)",
+            "nodes",
+        )
+
+
 def _pick_tenant(p: Principal, tree: TenantTree, asked: str | None) -> str:
     if asked is not None:
         if asked not in tree:
@@ -178,6 +195,7 @@ def submit(
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
             )
+        check_multi_node(req, kind, ctx.executor.multi_node, ctx.executor.name)
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
         check_can_ever_run(req, tenant, tree, nodes)
     w = Workload(
