@@ -430,6 +430,8 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
         ctx.loops.add(CullerLoop(ctx))
         ctx.loops.add(AccountingLoop(ctx))
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
+    if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken
+        engine.follow(ctx.loops.wake)
 
 
 def _start_workers(system: System) -> WorkerPool:

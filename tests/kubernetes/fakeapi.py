@@ -11,6 +11,10 @@ kube-scheduler's and the kubelet's part is scripted by the test through `FakeKub
 pod, set its phase, exit code, events; make a node NotReady or cordoned; delete a pod
 behind gpupool's back).
 
+Pods and nodes can be watched (`?watch=true`, `fakeapi_watch.py`): every change below is
+recorded with its resourceVersion, and `compact()`, `end_watches()`, `fail_watches(n)`
+script 410 Gone, a dropped stream and a failing API server (see there).
+
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
 """
@@ -30,6 +34,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.kubernetes.fakeapi_objects import object_routes
+from tests.kubernetes.fakeapi_watch import WatchHub
 from tests.support import ServedApp
 
 GPU = "nvidia.com/gpu"
@@ -133,6 +138,7 @@ class FakeKube:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
         self._rv = itertools.count(1)
+        self.watch = WatchHub(self)
         self.port = 0
         self._served: ServedApp | None = None
 
@@ -179,6 +185,42 @@ class FakeKube:
     def rv(self) -> str:
         return str(next(self._rv))
 
+    def latest_rv(self) -> int:
+        """The newest resourceVersion handed out."""
+        with self.lock:
+            return int(self.rv())
+
+    def compact(self) -> int:
+        return self.watch.compact()
+
+    def end_watches(self) -> None:
+        self.watch.end_watches()
+
+    def fail_watches(self, n: int) -> None:
+        self.watch.fail_watches(n)
+
+    def pause_watches(self) -> None:
+        self.watch.pause()
+
+    def resume_watches(self) -> None:
+        self.watch.resume()
+
+    def _touch_node(self, name: str, before: dict[str, Any] | None) -> None:
+        node = self.nodes[name]
+        node["metadata"]["resourceVersion"] = self.rv()
+        self.watch.changed("nodes", before, node)
+
+    def _touch_pod(self, key: tuple[str, str], before: dict[str, Any] | None) -> None:
+        """Record a pod's change (under the lock): new version, watchers told; a pod no
+        longer stored is a deletion."""
+        pod = self.pods.get(key)
+        if pod is None:
+            if before is not None:
+                self.watch.changed("pods", before, None)
+            return
+        pod["metadata"]["resourceVersion"] = self.rv()
+        self.watch.changed("pods", before, pod)
+
     def add_node(
         self,
         name: str,
@@ -190,6 +232,7 @@ class FakeKube:
     ) -> None:
         alloc = {"cpu": "16", "memory": "64Gi", GPU: str(gpus), **(extra or {})}
         with self.lock:
+            before = copy.deepcopy(self.nodes.get(name))
             self.nodes[name] = {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -206,16 +249,21 @@ class FakeKube:
                     "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                 },
             }
+            self._touch_node(name, before)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         with self.lock:
+            before = copy.deepcopy(self.nodes[name])
             self.nodes[name]["status"]["conditions"] = [
                 {"type": "Ready", "status": "True" if ready else "False"}
             ]
+            self._touch_node(name, before)
 
     def cordon(self, name: str, cordoned: bool = True) -> None:
         with self.lock:
+            before = copy.deepcopy(self.nodes[name])
             self.nodes[name]["spec"]["unschedulable"] = cordoned
+            self._touch_node(name, before)
 
     def add_quota(self, namespace: str, name: str, gpus: int) -> None:
         with self.lock:
@@ -254,7 +302,7 @@ class FakeKube:
         """What kube-scheduler and the kubelet would do: bind, run, terminate."""
         with self.lock:
             p = self.pods[(namespace, name)]
-            p["metadata"]["resourceVersion"] = self.rv()
+            before = copy.deepcopy(p)
             if node is not None:
                 p["spec"]["nodeName"] = node
             st = p.setdefault("status", {})
@@ -284,11 +332,13 @@ class FakeKube:
                     "state": state,
                 }
             ]
+            self._touch_pod((namespace, name), before)
 
     def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """kube-scheduler could not place it: a PodScheduled=False condition and an event."""
         with self.lock:
             p = self.pods[(namespace, name)]
+            before = copy.deepcopy(p)
             p.setdefault("status", {})["conditions"] = [
                 {
                     "type": "PodScheduled",
@@ -297,6 +347,7 @@ class FakeKube:
                     "message": message,
                 }
             ]
+            self._touch_pod((namespace, name), before)
             self.add_event(namespace, name, "FailedScheduling", message)
 
     def add_event(self, namespace: str, pod: str, reason: str, message: str) -> None:
@@ -317,7 +368,8 @@ class FakeKube:
     def vanish(self, namespace: str, name: str) -> None:
         """Delete a pod behind gpupool's back (kubectl delete --force)."""
         with self.lock:
-            self.pods.pop((namespace, name), None)
+            before = self.pods.pop((namespace, name), None)
+            self._touch_pod((namespace, name), before)
 
     def write_log(self, namespace: str, name: str, text: str) -> None:
         with self.lock:
@@ -334,7 +386,9 @@ class FakeKube:
         pod.setdefault("apiVersion", "v1")
         pod.setdefault("kind", "Pod")
         pod.setdefault("status", {}).setdefault("phase", "Pending")
+        before = self.pods.get((ns, meta["name"]))
         self.pods[(ns, meta["name"])] = pod
+        self._touch_pod((ns, meta["name"]), copy.deepcopy(before))
         return pod
 
     def _quota_refusal(self, ns: str, pod: dict[str, Any]) -> str | None:
@@ -358,11 +412,26 @@ class FakeKube:
 
     def app(self) -> Starlette:
         def record(request: Request) -> None:
-            self.requests.append((request.method, request.url.path))
+            watch = request.query_params.get("watch") in ("true", "True", "1")
+            self.requests.append(("WATCH" if watch else request.method, request.url.path))
+
+        def node_matches(n: dict[str, Any], q: Any) -> bool:
+            return _match_labels(n["metadata"].get("labels") or {}, q.get("labelSelector"))
+
+        def pod_matches(p: dict[str, Any], q: Any) -> bool:
+            labels = p["metadata"].get("labels") or {}
+            return _match_labels(labels, q.get("labelSelector")) and _match_fields(
+                p, q.get("fieldSelector")
+            )
+
+        def watching(request: Request) -> bool:
+            return request.query_params.get("watch") in ("true", "True", "1")
 
         async def nodes(request: Request) -> Response:
             record(request)
             q = request.query_params
+            if watching(request):
+                return self.watch.response("nodes", request, node_matches)
             with self.lock:
                 items = [
                     copy.deepcopy(n)
@@ -424,6 +493,8 @@ class FakeKube:
 
         async def all_pods(request: Request) -> Response:
             record(request)
+            if watching(request):
+                return self.watch.response("pods", request, pod_matches)
             return list_pods(None, request)
 
         async def ns_pods(request: Request) -> Response:
@@ -457,6 +528,7 @@ class FakeKube:
                 patch = await request.json()
                 with self.lock:
                     pod = self.pods[key]
+                    before = copy.deepcopy(pod)
                     if isinstance(patch, list):  # JSON patch: the ops we need
                         for op in patch:
                             parts = [p for p in op["path"].split("/") if p]
@@ -472,7 +544,7 @@ class FakeKube:
                                 cur[parts[-1]] = op["value"]
                     else:
                         _merge(pod, patch)
-                    pod["metadata"]["resourceVersion"] = self.rv()
+                    self._touch_pod(key, before)
                     return JSONResponse(copy.deepcopy(pod))
             # DELETE
             grace = None
@@ -485,11 +557,13 @@ class FakeKube:
             with self.lock:
                 self.deletes.append((ns, name, grace))
                 pod = self.pods[key]
+                before = copy.deepcopy(pod)
                 if grace == 0 or pod["status"].get("phase") in ("Succeeded", "Failed", "Pending"):
                     self.pods.pop(key)
                 else:  # graceful: the kubelet sends SIGTERM; the test decides when it ends
                     pod["metadata"]["deletionTimestamp"] = "2026-11-25T10:05:00Z"
                     pod["metadata"]["deletionGracePeriodSeconds"] = grace
+                self._touch_pod(key, before)
                 return JSONResponse(copy.deepcopy(pod))
 
         async def pod_log(request: Request) -> Response:

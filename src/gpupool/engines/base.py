@@ -132,5 +132,10 @@ class Engine(ABC):
         """(line, loud) that `gpupool up` prints about this engine once it is open."""
         return []
 
+    def follow(self, wake: Callable[[str], None]) -> None:  # noqa: B027 - optional hook
+        """Start following the engine's own change feeds (the kubernetes engine's watches),
+        calling `wake(loop name)` (e.g. "reconciler", "inventory") when something changed.
+        Called once the server's loops run by themselves; not when tests drive them."""
+
     def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Stop the engine's helpers (not the work: running work keeps running)."""

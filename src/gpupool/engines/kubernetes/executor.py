@@ -8,7 +8,10 @@
 - State comes from one list of gpupool's pods (label `app.kubernetes.io/managed-by=gpupool`)
   per reconcile pass (`tick`): phase and container statuses give starting/running/succeeded/
   failed with the container's exit code; a known pod that disappeared without gpupool
-  deleting it is `lost`. No watch: list-based polling once per pass (2 s by default).
+  deleting it is `lost`. With `cache` (the engine's watch of gpupool's pods, `watch.py`) a
+  pass reads that cache and makes no request; a pod missing from it is read once (GET)
+  before it is called lost (the watch may not have shown a pod just created yet). Without,
+  one list per pass.
 - A pod still `Pending` `pending_timeout_s` (30 s) after its start is deleted and reported
   as `ExecState.REJECTED` with the reason from its conditions or events; the workload is
   requeued, and the engine re-reads its nodes (`on_rejected`).
@@ -151,6 +154,7 @@ class KubernetesExecutor(Executor):
         pending_timeout_s: float = 30.0,
         allocatable: Callable[[str], tuple[Mapping[str, str], int]] | None = None,
         on_rejected: Callable[[str | None], None] | None = None,
+        cache: Callable[[], list[dict[str, Any]] | None] | None = None,
     ):
         self.api = api
         self.clock = clock
@@ -159,6 +163,8 @@ class KubernetesExecutor(Executor):
         #: node -> (its allocatable resources, its sharing replicas), from the inventory
         self.allocatable = allocatable or (lambda node: ({}, 1))
         self.on_rejected = on_rejected or (lambda node: None)
+        #: gpupool's pods as the engine's watch holds them (None: not listed yet -> list)
+        self.cache = cache
         self._known: dict[str, _Known] = {}
         self._stops: dict[str, _Stop] = {}
         self._namespaces: set[str] = set()
@@ -230,11 +236,15 @@ class KubernetesExecutor(Executor):
 
     # -- state ---------------------------------------------------------------------------
     def refresh(self) -> None:
-        """One list of gpupool's pods: adopt what is new, note what vanished."""
-        try:
-            pods = self.api.list_pods(m.SELECTOR)
-        except KubeError as e:
-            raise ExecutorError(f"listing gpupool's pods failed: {e}") from None
+        """gpupool's pods (the watch's cache, else one list): adopt what is new, note what
+        vanished."""
+        pods = self.cache() if self.cache is not None else None
+        cached = pods is not None
+        if pods is None:
+            try:
+                pods = self.api.list_pods(m.SELECTOR)
+            except KubeError as e:
+                raise ExecutorError(f"listing gpupool's pods failed: {e}") from None
         self._listed = True
         now = self.clock.now()
         seen: set[str] = set()
@@ -256,6 +266,8 @@ class KubernetesExecutor(Executor):
                 k.finished_at = now
         for wid, k in self._known.items():
             if wid not in seen and k.pod is not None and k.final is None:
+                if cached and self._still_there(k):
+                    continue
                 k.final = self._vanished(wid, k)
                 k.pod = None
                 k.finished_at = k.finished_at or now
@@ -265,6 +277,17 @@ class KubernetesExecutor(Executor):
             if uid:
                 own[uid] = PodRef(k.namespace, k.name, wid)
         self._own_pods = own
+
+    def _still_there(self, k: _Known) -> bool:
+        """Whether a pod the watch does not show exists (read it; keep it when so)."""
+        try:
+            pod = self.api.get_pod(k.namespace, k.name)
+        except KubeError:
+            return True  # cannot tell now: ask again next pass
+        if pod is None:
+            return False
+        k.pod = pod
+        return True
 
     def note_cluster_pods(self, pods: list[dict[str, Any]]) -> None:
         """Remember the pods of every namespace (the inventory's list) by UID, so a process
