@@ -180,10 +180,10 @@ def test_tenant_namespaces_bind_pod_rules_per_namespace(helm):
         helm, {"rbac.tenantNamespaces[0]": "gpupool-a", "rbac.tenantNamespaces[1]": "gpupool-b"}
     )
     crbs = [b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")]
-    assert crbs == ["gp-gpupool-cluster"]  # nodes, namespaces, pods: list, cluster-wide
+    assert crbs == ["gp-gpupool-cluster"]  # nodes, namespaces, pods: list and watch, cluster-wide
     (cluster,) = [c for c in by_kind(objs, "ClusterRole") if c["metadata"]["name"] == crbs[0]]
     pods = [r for r in cluster["rules"] if r["resources"] == ["pods"]]
-    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     rbs = by_kind(objs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in rbs) == ["gpupool-a", "gpupool-b"]
     assert {b["roleRef"]["name"] for b in rbs} == {"gp-gpupool-workloads"}
