@@ -165,6 +165,8 @@ class KubernetesExecutor(Executor):
         self.on_rejected = on_rejected or (lambda node: None)
         #: gpupool's pods as the engine's watch holds them (None: not listed yet -> list)
         self.cache = cache
+        #: workload id -> its pod; `start` (the scheduler's thread) adds while the reconciler's
+        #: and the inventory's threads read: those iterate over copies
         self._known: dict[str, _Known] = {}
         self._stops: dict[str, _Stop] = {}
         self._namespaces: set[str] = set()
@@ -264,7 +266,7 @@ class KubernetesExecutor(Executor):
             st = status_of(wid, pod)
             if st.state.finished and k.finished_at is None:
                 k.finished_at = now
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             if wid not in seen and k.pod is not None and k.final is None:
                 if cached and self._still_there(k):
                     continue
@@ -272,7 +274,7 @@ class KubernetesExecutor(Executor):
                 k.pod = None
                 k.finished_at = k.finished_at or now
         own: dict[str, PodRef] = {}
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             uid = ((k.pod or {}).get("metadata") or {}).get("uid")
             if uid:
                 own[uid] = PodRef(k.namespace, k.name, wid)
@@ -377,7 +379,7 @@ class KubernetesExecutor(Executor):
                 stop.forced = True
             except KubeError as e:
                 log.warning("force-deleting pod %s/%s failed: %s", k.namespace, k.name, e)
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             if k.pod is None or k.final is not None or wid in self._stops:
                 continue
             if status_of(wid, k.pod).state is not ExecState.STARTING:
@@ -428,7 +430,7 @@ class KubernetesExecutor(Executor):
         if not self._listed:
             self.refresh()
         out = []
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             if k.pod is None or not status_of(wid, k.pod).state.alive:
                 continue
             ann = (k.pod.get("metadata") or {}).get("annotations") or {}
@@ -469,7 +471,7 @@ class KubernetesExecutor(Executor):
     def gpu_indexes_by_node(self) -> dict[str, set[int]]:
         """The GPU indexes gpupool's live pods hold, per node (for the inventory)."""
         out: dict[str, set[int]] = {}
-        for k in self._known.values():
+        for k in list(self._known.values()):
             if k.pod is None or k.final is not None or not k.node:
                 continue
             ann = (k.pod.get("metadata") or {}).get("annotations") or {}
