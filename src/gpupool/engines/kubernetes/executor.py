@@ -15,6 +15,9 @@
 - A pod still `Pending` `pending_timeout_s` (30 s) after its start is deleted and reported
   as `ExecState.REJECTED` with the reason from its conditions or events; the workload is
   requeued, and the engine re-reads its nodes (`on_rejected`).
+- a notebook (no command) is built from the pod template the hub's spawner sent
+  (`notebook_pods.py`, read through `pod_spec`); once its pod runs, `poll` reports its
+  `endpoint` ("http://<pod IP>:<port>") for the spawner to hand to the hub's proxy.
 - `stop` deletes the pod with the grace period; `tick` force-deletes (grace 0) what is still
   there once the grace has passed on the executor's clock.
 - `pod_workloads` maps pod UIDs to gpupool's pods (from `start` and the last list) and to
@@ -31,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
 from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes import notebook_pods as nb
 from gpupool.engines.kubernetes.client import KubeApi, KubeError
 from gpupool.executors.base import (
     ExecState,
@@ -132,7 +136,7 @@ def status_of(workload_id: str, pod: Mapping[str, Any]) -> ExecStatus:
             code = int(term.get("exitCode", 1))
             st = ExecState.SUCCEEDED if code == 0 else ExecState.FAILED
             return ExecStatus(workload_id, st, exit_code=code, message=term.get("reason", ""))
-        return ExecStatus(workload_id, ExecState.RUNNING)
+        return ExecStatus(workload_id, ExecState.RUNNING, endpoint=nb.endpoint_of(pod))
     if phase == "Unknown":
         return ExecStatus(workload_id, ExecState.RUNNING, message="the node stopped reporting")
     return ExecStatus(workload_id, ExecState.STARTING)
@@ -155,6 +159,7 @@ class KubernetesExecutor(Executor):
         allocatable: Callable[[str], tuple[Mapping[str, str], int]] | None = None,
         on_rejected: Callable[[str | None], None] | None = None,
         cache: Callable[[], list[dict[str, Any]] | None] | None = None,
+        pod_spec: Callable[[str], Mapping[str, Any] | None] | None = None,
     ):
         self.api = api
         self.clock = clock
@@ -165,6 +170,8 @@ class KubernetesExecutor(Executor):
         self.on_rejected = on_rejected or (lambda node: None)
         #: gpupool's pods as the engine's watch holds them (None: not listed yet -> list)
         self.cache = cache
+        #: a notebook's pod template (from the hub's spawner), by workload id
+        self.pod_spec = pod_spec or (lambda workload_id: None)
         #: workload id -> its pod; `start` (the scheduler's thread) adds while the reconciler's
         #: and the inventory's threads read: those iterate over copies
         self._known: dict[str, _Known] = {}
@@ -192,17 +199,26 @@ class KubernetesExecutor(Executor):
             limits, shared = m.gpu_resources(allocation, alloc_res, replicas)
             for s in allocation.shares if allocation else ():
                 enforcement[s.gpu_uuid] = shared if shared is not None else s.enforcement
-            pod = m.build_pod(
-                workload,
-                allocation,
-                self.settings,
-                node=node,
-                gpu_limits=limits,
-                enforcement=enforcement,
-                started_at=now,
-                env=env,
-            )
-        except m.ManifestError as e:
+            build: dict[str, Any] = {
+                "node": node,
+                "gpu_limits": limits,
+                "enforcement": enforcement,
+                "started_at": now,
+                "env": env,
+            }
+            if workload.kind is WorkloadKind.NOTEBOOK and not workload.command:
+                template = self.pod_spec(workload.id)
+                if template is None:
+                    raise StartError(
+                        "a notebook on Kubernetes is started by JupyterHub's gpupool "
+                        "KubeSpawner (gpupool.jupyterhub.kubespawner), which sends its pod; "
+                        "this one came without (see docs/kubernetes.md)",
+                        permanent=True,
+                    )
+                pod = nb.notebook_pod(template, workload, allocation, self.settings, **build)
+            else:
+                pod = m.build_pod(workload, allocation, self.settings, **build)
+        except (m.ManifestError, nb.TemplateError) as e:
             raise StartError(str(e), permanent=True) from None
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
