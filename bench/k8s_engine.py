@@ -46,7 +46,10 @@ def _system(  # noqa: ANN202
     s = SystemSettings(server=Settings(database_url=db, start_loops=loops), admin="admin")
     system = build_system(
         s,
-        KubernetesEngine(KubeOptions(watch=watch), api_client=kube.client()),
+        # pods left Pending through the idle minute must not be given up meanwhile
+        KubernetesEngine(
+            KubeOptions(watch=watch, pending_timeout_s=3600.0), api_client=kube.client()
+        ),
         clock=SystemClock() if loops else ManualClock(1_780_000_000.0),
     )
     token = issue_token(system.ctx, "admin", "bench", None).token

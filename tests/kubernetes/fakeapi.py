@@ -298,6 +298,7 @@ class FakeKube:
         node: str | None = None,
         exit_code: int | None = None,
         reason: str | None = None,
+        pod_ip: str | None = None,
     ) -> None:
         """What kube-scheduler and the kubelet would do: bind, run, terminate."""
         with self.lock:
@@ -308,6 +309,8 @@ class FakeKube:
             st = p.setdefault("status", {})
             st["phase"] = phase
             cname = p["spec"]["containers"][0]["name"]
+            if pod_ip is not None:
+                st["podIP"] = pod_ip
             if phase == "Running":
                 st["startTime"] = "2026-11-25T10:00:00Z"
                 state: dict[str, Any] = {"running": {"startedAt": "2026-11-25T10:00:01Z"}}
