@@ -12,8 +12,8 @@ pod, set its phase, exit code, events; make a node NotReady or cordoned; delete 
 behind gpupool's back).
 
 Pods and nodes can be watched (`?watch=true`, `fakeapi_watch.py`): every change below is
-recorded with its resourceVersion, and `compact()`, `end_watches()`, `fail_watches(n)`
-script 410 Gone, a dropped stream and a failing API server (see there).
+recorded with its resourceVersion; `kube.watch` scripts 410 Gone, dropped and failing
+streams and a watcher left behind (see there).
 
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
@@ -185,41 +185,9 @@ class FakeKube:
     def rv(self) -> str:
         return str(next(self._rv))
 
-    def latest_rv(self) -> int:
-        """The newest resourceVersion handed out."""
-        with self.lock:
-            return int(self.rv())
-
-    def compact(self) -> int:
-        return self.watch.compact()
-
     def end_watches(self) -> None:
+        """End every open watch stream (see `self.watch` for the other controls)."""
         self.watch.end_watches()
-
-    def fail_watches(self, n: int) -> None:
-        self.watch.fail_watches(n)
-
-    def pause_watches(self) -> None:
-        self.watch.pause()
-
-    def resume_watches(self) -> None:
-        self.watch.resume()
-
-    def _touch_node(self, name: str, before: dict[str, Any] | None) -> None:
-        node = self.nodes[name]
-        node["metadata"]["resourceVersion"] = self.rv()
-        self.watch.changed("nodes", before, node)
-
-    def _touch_pod(self, key: tuple[str, str], before: dict[str, Any] | None) -> None:
-        """Record a pod's change (under the lock): new version, watchers told; a pod no
-        longer stored is a deletion."""
-        pod = self.pods.get(key)
-        if pod is None:
-            if before is not None:
-                self.watch.changed("pods", before, None)
-            return
-        pod["metadata"]["resourceVersion"] = self.rv()
-        self.watch.changed("pods", before, pod)
 
     def add_node(
         self,
@@ -249,7 +217,7 @@ class FakeKube:
                     "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                 },
             }
-            self._touch_node(name, before)
+            self.watch.touch_node(name, before)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         with self.lock:
@@ -257,13 +225,13 @@ class FakeKube:
             self.nodes[name]["status"]["conditions"] = [
                 {"type": "Ready", "status": "True" if ready else "False"}
             ]
-            self._touch_node(name, before)
+            self.watch.touch_node(name, before)
 
     def cordon(self, name: str, cordoned: bool = True) -> None:
         with self.lock:
             before = copy.deepcopy(self.nodes[name])
             self.nodes[name]["spec"]["unschedulable"] = cordoned
-            self._touch_node(name, before)
+            self.watch.touch_node(name, before)
 
     def add_quota(self, namespace: str, name: str, gpus: int) -> None:
         with self.lock:
@@ -335,7 +303,7 @@ class FakeKube:
                     "state": state,
                 }
             ]
-            self._touch_pod((namespace, name), before)
+            self.watch.touch_pod((namespace, name), before)
 
     def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """kube-scheduler could not place it: a PodScheduled=False condition and an event."""
@@ -350,7 +318,7 @@ class FakeKube:
                     "message": message,
                 }
             ]
-            self._touch_pod((namespace, name), before)
+            self.watch.touch_pod((namespace, name), before)
             self.add_event(namespace, name, "FailedScheduling", message)
 
     def add_event(self, namespace: str, pod: str, reason: str, message: str) -> None:
@@ -372,7 +340,7 @@ class FakeKube:
         """Delete a pod behind gpupool's back (kubectl delete --force)."""
         with self.lock:
             before = self.pods.pop((namespace, name), None)
-            self._touch_pod((namespace, name), before)
+            self.watch.touch_pod((namespace, name), before)
 
     def write_log(self, namespace: str, name: str, text: str) -> None:
         with self.lock:
@@ -391,7 +359,7 @@ class FakeKube:
         pod.setdefault("status", {}).setdefault("phase", "Pending")
         before = self.pods.get((ns, meta["name"]))
         self.pods[(ns, meta["name"])] = pod
-        self._touch_pod((ns, meta["name"]), copy.deepcopy(before))
+        self.watch.touch_pod((ns, meta["name"]), copy.deepcopy(before))
         return pod
 
     def _quota_refusal(self, ns: str, pod: dict[str, Any]) -> str | None:
@@ -547,7 +515,7 @@ class FakeKube:
                                 cur[parts[-1]] = op["value"]
                     else:
                         _merge(pod, patch)
-                    self._touch_pod(key, before)
+                    self.watch.touch_pod(key, before)
                     return JSONResponse(copy.deepcopy(pod))
             # DELETE
             grace = None
@@ -566,7 +534,7 @@ class FakeKube:
                 else:  # graceful: the kubelet sends SIGTERM; the test decides when it ends
                     pod["metadata"]["deletionTimestamp"] = "2026-11-25T10:05:00Z"
                     pod["metadata"]["deletionGracePeriodSeconds"] = grace
-                self._touch_pod(key, before)
+                self.watch.touch_pod(key, before)
                 return JSONResponse(copy.deepcopy(pod))
 
         async def pod_log(request: Request) -> Response:

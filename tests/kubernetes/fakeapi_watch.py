@@ -62,6 +62,23 @@ class WatchHub:
             self.history.append((rv, resource, before, copy.deepcopy(after)))
         self._notify()
 
+    def touch_node(self, name: str, before: dict[str, Any] | None) -> None:
+        """Record a node's change (under the kube's lock): a new version, watchers told."""
+        node = self.kube.nodes[name]
+        node["metadata"]["resourceVersion"] = self.kube.rv()
+        self.changed("nodes", before, node)
+
+    def touch_pod(self, key: tuple[str, str], before: dict[str, Any] | None) -> None:
+        """Record a pod's change (under the kube's lock); a pod no longer stored is a
+        deletion."""
+        pod = self.kube.pods.get(key)
+        if pod is None:
+            if before is not None:
+                self.changed("pods", before, None)
+            return
+        pod["metadata"]["resourceVersion"] = self.kube.rv()
+        self.changed("pods", before, pod)
+
     def _notify(self) -> None:
         for loop, event in list(self._waiters):
             with contextlib.suppress(RuntimeError):

@@ -111,12 +111,12 @@ def test_410_in_the_middle_relists_with_no_lost_or_repeated_change(kube, informe
     _watching(kube)
     kube.set_phase(NS, "a", "Running", node="n1")
     wait_for(lambda: _phase(informer, "a") == "Running", "a running")
-    kube.pause_watches()  # the watcher falls behind ...
+    kube.watch.pause()  # the watcher falls behind ...
     kube.set_phase(NS, "a", "Succeeded", exit_code=0)
     kube.vanish(NS, "b")
     kube.add_pod(_pod("c"))
-    kube.compact()  # ... and the server forgets what it missed: its next watch gets 410
-    kube.resume_watches()
+    kube.watch.compact()  # ... and the server forgets what it missed: its next watch gets 410
+    kube.watch.resume()
     wait_for(lambda: informer.stats.gone == 1 and informer.stats.lists == 2, "a re-list")
     wait_for(lambda: _phase(informer, "c") == "Pending", "c after the re-list")
     assert _phase(informer, "a") == "Succeeded" and _phase(informer, "b") is None
@@ -135,7 +135,7 @@ def test_410_in_the_middle_relists_with_no_lost_or_repeated_change(kube, informe
 def test_stream_errors_back_off_and_relist(kube, informer):
     informer.start()
     _watching(kube)
-    kube.fail_watches(2)
+    kube.watch.fail_watches(2)
     kube.end_watches()  # the stream drops; the next two watches answer 500
     wait_for(lambda: informer.stats.errors == 2, "two failed watches")
     kube.add_pod(_pod("a"))
