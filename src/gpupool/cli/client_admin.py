@@ -9,6 +9,7 @@ import typer
 
 from gpupool.cli import tables
 from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli.cluster_view import outside_text
 from gpupool.cli.tables import Col, Output
 
 tenant_app = typer.Typer(help="Tenants and their quotas.", no_args_is_help=True)
@@ -239,7 +240,10 @@ def user_ls(as_json: bool = tables.json_option(), output: Output = tables.output
 
 
 def _holders(g: dict[str, Any]) -> str:
-    return ", ".join(f"{h['user']}/{h['workload_id']}" for h in g["holders"])
+    held = [f"{h['user']}/{h['workload_id']}" for h in g["holders"]]
+    if g.get("outside"):
+        held.append(f"outside gpupool: {outside_text(g['outside'])}")
+    return ", ".join(held)
 
 
 GPU_COLUMNS = (
@@ -269,8 +273,22 @@ def gpu_ls(as_json: bool = tables.json_option(), output: Output = tables.output_
 
 
 def _free_gpus(n: dict[str, Any]) -> str:
-    free = sum(1 for g in n["gpus"] if not g["holders"] and g["health"] == "healthy")
+    free = sum(
+        1
+        for g in n["gpus"]
+        if not g["holders"] and g["health"] == "healthy" and not g.get("outside")
+    )
     return f"{free}/{len(n['gpus'])}"
+
+
+def _outside(n: dict[str, Any]) -> str:
+    """The node's GPUs used outside gpupool, by holder: 'slurm job 4711 (bob) x3'."""
+    counts: dict[str, int] = {}
+    for g in n["gpus"]:
+        if g.get("outside"):
+            t = outside_text(g["outside"])
+            counts[t] = counts.get(t, 0) + 1
+    return ", ".join(t + (f" x{k}" if k > 1 else "") for t, k in counts.items()) or "-"
 
 
 def _models(n: dict[str, Any]) -> str:
@@ -285,6 +303,7 @@ NODE_COLUMNS = (
     Col("STATE", lambda n: n["state"]),
     Col("FREE GPUS", _free_gpus, right=True),
     Col("MODELS", _models, wrap=True),
+    Col("OUTSIDE", _outside, wrap=True),
     Col("CPUS", lambda n: f"{n['cpu_milli'] / 1000:g}", wide=True, right=True),
     Col("MEMORY MiB", lambda n: n["memory_mib"], wide=True, right=True),
     Col("HEARTBEAT", lambda n: tables.age(n["last_heartbeat"]), wide=True),
@@ -299,7 +318,8 @@ NODE_COLUMNS = (
 
 @node_app.command("ls")
 def node_ls(as_json: bool = tables.json_option(), output: Output = tables.output_option()) -> None:
-    """Nodes, their state and free GPUs (healthy, held by nobody)."""
+    """Nodes, their state, free GPUs (healthy, held by nobody) and the GPUs used outside
+    gpupool (by a plain Slurm job, someone else's pod), naming who holds them."""
 
     @handled
     def go() -> None:

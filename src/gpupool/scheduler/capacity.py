@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
+from gpupool.domain import MILLI_PER_GPU, Node, OutsideUse, SharingMode
 from gpupool.scheduler.buckets import BucketIndex
 from gpupool.scheduler.types import RunningWorkload
 
@@ -69,6 +69,8 @@ class _Static:
         self.gpu_ok: list[bool] = []
         self.milli: list[int] = []
         self.gpu_ids: dict[tuple[int, int], int] = {}
+        #: GPU id -> who holds it outside gpupool (such GPUs are not `gpu_ok`)
+        self.outside: dict[int, OutsideUse] = {}
         for n, node in enumerate(nodes):
             dup = node.name in self.node_ids  # a duplicate name: the first one wins
             if not dup:
@@ -93,6 +95,8 @@ class _Static:
                 self.gpu_sharing.append(gpu.sharing)
                 self.gpu_ok.append(node.schedulable and gpu.schedulable)
                 self.milli.append(MILLI_PER_GPU)
+                if gpu.outside is not None:
+                    self.outside[g] = gpu.outside
         self.models = sorted(set(self.gpu_model))
         self.gpu_shared = [s is SharingMode.SHARED for s in self.gpu_sharing]
         self.total_gpu_milli = MILLI_PER_GPU * sum(self.gpu_ok)
@@ -314,6 +318,9 @@ class CapacityIndex:
             by_index = {g.index: g for g in node.gpus}
             for g in st.node_gpus[n]:
                 st.gpu_ok[g] = node.schedulable and by_index[st.gpu_index[g]].schedulable
+                st.outside.pop(g, None)
+                if (o := by_index[st.gpu_index[g]].outside) is not None:
+                    st.outside[g] = o
         st.nodes = self.nodes = nodes
         st.total_gpu_milli = MILLI_PER_GPU * sum(st.gpu_ok)
         return set(changed)
@@ -369,6 +376,21 @@ class CapacityIndex:
             if top is not None:
                 best = max(best, top)
         return best
+
+    def outside_gpus(
+        self, model: str | None, shared_only: bool = False
+    ) -> list[tuple[str, int, OutsideUse]]:
+        """(node, GPU index, holder) of each GPU of `model` (None: any; `shared_only`: only
+        `shared` GPUs) on a ready node that work outside gpupool holds, by node then index."""
+        st = self._st
+        found = [
+            (st.nodes[st.gpu_node[g]].name, st.gpu_index[g], g)
+            for g in st.outside
+            if st.node_ready[st.gpu_node[g]]
+            and model in (None, st.gpu_model[g])
+            and not (shared_only and st.gpu_sharing[g] is not SharingMode.SHARED)
+        ]
+        return [(node, i, st.outside[g]) for node, i, g in sorted(found)]
 
     def total_gpu_milli(self) -> int:
         """Capacity for fair shares: healthy GPUs of ready nodes."""

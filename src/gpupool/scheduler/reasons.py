@@ -122,8 +122,29 @@ class Hardware:
         return f"needs {need}; no node has shared {model}GPUs (an admin sets GPUs to 'shared')"
 
 
+def outside_text(cap: CapacityIndex, shape: Shape, most: int = 2) -> str:
+    """'; GPU 2 on node-a is used outside gpupool by slurm job 4711 (bob)' for the GPUs
+    `shape` could use that work outside gpupool holds ('' if none), at most `most` named."""
+    if shape.kind == CPU_ONLY:
+        return ""
+    found = cap.outside_gpus(shape.model, shared_only=shape.kind != WHOLE)
+    if not found:
+        return ""
+    parts = [f"GPU {i} on {node} is used outside gpupool by {o.text}" for node, i, o in found]
+    if len(parts) > most:
+        k = len(parts) - most
+        more = "1 more GPU is" if k == 1 else f"{k} more GPUs are"
+        parts = [*parts[:most], f"{more} used outside gpupool"]
+    return "; " + "; ".join(parts)
+
+
 def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
-    """Why `shape` does not fit on the free capacity right now."""
+    """Why `shape` does not fit on the free capacity right now (naming the GPUs it could
+    use that are used outside gpupool, if any)."""
+    return _no_fit_reason(cap, shape) + outside_text(cap, shape)
+
+
+def _no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     model = f"{shape.model} " if shape.model else ""
     if shape.kind == WHOLE:
         most = cap.most_whole_free(shape.model)
@@ -230,6 +251,7 @@ __all__ = [
     "expected_start_text",
     "gpus_text",
     "no_fit_reason",
+    "outside_text",
     "owed_text",
     "reclaim_text",
     "untried_text",

@@ -6,7 +6,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
-from gpupool.store.convert import gpu_to_domain, gpu_to_row, node_fields_to_row, node_to_domain
+from gpupool.store.convert import (
+    gpu_to_domain,
+    gpu_to_row,
+    node_fields_to_row,
+    node_to_domain,
+    outside_to_domain,
+)
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import GpuRow, NodeRow
 
@@ -30,6 +36,7 @@ class NodeRepo:
                     memory_mib=g["memory_mib"],
                     sharing=SharingMode(g["sharing"]),
                     health=GPUHealth(g["health"]),
+                    outside=outside_to_domain(g["outside"]),
                 )
             )
         rows = self.s.execute(select(*NodeRow.__table__.c).order_by(NodeRow.name))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from gpupool.domain import (
     GPU,
@@ -14,6 +16,7 @@ from gpupool.domain import (
     Membership,
     Node,
     NodeState,
+    OutsideUse,
     Quota,
     Request,
     Role,
@@ -66,6 +69,18 @@ def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
 # -- cluster ----------------------------------------------------------------------------------
 
 
+def outside_to_domain(d: Mapping[str, Any] | None) -> OutsideUse | None:
+    if not d:
+        return None
+    since = d.get("since")
+    user = str(d.get("user") or "")
+    return OutsideUse(str(d["ref"]), user, None if since is None else float(since))
+
+
+def outside_to_row(o: OutsideUse | None) -> dict[str, Any] | None:
+    return None if o is None else {"ref": o.ref, "user": o.user, "since": o.since}
+
+
 def gpu_to_domain(row: GpuRow) -> GPU:
     return GPU(
         index=row.index,
@@ -74,6 +89,7 @@ def gpu_to_domain(row: GpuRow) -> GPU:
         memory_mib=row.memory_mib,
         sharing=SharingMode(row.sharing),
         health=GPUHealth(row.health),
+        outside=outside_to_domain(row.outside),
     )
 
 
@@ -85,6 +101,7 @@ def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
     row.memory_mib = gpu.memory_mib
     row.sharing = str(gpu.sharing)
     row.health = str(gpu.health)
+    row.outside = outside_to_row(gpu.outside)
     return row
 
 

@@ -67,6 +67,8 @@ class GpuRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer)
     sharing: Mapped[str] = mapped_column(String(16), default="exclusive")
     health: Mapped[str] = mapped_column(String(16), default="healthy")
+    #: who holds it outside gpupool ({"ref", "user", "since"}); None: nobody
+    outside: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
     node_row: Mapped[NodeRow] = relationship(back_populates="gpus")
 

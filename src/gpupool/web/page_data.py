@@ -57,7 +57,8 @@ def cluster_view(
 
     Each GPU lists the processes telemetry sees on it, with their owners (`_process`).
     A GPU's `status` is `down` (unhealthy, node down or unknown), `idle` (held, telemetry says
-    idle), `busy` (held) or `free`. Readings are None where no telemetry covers the GPU.
+    idle), `busy` (held), `outside` (healthy, but work gpupool did not create holds it: its
+    `outside` names that work) or `free`. Readings are None where no telemetry covers the GPU.
     """
     holders: dict[str, list[dict[str, Any]]] = {}
     for w, a in running:
@@ -92,7 +93,7 @@ def cluster_view(
                 )
 
     out_nodes = []
-    counts = {"gpus": 0, "free": 0, "busy": 0, "idle": 0, "down": 0}
+    counts = {"gpus": 0, "free": 0, "busy": 0, "idle": 0, "down": 0, "outside": 0}
     allocated_milli = 0
     any_simulated = bool(simulated_hosts)
     for n in nodes:
@@ -111,6 +112,8 @@ def cluster_view(
                 or (r is not None and not r.healthy)
             ):
                 status = "down"
+            elif not held and g.outside is not None:
+                status = "outside"
             elif not held:
                 status = "free"
             elif g.uuid in idle_from_telemetry or (util is not None and util <= IDLE_UTIL_PCT):
@@ -140,6 +143,9 @@ def cluster_view(
                     "allocated_milli": milli,
                     "holders": held,
                     "processes": processes.get(g.uuid, []),
+                    "outside": None
+                    if g.outside is None
+                    else {"ref": g.outside.ref, "user": g.outside.user, "since": g.outside.since},
                 }
             )
         out_nodes.append(

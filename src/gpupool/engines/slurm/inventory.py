@@ -7,8 +7,9 @@ work gpupool did not submit holds).
 - Node state: ``DRAIN``/``DRAINING``/``DRAINED`` → draining; ``DOWN``/``FAIL``/``NOT_RESPONDING``
   (or a state flag saying so) → down; anything else (idle, mixed, allocated) → ready.
 - GPUs held by Slurm jobs that gpupool did not submit (their name lacks gpupool's prefix) are
-  reported **unhealthy**, so the scheduler, unchanged, does not place work on them; which ones:
-  the indices Slurm gave those jobs where gpupool holds none of them, else others that gpupool
+  **used outside gpupool**: healthy, with `GPU.outside` naming the job and its user ("slurm
+  job 4711", "bob", since its start), so the scheduler places nothing there; which ones: the
+  indices Slurm gave those jobs where gpupool holds none of them, else others that gpupool
   holds none of. `ForeignJob` lists them (job, user, node, GPUs) for events and the operator.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpupool.domain import GPU, GPUHealth, Node, NodeState
+from gpupool.domain import GPU, Node, NodeState, OutsideUse
 from gpupool.engines.slurm.cli import number, state_of
 
 #: GPU memory (MiB) of common Slurm GPU type names; others get `default_memory_mib`.
@@ -50,6 +51,12 @@ class ForeignJob:
     node: str
     gpus: int
     indices: tuple[int, ...] = ()
+    #: when it started (epoch seconds), where Slurm says
+    since: float | None = None
+
+    @property
+    def use(self) -> OutsideUse:
+        return OutsideUse(f"slurm job {self.job_id}", self.user, self.since)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -147,9 +154,18 @@ def foreign_jobs(jobs: Iterable[Mapping[str, Any]], prefix: str) -> list[Foreign
                 str(j.get("batch_host") or j.get("nodes") or ""),
                 count,
                 indices,
+                _since(j.get("start_time")),
             )
         )
     return out
+
+
+def _since(value: Any) -> float | None:
+    try:
+        t = number(value)
+    except (TypeError, ValueError):
+        return None
+    return float(t) if t else None
 
 
 def _tres_gres(job: Mapping[str, Any]) -> str:
@@ -158,22 +174,24 @@ def _tres_gres(job: Mapping[str, Any]) -> str:
 
 
 def mark_foreign(node: Node, foreign: Iterable[ForeignJob], held: Collection[str]) -> Node:
-    """`node` with the GPUs that `foreign` jobs hold marked unhealthy; `held`: GPU uuids
-    gpupool's own work holds (never marked)."""
+    """`node` with the GPUs that `foreign` jobs hold marked as used outside gpupool (naming
+    the job); `held`: GPU uuids gpupool's own work holds (never marked). A job whose indices
+    Slurm does not give, or that gpupool holds, takes other free GPUs, highest index first."""
     jobs = [f for f in foreign if f.node == node.name]
     if not jobs:
         return node
-    taken: set[int] = set()
-    want = 0
+    free = [g.index for g in node.gpus if gpu_uuid(node.name, g.index) not in held]
+    taken: dict[int, OutsideUse] = {}
+    short: list[tuple[ForeignJob, int]] = []
     for f in jobs:
-        want += f.gpus
-        taken |= {i for i in f.indices if gpu_uuid(node.name, i) not in held}
-    free = [g.index for g in reversed(node.gpus) if gpu_uuid(node.name, g.index) not in held]
-    for i in free:
-        if len(taken) >= want:
-            break
-        taken.add(i)
-    gpus = tuple(
-        replace(g, health=GPUHealth.UNHEALTHY) if g.index in taken else g for g in node.gpus
-    )
+        mine = [i for i in f.indices if i in free and i not in taken][: f.gpus]
+        for i in mine:
+            taken[i] = f.use
+        if len(mine) < f.gpus:
+            short.append((f, f.gpus - len(mine)))
+    rest = iter([i for i in reversed(free) if i not in taken])
+    for f, n in short:
+        for _, i in zip(range(n), rest, strict=False):  # range first: no index lost
+            taken[i] = f.use
+    gpus = tuple(replace(g, outside=taken[g.index]) if g.index in taken else g for g in node.gpus)
     return replace(node, gpus=gpus)

@@ -21,6 +21,17 @@ class HolderOut(Out):
     enforcement: str
 
 
+class OutsideOut(Out):
+    """Who holds a GPU outside gpupool (work the engine runs that gpupool did not create)."""
+
+    #: that work as people know it: "slurm job 4711", "pod team-x/train-0"
+    ref: str
+    #: its owner where the engine says ("" if not)
+    user: str
+    #: when it started (epoch seconds), where known
+    since: float | None = None
+
+
 class GpuOut(Out):
     uuid: str
     node: str
@@ -32,6 +43,8 @@ class GpuOut(Out):
     allocated_milli: int
     allocated_memory_mib: int
     holders: list[HolderOut]
+    #: set while work gpupool did not create holds the GPU (it is then taken, not unhealthy)
+    outside: OutsideOut | None = None
 
 
 class NodeOut(Out):
@@ -47,12 +60,20 @@ class NodeOut(Out):
     telemetry: NodeTelemetryOut | None = None
 
 
+class OutsideIn(In):
+    ref: str = Field(min_length=1, max_length=256)
+    user: str = Field(default="", max_length=128)
+    since: float | None = Field(default=None, ge=0)
+
+
 class GpuIn(In):
     index: int = Field(ge=0, le=1024)
     uuid: str = Field(min_length=1, max_length=128)
     model: str = Field(min_length=1, max_length=128)
     memory_mib: int = Field(gt=0, le=1 << 24)
     health: Literal["healthy", "unhealthy"] = "healthy"
+    #: held by work gpupool did not create (nothing is placed on it while set)
+    outside: OutsideIn | None = None
 
 
 class NodeIn(In):

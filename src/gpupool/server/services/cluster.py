@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
+from gpupool.domain import GPU, GPUHealth, Node, NodeState, OutsideUse, SharingMode
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.schemas.agents import NodeTelemetryOut
-from gpupool.server.schemas.cluster import GpuOut, HolderOut, NodeIn, NodeOut
+from gpupool.server.schemas.cluster import GpuOut, HolderOut, NodeIn, NodeOut, OutsideOut
 from gpupool.server.schemas.convert import holder_out
 from gpupool.server.services.agents import node_telemetry
 from gpupool.store import AllocationRepo, NodeRepo
@@ -36,6 +36,9 @@ def _gpu_out(node: str, g: GPU, holders: list[HolderOut]) -> GpuOut:
         allocated_milli=sum(h.milli for h in holders),
         allocated_memory_mib=sum(h.memory_mib for h in holders),
         holders=holders,
+        outside=None
+        if g.outside is None
+        else OutsideOut(ref=g.outside.ref, user=g.outside.user, since=g.outside.since),
     )
 
 
@@ -74,7 +77,16 @@ def put_node(ctx: AppContext, p: Principal, name: str, body: NodeIn) -> NodeOut:
     node = Node(
         name=name,
         gpus=tuple(
-            GPU(g.index, g.uuid, g.model, g.memory_mib, health=GPUHealth(g.health))
+            GPU(
+                g.index,
+                g.uuid,
+                g.model,
+                g.memory_mib,
+                health=GPUHealth(g.health),
+                outside=None
+                if g.outside is None
+                else OutsideUse(g.outside.ref, g.outside.user, g.outside.since),
+            )
             for g in body.gpus
         ),
         cpu_milli=body.cpu_milli,
