@@ -1,7 +1,7 @@
 """workload_pod: the pod template of a notebook on Kubernetes (from the hub's spawner)
 
 Revision ID: 0012
-Revises: 0007
+Revises: 0010
 Create Date: 2026-11-25
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0007"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
