@@ -166,9 +166,9 @@ class Informer:
 
         remaining = self.resync_s - (self.clock.now() - self._listed_at)
         timeout = int(max(1, min(self.watch_timeout_s, remaining)))
-        w = self._watch = watch.Watch()
+        w = self._watch = watch.Watch()  # type: ignore[no-untyped-call]
         self.stats.watches += 1
-        for event in w.stream(
+        for event in w.stream(  # type: ignore[no-untyped-call]
             self.watch_fn,
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
