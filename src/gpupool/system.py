@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -46,6 +46,7 @@ from gpupool.store import (
     StoreError,
     TenantRepo,
     UserRepo,
+    WorkloadRepo,
     open_store,
 )
 
@@ -260,12 +261,18 @@ def _assemble(
         with store.read() as tx:
             return TenantRepo(tx).list()
 
+    def pod_spec(workload_id: str) -> dict[str, Any] | None:
+        with store.read() as tx:
+            return WorkloadRepo(tx).pod_spec_of(workload_id)
+
     def held() -> set[str]:
         with store.read() as tx:
             return {u for a in AllocationRepo(tx).active() for u in a.gpu_uuids}
 
     try:
-        executor = engine.open(EngineEnv(clock, s.data_dir, record, say, tenants, held))
+        executor = engine.open(
+            EngineEnv(clock, s.data_dir, record, say, tenants, held, pod_spec=pod_spec)
+        )
     except EngineError as e:
         raise SetupError(str(e)) from None
     server = dataclasses.replace(
@@ -434,6 +441,8 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
         ctx.loops.add(CullerLoop(ctx))
         ctx.loops.add(AccountingLoop(ctx))
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
+    if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken
+        engine.follow(ctx.loops.wake)
 
 
 def _start_workers(system: System) -> WorkerPool:

@@ -180,10 +180,10 @@ def test_tenant_namespaces_bind_pod_rules_per_namespace(helm):
         helm, {"rbac.tenantNamespaces[0]": "gpupool-a", "rbac.tenantNamespaces[1]": "gpupool-b"}
     )
     crbs = [b["roleRef"]["name"] for b in by_kind(objs, "ClusterRoleBinding")]
-    assert crbs == ["gp-gpupool-cluster"]  # nodes, namespaces, pods: list, cluster-wide
+    assert crbs == ["gp-gpupool-cluster"]  # nodes, namespaces, pods: list and watch, cluster-wide
     (cluster,) = [c for c in by_kind(objs, "ClusterRole") if c["metadata"]["name"] == crbs[0]]
     pods = [r for r in cluster["rules"] if r["resources"] == ["pods"]]
-    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
     rbs = by_kind(objs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in rbs) == ["gpupool-a", "gpupool-b"]
     assert {b["roleRef"]["name"] for b in rbs} == {"gp-gpupool-workloads"}
@@ -286,15 +286,29 @@ def test_z2jh_values_point_the_hub_at_gpupool():
     assert hub["config"]["GpupoolAuthenticator"]["gpupool_url"].startswith(
         "http://gpupool.gpupool.svc:8080"
     )
-    assert hub["config"]["JupyterHub"]["spawner_class"] == "kubespawner.KubeSpawner"
-    profiles = values["singleuser"]["profileList"]
-    gpu = [p for p in profiles if "nvidia.com/gpu" in str(p)]
-    assert gpu, "no GPU profile"
-    for p in gpu:
-        limits = p["kubespawner_override"]["extra_resource_limits"]
-        assert int(limits["nvidia.com/gpu"]) >= 1
-        assert p["display_name"] and p["description"]
+    # notebooks queue through gpupool, which creates their pods
+    assert hub["config"]["JupyterHub"]["spawner_class"] == (
+        "gpupool.jupyterhub.kubespawner.GpupoolKubeSpawner"
+    )
+    spawner = hub["config"]["GpupoolKubeSpawner"]
+    assert spawner["gpupool_url"] == hub["config"]["GpupoolAuthenticator"]["gpupool_url"]
+    token = hub["extraEnv"]["GPUPOOL_HUB_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token == {"name": "gpupool-hub-token", "key": "token"}
+    assert "GPUPOOL_HUB_TOKEN" in hub["extraConfig"]["gpupool"]
+    assert values["singleuser"]["storage"]["type"] == "none"  # gpupool mounts home-<user>
+    assert "profileList" not in values["singleuser"]  # profiles are gpupool's
+    assert hub["networkPolicy"]["interNamespaceAccessLabels"] == "accept"
     assert hub["image"]["name"] and values["singleuser"]["image"]["name"]
+
+
+def test_z2jh_spawner_class_and_its_settings_exist():
+    pytest.importorskip("kubespawner")
+    from gpupool.jupyterhub.kubespawner import GpupoolKubeSpawner
+
+    values = yaml.safe_load((CHART.parent / "z2jh-values.yaml").read_text())
+    names = GpupoolKubeSpawner.class_trait_names()
+    for key in values["hub"]["config"]["GpupoolKubeSpawner"]:
+        assert key in names, key
 
 
 def test_z2jh_authenticator_class_exists():
@@ -320,3 +334,18 @@ def test_real_cluster_script_parses_and_says_it_was_not_run_here():
     bash = shutil.which("bash")
     r = subprocess.run([bash, str(script)], capture_output=True, text=True, env={"PATH": ""})
     assert r.returncode != 0 and "set IMAGE=" in r.stderr  # refuses before touching a cluster
+
+
+def test_kind_e2e_script_parses_and_says_it_was_not_run_here():
+    script = CHART.parents[2] / "deploy" / "kind" / "e2e.sh"
+    text = script.read_text()
+    assert "NOT RUN HERE" in "".join(text.splitlines()[:3])
+    assert "deploy/helm/z2jh-values.yaml" in text and "scripts/k8s-real-cluster.sh" in text
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [shutil.which("bash"), str(script)], capture_output=True, text=True, env={"PATH": ""}
+    )
+    assert r.returncode == 2 and "missing: docker" in r.stderr  # before touching anything
+    docs = (CHART.parents[2] / "docs" / "kubernetes.md").read_text()
+    assert "deploy/kind/e2e.sh" in docs

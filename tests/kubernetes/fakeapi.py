@@ -11,6 +11,10 @@ kube-scheduler's and the kubelet's part is scripted by the test through `FakeKub
 pod, set its phase, exit code, events; make a node NotReady or cordoned; delete a pod
 behind gpupool's back).
 
+Pods and nodes can be watched (`?watch=true`, `fakeapi_watch.py`): every change below is
+recorded with its resourceVersion; `kube.watch` scripts 410 Gone, dropped and failing
+streams and a watcher left behind (see there).
+
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
 """
@@ -30,6 +34,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.kubernetes.fakeapi_objects import object_routes
+from tests.kubernetes.fakeapi_watch import WatchHub
 from tests.support import ServedApp
 
 GPU = "nvidia.com/gpu"
@@ -134,6 +139,7 @@ class FakeKube:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
         self._rv = itertools.count(1)
+        self.watch = WatchHub(self)
         self.port = 0
         self._served: ServedApp | None = None
 
@@ -180,6 +186,10 @@ class FakeKube:
     def rv(self) -> str:
         return str(next(self._rv))
 
+    def end_watches(self) -> None:
+        """End every open watch stream (see `self.watch` for the other controls)."""
+        self.watch.end_watches()
+
     def add_node(
         self,
         name: str,
@@ -191,6 +201,7 @@ class FakeKube:
     ) -> None:
         alloc = {"cpu": "16", "memory": "64Gi", GPU: str(gpus), **(extra or {})}
         with self.lock:
+            before = copy.deepcopy(self.nodes.get(name))
             self.nodes[name] = {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -207,16 +218,21 @@ class FakeKube:
                     "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                 },
             }
+            self.watch.touch_node(name, before)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         with self.lock:
+            before = copy.deepcopy(self.nodes[name])
             self.nodes[name]["status"]["conditions"] = [
                 {"type": "Ready", "status": "True" if ready else "False"}
             ]
+            self.watch.touch_node(name, before)
 
     def cordon(self, name: str, cordoned: bool = True) -> None:
         with self.lock:
+            before = copy.deepcopy(self.nodes[name])
             self.nodes[name]["spec"]["unschedulable"] = cordoned
+            self.watch.touch_node(name, before)
 
     def add_quota(self, namespace: str, name: str, gpus: int) -> None:
         with self.lock:
@@ -251,16 +267,19 @@ class FakeKube:
         node: str | None = None,
         exit_code: int | None = None,
         reason: str | None = None,
+        pod_ip: str | None = None,
     ) -> None:
         """What kube-scheduler and the kubelet would do: bind, run, terminate."""
         with self.lock:
             p = self.pods[(namespace, name)]
-            p["metadata"]["resourceVersion"] = self.rv()
+            before = copy.deepcopy(p)
             if node is not None:
                 p["spec"]["nodeName"] = node
             st = p.setdefault("status", {})
             st["phase"] = phase
             cname = p["spec"]["containers"][0]["name"]
+            if pod_ip is not None:
+                st["podIP"] = pod_ip
             if phase == "Running":
                 st["startTime"] = "2026-11-25T10:00:00Z"
                 state: dict[str, Any] = {"running": {"startedAt": "2026-11-25T10:00:01Z"}}
@@ -285,11 +304,13 @@ class FakeKube:
                     "state": state,
                 }
             ]
+            self.watch.touch_pod((namespace, name), before)
 
     def set_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """kube-scheduler could not place it: a PodScheduled=False condition and an event."""
         with self.lock:
             p = self.pods[(namespace, name)]
+            before = copy.deepcopy(p)
             p.setdefault("status", {})["conditions"] = [
                 {
                     "type": "PodScheduled",
@@ -298,6 +319,7 @@ class FakeKube:
                     "message": message,
                 }
             ]
+            self.watch.touch_pod((namespace, name), before)
             self.add_event(namespace, name, "FailedScheduling", message)
 
     def add_event(self, namespace: str, pod: str, reason: str, message: str) -> None:
@@ -318,7 +340,8 @@ class FakeKube:
     def vanish(self, namespace: str, name: str) -> None:
         """Delete a pod behind gpupool's back (kubectl delete --force)."""
         with self.lock:
-            self.pods.pop((namespace, name), None)
+            before = self.pods.pop((namespace, name), None)
+            self.watch.touch_pod((namespace, name), before)
 
     def write_log(self, namespace: str, name: str, text: str) -> None:
         with self.lock:
@@ -335,7 +358,9 @@ class FakeKube:
         pod.setdefault("apiVersion", "v1")
         pod.setdefault("kind", "Pod")
         pod.setdefault("status", {}).setdefault("phase", "Pending")
+        before = self.pods.get((ns, meta["name"]))
         self.pods[(ns, meta["name"])] = pod
+        self.watch.touch_pod((ns, meta["name"]), copy.deepcopy(before))
         return pod
 
     def _quota_refusal(self, ns: str, pod: dict[str, Any]) -> str | None:
@@ -359,11 +384,26 @@ class FakeKube:
 
     def app(self) -> Starlette:
         def record(request: Request) -> None:
-            self.requests.append((request.method, request.url.path))
+            watch = request.query_params.get("watch") in ("true", "True", "1")
+            self.requests.append(("WATCH" if watch else request.method, request.url.path))
+
+        def node_matches(n: dict[str, Any], q: Any) -> bool:
+            return _match_labels(n["metadata"].get("labels") or {}, q.get("labelSelector"))
+
+        def pod_matches(p: dict[str, Any], q: Any) -> bool:
+            labels = p["metadata"].get("labels") or {}
+            return _match_labels(labels, q.get("labelSelector")) and _match_fields(
+                p, q.get("fieldSelector")
+            )
+
+        def watching(request: Request) -> bool:
+            return request.query_params.get("watch") in ("true", "True", "1")
 
         async def nodes(request: Request) -> Response:
             record(request)
             q = request.query_params
+            if watching(request):
+                return self.watch.response("nodes", request, node_matches)
             with self.lock:
                 items = [
                     copy.deepcopy(n)
@@ -425,6 +465,8 @@ class FakeKube:
 
         async def all_pods(request: Request) -> Response:
             record(request)
+            if watching(request):
+                return self.watch.response("pods", request, pod_matches)
             return list_pods(None, request)
 
         async def ns_pods(request: Request) -> Response:
@@ -458,6 +500,7 @@ class FakeKube:
                 patch = await request.json()
                 with self.lock:
                     pod = self.pods[key]
+                    before = copy.deepcopy(pod)
                     if isinstance(patch, list):  # JSON patch: the ops we need
                         for op in patch:
                             parts = [p for p in op["path"].split("/") if p]
@@ -473,7 +516,7 @@ class FakeKube:
                                 cur[parts[-1]] = op["value"]
                     else:
                         _merge(pod, patch)
-                    pod["metadata"]["resourceVersion"] = self.rv()
+                    self.watch.touch_pod(key, before)
                     return JSONResponse(copy.deepcopy(pod))
             # DELETE
             grace = None
@@ -486,11 +529,13 @@ class FakeKube:
             with self.lock:
                 self.deletes.append((ns, name, grace))
                 pod = self.pods[key]
+                before = copy.deepcopy(pod)
                 if grace == 0 or pod["status"].get("phase") in ("Succeeded", "Failed", "Pending"):
                     self.pods.pop(key)
                 else:  # graceful: the kubelet sends SIGTERM; the test decides when it ends
                     pod["metadata"]["deletionTimestamp"] = "2026-11-25T10:05:00Z"
                     pod["metadata"]["deletionGracePeriodSeconds"] = grace
+                self.watch.touch_pod(key, before)
                 return JSONResponse(copy.deepcopy(pod))
 
         async def pod_log(request: Request) -> Response:

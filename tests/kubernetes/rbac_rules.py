@@ -6,13 +6,15 @@ from __future__ import annotations
 
 #: (ClusterRole suffix, API group, resource, verb, resourceNames): exactly the engine's calls
 #: (client.py KubeApi and ObjectApi). Pods are listed in every namespace (outside GPUs), so
-#: `pods: list` is cluster-wide even when the rest is bound per tenant namespace.
+#: `pods: list, watch` is cluster-wide even when the rest is bound per tenant namespace.
 ENGINE_RULES = {
     ("cluster", "", "nodes", "list", ()),
+    ("cluster", "", "nodes", "watch", ()),
     ("cluster", "", "namespaces", "create", ()),
     ("cluster", "", "namespaces", "get", ()),
     ("cluster", "", "namespaces", "patch", ()),
     ("cluster", "", "pods", "list", ()),
+    ("cluster", "", "pods", "watch", ()),
     ("workloads", "", "pods", "get", ()),
     ("workloads", "", "pods", "create", ()),
     ("workloads", "", "pods", "delete", ()),
@@ -36,7 +38,7 @@ ENGINE_RULES = {
 }
 
 
-_VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
+_VERBS = {"WATCH": "watch", "POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
 
 
 def request_rule(method: str, path: str) -> tuple[str, str, str, str]:

@@ -168,3 +168,28 @@ def test_tenancy_objects_follow_the_store(system, kube, clock):
     system.ctx.loops.get("inventory").run_once()
     edit = kube.objects["rolebindings"][(NS, "gpupool-edit")]
     assert [s["name"] for s in edit["subjects"]] == ["eve"]
+
+
+def test_a_reconcile_pass_between_start_and_its_record_keeps_the_pod(system, kube):
+    """A watch wakes the reconciler as soon as the pod exists, before the scheduler records
+    the start: the reconciler moves it to starting first, and the scheduler must not take
+    that for a cancel (it deleted the pod: 'the work failed: the pod was deleted')."""
+    ctx = system.ctx
+    ex = system.engine.executor
+    start = ex.start
+
+    def start_then_reconcile(*a, **kw):
+        handle = start(*a, **kw)
+        ctx.loops.get("reconciler").run_once()
+        return handle
+
+    ex.start = start_then_reconcile
+    client = _client(system)
+    wid = _submit(client)
+    ctx.loops.get("scheduler").run_once()
+    assert kube.deletes == []
+    assert _state(client, wid)["state"] == "starting"
+    (pod,) = kube.pods_of(f"gpupool.dev/workload={wid}")
+    kube.set_phase(NS, pod["metadata"]["name"], "Running", node="gpu-1")
+    ctx.loops.get("reconciler").run_once()
+    assert _state(client, wid)["state"] == "running"

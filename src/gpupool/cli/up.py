@@ -193,9 +193,7 @@ def _choose_workers(requested: str) -> int:
     return n
 
 
-def _engine(
-    name: str, kube: dict | None = None, slurm: dict | None = None, **local: object
-):  # noqa: ANN003, ANN202
+def _engine(name: str, kube: dict | None = None, slurm: dict | None = None, **local: object):  # noqa: ANN003, ANN202
     """The engine `--engine` names (an Engine)."""
     from gpupool.engines import AVAILABLE, PLANNED
     from gpupool.engines.local import LocalEngine, LocalOptions

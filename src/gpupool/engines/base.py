@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain import Enforcement, Membership, Node, Tenant, TenantTree
@@ -51,6 +52,7 @@ class EngineEnv:
     say(message, loud=False): tell the operator (`gpupool up` prints it).
     tenants(): the tenants as stored now (an engine that mirrors them, e.g. as Slurm accounts).
     held(): the GPU uuids gpupool's active allocations hold now.
+    pod_spec(workload_id): the pod template a notebook was submitted with (Kubernetes).
     """
 
     clock: Clock
@@ -59,6 +61,8 @@ class EngineEnv:
     say: Callable[..., None] = _print
     tenants: Callable[[], Sequence[Tenant]] = lambda: ()
     held: Callable[[], Collection[str]] = lambda: ()
+    #: a notebook's pod template as its spawner submitted it (None: none), by workload id
+    pod_spec: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,11 @@ class Engine(ABC):
     def describe(self) -> list[tuple[str, bool]]:
         """(line, loud) that `gpupool up` prints about this engine once it is open."""
         return []
+
+    def follow(self, wake: Callable[[str], None]) -> None:  # noqa: B027 - optional hook
+        """Start following the engine's own change feeds (the kubernetes engine's watches),
+        calling `wake(loop name)` (e.g. "reconciler", "inventory") when something changed.
+        Called once the server's loops run by themselves; not when tests drive them."""
 
     def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Stop the engine's helpers (not the work: running work keeps running)."""

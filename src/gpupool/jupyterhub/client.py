@@ -117,8 +117,11 @@ class GpupoolClient:
         return await self._call("GET", "/gpus")
 
     # -- workloads -----------------------------------------------------------------------
-    async def submit(self, body: dict) -> dict:
-        return await self._call("POST", "/workloads", json=body)
+    async def submit(self, body: dict, service_token: str | None = None) -> dict:
+        """POST the workload; `service_token` (the hub's admin token) vouches for a
+        `pod_spec` in it (X-Gpupool-Service-Token)."""
+        headers = {"X-Gpupool-Service-Token": service_token} if service_token else None
+        return await self._call("POST", "/workloads", json=body, headers=headers)
 
     async def workload(self, workload_id: str) -> dict:
         return await self._call("GET", f"/workloads/{workload_id}")

@@ -204,6 +204,19 @@ class WorkloadEnvRow(Base):
     env: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
+class WorkloadPodRow(Base):
+    """The pod a notebook runs as on Kubernetes, as the hub's KubeSpawner-based spawner built
+    it (image, volumes, ports; `gpupool.jupyterhub.kubespawner`): in its own table, never
+    returned by the API; deleted when the workload ends."""
+
+    __tablename__ = "workload_pod"
+
+    workload_id: Mapped[str] = mapped_column(
+        ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
 class AllocationRow(Base):
     """Shares held by a workload, on `node` (a multi-node allocation: its shares name their
     nodes, `node` is rank 0; CPUs and memory are per node). Active while `released_at` is

@@ -41,7 +41,14 @@ from gpupool.store.convert import (
     workload_to_row,
 )
 from gpupool.store.errors import Conflict, NotFound
-from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, WorkloadEnvRow, WorkloadRow
+from gpupool.store.rows import (
+    AllocationRow,
+    GpuRow,
+    ShareRow,
+    WorkloadEnvRow,
+    WorkloadPodRow,
+    WorkloadRow,
+)
 from gpupool.store.scoping import in_subtree, in_subtrees
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -232,6 +239,7 @@ class WorkloadRepo:
             row.endpoint = None
         if new.terminal:  # a declared environment may hold secrets: gone with the work
             self.s.execute(delete(WorkloadEnvRow).where(WorkloadEnvRow.workload_id == workload_id))
+            self.s.execute(delete(WorkloadPodRow).where(WorkloadPodRow.workload_id == workload_id))
         if data:
             event = Event(
                 at=event.at,
@@ -327,6 +335,16 @@ class WorkloadRepo:
         """The environment `workload_id` declared ({} if none, or once it has ended)."""
         row = self.s.get(WorkloadEnvRow, workload_id)
         return {str(k): str(v) for k, v in (row.env if row else {}).items()}
+
+    def set_pod_spec(self, workload_id: str, spec: Mapping[str, Any] | None) -> None:
+        """Keep the pod template of a notebook on Kubernetes (nothing kept for None)."""
+        if spec:
+            self.s.merge(WorkloadPodRow(workload_id=workload_id, spec=dict(spec)))
+
+    def pod_spec_of(self, workload_id: str) -> dict[str, Any] | None:
+        """The pod template `workload_id` was submitted with (None: none, or it ended)."""
+        row = self.s.get(WorkloadPodRow, workload_id)
+        return dict(row.spec) if row is not None else None
 
     def set_start_retry(self, workload_id: str, attempts: int, retry_at: float | None) -> None:
         """Record a failed start: `attempts` in a row, and when to try again (None: not)."""

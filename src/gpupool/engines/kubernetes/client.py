@@ -82,15 +82,28 @@ class KubeApi:
         return json.loads(data) if raw else data.decode("utf-8", "replace")
 
     def list_nodes(self) -> list[dict[str, Any]]:
-        return list(self._call(self.core.list_node)["items"])
+        return self.list_nodes_at()[0]
+
+    def list_nodes_at(self, **_: Any) -> tuple[list[dict[str, Any]], str]:
+        """Every node and the list's resourceVersion (where a watch starts)."""
+        body = self._call(self.core.list_node)
+        return list(body["items"]), str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     def list_pods(self, label_selector: str = "", field_selector: str = "") -> list[dict[str, Any]]:
+        return self.list_pods_at(label_selector, field_selector)[0]
+
+    def list_pods_at(
+        self, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The pods of every namespace matching the selectors, and the list's
+        resourceVersion (where a watch starts)."""
         kw: dict[str, Any] = {}
         if label_selector:
             kw["label_selector"] = label_selector
         if field_selector:
             kw["field_selector"] = field_selector
-        return list(self._call(self.core.list_pod_for_all_namespaces, **kw)["items"])
+        body = self._call(self.core.list_pod_for_all_namespaces, **kw)
+        return list(body["items"]), str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

@@ -8,10 +8,16 @@
 - State comes from one list of gpupool's pods (label `app.kubernetes.io/managed-by=gpupool`)
   per reconcile pass (`tick`): phase and container statuses give starting/running/succeeded/
   failed with the container's exit code; a known pod that disappeared without gpupool
-  deleting it is `lost`. No watch: list-based polling once per pass (2 s by default).
+  deleting it is `lost`. With `cache` (the engine's watch of gpupool's pods, `watch.py`) a
+  pass reads that cache and makes no request; a pod missing from it is read once (GET)
+  before it is called lost (the watch may not have shown a pod just created yet). Without,
+  one list per pass.
 - A pod still `Pending` `pending_timeout_s` (30 s) after its start is deleted and reported
   as `ExecState.REJECTED` with the reason from its conditions or events; the workload is
   requeued, and the engine re-reads its nodes (`on_rejected`).
+- a notebook (no command) is built from the pod template the hub's spawner sent
+  (`notebook_pods.py`, read through `pod_spec`); once its pod runs, `poll` reports its
+  `endpoint` ("http://<pod IP>:<port>") for the spawner to hand to the hub's proxy.
 - `stop` deletes the pod with the grace period; `tick` force-deletes (grace 0) what is still
   there once the grace has passed on the executor's clock.
 - A multi-node allocation (a gang) is one pod per node plus a headless Service
@@ -31,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes import notebook_pods as nb
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.executors.base import (
     ExecState,
@@ -144,7 +151,7 @@ def status_of(workload_id: str, pod: Mapping[str, Any]) -> ExecStatus:
             code = int(term.get("exitCode", 1))
             st = ExecState.SUCCEEDED if code == 0 else ExecState.FAILED
             return ExecStatus(workload_id, st, exit_code=code, message=term.get("reason", ""))
-        return ExecStatus(workload_id, ExecState.RUNNING)
+        return ExecStatus(workload_id, ExecState.RUNNING, endpoint=nb.endpoint_of(pod))
     if phase == "Unknown":
         return ExecStatus(workload_id, ExecState.RUNNING, message="the node stopped reporting")
     return ExecStatus(workload_id, ExecState.STARTING)
@@ -167,6 +174,8 @@ class KubernetesExecutor(Executor):
         pending_timeout_s: float = 30.0,
         allocatable: Callable[[str], tuple[Mapping[str, str], int]] | None = None,
         on_rejected: Callable[[str | None], None] | None = None,
+        cache: Callable[[], list[dict[str, Any]] | None] | None = None,
+        pod_spec: Callable[[str], Mapping[str, Any] | None] | None = None,
     ):
         self.api = api
         self.clock = clock
@@ -175,6 +184,12 @@ class KubernetesExecutor(Executor):
         #: node -> (its allocatable resources, its sharing replicas), from the inventory
         self.allocatable = allocatable or (lambda node: ({}, 1))
         self.on_rejected = on_rejected or (lambda node: None)
+        #: gpupool's pods as the engine's watch holds them (None: not listed yet -> list)
+        self.cache = cache
+        #: a notebook's pod template (from the hub's spawner), by workload id
+        self.pod_spec = pod_spec or (lambda workload_id: None)
+        #: workload id -> its pod; `start` (the scheduler's thread) adds while the reconciler's
+        #: and the inventory's threads read: those iterate over copies
         self._known: dict[str, _Known] = {}
         self._stops: dict[str, _Stop] = {}
         self._namespaces: set[str] = set()
@@ -209,17 +224,26 @@ class KubernetesExecutor(Executor):
             limits, shared = m.gpu_resources(allocation, alloc_res, replicas)
             for s in allocation.shares if allocation else ():
                 enforcement[s.gpu_uuid] = shared if shared is not None else s.enforcement
-            pod = m.build_pod(
-                workload,
-                allocation,
-                self.settings,
-                node=node,
-                gpu_limits=limits,
-                enforcement=enforcement,
-                started_at=now,
-                env=env,
-            )
-        except m.ManifestError as e:
+            build: dict[str, Any] = {
+                "node": node,
+                "gpu_limits": limits,
+                "enforcement": enforcement,
+                "started_at": now,
+                "env": env,
+            }
+            if workload.kind is WorkloadKind.NOTEBOOK and not workload.command:
+                template = self.pod_spec(workload.id)
+                if template is None:
+                    raise StartError(
+                        "a notebook on Kubernetes is started by JupyterHub's gpupool "
+                        "KubeSpawner (gpupool.jupyterhub.kubespawner), which sends its pod; "
+                        "this one came without (see docs/kubernetes.md)",
+                        permanent=True,
+                    )
+                pod = nb.notebook_pod(template, workload, allocation, self.settings, **build)
+            else:
+                pod = m.build_pod(workload, allocation, self.settings, **build)
+        except (m.ManifestError, nb.TemplateError) as e:
             raise StartError(str(e), permanent=True) from None
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
@@ -319,11 +343,15 @@ class KubernetesExecutor(Executor):
 
     # -- state ---------------------------------------------------------------------------
     def refresh(self) -> None:
-        """One list of gpupool's pods: adopt what is new, note what vanished."""
-        try:
-            pods = self.api.list_pods(m.SELECTOR)
-        except KubeError as e:
-            raise ExecutorError(f"listing gpupool's pods failed: {e}") from None
+        """gpupool's pods (the watch's cache, else one list): adopt what is new, note what
+        vanished."""
+        pods = self.cache() if self.cache is not None else None
+        cached = pods is not None
+        if pods is None:
+            try:
+                pods = self.api.list_pods(m.SELECTOR)
+            except KubeError as e:
+                raise ExecutorError(f"listing gpupool's pods failed: {e}") from None
         self._listed = True
         now = self.clock.now()
         seen: set[str] = set()
@@ -349,13 +377,15 @@ class KubernetesExecutor(Executor):
                 k.finished_at = now
         for wid, members in gangs.items():
             self._note_gang(wid, members, now)
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             if wid not in seen and k.pod is not None and k.final is None:
+                if cached and self._still_there(k):
+                    continue
                 k.final = self._vanished(wid, k)
                 k.pod = None
                 k.finished_at = k.finished_at or now
         own: dict[str, PodRef] = {}
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             for name, member in k.pods():
                 uid = ((member or {}).get("metadata") or {}).get("uid")
                 if uid and member is not None:
@@ -391,6 +421,18 @@ class KubernetesExecutor(Executor):
                         self.api.delete_pod(k.namespace, name, self.settings.grace_s)
                     except KubeError as e:
                         log.warning("stopping pod %s/%s of a failed gang: %s", k.namespace, name, e)
+
+    def _still_there(self, k: _Known) -> bool:
+        """Whether a pod the watch does not show exists (read it; keep it when so)."""
+        try:
+            pod = self.api.get_pod(k.namespace, k.name)
+        except KubeError:
+            return True  # cannot tell now: ask again next pass
+        if pod is None:
+            return False
+        if not k.members:  # a gang keeps its view of all its pods
+            k.pod = pod
+        return True
 
     def note_cluster_pods(self, pods: list[dict[str, Any]]) -> None:
         """Remember the pods of every namespace (the inventory's list) by UID, so a process
@@ -480,7 +522,7 @@ class KubernetesExecutor(Executor):
                 stop.forced = True
             except KubeError as e:
                 log.warning("force-deleting pod %s/%s failed: %s", k.namespace, k.name, e)
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             if k.pod is None or k.final is not None or wid in self._stops:
                 continue
             if status_of(wid, k.pod).state is not ExecState.STARTING:
@@ -531,7 +573,7 @@ class KubernetesExecutor(Executor):
         if not self._listed:
             self.refresh()
         out = []
-        for wid, k in self._known.items():
+        for wid, k in list(self._known.items()):
             if k.pod is None or not status_of(wid, k.pod).state.alive:
                 continue
             uuids = tuple(
@@ -585,7 +627,7 @@ class KubernetesExecutor(Executor):
     def gpu_indexes_by_node(self) -> dict[str, set[int]]:
         """The GPU indexes gpupool's live pods hold, per node (for the inventory)."""
         out: dict[str, set[int]] = {}
-        for k in self._known.values():
+        for k in list(self._known.values()):
             if k.pod is None or k.final is not None or not k.node:
                 continue
             for _, pod in k.pods():

@@ -265,8 +265,13 @@ class SchedulerLoop(Loop):
                         if status is not None:
                             lifecycle.apply_status(s, repo.record(wid), status, at)
                     report.started.append(wid)
-                except Conflict:  # cancelled while it was being started
-                    cancelled.append(wid)
+                except Conflict:
+                    if repo.get(wid).state in (S.STARTING, S.RUNNING):
+                        # the reconciler saw it start first (a watch woke it): keep it
+                        repo.set_executor_ref(wid, handle.ref)
+                        report.started.append(wid)
+                    else:  # cancelled while it was being started
+                        cancelled.append(wid)
         for wid in cancelled:  # stop what was launched for nothing
             ctx.executor.stop(wid, "cancelled while starting", 0.0)
 

@@ -55,6 +55,10 @@ class WorkloadIn(ResourcesIn):
     #: Environment variables for the work (names as in POSIX shells; at most 64). Kept apart
     #: from the workload and never returned by the API; deleted when the workload ends.
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64)
+    #: A notebook's pod on Kubernetes (a Pod manifest, as JupyterHub's gpupool KubeSpawner
+    #: builds it). Accepted only with the hub's admin token in X-Gpupool-Service-Token (a
+    #: pod template is cluster access); never returned by the API; deleted when it ends.
+    pod_spec: dict[str, Any] | None = None
 
 
 class RequestOut(Out):

@@ -191,6 +191,8 @@ def submit(
             if not profile.allows(tenant):
                 raise PermissionDenied(f"profile {profile.name!r} is not offered to {tenant!r}")
         req, kind = _resolve_request(body, profile)
+        if body.pod_spec is not None:
+            _check_pod_spec(body.pod_spec, kind, body.command)
         if kind is WorkloadKind.JOB and not body.command:
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
@@ -218,11 +220,24 @@ def submit(
             raise ValidationError(f"tenant {tenant!r} was just deleted", "tenant")
         repo.add(w, name=body.name)
         repo.set_env(w.id, body.env)
+        repo.set_pod_spec(w.id, body.pod_spec)
         if on_insert is not None:
             on_insert(s, w)
         rec = repo.record(w.id)
     ctx.wake_scheduler()
     return workload_out(rec)
+
+
+def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str]) -> None:
+    """A pod template comes only with a notebook without a command (its pod says what runs)."""
+    from gpupool.engines.kubernetes.notebook_pods import TemplateError, check_template
+
+    if kind is not WorkloadKind.NOTEBOOK or command:
+        raise ValidationError("pod_spec is for a notebook without a command", "pod_spec")
+    try:
+        check_template(spec)
+    except TemplateError as e:
+        raise ValidationError(str(e), "pod_spec") from None
 
 
 def _visible_or_403(p: Principal, w: Workload) -> None:

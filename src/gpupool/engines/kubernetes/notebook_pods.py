@@ -1,0 +1,182 @@
+"""A notebook's pod on Kubernetes, from the template the hub's spawner sent (pure).
+
+The KubeSpawner-based spawner (`gpupool.jupyterhub.kubespawner`) builds a Pod manifest from
+KubeSpawner's own settings (image, command, ports, resources, volumes, security context,
+labels) and submits it with the `notebook` workload as `pod_spec`; its environment (the
+hub's JUPYTERHUB_* variables, the API token among them) goes apart, as the workload's
+write-only `env`. Once admitted, the executor builds the pod here:
+
+- gpupool owns the pod's identity: its name, the tenant's namespace, gpupool's labels and
+  annotations (the template's labels and annotations are kept beneath them);
+- the first container gets the GPU limits of the allocation (replacing any GPU resource the
+  template asked for), the workload's environment and gpupool's variables;
+- the pod is pinned to the chosen node (required node affinity), tolerates the GPU taint,
+  runs with no service-account token, and mounts the user's home PVC (`home-<user>`, made
+  by the tenancy) at `home_mount`, unless the template already mounts something there;
+- what only makes sense in the hub's namespace is dropped: `nodeName`, the service account,
+  volumes of kinds other than emptyDir, configMap, secret, persistentVolumeClaim, projected,
+  downwardAPI and ephemeral.
+
+`check_template` is what the API accepts: a Pod (or a pod `spec`) with at least one
+container with an image, no host namespaces, no privileged container, no hostPath volume.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes.tenancy import home_claim_name
+
+PORT = "gpupool.dev/port"
+MAX_BYTES = 256 * 1024
+_VOLUME_KINDS = {
+    "emptyDir",
+    "configMap",
+    "secret",
+    "persistentVolumeClaim",
+    "projected",
+    "downwardAPI",
+    "ephemeral",
+}
+_HOST = ("hostNetwork", "hostPID", "hostIPC")
+
+
+class TemplateError(ValueError):
+    """The pod template is refused; the message says what to change."""
+
+
+def _spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = template.get("spec") if "spec" in template else template
+    if not isinstance(spec, Mapping):
+        raise TemplateError("pod_spec.spec must be an object (a Pod's spec)")
+    return spec
+
+
+def check_template(template: Mapping[str, Any]) -> None:
+    """Raise TemplateError unless `template` is a pod gpupool may run for a notebook."""
+    if len(json.dumps(template)) > MAX_BYTES:
+        raise TemplateError(f"pod_spec is over {MAX_BYTES // 1024} KiB")
+    spec = _spec(template)
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise TemplateError("pod_spec needs spec.containers with the notebook's container")
+    for c in containers:
+        if not isinstance(c, Mapping) or not c.get("image"):
+            raise TemplateError("every container of pod_spec needs an image")
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged") or sc.get("allowPrivilegeEscalation"):
+            raise TemplateError(f"container {c.get('name')!r} may not be privileged")
+    for key in _HOST:
+        if spec.get(key):
+            raise TemplateError(f"pod_spec may not use {key}")
+    for v in spec.get("volumes") or []:
+        if isinstance(v, Mapping) and "hostPath" in v:
+            raise TemplateError(f"volume {v.get('name')!r}: hostPath volumes are refused")
+
+
+def port_of(template: Mapping[str, Any], default: int = 8888) -> int:
+    """The notebook's port: the first container's first containerPort."""
+    for c in _spec(template).get("containers") or []:
+        for p in c.get("ports") or []:
+            if isinstance(p, Mapping) and p.get("containerPort"):
+                return int(p["containerPort"])
+    return default
+
+
+def notebook_pod(
+    template: Mapping[str, Any],
+    workload: Workload,
+    allocation: Allocation | None,
+    settings: m.PodSettings,
+    *,
+    node: str | None,
+    gpu_limits: Mapping[str, str],
+    enforcement: Mapping[str, Enforcement],
+    started_at: float,
+    env: Mapping[str, str] | None = None,
+    home_mount: str = "/home/jovyan",
+) -> dict[str, Any]:
+    """The pod of notebook `workload` built from `template` (see the module docstring)."""
+    check_template(template)
+    # gpupool's identity, pinning and GPU limits, as for a job's pod
+    base = m.build_pod(
+        _with_command(workload),
+        allocation,
+        settings,
+        node=node,
+        gpu_limits=gpu_limits,
+        enforcement=enforcement,
+        started_at=started_at,
+        env=env,
+    )
+    spec = copy.deepcopy(dict(_spec(template)))
+    meta = dict(template.get("metadata") or {}) if "spec" in template else {}
+    base_c = base["spec"]["containers"][0]
+    first = spec["containers"][0]
+    names = {e["name"] for e in base_c["env"]}
+    first["env"] = [
+        e for e in first.get("env") or [] if isinstance(e, Mapping) and e.get("name") not in names
+    ] + base_c["env"]
+    res = first.setdefault("resources", {})
+    for part in ("limits", "requests"):
+        q = {k: v for k, v in (res.get(part) or {}).items() if not k.startswith("nvidia.com/")}
+        if part == "limits":
+            q.update(gpu_limits)
+        if q:
+            res[part] = q
+        else:
+            res.pop(part, None)
+    for key in ("nodeName", "serviceAccountName", "serviceAccount", "nodeSelector"):
+        spec.pop(key, None)
+    spec["automountServiceAccountToken"] = False
+    spec["restartPolicy"] = "Never"
+    spec["terminationGracePeriodSeconds"] = settings.grace_s
+    if "affinity" in base["spec"]:
+        spec["affinity"] = base["spec"]["affinity"]
+    else:
+        spec.pop("affinity", None)
+    tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != m.GPU]
+    spec["tolerations"] = tolerations + base["spec"].get("tolerations", [])
+    if not spec["tolerations"]:
+        spec.pop("tolerations")
+    volumes = [v for v in spec.get("volumes") or [] if _VOLUME_KINDS & set(v)]
+    mounts = first.setdefault("volumeMounts", [])
+    kept = {v["name"] for v in volumes}
+    first["volumeMounts"] = mounts = [x for x in mounts if x.get("name") in kept]
+    if not any(x.get("mountPath") == home_mount for x in mounts):
+        volumes.append(
+            {
+                "name": "home",
+                "persistentVolumeClaim": {"claimName": home_claim_name(workload.owner)},
+            }
+        )
+        mounts.append({"name": "home", "mountPath": home_mount})
+    spec["volumes"] = volumes
+    out_meta = base["metadata"]
+    out_meta["labels"] = {**(meta.get("labels") or {}), **out_meta["labels"]}
+    out_meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        **out_meta["annotations"],
+        PORT: str(port_of(template)),
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": out_meta, "spec": spec}
+
+
+def _with_command(workload: Workload) -> Workload:
+    return dataclasses.replace(workload, command=workload.command or ("jupyterhub-singleuser",))
+
+
+def endpoint_of(pod: Mapping[str, Any]) -> str | None:
+    """ "http://<pod IP>:<port>" of a running notebook pod gpupool built (None otherwise)."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    ip = (pod.get("status") or {}).get("podIP")
+    if PORT not in ann or not ip:
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{ann[PORT]}"
