@@ -4,7 +4,8 @@
 
 - `inventory()`: `sinfo --json` → nodes and GPUs (`inventory.to_node`); GPUs held by Slurm jobs
   gpupool did not submit are reported unhealthy (not schedulable) and each such job is
-  recorded once as an event ``slurm.foreign`` (job, user, account, node, GPUs). Re-read every
+  recorded once as an event ``slurm.foreign`` (job, user, account, node, GPUs). Nodes with
+  ``gres/shard`` are labelled with their shards per GPU (`shards`). Re-read every
   `inventory_interval_s` by the system's inventory loop.
 - `open()`: the `SlurmExecutor`; its `tick` (every reconciler pass) also syncs tenants to
   Slurm accounts (`accounts.SlurmAccounts`) every `accounts_interval_s` on the clock, reading
@@ -25,7 +26,13 @@ from gpupool.engines.base import Engine, EngineEnv, EngineError
 from gpupool.engines.slurm.accounts import DEFAULT_PREFIX, SlurmAccounts
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
 from gpupool.engines.slurm.executor import PREFIX, SlurmExecutor
-from gpupool.engines.slurm.inventory import ForeignJob, foreign_jobs, mark_foreign, to_node
+from gpupool.engines.slurm.inventory import (
+    ForeignJob,
+    foreign_jobs,
+    mark_foreign,
+    to_node,
+    with_shards,
+)
 from gpupool.executors.base import Executor
 
 
@@ -148,10 +155,11 @@ class SlurmEngine(Engine):
             held |= self.executor.held_gpus()
         nodes = []
         for r in raw:
-            node = to_node(r, self.options.default_gpu_memory_mib)
+            node, shards = with_shards(to_node(r, self.options.default_gpu_memory_mib), r)
             if self.executor is not None:
                 for g in node.gpus:
                     self.executor.gpu_types[g.uuid] = g.model
+                self.executor.shards_per_gpu[node.name] = shards
             nodes.append(mark_foreign(node, foreign, held))
         self._note_foreign(foreign)
         return nodes

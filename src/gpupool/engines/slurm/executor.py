@@ -9,7 +9,13 @@
 (`--uid`/`--gid` when gpupool runs as root: the job runs as the owner's own Unix account,
 never root, resolved as the local executor does, `executors.accounts`). The script `exec`s the
 workload's command; its environment is the local executor's allowlist (`executors.jobenv`).
-Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node).
+Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node). A
+fraction of one GPU is submitted as ``--gres=shard:<n>`` where the node has ``gres/shard``
+(`shards`; enforcement `none`), and refused with what to do where it has none.
+
+Slurm's own start and end of each job (`run_times`) are what accounting counts, not when
+gpupool noticed; `slurm_job_workloads` maps job ids to workloads for the agents' reports;
+`prune` removes the output files of jobs that ended long ago.
 
 State comes from `squeue --json` (read once per reconciler pass, in `tick`, and on demand
 when older than `refresh_s`) and, for jobs squeue no longer lists, `sacct --json`. Jobs are
@@ -37,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Workload
+from gpupool.domain import Allocation, Enforcement, Workload
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
+from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors.accounts import (
     Account,
     default_jobs_account,
@@ -73,12 +80,19 @@ class _Job:
     stop_at: float | None = None
     killed: bool = False
     rejected: str | None = None
+    #: GPUs whose share runs on gres/shard (enforcement `none`)
+    shard_uuids: tuple[str, ...] = ()
+    #: Slurm's own start and end of the job (epoch seconds), once known
+    started: float | None = None
+    ended: float | None = None
 
 
 @dataclass
 class _Snapshot:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # workload id -> squeue job
     read_at: float = -math.inf
+    #: every listed Slurm job id -> its workload (None: not gpupool's)
+    by_job: dict[str, str | None] = field(default_factory=dict)
 
 
 def workload_of(job: Mapping[str, Any]) -> str | None:
@@ -104,6 +118,12 @@ def exit_code_of(record: Mapping[str, Any]) -> int | None:
     if code & 0x7F:  # squeue gives the wait status: killed by a signal
         return 128 + (code & 0x7F)
     return code >> 8
+
+
+def _epoch(value: Any) -> float | None:
+    """A Slurm time (epoch seconds; 0 or unset: not yet) as a float, else None."""
+    t = number(value)
+    return float(t) if t else None
 
 
 class SlurmExecutor(Executor):
@@ -139,6 +159,8 @@ class SlurmExecutor(Executor):
         self.pending_timeout_s, self.refresh_s = pending_timeout_s, refresh_s
         #: GPU uuid -> Slurm GRES type (from the inventory)
         self.gpu_types: dict[str, str] = dict(gpu_types or {})
+        #: node -> gres/shard shards per GPU (from the inventory; 0 or missing: none)
+        self.shards_per_gpu: dict[str, int] = {}
         self.sync = sync
         self._jobs: dict[str, _Job] = {}
         self._snap = _Snapshot()
@@ -150,14 +172,16 @@ class SlurmExecutor(Executor):
         """Read `squeue --json` now (all of gpupool's jobs, by workload id; the newest job
         of a workload wins)."""
         by_id: dict[str, dict[str, Any]] = {}
+        by_job: dict[str, str | None] = {}
         for j in self.cli.jobs():
             wid = workload_of(j)
+            by_job[str(j.get("job_id"))] = wid
             if wid is None:
                 continue
             old = by_id.get(wid)
             if old is None or int(j.get("job_id") or 0) > int(old.get("job_id") or 0):
                 by_id[wid] = j
-        self._snap = _Snapshot(by_id, time.monotonic())
+        self._snap = _Snapshot(by_id, time.monotonic(), by_job)
         return self._snap
 
     def _queue(self) -> _Snapshot:
@@ -177,11 +201,7 @@ class SlurmExecutor(Executor):
         if not workload.command:
             raise StartError("the workload has no command to run", permanent=True)
         shares = allocation.shares if allocation else ()
-        if any(s.milli != 1000 for s in shares):
-            raise StartError(
-                "fractional GPUs are not available on the Slurm engine yet; ask for whole GPUs",
-                permanent=True,
-            )
+        gres = self._gres(shares, allocation.node if allocation else "")
         account = self._account(unix_user or workload.owner)
         slurm_account = self.account_of(workload.tenant)
         try:
@@ -203,11 +223,8 @@ class SlurmExecutor(Executor):
         ]
         if allocation is not None:
             args.append(f"--nodelist={allocation.node}")
-        if shares:
-            types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
-            typ = types.pop() if len(types) == 1 else None
-            n = len(shares)
-            args.append(f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}")
+        if gres:
+            args.append(gres)
         if self.partition:
             args.append(f"--partition={self.partition}")
         if workload.max_runtime_s:
@@ -228,9 +245,35 @@ class SlurmExecutor(Executor):
             raise StartError(f"Slurm refused the job: {e}") from None
         now = self.clock.now()
         uuids = tuple(s.gpu_uuid for s in shares)
-        self._jobs[workload.id] = _Job(job_id, now, output, account.name, uuids)
+        sharded = uuids if gres.startswith("--gres=shard:") else ()
+        self._jobs[workload.id] = _Job(job_id, now, output, account.name, uuids, shard_uuids=sharded)
         self._snap.read_at = -math.inf  # the next poll reads squeue again
         return Handle(workload.id, self.name, job_id, now)
+
+    def _gres(self, shares, node: str) -> str:  # noqa: ANN001
+        """The ``--gres`` of these shares: whole GPUs as ``gpu[:type]:N``, one fractional
+        share as ``shard:N`` (`shards`); "" for none. `StartError` when Slurm cannot."""
+        if not shares:
+            return ""
+        if all(s.whole for s in shares):
+            types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
+            typ = types.pop() if len(types) == 1 else None
+            n = len(shares)
+            return f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}"
+        per_gpu = self.shards_per_gpu.get(node, 0)
+        if len(shares) != 1:
+            raise StartError(
+                "Slurm gives a job shards of one GPU only; ask for a fraction of one GPU or "
+                "for whole GPUs",
+                permanent=True,
+            )
+        if per_gpu <= 0:
+            raise StartError(
+                f"fractional GPUs on Slurm need gres/shard, and node {node} has none: ask "
+                "for whole GPUs, or have the site configure shards (docs/slurm.md)",
+                permanent=True,
+            )
+        return f"--gres=shard:{shards_for(shares[0].milli, per_gpu)}"
 
     def _account(self, user: str) -> Account:
         """Who the job runs as: its owner (per-user), else one account for every job — the
@@ -261,12 +304,15 @@ class SlurmExecutor(Executor):
             Path(str(raw.get("standard_output") or self.output_dir / f"{workload_id}.out")),
             str(raw.get("user_name") or ""),
         )
+        job.started = _epoch(raw.get("start_time"))
         self._jobs[workload_id] = job
         return job
 
     def _status(self, wid: str, job: _Job, raw: Mapping[str, Any]) -> ExecStatus:
         st = state_of(raw.get("job_state"))
         started = number(raw.get("start_time")) if st not in _PENDING else None
+        if started:
+            job.started = float(started)
         if st in _PENDING:
             reason = str(raw.get("state_reason") or "")
             return self._pending(wid, job, "" if reason == "None" else reason)
@@ -305,6 +351,8 @@ class SlurmExecutor(Executor):
         if code is None:
             return ExecStatus(wid, ExecState.LOST, message=f"Slurm says {st.lower()}")
         state = ExecState.SUCCEEDED if code == 0 and st == "COMPLETED" else ExecState.FAILED
+        if end and job.started is not None:
+            job.ended = float(end)
         if state is ExecState.FAILED and code == 0:
             code = 1
         return ExecStatus(
@@ -323,6 +371,8 @@ class SlurmExecutor(Executor):
                 return ExecStatus(wid, ExecState.STARTING, message="not in Slurm's lists yet")
             return ExecStatus(wid, ExecState.LOST, message=f"Slurm has no job {job.job_id}")
         rec = recs[-1]
+        if job.started is None:
+            job.started = _epoch((rec.get("time") or {}).get("start"))
         state = rec.get("state") or {}
         st = state_of(state.get("current") if isinstance(state, dict) else state)
         if st in _ALIVE:
@@ -390,6 +440,58 @@ class SlurmExecutor(Executor):
             if wid in snap.jobs and state_of(snap.jobs[wid].get("job_state")) in _ALIVE
             for u in job.gpu_uuids
         }
+
+    def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:
+        """Slurm's start and end of the workload's current job ((None, None) before it
+        started or while this process does not know it yet)."""
+        job = self._jobs.get(workload_id)
+        if job is None or job.rejected is not None:
+            return (None, None)
+        return (job.started, job.ended)
+
+    def slurm_job_workloads(self) -> dict[str, str | None]:
+        """Slurm job id -> workload of every job in the last `squeue` read and every job
+        this process submitted (None: not gpupool's)."""
+        out = dict(self._snap.by_job)
+        out.update({j.job_id: wid for wid, j in self._jobs.items()})
+        return out
+
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
+        """Shares run on gres/shard: `none` (Slurm only counts shards); whole GPUs as the
+        allocation planned them."""
+        job = self._jobs.get(workload_id)
+        if job is None or not job.shard_uuids:
+            return None
+        return {u: SHARD_ENFORCEMENT for u in job.shard_uuids}
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """Remove the output files (and this process's memory) of jobs whose output was
+        last written more than `older_than_s` ago on the clock and that Slurm no longer runs.
+        Returns their workload ids."""
+        now = self.clock.now() if now is None else now
+        try:
+            alive = {
+                wid
+                for wid, raw in self.refresh().jobs.items()
+                if state_of(raw.get("job_state")) in _ALIVE
+            }
+        except SlurmError as e:  # without squeue nothing is known to be over
+            log.warning("not pruning old job output: %s", e)
+            return []
+        removed = []
+        for path in self.output_dir.glob("*.out"):
+            wid = path.name[: -len(".out")]
+            if wid in alive:
+                continue
+            try:
+                if now - path.stat().st_mtime < older_than_s:
+                    continue
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            self._jobs.pop(wid, None)
+            removed.append(wid)
+        return sorted(removed)
 
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         job = self._jobs.get(workload_id)

@@ -7,6 +7,11 @@ MiB-seconds and the maximum seen. Work that ended since the last pass is account
 release of its allocation. Intervals that cross midnight UTC are split between the days. Rollups per
 user, tenant and day are queries over these rows (`UsageRepo.rollup`).
 
+Engines that know when they really ran the work (Slurm: the job's own start and end,
+`Executor.run_times`) are taken at their word: a workload is accounted from that start
+(nothing while it waits in the engine's queue) to that end, not from admission to when
+gpupool noticed the end, so per-tenant GPU-hours agree with the engine's own accounting.
+
 Restart safety: on its first pass the loop resumes each running workload from what the store
 already holds for it (allocated seconds / GPUs held), so a restart neither counts time twice
 nor leaves a gap.
@@ -77,25 +82,34 @@ class AccountingLoop(Loop):
                     u.key: u.gpu_seconds_allocated for u in UsageRepo(s).rollup("workload")
                 }
         writes: list[tuple[Workload, Allocation, float, float]] = []
+        executor = ctx.executor
         for wid, last in ended.items():
             w, a, t0 = self._open.pop(wid)
             end = now
             if last is not None and last[1] is not None:
                 end = last[1]
+            ran = executor.run_times(wid)
+            if ran is not None and ran[1] is not None:
+                end = ran[1]  # the engine's end, not when gpupool noticed it
             if end > t0:
                 writes.append((w, a, t0, end))
         for wid, (w, a) in running.items():
+            ran = executor.run_times(wid)
+            begin, end = (a.since, now) if ran is None else ran
+            if begin is None:
+                continue  # not started in the engine (yet): nothing to account
+            end = now if end is None else min(end, now)
             prev = self._open.get(wid)
             if prev is not None and prev[1].since == a.since:
                 t0 = prev[2]
             else:
-                t0 = a.since
+                t0 = begin
                 gpus = a.gpu_milli / 1000
                 if wid in done_before and gpus > 0:
-                    t0 = min(now, a.since + done_before[wid] / gpus)
-            if now > t0:
-                writes.append((w, a, t0, now))
-            self._open[wid] = (w, a, max(t0, now))
+                    t0 = min(now, begin + done_before[wid] / gpus)
+            if end > t0:
+                writes.append((w, a, t0, end))
+            self._open[wid] = (w, a, max(t0, end))
         self._resumed = True
         rows = 0
         if writes:
