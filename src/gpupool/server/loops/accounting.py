@@ -11,6 +11,8 @@ Engines that know when they really ran the work (Slurm: the job's own start and 
 `Executor.run_times`) are taken at their word: a workload is accounted from that start
 (nothing while it waits in the engine's queue) to that end, not from admission to when
 gpupool noticed the end, so per-tenant GPU-hours agree with the engine's own accounting.
+Time accounted while the work looked alive but had already ended (the engine's end, learnt
+later, is earlier) is taken back from the same rows.
 
 Restart safety: on its first pass the loop resumes each running workload from what the store
 already holds for it (allocated seconds / GPUs held), so a restart neither counts time twice
@@ -89,10 +91,11 @@ class AccountingLoop(Loop):
             if last is not None and last[1] is not None:
                 end = last[1]
             ran = executor.run_times(wid)
-            if ran is not None and ran[1] is not None:
+            engine_end = ran is not None and ran[1] is not None
+            if engine_end:
                 end = ran[1]  # the engine's end, not when gpupool noticed it
-            if end > t0:
-                writes.append((w, a, t0, end))
+            if end > t0 or (engine_end and end < t0):  # accounted past the engine's end:
+                writes.append((w, a, t0, end))  # taken back
         for wid, (w, a) in running.items():
             ran = executor.run_times(wid)
             begin, end = (a.since, now) if ran is None else ran
@@ -107,18 +110,21 @@ class AccountingLoop(Loop):
                 gpus = a.gpu_milli / 1000
                 if wid in done_before and gpus > 0:
                     t0 = min(now, begin + done_before[wid] / gpus)
-            if end > t0:
+            ended_early = ran is not None and ran[1] is not None and end < t0
+            if end > t0 or ended_early:  # ended_early: accounted past the engine's end
                 writes.append((w, a, t0, end))
-            self._open[wid] = (w, a, max(t0, end))
+            self._open[wid] = (w, a, end if ended_early else max(t0, end))
         self._resumed = True
         rows = 0
         if writes:
             with ctx.store.write() as s:
                 repo = UsageRepo(s)
                 for w, a, t0, t1 in writes:
+                    sign = 1.0 if t1 >= t0 else -1.0
+                    t0, t1 = min(t0, t1), max(t0, t1)
                     frac = self.busy_fraction(a, t0)
-                    mem = self.memory_mib(a)
-                    gpus = a.gpu_milli / 1000
+                    mem = self.memory_mib(a) if sign > 0 else 0.0
+                    gpus = a.gpu_milli / 1000 * sign
                     for day, secs in split_by_day(t0, t1):
                         repo.add(
                             workload_id=w.id,
