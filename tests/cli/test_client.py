@@ -269,3 +269,26 @@ def test_followed_work_ends_in_the_domains_final_states_and_preempted():
 
     assert TERMINAL_STATES | {WorkloadState.PREEMPTED} == TERMINAL
     assert not TERMINAL & ACTIVE_STATES and WorkloadState.PENDING not in TERMINAL
+
+
+def test_run_env_reaches_the_job_and_bad_pairs_are_refused(env):
+    _, ctx = env
+    t = as_(ctx, "ann")
+    r = gp(
+        "run", "--gpus", "1", "-e", "WANDB_MODE=offline", "--env", "X=a=b", "--", "sleep", token=t
+    )
+    assert r.exit_code == 0, r.output
+    wid = r.output.strip()
+    executor = ctx.executor
+    while not isinstance(executor, ScriptedExecutor):  # unwrap the hub hand-off wrapper
+        executor = executor.inner  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 30
+    while wid not in executor.world.processes:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    got = executor.world.processes[wid].env
+    assert got["WANDB_MODE"] == "offline" and got["X"] == "a=b"
+    r = gp("run", "--env", "NOEQUALS", "--", "sleep", token=t)
+    assert r.exit_code == 2 and "NAME=VALUE" in r.output
+    r = gp("run", "--env", "CUDA_VISIBLE_DEVICES=1", "--", "sleep", token=t)
+    assert r.exit_code != 0 and "set by gpupool" in r.output

@@ -219,6 +219,9 @@ def run(
     max_runtime: float = typer.Option(None, "--max-runtime", help="seconds before it is stopped"),
     wait: bool = typer.Option(False, "--wait", "-w", help="stream logs, exit with its code"),
     poll: float = typer.Option(1.0, "--poll", hidden=True, help="seconds between polls"),
+    env: list[str] = typer.Option(
+        None, "--env", "-e", help="NAME=VALUE for the job's environment (repeatable)"
+    ),
 ) -> None:
     """Submit a job: gpupool run --gpus 1 -- python train.py"""
 
@@ -245,6 +248,8 @@ def run(
                 body[key] = value
         if cpus:
             body["cpus"] = cpus
+        if env:
+            body["env"] = parse_env(env)
         c = api()
         w = submit_once(c, body)
         if not wait:
@@ -254,6 +259,17 @@ def run(
         raise typer.Exit(_wait(c, w["id"], poll))
 
     go()
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """`--env NAME=VALUE` options as a mapping (the server checks the names)."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CliError(f"--env {pair!r}: write NAME=VALUE, e.g. --env WANDB_MODE=offline", 2)
+        env[name] = value
+    return env
 
 
 #: tries of one submission, and the most seconds between them

@@ -94,3 +94,20 @@ def check_command(
             "for the environment); pass large data in a file",
             field,
         )
+
+
+#: Variables that gpupool itself sets to bind and limit the GPUs it granted: a workload may
+#: not declare them (gpupool's own values win anyway; refusing says so instead of ignoring).
+RESERVED_ENV_PREFIXES = ("GPUPOOL_", "CUDA_MPS_")
+RESERVED_ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+
+
+def check_declared_env(env: Mapping[str, str], field: str = "env") -> None:
+    """Raise ValidationError naming the first variable in `env` that gpupool sets itself."""
+    for name in env:
+        if name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
+            raise ValidationError(
+                f"{field}[{name!r}] is set by gpupool to bind the GPUs it grants; remove it "
+                "(ask for GPUs with gpus, gpu_fraction or a profile instead)",
+                field,
+            )

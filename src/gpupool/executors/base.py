@@ -128,6 +128,9 @@ class ExecStatus:
     message: str = ""
     #: The reason given to `stop`, once stop was asked for (None otherwise).
     stop_reason: str | None = None
+    #: Where the workload's server listens ("http://host:port") once alive, for work run away
+    #: from the hub (a notebook in a pod or a Slurm job); None where not known or not served.
+    endpoint: str | None = None
 
     @staticmethod
     def unknown(workload_id: str) -> ExecStatus:

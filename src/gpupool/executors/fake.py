@@ -49,6 +49,8 @@ class FakeProcess:
     kill_at: float | None = None
     output: list[str] = field(default_factory=list)
     enforcement: dict[str, Enforcement] = field(default_factory=dict)
+    #: where its server listens, as `poll` reports it (None: not a server, or not yet)
+    endpoint: str | None = None
 
 
 @dataclass
@@ -130,6 +132,7 @@ class FakeExecutor(Executor):
             finished_at=p.finished_at,
             message=_message(p),
             stop_reason=p.stop_reason,
+            endpoint=p.endpoint if p.state.alive else None,
         )
 
     def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:

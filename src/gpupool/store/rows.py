@@ -180,6 +180,21 @@ class WorkloadRow(Base):
     # (gpupool.domain.retries): kept here so a restart neither resets nor forgets them.
     start_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retry_at: Mapped[float | None] = mapped_column(Float)
+    # Where the workload's server listens ("http://host:port"), as the executor reports it
+    # for work it runs away from the hub (notebooks on a cluster); cleared when it ends.
+    endpoint: Mapped[str | None] = mapped_column(String(255))
+
+
+class WorkloadEnvRow(Base):
+    """The environment a workload declared (it may hold secrets, such as a notebook's hub
+    token): in its own table, so no listing ever reads it; deleted when the workload ends."""
+
+    __tablename__ = "workload_env"
+
+    workload_id: Mapped[str] = mapped_column(
+        ForeignKey("workloads.id", ondelete="CASCADE"), primary_key=True
+    )
+    env: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class AllocationRow(Base):

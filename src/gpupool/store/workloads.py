@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, func, or_, select, update
+from sqlalchemy import ColumnElement, Row, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import (
@@ -41,7 +41,7 @@ from gpupool.store.convert import (
     workload_to_row,
 )
 from gpupool.store.errors import Conflict, NotFound
-from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, WorkloadRow
+from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, WorkloadEnvRow, WorkloadRow
 from gpupool.store.scoping import in_subtree, in_subtrees
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -62,6 +62,8 @@ class WorkloadRecord:
     executor_ref: str | None = None
     #: A stop asked of the executor, not yet confirmed: (state to become, reason).
     stopping: tuple[WorkloadState, str] | None = None
+    #: Where the workload's server listens ("http://host:port"), as its executor reported.
+    endpoint: str | None = None
 
 
 #: Every column of the workloads table: `select(*_COLUMNS)` gives rows with the same attribute
@@ -94,7 +96,9 @@ def _record(row: WorkloadRow) -> WorkloadRecord:
     stopping = None
     if row.stop_state is not None:
         stopping = (WorkloadState(row.stop_state), row.stop_reason or "")
-    return WorkloadRecord(workload_to_domain(row), row.name, pending, row.executor_ref, stopping)
+    return WorkloadRecord(
+        workload_to_domain(row), row.name, pending, row.executor_ref, stopping, row.endpoint
+    )
 
 
 class WorkloadRepo:
@@ -225,6 +229,9 @@ class WorkloadRepo:
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
             AllocationRepo(self.s).release(workload_id, now)
             row.stop_state = row.stop_reason = row.stop_requested_at = None
+            row.endpoint = None
+        if new.terminal:  # a declared environment may hold secrets: gone with the work
+            self.s.execute(delete(WorkloadEnvRow).where(WorkloadEnvRow.workload_id == workload_id))
         if data:
             event = Event(
                 at=event.at,
@@ -306,6 +313,20 @@ class WorkloadRepo:
 
     def set_executor_ref(self, workload_id: str, ref: str | None) -> None:
         self._row(workload_id).executor_ref = ref
+
+    def set_endpoint(self, workload_id: str, endpoint: str | None) -> None:
+        """Record where the workload's server listens (None: nowhere known)."""
+        self._row(workload_id).endpoint = endpoint
+
+    def set_env(self, workload_id: str, env: Mapping[str, str]) -> None:
+        """Keep the environment `workload_id` declared (nothing kept for an empty one)."""
+        if env:
+            self.s.merge(WorkloadEnvRow(workload_id=workload_id, env=dict(env)))
+
+    def env_of(self, workload_id: str) -> dict[str, str]:
+        """The environment `workload_id` declared ({} if none, or once it has ended)."""
+        row = self.s.get(WorkloadEnvRow, workload_id)
+        return {str(k): str(v) for k, v in (row.env if row else {}).items()}
 
     def set_start_retry(self, workload_id: str, attempts: int, retry_at: float | None) -> None:
         """Record a failed start: `attempts` in a row, and when to try again (None: not)."""

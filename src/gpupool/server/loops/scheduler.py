@@ -208,7 +208,7 @@ class SchedulerLoop(Loop):
         """Commit the admissions (one transaction, a savepoint each), start them, then record
         the launches (one transaction)."""
         ctx = self.ctx
-        committed: list[tuple[Workload, Allocation, str | None]] = []
+        committed: list[tuple[Workload, Allocation, str | None, dict[str, str]]] = []
         with ctx.store.write() as s:
             repo, allocs, users = WorkloadRepo(s), AllocationRepo(s), UserRepo(s)
             for wid, alloc in admissions:
@@ -223,15 +223,16 @@ class SchedulerLoop(Loop):
                     log.info("admission of %s not committed: %s", wid, e)
                     continue
                 owner = users.find(w.owner)
-                committed.append((w, alloc, owner.unix_user if owner else None))
+                unix_user = owner.unix_user if owner else None
+                committed.append((w, alloc, unix_user, repo.env_of(wid)))
         launched: list[tuple[str, Handle, ExecStatus | None]] = []
-        for w, alloc, unix_user in committed:
+        for w, alloc, unix_user, env in committed:
             report.admitted.append(w.id)
             ctx.metrics.decisions.labels("admitted").inc()
             ctx.metrics.wait_seconds.labels(w.tenant, str(w.kind)).observe(
                 max(0.0, now - w.submitted_at)
             )
-            handle = self._start(w, alloc, unix_user, report)
+            handle = self._start(w, alloc, unix_user, env, report)
             if handle is None:
                 continue
             try:
@@ -267,13 +268,20 @@ class SchedulerLoop(Loop):
             ctx.executor.stop(wid, "cancelled while starting", 0.0)
 
     def _start(
-        self, w: Workload, alloc: Allocation, unix_user: str | None, report: CycleReport
+        self,
+        w: Workload,
+        alloc: Allocation,
+        unix_user: str | None,
+        env: dict[str, str],
+        report: CycleReport,
     ) -> Handle | None:
-        """Launch one admitted workload; on failure roll its admission back (see the module
-        docstring for what becomes of it)."""
+        """Launch one admitted workload with the environment it declared; on failure roll
+        its admission back (see the module docstring for what becomes of it)."""
         ctx = self.ctx
         try:
-            return ctx.executor.start(w, alloc if alloc.shares else None, unix_user=unix_user)
+            return ctx.executor.start(
+                w, alloc if alloc.shares else None, env=env or None, unix_user=unix_user
+            )
         except ExecutorError as e:
             error, permanent, crash = str(e), isinstance(e, StartError) and e.permanent, None
         except Exception as e:  # noqa: BLE001 - an executor bug must not leak the allocation

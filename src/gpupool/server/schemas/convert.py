@@ -120,6 +120,7 @@ def workload_out(rec: WorkloadRecord, allocation: AllocationOut | None = None) -
             wait=None if rec.pending.wait is None else wait_out(rec.pending.wait),
         ),
         allocation=allocation,
+        endpoint=rec.endpoint,
     )
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from gpupool.server.schemas.base import INT32_MAX, In, Out
 
 Kind = Literal["notebook", "job"]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
+EnvValue = Annotated[str, StringConstraints(max_length=32_768)]
 State = Literal[
     "pending",
     "admitted",
@@ -44,6 +46,9 @@ class WorkloadIn(ResourcesIn):
     preemptible: bool = True
     requeue_on_preemption: bool = True
     max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+    #: Environment variables for the work (names as in POSIX shells; at most 64). Kept apart
+    #: from the workload and never returned by the API; deleted when the workload ends.
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=64)
 
 
 class RequestOut(Out):
@@ -135,6 +140,8 @@ class WorkloadOut(Out):
     preemptions: int
     pending: PendingOut | None
     allocation: AllocationOut | None = None
+    #: where the workload's server listens ("http://host:port"), once its executor says so
+    endpoint: str | None = None
 
 
 class WorkloadDetailOut(WorkloadOut):

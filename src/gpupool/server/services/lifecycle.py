@@ -39,6 +39,8 @@ def apply_status(s: Session, rec: WorkloadRecord, status: ExecStatus, now: float
         return w
     st = status.state
     if st.alive:
+        if status.endpoint is not None and status.endpoint != rec.endpoint:
+            repo.set_endpoint(w.id, status.endpoint)
         if st is ExecState.RUNNING and w.state is not S.RUNNING:
             if w.state is S.ADMITTED:
                 w = repo.change_state(w.id, S.STARTING, now, "the executor launched it")
@@ -77,8 +79,10 @@ def would_change(rec: WorkloadRecord, status: ExecStatus) -> bool:
     if not w.active:
         return False
     if st.alive:
-        return (st is ExecState.RUNNING and w.state is not S.RUNNING) or (
-            st is ExecState.STARTING and w.state is S.ADMITTED
+        return (
+            (st is ExecState.RUNNING and w.state is not S.RUNNING)
+            or (st is ExecState.STARTING and w.state is S.ADMITTED)
+            or (status.endpoint is not None and status.endpoint != rec.endpoint)
         )
     return not (st is ExecState.UNKNOWN and w.state is S.ADMITTED and rec.stopping is None)
 

@@ -22,7 +22,12 @@ from gpupool.domain import (
     WorkloadKind,
     WorkloadState,
 )
-from gpupool.domain.commands import LINUX_MAX_ARG_STRLEN, ArgLimits, check_command
+from gpupool.domain.commands import (
+    LINUX_MAX_ARG_STRLEN,
+    ArgLimits,
+    check_command,
+    check_declared_env,
+)
 from gpupool.domain.profiles import Profile
 from gpupool.executors.base import ExecutorError, NotSupported
 from gpupool.scheduler.admissible import never_runs
@@ -155,7 +160,8 @@ def submit(
     are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
     the insert's transaction (services.idempotency binds its key there)."""
     now = ctx.clock.now()
-    check_command(body.command, os_arg_limits())  # what no executor could ever launch
+    check_command(body.command, os_arg_limits(), env=body.env)  # what nothing could launch
+    check_declared_env(body.env)
     with ctx.store.read() as s:
         tree = TenantRepo(s).tree()
         tenant = _pick_tenant(p, tree, body.tenant)
@@ -193,6 +199,7 @@ def submit(
         if not TenantRepo(s).exists(tenant):
             raise ValidationError(f"tenant {tenant!r} was just deleted", "tenant")
         repo.add(w, name=body.name)
+        repo.set_env(w.id, body.env)
         if on_insert is not None:
             on_insert(s, w)
         rec = repo.record(w.id)
