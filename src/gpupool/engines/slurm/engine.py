@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.domain import Node, Tenant
+from gpupool.domain import Enforcement, Node, Tenant
 from gpupool.engines.base import Engine, EngineEnv, EngineError
 from gpupool.engines.slurm.accounts import DEFAULT_PREFIX, SlurmAccounts
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
 from gpupool.engines.slurm.executor import PREFIX, SlurmExecutor
+from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.engines.slurm.inventory import (
     ForeignJob,
     foreign_jobs,
@@ -57,6 +58,7 @@ class SlurmOptions:
 
 class SlurmEngine(Engine):
     name = "slurm"
+    notebook_spawner = "gpupool.jupyterhub.remote.RemoteNotebookSpawner"
 
     def __init__(
         self,
@@ -75,6 +77,11 @@ class SlurmEngine(Engine):
         self._env: EngineEnv | None = None
         self._foreign_seen: set[str] = set()
         self._synced_at: float | None = None
+
+    @property
+    def shared_enforcement(self) -> Enforcement:
+        """Fractions run on gres/shard: Slurm counts them and enforces nothing."""
+        return SHARD_ENFORCEMENT
 
     @property
     def single_user(self) -> bool:
@@ -160,6 +167,7 @@ class SlurmEngine(Engine):
                 for g in node.gpus:
                     self.executor.gpu_types[g.uuid] = g.model
                 self.executor.shards_per_gpu[node.name] = shards
+                self.executor.node_addresses[node.name] = str(r.get("address") or node.name)
             nodes.append(mark_foreign(node, foreign, held))
         self._note_foreign(foreign)
         return nodes

@@ -15,7 +15,8 @@ fraction of one GPU is submitted as ``--gres=shard:<n>`` where the node has ``gr
 
 Slurm's own start and end of each job (`run_times`) are what accounting counts, not when
 gpupool noticed; `slurm_job_workloads` maps job ids to workloads for the agents' reports;
-`prune` removes the output files of jobs that ended long ago.
+`prune` removes the output files of jobs that ended long ago. Notebooks (with a command) run
+wrapped so that gpupool learns their endpoint (`notebooks`).
 
 State comes from `squeue --json` (read once per reconciler pass, in `tick`, and on demand
 when older than `refresh_s`) and, for jobs squeue no longer lists, `sacct --json`. Jobs are
@@ -43,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
+from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors.accounts import (
     Account,
@@ -85,6 +87,8 @@ class _Job:
     #: Slurm's own start and end of the job (epoch seconds), once known
     started: float | None = None
     ended: float | None = None
+    #: a notebook's port file (`notebooks`), None for other work
+    port_path: Path | None = None
 
 
 @dataclass
@@ -161,6 +165,8 @@ class SlurmExecutor(Executor):
         self.gpu_types: dict[str, str] = dict(gpu_types or {})
         #: node -> gres/shard shards per GPU (from the inventory; 0 or missing: none)
         self.shards_per_gpu: dict[str, int] = {}
+        #: node -> the address its services are reached at (Slurm's NodeAddr; inventory)
+        self.node_addresses: dict[str, str] = {}
         self.sync = sync
         self._jobs: dict[str, _Job] = {}
         self._snap = _Snapshot()
@@ -238,7 +244,16 @@ class SlurmExecutor(Executor):
             injected={"GPUPOOL_WORKLOAD_ID": workload.id},
             passed=passed_names(os.environ.get("GPUPOOL_JOB_ENV_PASS", "")),
         )
-        script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
+        port_path = None
+        if workload.kind is WorkloadKind.NOTEBOOK:
+            port_path = port_file(self.output_dir, workload.id)
+            port_path.unlink(missing_ok=True)  # a port from an earlier run is stale
+            port_path.touch(mode=0o600)
+            if os.geteuid() == 0:
+                os.chown(port_path, account.uid, account.gid)
+            script = notebook_script(workload.command, port_path)
+        else:
+            script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
         try:
             job_id = self.cli.sbatch(args, script, job_env, cwd="/")
         except SlurmError as e:
@@ -246,7 +261,9 @@ class SlurmExecutor(Executor):
         now = self.clock.now()
         uuids = tuple(s.gpu_uuid for s in shares)
         sharded = uuids if gres.startswith("--gres=shard:") else ()
-        self._jobs[workload.id] = _Job(job_id, now, output, account.name, uuids, shard_uuids=sharded)
+        self._jobs[workload.id] = _Job(
+            job_id, now, output, account.name, uuids, shard_uuids=sharded, port_path=port_path
+        )
         self._snap.read_at = -math.inf  # the next poll reads squeue again
         return Handle(workload.id, self.name, job_id, now)
 
@@ -305,6 +322,8 @@ class SlurmExecutor(Executor):
             str(raw.get("user_name") or ""),
         )
         job.started = _epoch(raw.get("start_time"))
+        port_path = port_file(self.output_dir, workload_id)
+        job.port_path = port_path if port_path.exists() else None
         self._jobs[workload_id] = job
         return job
 
@@ -319,9 +338,24 @@ class SlurmExecutor(Executor):
         if st in _ALIVE:
             state = ExecState.RUNNING if st != "CONFIGURING" else ExecState.STARTING
             return ExecStatus(
-                wid, state, started_at=started, message=st.lower(), stop_reason=job.stop_reason
+                wid,
+                state,
+                started_at=started,
+                message=st.lower(),
+                stop_reason=job.stop_reason,
+                endpoint=self._endpoint(job, raw) if state is ExecState.RUNNING else None,
             )
         return self._ended(wid, job, st, exit_code_of(raw), number(raw.get("end_time")))
+
+    def _endpoint(self, job: _Job, raw: Mapping[str, Any]) -> str | None:
+        """Where a running notebook listens, once its job wrote its port."""
+        if job.port_path is None:
+            return None
+        port = read_port(job.port_path)
+        node = str(raw.get("batch_host") or raw.get("nodes") or "")
+        if port is None or not node:
+            return None
+        return endpoint(self.node_addresses.get(node, node), port)
 
     def _pending(self, wid: str, job: _Job, reason: str) -> ExecStatus:
         waited = self.clock.now() - job.submitted_at
@@ -487,6 +521,7 @@ class SlurmExecutor(Executor):
                 if now - path.stat().st_mtime < older_than_s:
                     continue
                 path.unlink()
+                port_file(self.output_dir, wid).unlink(missing_ok=True)
             except FileNotFoundError:
                 continue
             self._jobs.pop(wid, None)

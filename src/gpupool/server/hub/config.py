@@ -82,6 +82,9 @@ class HubSettings:
     extra_config: str = ""
     debug: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The spawner class: notebooks on the hub's host (default) or run by the engine
+    #: (`Engine.notebook_spawner`)
+    spawner_class: str = "gpupool.jupyterhub.spawner.GpupoolSpawner"
 
     @property
     def public_url(self) -> str:
@@ -135,7 +138,7 @@ def render_hub_config(settings: HubSettings) -> str:
         "c.JupyterHub.concurrent_spawn_limit = 0",
         "c.JupyterHub.authenticator_class = "
         "'gpupool.jupyterhub.authenticator.GpupoolAuthenticator'",
-        "c.JupyterHub.spawner_class = 'gpupool.jupyterhub.spawner.GpupoolSpawner'",
+        f"c.JupyterHub.spawner_class = {settings.spawner_class!r}",
         f"_api_url = os.environ.get({URL_ENV!r}, {settings.api_url!r})",
         f"_token = os.environ.get({TOKEN_ENV!r}, '')",
         "c.GpupoolAuthenticator.gpupool_url = _api_url",
