@@ -43,9 +43,9 @@ def job_pid(job_id: str, command: str) -> int:
 
 def test_agent_processes_are_attributed_by_their_slurm_job(make_world):
     w = make_world()
-    wid = w.submit(
-        "slann", gpus=1, command=["env", "-u", "GPUPOOL_WORKLOAD_ID", "sleep", "120"]
-    )["id"]
+    wid = w.submit("slann", gpus=1, command=["env", "-u", "GPUPOOL_WORKLOAD_ID", "sleep", "120"])[
+        "id"
+    ]
     w.schedule()
     w.settle(wid, {"running"})
     mine = job_pid(w.job_id(wid), "sleep")

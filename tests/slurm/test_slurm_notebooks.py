@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import jupyterhub
 import pytest
 
+import jupyterhub
 from gpupool.clock import SystemClock
 from gpupool.domain import Membership, Quota, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
@@ -90,7 +90,7 @@ c.JupyterHub.load_roles.append({{
     'scopes': ['admin:users', 'admin:servers', 'read:users', 'access:servers', 'tokens'],
     'services': ['driver'],
 }})
-c.GpupoolSpawner.cmd = [{str(venv / 'bin' / 'jupyterhub-singleuser')!r}]
+c.GpupoolSpawner.cmd = [{str(venv / "bin" / "jupyterhub-singleuser")!r}]
 c.Spawner.default_url = '/api/status'
 c.RemoteNotebookSpawner.endpoint_wait_s = 120
 """

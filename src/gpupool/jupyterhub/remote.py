@@ -133,7 +133,8 @@ class RemoteNotebookSpawner(GpupoolSpawner):
                     wl = await client.submit(body)
                 except GpupoolAPIError as e:
                     status = e.status if 400 <= e.status < 500 else 503
-                    raise web.HTTPError(status, f"gpupool refused the notebook: {e.message}")
+                    msg = f"gpupool refused the notebook: {e.message}"
+                    raise web.HTTPError(status, msg) from None
             self.workload_id = wl["id"]
             self._persist_state()
             notices.set_notice(self.user.name, None)

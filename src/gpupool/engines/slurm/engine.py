@@ -26,7 +26,6 @@ from gpupool.engines.base import Engine, EngineEnv, EngineError
 from gpupool.engines.slurm.accounts import DEFAULT_PREFIX, SlurmAccounts
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
 from gpupool.engines.slurm.executor import PREFIX, SlurmExecutor
-from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.engines.slurm.inventory import (
     ForeignJob,
     foreign_jobs,
@@ -34,6 +33,7 @@ from gpupool.engines.slurm.inventory import (
     to_node,
     with_shards,
 )
+from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.executors.base import Executor
 
 

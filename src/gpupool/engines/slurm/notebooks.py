@@ -42,7 +42,7 @@ def notebook_script(command: Sequence[str], port_path: Path, python: str = "pyth
     """The batch script of a notebook job (see the module docstring)."""
     return (
         "#!/bin/sh\n"
-        f"eval \"$({shlex.quote(python)} -c {shlex.quote(_PICK_PORT)})\" || exit 97\n"
+        f'eval "$({shlex.quote(python)} -c {shlex.quote(_PICK_PORT)})" || exit 97\n'
         "export GPUPOOL_NOTEBOOK_PORT JUPYTERHUB_SERVICE_URL\n"
         f'printf "%s\\n" "$GPUPOOL_NOTEBOOK_PORT" > {shlex.quote(str(port_path))} || exit 97\n'
         f"exec {shlex.join(command)}\n"
