@@ -293,6 +293,8 @@ def _assemble(
         hub = s.hub or _hub_settings(
             s, engine.single_user, engine.jobs_account, engine.notebook_spawner
         )
+        if s.hub is None and engine.notebook_command:
+            hub = dataclasses.replace(hub, singleuser_command=tuple(engine.notebook_command))
         executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())

@@ -127,6 +127,12 @@ class Engine(ABC):
         return True
 
     @property
+    def notebook_command(self) -> list[str] | None:
+        """The single-user notebook server as the engine's nodes run it (with
+        `notebook_spawner`); None: the hub's own (`jupyterhub-singleuser` of this Python)."""
+        return None
+
+    @property
     def jobs_account(self) -> str | None:
         """The unprivileged account single-user work runs as when it is not the server's own
         (gpupool runs as root); None otherwise."""

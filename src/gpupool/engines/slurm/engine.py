@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ class SlurmOptions:
     be on a file system the compute nodes share; default <data dir>/../gpupool-slurm-output).
     partition: submit there (default: Slurm's default). account_prefix: see `accounts`.
     pending_timeout_s: a job still pending this long after its start is requeued in gpupool.
+    notebook_command: the single-user notebook server on the compute nodes (with JupyterHub).
     """
 
     conf: str | None = None
@@ -54,6 +56,8 @@ class SlurmOptions:
     accounts_interval_s: float = 30.0
     default_gpu_memory_mib: int = 16384
     per_user: bool | None = None
+    #: the single-user notebook server on the compute nodes (a shell-style command line)
+    notebook_command: str | None = None
 
 
 class SlurmEngine(Engine):
@@ -77,6 +81,11 @@ class SlurmEngine(Engine):
         self._env: EngineEnv | None = None
         self._foreign_seen: set[str] = set()
         self._synced_at: float | None = None
+
+    @property
+    def notebook_command(self) -> list[str] | None:
+        cmd = self.options.notebook_command
+        return shlex.split(cmd) if cmd else None
 
     @property
     def shared_enforcement(self) -> Enforcement:

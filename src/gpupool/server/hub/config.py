@@ -85,6 +85,8 @@ class HubSettings:
     #: The spawner class: notebooks on the hub's host (default) or run by the engine
     #: (`Engine.notebook_spawner`)
     spawner_class: str = "gpupool.jupyterhub.spawner.GpupoolSpawner"
+    #: The single-user server command (None: `jupyterhub-singleuser` of this Python)
+    singleuser_command: tuple[str, ...] | None = None
 
     @property
     def public_url(self) -> str:
@@ -149,7 +151,7 @@ def render_hub_config(settings: HubSettings) -> str:
         f"c.GpupoolSpawner.single_user_mode = {settings.single_user_mode!r}",
         f"c.GpupoolSpawner.jobs_account = {settings.jobs_account or ''!r}",
         f"c.GpupoolSpawner.home_dir_template = {home!r}",
-        f"c.GpupoolSpawner.cmd = {_singleuser_command()!r}",
+        f"c.GpupoolSpawner.cmd = {list(settings.singleuser_command or _singleuser_command())!r}",
         f"c.Spawner.default_url = {settings.default_url!r}",
         # Waiting in the gpupool queue happens inside Spawner.start(): allow for it.
         f"c.Spawner.start_timeout = {int(settings.queue_timeout_s)}",
