@@ -193,3 +193,22 @@ def test_accounting_takes_the_engines_own_start_and_end(world):
     acc.run_once()
     assert usage(world, "workload")[a][0] == 2 * 45
     assert usage(world, "tenant")["lab"][0] == 2 * 45
+
+
+def test_work_shorter_than_the_interval_is_accounted_once(world):
+    """Work admitted and ended between two passes was never seen running: it is accounted
+    from its released allocation, once."""
+    acc = AccountingLoop(world.ctx)
+    acc.run_once()
+    a = start(world, gpus=2)
+    world.clock.advance(20)
+    world.executor.finish(a, 0)
+    ReconcilerLoop(world.ctx).run_once()
+    assert state(world, a)["state"] == "succeeded"
+    world.clock.advance(40)
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * 20
+    world.clock.advance(60)
+    acc.run_once()
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * 20

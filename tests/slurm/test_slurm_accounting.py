@@ -82,7 +82,11 @@ def test_fractions_run_on_shards_labelled_unenforced_and_are_accounted(make_worl
         "slann",
         gpu_fraction=0.5,
         gpu_memory_mib=1024,
-        command=["sh", "-c", 'echo "CVD=$CUDA_VISIBLE_DEVICES SHARDS=$SLURM_SHARDS_ON_NODE"'],
+        command=[
+            "sh",
+            "-c",
+            'echo "CVD=$CUDA_VISIBLE_DEVICES SHARDS=$SLURM_SHARDS_ON_NODE"; sleep 2',
+        ],
     )["id"]
     w.schedule()
     done = w.settle(wid, {"succeeded", "failed", "lost"})
@@ -95,3 +99,10 @@ def test_fractions_run_on_shards_labelled_unenforced_and_are_accounted(make_worl
     assert "SHARDS=2" in log and "CVD=" in log and log.split("CVD=")[1][0].isdigit(), log
     alloc = w.get("slann", wid)["allocation"]
     assert [s["enforcement"] for s in alloc["shares"]] == ["none"]  # Slurm only counts
+    # accounted as half a GPU for Slurm's elapsed time (shards / shards per GPU)
+    follow(w, ahead=5)
+    w.ctx.loops.get("accounting").run_once()
+    usage = w.client.get("/api/v1/usage?group_by=tenant", headers=w.h("root")).json()["rows"]
+    ours = {r["key"]: r["gpu_seconds_allocated"] for r in usage}
+    assert rec["time"]["elapsed"] >= 2
+    assert ours.get("lab", 0.0) == pytest.approx(2 / 4 * rec["time"]["elapsed"], abs=0.5)

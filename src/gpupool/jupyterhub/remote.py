@@ -172,7 +172,13 @@ class RemoteNotebookSpawner(GpupoolSpawner):
                 notices.set_notice(self.user.name, f"{why}: {wl.get('reason') or state}")
             return 1 if state != S.SUCCEEDED else 0
         # pending (queued again after a preemption): running only while the hub spawns it
-        return None if (self._stop_pending or self._spawn_pending) else 0
+        if self._stop_pending or self._spawn_pending:
+            return None
+        if wl.get("preemptions"):
+            notices.set_notice(
+                self.user.name, f"{STOPPED_BECAUSE[S.PREEMPTED]}: {wl.get('reason') or ''}"
+            )
+        return 0
 
     async def stop(self, now: bool = False) -> None:
         wid = self.workload_id

@@ -14,6 +14,10 @@ gpupool noticed the end, so per-tenant GPU-hours agree with the engine's own acc
 Time accounted while the work looked alive but had already ended (the engine's end, learnt
 later, is earlier) is taken back from the same rows.
 
+Work that started and ended between two passes (shorter than the interval) is accounted
+from the allocations released since the previous pass (on the first pass: the last day),
+unless its workload already has usage.
+
 Restart safety: on its first pass the loop resumes each running workload from what the store
 already holds for it (allocated seconds / GPUs held), so a restart neither counts time twice
 nor leaves a gap.
@@ -28,10 +32,11 @@ from datetime import UTC, datetime
 from gpupool.domain import Allocation, Workload
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
-from gpupool.store import AllocationRepo, UsageRepo
+from gpupool.store import AllocationRepo, UsageRepo, WorkloadRepo
 
 log = logging.getLogger(__name__)
 DAY = 86400.0
+_MARGIN_S = 300.0
 
 
 def split_by_day(t0: float, t1: float) -> list[tuple[str, float]]:
@@ -64,6 +69,9 @@ class AccountingLoop(Loop):
         #: workload id -> (workload, allocation, accounted up to)
         self._open: dict[str, tuple[Workload, Allocation, float]] = {}
         self._resumed = False
+        self._last_pass: float | None = None
+        #: (workload id, allocation since) -> when accounted to its end (not looked at again)
+        self._closed: dict[tuple[str, float], float] = {}
 
     def run_once(self) -> int:
         """One pass; returns how many usage rows were added to."""
@@ -83,10 +91,23 @@ class AccountingLoop(Loop):
                 done_before = {
                     u.key: u.gpu_seconds_allocated for u in UsageRepo(s).rollup("workload")
                 }
+            # started and ended between two passes: never opened (a margin for releases
+            # committed after the previous pass read, stamped before it)
+            since = now - DAY if self._last_pass is None else self._last_pass - _MARGIN_S
+            unseen = [
+                (WorkloadRepo(s).get(a.workload_id), a, released)
+                for a, released in AllocationRepo(s).released_since(since)
+                if a.shares
+                and (a.workload_id, a.since) not in self._closed
+                and a.workload_id not in self._open
+                and a.workload_id not in running
+                and a.workload_id not in done_before
+            ]
         writes: list[tuple[Workload, Allocation, float, float]] = []
         executor = ctx.executor
         for wid, last in ended.items():
             w, a, t0 = self._open.pop(wid)
+            self._closed[(wid, a.since)] = now
             end = now
             if last is not None and last[1] is not None:
                 end = last[1]
@@ -96,6 +117,12 @@ class AccountingLoop(Loop):
                 end = ran[1]  # the engine's end, not when gpupool noticed it
             if end > t0 or (engine_end and end < t0):  # accounted past the engine's end:
                 writes.append((w, a, t0, end))  # taken back
+        for w, a, released in unseen:
+            self._closed[(w.id, a.since)] = now
+            ran = executor.run_times(w.id)
+            begin, end = (a.since, released) if ran is None else ran
+            if begin is not None and (end if end is not None else released) > begin:
+                writes.append((w, a, begin, end if end is not None else released))
         for wid, (w, a) in running.items():
             ran = executor.run_times(wid)
             begin, end = (a.since, now) if ran is None else ran
@@ -115,6 +142,8 @@ class AccountingLoop(Loop):
                 writes.append((w, a, t0, end))
             self._open[wid] = (w, a, end if ended_early else max(t0, end))
         self._resumed = True
+        self._last_pass = now
+        self._closed = {k: t for k, t in self._closed.items() if now - t <= 2 * _MARGIN_S}
         rows = 0
         if writes:
             with ctx.store.write() as s:
