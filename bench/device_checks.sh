@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-GPU checks of issues 13 and 17 in one run (the device tool's machine, as root):
+# The real-GPU checks of issues 13, 17 and 18 (MIG, read only) in one run (the device tool's machine, as root):
 # DCGM clock/energy fields, gpupool's own MPS server not reported as unowned, the node agent
 # on real GPUs, and the `gpu`-marked tests. Wheels for gpupool's dependencies that the machine
 # lacks travel in .whl/ (see /work/.library/device/README.md). Results go to $OUT.
@@ -22,5 +22,6 @@ run() { echo "== $*" | tee -a "$OUT/checks.log"; "$@" 2>&1 | tee -a "$OUT/checks
 run timeout 120 python3 bench/telemetry_dcgm_fields.py --out "$OUT"
 run timeout 180 python3 bench/mps_false_alarm_gpu.py "$OUT"
 run timeout 150 python3 bench/agent_gpu_check.py "$OUT"
+run timeout 180 python3 bench/mig_device_check.py "$OUT"
 run timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/telemetry/test_telemetry_gpu.py tests/executors/test_gpu_real.py
 exit $rc

@@ -382,6 +382,10 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
 
     ctx.loops.add(SchedulerLoop(ctx))
     ctx.loops.add(NodeWatchLoop(ctx))
+    if ctx.settings.mig_relayout:
+        from gpupool.server.loops.mig_relayout import MigRelayoutLoop
+
+        ctx.loops.add(MigRelayoutLoop(ctx, engine.apply_mig_layout))
     if engine.inventory_interval_s is not None:
         ctx.loops.add(InventoryLoop(ctx, engine))
     if ctx.store.dialect == "sqlite":

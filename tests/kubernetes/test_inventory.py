@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gpupool.domain import GPUHealth, NodeState, SharingMode
+from datetime import UTC, datetime
+
+from gpupool.domain import GPUHealth, NodeState, OutsideUse, SharingMode
 from gpupool.engines.base import EngineEnv
 from gpupool.engines.kubernetes import KubernetesEngine
 from gpupool.engines.kubernetes.inventory import memory_mib
@@ -62,7 +64,7 @@ def test_gpus_used_by_pods_gpupool_did_not_create_are_taken(kube, clock):
                     {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
                 ],
             },
-            "status": {"phase": "Running"},
+            "status": {"phase": "Running", "startTime": "2026-11-25T10:00:00Z"},
         }
     )
     kube.add_pod(
@@ -78,9 +80,38 @@ def test_gpus_used_by_pods_gpupool_did_not_create_are_taken(kube, clock):
         }
     )
     (n1,) = _engine(kube, clock).inventory()
-    health = [g.health for g in n1.gpus]
-    assert health == [GPUHealth.HEALTHY] * 2 + [GPUHealth.UNHEALTHY] * 2
+    # healthy, but taken by the pod, named (the device plugin does not say which boards:
+    # the highest free slots)
+    assert [g.health for g in n1.gpus] == [GPUHealth.HEALTHY] * 4
+    pod = OutsideUse("pod ml/other", "", since=datetime(2026, 11, 25, 10, tzinfo=UTC).timestamp())
+    assert [g.outside for g in n1.gpus] == [None, None, pod, pod]
+    assert [g.schedulable for g in n1.gpus] == [True, True, False, False]
     assert n1.label_map["gpupool.dev/outside-gpus"] == "2"
+
+
+def _pod(ns: str, name: str, gpus: int) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": {}},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def test_each_outside_slot_names_its_own_pod(kube, clock):
+    kube.add_node("n1", 4, labels=GFD)
+    kube.namespaces["team-x"] = {"metadata": {"name": "team-x"}}
+    kube.add_pod(_pod("team-x", "train-0", 2))
+    kube.add_pod(_pod("default", "probe", 1))
+    (n1,) = _engine(kube, clock).inventory()
+    refs = [g.outside.ref if g.outside else None for g in n1.gpus]
+    # pods in namespace/name order take the highest free slots
+    assert refs == [None, "pod team-x/train-0", "pod team-x/train-0", "pod default/probe"]
+    assert n1.label_map["gpupool.dev/outside-gpus"] == "3"
 
 
 def test_outside_use_spares_the_slots_gpupools_own_pods_hold(kube, clock):
@@ -109,7 +140,8 @@ def test_outside_use_spares_the_slots_gpupools_own_pods_hold(kube, clock):
     kube.set_phase("gpupool-lab", "gp-w1", "Running", node="n1")
     engine.executor.tick()
     (n1,) = engine.inventory()
-    assert [g.health for g in n1.gpus] == [GPUHealth.UNHEALTHY, GPUHealth.HEALTHY]
+    assert [g.health for g in n1.gpus] == [GPUHealth.HEALTHY, GPUHealth.HEALTHY]
+    assert [g.outside and g.outside.ref for g in n1.gpus] == ["pod default/other", None]
 
 
 def test_quantities():

@@ -113,7 +113,8 @@ def test_a_pod_stuck_pending_is_requeued_with_the_reason_and_the_node_reread(sys
     with ctx.store.read() as s:
         (node,) = NodeRepo(s).list()
         pending_events = EventRepo(s).list(kind="kubernetes.pod_pending")
-    assert [g.health.value for g in node.gpus] == ["unhealthy", "unhealthy"]
+    assert [g.health.value for g in node.gpus] == ["healthy", "healthy"]
+    assert [g.outside and g.outside.ref for g in node.gpus] == ["pod default/other"] * 2
     assert dict(node.labels)["gpupool.dev/outside-gpus"] == "2"
     assert [e.data["node"] for _, e in pending_events] == ["gpu-1"]
     ctx.loops.get("scheduler").run_once()  # nothing free: it waits, no new pod

@@ -132,7 +132,7 @@ def test_a_new_executor_adopts_by_job_name(tmp_path):
 def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(tmp_path):
     """After a restart the executor knows none of its jobs' GPUs; the store's allocations
     (EngineEnv.held) keep a plain job's GPUs off gpupool's own."""
-    from gpupool.domain import GPUHealth
+    from gpupool.domain import GPUHealth, OutsideUse
     from gpupool.engines.base import EngineEnv
     from gpupool.engines.slurm import SlurmEngine, SlurmOptions
 
@@ -157,8 +157,10 @@ def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(tmp_path):
     )
     engine.open(EngineEnv(ManualClock(0.0), held=lambda: {"slurm-n1-gpu0"}))
     (n1,) = engine.inventory()
-    taken = [g.uuid for g in n1.gpus if g.health is GPUHealth.UNHEALTHY]
+    assert all(g.health is GPUHealth.HEALTHY for g in n1.gpus)  # taken, not unhealthy
+    taken = [g.uuid for g in n1.gpus if g.outside is not None]
     assert len(taken) == 1 and taken != ["slurm-n1-gpu0"]
+    assert n1.gpus[-1].outside == OutsideUse("slurm job 7", "eve")  # the highest free one
 
 
 def test_a_failing_squeue_does_not_stop_the_pass_and_polls_say_so(tmp_path):

@@ -3,7 +3,7 @@ no Slurm needed."""
 
 from __future__ import annotations
 
-from gpupool.domain import GPUHealth, NodeState
+from gpupool.domain import GPUHealth, NodeState, OutsideUse
 from gpupool.engines.slurm.accounts import account_name
 from gpupool.engines.slurm.executor import exit_code_of
 from gpupool.engines.slurm.inventory import (
@@ -52,6 +52,7 @@ def test_foreign_jobs_take_their_gpus_but_never_gpupools():
             "account": "phys",
             "batch_host": "gpu01",
             "gres_detail": ["gpu:a100:2(IDX:0-1)"],
+            "start_time": {"set": True, "number": 1795600800},
         },
         {
             "job_id": 8,
@@ -68,8 +69,12 @@ def test_foreign_jobs_take_their_gpus_but_never_gpupools():
     # gpupool thinks it holds gpu0 (Slurm's indices differ from gpupool's choice): another
     # free GPU is marked instead, so the free count is still right
     marked = mark_foreign(node, foreign, held={"slurm-gpu01-gpu0"})
-    bad = [g.index for g in marked.gpus if g.health is GPUHealth.UNHEALTHY]
-    assert len(bad) == 2 and 0 not in bad and 1 in bad
+    assert all(g.health is GPUHealth.HEALTHY for g in marked.gpus)  # taken, not unhealthy
+    taken = [g.index for g in marked.gpus if g.outside is not None]
+    assert len(taken) == 2 and 0 not in taken and 1 in taken
+    job = OutsideUse("slurm job 7", "eve", since=1795600800.0)
+    assert {marked.gpu(i).outside for i in taken} == {job}
+    assert not any(marked.gpu(i).schedulable for i in taken)
     assert parse_indices(["gpu:a100:3(IDX:0,2-3)"]) == (0, 2, 3)
 
 

@@ -3,6 +3,7 @@ is the truth each test holds gpupool to."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from gpupool.domain import GPUHealth
 from gpupool.store import EventRepo, NodeRepo, WorkloadRepo
 from tests.slurm.conftest import sacct, sh
-from tests.support import wait_for
+from tests.support import ServedApp, wait_for
 
 NODE = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
 RUNNING = {"running"}
@@ -137,12 +138,31 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
         with w.ctx.store.read() as s:
             node = NodeRepo(s).get(NODE)
             events = [e for _, e in EventRepo(s).list(kind="slurm.foreign")]
-        unhealthy = [g for g in node.gpus if g.health is GPUHealth.UNHEALTHY]
-        assert len(unhealthy) == 3
+        # taken, not unhealthy: used outside gpupool by the plain job, named with its user
+        assert all(g.health is GPUHealth.HEALTHY for g in node.gpus)
+        outside = [g for g in node.gpus if g.outside is not None]
+        assert len(outside) == 3
+        assert {(g.outside.ref, g.outside.user) for g in outside} == {
+            (f"slurm job {foreign}", "root")
+        }
+        assert all(g.outside.since for g in outside)  # Slurm's start time
         assert events and foreign in events[0].message and "root" in events[0].message
+        # the API and `gpupool node ls --json` say so
+        r = w.client.get(f"/api/v1/nodes/{NODE}", headers=w.h("slbob"))
+        api_outside = [g["outside"] for g in r.json()["gpus"] if g["outside"]]
+        holders = [(o["ref"], o["user"]) for o in api_outside]
+        assert holders == [(f"slurm job {foreign}", "root")] * 3
+        listed = _node_ls_json(w)
+        (mine,) = [n for n in listed if n["name"] == NODE]
+        assert [g["outside"]["ref"] for g in mine["gpus"] if g["outside"]] == [
+            f"slurm job {foreign}"
+        ] * 3
+        assert [g["health"] for g in mine["gpus"]] == ["healthy"] * len(mine["gpus"])
         w.schedule()
         with w.ctx.store.read() as s:
             assert WorkloadRepo(s).get(wid).state.value == "pending"  # 1 GPU left: it waits
+        why = w.get("slbob", wid)["pending"]["reason"]  # the scheduler's why-pending
+        assert f"is used outside gpupool by slurm job {foreign} (root)" in why, why
         sh("scancel", foreign)  # once the plain job ends, its GPUs are gpupool's again
         wait_for(
             lambda: not sh("squeue", "-h", "-j", foreign, "-t", "running,completing").strip(),
@@ -152,7 +172,8 @@ def test_a_plain_sbatch_jobs_gpus_are_taken_and_pending_slurm_work_is_requeued(m
         w.clock.advance(6)
         w.ctx.loops.get("inventory").run_once()
         with w.ctx.store.read() as s:
-            assert all(g.health is GPUHealth.HEALTHY for g in NodeRepo(s).get(NODE).gpus)
+            gpus = NodeRepo(s).get(NODE).gpus
+        assert all(g.health is GPUHealth.HEALTHY and g.outside is None for g in gpus)
         w.schedule()
         w.settle(wid, RUNNING | {"succeeded"}, user="slbob")
     finally:
@@ -175,3 +196,16 @@ def test_work_that_ignores_sigterm_is_killed_after_the_grace(make_world):
     assert done["exit_code"] == 137, done  # killed
     job = sacct(job_id)
     assert job["state"]["current"] in ("CANCELLED", "FAILED"), job["state"]
+
+
+def _node_ls_json(w) -> list[dict]:  # noqa: ANN001
+    """`gpupool node ls --json` against `w`'s app, served on loopback."""
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import app as cli
+
+    with ServedApp(w.system.app, lifespan="off") as url:
+        env = {"GPUPOOL_URL": url, "GPUPOOL_TOKEN": w.tokens["slbob"], "COLUMNS": "80"}
+        r = CliRunner().invoke(cli, ["node", "ls", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)

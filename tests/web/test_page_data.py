@@ -72,6 +72,7 @@ def test_cluster_view_without_telemetry_marks_free_busy_down():
         "busy": 2,
         "idle": 0,
         "down": 1,
+        "outside": 0,
         "allocated_milli": 1250,
     }
     assert v["simulated"] is False

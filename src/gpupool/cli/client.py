@@ -211,6 +211,9 @@ def run(
     gpu_fraction: float = typer.Option(None, "--gpu-fraction", help="a fraction of one GPU"),
     gpu_memory: str = typer.Option(None, "--gpu-memory", help="GPU memory, e.g. 20G"),
     gpu_model: str = typer.Option(None, "--gpu-model", help="GPU model, e.g. H100"),
+    mig: str = typer.Option(
+        None, "--mig", help="one MIG instance of this profile, e.g. 1g.10gb (hardware-isolated)"
+    ),
     tenant: str = typer.Option(None, "--tenant", "-t", help="tenant (if you have several)"),
     priority: int = typer.Option(0, "--priority", "-p", help="higher runs first in a tenant"),
     name: str = typer.Option(None, "--name", help="a label for the job"),
@@ -229,6 +232,8 @@ def run(
     def go() -> None:
         if gpus is not None and gpu_fraction is not None:
             raise CliError("use --gpus or --gpu-fraction, not both", 2)
+        if mig is not None and (gpus is not None or gpu_fraction is not None):
+            raise CliError("use --mig or --gpus / --gpu-fraction, not both", 2)
         body: dict[str, Any] = {"command": command, "priority": priority}
         if gpus is not None:
             body["gpus"] = gpus
@@ -240,6 +245,7 @@ def run(
             body["memory_mib"] = parse_mib(memory, "--memory")
         for key, value in (
             ("gpu_model", gpu_model),
+            ("mig", mig),
             ("tenant", tenant),
             ("name", name),
             ("max_runtime_s", max_runtime),

@@ -9,6 +9,7 @@ import typer
 
 from gpupool.cli import tables
 from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli.cluster_view import outside_text
 from gpupool.cli.tables import Col, Output
 
 tenant_app = typer.Typer(help="Tenants and their quotas.", no_args_is_help=True)
@@ -239,17 +240,30 @@ def user_ls(as_json: bool = tables.json_option(), output: Output = tables.output
 
 
 def _holders(g: dict[str, Any]) -> str:
-    return ", ".join(f"{h['user']}/{h['workload_id']}" for h in g["holders"])
+    held = [f"{h['user']}/{h['workload_id']}" for h in g["holders"]]
+    if g.get("outside"):
+        held.append(f"outside gpupool: {outside_text(g['outside'])}")
+    return ", ".join(held)
+
+
+def _sharing(g: dict[str, Any]) -> str:
+    """'mig 3/7 free' for a GPU cut by a MIG layout, else the mode."""
+    insts = g.get("mig_instances") or []
+    if not insts:
+        return str(g["sharing"])
+    free = sum(1 for i in insts if i["workload_id"] is None)
+    return f"mig {free}/{len(insts)} free"
 
 
 GPU_COLUMNS = (
     Col("GPU", lambda g: f"{g['node']}:{g['index']}"),
     Col("MODEL", lambda g: g["model"]),
     Col("MiB", lambda g: g["memory_mib"], wide=True, right=True),
-    Col("SHARING", lambda g: g["sharing"]),
+    Col("SHARING", lambda g: _sharing(g)),
     Col("HEALTH", lambda g: g["health"], wide=True),
     Col("ALLOC", lambda g: f"{g['allocated_milli'] / 1000:g}", right=True),
     Col("HOLDERS", _holders, wrap=True),
+    Col("MIG LAYOUT", lambda g: g.get("mig_layout") or "", wide=True, wrap=True),
     Col("UUID", lambda g: g["uuid"], wide=True),
 )
 
@@ -269,8 +283,22 @@ def gpu_ls(as_json: bool = tables.json_option(), output: Output = tables.output_
 
 
 def _free_gpus(n: dict[str, Any]) -> str:
-    free = sum(1 for g in n["gpus"] if not g["holders"] and g["health"] == "healthy")
+    free = sum(
+        1
+        for g in n["gpus"]
+        if not g["holders"] and g["health"] == "healthy" and not g.get("outside")
+    )
     return f"{free}/{len(n['gpus'])}"
+
+
+def _outside(n: dict[str, Any]) -> str:
+    """The node's GPUs used outside gpupool, by holder: 'slurm job 4711 (bob) x3'."""
+    counts: dict[str, int] = {}
+    for g in n["gpus"]:
+        if g.get("outside"):
+            t = outside_text(g["outside"])
+            counts[t] = counts.get(t, 0) + 1
+    return ", ".join(t + (f" x{k}" if k > 1 else "") for t, k in counts.items()) or "-"
 
 
 def _models(n: dict[str, Any]) -> str:
@@ -285,6 +313,7 @@ NODE_COLUMNS = (
     Col("STATE", lambda n: n["state"]),
     Col("FREE GPUS", _free_gpus, right=True),
     Col("MODELS", _models, wrap=True),
+    Col("OUTSIDE", _outside, wrap=True),
     Col("CPUS", lambda n: f"{n['cpu_milli'] / 1000:g}", wide=True, right=True),
     Col("MEMORY MiB", lambda n: n["memory_mib"], wide=True, right=True),
     Col("HEARTBEAT", lambda n: tables.age(n["last_heartbeat"]), wide=True),
@@ -299,7 +328,8 @@ NODE_COLUMNS = (
 
 @node_app.command("ls")
 def node_ls(as_json: bool = tables.json_option(), output: Output = tables.output_option()) -> None:
-    """Nodes, their state and free GPUs (healthy, held by nobody)."""
+    """Nodes, their state, free GPUs (healthy, held by nobody) and the GPUs used outside
+    gpupool (by a plain Slurm job, someone else's pod), naming who holds them."""
 
     @handled
     def go() -> None:
@@ -340,6 +370,33 @@ def gpu_set_sharing(
     go()
 
 
+@gpu_app.command("mig-layout")
+def gpu_mig_layout(
+    gpu: str = typer.Argument(..., help="NODE:INDEX as gpupool gpu ls shows it, or the GPU UUID"),
+    layout: str = typer.Argument(
+        ...,
+        help="all-PROFILE (all-1g.10gb, all-3g.40gb), all-balanced, PROFILE:COUNT,… "
+        "(3g.40gb:1,1g.10gb:4) or PROFILE@START,… ; 'none' clears it",
+    ),
+) -> None:
+    """Cut a GPU into MIG instances (admins): sets its sharing to mig and its layout. Only
+    on a GPU no work holds; on this host the instances must exist (nvidia-smi mig)."""
+
+    @handled
+    def go() -> None:
+        c = api()
+        clear = layout.strip().lower() == "none"
+        body = {"mig_layout": ""} if clear else {"sharing": "mig", "mig_layout": layout}
+        g = c.call("PATCH", f"/gpus/{_gpu_uuid(c, gpu)}", json=body)
+        if clear:
+            out.print(f"GPU {g['index']} on {g['node']} has no MIG layout: handed out whole")
+            return
+        insts = ", ".join(f"{i['profile']}@{i['start']}" for i in g["mig_instances"])
+        out.print(f"GPU {g['index']} on {g['node']} is cut into {insts}")
+
+    go()
+
+
 @profile_app.command("create")
 def profile_create(
     name: str = typer.Argument(...),
@@ -347,6 +404,7 @@ def profile_create(
     gpu_fraction: float = typer.Option(None, "--gpu-fraction"),
     gpu_memory: str = typer.Option(None, "--gpu-memory", help="e.g. 20G"),
     gpu_model: str = typer.Option(None, "--gpu-model"),
+    mig: str = typer.Option(None, "--mig", help="a MIG instance of this profile, e.g. 1g.10gb"),
     description: str = typer.Option("", "--description", "-d"),
     kind: str = typer.Option("notebook", "--kind", help="notebook or job"),
     image: str = typer.Option(None, "--image", help="container image (Kubernetes)"),
@@ -369,6 +427,8 @@ def profile_create(
             body["gpu_memory_mib"] = parse_mib(gpu_memory)
         if gpu_model:
             body["gpu_model"] = gpu_model
+        if mig:
+            body["mig"] = mig
         if image:
             body["image"] = image
         p = api().post("/profiles", body)

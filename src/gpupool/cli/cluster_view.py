@@ -2,7 +2,8 @@
 
 Both read `GET /api/v1/dashboard/cluster` (any logged-in user may: everyone can see who uses
 which GPU and whether it is busy): every node's GPUs with live readings from the server's
-telemetry, their status (free, busy, idle, down) and the workloads holding shares of them;
+telemetry, their status (free, busy, idle, outside, down) and the workloads holding shares of
+them, or the work outside gpupool that holds them (a plain Slurm job, someone else's pod);
 `gpupool top` also lists the GPU processes with their owners (or "outside gpupool").
 """
 
@@ -44,8 +45,18 @@ def _status(g: dict[str, Any]) -> str:
     return str(g["status"])
 
 
+def outside_text(o: dict[str, Any] | None) -> str:
+    """Who holds a GPU outside gpupool, as the API gives it: 'slurm job 4711 (bob)'."""
+    if not o:
+        return ""
+    return f"{o['ref']} ({o['user']})" if o.get("user") else str(o["ref"])
+
+
 def _holders(g: dict[str, Any]) -> str:
-    return ", ".join(f"{h['user']}/{h['workload']}" for h in g["holders"])
+    held = [f"{h['user']}/{h['workload']}" for h in g["holders"]]
+    if g.get("outside"):
+        held.append(f"outside: {outside_text(g['outside'])}")
+    return ", ".join(held)
 
 
 def _num(x: float | None, unit: str) -> str:
@@ -115,12 +126,23 @@ PROCESS_COLUMNS = (
 )
 
 
+#: One row per GPU used outside gpupool: which work holds it (`gpupool top`).
+OUTSIDE_COLUMNS = (
+    Col("GPU", lambda g: f"{g['node']}:{g['index']}"),
+    Col("USED OUTSIDE GPUPOOL BY", lambda g: g["outside"]["ref"], wrap=True),
+    Col("USER", lambda g: g["outside"]["user"] or "-"),
+    Col("AGE", lambda g: tables.age(g["outside"]["since"], g["now"])),
+)
+
+
 def _title(data: dict[str, Any], url: str) -> Text:
     s = data["summary"]
     head = Text(f"GPUs of {url}: ", style="bold")
     head.append(
         f"{s['gpus']} GPUs, {s['busy']} busy, {s['idle']} idle, {s['free']} free, {s['down']} down"
     )
+    if s.get("outside"):
+        head.append(f", {s['outside']} outside")
     if data["simulated"]:
         head.append("  SIMULATED", style="bold magenta")
     return head
@@ -147,6 +169,10 @@ def render_top(data: dict[str, Any], url: str) -> Group:
         parts.append(tables.build(HOLDER_COLUMNS, holders))
     else:
         parts.append(Text("no workload holds a GPU", style="dim"))
+    outside = [g | {"now": data["now"]} for g in gpus if g.get("outside")]
+    if outside:
+        parts.append(Text(""))
+        parts.append(tables.build(OUTSIDE_COLUMNS, outside))
     procs = [p | {"gpu": f"{g['node']}:{g['index']}"} for g in gpus for p in g.get("processes", ())]
     if procs:
         parts.append(Text(""))

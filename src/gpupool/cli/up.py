@@ -98,7 +98,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--simulate",
             metavar="SPEC",
-            help="Use simulated GPUs, e.g. 4xH100-80GB or 2xH100-80GB,2xA100-40GB.",
+            help="Use simulated GPUs, e.g. 4xH100-80GB or 2xH100-80GB,2xA100-40GB; "
+            "H100-80GB:mig=all-1g.10gb has MIG mode on with that layout (docs/mig.md).",
         ),
         data_dir: Path | None = typer.Option(
             None,

@@ -13,8 +13,10 @@
 
 Rules: the device plugin applies time-slicing per node, so a node's non-MIG GPUs must be all
 `exclusive` or all `shared` (else `OperatorConfigError` says which node). A `mig` GPU is cut
-into its model's layout: `--mig-layout` entries first, else the model's smallest profile as
-many times as it fits (A30, A100, H100, H800, H200); others need a `--mig-layout`.
+into the MIG layout gpupool schedules on it (its `mig_layout`, set with `gpupool gpu
+mig-layout`); one without a layout into the `--mig-layout` entry of its model, else the
+model's smallest profile as many times as it fits (A30, A100, H100, H800, H200); others
+need a `--mig-layout`.
 Time-slicing gives no memory or fault isolation: the generated file says so.
 """
 
@@ -28,6 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from gpupool.domain import ValidationError
+from gpupool.domain.mig import counts as mig_counts
+from gpupool.domain.mig import layout_for_gpu
 
 DEVICE_PLUGIN_LABEL = "nvidia.com/device-plugin.config"
 MIG_LABEL = "nvidia.com/mig.config"
@@ -163,6 +169,15 @@ class OperatorConfig:
 
 def _gpu_layout(gpu: Mapping[str, Any], options: Options) -> tuple[tuple[str, int], ...]:
     model = str(gpu["model"])
+    if gpu.get("mig_layout"):
+        try:
+            insts = layout_for_gpu(model, int(gpu["memory_mib"]), str(gpu["mig_layout"]))
+        except ValidationError as e:
+            raise OperatorConfigError(
+                f"GPU {gpu['index']} of node {gpu['node']}: {e}; set a layout that fits "
+                "(gpupool gpu mig-layout)"
+            ) from None
+        return tuple(mig_counts(insts))
     for layout in options.mig_layouts:
         if layout.model.lower() in model.lower():
             return layout.devices

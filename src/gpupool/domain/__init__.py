@@ -9,6 +9,7 @@ from gpupool.domain.resources import (
     GPUHealth,
     Node,
     NodeState,
+    OutsideUse,
     Share,
     SharingMode,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Membership",
     "Node",
     "NodeState",
+    "OutsideUse",
     "Quota",
     "Request",
     "Role",

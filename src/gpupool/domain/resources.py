@@ -46,6 +46,29 @@ class GPUHealth(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class OutsideUse:
+    """Who holds a GPU outside gpupool: work the engine runs that gpupool did not create.
+
+    `ref` names that work as people know it ("slurm job 4711", "pod team-x/train-0"; several
+    pods joined by ", "), `user` its owner where the engine says ("" if not), `since` when it
+    started (epoch seconds) where known. The GPU stays healthy; it is just taken.
+    """
+
+    ref: str
+    user: str = ""
+    since: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.ref:
+            raise ValidationError("an outside use needs a ref naming the work", "ref")
+
+    @property
+    def text(self) -> str:
+        """'slurm job 4711 (bob)' or 'pod team-x/train-0'."""
+        return f"{self.ref} ({self.user})" if self.user else self.ref
+
+
+@dataclass(frozen=True, slots=True)
 class GPU:
     """One physical GPU on a node."""
 
@@ -55,6 +78,11 @@ class GPU:
     memory_mib: int
     sharing: SharingMode = SharingMode.EXCLUSIVE
     health: GPUHealth = GPUHealth.HEALTHY
+    #: held by work gpupool did not create (None: not); such a GPU is taken, not unhealthy
+    outside: OutsideUse | None = None
+    #: the MIG layout's name (gpupool.domain.mig) of a `mig` GPU: its fixed instances are
+    #: scheduled one by one. None: a `mig` GPU is handed out whole.
+    mig_layout: str | None = None
 
     def __post_init__(self) -> None:
         if self.index < 0:
@@ -67,7 +95,8 @@ class GPU:
 
     @property
     def schedulable(self) -> bool:
-        return self.health is GPUHealth.HEALTHY
+        """Healthy and not used outside gpupool: gpupool may place work here."""
+        return self.health is GPUHealth.HEALTHY and self.outside is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +145,9 @@ class Share:
     milli: int
     memory_mib: int
     enforcement: Enforcement = Enforcement.HARDWARE
+    #: a MIG instance of the GPU's layout: its profile and start slot (None: not MIG)
+    mig_profile: str | None = None
+    mig_start: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.milli <= MILLI_PER_GPU:

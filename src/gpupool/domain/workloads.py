@@ -7,6 +7,7 @@ that records the change.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -76,8 +77,21 @@ class Request:
     gpu_model: str | None = None
     cpu_milli: int = 0
     memory_mib: int = 0
+    #: a MIG profile (`1g.10gb`): one instance of it on a GPU in `mig` mode
+    mig: str | None = None
 
     def __post_init__(self) -> None:
+        if self.mig is not None:
+            if not re.match(r"^[0-9]g\.[0-9]+gb$", self.mig):
+                raise ValidationError(
+                    f"mig {self.mig!r} is not a MIG profile: write it like 1g.10gb or 3g.40gb",
+                    "mig",
+                )
+            if self.gpus or self.gpu_milli:
+                raise ValidationError(
+                    "ask for either a MIG instance (mig) or GPUs (gpus, gpu_fraction), not both",
+                    "mig",
+                )
         if self.gpus < 0:
             raise ValidationError(f"gpus must be >= 0, got {self.gpus}", "gpus")
         if self.gpus and self.gpu_milli:
@@ -101,7 +115,10 @@ class Request:
 
     @property
     def total_gpu_milli(self) -> int:
-        """GPU demand in milli: gpus * 1000 or the fraction."""
+        """GPU demand in milli: gpus * 1000, the fraction, or a MIG instance's compute
+        slices of 7."""
+        if self.mig:
+            return int(self.mig.split("g", 1)[0]) * MILLI_PER_GPU // 7
         return self.gpus * MILLI_PER_GPU if self.gpus else self.gpu_milli
 
     @property
@@ -109,6 +126,9 @@ class Request:
         return self.total_gpu_milli > 0
 
     def describe(self) -> str:
+        if self.mig:
+            of = f" of a {self.gpu_model}" if self.gpu_model else ""
+            return f"a {self.mig} MIG instance{of}"
         if self.gpus:
             what = f"{self.gpus} {self.gpu_model or ''} GPU{'s' if self.gpus > 1 else ''}"
         elif self.gpu_milli:

@@ -138,6 +138,14 @@ class Engine(ABC):
         (gpupool runs as root); None otherwise."""
         return None
 
+    def apply_mig_layout(self, node: str, gpu_uuid: str, layout: str) -> str | None:
+        """Cut GPU `gpu_uuid` of `node` into MIG `layout` (the optional idle re-layout);
+        None when done, else why not. Default: this engine changes no MIG layouts."""
+        return (
+            f"the {self.name} engine does not change MIG layouts; set them with nvidia-smi mig, "
+            "mig-parted or the GPU Operator's MIG manager"
+        )
+
     def describe(self) -> list[tuple[str, bool]]:
         """(line, loud) that `gpupool up` prints about this engine once it is open."""
         return []

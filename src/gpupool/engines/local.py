@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.domain import Enforcement, Node
+from gpupool.domain import Enforcement, Node, Share
 from gpupool.engines.base import Engine, EngineEnv, EngineError, NodeTelemetry
 from gpupool.engines.isolation import choose_jobs_account, isolation_lines
 from gpupool.executors.base import Executor
@@ -145,8 +145,36 @@ class LocalEngine(Engine):
             user_mode=self.user_mode,
             mps=self.manager,
             jobs_account=self.run_as,
+            mig_uuid=self._mig_uuid,
         )
         return self.executor
+
+    def apply_mig_layout(self, node: str, gpu_uuid: str, layout: str) -> str | None:
+        """Simulated GPUs take the new layout; real ones never: gpupool does not change the
+        MIG mode or instances of real GPUs."""
+        from gpupool.telemetry.simulated import SimulatedSource
+
+        src = self.source
+        if not isinstance(src, SimulatedSource):
+            return (
+                "gpupool never changes the MIG instances of real GPUs; create them with "
+                "nvidia-smi mig or mig-parted, then set the layout (gpupool gpu mig-layout)"
+            )
+        for g in src.snapshot().gpus:
+            if g.uuid == gpu_uuid:
+                src.set_mig(g.index, layout)
+                return None
+        return f"no GPU {gpu_uuid} on this host"
+
+    def _mig_uuid(self, share: Share) -> str | None:
+        """The MIG device (UUID) of a MIG instance share, as NVML lists it now."""
+        from gpupool.telemetry.snapshots import mig_device_uuid
+
+        assert self.source is not None
+        for g in self.source.snapshot().gpus:
+            if g.uuid == share.gpu_uuid:
+                return mig_device_uuid(g, share.mig_profile, share.mig_start)
+        return None
 
     def inventory(self) -> list[Node]:
         import psutil

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -31,15 +31,21 @@ from gpupool.executors.handoff import STOPPED_EXIT, Grant, LaunchDir, is_hub_lau
 
 
 def hub_launch_env(
-    workload: Workload, allocation: Allocation | None, mps_env: Mapping[str, Mapping[str, str]]
+    workload: Workload,
+    allocation: Allocation | None,
+    mps_env: Mapping[str, Mapping[str, str]],
+    device: Callable[[Share], str] | None = None,
 ) -> dict[str, str]:
     """The GPU environment of a hub-launched notebook, as the local executor would set it.
 
-    `mps_env` maps GPU UUID -> MPS client variables for fractional shares served by MPS.
+    `mps_env` maps GPU UUID -> MPS client variables for fractional shares served by MPS;
+    `device(share)` names a share's CUDA device (default: the GPU UUID; the local executor's
+    `device_uuid` names MIG devices).
     """
     shares = allocation.shares if allocation else ()
+    name = device or (lambda s: s.gpu_uuid)
     env = {
-        "CUDA_VISIBLE_DEVICES": ",".join(s.gpu_uuid for s in shares),
+        "CUDA_VISIBLE_DEVICES": ",".join(name(s) for s in shares),
         "GPUPOOL_WORKLOAD_ID": workload.id,
         "GPUPOOL_GPU_MILLI": str(sum(s.milli for s in shares)),
     }
@@ -107,7 +113,8 @@ class HubLaunchExecutor(Executor):
             return self.inner.start(workload, allocation, env=env, unix_user=unix_user)
         now = self.clock.now()
         mps_env, enforcement = self._mps_env(allocation, unix_user)
-        grant_env = dict(env or {}) | hub_launch_env(workload, allocation, mps_env)
+        device = getattr(self.inner, "device_uuid", None)
+        grant_env = dict(env or {}) | hub_launch_env(workload, allocation, mps_env, device)
         uuids = allocation.gpu_uuids if allocation else ()
         self.dir.write_grant(Grant(workload.id, grant_env, uuids, enforcement, now))
         return Handle(

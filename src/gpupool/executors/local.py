@@ -124,7 +124,10 @@ class LocalExecutor(Executor):
         cgroups: bool = True,
         env_pass: tuple[str, ...] | None = None,
         python: str = sys.executable,
+        mig_uuid: Callable[[Share], str | None] | None = None,
     ) -> None:
+        #: the MIG device UUID of a MIG instance share, as NVML lists it now (None: not found)
+        self.mig_uuid = mig_uuid
         self.state_dir = Path(state_dir)
         private_dir(self.state_dir)
         self.clock = clock or SystemClock()
@@ -267,13 +270,29 @@ class LocalExecutor(Executor):
             gpu_uuid, unix_user, self._mps_users(gpu_uuid), healthy=healthy
         )
 
+    def device_uuid(self, s: Share) -> str:
+        """What CUDA_VISIBLE_DEVICES names for share `s`: its GPU's UUID, or for a MIG
+        instance the MIG device's UUID (`MIG-…`), which CUDA binds with hardware isolation.
+        StartError if NVML lists no such MIG device (the instances were not created)."""
+        if s.mig_start is None:
+            return s.gpu_uuid
+        found = self.mig_uuid(s) if self.mig_uuid is not None else None
+        if found is None:
+            raise StartError(
+                f"GPU {s.gpu_index} has no {s.mig_profile} MIG device at start {s.mig_start}: "
+                "create the instances of its layout (`sudo nvidia-smi mig -i "
+                f"{s.gpu_index} -cgi {s.mig_profile} -C`, or mig-parted) or set the GPU's "
+                "layout to the instances it has (gpupool gpu mig-layout)"
+            )
+        return found
+
     def _environment(
         self, workload: Workload, allocation: Allocation | None, account: Account
     ) -> tuple[dict[str, str], dict[str, str], list[str]]:
         """gpupool's own variables of the job, its enforcement per GPU and why."""
         env: dict[str, str] = {}
         shares = allocation.shares if allocation else ()
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(s.gpu_uuid for s in shares)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.device_uuid(s) for s in shares)
         env["GPUPOOL_WORKLOAD_ID"] = workload.id
         env["GPUPOOL_GPU_MILLI"] = str(sum(s.milli for s in shares))
         enforcement: dict[str, str] = {}

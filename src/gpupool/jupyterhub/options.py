@@ -135,6 +135,14 @@ def gpu_availability(profile: Mapping, gpus: Iterable[Mapping]) -> str:
         pool = [g for g in pool if g.get("model") == model]
     models = {g.get("model") for g in pool}
     label = model or (next(iter(models)) if len(models) == 1 else "GPUs")
+    if req.get("mig"):
+        free = sum(
+            1
+            for g in pool
+            for i in g.get("mig_instances") or ()
+            if i.get("profile") == req["mig"] and not i.get("workload_id")
+        )
+        return f"{free} free {req['mig']} MIG instance" + ("" if free == 1 else "s")
     if not req.get("gpus") and not req.get("gpu_fraction"):
         return "CPU only"
     if req.get("gpus"):
@@ -222,7 +230,7 @@ def render_form(
 def asks_gpu(workload: Mapping) -> bool:
     """True if the workload (as the API gives it) asks for a GPU or a fraction of one."""
     r = workload.get("request") or {}
-    return bool(r.get("gpus") or r.get("gpu_fraction"))
+    return bool(r.get("gpus") or r.get("gpu_fraction") or r.get("mig"))
 
 
 def pending_message(workload: Mapping) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpupool.domain import Node, Request, TenantTree
-from gpupool.scheduler.capacity import FRACTION
+from gpupool.scheduler.capacity import FRACTION, MIG
 from gpupool.scheduler.limits import NeverWithin, never_within
 from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
@@ -42,7 +42,7 @@ def never_runs(
         if not any(p.cpu >= shape.cpu_milli and p.mem >= shape.memory_mib for p in profiles):
             field = "memory_mib" if any(p.cpu >= shape.cpu_milli for p in profiles) else "cpus"
         else:
-            field = "gpu_fraction" if shape.kind == FRACTION else "gpus"
+            field = {FRACTION: "gpu_fraction", MIG: "mig"}.get(shape.kind, "gpus")
         return NeverRuns(field, why)
     hit = never_within(tree, tenant, shape.gpu_milli) if shape.gpu_milli else None
     if hit is not None:

@@ -18,19 +18,23 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
+from gpupool.domain import GPU, MILLI_PER_GPU, Node, OutsideUse, Share, SharingMode
+from gpupool.domain.mig import instances_of
 from gpupool.scheduler.buckets import BucketIndex
 from gpupool.scheduler.types import RunningWorkload
 
 WHOLE = "whole"
 FRACTION = "fraction"
 CPU_ONLY = "cpu"
+#: one instance of the MIG profile `Shape.mig` (gpupool.scheduler.mig)
+MIG = "mig"
 
 
 class Shape(NamedTuple):
     """A request normalized for placement (and memo keys).
 
-    kind: WHOLE (`count` whole GPUs), FRACTION (`milli` of one shared GPU) or CPU_ONLY.
+    kind: WHOLE (`count` whole GPUs), FRACTION (`milli` of one shared GPU), MIG (one free
+    instance of profile `mig`; `milli` its compute share) or CPU_ONLY.
     gpu_memory_mib: for WHOLE the least memory each GPU must have; for FRACTION the memory
     of the share (0: proportional to `milli`).
     """
@@ -42,6 +46,7 @@ class Shape(NamedTuple):
     model: str | None = None
     cpu_milli: int = 0
     memory_mib: int = 0
+    mig: str | None = None
 
     @property
     def gpu_milli(self) -> int:
@@ -69,6 +74,13 @@ class _Static:
         self.gpu_ok: list[bool] = []
         self.milli: list[int] = []
         self.gpu_ids: dict[tuple[int, int], int] = {}
+        #: GPU id -> who holds it outside gpupool (such GPUs are not `gpu_ok`)
+        self.outside: dict[int, OutsideUse] = {}
+        #: MIG instances (see gpupool.scheduler.mig): per node their ids, per id its
+        #: (profile, start) (None: a physical GPU), (node, GPU index, start) -> id
+        self.node_mig: list[list[int]] = []
+        self.gpu_mig: list[tuple[str, int] | None] = []
+        self.mig_ids: dict[tuple[int, int, int], int] = {}
         for n, node in enumerate(nodes):
             dup = node.name in self.node_ids  # a duplicate name: the first one wins
             if not dup:
@@ -79,27 +91,57 @@ class _Static:
             self.mem.append(0 if dup else node.memory_mib)
             ids: list[int] = []
             self.node_gpus.append(ids)
+            self.node_mig.append([])
             if dup:
                 continue
             for gpu in sorted(node.gpus, key=lambda x: x.index):
                 g = len(self.gpu_node)
                 ids.append(g)
                 self.gpu_ids[(n, gpu.index)] = g
-                self.gpu_node.append(n)
-                self.gpu_index.append(gpu.index)
-                self.gpu_uuid.append(gpu.uuid)
-                self.gpu_model.append(gpu.model)
-                self.gpu_total_mem.append(gpu.memory_mib)
-                self.gpu_sharing.append(gpu.sharing)
-                self.gpu_ok.append(node.schedulable and gpu.schedulable)
-                self.milli.append(MILLI_PER_GPU)
+                insts = mig_instances(gpu)
+                self._add(n, gpu, gpu.memory_mib, 0 if insts else MILLI_PER_GPU, None, node)
+                for profile, start, milli, mem in insts:
+                    self.mig_ids[(n, gpu.index, start)] = len(self.gpu_node)
+                    self.node_mig[n].append(len(self.gpu_node))
+                    self._add(n, gpu, mem, milli, (profile, start), node)
         self.models = sorted(set(self.gpu_model))
+        #: the nodes with MIG instances (few: placement scans them)
+        self.mig_nodes = [n for n, ids in enumerate(self.node_mig) if ids]
         self.gpu_shared = [s is SharingMode.SHARED for s in self.gpu_sharing]
-        self.total_gpu_milli = MILLI_PER_GPU * sum(self.gpu_ok)
+        self.total_gpu_milli = self.count_gpu_milli()
         #: the GPU models on each node (most nodes have one)
         self.node_models = [
             tuple(sorted({self.gpu_model[g] for g in ids})) for ids in self.node_gpus
         ]
+
+    def _add(
+        self, n: int, gpu: GPU, mem: int, milli: int, mig: tuple[str, int] | None, node: Node
+    ) -> None:
+        """File one physical GPU (`mig` None) or one MIG instance of it under the next id."""
+        self.gpu_node.append(n)
+        self.gpu_index.append(gpu.index)
+        self.gpu_uuid.append(gpu.uuid)
+        self.gpu_model.append(gpu.model)
+        self.gpu_total_mem.append(mem)
+        self.gpu_sharing.append(gpu.sharing)
+        self.gpu_ok.append(node.schedulable and gpu.schedulable)
+        self.milli.append(milli)
+        self.gpu_mig.append(mig)
+        if mig is None and gpu.outside is not None:
+            self.outside[len(self.gpu_node) - 1] = gpu.outside
+
+    def count_gpu_milli(self) -> int:
+        """Healthy physical GPUs of ready nodes, in milli (MIG instances not counted again)."""
+        mig = self.gpu_mig
+        return MILLI_PER_GPU * sum(1 for g, ok in enumerate(self.gpu_ok) if ok and mig[g] is None)
+
+
+def mig_instances(gpu: GPU) -> list[tuple[str, int, int, int]]:
+    """(profile, start, milli, memory MiB) of each instance of a `mig` GPU's layout; empty
+    if it has none (or one that does not fit its model: then it is handed out whole)."""
+    if gpu.sharing is not SharingMode.MIG or not gpu.mig_layout:
+        return []
+    return instances_of(gpu.model, gpu.memory_mib, gpu.mig_layout)
 
 
 #: what one running allocation takes: (node id or -1, ((gpu id, milli, memory), ...), cpu,
@@ -109,7 +151,9 @@ Takes = tuple[int, tuple[tuple[int, int, int], ...], int, int, int]
 
 def _gpu_layout(node: Node) -> tuple:
     """What of a node's GPUs the dense ids and the indexes are built on (not their health)."""
-    return tuple(sorted((g.index, g.uuid, g.model, g.memory_mib, g.sharing) for g in node.gpus))
+    return tuple(
+        sorted((g.index, g.uuid, g.model, g.memory_mib, g.sharing, g.mig_layout) for g in node.gpus)
+    )
 
 
 class CapacityIndex:
@@ -141,6 +185,10 @@ class CapacityIndex:
         self.gpu_shared = st.gpu_shared
         self.node_models = st.node_models
         self._gpu_ids = st.gpu_ids
+        self.node_mig = st.node_mig
+        self.mig_nodes = st.mig_nodes
+        self.gpu_mig = st.gpu_mig
+        self.gpu_milli_total = st.milli
         self.models = st.models
         # the mutable part
         self.node_held = list(st.node_held)
@@ -176,10 +224,21 @@ class CapacityIndex:
             return (-1, (), 0, 0, milli)
         takes = []
         for s in a.shares:
-            g = self._gpu_ids.get((n, s.gpu_index))
-            if g is not None:
-                takes.append((g, s.milli, self.gpu_total_mem[g] if s.whole else s.memory_mib))
+            t = self.share_take(n, s)
+            if t is not None:
+                takes.append(t)
         return (n, tuple(takes), a.cpu_milli, a.memory_mib, milli)
+
+    def share_take(self, n: int, s: Share) -> tuple[int, int, int] | None:
+        """(GPU or MIG instance id, milli, memory) that share `s` on node `n` holds; None if
+        the index has no such GPU (or instance). A MIG instance is held whole."""
+        if s.mig_start is not None:
+            g = self._st.mig_ids.get((n, s.gpu_index, s.mig_start))
+            return None if g is None else (g, self._st.milli[g], self.gpu_total_mem[g])
+        g = self._gpu_ids.get((n, s.gpu_index))
+        if g is None:
+            return None
+        return (g, s.milli, self.gpu_total_mem[g] if s.whole else s.memory_mib)
 
     def apply_takes(self, t: Takes, sign: int) -> None:
         """Give back (`sign` 1) or take (-1) what `t` holds. Does not refile the node."""
@@ -312,10 +371,14 @@ class CapacityIndex:
             st.cpu[n] = node.cpu_milli
             st.mem[n] = node.memory_mib
             by_index = {g.index: g for g in node.gpus}
-            for g in st.node_gpus[n]:
+            for g in st.node_gpus[n] + st.node_mig[n]:
                 st.gpu_ok[g] = node.schedulable and by_index[st.gpu_index[g]].schedulable
+                st.outside.pop(g, None)
+                o = by_index[st.gpu_index[g]].outside
+                if o is not None and st.gpu_mig[g] is None:
+                    st.outside[g] = o
         st.nodes = self.nodes = nodes
-        st.total_gpu_milli = MILLI_PER_GPU * sum(st.gpu_ok)
+        st.total_gpu_milli = st.count_gpu_milli()
         return set(changed)
 
     # -- changing ---------------------------------------------------------------------------
@@ -369,6 +432,21 @@ class CapacityIndex:
             if top is not None:
                 best = max(best, top)
         return best
+
+    def outside_gpus(
+        self, model: str | None, shared_only: bool = False
+    ) -> list[tuple[str, int, OutsideUse]]:
+        """(node, GPU index, holder) of each GPU of `model` (None: any; `shared_only`: only
+        `shared` GPUs) on a ready node that work outside gpupool holds, by node then index."""
+        st = self._st
+        found = [
+            (st.nodes[st.gpu_node[g]].name, st.gpu_index[g], g)
+            for g in st.outside
+            if st.node_ready[st.gpu_node[g]]
+            and model in (None, st.gpu_model[g])
+            and not (shared_only and st.gpu_sharing[g] is not SharingMode.SHARED)
+        ]
+        return [(node, i, st.outside[g]) for node, i, g in sorted(found)]
 
     def total_gpu_milli(self) -> int:
         """Capacity for fair shares: healthy GPUs of ready nodes."""

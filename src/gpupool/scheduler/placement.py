@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share, SharingMode
-from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.mig import find_mig, mig_on_node
 
 #: (gpu id, milli, memory MiB) taken on one GPU
 GpuTake = tuple[int, int, int]
@@ -37,6 +38,8 @@ class Placement:
 def shape_of(request: Request, whole_gpus_only: bool = False) -> Shape:
     """Normalize a request. With `whole_gpus_only` a fraction becomes one whole GPU."""
     cpu, mem, model = request.cpu_milli, request.memory_mib, request.gpu_model
+    if request.mig:
+        return Shape(MIG, 0, request.total_gpu_milli, 0, model, cpu, mem, request.mig)
     if request.gpus:
         return Shape(WHOLE, request.gpus, 0, request.gpu_memory_mib, model, cpu, mem)
     if request.gpu_milli:
@@ -75,7 +78,14 @@ def place_on_node(
         return Placement(n, ())
     if shape.kind == WHOLE:
         return _whole_on_node(cap, n, shape, freed_gpu or _NOTHING)
-    return _fraction_on_node(cap, n, shape, freed_gpu or _NOTHING)
+    if shape.kind == MIG:
+        take = mig_on_node(cap, n, shape, freed_gpu or _NOTHING)
+        return None if take is None else Placement(n, (take,))
+    p = _fraction_on_node(cap, n, shape, freed_gpu or _NOTHING)
+    if p is None and cap.node_mig[n]:  # the smallest MIG instance that holds the fraction
+        take = mig_on_node(cap, n, shape, freed_gpu or _NOTHING)
+        return None if take is None else Placement(n, (take,))
+    return p
 
 
 _NOTHING: dict[int, tuple[int, int]] = {}
@@ -151,7 +161,14 @@ def find_placement(cap: CapacityIndex, shape: Shape) -> Placement | None:
         return _find_cpu_only(cap, shape)
     if shape.kind == WHOLE:
         return _find(cap, shape, cap.whole_unshared) or _find(cap, shape, cap.whole)
-    return _find(cap, shape, cap.frac)
+    if shape.kind == MIG:
+        return _found_mig(cap, shape)
+    return _find(cap, shape, cap.frac) or _found_mig(cap, shape)
+
+
+def _found_mig(cap: CapacityIndex, shape: Shape) -> Placement | None:
+    hit = find_mig(cap, shape)
+    return None if hit is None else Placement(hit[0], (hit[1],))
 
 
 def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
@@ -249,6 +266,8 @@ def to_allocation(
             milli=milli,
             memory_mib=mem,
             enforcement=_enforcement(cap.gpu_sharing[g], milli, shared_enforcement),
+            mig_profile=None if cap.gpu_mig[g] is None else cap.gpu_mig[g][0],  # type: ignore[index]
+            mig_start=None if cap.gpu_mig[g] is None else cap.gpu_mig[g][1],  # type: ignore[index]
         )
         for g, milli, mem in placement.takes
     )

@@ -194,12 +194,12 @@ class Reclaimer:
             cpu += a.cpu_milli
             mem += a.memory_mib
             for s in a.shares:
-                g = self.cap.gpu_id(n, s.gpu_index)
-                if g is None:
+                t = self.cap.share_take(n, s)
+                if t is None:
                     continue
+                g, smilli, smem = t
                 m0, g0 = gpu.get(g, (0, 0))
-                smem = self.cap.gpu_total_mem[g] if s.whole else s.memory_mib
-                gpu[g] = (m0 + s.milli, g0 + smem)
+                gpu[g] = (m0 + smilli, g0 + smem)
         return cpu, mem, gpu
 
     def _fits(self, n: int, shape: Shape, rws: list[RunningWorkload]) -> Placement | None:

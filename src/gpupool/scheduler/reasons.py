@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
-from gpupool.scheduler.capacity import CPU_ONLY, WHOLE, CapacityIndex, Shape
+from gpupool.domain.mig import find_model, model_for
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import gpus_text
+from gpupool.scheduler.mig import mig_no_fit_reason
 
 
 def gib(mib: int) -> str:
@@ -33,6 +35,8 @@ def what(shape: Shape) -> str:
         return s
     if shape.kind == CPU_ONLY:
         return "no GPU"
+    if shape.kind == MIG:
+        return f"a {shape.mig} MIG instance" + (f" of a {shape.model}" if shape.model else "")
     s = f"{shape.milli / MILLI_PER_GPU:g} of a shared {model}GPU"
     if shape.gpu_memory_mib:
         s += f" with {gib(shape.gpu_memory_mib)}"
@@ -96,6 +100,8 @@ class Hardware:
             )
         if shape.kind == CPU_ONLY:
             return None
+        if shape.kind == MIG or (shape.kind == FRACTION and _mig_holds(host_ok, shape)):
+            return _never_mig(host_ok, shape)
         best = 0
         for p in host_ok:
             if shape.kind == WHOLE:
@@ -122,9 +128,75 @@ class Hardware:
         return f"needs {need}; no node has shared {model}GPUs (an admin sets GPUs to 'shared')"
 
 
-def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
-    """Why `shape` does not fit on the free capacity right now."""
+def outside_text(cap: CapacityIndex, shape: Shape, most: int = 2) -> str:
+    """'; GPU 2 on node-a is used outside gpupool by slurm job 4711 (bob)' for the GPUs
+    `shape` could use that work outside gpupool holds ('' if none), at most `most` named."""
+    if shape.kind == CPU_ONLY:
+        return ""
+    found = cap.outside_gpus(shape.model, shared_only=shape.kind != WHOLE)
+    if not found:
+        return ""
+    parts = [f"GPU {i} on {node} is used outside gpupool by {o.text}" for node, i, o in found]
+    if len(parts) > most:
+        k = len(parts) - most
+        more = "1 more GPU is" if k == 1 else f"{k} more GPUs are"
+        parts = [*parts[:most], f"{more} used outside gpupool"]
+    return "; " + "; ".join(parts)
+
+
+def _mig_holds(profiles: list[_Profile], shape: Shape) -> bool:
+    """True if a `mig` GPU of one of `profiles` has a profile that could hold fraction
+    `shape` (its compute share and memory at least what it asks)."""
+    for p in profiles:
+        for model, mem, sharing in p.gpus:
+            if sharing is not SharingMode.MIG or shape.model not in (None, model):
+                continue
+            m = model_for(model, mem)
+            if m is not None and any(
+                q.milli >= shape.milli and q.memory_mib >= shape.gpu_memory_mib for q in m.profiles
+            ):
+                return True
+    return False
+
+
+def _never_mig(profiles: list[_Profile], shape: Shape) -> str | None:
+    """None if some `mig` GPU's model has profile `shape.mig` (a fraction that a MIG profile
+    holds: always None), else why not."""
+    if shape.kind != MIG:
+        return None
+    models = set()
+    for p in profiles:
+        for model, mem, sharing in p.gpus:
+            if sharing is not SharingMode.MIG or shape.model not in (None, model):
+                continue
+            m = model_for(model, mem)
+            if m is not None:
+                if m.profile(shape.mig or "") is not None:
+                    return None
+                models.add(m.key)
+    if models:
+        have = "; ".join(
+            f"{k}: " + ", ".join(q.name for q in find_model(k).profiles)  # type: ignore[union-attr]
+            for k in sorted(models)
+        )
+        return f"needs {what(shape)}; no GPU in mig mode has that profile ({have})"
     model = f"{shape.model} " if shape.model else ""
+    return (
+        f"needs {what(shape)}; no node has {model}GPUs in mig mode (an admin sets them with "
+        "gpupool gpu set-sharing NODE:INDEX mig)"
+    )
+
+
+def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
+    """Why `shape` does not fit on the free capacity right now (naming the GPUs it could
+    use that are used outside gpupool, if any)."""
+    return _no_fit_reason(cap, shape) + outside_text(cap, shape)
+
+
+def _no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
+    model = f"{shape.model} " if shape.model else ""
+    if shape.kind == MIG:
+        return mig_no_fit_reason(cap, shape)
     if shape.kind == WHOLE:
         most = cap.most_whole_free(shape.model)
         if most < shape.count:
@@ -230,6 +302,7 @@ __all__ = [
     "expected_start_text",
     "gpus_text",
     "no_fit_reason",
+    "outside_text",
     "owed_text",
     "reclaim_text",
     "untried_text",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.types import RunningWorkload
 
@@ -37,7 +37,7 @@ def reservation_node(cap: CapacityIndex, shape: Shape) -> int | None:
     """The usable node where `shape` is closest to fitting (and could fit when empty): the
     most whole free GPUs of its model, or the shared GPU with the most free milli. CPU-only
     work reserves nothing."""
-    if shape.kind == CPU_ONLY:
+    if shape.kind in (CPU_ONLY, MIG):  # MIG: instances free one by one, nothing to hold
         return None
     models = [shape.model] if shape.model is not None else cap.models
     best: tuple | None = None
@@ -95,11 +95,12 @@ def expected_start(
         cpu += a.cpu_milli
         mem += a.memory_mib
         for s in a.shares:
-            g = cap.gpu_id(n, s.gpu_index)
-            if g is None:
+            t = cap.share_take(n, s)
+            if t is None:
                 continue
+            g, smilli, smem = t
             m0, g0 = gpu.get(g, (0, 0))
-            gpu[g] = (m0 + s.milli, g0 + (cap.gpu_total_mem[g] if s.whole else s.memory_mib))
+            gpu[g] = (m0 + smilli, g0 + smem)
         if place_on_node(cap, n, shape, cpu, mem, gpu) is not None:
             return end
     return None

@@ -8,7 +8,10 @@ Per tenant, for an admin's fairness dashboard (as KAI Scheduler and Kueue export
 `gpupool_tenant_allocated_gpus`, `gpupool_tenant_pending_workloads` and
 `gpupool_tenant_pending_gpus`, labelled `tenant`, for every tenant of the tree (an inner
 tenant's values cover its subtree; its guarantee and limit are its own quota); and the
-histogram `gpupool_workload_wait_seconds` (submission to admission) by `tenant` and `kind`."""
+histogram `gpupool_workload_wait_seconds` (submission to admission) by `tenant` and `kind`.
+
+Per GPU used outside gpupool (a plain Slurm job, someone else's pod): `gpupool_gpu_outside`
+= 1 with `gpu`, `UUID`, `Hostname`, `holder` ("slurm job 4711") and `user`."""
 
 from __future__ import annotations
 
@@ -60,6 +63,33 @@ class StoreCollector(Collector):
         yield by_state
         yield allocated
         yield queue
+
+
+class OutsideCollector(Collector):
+    """`gpupool_gpu_outside` = 1 for each GPU that work gpupool did not create holds (a plain
+    Slurm job, someone else's pod), labelled like `gpupool_gpu_healthy` plus who holds it."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily(
+            "gpupool_gpu_outside",
+            "1 for a GPU used outside gpupool (taken, but healthy), with its holder",
+            labels=["gpu", "UUID", "Hostname", "holder", "user"],
+        )
+        try:
+            with self.store.read() as s:
+                nodes = NodeRepo(s).list()
+        except Exception:  # noqa: BLE001 - a scrape must not fail because the DB hiccups
+            log.exception("metrics: reading the nodes failed")
+            return
+        for n in nodes:
+            for gpu in n.gpus:
+                if gpu.outside is not None:
+                    o = gpu.outside
+                    g.add_metric([str(gpu.index), gpu.uuid, n.name, o.ref, o.user], 1)
+        yield g
 
 
 #: Wait-time buckets (seconds): from a free GPU at once to a day in the queue.
@@ -127,6 +157,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StoreCollector(store))
         self.registry.register(TenantCollector(store))
+        self.registry.register(OutsideCollector(store))
         self.wait_seconds = Histogram(
             "gpupool_workload_wait_seconds",
             "Time from submission to admission of the workloads admitted, by tenant and kind",

@@ -35,6 +35,9 @@ class Settings:
     password_queue: password checks that may wait for those threads, each at most
         password_wait_s; more, or longer, are refused with 429 (a login flood cannot pile
         up, and its clients wait rather than spin).
+    mig_relayout: re-cut idle `mig` GPUs for waiting MIG requests no layout serves
+        (gpupool.scheduler.mig_relayout), where the engine can change layouts; off by
+        default (GPUPOOL_MIG_RELAYOUT=1).
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -53,6 +56,7 @@ class Settings:
     password_wait_s: float = 2.0
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
+    mig_relayout: bool = False
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -99,5 +103,7 @@ class Settings:
             values["start_retry"] = replace(s.start_retry, **retry)  # type: ignore[arg-type]
         if "GPUPOOL_COOKIE_SECURE" in env:
             values["cookie_secure"] = env["GPUPOOL_COOKIE_SECURE"].lower() in ("1", "true", "yes")
+        if "GPUPOOL_MIG_RELAYOUT" in env:
+            values["mig_relayout"] = env["GPUPOOL_MIG_RELAYOUT"].lower() in ("1", "true", "yes")
         values.update(overrides)
         return replace(s, **values)  # type: ignore[arg-type]

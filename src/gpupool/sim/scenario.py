@@ -30,6 +30,7 @@ from gpupool.domain import (
     WorkloadKind,
 )
 from gpupool.domain.errors import ValidationError as DomainValidationError
+from gpupool.domain.mig import instances_of, layout_for_gpu
 from gpupool.scheduler.types import Policy, SchedulerConfig
 
 MIB_PER_GIB = 1024
@@ -72,6 +73,8 @@ class NodeSpec(_Strict):
     cpus: float = Field(default=64, ge=0)
     memory_gib: float = Field(default=512, ge=0)
     sharing: SharingMode = SharingMode.EXCLUSIVE
+    #: with sharing `mig`: the MIG layout its GPUs are cut into (docs/mig.md), e.g. all-1g.10gb
+    mig_layout: str | None = Field(default=None, min_length=1, max_length=255)
     labels: dict[str, str] = Field(default_factory=dict)
 
 
@@ -103,6 +106,8 @@ class WorkloadSpec(_Strict):
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
     gpu_memory_gib: float = Field(default=0, ge=0)
     gpu_model: str | None = None
+    #: one MIG instance of this profile (e.g. 1g.10gb) on a node with a MIG layout
+    mig: str | None = None
     cpus: float = Field(default=0, ge=0)
     memory_gib: float = Field(default=0, ge=0)
     kind: WorkloadKind = WorkloadKind.JOB
@@ -335,6 +340,12 @@ def build_nodes(cluster: ClusterSpec) -> tuple[Node, ...]:
                 )
                 continue
             seen.add(name)
+            mem = int(round(spec.gpu_memory_gib * MIB_PER_GIB))
+            if spec.mig_layout is not None:
+                why = _layout_problem(spec, mem)
+                if why:
+                    problems.append(f"cluster.nodes[{i}] (name {spec.name}): mig_layout: {why}")
+                    break
             gpus = tuple(
                 GPU(
                     index=g,
@@ -342,6 +353,7 @@ def build_nodes(cluster: ClusterSpec) -> tuple[Node, ...]:
                     model=spec.gpu_model,
                     memory_mib=int(round(spec.gpu_memory_gib * MIB_PER_GIB)),
                     sharing=spec.sharing,
+                    mig_layout=spec.mig_layout,
                 )
                 for g in range(spec.gpus)
             )
@@ -357,6 +369,17 @@ def build_nodes(cluster: ClusterSpec) -> tuple[Node, ...]:
     if problems:
         raise ScenarioError(problems)
     return tuple(nodes)
+
+
+def _layout_problem(spec: NodeSpec, memory_mib: int) -> str | None:
+    """Why `spec`'s MIG layout cannot be used, or None."""
+    if spec.sharing is not SharingMode.MIG:
+        return "a MIG layout needs sharing: mig"
+    try:
+        layout_for_gpu(spec.gpu_model, memory_mib, spec.mig_layout or "")
+    except DomainValidationError as exc:
+        return str(exc)
+    return None
 
 
 def build_tenants(specs: Sequence[TenantSpec]) -> TenantTree:
@@ -392,6 +415,8 @@ def _field_name(name: str | None) -> str:
 
 def unfit_reason(request: Request, nodes: Sequence[Node]) -> str | None:
     """Why no node could ever hold `request`, even with the cluster empty; None if one can."""
+    if request.mig:
+        return _mig_unfit(request, nodes)
     best_gpus = 0
     for n in nodes:
         if request.cpu_milli > n.cpu_milli or request.memory_mib > n.memory_mib:
@@ -424,6 +449,21 @@ def unfit_reason(request: Request, nodes: Sequence[Node]) -> str | None:
     return "no node has the CPUs and memory asked for"
 
 
+def _mig_unfit(request: Request, nodes: Sequence[Node]) -> str | None:
+    for n in nodes:
+        if request.cpu_milli > n.cpu_milli or request.memory_mib > n.memory_mib:
+            continue
+        for g in n.gpus:
+            if request.gpu_model not in (None, g.model) or not g.mig_layout:
+                continue
+            if any(p == request.mig for p, *_ in instances_of(g.model, g.memory_mib, g.mig_layout)):
+                return None
+    return (
+        f"no node has a GPU whose mig_layout has a {request.mig} instance (with the CPUs and "
+        "memory asked for); give a node sharing: mig and such a mig_layout"
+    )
+
+
 def build_workloads(
     specs: Sequence[WorkloadSpec], tenants: TenantTree, nodes: Sequence[Node]
 ) -> list[SimWorkload]:
@@ -453,6 +493,7 @@ def build_workloads(
                 gpu_model=w.gpu_model,
                 cpu_milli=int(round(w.cpus * 1000)),
                 memory_mib=int(round(w.memory_gib * MIB_PER_GIB)),
+                mig=w.mig,
             )
         except DomainValidationError as exc:
             problems.append(f"{where}: {exc.field or 'request'}: {exc}")

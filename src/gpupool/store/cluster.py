@@ -6,7 +6,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
-from gpupool.store.convert import gpu_to_domain, gpu_to_row, node_fields_to_row, node_to_domain
+from gpupool.store.convert import (
+    gpu_to_domain,
+    gpu_to_row,
+    node_fields_to_row,
+    node_to_domain,
+    outside_to_domain,
+)
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import GpuRow, NodeRow
 
@@ -30,6 +36,8 @@ class NodeRepo:
                     memory_mib=g["memory_mib"],
                     sharing=SharingMode(g["sharing"]),
                     health=GPUHealth(g["health"]),
+                    outside=outside_to_domain(g["outside"]),
+                    mig_layout=g["mig_layout"],
                 )
             )
         rows = self.s.execute(select(*NodeRow.__table__.c).order_by(NodeRow.name))
@@ -44,7 +52,8 @@ class NodeRepo:
     def upsert(self, node: Node) -> Node:
         """Register or refresh `node` and its GPUs (as an agent or `gpupool up` reports them).
 
-        The admin's sharing mode of a known GPU is kept: hardware discovery never resets it.
+        The admin's sharing mode and MIG layout of a known GPU are kept: hardware discovery
+        never resets them.
         GPUs no longer reported are removed.
         """
         row = self.s.get(NodeRow, node.name)
@@ -59,8 +68,9 @@ class NodeRepo:
                 raise Conflict(f"GPU {g.uuid} is already registered on node {other.node!r}")
             existing = known.pop(g.uuid, None)
             if existing is not None:
-                sharing = existing.sharing
-                gpu_to_row(g, node.name, existing).sharing = sharing
+                sharing, layout = existing.sharing, existing.mig_layout
+                kept = gpu_to_row(g, node.name, existing)
+                kept.sharing, kept.mig_layout = sharing, layout
             else:
                 row.gpus.append(gpu_to_row(g, node.name))
         for gone in known.values():
@@ -98,6 +108,15 @@ class NodeRepo:
         if row is None:
             raise NotFound(f"no GPU {uuid!r}; list them with GET /api/v1/gpus")
         row.sharing = str(mode)
+        self.s.flush()
+        return row.node, gpu_to_domain(row)
+
+    def set_mig_layout(self, uuid: str, layout: str | None) -> tuple[str, GPU]:
+        """Record the MIG layout of a GPU (the caller has checked it fits the model)."""
+        row = self.s.get(GpuRow, uuid)
+        if row is None:
+            raise NotFound(f"no GPU {uuid!r}; list them with GET /api/v1/gpus")
+        row.mig_layout = layout
         self.s.flush()
         return row.node, gpu_to_domain(row)
 

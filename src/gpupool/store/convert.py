@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from gpupool.domain import (
     GPU,
@@ -14,6 +16,7 @@ from gpupool.domain import (
     Membership,
     Node,
     NodeState,
+    OutsideUse,
     Quota,
     Request,
     Role,
@@ -51,6 +54,7 @@ def request_of(row: WorkloadRow | ProfileRow) -> Request:
         gpu_model=row.gpu_model,
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
+        mig=row.mig,
     )
 
 
@@ -61,9 +65,22 @@ def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
     row.gpu_model = r.gpu_model
     row.cpu_milli = r.cpu_milli
     row.memory_mib = r.memory_mib
+    row.mig = r.mig
 
 
 # -- cluster ----------------------------------------------------------------------------------
+
+
+def outside_to_domain(d: Mapping[str, Any] | None) -> OutsideUse | None:
+    if not d:
+        return None
+    since = d.get("since")
+    user = str(d.get("user") or "")
+    return OutsideUse(str(d["ref"]), user, None if since is None else float(since))
+
+
+def outside_to_row(o: OutsideUse | None) -> dict[str, Any] | None:
+    return None if o is None else {"ref": o.ref, "user": o.user, "since": o.since}
 
 
 def gpu_to_domain(row: GpuRow) -> GPU:
@@ -74,6 +91,8 @@ def gpu_to_domain(row: GpuRow) -> GPU:
         memory_mib=row.memory_mib,
         sharing=SharingMode(row.sharing),
         health=GPUHealth(row.health),
+        outside=outside_to_domain(row.outside),
+        mig_layout=row.mig_layout,
     )
 
 
@@ -85,6 +104,8 @@ def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
     row.memory_mib = gpu.memory_mib
     row.sharing = str(gpu.sharing)
     row.health = str(gpu.health)
+    row.outside = outside_to_row(gpu.outside)
+    row.mig_layout = gpu.mig_layout
     return row
 
 
@@ -252,6 +273,8 @@ def share_to_domain(row: ShareRow) -> Share:
         milli=row.milli,
         memory_mib=row.memory_mib,
         enforcement=Enforcement(row.enforcement),
+        mig_profile=row.mig_profile,
+        mig_start=row.mig_start,
     )
 
 
@@ -282,6 +305,8 @@ def allocation_to_row(a: Allocation) -> AllocationRow:
                 milli=s.milli,
                 memory_mib=s.memory_mib,
                 enforcement=str(s.enforcement),
+                mig_profile=s.mig_profile,
+                mig_start=s.mig_start,
             )
             for s in a.shares
         ],

@@ -67,6 +67,10 @@ class GpuRow(Base):
     memory_mib: Mapped[int] = mapped_column(Integer)
     sharing: Mapped[str] = mapped_column(String(16), default="exclusive")
     health: Mapped[str] = mapped_column(String(16), default="healthy")
+    #: who holds it outside gpupool ({"ref", "user", "since"}); None: nobody
+    outside: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    # the MIG layout of a `mig` GPU (gpupool.domain.mig); NULL: handed out whole
+    mig_layout: Mapped[str | None] = mapped_column(String(255))
 
     node_row: Mapped[NodeRow] = relationship(back_populates="gpus")
 
@@ -148,6 +152,7 @@ class WorkloadRow(Base):
     gpu_model: Mapped[str | None] = mapped_column(String(128))
     cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    mig: Mapped[str | None] = mapped_column(String(32))
     priority: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     requeue_on_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -230,6 +235,8 @@ class ShareRow(Base):
     milli: Mapped[int] = mapped_column(Integer)
     memory_mib: Mapped[int] = mapped_column(Integer)
     enforcement: Mapped[str] = mapped_column(String(16))
+    mig_profile: Mapped[str | None] = mapped_column(String(32))
+    mig_start: Mapped[int | None] = mapped_column(Integer)
 
 
 class EventRow(Base):
@@ -299,6 +306,7 @@ class ProfileRow(Base):
     gpu_model: Mapped[str | None] = mapped_column(String(128))
     cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    mig: Mapped[str | None] = mapped_column(String(32))
     image: Mapped[str | None] = mapped_column(String(512))
     tenants: Mapped[list[Any]] = mapped_column(default=list)
 

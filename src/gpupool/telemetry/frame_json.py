@@ -78,6 +78,16 @@ def frame_view(frame: Frame) -> dict[str, Any]:
                 "power_w": g.power_w,
                 "power_limit_w": g.power_limit_w,
                 "mig_enabled": g.mig_enabled,
+                "mig_devices": [
+                    {
+                        "uuid": m.uuid,
+                        "profile": m.profile,
+                        "start": m.start,
+                        "memory_total_mib": _mib(m.memory_total_bytes),
+                        "memory_used_mib": _mib(m.memory_used_bytes),
+                    }
+                    for m in g.mig_devices
+                ],
                 "held_by": sorted(holders.get(g.uuid, [])),
                 "idle": any(
                     d.kind is DetectionKind.IDLE for d in frame.detections if d.gpu_uuid == g.uuid

@@ -9,6 +9,7 @@ in the snapshot's `errors`; a GPU that is lost (or stops answering) stays listed
 from __future__ import annotations
 
 import importlib
+import re
 import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -102,6 +103,30 @@ def _describe(exc: Exception) -> str:
 
 def _opt(value: Any) -> Any:
     return None if value is _NA else value
+
+
+_MIG_PROFILE = re.compile(r"\b([0-9]+g\.[0-9]+gb)\b")
+
+
+def _mig_profile(name: str | None) -> str | None:
+    """`1g.10gb` from a MIG device's name ('NVIDIA H100 80GB HBM3 MIG 1g.10gb')."""
+    m = _MIG_PROFILE.search(name or "")
+    return m.group(1) if m else None
+
+
+def _mig_start(module: ModuleType, parent: Any, gi: int | None) -> int | None:
+    """The start slot of GPU instance `gi` of `parent` (nvmlDeviceGetGpuInstanceById, then
+    nvmlGpuInstanceGetInfo's placement), or None where NVML does not tell it (older
+    nvidia-ml-py, or not permitted): a missing start is not an error of the GPU."""
+    get_gi = getattr(module, "nvmlDeviceGetGpuInstanceById", None)
+    info = getattr(module, "nvmlGpuInstanceGetInfo", None)
+    if gi is None or get_gi is None or info is None:
+        return None
+    try:
+        placement = info(get_gi(parent, gi)).placement
+        return int(placement.start)
+    except Exception:  # noqa: BLE001 - optional detail; never raise from a read
+        return None
 
 
 @dataclass
@@ -435,14 +460,17 @@ class NVMLSource:
                 continue
             mig_uuid = _text(_opt(r.get("mig uuid", "nvmlDeviceGetUUID", mh)))
             mem = _opt(r.get("mig memory", "nvmlDeviceGetMemoryInfo", mh))
+            gi = _opt(r.get("gi", "nvmlDeviceGetGpuInstanceId", mh))
             devices.append(
                 MigDeviceSnapshot(
                     index=j,
                     uuid=mig_uuid,
                     memory_total_bytes=getattr(mem, "total", None),
                     memory_used_bytes=getattr(mem, "used", None),
-                    gpu_instance_id=_opt(r.get("gi", "nvmlDeviceGetGpuInstanceId", mh)),
+                    gpu_instance_id=gi,
                     compute_instance_id=_opt(r.get("ci", "nvmlDeviceGetComputeInstanceId", mh)),
+                    profile=_mig_profile(_text(_opt(r.get("mig name", "nvmlDeviceGetName", mh)))),
+                    start=_mig_start(r.module, h, gi),
                 )
             )
             procs.extend(self._processes(r, mh, index, uuid, now, mig_uuid or f"mig-{j}"))

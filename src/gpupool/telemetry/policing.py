@@ -99,8 +99,8 @@ class Policer:
 
         for (wid, uuid), procs in sorted(by_workload_gpu.items()):
             share = shares.get((wid, uuid))
-            if share is None:
-                continue
+            if share is None or share.mig_profile is not None:
+                continue  # a MIG instance: the GPU itself holds it to its memory
             used = sum((p.used_memory_bytes or 0) for p in procs) / MIB
             if used > share.memory_mib + self.config.memory_slack_mib:
                 key = (str(DetectionKind.OVER_MEMORY), uuid, wid)

@@ -3,6 +3,11 @@
 A spec lists `COUNTxMODEL-MEMGB` entries separated by commas: `4xH100-80GB,2xA100-40GB`
 (the count and the memory are optional for known models: `H100`, `2xA100`). Every
 snapshot is flagged `simulated=True` so that every UI can label it.
+
+An entry may end in `:mig=LAYOUT`: those GPUs have MIG mode on and the instances of that
+MIG layout (gpupool.domain.mig; write `+` for the commas of a mixed layout), e.g.
+`1xH100-80GB:mig=all-1g.10gb,1xH100-80GB:mig=3g.40gb:1+1g.10gb:4,2xH100-80GB`. Other GPUs
+have MIG mode off.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ import uuid as uuidlib
 from dataclasses import dataclass, field
 
 from gpupool.clock import Clock, SystemClock
+from gpupool.domain import ValidationError
+from gpupool.domain.mig import instances_of, layout_for_gpu
 from gpupool.telemetry.snapshots import (
     MIB,
     GPUSnapshot,
     HostSnapshot,
+    MigDeviceSnapshot,
     ProcessKind,
     ProcessSnapshot,
 )
@@ -45,7 +53,8 @@ IDLE_SM_CLOCK_MHZ = 345.0
 _DEFAULT_MEMORY = {k.split("-")[0]: k for k in KNOWN_MODELS if k != "A100-80GB"}
 _ENTRY = re.compile(r"^(?:(\d+)\s*[xX]\s*)?([A-Za-z][A-Za-z0-9]*)(?:-(\d+)GB)?$")
 SPEC_HELP = (
-    "expected COUNTxMODEL-MEMGB entries separated by commas, e.g. 4xH100-80GB,2xA100-40GB "
+    "expected COUNTxMODEL-MEMGB entries separated by commas, e.g. 4xH100-80GB,2xA100-40GB, "
+    "each optionally with :mig=LAYOUT (MIG mode on, e.g. 1xH100-80GB:mig=all-1g.10gb) "
     f"(known models: {', '.join(sorted(KNOWN_MODELS))})"
 )
 
@@ -59,6 +68,8 @@ class SimModel:
     name: str
     memory_mib: int
     power_limit_w: float
+    #: MIG mode on with this layout's instances (None: MIG mode off)
+    mig_layout: str | None = None
 
 
 def parse_spec(spec: str) -> list[SimModel]:
@@ -67,7 +78,8 @@ def parse_spec(spec: str) -> list[SimModel]:
         raise SpecError(f"empty --simulate spec: {SPEC_HELP}")
     gpus: list[SimModel] = []
     for raw in spec.split(","):
-        entry = raw.strip()
+        entry, _, mig = raw.strip().partition(":mig=")
+        entry = entry.strip()
         m = _ENTRY.match(entry)
         if not m:
             raise SpecError(f"bad --simulate entry {entry!r}: {SPEC_HELP}")
@@ -85,7 +97,13 @@ def parse_spec(spec: str) -> list[SimModel]:
             name, mib, power = KNOWN_MODELS[_DEFAULT_MEMORY[model]]
         else:
             raise SpecError(f"bad --simulate entry {entry!r}: give the memory, e.g. {model}-24GB")
-        gpus.extend(SimModel(name, mib, power) for _ in range(count))
+        layout = mig.strip().replace("+", ",") or None
+        if layout is not None:
+            try:
+                layout_for_gpu(name, mib, layout)
+            except ValidationError as e:
+                raise SpecError(f"bad --simulate entry {raw.strip()!r}: {e}") from None
+        gpus.extend(SimModel(name, mib, power, layout) for _ in range(count))
     if len(gpus) > 256:
         raise SpecError("a --simulate spec may describe at most 256 GPUs")
     return gpus
@@ -97,6 +115,8 @@ class _SimProcess:
     memory_mib: float
     sm_util: float | None
     kind: ProcessKind
+    #: the start slot of the MIG instance it runs on (None: the whole GPU)
+    mig_start: int | None = None
 
 
 @dataclass
@@ -159,10 +179,24 @@ class SimulatedSource:
         memory_mib: float = 0.0,
         sm_util: float | None = 0.0,
         mps: bool = False,
+        mig_start: int | None = None,
     ) -> None:
-        """Put process `pid` on GPU `gpu` (replacing an earlier entry for that pid there)."""
+        """Put process `pid` on GPU `gpu` (replacing an earlier entry for that pid there), on
+        its MIG instance at `mig_start` if given."""
         kind = ProcessKind.MPS if mps else ProcessKind.COMPUTE
-        self._gpu(gpu).processes[pid] = _SimProcess(pid, memory_mib, sm_util, kind)
+        self._gpu(gpu).processes[pid] = _SimProcess(pid, memory_mib, sm_util, kind, mig_start)
+
+    def set_mig(self, gpu: int, layout: str | None) -> None:
+        """Turn MIG mode on with `layout`'s instances, or off (None), like an admin with
+        nvidia-smi would."""
+        g = self._gpu(gpu)
+        if layout is not None:
+            layout_for_gpu(g.model.name, g.model.memory_mib, layout)
+        g.model = SimModel(g.model.name, g.model.memory_mib, g.model.power_limit_w, layout)
+
+    def mig_uuid(self, gpu: int, start: int) -> str:
+        """The MIG device UUID of the instance at `start` of GPU `gpu`."""
+        return _sim_mig_uuid(self._gpu(gpu).uuid, start)
 
     def set_process(
         self, gpu: int, pid: int, memory_mib: float | None = None, sm_util: float | None = None
@@ -249,6 +283,7 @@ class SimulatedSource:
                     used_memory_bytes=int(p.memory_mib * MIB),
                     sm_util=p.sm_util if per_process else None,
                     kind=p.kind,
+                    mig_uuid=None if p.mig_start is None else _sim_mig_uuid(g.uuid, p.mig_start),
                 )
                 for p in g.processes.values()
             )
@@ -293,11 +328,40 @@ class SimulatedSource:
             energy_mj=int(g.energy_mj) if "energy" not in g.failing else None,
             pci_bus_id=f"00000000:{0x18 + g.index:02X}:00.0",
             minor_number=g.index,
-            mig_enabled=False,
+            mig_enabled=g.model.mig_layout is not None,
+            mig_devices=_mig_devices(g),
             processes=procs,
             errors=tuple(errors),
             simulated=True,
         )
+
+
+def _mig_devices(g: _SimGPU) -> tuple[MigDeviceSnapshot, ...]:
+    """The MIG devices of a simulated GPU in MIG mode: its layout's instances, by start."""
+    m = g.model
+    if m.mig_layout is None:
+        return ()
+    out = []
+    for j, (profile, start, _, mem) in enumerate(instances_of(m.name, m.memory_mib, m.mig_layout)):
+        used = sum(p.memory_mib for p in g.processes.values() if p.mig_start == start)
+        out.append(
+            MigDeviceSnapshot(
+                index=j,
+                uuid=_sim_mig_uuid(g.uuid, start),
+                memory_total_bytes=mem * MIB,
+                memory_used_bytes=int(min(used, mem) * MIB),
+                gpu_instance_id=j + 1,
+                compute_instance_id=0,
+                profile=profile,
+                start=start,
+            )
+        )
+    return tuple(out)
+
+
+def _sim_mig_uuid(gpu_uuid: str, start: int) -> str:
+    u = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"gpupool-sim-mig/{gpu_uuid}/{start}")
+    return f"MIG-{u}"
 
 
 def _sim_uuid(hostname: str, index: int) -> str:

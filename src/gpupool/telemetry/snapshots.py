@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpupool.domain import GPU, GPUHealth, SharingMode
+from gpupool.domain.mig import short_name
 
 MIB = 1024 * 1024
 
@@ -52,6 +53,10 @@ class MigDeviceSnapshot:
     memory_used_bytes: int | None = None
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    #: its MIG profile (`1g.10gb`, from the device name) and start slot on the placement
+    #: grid (from its GPU instance's placement), when NVML tells them
+    profile: str | None = None
+    start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,30 @@ class GPUSnapshot:
         """The domain GPU this snapshot describes (memory rounded down to MiB)."""
         mib = int(self.memory_total_bytes // MIB) if self.memory_total_bytes else 1
         health = GPUHealth.HEALTHY if self.healthy else GPUHealth.UNHEALTHY
-        return GPU(self.index, self.uuid, self.name, mib, sharing=sharing, health=health)
+        layout = self.mig_layout()
+        if layout is not None and sharing is SharingMode.EXCLUSIVE:
+            sharing = SharingMode.MIG  # MIG mode on with instances: offer them one by one
+        return GPU(
+            self.index,
+            self.uuid,
+            self.name,
+            mib,
+            sharing=sharing,
+            health=health,
+            mig_layout=layout,
+        )
+
+    def mig_layout(self) -> str | None:
+        """The layout the MIG devices form (`PROFILE@START,...`), or None unless MIG mode is
+        on and NVML told every device's profile and start."""
+        devs = self.mig_devices
+        if self.mig_enabled is not True or not devs:
+            return None
+        if any(d.profile is None or d.start is None for d in devs):
+            return None
+        explicit = ",".join(f"{d.profile}@{d.start}" for d in sorted(devs, key=_start))
+        mib = int(self.memory_total_bytes // MIB) if self.memory_total_bytes else 1
+        return short_name(self.name, mib, explicit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,3 +176,20 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, StrEnum):
         return str(value)
     return value
+
+
+def mig_device_uuid(gpu: GPUSnapshot, profile: str | None, start: int | None) -> str | None:
+    """The UUID of `gpu`'s MIG device of `profile` at `start`; where NVML does not tell the
+    starts, the only device of that profile. None if there is no such device."""
+    devs = [d for d in gpu.mig_devices if d.profile == profile and d.uuid]
+    exact = [d for d in devs if d.start is not None and d.start == start]
+    if exact:
+        return exact[0].uuid
+    unknown = [d for d in devs if d.start is None]
+    if len(unknown) == 1 and len(devs) == 1:
+        return unknown[0].uuid
+    return None
+
+
+def _start(d: MigDeviceSnapshot) -> int:
+    return d.start or 0

@@ -10,11 +10,12 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gpupool.domain import Allocation, GPUHealth, Node, NodeState, Workload
+from gpupool.domain import GPU, Allocation, GPUHealth, Node, NodeState, SharingMode, Workload
+from gpupool.domain.mig import instances_of
 from gpupool.telemetry.attribution import Attribution, Via
 from gpupool.telemetry.policing import DetectionKind
 from gpupool.telemetry.sampler import Frame, GPUPoint
-from gpupool.telemetry.snapshots import MIB, ProcessSnapshot
+from gpupool.telemetry.snapshots import MIB, GPUSnapshot, ProcessSnapshot
 
 #: A GPU held by work whose utilization is at or below this (percent) shows as idle when
 #: telemetry has no idle detection of its own (e.g. before the policer's window has passed).
@@ -46,6 +47,33 @@ def _process(p: ProcessSnapshot, o: Attribution | None) -> dict[str, Any]:
     }
 
 
+def mig_instances(
+    g: GPU, held: Sequence[Mapping[str, Any]], reading: GPUSnapshot | None
+) -> list[dict[str, Any]]:
+    """The instances of a `mig` GPU's layout: profile, start, memory, who holds it, and the
+    memory its MIG device uses where telemetry reads it ([] without a layout)."""
+    if g.sharing is not SharingMode.MIG or not g.mig_layout:
+        return []
+    by_start = {h["mig_start"]: h for h in held if h.get("mig_start") is not None}
+    devices = {d.start: d for d in (reading.mig_devices if reading else ()) if d.start is not None}
+    out = []
+    for profile, start, _, mem in instances_of(g.model, g.memory_mib, g.mig_layout):
+        h = by_start.get(start)
+        d = devices.get(start)
+        used = d.memory_used_bytes if d is not None else None
+        out.append(
+            {
+                "profile": profile,
+                "start": start,
+                "memory_mib": mem,
+                "memory_used_mib": None if used is None else round(used / MIB),
+                "workload": h["workload"] if h else None,
+                "user": h["user"] if h else None,
+            }
+        )
+    return out
+
+
 def cluster_view(
     nodes: Sequence[Node],
     running: Iterable[tuple[Workload, Allocation]],
@@ -57,13 +85,18 @@ def cluster_view(
 
     Each GPU lists the processes telemetry sees on it, with their owners (`_process`).
     A GPU's `status` is `down` (unhealthy, node down or unknown), `idle` (held, telemetry says
-    idle), `busy` (held) or `free`. Readings are None where no telemetry covers the GPU.
+    idle), `busy` (held), `outside` (healthy, but work gpupool did not create holds it: its
+    `outside` names that work) or `free`. Readings are None where no telemetry covers the GPU.
     """
     holders: dict[str, list[dict[str, Any]]] = {}
     for w, a in running:
         for s in a.shares:
+            mig = {} if s.mig_profile is None else {"mig_profile": s.mig_profile}
+            if s.mig_start is not None:
+                mig["mig_start"] = s.mig_start
             holders.setdefault(s.gpu_uuid, []).append(
-                {
+                mig
+                | {
                     "workload": w.id,
                     "kind": str(w.kind),
                     "user": w.owner,
@@ -92,7 +125,7 @@ def cluster_view(
                 )
 
     out_nodes = []
-    counts = {"gpus": 0, "free": 0, "busy": 0, "idle": 0, "down": 0}
+    counts = {"gpus": 0, "free": 0, "busy": 0, "idle": 0, "down": 0, "outside": 0}
     allocated_milli = 0
     any_simulated = bool(simulated_hosts)
     for n in nodes:
@@ -111,6 +144,8 @@ def cluster_view(
                 or (r is not None and not r.healthy)
             ):
                 status = "down"
+            elif not held and g.outside is not None:
+                status = "outside"
             elif not held:
                 status = "free"
             elif g.uuid in idle_from_telemetry or (util is not None and util <= IDLE_UTIL_PCT):
@@ -140,6 +175,11 @@ def cluster_view(
                     "allocated_milli": milli,
                     "holders": held,
                     "processes": processes.get(g.uuid, []),
+                    "outside": None
+                    if g.outside is None
+                    else {"ref": g.outside.ref, "user": g.outside.user, "since": g.outside.since},
+                    "mig_layout": g.mig_layout if g.sharing is SharingMode.MIG else None,
+                    "mig_instances": mig_instances(g, held, r),
                 }
             )
         out_nodes.append(

@@ -10,23 +10,30 @@ One domain `Node` per Kubernetes Node that offers GPUs (`nvidia.com/gpu` or
   device, so a GPU index is a slot of the node's capacity, not a particular board;
 - sharing: `shared` when the node advertises a time-sliced resource (replicas > 1 or
   `nvidia.com/gpu.shared`), else `exclusive`; `mig` when `nvidia.com/mig.strategy` is
-  `single` (each MIG slice is then one `nvidia.com/gpu`);
+  `single` (each MIG slice is then one `nvidia.com/gpu`); with the `mixed` strategy, the
+  GPUs beyond those `nvidia.com/gpu` counts are `mig`, and their layout is the node's
+  `nvidia.com/mig-<profile>` resources split evenly over them (`PROFILE:COUNT,...`; none
+  when they do not split evenly or do not fit the model). The admin's layout of a known GPU
+  is kept (gpupool.store.NodeRepo.upsert);
 - state: cordoned (`spec.unschedulable`) -> draining; Ready condition not True -> down;
 - capacity used outside gpupool: GPUs requested by live pods gpupool did not create are
-  taken. The domain has no "held by someone else" state, and the scheduler must not learn
-  one, so that many GPU slots (those no gpupool pod holds, highest index first) are reported
-  `unhealthy` (the scheduler places nothing there) and the node is labelled
-  `gpupool.dev/outside-gpus=<n>` so the dashboard and `gpupool nodes` show why.
+  taken. The device plugin does not say which board a pod got, so that many GPU slots (those
+  no gpupool pod holds, highest index first, pod by pod in namespace/name order) carry
+  `GPU.outside` naming their pod (`pod <namespace>/<name>`, since its start): healthy, but
+  the scheduler places nothing there. The node is also labelled
+  `gpupool.dev/outside-gpus=<n>`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
+from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, ValidationError
+from gpupool.domain.mig import layout_for_gpu
 from gpupool.engines.kubernetes import manifests as m
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -100,12 +107,36 @@ def _gpus_requested(pod: Mapping[str, Any], replicas: int) -> int:
     return math.ceil(n)
 
 
-def outside_use(pods: Iterable[Mapping[str, Any]], replicas: Mapping[str, int]) -> dict[str, int]:
-    """GPUs per node requested by live pods gpupool did not create."""
-    out: dict[str, int] = {}
+class OutsidePod(NamedTuple):
+    """A live pod gpupool did not create that holds `gpus` GPUs of its node."""
+
+    namespace: str
+    name: str
+    gpus: int
+    since: float | None = None
+
+    @property
+    def use(self) -> OutsideUse:
+        return OutsideUse(f"pod {self.namespace}/{self.name}", "", self.since)
+
+
+def _started(pod: Mapping[str, Any]) -> float | None:
+    t = (pod.get("status") or {}).get("startTime")
+    try:
+        return datetime.fromisoformat(str(t).replace("Z", "+00:00")).timestamp() if t else None
+    except ValueError:
+        return None
+
+
+def outside_pods(
+    pods: Iterable[Mapping[str, Any]], replicas: Mapping[str, int]
+) -> dict[str, list[OutsidePod]]:
+    """Per node, the live pods gpupool did not create that request GPUs there (by namespace,
+    then name)."""
+    out: dict[str, list[OutsidePod]] = {}
     for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if labels.get(m.MANAGED_BY) == "gpupool":
+        meta = pod.get("metadata") or {}
+        if (meta.get("labels") or {}).get(m.MANAGED_BY) == "gpupool":
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
@@ -114,13 +145,26 @@ def outside_use(pods: Iterable[Mapping[str, Any]], replicas: Mapping[str, int]) 
             continue
         n = _gpus_requested(pod, replicas.get(node, 1))
         if n:
-            out[node] = out.get(node, 0) + n
+            ns, name = str(meta.get("namespace") or ""), str(meta.get("name"))
+            out.setdefault(node, []).append(OutsidePod(ns, name, n, _started(pod)))
+    for ps in out.values():
+        ps.sort()
     return out
 
 
-def to_node(node: Mapping[str, Any], outside: int = 0, held: Iterable[int] = ()) -> Node | None:
-    """The domain node of a Kubernetes Node (None: it offers no GPU). `outside`: GPUs taken by
-    pods gpupool did not create; `held`: GPU indexes gpupool's own pods hold there."""
+def outside_use(pods: Iterable[Mapping[str, Any]], replicas: Mapping[str, int]) -> dict[str, int]:
+    """GPUs per node requested by live pods gpupool did not create."""
+    return {node: sum(p.gpus for p in ps) for node, ps in outside_pods(pods, replicas).items()}
+
+
+def to_node(
+    node: Mapping[str, Any],
+    outside: Sequence[OutsidePod] = (),
+    held: Iterable[int] = (),
+) -> Node | None:
+    """The domain node of a Kubernetes Node (None: it offers no GPU). `outside`: the pods
+    gpupool did not create that hold GPUs there; `held`: GPU indexes gpupool's own pods hold
+    there."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     alloc = (node.get("status") or {}).get("allocatable") or {}
@@ -137,21 +181,29 @@ def to_node(node: Mapping[str, Any], outside: int = 0, held: Iterable[int] = ())
         sharing = SharingMode.SHARED
     else:
         sharing = SharingMode.EXCLUSIVE
+    model = labels.get(PRODUCT, "NVIDIA GPU")
+    memory = max(1, _int(labels.get(MEMORY), 1))
+    mig_count, layout = _mixed_mig(labels, alloc, count, plain, model, memory)
     held_set = set(held)
-    free_slots = [i for i in reversed(range(count)) if i not in held_set]
-    taken = set(free_slots[: max(0, outside)])
+    free_slots = iter([i for i in reversed(range(count)) if i not in held_set])
+    taken: dict[int, OutsideUse] = {}
+    for p in outside:
+        for _, i in zip(range(p.gpus), free_slots, strict=False):  # range first: no slot lost
+            taken[i] = p.use
+    n_outside = sum(p.gpus for p in outside)
     gpus = tuple(
         GPU(
             index=i,
             uuid=f"k8s:{name}:{i}",
-            model=labels.get(PRODUCT, "NVIDIA GPU"),
-            memory_mib=max(1, _int(labels.get(MEMORY), 1)),
-            sharing=sharing,
-            health=GPUHealth.UNHEALTHY if i in taken else GPUHealth.HEALTHY,
+            model=model,
+            memory_mib=memory,
+            sharing=SharingMode.MIG if i >= count - mig_count else sharing,
+            outside=taken.get(i),
+            mig_layout=layout if i >= count - mig_count else None,
         )
         for i in range(count)
     )
-    extra = {OUTSIDE: str(outside)} if outside else {}
+    extra = {OUTSIDE: str(n_outside)} if n_outside else {}
     keep = {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
     return Node(
         name,
@@ -163,6 +215,35 @@ def to_node(node: Mapping[str, Any], outside: int = 0, held: Iterable[int] = ())
     )
 
 
+def _mixed_mig(
+    labels: Mapping[str, str],
+    alloc: Mapping[str, Any],
+    count: int,
+    plain: int,
+    model: str,
+    memory: int,
+) -> tuple[int, str | None]:
+    """(how many of the node's GPUs are cut into MIG instances, their layout) under the
+    `mixed` strategy; (0, None) otherwise."""
+    if labels.get(MIG_STRATEGY) != "mixed":
+        return 0, None
+    per_profile = {
+        k[len(m.MIG_PREFIX) :]: _int(v) for k, v in alloc.items() if k.startswith(m.MIG_PREFIX)
+    }
+    per_profile = {k: v for k, v in per_profile.items() if v > 0}
+    mig_gpus = max(0, count - plain)
+    if not per_profile or not mig_gpus:
+        return 0, None
+    if any(v % mig_gpus for v in per_profile.values()):
+        return mig_gpus, None
+    layout = ",".join(f"{p}:{v // mig_gpus}" for p, v in sorted(per_profile.items()))
+    try:
+        layout_for_gpu(model, memory, layout)
+    except ValidationError:
+        return mig_gpus, None
+    return mig_gpus, layout
+
+
 def nodes_from(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
@@ -171,11 +252,11 @@ def nodes_from(
     """Every GPU node of `nodes`, with the GPUs `pods` (live pods of the cluster) take
     outside gpupool marked as taken (see the module docstring)."""
     nodes = list(nodes)
-    outside = outside_use(pods, {n["metadata"]["name"]: replicas_of(n) for n in nodes})
+    outside = outside_pods(pods, {n["metadata"]["name"]: replicas_of(n) for n in nodes})
     out = []
     for n in nodes:
         name = n["metadata"]["name"]
-        d = to_node(n, outside.get(name, 0), (held or {}).get(name, ()))
+        d = to_node(n, outside.get(name, []), (held or {}).get(name, ()))
         if d is not None:
             out.append(d)
     return out

@@ -8,7 +8,11 @@ A workload becomes one Pod in its tenant's namespace, pinned by *required node a
 - a fraction of a GPU: one replica of the node's shared resource (`nvidia.com/gpu.shared`
   from time-slicing with `renameByDefault`, or `nvidia.com/gpu` on a node whose GPU Feature
   Discovery label `nvidia.com/gpu.replicas` is above 1). Time-slicing isolates nothing, so
-  such a share is recorded with enforcement `none`.
+  such a share is recorded with enforcement `none`;
+- a MIG instance: `limits: {nvidia.com/mig-<profile>: 1}` (the GPU Operator's `mixed`
+  strategy), enforcement `hardware`. The device plugin picks which instance of that profile
+  on the node the pod gets; gpupool counts the node's instances of each profile, so the
+  instance (start) it records is a slot of that count, not a particular one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from gpupool.domain import Allocation, Enforcement, Workload
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"
+#: the mixed strategy's resource of one MIG instance of a profile: MIG_PREFIX + "1g.10gb"
+MIG_PREFIX = "nvidia.com/mig-"
 HOSTNAME = "kubernetes.io/hostname"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 WORKLOAD = "gpupool.dev/workload"
@@ -83,6 +89,17 @@ def gpu_resources(
     resource that fits."""
     if allocation is None or not allocation.shares:
         return {}, None
+    migs = [s.mig_profile for s in allocation.shares if s.mig_profile is not None]
+    if migs:
+        (profile,) = migs  # one MIG instance per workload
+        resource = MIG_PREFIX + profile
+        if int(node_allocatable.get(resource, "0") or 0) <= 0:
+            raise ManifestError(
+                f"node {allocation.node} offers no {resource}: the MIG manager has not cut its "
+                "GPUs into the layout gpupool has; apply `gpupool k8s gpu-operator-config` and "
+                "label the node as it prints"
+            )
+        return {resource: "1"}, Enforcement.HARDWARE
     whole = [s for s in allocation.shares if s.whole]
     if len(whole) == len(allocation.shares):
         if replicas > 1:

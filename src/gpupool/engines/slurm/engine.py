@@ -3,7 +3,8 @@
 `SlurmEngine(SlurmOptions(...))`:
 
 - `inventory()`: `sinfo --json` → nodes and GPUs (`inventory.to_node`); GPUs held by Slurm jobs
-  gpupool did not submit are reported unhealthy (not schedulable) and each such job is
+  gpupool did not submit are used outside gpupool (`GPU.outside`: healthy, not schedulable,
+  naming the job and its user) and each such job is
   recorded once as an event ``slurm.foreign`` (job, user, account, node, GPUs). Nodes with
   ``gres/shard`` are labelled with their shards per GPU (`shards`). Re-read every
   `inventory_interval_s` by the system's inventory loop.

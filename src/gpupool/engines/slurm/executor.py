@@ -46,6 +46,7 @@ from typing import Any
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
+from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
 from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors.accounts import (
@@ -272,6 +273,10 @@ class SlurmExecutor(Executor):
         share as ``shard:N`` (`shards`); "" for none. `StartError` when Slurm cannot."""
         if not shares:
             return ""
+        migs = [s for s in shares if s.mig_profile is not None]
+        if migs:  # one MIG instance: Slurm binds it (MIG devices are GRES types)
+            prefix = slurm_prefix(self.gpu_types.get(migs[0].gpu_uuid, ""))
+            return f"--gres=gpu:{mig_gres_type(prefix, migs[0].mig_profile or '')}:1"
         if all(s.whole for s in shares):
             types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
             typ = types.pop() if len(types) == 1 else None

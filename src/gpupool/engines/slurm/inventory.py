@@ -4,11 +4,18 @@ work gpupool did not submit holds).
 - GRES ``gpu:<type>:<count>`` (or ``gpu:<count>``) → that many GPUs of model ``<type>``
   (``gpu`` when Slurm names no type). Slurm does not know a GPU's memory: a table of common
   types gives it, else `default_memory_mib`. GPU uuids are ``slurm-<node>-gpu<index>``.
+- MIG instances are GRES types named by their profile (``gpu:1g.10gb:7``, or with the
+  model as Slurm's NVML autodetection names them, ``gpu:nvidia_h100_80gb_hbm3_3g.40gb:2``):
+  each profile's count is split evenly over as few GPUs as hold it (a GPU in ``mig`` mode
+  whose layout is ``PROFILE:COUNT,...``); the model is the type's prefix, else the first
+  MIG model with that profile. Such a GPU's `model` is the type's prefix (``gpu_types``
+  names it for the executor's ``--gres=gpu:<prefix>_<profile>:1``).
 - Node state: ``DRAIN``/``DRAINING``/``DRAINED`` → draining; ``DOWN``/``FAIL``/``NOT_RESPONDING``
   (or a state flag saying so) → down; anything else (idle, mixed, allocated) → ready.
 - GPUs held by Slurm jobs that gpupool did not submit (their name lacks gpupool's prefix) are
-  reported **unhealthy**, so the scheduler, unchanged, does not place work on them; which ones:
-  the indices Slurm gave those jobs where gpupool holds none of them, else others that gpupool
+  **used outside gpupool**: healthy, with `GPU.outside` naming the job and its user ("slurm
+  job 4711", "bob", since its start), so the scheduler places nothing there; which ones: the
+  indices Slurm gave those jobs where gpupool holds none of them, else others that gpupool
   holds none of. `ForeignJob` lists them (job, user, node, GPUs) for events and the operator.
 """
 
@@ -19,7 +26,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpupool.domain import GPU, GPUHealth, Node, NodeState
+from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, ValidationError
+from gpupool.domain.mig import MODELS as MIG_MODELS
+from gpupool.domain.mig import MigModel, parse_layout
 from gpupool.engines.slurm.cli import number, state_of
 
 #: GPU memory (MiB) of common Slurm GPU type names; others get `default_memory_mib`.
@@ -50,6 +59,12 @@ class ForeignJob:
     node: str
     gpus: int
     indices: tuple[int, ...] = ()
+    #: when it started (epoch seconds), where Slurm says
+    since: float | None = None
+
+    @property
+    def use(self) -> OutsideUse:
+        return OutsideUse(f"slurm job {self.job_id}", self.user, self.since)
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -105,15 +120,77 @@ def node_state(raw: Mapping[str, Any]) -> NodeState:
     return NodeState.READY
 
 
+_MIG_TYPE = re.compile(r"^(?:(?P<prefix>.+?)_)?(?P<profile>[0-9]+g\.[0-9]+gb)$")
+
+
+def mig_gres_type(prefix: str, profile: str) -> str:
+    """The GRES type of a MIG instance: the profile, after the model prefix if any."""
+    return f"{prefix}_{profile}" if prefix and prefix != "gpu" else profile
+
+
+def _candidates(prefix: str, wanted: dict[str, int]) -> list[MigModel]:
+    """The MIG models the GRES could be of: the one its prefix names, else every model that
+    has all the profiles."""
+    if prefix:
+        name = prefix.replace("_", " ").upper()
+        gb = re.search(r"(\d+)\s*GB", name)
+        mib = int(gb.group(1)) * 1024 if gb else 0
+        named = [
+            mm for mm in MIG_MODELS if re.search(mm.pattern, name) and mib <= mm.max_memory_mib
+        ]
+        if named:
+            return named[:1]
+    return [mm for mm in MIG_MODELS if all(mm.profile(p) for p in wanted)]
+
+
+def _mig_gpus(prefix: str, wanted: dict[str, int]) -> list[tuple[str, int, str]]:
+    """(model, memory MiB, layout) of each GPU that the MIG GRES `wanted` (profile -> count)
+    of one model prefix come from: the fewest GPUs that split every count evenly and hold
+    the share each; else one GPU per instance. The model is the prefix, else the key of the
+    first MIG model that fits (Slurm then names no model)."""
+    models = _candidates(prefix, wanted)
+    if not models:
+        return []
+    for k in range(1, sum(wanted.values()) + 1):
+        if any(c % k for c in wanted.values()):
+            continue
+        layout = ",".join(f"{p}:{c // k}" for p, c in sorted(wanted.items()))
+        for model in models:
+            try:
+                parse_layout(model, layout)
+            except ValidationError:
+                continue
+            return [(prefix or model.key, model.profiles[-1].memory_mib, layout)] * k
+    model = models[0]
+    label, memory = prefix or model.key, model.profiles[-1].memory_mib
+    return [(label, memory, f"{p}:1") for p, c in sorted(wanted.items()) for _ in range(c)]
+
+
+def slurm_prefix(model: str) -> str:
+    """The GRES type prefix of a MIG GPU's instances from its model ('' when Slurm named
+    none, i.e. the model is one of gpupool's MIG model keys)."""
+    return "" if model in {mm.key for mm in MIG_MODELS} else model
+
+
 def to_node(raw: Mapping[str, Any], default_memory_mib: int) -> Node:
     """One `sinfo --json` node as a gpupool node (GPUs healthy)."""
     name = str(raw["name"])
     gpus: list[GPU] = []
+    mig: dict[str, dict[str, int]] = {}
     for model, count in parse_gres(str(raw.get("gres") or "")):
+        hit = _MIG_TYPE.match(model)
+        if hit:
+            per = mig.setdefault(hit.group("prefix") or "", {})
+            per[hit.group("profile")] = per.get(hit.group("profile"), 0) + count
+            continue
         mem = MEMORY_BY_TYPE.get(model.lower(), default_memory_mib)
         for _ in range(count):
             i = len(gpus)
             gpus.append(GPU(i, gpu_uuid(name, i), model, mem))
+    for prefix, wanted in sorted(mig.items()):
+        for model, mem, layout in _mig_gpus(prefix, wanted):
+            i = len(gpus)
+            gpus.append(GPU(i, gpu_uuid(name, i), model, mem, SharingMode.MIG, mig_layout=layout))
     cpus = number(raw.get("cpus")) or 0
     mem_mib = number(raw.get("real_memory")) or 0
     return Node(
@@ -147,9 +224,18 @@ def foreign_jobs(jobs: Iterable[Mapping[str, Any]], prefix: str) -> list[Foreign
                 str(j.get("batch_host") or j.get("nodes") or ""),
                 count,
                 indices,
+                _since(j.get("start_time")),
             )
         )
     return out
+
+
+def _since(value: Any) -> float | None:
+    try:
+        t = number(value)
+    except (TypeError, ValueError):
+        return None
+    return float(t) if t else None
 
 
 def _tres_gres(job: Mapping[str, Any]) -> str:
@@ -158,24 +244,26 @@ def _tres_gres(job: Mapping[str, Any]) -> str:
 
 
 def mark_foreign(node: Node, foreign: Iterable[ForeignJob], held: Collection[str]) -> Node:
-    """`node` with the GPUs that `foreign` jobs hold marked unhealthy; `held`: GPU uuids
-    gpupool's own work holds (never marked)."""
+    """`node` with the GPUs that `foreign` jobs hold marked as used outside gpupool (naming
+    the job); `held`: GPU uuids gpupool's own work holds (never marked). A job whose indices
+    Slurm does not give, or that gpupool holds, takes other free GPUs, highest index first."""
     jobs = [f for f in foreign if f.node == node.name]
     if not jobs:
         return node
-    taken: set[int] = set()
-    want = 0
+    free = [g.index for g in node.gpus if gpu_uuid(node.name, g.index) not in held]
+    taken: dict[int, OutsideUse] = {}
+    short: list[tuple[ForeignJob, int]] = []
     for f in jobs:
-        want += f.gpus
-        taken |= {i for i in f.indices if gpu_uuid(node.name, i) not in held}
-    free = [g.index for g in reversed(node.gpus) if gpu_uuid(node.name, g.index) not in held]
-    for i in free:
-        if len(taken) >= want:
-            break
-        taken.add(i)
-    gpus = tuple(
-        replace(g, health=GPUHealth.UNHEALTHY) if g.index in taken else g for g in node.gpus
-    )
+        mine = [i for i in f.indices if i in free and i not in taken][: f.gpus]
+        for i in mine:
+            taken[i] = f.use
+        if len(mine) < f.gpus:
+            short.append((f, f.gpus - len(mine)))
+    rest = iter([i for i in reversed(free) if i not in taken])
+    for f, n in short:
+        for _, i in zip(range(n), rest, strict=False):  # range first: no index lost
+            taken[i] = f.use
+    gpus = tuple(replace(g, outside=taken[g.index]) if g.index in taken else g for g in node.gpus)
     return replace(node, gpus=gpus)
 
 

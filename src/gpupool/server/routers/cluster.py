@@ -68,11 +68,13 @@ def get_gpu(
     return cluster.get_gpu(ctx, uuid)
 
 
-@router.patch("/gpus/{uuid}", tags=["gpus"], summary="Set the sharing mode (admin)")
+@router.patch(
+    "/gpus/{uuid}", tags=["gpus"], summary="Set the sharing mode and/or MIG layout (admin)"
+)
 def update_gpu(
     uuid: str,
     body: GpuUpdateIn,
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
 ) -> GpuOut:
-    return cluster.set_sharing(ctx, p, uuid, body.sharing)
+    return cluster.set_sharing(ctx, p, uuid, body)

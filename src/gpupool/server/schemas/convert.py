@@ -42,6 +42,7 @@ def request_from_in(r: ResourcesIn) -> Request:
         gpu_model=r.gpu_model,
         cpu_milli=int(round(r.cpus * 1000)),
         memory_mib=r.memory_mib,
+        mig=r.mig,
     )
 
 
@@ -63,6 +64,7 @@ def request_out(r: Request) -> RequestOut:
         gpu_model=r.gpu_model,
         cpus=r.cpu_milli / 1000,
         memory_mib=r.memory_mib,
+        mig=r.mig,
         description=r.describe(),
     )
 
@@ -75,6 +77,8 @@ def share_out(s: Share) -> ShareOut:
         milli=s.milli,
         memory_mib=s.memory_mib,
         enforcement=str(s.enforcement),  # type: ignore[arg-type]
+        mig_profile=s.mig_profile,
+        mig_start=s.mig_start,
     )
 
 
@@ -195,6 +199,8 @@ def holder_out(s: Share, workload_id: str, tenant: str, user: str) -> HolderOut:
         milli=s.milli,
         memory_mib=s.memory_mib,
         enforcement=str(s.enforcement),
+        mig_profile=s.mig_profile,
+        mig_start=s.mig_start,
     )
 
 

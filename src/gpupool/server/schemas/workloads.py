@@ -26,7 +26,8 @@ State = Literal[
 
 
 class ResourcesIn(In):
-    """What to run on. Either `gpus` (whole GPUs) or `gpu_fraction` (0 < f < 1 of one GPU)."""
+    """What to run on. Either `gpus` (whole GPUs), `gpu_fraction` (0 < f < 1 of one GPU) or
+    `mig` (one MIG instance of that profile, e.g. `1g.10gb`, on a GPU in `mig` mode)."""
 
     gpus: int = Field(default=0, ge=0, le=1024)
     gpu_fraction: float | None = Field(default=None, gt=0, lt=1)
@@ -34,6 +35,7 @@ class ResourcesIn(In):
     gpu_model: str | None = Field(default=None, min_length=1, max_length=128)
     cpus: float = Field(default=0, ge=0, le=100_000)
     memory_mib: int = Field(default=0, ge=0, le=INT32_MAX)
+    mig: str | None = Field(default=None, min_length=1, max_length=32)
 
 
 class WorkloadIn(ResourcesIn):
@@ -58,6 +60,7 @@ class RequestOut(Out):
     gpu_model: str | None
     cpus: float
     memory_mib: int
+    mig: str | None = None
     description: str
 
 
@@ -68,6 +71,9 @@ class ShareOut(Out):
     milli: int
     memory_mib: int
     enforcement: Literal["hardware", "mps", "policed", "none"]
+    #: the MIG instance (profile and start slot) of a share on a GPU with a MIG layout
+    mig_profile: str | None = None
+    mig_start: int | None = None
 
 
 class AllocationOut(Out):

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
+from gpupool.domain import GPU, GPUHealth, Node, NodeState, OutsideUse, SharingMode
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.schemas.agents import NodeTelemetryOut
-from gpupool.server.schemas.cluster import GpuOut, HolderOut, NodeIn, NodeOut
+from gpupool.server.schemas.cluster import (
+    GpuOut,
+    GpuUpdateIn,
+    HolderOut,
+    NodeIn,
+    NodeOut,
+    OutsideOut,
+)
 from gpupool.server.schemas.convert import holder_out
 from gpupool.server.services.agents import node_telemetry
+from gpupool.server.services.mig import instances_out, update_gpu
 from gpupool.store import AllocationRepo, NodeRepo
 
 
@@ -36,6 +44,11 @@ def _gpu_out(node: str, g: GPU, holders: list[HolderOut]) -> GpuOut:
         allocated_milli=sum(h.milli for h in holders),
         allocated_memory_mib=sum(h.memory_mib for h in holders),
         holders=holders,
+        outside=None
+        if g.outside is None
+        else OutsideOut(ref=g.outside.ref, user=g.outside.user, since=g.outside.since),
+        mig_layout=g.mig_layout if g.sharing is SharingMode.MIG else None,
+        mig_instances=instances_out(g, holders),
     )
 
 
@@ -74,7 +87,16 @@ def put_node(ctx: AppContext, p: Principal, name: str, body: NodeIn) -> NodeOut:
     node = Node(
         name=name,
         gpus=tuple(
-            GPU(g.index, g.uuid, g.model, g.memory_mib, health=GPUHealth(g.health))
+            GPU(
+                g.index,
+                g.uuid,
+                g.model,
+                g.memory_mib,
+                health=GPUHealth(g.health),
+                outside=None
+                if g.outside is None
+                else OutsideUse(g.outside.ref, g.outside.user, g.outside.since),
+            )
             for g in body.gpus
         ),
         cpu_milli=body.cpu_milli,
@@ -122,11 +144,8 @@ def get_gpu(ctx: AppContext, uuid: str) -> GpuOut:
     return _gpu_out(node, g, holders.get(uuid, []))
 
 
-def set_sharing(ctx: AppContext, p: Principal, uuid: str, sharing: str) -> GpuOut:
-    """Change a GPU's sharing mode. Running work keeps its shares; the new mode applies to
-    the next admissions."""
-    p.require_admin("change a GPU's sharing mode")
-    with ctx.store.write() as s:
-        NodeRepo(s).set_sharing(uuid, SharingMode(sharing))
-    ctx.wake_scheduler()
+def set_sharing(ctx: AppContext, p: Principal, uuid: str, body: GpuUpdateIn) -> GpuOut:
+    """Change a GPU's sharing mode and/or MIG layout (gpupool.server.services.mig). Running
+    work keeps its shares; the new mode applies to the next admissions."""
+    update_gpu(ctx, p, uuid, body)
     return get_gpu(ctx, uuid)

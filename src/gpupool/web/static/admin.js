@@ -51,15 +51,20 @@
     GP.fillTable("gpus-table", gs.map((g) => {
       const sel = h("select", { "aria-label": `Sharing mode of ${g.node} GPU ${g.index}` },
         ["exclusive", "shared", "mig"].map((m) => h("option", { value: m, selected: m === g.sharing }, m)));
+      const layout = h("input", { type: "text", value: g.mig_layout || "", placeholder: "all-1g.10gb", size: 14,
+        "aria-label": `MIG layout of ${g.node} GPU ${g.index}` });
       return h("tr", {}, h("td", {}, g.node), h("td", {}, `${g.index} (${g.uuid})`), h("td", {}, g.model), h("td", {}, sel),
-        h("td", {}, h("button", { type: "button", class: "secondary", onclick: () => setSharing(g, sel.value) }, "Save")));
+        h("td", {}, layout),
+        h("td", {}, h("button", { type: "button", class: "secondary", onclick: () => setSharing(g, sel.value, layout.value.trim()) }, "Save")));
     }), "No GPUs registered.");
   }
 
-  async function setSharing(g, mode) {
+  async function setSharing(g, mode, layout) {
+    const body = { sharing: mode };
+    if (mode === "mig" && layout !== (g.mig_layout || "")) body.mig_layout = layout;
     try {
-      await GP.api("PATCH", `/gpus/${encodeURIComponent(g.uuid)}`, { sharing: mode });
-      GP.flash(`GPU ${g.index} on ${g.node} is now ${mode}.`, "ok");
+      await GP.api("PATCH", `/gpus/${encodeURIComponent(g.uuid)}`, body);
+      GP.flash(`GPU ${g.index} on ${g.node} is now ${mode}${mode === "mig" && layout ? ` (${layout})` : ""}.`, "ok");
       await gpus();
     } catch (e) { GP.flash(GP.actionError(`set GPU ${g.index} on ${g.node} to ${mode}`, e)); }
   }

@@ -4,10 +4,14 @@
   const { h, badge } = GP;
   const REFRESH_MS = 3000;
 
-  const statusText = { free: "free", busy: "in use", idle: "held but idle", down: "unhealthy" };
+  const statusText = { free: "free", busy: "in use", idle: "held but idle", down: "unhealthy", outside: "outside gpupool" };
+
+  // Who holds a GPU outside gpupool: "slurm job 4711 (bob)", "pod team-x/train-0".
+  const outsideText = (o) => (o.user ? `${o.ref} (${o.user})` : o.ref);
 
   function holderItem(x) {
-    const share = x.milli >= 1000 ? "whole GPU" : `${+(x.milli / 1000).toFixed(3)} GPU`;
+    const share = x.mig_profile ? `MIG ${x.mig_profile} @${x.mig_start}`
+      : x.milli >= 1000 ? "whole GPU" : `${+(x.milli / 1000).toFixed(3)} GPU`;
     const mem = x.milli < 1000 && x.memory_mib ? `, ${GP.gib(x.memory_mib)}` : "";
     return h("li", {},
       h("b", {}, x.user), " · ", x.tenant, " · ",
@@ -16,23 +20,39 @@
       badge(`enforced: ${x.enforcement}`, `enf-${x.enforcement}`));
   }
 
+  function migList(g) {
+    if (!g.mig_instances || !g.mig_instances.length) return null;
+    const free = g.mig_instances.filter((i) => !i.workload).length;
+    return h("ul", { class: "mig", "aria-label": `MIG instances (${g.mig_layout}): ${free} of ${g.mig_instances.length} free` },
+      g.mig_instances.map((i) => h("li", { class: i.workload ? "held" : "free", dataset: { start: i.start } },
+        h("b", {}, i.profile), ` @${i.start} · `,
+        i.workload ? [h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(i.workload)}` }, i.workload), ` (${i.user})`] : "free",
+        i.memory_used_mib !== null ? ` · ${GP.gib(i.memory_used_mib)} / ${GP.gib(i.memory_mib)}` : "")));
+  }
+
   function tile(node, g) {
     const memPct = g.memory_used_mib !== null && g.memory_total_mib ? (100 * g.memory_used_mib) / g.memory_total_mib : null;
-    const label = `GPU ${g.index} on ${node.name}: ${g.model}, ${statusText[g.status]}`;
-    return h("li", { class: `gpu ${g.status}`, tabindex: "0", "aria-label": label, dataset: { uuid: g.uuid, status: g.status } },
+    const outside = g.outside ? `used outside gpupool by ${outsideText(g.outside)}` : null;
+    const label = `GPU ${g.index} on ${node.name}: ${g.model}, ${g.status === "outside" ? outside : statusText[g.status]}`;
+    const stateBadge = badge(statusText[g.status], `state-${g.status}`);
+    if (outside) stateBadge.title = `Healthy, but ${outside}${g.outside.since ? ` since ${GP.when(g.outside.since)}` : ""}`;
+    return h("li", { class: `gpu ${g.status}`, tabindex: "0", "aria-label": label, title: outside || undefined, dataset: { uuid: g.uuid, status: g.status } },
       h("header", {}, h("span", {}, `GPU ${g.index} · ${g.model}`),
-        h("span", {}, badge(statusText[g.status], `state-${g.status}`), g.simulated ? [" ", badge("simulated", "sim")] : null)),
+        h("span", {}, stateBadge, g.simulated ? [" ", badge("simulated", "sim")] : null)),
       h("dl", { class: "metrics" },
         h("dt", {}, "Memory"), h("dd", {}, `${GP.gib(g.memory_used_mib)} / ${GP.gib(g.memory_total_mib)}`,
           h("div", { class: "bar", role: "presentation" }, h("span", { style: `width:${Math.min(100, memPct || 0)}%` }))),
         h("dt", {}, "Utilization"), h("dd", {}, GP.pct(g.util),
           h("div", { class: "bar", role: "presentation" }, h("span", { style: `width:${Math.min(100, g.util || 0)}%` }))),
         h("dt", {}, "Temperature"), h("dd", {}, g.temperature_c === null ? "—" : `${g.temperature_c} °C`),
-        h("dt", {}, "Sharing"), h("dd", {}, g.sharing),
+        h("dt", {}, "Sharing"), h("dd", {}, g.mig_layout ? `mig · ${g.mig_layout}` : g.sharing),
         g.idle_for_s ? [h("dt", {}, "Idle for"), h("dd", {}, GP.duration(g.idle_for_s))] : null),
+      migList(g),
       g.holders.length
         ? h("ul", { class: "holders", "aria-label": "Held by" }, g.holders.map(holderItem))
-        : h("p", { class: "muted holders" }, "Not allocated"));
+        : g.outside
+          ? h("p", { class: "holders outside-by" }, "Outside gpupool: ", h("b", {}, g.outside.ref), g.outside.user ? ` · ${g.outside.user}` : "")
+          : h("p", { class: "muted holders" }, "Not allocated"));
   }
 
   function render(view) {
@@ -40,7 +60,7 @@
     const sum = document.getElementById("summary");
     const item = (k, v) => h("div", {}, h("dt", {}, k), h("dd", {}, v));
     sum.replaceChildren(item("GPUs", s.gpus), item("Free", s.free), item("In use", s.busy),
-      item("Held but idle", s.idle), item("Unhealthy", s.down), item("Allocated", `${GP.gpus(s.allocated_milli)} GPU${s.allocated_milli === 1000 ? "" : "s"}`),
+      item("Held but idle", s.idle), item("Outside gpupool", s.outside || 0), item("Unhealthy", s.down), item("Allocated", `${GP.gpus(s.allocated_milli)} GPU${s.allocated_milli === 1000 ? "" : "s"}`),
       ...(view.simulated ? [item("Telemetry", "simulated GPUs")] : []));
     const nodes = document.getElementById("nodes");
     nodes.setAttribute("aria-busy", "false");
