@@ -135,7 +135,7 @@ start_slurm() {
   if [ "$nodes" -gt 1 ]; then
     _SUFFIX=-%n; _PORT0=" Port=$pd"
     for k in $(seq 2 "$nodes"); do
-      _MORE_NODES+="NodeName=$H-$k NodeHostname=$H NodeAddr=127.0.0.1 Port=$(_free_port) CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN"$'\n'
+      _MORE_NODES+="NodeName=$H-$k NodeHostname=$H NodeAddr=127.0.0.1 Port=$(_free_port) CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4,shard:16 State=UNKNOWN"$'\n'
     done
   fi
   # munge: our own key and socket, so that a site's munged is neither used nor disturbed
@@ -164,7 +164,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes=gpu,shard
 MpiDefault=none
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/linux
@@ -172,18 +172,20 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$pdbd
 AccountingStoragePass=$S/run/munge.sock
-AccountingStorageTRES=gres/gpu
+AccountingStorageTRES=gres/gpu,gres/shard
 AccountingStorageEnforce=associations,limits,qos
 PriorityType=priority/multifactor
 MinJobAge=600
 KillWait=2
-NodeName=$H NodeAddr=127.0.0.1$_PORT0 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4 State=UNKNOWN
+NodeName=$H NodeAddr=127.0.0.1$_PORT0 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4,shard:16 State=UNKNOWN
 $_MORE_NODES
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 EOF
-  printf 'AutoDetect=off\nNodeName=%s Name=gpu Type=fake File=/dev/nvidia[0-3]\n' "$H" > "$S/gres.conf"
+  # shards: 16 on each node, 4 on each of its GPUs (gres/shard, Slurm >= 22.05): Slurm counts them
+  # and sets CUDA_VISIBLE_DEVICES, nothing more (no memory or compute isolation)
+  printf 'AutoDetect=off\nNodeName=%s Name=gpu Type=fake File=/dev/nvidia[0-3]\nNodeName=%s Name=shard Count=16\n' "$H" "$H" > "$S/gres.conf"
   for k in $(seq 2 "$nodes"); do
-    printf 'NodeName=%s-%s Name=gpu Type=fake File=/dev/nvidia[0-3]\n' "$H" "$k" >> "$S/gres.conf"
+    printf 'NodeName=%s-%s Name=gpu Type=fake File=/dev/nvidia[0-3]\nNodeName=%s-%s Name=shard Count=16\n' "$H" "$k" "$H" "$k" >> "$S/gres.conf"
   done
   mariadb-install-db --user=root --datadir="$S/mysql" --auth-root-authentication-method=socket >"$S/log/mysql-install.log" 2>&1 \
     || { _slurm_fail "mariadb-install-db failed" "$S/log/mysql-install.log"; return; }

@@ -297,7 +297,11 @@ def _assemble(
     if s.jupyterhub:
         from gpupool.executors.hub_launch import HubLaunchExecutor
 
-        hub = s.hub or _hub_settings(s, engine.single_user, engine.jobs_account)
+        hub = s.hub or _hub_settings(
+            s, engine.single_user, engine.jobs_account, engine.notebook_spawner
+        )
+        if s.hub is None and engine.notebook_command:
+            hub = dataclasses.replace(hub, singleuser_command=tuple(engine.notebook_command))
         executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())
@@ -522,7 +526,9 @@ def _hub_available(say: Callable[..., None]) -> bool:
     return True
 
 
-def _hub_settings(s: SystemSettings, single_user: bool, run_as: str | None) -> HubSettings:
+def _hub_settings(
+    s: SystemSettings, single_user: bool, run_as: str | None, spawner: str | None = None
+) -> HubSettings:
     """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
     With a jobs account (root, single-user), notebooks run as it, with their homes under its
     home (the data dir is private to the server)."""
@@ -551,6 +557,7 @@ def _hub_settings(s: SystemSettings, single_user: bool, run_as: str | None) -> H
         single_user_mode=single_user,
         jobs_account=run_as,
         home_dir_template=homes,
+        **({"spawner_class": spawner} if spawner else {}),
     )
 
 

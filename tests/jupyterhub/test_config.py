@@ -81,3 +81,30 @@ def test_jobs_account_reaches_the_spawner(hub, monkeypatch):
     assert c.GpupoolSpawner.jobs_account == "gpupool-jobs"
     path = write_hub_config(hub)  # tests' own hubs: none named
     assert _load(path, hub_env(hub, "t", base={}), monkeypatch).GpupoolSpawner.jobs_account == ""
+
+
+def test_an_engine_that_runs_notebooks_gets_the_remote_spawner_and_its_command(
+    hub, monkeypatch, tmp_path
+):
+    from dataclasses import replace
+
+    from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+    from gpupool.system import _hub_settings
+
+    engine = SlurmEngine(SlurmOptions(notebook_command="/shared/venv/bin/jupyterhub-singleuser -y"))
+    remote = replace(
+        hub,
+        spawner_class=engine.notebook_spawner,
+        singleuser_command=tuple(engine.notebook_command),
+    )
+    cfg = _load(write_hub_config(remote), hub_env(remote, "gp_x", base={}), monkeypatch)
+    assert cfg.JupyterHub.spawner_class == "gpupool.jupyterhub.remote.RemoteNotebookSpawner"
+    assert cfg.GpupoolSpawner.cmd == ["/shared/venv/bin/jupyterhub-singleuser", "-y"]
+    from gpupool.system import SystemSettings
+
+    s = SystemSettings(data_dir=tmp_path / "data")
+    plain = _hub_settings(s, True, None)
+    assert plain.spawner_class == "gpupool.jupyterhub.spawner.GpupoolSpawner"
+    assert _hub_settings(s, True, None, engine.notebook_spawner).spawner_class.endswith(
+        "RemoteNotebookSpawner"
+    )

@@ -164,3 +164,51 @@ def test_accounting_resumes_after_a_restart_without_double_counting(world):
     assert usage(world, "workload")[a][0] == before + 30
     acc2.run_once()
     assert usage(world, "workload")[a][0] == before + 30
+
+
+def test_accounting_takes_the_engines_own_start_and_end(world):
+    """An engine that knows when it really ran the work (Slurm: the job's start and end)
+    is taken at its word: nothing while it queues there, up to its end even when gpupool
+    noticed the end later (time accounted past it is taken back)."""
+    times: dict[str, tuple[float | None, float | None]] = {}
+    world.ctx.executor.run_times = lambda wid: times.get(wid, (None, None))
+    acc = AccountingLoop(world.ctx)
+    a = start(world, gpus=2)
+    t_admit = world.clock.now()
+    acc.run_once()
+    world.clock.advance(20)
+    acc.run_once()
+    assert a not in usage(world, "workload")  # queued in the engine: not started yet
+    times[a] = (t_admit + 5, None)
+    world.clock.advance(100)
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * (world.clock.now() - t_admit - 5)
+    times[a] = (t_admit + 5, t_admit + 50)  # it had ended at +50; gpupool hears of it now
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * 45
+    world.clock.advance(10)
+    world.executor.finish(a, 0)
+    ReconcilerLoop(world.ctx).run_once()
+    world.clock.advance(60)
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * 45
+    assert usage(world, "tenant")["lab"][0] == 2 * 45
+
+
+def test_work_shorter_than_the_interval_is_accounted_once(world):
+    """Work admitted and ended between two passes was never seen running: it is accounted
+    from its released allocation, once."""
+    acc = AccountingLoop(world.ctx)
+    acc.run_once()
+    a = start(world, gpus=2)
+    world.clock.advance(20)
+    world.executor.finish(a, 0)
+    ReconcilerLoop(world.ctx).run_once()
+    assert state(world, a)["state"] == "succeeded"
+    world.clock.advance(40)
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * 20
+    world.clock.advance(60)
+    acc.run_once()
+    acc.run_once()
+    assert usage(world, "workload")[a][0] == 2 * 20

@@ -87,6 +87,13 @@ def register(app: typer.Typer) -> None:
             help="--engine slurm: jobs' output files, on a file system the compute nodes "
             "share (default: <data dir>/../gpupool-slurm-output).",
         ),
+        slurm_notebook_command: str | None = typer.Option(
+            None,
+            "--slurm-notebook-command",
+            help="--engine slurm --jupyterhub: the single-user notebook server as the compute "
+            "nodes run it (default: this Python's jupyterhub-singleuser, which must then "
+            "exist at the same path there).",
+        ),
         simulate: str | None = typer.Option(
             None,
             "--simulate",
@@ -160,7 +167,11 @@ def register(app: typer.Typer) -> None:
                 "home_size": home_size,
                 "home_storage_class": home_storage_class,
             },
-            slurm={"partition": slurm_partition, "output_dir": slurm_output_dir},
+            slurm={
+                "partition": slurm_partition,
+                "output_dir": slurm_output_dir,
+                "notebook_command": slurm_notebook_command,
+            },
             simulate=simulate,
             data_dir=data_dir or default_data_dir(),
             host=host,

@@ -87,6 +87,10 @@ class Engine(ABC):
     #: Re-read `inventory()` this often (seconds) and register what changed; None: the
     #: nodes are read once at start (the local engine: this host does not change).
     inventory_interval_s: float | None = None
+    #: The JupyterHub spawner class of this engine's notebooks: None, the hub's host runs
+    #: them (`GpupoolSpawner`); else one that has the engine run them (Slurm:
+    #: `gpupool.jupyterhub.remote.RemoteNotebookSpawner`).
+    notebook_spawner: str | None = None
 
     def inventory_due(self) -> bool:
         """Whether the inventory should be re-read now, before its interval is up (e.g. a
@@ -125,6 +129,12 @@ class Engine(ABC):
     def single_user(self) -> bool:
         """Whether all work runs as one Unix account (notebooks too), not as its owners'."""
         return True
+
+    @property
+    def notebook_command(self) -> list[str] | None:
+        """The single-user notebook server as the engine's nodes run it (with
+        `notebook_spawner`); None: the hub's own (`jupyterhub-singleuser` of this Python)."""
+        return None
 
     @property
     def jobs_account(self) -> str | None:

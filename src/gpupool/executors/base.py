@@ -35,6 +35,12 @@ is the honest answer of an executor without the capability; callers call them di
 - ``pod_workloads()`` maps Kubernetes pod UIDs to the pods the executor knows: its own, with
   their workload, and others it listed, without one (default: ``{}``, for executors that run
   no pods); the server attributes agent-reported processes through it;
+- ``run_times(workload_id)`` tells when the engine really started and ended the work (Slurm's
+  own start and end of the job), for accounting (default: None, the allocation's times are
+  the work's);
+- ``slurm_job_workloads()`` maps Slurm job ids to gpupool's workloads: its own jobs, with their
+  workload, and others it listed, without one (default: ``{}``, for executors that run no
+  Slurm jobs); the server attributes agent-reported processes through it;
 - ``prune(older_than_s)`` removes the kept state and logs of work that ended long ago
   (default: nothing kept, nothing removed);
 - ``adopts_work``: whether work survives a server restart and ``list_running`` finds it
@@ -235,6 +241,17 @@ class Executor(ABC):
     def pod_workloads(self) -> Mapping[str, PodRef]:
         """Pod UID -> the pod and the workload it runs (None for pods gpupool did not
         create), as of the executor's last list. Default: empty (the executor runs no pods)."""
+        return {}
+
+    def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:
+        """(start, end) of the work as the engine ran it (end None while it runs, start None
+        while it has not started); None (the default): this executor does not tell, the
+        allocation's times are the work's."""
+        return None
+
+    def slurm_job_workloads(self) -> Mapping[str, str | None]:
+        """Slurm job id -> the workload it runs (None: a Slurm job gpupool did not submit).
+        Default: none (this executor runs no Slurm jobs)."""
         return {}
 
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:

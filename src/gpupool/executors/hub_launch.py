@@ -246,6 +246,13 @@ class HubLaunchExecutor(Executor):
         inner = self.inner.enforcement_of(workload_id)
         return None if inner is None else dict(inner)
 
+    def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:
+        """The wrapped executor's (hub notebooks: their allocation's times)."""
+        return None if self._mine(workload_id) else self.inner.run_times(workload_id)
+
+    def slurm_job_workloads(self) -> Mapping[str, str | None]:
+        return self.inner.slurm_job_workloads()
+
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         if self._mine(workload_id):
             raise NotSupported("a notebook's output is in the JupyterHub log and in its kernels")

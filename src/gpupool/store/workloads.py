@@ -376,6 +376,15 @@ class AllocationRepo:
         )
         return None if row is None else (allocation_to_domain(row), row.released_at)
 
+    def released_since(self, since: float) -> list[tuple[Allocation, float]]:
+        """Allocations released at or after `since`, with their release time, oldest first."""
+        q = (
+            select(AllocationRow)
+            .where(AllocationRow.released_at >= since)
+            .order_by(AllocationRow.released_at)
+        )
+        return [(allocation_to_domain(r), float(r.released_at or 0.0)) for r in self.s.scalars(q)]
+
     def active_for_many(self, workload_ids: Collection[str]) -> dict[str, Allocation]:
         """Active allocations of the given workloads, by workload id."""
         if not workload_ids:

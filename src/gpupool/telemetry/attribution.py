@@ -37,6 +37,7 @@ class Via(StrEnum):
 
     ENV = "env"  # GPUPOOL_WORKLOAD_ID in the process or an ancestor
     POD = "pod"  # Kubernetes pod UID in the cgroup path
+    SLURM = "slurm"  # the Slurm job it runs in (SLURM_JOB_ID or its cgroup)
     SERVICE = "service"  # gpupool's own MPS server of a GPU
     UNIX_USER = "unix-user"  # only the Unix user is known
     NONE = "none"  # nothing known: unowned

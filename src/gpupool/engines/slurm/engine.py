@@ -5,7 +5,8 @@
 - `inventory()`: `sinfo --json` → nodes and GPUs (`inventory.to_node`); GPUs held by Slurm jobs
   gpupool did not submit are used outside gpupool (`GPU.outside`: healthy, not schedulable,
   naming the job and its user) and each such job is
-  recorded once as an event ``slurm.foreign`` (job, user, account, node, GPUs). Re-read every
+  recorded once as an event ``slurm.foreign`` (job, user, account, node, GPUs). Nodes with
+  ``gres/shard`` are labelled with their shards per GPU (`shards`). Re-read every
   `inventory_interval_s` by the system's inventory loop.
 - `open()`: the `SlurmExecutor`; its `tick` (every reconciler pass) also syncs tenants to
   Slurm accounts (`accounts.SlurmAccounts`) every `accounts_interval_s` on the clock, reading
@@ -17,16 +18,24 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupool.domain import Node, Tenant
+from gpupool.domain import Enforcement, Node, Tenant
 from gpupool.engines.base import Engine, EngineEnv, EngineError
 from gpupool.engines.slurm.accounts import DEFAULT_PREFIX, SlurmAccounts
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
 from gpupool.engines.slurm.executor import PREFIX, SlurmExecutor
-from gpupool.engines.slurm.inventory import ForeignJob, foreign_jobs, mark_foreign, to_node
+from gpupool.engines.slurm.inventory import (
+    ForeignJob,
+    foreign_jobs,
+    mark_foreign,
+    to_node,
+    with_shards,
+)
+from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.executors.base import Executor
 
 
@@ -36,6 +45,7 @@ class SlurmOptions:
     be on a file system the compute nodes share; default <data dir>/../gpupool-slurm-output).
     partition: submit there (default: Slurm's default). account_prefix: see `accounts`.
     pending_timeout_s: a job still pending this long after its start is requeued in gpupool.
+    notebook_command: the single-user notebook server on the compute nodes (with JupyterHub).
     """
 
     conf: str | None = None
@@ -47,10 +57,13 @@ class SlurmOptions:
     accounts_interval_s: float = 30.0
     default_gpu_memory_mib: int = 16384
     per_user: bool | None = None
+    #: the single-user notebook server on the compute nodes (a shell-style command line)
+    notebook_command: str | None = None
 
 
 class SlurmEngine(Engine):
     name = "slurm"
+    notebook_spawner = "gpupool.jupyterhub.remote.RemoteNotebookSpawner"
 
     def __init__(
         self,
@@ -69,6 +82,16 @@ class SlurmEngine(Engine):
         self._env: EngineEnv | None = None
         self._foreign_seen: set[str] = set()
         self._synced_at: float | None = None
+
+    @property
+    def notebook_command(self) -> list[str] | None:
+        cmd = self.options.notebook_command
+        return shlex.split(cmd) if cmd else None
+
+    @property
+    def shared_enforcement(self) -> Enforcement:
+        """Fractions run on gres/shard: Slurm counts them and enforces nothing."""
+        return SHARD_ENFORCEMENT
 
     @property
     def single_user(self) -> bool:
@@ -149,10 +172,12 @@ class SlurmEngine(Engine):
             held |= self.executor.held_gpus()
         nodes = []
         for r in raw:
-            node = to_node(r, self.options.default_gpu_memory_mib)
+            node, shards = with_shards(to_node(r, self.options.default_gpu_memory_mib), r)
             if self.executor is not None:
                 for g in node.gpus:
                     self.executor.gpu_types[g.uuid] = g.model
+                self.executor.shards_per_gpu[node.name] = shards
+                self.executor.node_addresses[node.name] = str(r.get("address") or node.name)
             nodes.append(mark_foreign(node, foreign, held))
         self._note_foreign(foreign)
         return nodes

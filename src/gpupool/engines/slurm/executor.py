@@ -18,7 +18,14 @@ Slurm's first node of the job (where the batch script runs), ``NODE_RANK`` Slurm
 (`--uid`/`--gid` when gpupool runs as root: the job runs as the owner's own Unix account,
 never root, resolved as the local executor does, `executors.accounts`). The script `exec`s the
 workload's command; its environment is the local executor's allowlist (`executors.jobenv`).
-Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node).
+Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node). A
+fraction of one GPU is submitted as ``--gres=shard:<n>`` where the node has ``gres/shard``
+(`shards`; enforcement `none`), and refused with what to do where it has none.
+
+Slurm's own start and end of each job (`run_times`) are what accounting counts, not when
+gpupool noticed; `slurm_job_workloads` maps job ids to workloads for the agents' reports;
+`prune` removes the output files of jobs that ended long ago. Notebooks (with a command) run
+wrapped so that gpupool learns their endpoint (`notebooks`).
 
 State comes from `squeue --json` (read once per reconciler pass, in `tick`, and on demand
 when older than `refresh_s`) and, for jobs squeue no longer lists, `sacct --json`. Jobs are
@@ -40,15 +47,17 @@ import math
 import os
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Workload
+from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
+from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
+from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors.accounts import (
     Account,
     default_jobs_account,
@@ -84,12 +93,21 @@ class _Job:
     stop_at: float | None = None
     killed: bool = False
     rejected: str | None = None
+    #: GPUs whose share runs on gres/shard (enforcement `none`)
+    shard_uuids: tuple[str, ...] = ()
+    #: Slurm's own start and end of the job (epoch seconds), once known
+    started: float | None = None
+    ended: float | None = None
+    #: a notebook's port file (`notebooks`), None for other work
+    port_path: Path | None = None
 
 
 @dataclass
 class _Snapshot:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # workload id -> squeue job
     read_at: float = -math.inf
+    #: every listed Slurm job id -> its workload (None: not gpupool's)
+    by_job: dict[str, str | None] = field(default_factory=dict)
 
 
 def workload_of(job: Mapping[str, Any]) -> str | None:
@@ -133,6 +151,12 @@ def gang_script(allocation: Allocation, command: tuple[str, ...] | list[str]) ->
     return f"#!/bin/sh\nexport {exports}\nexec {run}\n"
 
 
+def _epoch(value: Any) -> float | None:
+    """A Slurm time (epoch seconds; 0 or unset: not yet) as a float, else None."""
+    t = number(value)
+    return float(t) if t else None
+
+
 class SlurmExecutor(Executor):
     """Runs workloads as Slurm batch jobs (see the module docstring).
 
@@ -167,6 +191,10 @@ class SlurmExecutor(Executor):
         self.pending_timeout_s, self.refresh_s = pending_timeout_s, refresh_s
         #: GPU uuid -> Slurm GRES type (from the inventory)
         self.gpu_types: dict[str, str] = dict(gpu_types or {})
+        #: node -> gres/shard shards per GPU (from the inventory; 0 or missing: none)
+        self.shards_per_gpu: dict[str, int] = {}
+        #: node -> the address its services are reached at (Slurm's NodeAddr; inventory)
+        self.node_addresses: dict[str, str] = {}
         self.sync = sync
         self._jobs: dict[str, _Job] = {}
         self._snap = _Snapshot()
@@ -178,14 +206,16 @@ class SlurmExecutor(Executor):
         """Read `squeue --json` now (all of gpupool's jobs, by workload id; the newest job
         of a workload wins)."""
         by_id: dict[str, dict[str, Any]] = {}
+        by_job: dict[str, str | None] = {}
         for j in self.cli.jobs():
             wid = workload_of(j)
+            by_job[str(j.get("job_id"))] = wid
             if wid is None:
                 continue
             old = by_id.get(wid)
             if old is None or int(j.get("job_id") or 0) > int(old.get("job_id") or 0):
                 by_id[wid] = j
-        self._snap = _Snapshot(by_id, time.monotonic())
+        self._snap = _Snapshot(by_id, time.monotonic(), by_job)
         return self._snap
 
     def _queue(self) -> _Snapshot:
@@ -205,11 +235,9 @@ class SlurmExecutor(Executor):
         if not workload.command:
             raise StartError("the workload has no command to run", permanent=True)
         shares = allocation.shares if allocation else ()
-        if any(s.milli != 1000 and s.mig_profile is None for s in shares):
-            raise StartError(
-                "fractional GPUs are not available on the Slurm engine yet; ask for whole GPUs",
-                permanent=True,
-            )
+        # GRES are per node: a gang's head node stands for each of its nodes
+        here = allocation.on_node(allocation.node) if allocation else ()
+        gres = self._gres(here, allocation.node if allocation else "")
         account = self._account(unix_user or workload.owner)
         slurm_account = self.account_of(workload.tenant)
         try:
@@ -236,15 +264,8 @@ class SlurmExecutor(Executor):
             args.append("--ntasks-per-node=1")
         elif allocation is not None:
             args.append(f"--nodelist={allocation.node}")
-        migs = [s for s in shares if s.mig_profile is not None]
-        if migs:  # one MIG instance: Slurm binds it (MIG devices are GRES types)
-            prefix = slurm_prefix(self.gpu_types.get(migs[0].gpu_uuid, ""))
-            args.append(f"--gres=gpu:{mig_gres_type(prefix, migs[0].mig_profile or '')}:1")
-        elif shares:
-            types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
-            typ = types.pop() if len(types) == 1 else None
-            n = len(allocation.on_node(allocation.node)) if allocation is not None else len(shares)
-            args.append(f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}")
+        if gres:
+            args.append(gres)
         if self.partition:
             args.append(f"--partition={self.partition}")
         if workload.max_runtime_s:
@@ -258,8 +279,16 @@ class SlurmExecutor(Executor):
             injected={"GPUPOOL_WORKLOAD_ID": workload.id},
             passed=passed_names(os.environ.get("GPUPOOL_JOB_ENV_PASS", "")),
         )
+        port_path = None
         if allocation is not None and gang:
             script = gang_script(allocation, workload.command)
+        elif workload.kind is WorkloadKind.NOTEBOOK:
+            port_path = port_file(self.output_dir, workload.id)
+            port_path.unlink(missing_ok=True)  # a port from an earlier run is stale
+            port_path.touch(mode=0o600)
+            if os.geteuid() == 0:
+                os.chown(port_path, account.uid, account.gid)
+            script = notebook_script(workload.command, port_path)
         else:
             script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
         try:
@@ -268,9 +297,41 @@ class SlurmExecutor(Executor):
             raise StartError(f"Slurm refused the job: {e}") from None
         now = self.clock.now()
         uuids = tuple(s.gpu_uuid for s in shares)
-        self._jobs[workload.id] = _Job(job_id, now, output, account.name, uuids)
+        sharded = uuids if gres.startswith("--gres=shard:") else ()
+        self._jobs[workload.id] = _Job(
+            job_id, now, output, account.name, uuids, shard_uuids=sharded, port_path=port_path
+        )
         self._snap.read_at = -math.inf  # the next poll reads squeue again
         return Handle(workload.id, self.name, job_id, now)
+
+    def _gres(self, shares: Sequence[Share], node: str) -> str:
+        """The ``--gres`` of these shares: whole GPUs as ``gpu[:type]:N``, one fractional
+        share as ``shard:N`` (`shards`); "" for none. `StartError` when Slurm cannot."""
+        if not shares:
+            return ""
+        migs = [s for s in shares if s.mig_profile is not None]
+        if migs:  # one MIG instance: Slurm binds it (MIG devices are GRES types)
+            prefix = slurm_prefix(self.gpu_types.get(migs[0].gpu_uuid, ""))
+            return f"--gres=gpu:{mig_gres_type(prefix, migs[0].mig_profile or '')}:1"
+        if all(s.whole for s in shares):
+            types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
+            typ = types.pop() if len(types) == 1 else None
+            n = len(shares)
+            return f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}"
+        per_gpu = self.shards_per_gpu.get(node, 0)
+        if len(shares) != 1:
+            raise StartError(
+                "Slurm gives a job shards of one GPU only; ask for a fraction of one GPU or "
+                "for whole GPUs",
+                permanent=True,
+            )
+        if per_gpu <= 0:
+            raise StartError(
+                f"fractional GPUs on Slurm need gres/shard, and node {node} has none: ask "
+                "for whole GPUs, or have the site configure shards (docs/slurm.md)",
+                permanent=True,
+            )
+        return f"--gres=shard:{shards_for(shares[0].milli, per_gpu)}"
 
     def _account(self, user: str) -> Account:
         """Who the job runs as: its owner (per-user), else one account for every job — the
@@ -301,21 +362,41 @@ class SlurmExecutor(Executor):
             Path(str(raw.get("standard_output") or self.output_dir / f"{workload_id}.out")),
             str(raw.get("user_name") or ""),
         )
+        job.started = _epoch(raw.get("start_time"))
+        port_path = port_file(self.output_dir, workload_id)
+        job.port_path = port_path if port_path.exists() else None
         self._jobs[workload_id] = job
         return job
 
     def _status(self, wid: str, job: _Job, raw: Mapping[str, Any]) -> ExecStatus:
         st = state_of(raw.get("job_state"))
         started = number(raw.get("start_time")) if st not in _PENDING else None
+        if started:
+            job.started = float(started)
         if st in _PENDING:
             reason = str(raw.get("state_reason") or "")
             return self._pending(wid, job, "" if reason == "None" else reason)
         if st in _ALIVE:
             state = ExecState.RUNNING if st != "CONFIGURING" else ExecState.STARTING
             return ExecStatus(
-                wid, state, started_at=started, message=st.lower(), stop_reason=job.stop_reason
+                wid,
+                state,
+                started_at=started,
+                message=st.lower(),
+                stop_reason=job.stop_reason,
+                endpoint=self._endpoint(job, raw) if state is ExecState.RUNNING else None,
             )
         return self._ended(wid, job, st, exit_code_of(raw), number(raw.get("end_time")))
+
+    def _endpoint(self, job: _Job, raw: Mapping[str, Any]) -> str | None:
+        """Where a running notebook listens, once its job wrote its port."""
+        if job.port_path is None:
+            return None
+        port = read_port(job.port_path)
+        node = str(raw.get("batch_host") or raw.get("nodes") or "")
+        if port is None or not node:
+            return None
+        return endpoint(self.node_addresses.get(node, node), port)
 
     def _pending(self, wid: str, job: _Job, reason: str) -> ExecStatus:
         waited = self.clock.now() - job.submitted_at
@@ -345,6 +426,8 @@ class SlurmExecutor(Executor):
         if code is None:
             return ExecStatus(wid, ExecState.LOST, message=f"Slurm says {st.lower()}")
         state = ExecState.SUCCEEDED if code == 0 and st == "COMPLETED" else ExecState.FAILED
+        if end and job.started is not None:
+            job.ended = float(end)
         if state is ExecState.FAILED and code == 0:
             code = 1
         return ExecStatus(
@@ -363,6 +446,8 @@ class SlurmExecutor(Executor):
                 return ExecStatus(wid, ExecState.STARTING, message="not in Slurm's lists yet")
             return ExecStatus(wid, ExecState.LOST, message=f"Slurm has no job {job.job_id}")
         rec = recs[-1]
+        if job.started is None:
+            job.started = _epoch((rec.get("time") or {}).get("start"))
         state = rec.get("state") or {}
         st = state_of(state.get("current") if isinstance(state, dict) else state)
         if st in _ALIVE:
@@ -430,6 +515,59 @@ class SlurmExecutor(Executor):
             if wid in snap.jobs and state_of(snap.jobs[wid].get("job_state")) in _ALIVE
             for u in job.gpu_uuids
         }
+
+    def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:
+        """Slurm's start and end of the workload's current job ((None, None) before it
+        started or while this process does not know it yet)."""
+        job = self._jobs.get(workload_id)
+        if job is None or job.rejected is not None:
+            return (None, None)
+        return (job.started, job.ended)
+
+    def slurm_job_workloads(self) -> dict[str, str | None]:
+        """Slurm job id -> workload of every job in the last `squeue` read and every job
+        this process submitted (None: not gpupool's)."""
+        out = dict(self._snap.by_job)
+        out.update({j.job_id: wid for wid, j in self._jobs.items()})
+        return out
+
+    def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
+        """Shares run on gres/shard: `none` (Slurm only counts shards); whole GPUs as the
+        allocation planned them."""
+        job = self._jobs.get(workload_id)
+        if job is None or not job.shard_uuids:
+            return None
+        return {u: SHARD_ENFORCEMENT for u in job.shard_uuids}
+
+    def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
+        """Remove the output files (and this process's memory) of jobs whose output was
+        last written more than `older_than_s` ago on the clock and that Slurm no longer runs.
+        Returns their workload ids."""
+        now = self.clock.now() if now is None else now
+        try:
+            alive = {
+                wid
+                for wid, raw in self.refresh().jobs.items()
+                if state_of(raw.get("job_state")) in _ALIVE
+            }
+        except SlurmError as e:  # without squeue nothing is known to be over
+            log.warning("not pruning old job output: %s", e)
+            return []
+        removed = []
+        for path in self.output_dir.glob("*.out"):
+            wid = path.name[: -len(".out")]
+            if wid in alive:
+                continue
+            try:
+                if now - path.stat().st_mtime < older_than_s:
+                    continue
+                path.unlink()
+                port_file(self.output_dir, wid).unlink(missing_ok=True)
+            except FileNotFoundError:
+                continue
+            self._jobs.pop(wid, None)
+            removed.append(wid)
+        return sorted(removed)
 
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         job = self._jobs.get(workload_id)

@@ -265,3 +265,14 @@ def mark_foreign(node: Node, foreign: Iterable[ForeignJob], held: Collection[str
             taken[i] = f.use
     gpus = tuple(replace(g, outside=taken[g.index]) if g.index in taken else g for g in node.gpus)
     return replace(node, gpus=gpus)
+
+
+def with_shards(node: Node, raw: Mapping[str, Any]) -> tuple[Node, int]:
+    """`node` labelled with its shards per GPU (``slurm.shards-per-gpu``) when Slurm has
+    ``gres/shard`` on it, and that number (0: none). See `shards`."""
+    from gpupool.engines.slurm.shards import shard_label, shards_per_gpu
+
+    per_gpu = shards_per_gpu(raw, len(node.gpus))
+    if per_gpu <= 0:
+        return node, 0
+    return replace(node, labels=(*node.labels, shard_label(per_gpu))), per_gpu

@@ -82,6 +82,11 @@ class HubSettings:
     extra_config: str = ""
     debug: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The spawner class: notebooks on the hub's host (default) or run by the engine
+    #: (`Engine.notebook_spawner`)
+    spawner_class: str = "gpupool.jupyterhub.spawner.GpupoolSpawner"
+    #: The single-user server command (None: `jupyterhub-singleuser` of this Python)
+    singleuser_command: tuple[str, ...] | None = None
 
     @property
     def public_url(self) -> str:
@@ -135,7 +140,7 @@ def render_hub_config(settings: HubSettings) -> str:
         "c.JupyterHub.concurrent_spawn_limit = 0",
         "c.JupyterHub.authenticator_class = "
         "'gpupool.jupyterhub.authenticator.GpupoolAuthenticator'",
-        "c.JupyterHub.spawner_class = 'gpupool.jupyterhub.spawner.GpupoolSpawner'",
+        f"c.JupyterHub.spawner_class = {settings.spawner_class!r}",
         f"_api_url = os.environ.get({URL_ENV!r}, {settings.api_url!r})",
         f"_token = os.environ.get({TOKEN_ENV!r}, '')",
         "c.GpupoolAuthenticator.gpupool_url = _api_url",
@@ -146,7 +151,7 @@ def render_hub_config(settings: HubSettings) -> str:
         f"c.GpupoolSpawner.single_user_mode = {settings.single_user_mode!r}",
         f"c.GpupoolSpawner.jobs_account = {settings.jobs_account or ''!r}",
         f"c.GpupoolSpawner.home_dir_template = {home!r}",
-        f"c.GpupoolSpawner.cmd = {_singleuser_command()!r}",
+        f"c.GpupoolSpawner.cmd = {list(settings.singleuser_command or _singleuser_command())!r}",
         f"c.Spawner.default_url = {settings.default_url!r}",
         # Waiting in the gpupool queue happens inside Spawner.start(): allow for it.
         f"c.Spawner.start_timeout = {int(settings.queue_timeout_s)}",

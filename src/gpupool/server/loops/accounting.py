@@ -7,6 +7,17 @@ MiB-seconds and the maximum seen. Work that ended since the last pass is account
 release of its allocation. Intervals that cross midnight UTC are split between the days. Rollups per
 user, tenant and day are queries over these rows (`UsageRepo.rollup`).
 
+Engines that know when they really ran the work (Slurm: the job's own start and end,
+`Executor.run_times`) are taken at their word: a workload is accounted from that start
+(nothing while it waits in the engine's queue) to that end, not from admission to when
+gpupool noticed the end, so per-tenant GPU-hours agree with the engine's own accounting.
+Time accounted while the work looked alive but had already ended (the engine's end, learnt
+later, is earlier) is taken back from the same rows.
+
+Work that started and ended between two passes (shorter than the interval) is accounted
+from the allocations released since the previous pass (on the first pass: the last day),
+unless its workload already has usage.
+
 Restart safety: on its first pass the loop resumes each running workload from what the store
 already holds for it (allocated seconds / GPUs held), so a restart neither counts time twice
 nor leaves a gap.
@@ -21,10 +32,11 @@ from datetime import UTC, datetime
 from gpupool.domain import Allocation, Workload
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
-from gpupool.store import AllocationRepo, UsageRepo
+from gpupool.store import AllocationRepo, UsageRepo, WorkloadRepo
 
 log = logging.getLogger(__name__)
 DAY = 86400.0
+_MARGIN_S = 300.0
 
 
 def split_by_day(t0: float, t1: float) -> list[tuple[str, float]]:
@@ -57,6 +69,9 @@ class AccountingLoop(Loop):
         #: workload id -> (workload, allocation, accounted up to)
         self._open: dict[str, tuple[Workload, Allocation, float]] = {}
         self._resumed = False
+        self._last_pass: float | None = None
+        #: (workload id, allocation since) -> when accounted to its end (not looked at again)
+        self._closed: dict[tuple[str, float], float] = {}
 
     def run_once(self) -> int:
         """One pass; returns how many usage rows were added to."""
@@ -76,35 +91,69 @@ class AccountingLoop(Loop):
                 done_before = {
                     u.key: u.gpu_seconds_allocated for u in UsageRepo(s).rollup("workload")
                 }
+            # started and ended between two passes: never opened (a margin for releases
+            # committed after the previous pass read, stamped before it)
+            since = now - DAY if self._last_pass is None else self._last_pass - _MARGIN_S
+            unseen = [
+                (WorkloadRepo(s).get(a.workload_id), a, released)
+                for a, released in AllocationRepo(s).released_since(since)
+                if a.shares
+                and (a.workload_id, a.since) not in self._closed
+                and a.workload_id not in self._open
+                and a.workload_id not in running
+                and a.workload_id not in done_before
+            ]
         writes: list[tuple[Workload, Allocation, float, float]] = []
+        executor = ctx.executor
         for wid, last in ended.items():
             w, a, t0 = self._open.pop(wid)
+            self._closed[(wid, a.since)] = now
             end = now
             if last is not None and last[1] is not None:
                 end = last[1]
-            if end > t0:
-                writes.append((w, a, t0, end))
+            ran = executor.run_times(wid)
+            engine_end = ran is not None and ran[1] is not None
+            if engine_end:
+                end = ran[1]  # the engine's end, not when gpupool noticed it
+            if end > t0 or (engine_end and end < t0):  # accounted past the engine's end:
+                writes.append((w, a, t0, end))  # taken back
+        for w, a, released in unseen:
+            self._closed[(w.id, a.since)] = now
+            ran = executor.run_times(w.id)
+            begin, end = (a.since, released) if ran is None else ran
+            if begin is not None and (end if end is not None else released) > begin:
+                writes.append((w, a, begin, end if end is not None else released))
         for wid, (w, a) in running.items():
+            ran = executor.run_times(wid)
+            begin, end = (a.since, now) if ran is None else ran
+            if begin is None:
+                continue  # not started in the engine (yet): nothing to account
+            end = now if end is None else min(end, now)
             prev = self._open.get(wid)
             if prev is not None and prev[1].since == a.since:
                 t0 = prev[2]
             else:
-                t0 = a.since
+                t0 = begin
                 gpus = a.gpu_milli / 1000
                 if wid in done_before and gpus > 0:
-                    t0 = min(now, a.since + done_before[wid] / gpus)
-            if now > t0:
-                writes.append((w, a, t0, now))
-            self._open[wid] = (w, a, max(t0, now))
+                    t0 = min(now, begin + done_before[wid] / gpus)
+            ended_early = ran is not None and ran[1] is not None and end < t0
+            if end > t0 or ended_early:  # ended_early: accounted past the engine's end
+                writes.append((w, a, t0, end))
+            self._open[wid] = (w, a, end if ended_early else max(t0, end))
         self._resumed = True
+        self._last_pass = now
+        self._closed = {k: t for k, t in self._closed.items() if now - t <= 2 * _MARGIN_S}
         rows = 0
         if writes:
             with ctx.store.write() as s:
                 repo = UsageRepo(s)
                 for w, a, t0, t1 in writes:
+                    sign = 1.0 if t1 >= t0 else -1.0
+                    t0, t1 = min(t0, t1), max(t0, t1)
                     frac = self.busy_fraction(a, t0)
-                    mem = self.memory_mib(a)
-                    gpus = a.gpu_milli / 1000
+                    mem = self.memory_mib(a) if sign > 0 else 0.0
+                    gpus = a.gpu_milli / 1000 * sign
                     for day, secs in split_by_day(t0, t1):
                         repo.add(
                             workload_id=w.id,

@@ -8,7 +8,9 @@
   A node the server's engine registers itself (Kubernetes) keeps the engine's GPUs: the
   report is re-keyed to them by index (`to_engine_gpus`).
   On Kubernetes the pod a process runs in decides whose it is (`attribute_pods`, from the
-  executor's `pod_workloads`).
+  executor's `pod_workloads`). On Slurm the job a process runs in (`SLURM_JOB_ID` or its
+  cgroup, read by the agent) decides it (`attribute_slurm_jobs`, from the executor's
+  `slurm_job_workloads`).
 - `mark_lost` turns a node whose agent missed `LOST_AFTER_REPORTS` reports `unknown`; the
   next report gives it back the state it had.
 - `report_frames` and `node_telemetry` read the reports back for `/metrics`, the dashboard
@@ -162,6 +164,24 @@ def attribute_pods(pods: Mapping[str, PodRef], procs: list[dict[str, Any]]) -> N
             p["via"] = "unix-user" if p.get("unix_user") else "none"
 
 
+def attribute_slurm_jobs(jobs: Mapping[str, str | None], procs: list[dict[str, Any]]) -> None:
+    """Attribute reported processes (dicts, changed in place) by the Slurm job they run in.
+
+    A process in a job gpupool submitted belongs to that job's workload (`via` slurm), even
+    over an environment marker, which any process can set; one in a Slurm job gpupool did
+    not submit is outside gpupool (no workload, whatever its environment says). A job id the
+    executor does not know changes nothing."""
+    for p in procs:
+        job = p.get("slurm_job_id") or ""
+        if job not in jobs:
+            continue
+        p["workload_id"] = jobs[job]
+        if jobs[job]:
+            p["via"] = "slurm"
+        else:
+            p["via"] = "unix-user" if p.get("unix_user") else "none"
+
+
 def _owners(ctx: AppContext, procs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
     """workload id -> (user, tenant) for the workloads the report's processes name."""
     wanted = {p["workload_id"] for p in procs if p.get("workload_id")}
@@ -201,6 +221,8 @@ def accept_report(ctx: AppContext, node: str, token_id: str, report: NodeReportI
     stored: dict[str, Any] = report.model_dump()
     if any(p.pod_uid for p in report.processes):
         attribute_pods(ctx.executor.pod_workloads(), stored["processes"])
+    if any(p.slurm_job_id for p in report.processes):
+        attribute_slurm_jobs(ctx.executor.slurm_job_workloads(), stored["processes"])
     owners = _owners(ctx, stored["processes"])
     for proc in stored["processes"]:
         user, tenant = owners.get(proc["workload_id"] or "", (None, None))
