@@ -43,7 +43,13 @@ from gpupool.scheduler.placement import (
     place_on_node,
     to_allocation,
 )
-from gpupool.scheduler.preemption import Reclaim, Reclaimer, reclaim_due, within_some_guarantee
+from gpupool.scheduler.preemption import (
+    Reclaim,
+    Reclaimer,
+    borrowing_branch,
+    reclaim_due,
+    within_some_guarantee,
+)
 from gpupool.scheduler.queues import Candidate, Queues, Tail
 from gpupool.scheduler.reasons import (
     behind_host_text,
@@ -456,6 +462,12 @@ class _Cycle:
 
     def _reclaim(self, w: Workload, shape: Shape) -> bool:
         """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
+        if (
+            self._reclaimer is None
+            and not self.cache.stopping()
+            and not borrowing_branch(self.tree, self.effective, w.tenant)
+        ):
+            return False  # no victim and nothing stopping: the same answer, without the index
         rc = self._reclaimer_for_cycle()
         milli = shape.gpu_milli
         found = rc.waits_for_stopping(shape)

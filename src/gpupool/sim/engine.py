@@ -26,7 +26,7 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
@@ -42,7 +42,9 @@ CycleFn = Callable[[Snapshot, Sequence[Workload], float, SchedulerConfig], Decis
 ProgressFn = Callable[[int, int], None]
 
 _SUBMIT, _COMPLETE = 1, 0  # completions first at equal times: their capacity is visible
-_MAX_SAME_INSTANT_CYCLES = 5
+#: follow-up cycles at one instant run at once; this many in a row without time moving means
+#: the scheduler does not converge (a bug), and the replay stops with SimulationError
+_MAX_SAME_INSTANT_CYCLES = 100_000
 
 
 class SimulationError(Exception):
@@ -242,6 +244,13 @@ class Simulator:
                     self._windows.pop(w.tenant, None)
         return w
 
+    def _hidden(self) -> set[str]:
+        """Tenants whose queue is longer than the pending window (work the cycle cannot see)."""
+        if self.window is None:
+            return set()
+        k = self.window
+        return {ten for ten, q in self.queues.items() if len(q) > k}
+
     def _pending_for_cycle(self) -> tuple[Workload, ...]:
         """All pending work, or with a window only the first `window` of each tenant's queue
         in the scheduler's in-tenant order (priority, then submit time)."""
@@ -377,37 +386,39 @@ class Simulator:
             self.last_demand = demand
             self.fair = self.fair_shares(demand, self.capacity)
 
-    def _reclaim_possible(self) -> bool:
-        """Some tenant with waiting work is below its guarantee (at any level of the tree)."""
-        below: dict[str, int] = {}
+    def _reclaim_possible(self, tenants: Iterable[str] | None = None) -> bool:
+        """Some tenant with waiting work (of `tenants`; default all) is below its guarantee
+        at some level of the tree while a sibling branch at that level is over its own (holds
+        borrowed GPUs a reclaim could take back). Without such a pair no reclaim can happen,
+        whatever the time."""
+        used: dict[str, int] = {}
         for ten in self.leaves:
             for anc in self.ancestors[ten]:
-                below[anc] = below.get(anc, 0) + self.alloc[ten]
-        return any(
-            self.pending_count[ten]
-            and any(below[anc] < self.guarantee[anc] for anc in self.ancestors[ten])
-            for ten in self.leaves
-        )
+                used[anc] = used.get(anc, 0) + self.alloc[ten]
+        tree = self.s.tenants
+        g = self.guarantee
+        for ten in self.leaves if tenants is None else tenants:
+            if not self.pending_count.get(ten):
+                continue
+            for anc in self.ancestors.get(ten, ()):
+                if used[anc] >= g[anc]:
+                    continue
+                sibs = tree.children(tree.get(anc).parent)
+                if any(s != anc and used.get(s, 0) > g[s] for s in sibs):
+                    return True
+        return False
 
     def _futile(self, new_subs: list[Workload]) -> bool:
         """True when a cycle now cannot admit or reclaim anything the last one could not:
         no GPU milli is free, every newcomer wants a GPU, and (when preempting) no newcomer's
-        tenant is below its guarantee."""
+        tenant could reclaim (see `_reclaim_possible`)."""
         if sum(self.alloc.values()) < self.capacity:
             return False
         if any(not w.request.wants_gpu for w in new_subs):
             return False
         if not self.preempting:
             return True
-        used: dict[str, int] = {}
-        for ten in self.leaves:
-            for anc in self.ancestors[ten]:
-                used[anc] = used.get(anc, 0) + self.alloc[ten]
-        return not any(
-            used[anc] < self.guarantee[anc]
-            for w in new_subs
-            for anc in self.ancestors.get(w.tenant, ())
-        )
+        return not self._reclaim_possible({w.tenant for w in new_subs})
 
     def _time_wakeup(self, t: float) -> float | None:
         """When time alone could change the next cycle's outcome; None if never."""
@@ -454,6 +465,7 @@ class Simulator:
         self.clock.set(self.last_t)
         total = len(self.heap)
         alloc_ratio_at_last_submit: float | None = None
+        ratio_open = True  # the ratio is still measured (no completion since the last submit)
         cycle_due: float | None = None
         last_cycle_t = -math.inf
         same_instant = 0
@@ -480,6 +492,8 @@ class Simulator:
                         due = max(t, last_cycle_t + gap)
                         cycle_due = due if cycle_due is None else min(cycle_due, due)
                 elif epoch == rec.epoch and wid in self.running:
+                    if alloc_ratio_at_last_submit is not None:
+                        ratio_open = False
                     self._complete(wid, t)
                     freed = True
                     last_end = t
@@ -499,6 +513,12 @@ class Simulator:
                 new_subs.clear()
                 continue
             same_instant = same_instant + 1 if t == last_cycle_t else 0
+            if same_instant >= _MAX_SAME_INSTANT_CYCLES:
+                raise SimulationError(
+                    f"{same_instant} scheduler cycles at t={t:g} without time moving on: "
+                    "the scheduler does not converge"
+                )
+            hidden = self._hidden()
             d = self._run_cycle(t)
             self._update_fair()
             last_cycle_t = t
@@ -507,7 +527,8 @@ class Simulator:
             freed = bool(d.preemptions)
             if d.admissions:
                 last_end = t if last_end is None else max(last_end, t)
-            if alloc_ratio_at_last_submit is None and last_submit is not None and t >= last_submit:
+            if ratio_open and last_submit is not None and t >= last_submit:
+                # every cycle until the first completion after the last submission
                 alloc_ratio_at_last_submit = sum(self.alloc.values()) / max(
                     1, self.s.capacity_milli
                 )
@@ -515,13 +536,13 @@ class Simulator:
                 self.s.config.max_admissions_per_cycle is not None
                 and len(d.admissions) >= self.s.config.max_admissions_per_cycle
             )
+            # admissions moved a window that hid work: the work behind it may start now
+            window_moved = bool(hidden) and any(
+                self.records[a.workload_id].workload.tenant in hidden for a in d.admissions
+            )
             tick = True  # a follow-up or time-driven cycle is never skipped
-            if self.pending and (d.preemptions or cap_hit):
-                cycle_due = (
-                    t + gap
-                    if same_instant < _MAX_SAME_INSTANT_CYCLES
-                    else t + max(gap, self.s.cycle_interval_s or 1.0)
-                )
+            if self.pending and (d.preemptions or cap_hit or window_moved):
+                cycle_due = t + gap  # a follow-up cycle: at once (or after the gap)
             else:
                 cycle_due = self._time_wakeup(t)
                 tick = cycle_due is not None
