@@ -142,6 +142,9 @@ class CapacityIndex:
         self.node_models = st.node_models
         self._gpu_ids = st.gpu_ids
         self.models = st.models
+        #: per node: its CPUs (milli) and memory (MiB) in all (gpupool.scheduler.balance)
+        self.cpu_total = st.cpu
+        self.mem_total = st.mem
         # the mutable part
         self.node_held = list(st.node_held)
         self.free_cpu = list(st.cpu)
