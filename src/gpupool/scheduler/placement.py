@@ -198,7 +198,7 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
 
             seen_node: dict[int, float] = {}  # GPUs of one node tie but on whole-freeness
 
-            def gscore(g: int, _key: object) -> float:
+            def gscore(g: int, _key: object, seen_node: dict[int, float] = seen_node) -> float:
                 n = cap.gpu_node[g]
                 base = seen_node.get(n)
                 if base is None:
