@@ -63,6 +63,8 @@ def config_overrides(pairs: list[str]) -> dict:
         cur = getattr(base, key)  # AttributeError names an unknown field
         if isinstance(cur, bool):
             out[key] = text.lower() in ("1", "true", "yes", "on")
+        elif isinstance(cur, tuple):  # e.g. service_levels_s=3600,36000
+            out[key] = tuple(float(x) for x in text.split(",") if x)
         elif cur is None:
             out[key] = None if text in ("", "none") else int(text)
         else:

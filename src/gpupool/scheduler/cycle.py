@@ -27,6 +27,7 @@ from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
 from gpupool.scheduler.fairshare import fair_shares
+from gpupool.scheduler.levels import LevelPreemptor, pending_level
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
@@ -157,6 +158,9 @@ class _Cycle:
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
+        self._levels: LevelPreemptor | None = None
+        #: ids of the victims chosen this cycle, shared by the Reclaimer and LevelPreemptor
+        self._victims: set[str] = set()
         self._with_runtime: dict[int, list[RunningWorkload]] | None = None
         queues = Queues(snapshot, self.policy, self.hardware, cache, config)
         queues.classify(pending)
@@ -200,8 +204,10 @@ class _Cycle:
                 n = None if name is None else self.cap.node_ids.get(name)
                 if n is None:
                     continue
-                if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
-                    continue
+                if not self.config.service_levels_s and not within_some_guarantee(
+                    self.tree, self.effective, w.tenant, milli
+                ):
+                    continue  # (with service levels a nominee may be a level preemption's)
                 self.nominated_node[w.id] = n
                 self.nominee_tenants.add(w.tenant)
                 if n not in self.holds:
@@ -395,6 +401,12 @@ class _Cycle:
         if not reserve:
             self.reasons[w.id] = self._blocked_reason(shape)
             return False
+        if (
+            self.config.service_levels_s
+            and self.config.preemption
+            and self._level_preempt(w, shape)
+        ):
+            return False
         within = within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
         # Reclaim goes in queue order: once work of a tenant neither fits nor reclaims, the
         # work behind it only backfills free capacity (what it reclaimed would go to the
@@ -458,6 +470,7 @@ class _Cycle:
                 self.now,
                 self.config.min_runtime_s,
             )
+            self._reclaimer.taken = self._victims
         return self._reclaimer
 
     def _reclaim(self, w: Workload, shape: Shape) -> bool:
@@ -489,6 +502,46 @@ class _Cycle:
         self._promise(w, shape, found)
         self.reasons[w.id] = why = reclaim_text(len(found.victims), found.stopping)
         self.waits.reclaiming(w, why, found.victims)
+        return True
+
+    def _level_preempt(self, w: Workload, shape: Shape) -> bool:
+        """Preempt the tenant's own checkpointing work at a higher service level for `w`
+        (gpupool.scheduler.levels). True if so; `w` then waits for it."""
+        lp = self._levels
+        if lp is None:
+            lp = self._levels = LevelPreemptor(
+                self.cap,
+                self.snap.running,
+                self.snap.attained_service,
+                self.now,
+                self.config.min_runtime_s,
+                self.config.service_levels_s,
+            )
+            lp.taken = self._victims
+        if not lp.has_victims(w.tenant):
+            return False
+        level = pending_level(w, self.snap.attained_service, self.config.service_levels_s)
+        found = lp.find(w, level, shape, set(self.holds))
+        if found is None:
+            return False
+        n, victims, placement = found
+        why = (
+            f"{len(victims)} of {w.tenant}'s own checkpointing workloads with more attained "
+            "service are being stopped for it (they resume later)"
+        )
+        for v in victims:
+            self.preemptions.append(
+                Preemption(
+                    v.workload.id,
+                    w.id,
+                    f"{w.id} of {w.tenant} has less attained service; it resumes from its "
+                    "checkpoint later",
+                )
+            )
+            self.effective.remove(v.workload.tenant, v.workload.owner, v.allocation.gpu_milli)
+        self._promise(w, shape, Reclaim(n, victims, 0, placement))
+        self.reasons[w.id] = why
+        self.waits.reclaiming(w, why, victims)
         return True
 
     def _reclaim_under_limit(self, w: Workload, milli: int, limiting: str) -> bool:

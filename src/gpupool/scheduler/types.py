@@ -47,7 +47,9 @@ class Snapshot:
     nodes: tuple[Node, ...]
     tenants: TenantTree
     running: tuple[RunningWorkload, ...] = ()
-    #: GPU-seconds each tenant has attained so far (used by the LAS policy), milli-GPU-seconds.
+    #: GPU-seconds each tenant has attained so far (used by the LAS policy), milli-GPU-seconds;
+    #: under a workload id, what that workload attained in earlier attempts (`las`, and
+    #: `fair` with `service_levels_s`)
     attained_service: dict[str, float] = field(default_factory=dict)
     #: pending workload id -> the node where work was preempted for it in an earlier cycle
     #: (the node of the victims of a Preemption with `for_workload` = the id). `fair` keeps
@@ -76,6 +78,12 @@ class SchedulerConfig:
     shared_enforcement: Enforcement = Enforcement.POLICED
     #: Stop after this many admissions in one cycle (None: no cap).
     max_admissions_per_cycle: int | None = None
+    #: (fair) service levels inside a tenant, Tiresias-style discretized least attained
+    #: service: thresholds of attained GPU-seconds; a workload's level is how many it has
+    #: passed. Inside a tenant, lower levels go first, and waiting work preempts the tenant's
+    #: own `checkpointing` work at a higher level (gpupool.scheduler.levels). Empty: off
+    #: (queue order by priority and submit time only).
+    service_levels_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class WorkloadRecord:
     first_start: float | None = None
     last_start: float | None = None
     run_time: float = 0.0  # seconds spent running, all attempts
+    progress: float = 0.0  # seconds of `duration` done and kept (checkpointing work)
+    service: float = 0.0  # milli-GPU-seconds attained in earlier attempts and kept
     allocation: Allocation | None = None  # the last one held
     epoch: int = 0  # bumps on preemption, so a stale completion event is ignored
     reason: str | None = None  # last pending/unschedulable reason
@@ -142,6 +144,9 @@ class Simulator:
         self.fair_shares = FairShares(tree)
         self.integrals = {t: TenantTimeline() for t in self.leaves}
         self.attained: dict[str, float] = {t.name: 0.0 for t in tree}
+        #: workload id -> milli-GPU-seconds it attained in earlier attempts and keeps
+        #: (checkpointing work; Snapshot.attained_service under the workload id)
+        self.workload_service: dict[str, float] = {}
         self.capacity = scenario.capacity_milli
         self.preempting = scenario.config.preemption and scenario.config.policy != Policy.FIFO
         self.gpu_used: dict[tuple[str, int], list[int]] = {}  # (node, gpu) -> [milli, mib]
@@ -313,7 +318,7 @@ class Simulator:
         self.running[wid] = RunningWorkload(w, alloc)
         self.alloc[w.tenant] += alloc.gpu_milli
         self.demand_changed = True
-        self._push(t + rec.duration, _COMPLETE, wid, rec.epoch)
+        self._push(t + rec.duration - rec.progress, _COMPLETE, wid, rec.epoch)
         if self.preempting and w.preemptible:
             heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
 
@@ -330,15 +335,31 @@ class Simulator:
     def _preempt(self, wid: str, reason: str, t: float) -> None:
         if wid not in self.running:
             raise SimulationError(f"the scheduler preempted {wid}, which is not running")
+        start = self.records[wid].last_start
+        milli = self.running[wid].allocation.gpu_milli
         rec = self._release(wid, t)
         w, _ = transition(rec.workload, S.PREEMPTED, t, reason)
         self.preemptions += 1
+        if w.checkpointing:  # keeps its progress but what saving and loading costs
+            ran = t - (start if start is not None else t)
+            rec.progress = min(
+                rec.duration, rec.progress + max(0.0, ran - self.s.checkpoint_loss_s)
+            )
+            rec.service += ran * milli
+            self.workload_service[wid] = rec.service
         if w.requeue_on_preemption:
-            w, _ = transition(w, S.PENDING, t, "requeued after preemption; restarts from scratch")
+            w, _ = transition(
+                w,
+                S.PENDING,
+                t,
+                "requeued after preemption; "
+                + ("resumes from its checkpoint" if w.checkpointing else "restarts from scratch"),
+            )
             self._add_pending(w)
         rec.workload = w
 
     def _complete(self, wid: str, t: float) -> None:
+        self.workload_service.pop(wid, None)
         rec = self._release(wid, t)
         rec.workload, _ = transition(rec.workload, S.SUCCEEDED, t, "finished", exit_code=0)
 
@@ -356,7 +377,9 @@ class Simulator:
             nodes=self.s.nodes,
             tenants=self.s.tenants,
             running=tuple(self.running.values()),
-            attained_service=dict(self.attained),
+            attained_service={**self.attained, **self.workload_service}
+            if self.workload_service
+            else dict(self.attained),
             nominated=dict(self.nominated),
         )
         pending = self._pending_for_cycle()

@@ -109,6 +109,8 @@ class WorkloadSpec(_Strict):
     priority: int = 0
     preemptible: bool = True
     requeue: bool = True
+    #: saves its progress when stopped: a preemption loses only `checkpoint_loss_s` of it
+    checkpointing: bool = False
     count: int = Field(default=1, ge=1, le=1_000_000)
     every: float = Field(default=0, ge=0)
 
@@ -138,6 +140,11 @@ class SchedulerSpec(_Strict):
     #: simulator only: give each cycle at most this many pending workloads per tenant, the
     #: first in the tenant's order (priority, then submit time); none = all of them
     pending_window: int | None = Field(default=None, ge=1)
+    #: (fair) service levels inside a tenant: thresholds of attained GPU-seconds (SchedulerConfig)
+    service_levels_s: list[float] = Field(default_factory=list)
+    #: simulator only: run time a preempted `checkpointing` workload loses (saving and
+    #: loading its checkpoint); it keeps the rest of its progress
+    checkpoint_loss_s: float = Field(default=60.0, ge=0)
 
 
 class ScenarioFile(_Strict):
@@ -183,6 +190,8 @@ class Scenario:
     #: workloads the loader already knows can never run: id -> reason (trace replay only;
     #: scenario files reject them instead)
     unschedulable: dict[str, str] = field(default_factory=dict)
+    #: run time a preempted checkpointing workload loses (the rest of its progress is kept)
+    checkpoint_loss_s: float = 60.0
 
     @property
     def capacity_milli(self) -> int:
@@ -477,6 +486,7 @@ def build_workloads(
                     priority=w.priority,
                     preemptible=w.preemptible,
                     requeue_on_preemption=w.requeue,
+                    checkpointing=w.checkpointing,
                     submitted_at=w.submit + k * w.every,
                 )
             except DomainValidationError as exc:
@@ -497,6 +507,7 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         reclaim_after_s=spec.reclaim_after_s,
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
+        service_levels_s=tuple(sorted(spec.service_levels_s)),
     )
 
 
@@ -514,6 +525,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
         cycle_interval_s=f.scheduler.cycle_interval_s,
         min_cycle_gap_s=f.scheduler.min_cycle_gap_s,
         pending_window=f.scheduler.pending_window,
+        checkpoint_loss_s=f.scheduler.checkpoint_loss_s,
     )
 
 

@@ -290,9 +290,11 @@ def trace_scenario(
     policy: Policy | None = None,
     gpus: int | None = None,
     load: float | None = None,
+    checkpointing: bool = False,
 ) -> Scenario:
     """A Scenario replaying `jobs`. Without a cluster file: nodes of 8 exclusive GPUs, as many
-    as `gpus` (or as make offered load ≈ `load`, default 1.0); tenants from `default_tenants`."""
+    as `gpus` (or as make offered load ≈ `load`, default 1.0); tenants from `default_tenants`.
+    `checkpointing`: every job declares it (resumes from where it was preempted)."""
     if cluster is None:
         n_gpus = gpus or gpus_for_load(jobs, load or 1.0)
         cluster = ClusterFile(
@@ -343,6 +345,7 @@ def trace_scenario(
                 request=req,
                 priority=j.priority,
                 preemptible=j.preemptible,
+                checkpointing=checkpointing,
                 submitted_at=j.submit - origin,
             )
         except DomainValidationError as exc:
@@ -370,6 +373,7 @@ def trace_scenario(
         min_cycle_gap_s=spec.min_cycle_gap_s,
         pending_window=spec.pending_window,
         unschedulable=unschedulable,
+        checkpoint_loss_s=spec.checkpoint_loss_s,
     )
 
 
