@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -32,6 +34,16 @@ from gpupool.sim.metrics import compute_metrics, percentile, waits
 from gpupool.sim.trace import filter_jobs, read_trace, trace_scenario
 
 WEEK = ("2017-10-23", "2017-10-30")  # a busy week; see report
+#: the nine busy weeks of bench/trace_weeks.py (scope `weeks` = `w2017-10-02`, ...)
+WEEKS = [str(datetime.date(2017, 10, 2) + datetime.timedelta(days=7 * k)) for k in range(9)]
+
+
+def expand_scopes(which: list[str]) -> list[str]:
+    """`weeks` stands for the nine scopes `w<monday>`."""
+    out: list[str] = []
+    for s in which:
+        out += [f"w{d}" for d in WEEKS] if s == "weeks" else [s]
+    return out
 
 
 def scopes(jobs, which: list[str]) -> dict:
@@ -40,6 +52,11 @@ def scopes(jobs, which: list[str]) -> dict:
         out["full"] = jobs
     if "week" in which:
         out["week"] = filter_jobs(jobs, WEEK[0], WEEK[1], "top:5")
+    for s in which:
+        if s.startswith("w2"):
+            start = datetime.date.fromisoformat(s[1:])
+            end = start + datetime.timedelta(days=7)
+            out[s] = filter_jobs(jobs, str(start), str(end), "top:5")
     return out
 
 
@@ -52,6 +69,14 @@ def lost_gpu_hours(result) -> float:
         if extra > 0:
             lost += extra * rec.workload.request.total_gpu_milli / 1000
     return lost / 3600
+
+
+def delivered_gpu_hours(result) -> float:
+    """GPU-hours of all attempts (work kept and work thrown away)."""
+    total = 0.0
+    for rec in result.records.values():
+        total += rec.run_time * rec.workload.request.total_gpu_milli / 1000
+    return total / 3600
 
 
 def config_overrides(pairs: list[str]) -> dict:
@@ -82,9 +107,10 @@ def run_one(
     window: int,
     overrides: dict | None = None,
     tag: str = "",
+    checkpointing: bool = False,
 ) -> dict:
     jobs = scopes(read_trace(trace), [scope])[scope]
-    scen = trace_scenario(jobs, policy=Policy(policy), load=load)
+    scen = trace_scenario(jobs, policy=Policy(policy), load=load, checkpointing=checkpointing)
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
     if overrides:
@@ -125,6 +151,8 @@ def run_one(
         "replay_cpu_s": round(cpu, 2),
         "metrics": m,
         "lost_gpu_hours": round(lost_gpu_hours(result), 1),
+        "delivered_gpu_hours": round(delivered_gpu_hours(result), 1),
+        "checkpointing": checkpointing,
         "wait_cdf": cdf,
         "series": series,
         "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.python_version()})",
@@ -157,7 +185,46 @@ def summary(out_dir: Path) -> str:
         "Jain | min guarantee met | preemptions | GPU-h lost | unschedulable | "
         "replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 16
     )
-    return head + "\n" + "\n".join(rows)
+    return head + "\n" + "\n".join(rows) + "\n\n" + goals(out_dir)
+
+
+def goals(out_dir: Path, default: str = "fair") -> str:
+    """Issue #20's goals: `default`'s average wait ÷ fifo's per whole-trace load and as a
+    geometric mean over the weeks; the worst tenant's guarantee attainment; GPU-hours thrown
+    away by preemption ÷ GPU-hours delivered."""
+    runs: dict[tuple[str, float, str], dict] = {}
+    for p in sorted(out_dir.glob("*.json")):
+        r = json.loads(p.read_text())
+        if not r.get("tag"):
+            runs[(r["scope"], r["load"], r["policy"])] = r
+    lines = [
+        f"| scope | load | {default} ÷ fifo avg wait (goal ≤ 0.5) | min guarantee (≥ 95%) | "
+        "GPU-h lost ÷ delivered (≤ 5%) |",
+        "|---|---|---|---|---|",
+    ]
+    week_ratios: dict[float, list[float]] = {}
+    for (scope, load, pol), r in sorted(runs.items()):
+        if pol != default or (scope, load, "fifo") not in runs:
+            continue
+        f = runs[(scope, load, "fifo")]["metrics"]["avg_wait"]
+        m = r["metrics"]
+        ratio = m["avg_wait"] / f if f else float("nan")
+        att = [
+            v["guarantee_attainment"] for v in m["per_tenant"].values() if v["guarantee_attainment"]
+        ]
+        lost = r.get("lost_gpu_hours", 0.0) / max(r.get("delivered_gpu_hours") or 1e-9, 1e-9)
+        if scope.startswith("w2"):
+            week_ratios.setdefault(load, []).append(ratio)
+        worst = 100 * min(att) if att else float("nan")
+        lines.append(f"| {scope} | {load:g} | {ratio:.2f} | {worst:.1f}% | {100 * lost:.1f}% |")
+    for load, rs in sorted(week_ratios.items()):
+        ok = [x for x in rs if x > 0 and x == x]
+        if ok:
+            lines.append(
+                f"| weeks (geometric mean of {len(ok)}) | {load:g} | "
+                f"{statistics.geometric_mean(ok):.2f} | | |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -178,6 +245,11 @@ def main() -> None:
         help="override a SchedulerConfig field (e.g. reclaim_after_s=0); repeatable",
     )
     ap.add_argument("--tag", default="", help="suffix of the result files (for ablations)")
+    ap.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="every job declares checkpointing (a preempted job resumes where it stopped)",
+    )
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
     out = Path(a.out)
@@ -188,13 +260,25 @@ def main() -> None:
     overrides = config_overrides(a.set)
     runs = [
         (scope, float(load), policy)
-        for scope in a.scopes.split(",")
+        for scope in expand_scopes(a.scopes.split(","))
         for load in a.loads.split(",")
         for policy in a.policies.split(",")
     ]
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
         futs = {
-            pool.submit(run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, a.tag): (
+            pool.submit(
+                run_one,
+                a.trace,
+                s,
+                ld,
+                p,
+                str(out),
+                a.gap,
+                a.window,
+                overrides,
+                a.tag,
+                a.checkpointing,
+            ): (
                 s,
                 ld,
                 p,

@@ -198,16 +198,19 @@ class _Cycle:
         """Keep each nominated node (Snapshot.nominated) for its pending workload while that
         workload still fits within its guarantee: nobody else is placed there this cycle; the
         nominee itself may be (see `_place_or_block`)."""
+        # with service levels and checkpointing work running, a nominee may be a level
+        # preemption's (within its tenant, beyond any guarantee): held too
+        levels = bool(self.config.service_levels_s and self.cache.checkpointing())
         for q in self.queues.values():
             for _, w, shape, milli in q:
                 name = self.snap.nominated.get(w.id)
                 n = None if name is None else self.cap.node_ids.get(name)
                 if n is None:
                     continue
-                if not self.config.service_levels_s and not within_some_guarantee(
+                if not levels and not within_some_guarantee(
                     self.tree, self.effective, w.tenant, milli
                 ):
-                    continue  # (with service levels a nominee may be a level preemption's)
+                    continue
                 self.nominated_node[w.id] = n
                 self.nominee_tenants.add(w.tenant)
                 if n not in self.holds:
@@ -509,6 +512,8 @@ class _Cycle:
         (gpupool.scheduler.levels). True if so; `w` then waits for it."""
         lp = self._levels
         if lp is None:
+            if not self.cache.checkpointing():
+                return False  # no possible victim: skip indexing the running work
             lp = self._levels = LevelPreemptor(
                 self.cap,
                 self.snap.running,

@@ -81,9 +81,10 @@ class SchedulerConfig:
     #: (fair) service levels inside a tenant, Tiresias-style discretized least attained
     #: service: thresholds of attained GPU-seconds; a workload's level is how many it has
     #: passed. Inside a tenant, lower levels go first, and waiting work preempts the tenant's
-    #: own `checkpointing` work at a higher level (gpupool.scheduler.levels). Empty: off
-    #: (queue order by priority and submit time only).
-    service_levels_s: tuple[float, ...] = ()
+    #: own `checkpointing` work at a higher level (gpupool.scheduler.levels). Only work that
+    #: declares checkpointing gains service levels or is preempted for them, so without it
+    #: the order is by priority and submit time, as before. Empty: off.
+    service_levels_s: tuple[float, ...] = (3600.0, 36000.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,17 @@ class Simulator:
         self.workload_service: dict[str, float] = {}
         self.capacity = scenario.capacity_milli
         self.preempting = scenario.config.preemption and scenario.config.policy != Policy.FIFO
+        #: service levels inside a tenant (fair): checkpointing work may be preempted for
+        #: its own tenant's work at a lower level (gpupool.scheduler.levels)
+        self.levels = (
+            scenario.config.service_levels_s
+            if self.preempting and scenario.config.policy == Policy.FAIR
+            else ()
+        )
+        #: tenant -> running checkpointing workloads (possible level victims), with levels
+        self.ckpt_running: dict[str, int] = {}
+        #: (time a running checkpointing workload passes min_runtime_s or a level, id, epoch)
+        self.level_heap: list[tuple[float, str, int]] = []
         self.gpu_used: dict[tuple[str, int], list[int]] = {}  # (node, gpu) -> [milli, mib]
         self.gpu_cap = {
             (n.name, g.index): (1000, g.memory_mib) for n in scenario.nodes for g in n.gpus
@@ -321,10 +332,22 @@ class Simulator:
         self._push(t + rec.duration - rec.progress, _COMPLETE, wid, rec.epoch)
         if self.preempting and w.preemptible:
             heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
+        if self.levels and w.checkpointing and w.preemptible:
+            self.ckpt_running[w.tenant] = self.ckpt_running.get(w.tenant, 0) + 1
+            lh = self.level_heap
+            heapq.heappush(lh, (t + self.s.config.min_runtime_s, wid, rec.epoch))
+            milli = alloc.gpu_milli
+            for th in self.levels:
+                at = t + (th * 1000.0 - rec.service) / milli if milli else math.inf
+                if t < at < math.inf:
+                    heapq.heappush(lh, (at, wid, rec.epoch))
 
     def _release(self, wid: str, t: float) -> WorkloadRecord:
         rw = self.running.pop(wid)
         rec = self.records[wid]
+        w = rw.workload
+        if self.levels and w.checkpointing and w.preemptible:
+            self.ckpt_running[w.tenant] -= 1
         self._take(rw.allocation, -1)
         self.alloc[rw.workload.tenant] -= rw.allocation.gpu_milli
         self.demand_changed = True
@@ -441,7 +464,16 @@ class Simulator:
             return False
         if not self.preempting:
             return True
-        return not self._reclaim_possible({w.tenant for w in new_subs})
+        tenants = {w.tenant for w in new_subs}
+        return not self._reclaim_possible(tenants) and not self._level_possible(tenants)
+
+    def _level_possible(self, tenants: Iterable[str] | None = None) -> bool:
+        """Some tenant (of `tenants`; default all) with waiting work has running checkpointing
+        work (a possible victim for service levels)."""
+        if not self.levels:
+            return False
+        ck, pc = self.ckpt_running, self.pending_count
+        return any(ck.get(t) and pc.get(t) for t in (ck if tenants is None else tenants))
 
     def _time_wakeup(self, t: float) -> float | None:
         """When time alone could change the next cycle's outcome; None if never."""
@@ -454,7 +486,14 @@ class Simulator:
         while d and (d[0][0] <= t or d[0][1] not in self.pending):
             heapq.heappop(d)
         nxt = min(h[0][0] if h else math.inf, d[0][0] if d else math.inf)
-        if nxt == math.inf or not self._reclaim_possible():
+        if nxt != math.inf and not self._reclaim_possible():
+            nxt = math.inf
+        lh = self.level_heap  # checkpointing work passing min_runtime_s or a service level
+        while lh and (lh[0][0] <= t or self.records[lh[0][1]].epoch != lh[0][2]):
+            heapq.heappop(lh)
+        if lh and lh[0][0] < nxt and self._level_possible():
+            nxt = lh[0][0]
+        if nxt == math.inf:
             return None
         step = self.s.cycle_interval_s
         return t + step * max(1, math.ceil((nxt - t) / step))
