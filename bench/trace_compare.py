@@ -188,41 +188,45 @@ def summary(out_dir: Path) -> str:
     return head + "\n" + "\n".join(rows) + "\n\n" + goals(out_dir)
 
 
-def goals(out_dir: Path, default: str = "fair") -> str:
-    """Issue #20's goals: `default`'s average wait ÷ fifo's per whole-trace load and as a
-    geometric mean over the weeks; the worst tenant's guarantee attainment; GPU-hours thrown
-    away by preemption ÷ GPU-hours delivered."""
-    runs: dict[tuple[str, float, str], dict] = {}
+def goals(out_dir: Path) -> str:
+    """Issue #20's goals for every run that is not fifo (policy and tag): its average wait ÷
+    fifo's (untagged) per whole-trace load and as a geometric mean over the weeks; the worst
+    tenant's guarantee attainment; GPU-hours thrown away by preemption ÷ GPU-hours delivered."""
+    runs: dict[tuple[str, float, str, str], dict] = {}
     for p in sorted(out_dir.glob("*.json")):
         r = json.loads(p.read_text())
-        if not r.get("tag"):
-            runs[(r["scope"], r["load"], r["policy"])] = r
+        runs[(r["scope"], r["load"], r["policy"], r.get("tag") or "")] = r
     lines = [
-        f"| scope | load | {default} ÷ fifo avg wait (goal ≤ 0.5) | min guarantee (≥ 95%) | "
+        "| scope | load | policy | ÷ fifo avg wait (goal ≤ 0.5) | min guarantee (≥ 95%) | "
         "GPU-h lost ÷ delivered (≤ 5%) |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
-    week_ratios: dict[float, list[float]] = {}
-    for (scope, load, pol), r in sorted(runs.items()):
-        if pol != default or (scope, load, "fifo") not in runs:
+    week_ratios: dict[tuple[float, str], list[float]] = {}
+    week_worst: dict[tuple[float, str], list[float]] = {}
+    for (scope, load, pol, tag), r in sorted(runs.items()):
+        if pol == "fifo" or (scope, load, "fifo", "") not in runs:
             continue
-        f = runs[(scope, load, "fifo")]["metrics"]["avg_wait"]
+        name = pol + (f" ({tag})" if tag else "")
+        f = runs[(scope, load, "fifo", "")]["metrics"]["avg_wait"]
         m = r["metrics"]
         ratio = m["avg_wait"] / f if f else float("nan")
-        att = [
-            v["guarantee_attainment"] for v in m["per_tenant"].values() if v["guarantee_attainment"]
-        ]
+        att = [v["guarantee_attainment"] for v in m["per_tenant"].values()]
+        att = [x for x in att if x]
         lost = r.get("lost_gpu_hours", 0.0) / max(r.get("delivered_gpu_hours") or 1e-9, 1e-9)
-        if scope.startswith("w2"):
-            week_ratios.setdefault(load, []).append(ratio)
         worst = 100 * min(att) if att else float("nan")
-        lines.append(f"| {scope} | {load:g} | {ratio:.2f} | {worst:.1f}% | {100 * lost:.1f}% |")
-    for load, rs in sorted(week_ratios.items()):
+        if scope.startswith("w2"):
+            week_ratios.setdefault((load, name), []).append(ratio)
+            week_worst.setdefault((load, name), []).append(worst)
+        lines.append(
+            f"| {scope} | {load:g} | {name} | {ratio:.2f} | {worst:.1f}% | {100 * lost:.1f}% |"
+        )
+    for (load, name), rs in sorted(week_ratios.items()):
         ok = [x for x in rs if x > 0 and x == x]
         if ok:
+            lo = min(week_worst[(load, name)])
             lines.append(
-                f"| weeks (geometric mean of {len(ok)}) | {load:g} | "
-                f"{statistics.geometric_mean(ok):.2f} | | |"
+                f"| weeks (geometric mean of {len(ok)}) | {load:g} | {name} | "
+                f"{statistics.geometric_mean(ok):.2f} | lowest {lo:.1f}% | |"
             )
     return "\n".join(lines)
 

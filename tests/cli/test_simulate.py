@@ -210,6 +210,7 @@ def test_trace_replay_with_checkpointing_resumes_preempted_jobs(tmp_path):
             {
                 "cluster": {"nodes": [{"name": "g", "gpus": 1}]},
                 "tenants": [{"name": "lab", "guaranteed_gpus": 1}],
+                "scheduler": {"service_levels_s": [3600, 36000]},
             }
         )
     )

@@ -78,7 +78,7 @@ def test_requeued_work_with_attained_service_waits_behind_fresh_work_of_its_tena
     snap = snapshot([free], TENANTS, [], attained={"old": 4000 * 1000.0})
     d = cycle(snap, [old, new], NOW, CFG)
     assert [a.workload_id for a in d.admissions] == ["new"]
-    off = dataclasses.replace(CFG, service_levels_s=())
+    off = SchedulerConfig()  # the default: off
     d = cycle(snap, [old, new], NOW, off)
     assert [a.workload_id for a in d.admissions] == ["old"]  # submit order without levels
 

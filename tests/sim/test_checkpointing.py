@@ -12,8 +12,7 @@ S = WorkloadState
 
 def _two_jobs(checkpointing: bool, levels: list[float] | None = None) -> dict:
     sched: dict = {"checkpoint_loss_s": 60, "cycle_interval_s": 10}
-    if levels is not None:
-        sched["service_levels_s"] = levels
+    sched["service_levels_s"] = [3600, 36000] if levels is None else levels
     return scenario(
         nodes=[node("n", gpus=1)],
         tenants=[tenant("a", guaranteed_gpus=1)],

@@ -141,7 +141,7 @@ class SchedulerSpec(_Strict):
     #: first in the tenant's order (priority, then submit time); none = all of them
     pending_window: int | None = Field(default=None, ge=1)
     #: (fair) service levels inside a tenant: thresholds of attained GPU-seconds (SchedulerConfig)
-    service_levels_s: list[float] = Field(default_factory=lambda: [3600.0, 36000.0])
+    service_levels_s: list[float] = Field(default_factory=list)
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)

@@ -44,7 +44,7 @@ class WorkloadIn(ResourcesIn):
     preemptible: bool = True
     requeue_on_preemption: bool = True
     #: it saves its progress when stopped and resumes from there: cheap to preempt, and with
-    #: the default service levels the tenant's newer work may preempt it once it has run long
+    #: service levels configured the tenant's newer work may preempt it once it has run long
     checkpointing: bool = False
     max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400)
 
