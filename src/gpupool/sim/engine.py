@@ -26,7 +26,7 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
@@ -36,6 +36,7 @@ from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.scenario import Scenario
+from gpupool.sim.wakeups import Wakeups
 
 S = WorkloadState
 CycleFn = Callable[[Snapshot, Sequence[Workload], float, SchedulerConfig], Decisions]
@@ -104,7 +105,7 @@ class SimResult:
         return [r for r in self.records.values() if r.state is S.PENDING]
 
 
-class Simulator:
+class Simulator(Wakeups):
     """Replays `scenario` with `cycle_fn` (default: `gpupool.scheduler.cycle`)."""
 
     def __init__(
@@ -431,74 +432,6 @@ class Simulator:
         if demand != self.last_demand:
             self.last_demand = demand
             self.fair = self.fair_shares(demand, self.capacity)
-
-    def _reclaim_possible(self, tenants: Iterable[str] | None = None) -> bool:
-        """Some tenant with waiting work (of `tenants`; default all) is below its guarantee
-        at some level of the tree while a sibling branch at that level is over its own (holds
-        borrowed GPUs a reclaim could take back). Without such a pair no reclaim can happen,
-        whatever the time."""
-        used: dict[str, int] = {}
-        for ten in self.leaves:
-            for anc in self.ancestors[ten]:
-                used[anc] = used.get(anc, 0) + self.alloc[ten]
-        tree = self.s.tenants
-        g = self.guarantee
-        for ten in self.leaves if tenants is None else tenants:
-            if not self.pending_count.get(ten):
-                continue
-            for anc in self.ancestors.get(ten, ()):
-                if used[anc] >= g[anc]:
-                    continue
-                sibs = tree.children(tree.get(anc).parent)
-                if any(s != anc and used.get(s, 0) > g[s] for s in sibs):
-                    return True
-        return False
-
-    def _futile(self, new_subs: list[Workload]) -> bool:
-        """True when a cycle now cannot admit or reclaim anything the last one could not:
-        no GPU milli is free, every newcomer wants a GPU, and (when preempting) no newcomer's
-        tenant could reclaim (see `_reclaim_possible`)."""
-        if sum(self.alloc.values()) < self.capacity:
-            return False
-        if any(not w.request.wants_gpu for w in new_subs):
-            return False
-        if not self.preempting:
-            return True
-        tenants = {w.tenant for w in new_subs}
-        return not self._reclaim_possible(tenants) and not self._level_possible(tenants)
-
-    def _level_possible(self, tenants: Iterable[str] | None = None) -> bool:
-        """Some tenant (of `tenants`; default all) with waiting work has running checkpointing
-        work (a possible victim for service levels)."""
-        if not self.levels:
-            return False
-        ck, pc = self.ckpt_running, self.pending_count
-        return any(ck.get(t) and pc.get(t) for t in (ck if tenants is None else tenants))
-
-    def _time_wakeup(self, t: float) -> float | None:
-        """When time alone could change the next cycle's outcome; None if never."""
-        if not self.pending or not self.preempting or not self.s.cycle_interval_s:
-            return None
-        h = self.min_runtime_heap
-        while h and (h[0][0] <= t or self.records[h[0][1]].epoch != h[0][2]):
-            heapq.heappop(h)
-        d = self.reclaim_due_heap  # waiting work passing reclaim_after_s may now reclaim
-        while d and (d[0][0] <= t or d[0][1] not in self.pending):
-            heapq.heappop(d)
-        nxt = min(h[0][0] if h else math.inf, d[0][0] if d else math.inf)
-        if nxt != math.inf and not self._reclaim_possible():
-            nxt = math.inf
-        lh = self.level_heap  # checkpointing work passing min_runtime_s or a service level
-        while lh and (lh[0][0] <= t or self.records[lh[0][1]].epoch != lh[0][2]):
-            heapq.heappop(lh)
-        if lh and lh[0][0] < nxt and self._level_possible():
-            nxt = lh[0][0]
-        if nxt == math.inf:
-            return None
-        step = self.s.cycle_interval_s
-        return t + step * max(1, math.ceil((nxt - t) / step))
-
-    # ------------------------------------------------------------------ main loop
 
     def run(self) -> SimResult:
         """Replay to the end. The cyclic garbage collector is paused meanwhile: the replay
