@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -44,12 +46,29 @@ from gpupool.sim.trace import filter_jobs, read_trace, trace_scenario
 WEEK = ("2017-10-23", "2017-10-30")  # a busy week; see report
 
 
+#: the nine busy weeks of bench/trace_weeks.py (scope `weeks` = `w2017-10-02`, ...)
+WEEKS = [str(datetime.date(2017, 10, 2) + datetime.timedelta(days=7 * k)) for k in range(9)]
+
+
+def expand_scopes(which: list[str]) -> list[str]:
+    """`weeks` stands for the nine scopes `w<monday>`."""
+    out: list[str] = []
+    for s in which:
+        out += [f"w{d}" for d in WEEKS] if s == "weeks" else [s]
+    return out
+
+
 def scopes(jobs, which: list[str]) -> dict:
     out = {}
     if "full" in which:
         out["full"] = jobs
     if "week" in which:
         out["week"] = filter_jobs(jobs, WEEK[0], WEEK[1], "top:5")
+    for s in which:
+        if s.startswith("w2"):
+            start = datetime.date.fromisoformat(s[1:])
+            end = start + datetime.timedelta(days=7)
+            out[s] = filter_jobs(jobs, str(start), str(end), "top:5")
     return out
 
 
@@ -85,6 +104,14 @@ def wide_metrics(result) -> dict:
     return out
 
 
+def delivered_gpu_hours(result) -> float:
+    """GPU-hours of all attempts (work kept and work thrown away)."""
+    total = 0.0
+    for rec in result.records.values():
+        total += rec.run_time * rec.workload.request.total_gpu_milli / 1000
+    return total / 3600
+
+
 def config_overrides(pairs: list[str]) -> dict:
     """`key=value` pairs for SchedulerConfig fields, converted to each field's type."""
     base = SchedulerConfig()
@@ -94,6 +121,8 @@ def config_overrides(pairs: list[str]) -> dict:
         cur = getattr(base, key)  # AttributeError names an unknown field
         if isinstance(cur, bool):
             out[key] = text.lower() in ("1", "true", "yes", "on")
+        elif isinstance(cur, tuple):  # e.g. service_levels_s=3600,36000
+            out[key] = tuple(float(x) for x in text.split(",") if x)
         elif cur is None:
             out[key] = None if text in ("", "none") else int(text)
         else:
@@ -113,6 +142,7 @@ def run_one(
     tag: str = "",
     multi_node: bool = True,
     same_cluster: bool = False,
+    checkpointing: bool = False,
 ) -> dict:
     jobs = scopes(read_trace(trace), [scope])[scope]
     scen = trace_scenario(
@@ -121,6 +151,7 @@ def run_one(
         load=load,
         multi_node=multi_node,
         size_for_wide=not same_cluster,
+        checkpointing=checkpointing,
     )
     scen.min_cycle_gap_s = gap
     scen.pending_window = window or None
@@ -165,6 +196,8 @@ def run_one(
         "same_cluster": same_cluster,
         "wide": wide_metrics(result),
         "lost_gpu_hours": round(lost_gpu_hours(result), 1),
+        "delivered_gpu_hours": round(delivered_gpu_hours(result), 1),
+        "checkpointing": checkpointing,
         "wait_cdf": cdf,
         "series": series,
         "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.python_version()})",
@@ -197,7 +230,7 @@ def summary(out_dir: Path) -> str:
         "Jain | min guarantee met | preemptions | GPU-h lost | unschedulable | "
         "replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 16
     )
-    return head + "\n" + "\n".join(rows) + "\n\n" + wide_summary(out_dir)
+    return head + "\n" + "\n".join(rows) + "\n\n" + wide_summary(out_dir) + "\n\n" + goals(out_dir)
 
 
 def _h(v) -> str:
@@ -224,6 +257,49 @@ def wide_summary(out_dir: Path) -> str:
         "wide GPU-h | others avg wait h | others p95 wait h |\n|" + "---|" * 10
     )
     return head + "\n" + "\n".join(rows)
+
+
+def goals(out_dir: Path) -> str:
+    """Issue #20's goals for every run that is not fifo (policy and tag): its average wait ÷
+    fifo's (untagged) per whole-trace load and as a geometric mean over the weeks; the worst
+    tenant's guarantee attainment; GPU-hours thrown away by preemption ÷ GPU-hours delivered."""
+    runs: dict[tuple[str, float, str, str], dict] = {}
+    for p in sorted(out_dir.glob("*.json")):
+        r = json.loads(p.read_text())
+        runs[(r["scope"], r["load"], r["policy"], r.get("tag") or "")] = r
+    lines = [
+        "| scope | load | policy | ÷ fifo avg wait (goal ≤ 0.5) | min guarantee (≥ 95%) | "
+        "GPU-h lost ÷ delivered (≤ 5%) |",
+        "|---|---|---|---|---|---|",
+    ]
+    week_ratios: dict[tuple[float, str], list[float]] = {}
+    week_worst: dict[tuple[float, str], list[float]] = {}
+    for (scope, load, pol, tag), r in sorted(runs.items()):
+        if pol == "fifo" or (scope, load, "fifo", "") not in runs:
+            continue
+        name = pol + (f" ({tag})" if tag else "")
+        f = runs[(scope, load, "fifo", "")]["metrics"]["avg_wait"]
+        m = r["metrics"]
+        ratio = m["avg_wait"] / f if f else float("nan")
+        att = [v["guarantee_attainment"] for v in m["per_tenant"].values()]
+        att = [x for x in att if x]
+        lost = r.get("lost_gpu_hours", 0.0) / max(r.get("delivered_gpu_hours") or 1e-9, 1e-9)
+        worst = 100 * min(att) if att else float("nan")
+        if scope.startswith("w2"):
+            week_ratios.setdefault((load, name), []).append(ratio)
+            week_worst.setdefault((load, name), []).append(worst)
+        lines.append(
+            f"| {scope} | {load:g} | {name} | {ratio:.2f} | {worst:.1f}% | {100 * lost:.1f}% |"
+        )
+    for (load, name), rs in sorted(week_ratios.items()):
+        ok = [x for x in rs if x > 0 and x == x]
+        if ok:
+            lo = min(week_worst[(load, name)])
+            lines.append(
+                f"| weeks (geometric mean of {len(ok)}) | {load:g} | {name} | "
+                f"{statistics.geometric_mean(ok):.2f} | lowest {lo:.1f}% | |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -262,6 +338,11 @@ def main() -> None:
         help="size the cluster for the load without the wide jobs (the --single-node cluster), "
         "so their effect on everyone else is measured on the same nodes",
     )
+    ap.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="every job declares checkpointing (a preempted job resumes where it stopped)",
+    )
     ap.add_argument("--summary", action="store_true", help="print the table of OUT and exit")
     a = ap.parse_args()
     out = Path(a.out)
@@ -282,7 +363,7 @@ def main() -> None:
         ap.error("--tag names one variant's files; leave it out with several --variants")
     runs = [
         (scope, float(load), policy, v)
-        for scope in a.scopes.split(",")
+        for scope in expand_scopes(a.scopes.split(","))
         for load in a.loads.split(",")
         for policy in a.policies.split(",")
         for v in variants
@@ -292,7 +373,19 @@ def main() -> None:
         for s, ld, p, v in runs:
             multi, same, tag = settings[v]
             f = pool.submit(
-                run_one, a.trace, s, ld, p, str(out), a.gap, a.window, overrides, tag, multi, same
+                run_one,
+                a.trace,
+                s,
+                ld,
+                p,
+                str(out),
+                a.gap,
+                a.window,
+                overrides,
+                tag,
+                multi,
+                same,
+                a.checkpointing,
             )
             futs[f] = (s, ld, p, v)
         for f in as_completed(futs):

@@ -10,8 +10,9 @@ utilization, plus the geometric mean over the weeks of fifo's average wait ÷ ea
     python bench/trace_weeks.py --trace ../shared/data/philly/philly.csv --load 1.2
 
 `--set KEY=VALUE` overrides SchedulerConfig fields of the non-fifo policies (as in
-bench/trace_compare.py). To compare with an older scheduler, run the same command with
-PYTHONPATH pointing at a worktree of that commit.
+bench/trace_compare.py); `--checkpointing` makes every job declare checkpointing (a
+preempted job resumes where it stopped; issue #20). To compare with an older scheduler,
+run the same command with PYTHONPATH pointing at a worktree of that commit.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--weeks", type=int, default=9)
     ap.add_argument("--policies", default="fifo,fair")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--checkpointing", action="store_true", help="every job declares checkpointing")
     a = ap.parse_args()
     overrides = config_overrides(a.set)
     pols = a.policies.split(",")
@@ -52,7 +54,9 @@ def main() -> None:
         week = filter_jobs(jobs, str(start), str(start + datetime.timedelta(days=7)), "top:5")
         cells, avg, gpus = [], {}, 0
         for pol in pols:
-            scen = trace_scenario(week, policy=Policy(pol), load=a.load)
+            scen = trace_scenario(
+                week, policy=Policy(pol), load=a.load, checkpointing=a.checkpointing
+            )
             if overrides and pol != "fifo":
                 scen.config = dataclasses.replace(scen.config, **overrides)
             gpus = scen.capacity_milli // 1000

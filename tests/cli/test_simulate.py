@@ -197,3 +197,32 @@ def test_cpu_only_notebook_starts_beside_a_gpu_reservation():
     start = {w["id"]: (w["submit"], w["start"]) for w in json.loads(res.stdout)["workloads"]}
     assert start["nb-cpu"] == (20, 20)
     assert start["b-pair"] == (10, 610)  # the reservation still stands for the GPU work
+
+
+def test_trace_replay_with_checkpointing_resumes_preempted_jobs(tmp_path):
+    # one tenant, one GPU: a 5 h job, then a 10 min one at 2 h; with --checkpointing the
+    # long job (past 1 GPU-hour, level 1) makes room and resumes afterwards
+    trace = tmp_path / "t.csv"
+    trace.write_text("submit_time,duration,num_gpus,tenant\n0,18000,1,lab\n7200,600,1,lab\n")
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"nodes": [{"name": "g", "gpus": 1}]},
+                "tenants": [{"name": "lab", "guaranteed_gpus": 1}],
+                "scheduler": {"service_levels_s": [3600, 36000]},
+            }
+        )
+    )
+    plain = invoke("--trace", str(trace), "--cluster", str(cluster), "--json")
+    ckpt = invoke("--trace", str(trace), "--cluster", str(cluster), "--checkpointing", "--json")
+    assert plain.exit_code == 0 and ckpt.exit_code == 0, plain.output + ckpt.output
+    short = {
+        r: next(w for w in json.loads(r.stdout)["workloads"] if w["submit"] == 7200)
+        for r in (plain, ckpt)
+    }
+    assert short[plain]["start"] == 18000
+    assert short[ckpt]["start"] < 7200 + 60
+    assert json.loads(ckpt.stdout)["metrics"]["preemptions"] == 1
+    res = invoke(str(EXAMPLES / "two-labs.yaml"), "--checkpointing")
+    assert res.exit_code == 2 and "only applies with --trace" in res.output

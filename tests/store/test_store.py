@@ -350,3 +350,14 @@ def test_profiles_crud(store):
         ProfileRepo(s).delete("quarter")
     with store.read() as s:
         assert ProfileRepo(s).list() == []
+
+
+def test_checkpointing_is_stored(store):
+    seed(store)
+    on, off = workload(checkpointing=True), workload()
+    with store.write() as s:
+        WorkloadRepo(s).add(on)
+        WorkloadRepo(s).add(off)
+    with store.read() as s:
+        assert WorkloadRepo(s).get(on.id).checkpointing is True
+        assert WorkloadRepo(s).get(off.id).checkpointing is False

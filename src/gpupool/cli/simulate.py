@@ -75,6 +75,11 @@ def simulate_command(
     progress: bool | None = typer.Option(
         None, "--progress/--no-progress", help="Progress bar (default: on for traces on a TTY)."
     ),
+    checkpointing: bool = typer.Option(
+        False,
+        "--checkpointing",
+        help="With --trace: every job saves its progress when preempted and resumes from it.",
+    ),
 ) -> None:
     """Replay a scenario (or a CSV trace with --trace) through the scheduler on a virtual clock.
 
@@ -89,7 +94,9 @@ def simulate_command(
         if trace is not None:
             if scenario is not None:
                 raise ScenarioError(["give either a scenario file or --trace, not both"])
-            scen = _trace_scenario(trace, cluster, pol, gpus, load, start, end, tenants)
+            scen = _trace_scenario(
+                trace, cluster, pol, gpus, load, start, end, tenants, checkpointing
+            )
         elif scenario is None:
             raise ScenarioError(
                 ["give a scenario file (e.g. examples/two-labs.yaml) or --trace FILE.csv"]
@@ -102,6 +109,7 @@ def simulate_command(
                 ("--from", start),
                 ("--to", end),
                 ("--tenants", tenants),
+                ("--checkpointing", checkpointing or None),
             ):
                 if v is not None:
                     raise ScenarioError([f"{flag} only applies with --trace"])
@@ -146,7 +154,9 @@ def _with_policy(scen: Scenario, pol: Policy):
     return dataclasses.replace(scen.config, policy=pol)
 
 
-def _trace_scenario(trace, cluster, pol, gpus, load, start, end, tenants) -> Scenario:
+def _trace_scenario(
+    trace, cluster, pol, gpus, load, start, end, tenants, checkpointing=False
+) -> Scenario:
     from gpupool.sim.trace import filter_jobs, load_cluster_file, read_trace, trace_scenario
 
     if cluster is not None and (gpus is not None or load is not None):
@@ -155,7 +165,7 @@ def _trace_scenario(trace, cluster, pol, gpus, load, start, end, tenants) -> Sce
     if not jobs:
         raise ScenarioError(["no trace rows left after --from/--to/--tenants"], str(trace))
     cf = load_cluster_file(cluster) if cluster is not None else None
-    return trace_scenario(jobs, cf, policy=pol, gpus=gpus, load=load)
+    return trace_scenario(jobs, cf, policy=pol, gpus=gpus, load=load, checkpointing=checkpointing)
 
 
 def _fmt_s(x: Any) -> str:

@@ -217,6 +217,9 @@ class Workload:
     priority: int = 0
     preemptible: bool = True
     requeue_on_preemption: bool = True
+    #: it saves its progress when stopped and resumes from there: cheap to preempt, and it
+    #: keeps its attained service when requeued (gpupool.scheduler.levels)
+    checkpointing: bool = False
     max_runtime_s: float | None = None
     submitted_at: float = 0.0
     state: WorkloadState = WorkloadState.PENDING

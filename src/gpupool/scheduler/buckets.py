@@ -136,3 +136,60 @@ class BucketIndex:
             if best is not None:
                 return best, key
         return None
+
+    def find_min(
+        self,
+        lo: Key,
+        pred: Callable[[int], bool],
+        score: Callable[[int, Key], float],
+        key_ok: Callable[[Key], bool] | None = None,
+        limit: int = 16,
+    ) -> tuple[int, Key] | None:
+        """Like `find`, but within the first bucket that has an item passing `pred`, the item
+        with the lowest `score(item, key)` among its first `limit` passing items (ties: the
+        lowest id).
+
+        The bucket's live items are walked in id order without popping, at most `4 * limit`
+        of them; if none of those passes, the lowest passing id further on (as `find`).
+        Deterministic, as `find`: only live items in id order decide."""
+        keys = self._keys
+        ver = self._ver
+        push, pop = heapq.heappush, heapq.heappop
+        for i in range(bisect_left(keys, lo), len(keys)):
+            key = keys[i]
+            if key_ok is not None and not key_ok(key):
+                continue
+            heap = self._heaps[key]
+            size = len(heap)
+            frontier = [(heap[0], 0)]
+            best: tuple[float, int] | None = None
+            passed = looked = 0
+            while frontier:
+                (item, v), j = pop(frontier)
+                c = 2 * j + 1
+                if c < size:
+                    push(frontier, (heap[c], c))
+                    if c + 1 < size:
+                        push(frontier, (heap[c + 1], c + 1))
+                if v != ver[item]:
+                    continue
+                looked += 1
+                if pred(item):
+                    cand = (score(item, key), item)
+                    if best is None or cand < best:
+                        best = cand
+                    passed += 1
+                    if passed >= limit:
+                        break
+                if looked >= 4 * limit:
+                    break
+            if best is not None:
+                return best[1], key
+            if frontier:  # not all looked at: the lowest passing id of the rest
+                found: int | None = None
+                for it, v in heap:
+                    if v == ver[it] and (found is None or it < found) and pred(it):
+                        found = it
+                if found is not None:
+                    return found, key
+        return None

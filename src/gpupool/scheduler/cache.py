@@ -81,6 +81,8 @@ class SchedulerCache:
         self._held: dict[tuple[str, str], int] = {}
         self._staying: dict[tuple[str, str], int] = {}
         self._limited: dict[str, RunningWorkload] = {}
+        self._stopping = 0
+        self._checkpointing = 0
         self._hw_nodes: tuple[Node, ...] | None = None
         self._hardware: Hardware | None = None
         self._classified: _Classified | None = None
@@ -156,6 +158,10 @@ class SchedulerCache:
         """Add (1) or take away (-1) what entry `e` holds in the per-(tenant, user) sums, and
         the entry's workload in `limited()` if it has a max runtime."""
         w = e[0].workload
+        if e[4]:
+            self._stopping += sign
+        if w.checkpointing:
+            self._checkpointing += sign
         if w.max_runtime_s is not None:
             if sign > 0:
                 self._limited[w.id] = e[0]
@@ -182,6 +188,14 @@ class SchedulerCache:
         all of it, and without work that is stopping. Read-only for the caller."""
         return self._held, self._staying
 
+    def stopping(self) -> int:
+        """How many workloads of the last `capacity` call are stopping."""
+        return self._stopping
+
+    def checkpointing(self) -> int:
+        """How many workloads of the last `capacity` call declare checkpointing."""
+        return self._checkpointing
+
     def limited(self) -> dict[str, RunningWorkload]:
         """The running work of the last `capacity` call that has a max runtime, by workload
         id (kept by the same diff). Read-only for the caller."""
@@ -195,6 +209,8 @@ class SchedulerCache:
         self._held = {}
         self._staying = {}
         self._limited = {}
+        self._stopping = 0
+        self._checkpointing = 0
         dup = False
         for rw, t in zip(running, cap.running_takes, strict=True):
             w = rw.workload

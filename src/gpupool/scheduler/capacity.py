@@ -194,6 +194,9 @@ class CapacityIndex:
         self.gpu_mig = st.gpu_mig
         self.gpu_milli_total = st.milli
         self.models = st.models
+        #: per node: its CPUs (milli) and memory (MiB) in all (gpupool.scheduler.balance)
+        self.cpu_total = st.cpu
+        self.mem_total = st.mem
         # the mutable part
         self.node_held = list(st.node_held)
         self.free_cpu = list(st.cpu)

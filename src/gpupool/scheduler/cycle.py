@@ -29,6 +29,7 @@ from gpupool.scheduler.capacity import CPU_ONLY, Shape
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.gangs import gang_reason
 from gpupool.scheduler.gangwalk import GangHold, backfill_gang_nodes, place_gang
+from gpupool.scheduler.levels import LevelPreemptor, pending_level
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
@@ -45,7 +46,13 @@ from gpupool.scheduler.placement import (
     place_on_node,
     to_allocation,
 )
-from gpupool.scheduler.preemption import Reclaim, Reclaimer, reclaim_due, within_some_guarantee
+from gpupool.scheduler.preemption import (
+    Reclaim,
+    Reclaimer,
+    borrowing_branch,
+    reclaim_due,
+    within_some_guarantee,
+)
 from gpupool.scheduler.queues import Candidate, Queues, Tail
 from gpupool.scheduler.reasons import (
     behind_host_text,
@@ -155,6 +162,9 @@ class _Cycle:
         self.stopped_tenants: dict[str, str] = {}  # tenant -> its blocked head (no backfill)
         self.considered = 0
         self._reclaimer: Reclaimer | None = None
+        self._levels: LevelPreemptor | None = None
+        #: ids of the victims chosen this cycle, shared by the Reclaimer and LevelPreemptor
+        self._victims: set[str] = set()
         self._with_runtime: dict[int, list[RunningWorkload]] | None = None
         queues = Queues(snapshot, self.policy, self.hardware, cache, config)
         queues.classify(pending)
@@ -192,13 +202,18 @@ class _Cycle:
         """Keep each nominated node (Snapshot.nominated) for its pending workload while that
         workload still fits within its guarantee: nobody else is placed there this cycle; the
         nominee itself may be (see `_place_or_block`)."""
+        # with service levels and checkpointing work running, a nominee may be a level
+        # preemption's (within its tenant, beyond any guarantee): held too
+        levels = bool(self.config.service_levels_s and self.cache.checkpointing())
         for q in self.queues.values():
             for _, w, shape, milli in q:
                 name = self.snap.nominated.get(w.id)
                 n = None if name is None else self.cap.node_ids.get(name)
                 if n is None:
                     continue
-                if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
+                if not levels and not within_some_guarantee(
+                    self.tree, self.effective, w.tenant, milli
+                ):
                     continue
                 self.nominated_node[w.id] = n
                 self.nominee_tenants.add(w.tenant)
@@ -400,6 +415,12 @@ class _Cycle:
         if not reserve:
             self.reasons[w.id] = self._blocked_reason(shape)
             return False
+        if (
+            self.config.service_levels_s
+            and self.config.preemption
+            and self._level_preempt(w, shape)
+        ):
+            return False
         within = within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
         # Reclaim goes in queue order: once work of a tenant neither fits nor reclaims, the
         # work behind it only backfills free capacity (what it reclaimed would go to the
@@ -464,10 +485,17 @@ class _Cycle:
                 self.now,
                 self.config.min_runtime_s,
             )
+            self._reclaimer.taken = self._victims
         return self._reclaimer
 
     def _reclaim(self, w: Workload, shape: Shape) -> bool:
         """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
+        if (
+            self._reclaimer is None
+            and not self.cache.stopping()
+            and not borrowing_branch(self.tree, self.effective, w.tenant)
+        ):
+            return False  # no victim and nothing stopping: the same answer, without the index
         rc = self._reclaimer_for_cycle()
         milli = shape.gpu_milli
         found = rc.waits_for_stopping(shape)
@@ -489,6 +517,48 @@ class _Cycle:
         self._promise(w, shape, found)
         self.reasons[w.id] = why = reclaim_text(len(found.victims), found.stopping)
         self.waits.reclaiming(w, why, found.victims)
+        return True
+
+    def _level_preempt(self, w: Workload, shape: Shape) -> bool:
+        """Preempt the tenant's own checkpointing work at a higher service level for `w`
+        (gpupool.scheduler.levels). True if so; `w` then waits for it."""
+        lp = self._levels
+        if lp is None:
+            if not self.cache.checkpointing():
+                return False  # no possible victim: skip indexing the running work
+            lp = self._levels = LevelPreemptor(
+                self.cap,
+                self.snap.running,
+                self.snap.attained_service,
+                self.now,
+                self.config.min_runtime_s,
+                self.config.service_levels_s,
+            )
+            lp.taken = self._victims
+        if not lp.has_victims(w.tenant):
+            return False
+        level = pending_level(w, self.snap.attained_service, self.config.service_levels_s)
+        found = lp.find(w, level, shape, set(self.holds))
+        if found is None:
+            return False
+        n, victims, placement = found
+        why = (
+            f"{len(victims)} of {w.tenant}'s own checkpointing workloads with more attained "
+            "service are being stopped for it (they resume later)"
+        )
+        for v in victims:
+            self.preemptions.append(
+                Preemption(
+                    v.workload.id,
+                    w.id,
+                    f"{w.id} of {w.tenant} has less attained service; it resumes from its "
+                    "checkpoint later",
+                )
+            )
+            self.effective.remove(v.workload.tenant, v.workload.owner, v.allocation.gpu_milli)
+        self._promise(w, shape, Reclaim(n, victims, 0, placement))
+        self.reasons[w.id] = why
+        self.waits.reclaiming(w, why, victims)
         return True
 
     def _reclaim_under_limit(self, w: Workload, milli: int, limiting: str) -> bool:

@@ -22,6 +22,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share, SharingMode
+from gpupool.scheduler.balance import (
+    CANDIDATES,
+    WHOLE_CANDIDATES,
+    cpu_only_score,
+    fraction_score,
+    whole_free_gpu,
+    whole_imbalance,
+)
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.mig import find_mig, mig_on_node
 
@@ -195,7 +203,10 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
                 def pred(n: int, s: Shape = mshape) -> bool:
                     return fits_host(n, s)
 
-            hit = idx.find(shape.count, pred)
+            def nscore(n: int, whole_free: int, s: Shape = mshape) -> float:
+                return whole_imbalance(cap, n, whole_free - s.count, s.cpu_milli, s.memory_mib)
+
+            hit = idx.find_min(shape.count, pred, nscore, limit=WHOLE_CANDIDATES)
         else:
             mshape = shape
             lo_mem = shape.gpu_memory_mib
@@ -205,7 +216,24 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
                     return False
                 return cap.free_gmem[g] >= share_memory(cap, g, shape)
 
-            hit = idx.find((shape.milli, lo_mem), gpred, lambda k, lo=lo_mem: k[1] >= lo)
+            seen_node: dict[int, float] = {}  # GPUs of one node tie but on whole-freeness
+
+            def gscore(g: int, _key: object, seen_node: dict[int, float] = seen_node) -> float:
+                n = cap.gpu_node[g]
+                base = seen_node.get(n)
+                if base is None:
+                    base = seen_node[n] = fraction_score(
+                        cap, g, shape.milli, shape.cpu_milli, shape.memory_mib
+                    ) + (1 if whole_free_gpu(cap, g) else 0)
+                return base - (1 if whole_free_gpu(cap, g) else 0)
+
+            hit = idx.find_min(
+                (shape.milli, lo_mem),
+                gpred,
+                gscore,
+                lambda k, lo=lo_mem: k[1] >= lo,
+                CANDIDATES,
+            )
         if hit is not None:
             item, key = hit
             if best is None or (key, item) < (best[0], best[1]):
@@ -229,7 +257,7 @@ def _find_cpu_only(cap: CapacityIndex, shape: Shape) -> Placement | None:
     for blocked GPU work is used only if it keeps the CPUs and memory its holder asks for
     free: CPU-only work never waits for GPU reservations, but never takes CPUs or memory
     the reserved work needs."""
-    fallback = None
+    best: tuple[float, int] | None = None
     held = cap.node_held
     for n in range(len(cap.nodes)):
         if not cap.node_ready[n] or not cap.node_fits_host(n, shape):
@@ -238,9 +266,10 @@ def _find_cpu_only(cap: CapacityIndex, shape: Shape) -> Placement | None:
             continue
         if not cap.node_gpus[n]:
             return Placement(n, ())
-        if fallback is None:
-            fallback = n
-    return None if fallback is None else Placement(fallback, ())
+        cand = (cpu_only_score(cap, n, shape.cpu_milli, shape.memory_mib), n)
+        if best is None or cand < best:
+            best = cand
+    return None if best is None else Placement(best[1], ())
 
 
 def _enforcement(sharing: SharingMode, milli: int, shared: Enforcement) -> Enforcement:

@@ -74,6 +74,20 @@ def within_some_guarantee(tree: TenantTree, usage: Usage, tenant: str, milli: in
     return False
 
 
+def borrowing_branch(tree: TenantTree, usage: Usage, tenant: str) -> bool:
+    """True if some branch another tenant's work could be reclaimed from holds borrowed
+    capacity: a sibling of `tenant` or of one of its ancestors (or a tenant not in the tree)
+    over its guarantee. When False, `Reclaimer.find` and `preview` find nothing for `tenant`,
+    so a cycle need not build a Reclaimer (cheap: the chain and its siblings, no running work).
+    """
+    for a in usage.chain(tenant):
+        parent = tree.get(a).parent if a in tree else None
+        for s in tree.children(parent):
+            if s != a and usage.of(s) > guaranteed(tree, s):
+                return True
+    return any(milli > 0 and t not in tree for t, milli in usage.tenant.items())
+
+
 class Reclaimer:
     """Finds victims for candidates; one per cycle. `usage` excludes stopping work."""
 

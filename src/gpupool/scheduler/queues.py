@@ -17,6 +17,7 @@ from operator import attrgetter
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import Shape
+from gpupool.scheduler.levels import level_of
 from gpupool.scheduler.limits import never_within_limits
 from gpupool.scheduler.ordering import fifo_key, in_tenant_key, las_in_tenant_key
 from gpupool.scheduler.placement import shape_of
@@ -142,6 +143,7 @@ class Queues:
         entries = memo.entries  # updated in place: this cycle's workloads are added
         seen = {rw.workload.id for rw in self.snap.running}
         las = self.policy is Policy.LAS
+        levels = self.config.service_levels_s if self.policy is Policy.FAIR else ()
         shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
@@ -167,6 +169,9 @@ class Queues:
             entry = e[3]
             if las and wid in attained:  # the carried key has 0 attained service
                 entry = ((attained[wid], *entry[0][1:]), *entry[1:])
+            elif levels and wid in attained:  # the carried key has level 0
+                k = entry[0]
+                entry = ((k[0], level_of(attained[wid], levels), *k[2:]), *entry[1:])
             q.append(entry)
             demand[t] += e[2]
         for q in queues.values():
@@ -192,7 +197,9 @@ class Queues:
             if why is None and self.quotas:
                 why = never_within_limits(self.tree, t, shape.gpu_milli)
             hit = shapes[mk] = (shape, why, shape.gpu_milli)
-        if self.policy is Policy.FAIR:
+        if self.policy is Policy.FAIR and self.config.service_levels_s:
+            key = (-w.priority, 0, w.submitted_at, w.id)  # level added by the caller
+        elif self.policy is Policy.FAIR:
             key = in_tenant_key(w)
         elif self.policy is Policy.FIFO:
             key = fifo_key(w)
@@ -238,6 +245,12 @@ class Queues:
         if not ids.isdisjoint(rw.workload.id for rw in self.snap.running):
             return False
         if self.policy is Policy.LAS and not ids.isdisjoint(self.snap.attained_service):
+            return False
+        if (
+            self.policy is Policy.FAIR
+            and self.config.service_levels_s
+            and not ids.isdisjoint(self.snap.attained_service)
+        ):
             return False
         for t, r in out:
             self.unschedulable.update(r.unschedulable)

@@ -56,7 +56,9 @@ class Snapshot:
     nodes: tuple[Node, ...]
     tenants: TenantTree
     running: tuple[RunningWorkload, ...] = ()
-    #: GPU-seconds each tenant has attained so far (used by the LAS policy), milli-GPU-seconds.
+    #: GPU-seconds each tenant has attained so far (used by the LAS policy), milli-GPU-seconds;
+    #: under a workload id, what that workload attained in earlier attempts (`las`, and
+    #: `fair` with `service_levels_s`)
     attained_service: dict[str, float] = field(default_factory=dict)
     #: pending workload id -> the node where work was preempted for it in an earlier cycle
     #: (the node of the victims of a Preemption with `for_workload` = the id). `fair` keeps
@@ -90,6 +92,13 @@ class SchedulerConfig:
     #: how many blocked multi-node requests may hold nodes in one cycle (under every policy):
     #: the first ones in queue order; 0: gangs reserve nothing (small work may starve them)
     gang_reservations: int = 1
+    #: (fair) service levels inside a tenant, Tiresias-style discretized least attained
+    #: service: thresholds of attained GPU-seconds; a workload's level is how many it has
+    #: passed. Inside a tenant, lower levels go first, and waiting work preempts the tenant's
+    #: own `checkpointing` work at a higher level (gpupool.scheduler.levels). Only work that
+    #: declares checkpointing gains service levels or is preempted for them. Empty (the
+    #: default, until it meets all of issue #20's goals): off. Measured: (3600, 36000).
+    service_levels_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,13 +36,16 @@ from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.scenario import Scenario
+from gpupool.sim.wakeups import Wakeups
 
 S = WorkloadState
 CycleFn = Callable[[Snapshot, Sequence[Workload], float, SchedulerConfig], Decisions]
 ProgressFn = Callable[[int, int], None]
 
 _SUBMIT, _COMPLETE = 1, 0  # completions first at equal times: their capacity is visible
-_MAX_SAME_INSTANT_CYCLES = 5
+#: follow-up cycles at one instant run at once; this many in a row without time moving means
+#: the scheduler does not converge (a bug), and the replay stops with SimulationError
+_MAX_SAME_INSTANT_CYCLES = 100_000
 
 
 class SimulationError(Exception):
@@ -58,6 +61,8 @@ class WorkloadRecord:
     first_start: float | None = None
     last_start: float | None = None
     run_time: float = 0.0  # seconds spent running, all attempts
+    progress: float = 0.0  # seconds of `duration` done and kept (checkpointing work)
+    service: float = 0.0  # milli-GPU-seconds attained in earlier attempts and kept
     allocation: Allocation | None = None  # the last one held
     epoch: int = 0  # bumps on preemption, so a stale completion event is ignored
     reason: str | None = None  # last pending/unschedulable reason
@@ -100,7 +105,7 @@ class SimResult:
         return [r for r in self.records.values() if r.state is S.PENDING]
 
 
-class Simulator:
+class Simulator(Wakeups):
     """Replays `scenario` with `cycle_fn` (default: `gpupool.scheduler.cycle`)."""
 
     def __init__(
@@ -140,8 +145,22 @@ class Simulator:
         self.fair_shares = FairShares(tree)
         self.integrals = {t: TenantTimeline() for t in self.leaves}
         self.attained: dict[str, float] = {t.name: 0.0 for t in tree}
+        #: workload id -> milli-GPU-seconds it attained in earlier attempts and keeps
+        #: (checkpointing work; Snapshot.attained_service under the workload id)
+        self.workload_service: dict[str, float] = {}
         self.capacity = scenario.capacity_milli
         self.preempting = scenario.config.preemption and scenario.config.policy != Policy.FIFO
+        #: service levels inside a tenant (fair): checkpointing work may be preempted for
+        #: its own tenant's work at a lower level (gpupool.scheduler.levels)
+        self.levels = (
+            scenario.config.service_levels_s
+            if self.preempting and scenario.config.policy == Policy.FAIR
+            else ()
+        )
+        #: tenant -> running checkpointing workloads (possible level victims), with levels
+        self.ckpt_running: dict[str, int] = {}
+        #: (time a running checkpointing workload passes min_runtime_s or a level, id, epoch)
+        self.level_heap: list[tuple[float, str, int]] = []
         self.gpu_used: dict[tuple[str, int], list[int]] = {}  # (node, gpu) -> [milli, mib]
         self.gpu_cap = {
             (n.name, g.index): (1000, g.memory_mib) for n in scenario.nodes for g in n.gpus
@@ -242,6 +261,13 @@ class Simulator:
                     self._windows.pop(w.tenant, None)
         return w
 
+    def _hidden(self) -> set[str]:
+        """Tenants whose queue is longer than the pending window (work the cycle cannot see)."""
+        if self.window is None:
+            return set()
+        k = self.window
+        return {ten for ten, q in self.queues.items() if len(q) > k}
+
     def _pending_for_cycle(self) -> tuple[Workload, ...]:
         """All pending work, or with a window only the first `window` of each tenant's queue
         in the scheduler's in-tenant order (priority, then submit time)."""
@@ -305,13 +331,25 @@ class Simulator:
         self.running[wid] = RunningWorkload(w, alloc)
         self.alloc[w.tenant] += alloc.gpu_milli
         self.demand_changed = True
-        self._push(t + rec.duration, _COMPLETE, wid, rec.epoch)
+        self._push(t + rec.duration - rec.progress, _COMPLETE, wid, rec.epoch)
         if self.preempting and w.preemptible:
             heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
+        if self.levels and w.checkpointing and w.preemptible:
+            self.ckpt_running[w.tenant] = self.ckpt_running.get(w.tenant, 0) + 1
+            lh = self.level_heap
+            heapq.heappush(lh, (t + self.s.config.min_runtime_s, wid, rec.epoch))
+            milli = alloc.gpu_milli
+            for th in self.levels:
+                at = t + (th * 1000.0 - rec.service) / milli if milli else math.inf
+                if t < at < math.inf:
+                    heapq.heappush(lh, (at, wid, rec.epoch))
 
     def _release(self, wid: str, t: float) -> WorkloadRecord:
         rw = self.running.pop(wid)
         rec = self.records[wid]
+        w = rw.workload
+        if self.levels and w.checkpointing and w.preemptible:
+            self.ckpt_running[w.tenant] -= 1
         self._take(rw.allocation, -1)
         self.alloc[rw.workload.tenant] -= rw.allocation.gpu_milli
         self.demand_changed = True
@@ -322,15 +360,31 @@ class Simulator:
     def _preempt(self, wid: str, reason: str, t: float) -> None:
         if wid not in self.running:
             raise SimulationError(f"the scheduler preempted {wid}, which is not running")
+        start = self.records[wid].last_start
+        milli = self.running[wid].allocation.gpu_milli
         rec = self._release(wid, t)
         w, _ = transition(rec.workload, S.PREEMPTED, t, reason)
         self.preemptions += 1
+        if w.checkpointing:  # keeps its progress but what saving and loading costs
+            ran = t - (start if start is not None else t)
+            rec.progress = min(
+                rec.duration, rec.progress + max(0.0, ran - self.s.checkpoint_loss_s)
+            )
+            rec.service += ran * milli
+            self.workload_service[wid] = rec.service
         if w.requeue_on_preemption:
-            w, _ = transition(w, S.PENDING, t, "requeued after preemption; restarts from scratch")
+            w, _ = transition(
+                w,
+                S.PENDING,
+                t,
+                "requeued after preemption; "
+                + ("resumes from its checkpoint" if w.checkpointing else "restarts from scratch"),
+            )
             self._add_pending(w)
         rec.workload = w
 
     def _complete(self, wid: str, t: float) -> None:
+        self.workload_service.pop(wid, None)
         rec = self._release(wid, t)
         rec.workload, _ = transition(rec.workload, S.SUCCEEDED, t, "finished", exit_code=0)
 
@@ -348,7 +402,9 @@ class Simulator:
             nodes=self.s.nodes,
             tenants=self.s.tenants,
             running=tuple(self.running.values()),
-            attained_service=dict(self.attained),
+            attained_service={**self.attained, **self.workload_service}
+            if self.workload_service
+            else dict(self.attained),
             nominated=dict(self.nominated),
         )
         pending = self._pending_for_cycle()
@@ -378,56 +434,6 @@ class Simulator:
             self.last_demand = demand
             self.fair = self.fair_shares(demand, self.capacity)
 
-    def _reclaim_possible(self) -> bool:
-        """Some tenant with waiting work is below its guarantee (at any level of the tree)."""
-        below: dict[str, int] = {}
-        for ten in self.leaves:
-            for anc in self.ancestors[ten]:
-                below[anc] = below.get(anc, 0) + self.alloc[ten]
-        return any(
-            self.pending_count[ten]
-            and any(below[anc] < self.guarantee[anc] for anc in self.ancestors[ten])
-            for ten in self.leaves
-        )
-
-    def _futile(self, new_subs: list[Workload]) -> bool:
-        """True when a cycle now cannot admit or reclaim anything the last one could not:
-        no GPU milli is free, every newcomer wants a GPU, and (when preempting) no newcomer's
-        tenant is below its guarantee."""
-        if sum(self.alloc.values()) < self.capacity:
-            return False
-        if any(not w.request.wants_gpu for w in new_subs):
-            return False
-        if not self.preempting:
-            return True
-        used: dict[str, int] = {}
-        for ten in self.leaves:
-            for anc in self.ancestors[ten]:
-                used[anc] = used.get(anc, 0) + self.alloc[ten]
-        return not any(
-            used[anc] < self.guarantee[anc]
-            for w in new_subs
-            for anc in self.ancestors.get(w.tenant, ())
-        )
-
-    def _time_wakeup(self, t: float) -> float | None:
-        """When time alone could change the next cycle's outcome; None if never."""
-        if not self.pending or not self.preempting or not self.s.cycle_interval_s:
-            return None
-        h = self.min_runtime_heap
-        while h and (h[0][0] <= t or self.records[h[0][1]].epoch != h[0][2]):
-            heapq.heappop(h)
-        d = self.reclaim_due_heap  # waiting work passing reclaim_after_s may now reclaim
-        while d and (d[0][0] <= t or d[0][1] not in self.pending):
-            heapq.heappop(d)
-        nxt = min(h[0][0] if h else math.inf, d[0][0] if d else math.inf)
-        if nxt == math.inf or not self._reclaim_possible():
-            return None
-        step = self.s.cycle_interval_s
-        return t + step * max(1, math.ceil((nxt - t) / step))
-
-    # ------------------------------------------------------------------ main loop
-
     def run(self) -> SimResult:
         """Replay to the end. The cyclic garbage collector is paused meanwhile: the replay
         makes millions of short-lived acyclic objects, and its scans would dominate."""
@@ -455,6 +461,7 @@ class Simulator:
         self.clock.set(self.last_t)
         total = len(self.heap)
         alloc_ratio_at_last_submit: float | None = None
+        ratio_open = True  # the ratio is still measured (no completion since the last submit)
         cycle_due: float | None = None
         last_cycle_t = -math.inf
         same_instant = 0
@@ -481,6 +488,8 @@ class Simulator:
                         due = max(t, last_cycle_t + gap)
                         cycle_due = due if cycle_due is None else min(cycle_due, due)
                 elif epoch == rec.epoch and wid in self.running:
+                    if alloc_ratio_at_last_submit is not None:
+                        ratio_open = False
                     self._complete(wid, t)
                     freed = True
                     last_end = t
@@ -500,6 +509,12 @@ class Simulator:
                 new_subs.clear()
                 continue
             same_instant = same_instant + 1 if t == last_cycle_t else 0
+            if same_instant >= _MAX_SAME_INSTANT_CYCLES:
+                raise SimulationError(
+                    f"{same_instant} scheduler cycles at t={t:g} without time moving on: "
+                    "the scheduler does not converge"
+                )
+            hidden = self._hidden()
             d = self._run_cycle(t)
             self._update_fair()
             last_cycle_t = t
@@ -508,7 +523,8 @@ class Simulator:
             freed = bool(d.preemptions)
             if d.admissions:
                 last_end = t if last_end is None else max(last_end, t)
-            if alloc_ratio_at_last_submit is None and last_submit is not None and t >= last_submit:
+            if ratio_open and last_submit is not None and t >= last_submit:
+                # every cycle until the first completion after the last submission
                 alloc_ratio_at_last_submit = sum(self.alloc.values()) / max(
                     1, self.s.capacity_milli
                 )
@@ -516,13 +532,13 @@ class Simulator:
                 self.s.config.max_admissions_per_cycle is not None
                 and len(d.admissions) >= self.s.config.max_admissions_per_cycle
             )
+            # admissions moved a window that hid work: the work behind it may start now
+            window_moved = bool(hidden) and any(
+                self.records[a.workload_id].workload.tenant in hidden for a in d.admissions
+            )
             tick = True  # a follow-up or time-driven cycle is never skipped
-            if self.pending and (d.preemptions or cap_hit):
-                cycle_due = (
-                    t + gap
-                    if same_instant < _MAX_SAME_INSTANT_CYCLES
-                    else t + max(gap, self.s.cycle_interval_s or 1.0)
-                )
+            if self.pending and (d.preemptions or cap_hit or window_moved):
+                cycle_due = t + gap  # a follow-up cycle: at once (or after the gap)
             else:
                 cycle_due = self._time_wakeup(t)
                 tick = cycle_due is not None

@@ -119,6 +119,8 @@ class WorkloadSpec(_Strict):
     priority: int = 0
     preemptible: bool = True
     requeue: bool = True
+    #: saves its progress when stopped: a preemption loses only `checkpoint_loss_s` of it
+    checkpointing: bool = False
     count: int = Field(default=1, ge=1, le=1_000_000)
     every: float = Field(default=0, ge=0)
 
@@ -168,6 +170,11 @@ class SchedulerSpec(_Strict):
     topology_keys: list[str] | None = None
     #: how many blocked multi-node requests may hold nodes in one cycle (SchedulerConfig)
     gang_reservations: int = Field(default=1, ge=0)
+    #: (fair) service levels inside a tenant: thresholds of attained GPU-seconds (SchedulerConfig)
+    service_levels_s: list[float] = Field(default_factory=list)
+    #: simulator only: run time a preempted `checkpointing` workload loses (saving and
+    #: loading its checkpoint); it keeps the rest of its progress
+    checkpoint_loss_s: float = Field(default=60.0, ge=0)
 
 
 class ScenarioFile(_Strict):
@@ -213,6 +220,8 @@ class Scenario:
     #: workloads the loader already knows can never run: id -> reason (trace replay only;
     #: scenario files reject them instead)
     unschedulable: dict[str, str] = field(default_factory=dict)
+    #: run time a preempted checkpointing workload loses (the rest of its progress is kept)
+    checkpoint_loss_s: float = 60.0
 
     @property
     def capacity_milli(self) -> int:
@@ -554,6 +563,7 @@ def build_workloads(
                     priority=w.priority,
                     preemptible=w.preemptible,
                     requeue_on_preemption=w.requeue,
+                    checkpointing=w.checkpointing,
                     submitted_at=w.submit + k * w.every,
                 )
             except DomainValidationError as exc:
@@ -575,6 +585,7 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
         gang_reservations=spec.gang_reservations,
+        service_levels_s=tuple(sorted(spec.service_levels_s)),
     )
     if spec.topology_keys is not None:
         config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))
@@ -595,6 +606,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
         cycle_interval_s=f.scheduler.cycle_interval_s,
         min_cycle_gap_s=f.scheduler.min_cycle_gap_s,
         pending_window=f.scheduler.pending_window,
+        checkpoint_loss_s=f.scheduler.checkpoint_loss_s,
     )
 
 

@@ -311,6 +311,7 @@ def trace_scenario(
     load: float | None = None,
     multi_node: bool = True,
     size_for_wide: bool = True,
+    checkpointing: bool = False,
 ) -> Scenario:
     """A Scenario replaying `jobs`. Without a cluster file: nodes of 8 exclusive GPUs, as many
     as `gpus` (or as make offered load ≈ `load`, default 1.0); tenants from `default_tenants`.
@@ -318,7 +319,8 @@ def trace_scenario(
     With `multi_node` (the default) a job wider than the largest node becomes a multi-node
     request (`wide_request`); without it, such a job is unschedulable (as before issue 19).
     With `size_for_wide` off the cluster is sized for `load` without the wide jobs (the
-    cluster a replay without them gets: their effect on everyone else, on the same nodes)."""
+    cluster a replay without them gets: their effect on everyone else, on the same nodes).
+    `checkpointing`: every job declares it (resumes from where it was preempted)."""
     if cluster is None:
         sized = multi_node and size_for_wide
         n_gpus = gpus or gpus_for_load(jobs, load or 1.0, multi_node=sized)
@@ -378,6 +380,7 @@ def trace_scenario(
                 request=req,
                 priority=j.priority,
                 preemptible=j.preemptible,
+                checkpointing=checkpointing,
                 submitted_at=j.submit - origin,
             )
         except DomainValidationError as exc:
@@ -406,6 +409,7 @@ def trace_scenario(
         min_cycle_gap_s=spec.min_cycle_gap_s,
         pending_window=spec.pending_window,
         unschedulable=unschedulable,
+        checkpoint_loss_s=spec.checkpoint_loss_s,
     )
 
 

@@ -226,6 +226,7 @@ def workload_to_domain(row: WorkloadRow) -> Workload:
         priority=row.priority,
         preemptible=row.preemptible,
         requeue_on_preemption=row.requeue_on_preemption,
+        checkpointing=bool(row.checkpointing),
         max_runtime_s=row.max_runtime_s,
         submitted_at=row.submitted_at,
         state=WorkloadState(row.state),
@@ -252,6 +253,7 @@ def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
     row.priority = w.priority
     row.preemptible = w.preemptible
     row.requeue_on_preemption = w.requeue_on_preemption
+    row.checkpointing = w.checkpointing
     row.max_runtime_s = w.max_runtime_s
     row.submitted_at = w.submitted_at
     row.state = str(w.state)

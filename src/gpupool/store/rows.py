@@ -158,6 +158,7 @@ class WorkloadRow(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     requeue_on_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
+    checkpointing: Mapped[bool] = mapped_column(Boolean, default=False)
     max_runtime_s: Mapped[float | None] = mapped_column(Float)
     submitted_at: Mapped[float] = mapped_column(Float)
     command: Mapped[list[Any]] = mapped_column(default=list)

@@ -125,6 +125,7 @@ def workload_out(rec: WorkloadRecord, allocation: AllocationOut | None = None) -
         priority=w.priority,
         preemptible=w.preemptible,
         requeue_on_preemption=w.requeue_on_preemption,
+        checkpointing=w.checkpointing,
         max_runtime_s=w.max_runtime_s,
         submitted_at=w.submitted_at,
         admitted_at=w.admitted_at,

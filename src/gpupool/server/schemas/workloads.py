@@ -51,6 +51,9 @@ class WorkloadIn(ResourcesIn):
     priority: int = Field(default=0, ge=-1000, le=1000)
     preemptible: bool = True
     requeue_on_preemption: bool = True
+    #: it saves its progress when stopped and resumes from there: cheap to preempt, and with
+    #: service levels configured the tenant's newer work may preempt it once it has run long
+    checkpointing: bool = False
     max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400)
     #: Environment variables for the work (names as in POSIX shells; at most 64). Kept apart
     #: from the workload and never returned by the API; deleted when the workload ends.
@@ -149,6 +152,7 @@ class WorkloadOut(Out):
     priority: int
     preemptible: bool
     requeue_on_preemption: bool
+    checkpointing: bool = False
     max_runtime_s: float | None
     submitted_at: float
     admitted_at: float | None

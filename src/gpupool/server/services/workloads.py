@@ -209,6 +209,7 @@ def submit(
         priority=body.priority,
         preemptible=body.preemptible,
         requeue_on_preemption=body.requeue_on_preemption,
+        checkpointing=body.checkpointing,
         max_runtime_s=body.max_runtime_s,
         submitted_at=now,
         command=tuple(body.command),

@@ -1,16 +1,16 @@
 """MIG: gpus.mig_layout, the `mig` request field of workloads and profiles, and the MIG
 instance (profile, start) of a share
 
-Revision ID: 0013
-Revises: 0010
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-25
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0010"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,6 @@
 """gpus.outside: who holds a GPU outside gpupool (ref, user, since as JSON; NULL: nobody)
 
-Revision ID: 0010
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-25
 """
@@ -8,7 +8,7 @@ Create Date: 2026-11-25
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
+revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None

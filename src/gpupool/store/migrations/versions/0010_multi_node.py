@@ -1,15 +1,15 @@
 """workloads.nodes: multi-node requests (issue 19)
 
-Revision ID: 0008
-Revises: 0013
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-25
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0013"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

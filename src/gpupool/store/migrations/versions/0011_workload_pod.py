@@ -1,15 +1,15 @@
 """workload_pod: the pod template of a notebook on Kubernetes (from the hub's spawner)
 
-Revision ID: 0012
-Revises: 0008
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-11-25
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0008"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,140 @@
+"""Service levels inside a tenant: discretized least attained service (Tiresias' idea).
+
+With `SchedulerConfig.service_levels_s` (thresholds of attained GPU-seconds) a workload's
+*level* is how many thresholds its attained service has passed: its service from earlier
+attempts (`Snapshot.attained_service[workload id]`, milli-GPU-seconds) plus, while running,
+GPU-time since it started. Under `fair`, guarantees and fair share still decide between
+tenants; inside a tenant:
+
+* waiting work is ordered by priority, then level (lowest first), then submit time;
+* a waiting workload that does not fit may preempt running work **of its own tenant** that
+  is at a higher level, only if that work declares `checkpointing` (it resumes from where
+  it stopped and keeps its service), is preemptible, not stopping, has run at least
+  `min_runtime_s` and has no higher priority. So the tenant's usage is unchanged and no
+  other tenant's share or guarantee moves; short work no longer waits behind long work.
+
+Victims on one node, highest level then most attained service first, only until the
+candidate fits; the node needing the fewest victims (then the least GPU milli) wins. Pure.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping
+
+from gpupool.domain import Workload
+from gpupool.scheduler.capacity import CapacityIndex, Shape
+from gpupool.scheduler.placement import Placement, place_on_node
+from gpupool.scheduler.types import RunningWorkload
+
+#: how many nodes with victims are compared per candidate (bounds the cost)
+NODES_COMPARED = 8
+
+
+def level_of(attained_milli_s: float, levels_s: tuple[float, ...]) -> int:
+    """How many thresholds (GPU-seconds) `attained_milli_s` (milli-GPU-seconds) has passed."""
+    return bisect_right(levels_s, attained_milli_s / 1000.0)
+
+
+def pending_level(w: Workload, attained: Mapping[str, float], levels_s: tuple[float, ...]) -> int:
+    return level_of(attained.get(w.id, 0.0), levels_s) if attained else 0
+
+
+class LevelPreemptor:
+    """Finds, per cycle, same-tenant checkpointing victims at higher service levels."""
+
+    def __init__(
+        self,
+        cap: CapacityIndex,
+        running: tuple[RunningWorkload, ...],
+        attained: Mapping[str, float],
+        now: float,
+        min_runtime_s: float,
+        levels_s: tuple[float, ...],
+    ):
+        self.cap = cap
+        self.levels_s = levels_s
+        self.taken: set[str] = set()
+        #: tenant -> node -> [(level, service, rw)], best victim first
+        self.by_tenant: dict[str, dict[int, list[tuple[int, float, RunningWorkload]]]] = {}
+        self._failed: set[tuple[str, int, int, Shape]] = set()
+        for rw in running:
+            w = rw.workload
+            if not w.checkpointing or not w.preemptible or rw.stopping:
+                continue
+            a = rw.allocation
+            if now - a.since < min_runtime_s:
+                continue
+            n = cap.node_ids.get(a.node)
+            if n is None:
+                continue
+            service = attained.get(w.id, 0.0) + (now - a.since) * a.gpu_milli
+            lvl = level_of(service, levels_s)
+            if lvl == 0:
+                continue
+            self.by_tenant.setdefault(w.tenant, {}).setdefault(n, []).append((lvl, service, rw))
+        for nodes in self.by_tenant.values():
+            for lst in nodes.values():
+                lst.sort(key=lambda e: (-e[0], -e[1], e[2].workload.id))
+
+    def has_victims(self, tenant: str) -> bool:
+        return tenant in self.by_tenant
+
+    def find(
+        self, w: Workload, level: int, shape: Shape, skip: set[int]
+    ) -> tuple[int, tuple[RunningWorkload, ...], Placement] | None:
+        """(node, victims, placement) making room for `w` (at `level`), or None."""
+        nodes = self.by_tenant.get(w.tenant)
+        if not nodes:
+            return None
+        memo = (w.tenant, level, w.priority, shape)
+        if memo in self._failed:
+            return None
+        best: tuple[tuple, int, tuple[RunningWorkload, ...], Placement] | None = None
+        compared = 0
+        for n in sorted(nodes):
+            if n in skip or not self.cap.node_ready[n]:
+                continue
+            chosen: list[RunningWorkload] = []
+            fit = None
+            for lvl, _, rw in nodes[n]:
+                if lvl <= level:
+                    break
+                if rw.workload.id in self.taken or rw.workload.priority > w.priority:
+                    continue
+                chosen.append(rw)
+                fit = self._fits(n, shape, chosen)
+                if fit is not None:
+                    break
+            if fit is None:
+                continue
+            score = (len(chosen), sum(c.allocation.gpu_milli for c in chosen), n)
+            if best is None or score < best[0]:
+                best = (score, n, tuple(chosen), fit)
+            compared += 1
+            if compared >= NODES_COMPARED:
+                break
+        if best is None:
+            self._failed.add(memo)
+            return None
+        _, n, victims, fit = best
+        for v in victims:
+            self.taken.add(v.workload.id)
+        return n, victims, fit
+
+    def _fits(self, n: int, shape: Shape, rws: list[RunningWorkload]) -> Placement | None:
+        cap = self.cap
+        cpu = mem = 0
+        gpu: dict[int, tuple[int, int]] = {}
+        for rw in rws:
+            a = rw.allocation
+            cpu += a.cpu_milli
+            mem += a.memory_mib
+            for s in a.shares:
+                g = cap.gpu_id(n, s.gpu_index)
+                if g is None:
+                    continue
+                m0, g0 = gpu.get(g, (0, 0))
+                smem = cap.gpu_total_mem[g] if s.whole else s.memory_mib
+                gpu[g] = (m0 + s.milli, g0 + smem)
+        return place_on_node(cap, n, shape, cpu, mem, gpu)

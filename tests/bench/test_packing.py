@@ -1,0 +1,30 @@
+"""bench/packing.py: the generator asks for exactly the cluster's GPUs, the same seed gives the
+same work, and the replay reports what the real scheduler placed."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import packing  # noqa: E402
+
+
+def test_the_generator_fills_the_gpus_exactly_and_is_seeded():
+    nodes = packing.cluster(0.1)
+    cap = sum(n["count"] * n["gpus"] for n in nodes)
+    work = packing.workload_mix(random.Random(3), cap)
+    asked = sum(w.get("gpus", 0) + w.get("gpu_fraction", 0) for w in work)
+    assert abs(asked - cap) < 1e-6
+    assert sum(1 for w in work if "gpu_fraction" in w) > len(work) / 2  # fractional-heavy
+    assert work == packing.workload_mix(random.Random(3), cap)
+
+
+def test_a_small_run_reports_the_allocation_the_scheduler_reached():
+    r = packing.run_one(seed=1, scale=0.1)
+    assert 0.8 < r["allocation_ratio"] <= 1.0
+    assert r["allocation_ratio"] == round(r["allocated_gpus"] / r["capacity_gpus"], 4)
+    assert abs(r["allocation_ratio_sim"] - r["allocation_ratio"]) < 1e-3
+    assert r["placed"] <= r["workloads"]

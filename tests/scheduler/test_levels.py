@@ -1,0 +1,90 @@
+"""Service levels inside a tenant (gpupool.scheduler.levels): short work does not wait
+behind the tenant's own long-running checkpointing work, and nothing else moves."""
+
+import dataclasses
+
+from gpupool.scheduler import SchedulerConfig, cycle
+from gpupool.scheduler.levels import level_of
+from tests.scheduler.builders import job, node, running, snapshot, tenant
+
+NOW = 100_000.0
+N = node("n", gpus=2)
+TENANTS = [tenant("lab-a", 1), tenant("lab-b", 1)]
+CFG = SchedulerConfig(service_levels_s=(3600.0, 36000.0))
+
+
+def ckpt(w):
+    return dataclasses.replace(w, checkpointing=True)
+
+
+def victims(d):
+    return sorted(p.workload_id for p in d.preemptions)
+
+
+def test_levels_count_thresholds_passed_in_gpu_seconds():
+    assert level_of(0, (3600.0, 36000.0)) == 0
+    assert level_of(3599_000, (3600.0, 36000.0)) == 0
+    assert level_of(3600_000, (3600.0, 36000.0)) == 1
+    assert level_of(10**9, (3600.0, 36000.0)) == 2
+
+
+def test_new_work_preempts_its_own_tenants_long_running_checkpointing_work():
+    # lab-a runs two 1-GPU jobs for 2 h (level 1); a new lab-a job takes one of their places
+    run = [
+        running(ckpt(job("long1", gpus=1)), N, [0], since=NOW - 7200),
+        running(ckpt(job("long2", gpus=1)), N, [1], since=NOW - 3 * 3600),
+    ]
+    d = cycle(snapshot([N], TENANTS, run), [job("short", gpus=1, submit=NOW)], NOW, CFG)
+    assert victims(d) == ["long2"]  # the most attained service goes first
+    assert d.preemptions[0].for_workload == "short"
+    assert "resumes from its checkpoint" in d.preemptions[0].reason
+    assert "own checkpointing workloads" in d.pending["short"].reason
+
+
+def test_work_without_checkpointing_is_never_preempted_for_levels():
+    run = [running(job("long", gpus=2), N, [0, 1], since=NOW - 7200)]
+    d = cycle(snapshot([N], TENANTS, run), [job("short", gpus=1, submit=NOW)], NOW, CFG)
+    assert victims(d) == []
+
+
+def test_other_tenants_work_is_not_preempted_for_levels():
+    run = [running(ckpt(job("b-long", "lab-b", "bob", gpus=2)), N, [0, 1], since=NOW - 7200)]
+    # lab-a is within its guarantee, so it may reclaim lab-b's borrowed GPU (an ordinary
+    # reclaim: one GPU, the borrowed one), never more for service levels
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1, submit=NOW - 900)], NOW, CFG)
+    assert all("reclaims its guaranteed share" in p.reason for p in d.preemptions)
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=2, submit=NOW - 900)], NOW, CFG)
+    assert victims(d) == []  # 2 GPUs are beyond lab-a's guarantee: no reclaim either
+
+
+def test_victims_at_the_same_level_or_young_or_higher_priority_are_kept():
+    same = [running(ckpt(job("young", gpus=2)), N, [0, 1], since=NOW - 100)]
+    d = cycle(snapshot([N], TENANTS, same), [job("short", gpus=1, submit=NOW)], NOW, CFG)
+    assert victims(d) == []  # level 0 like the candidate (and younger than min_runtime_s)
+    vip = [running(ckpt(job("vip", gpus=2, priority=5)), N, [0, 1], since=NOW - 7200)]
+    d = cycle(snapshot([N], TENANTS, vip), [job("short", gpus=1, submit=NOW)], NOW, CFG)
+    assert victims(d) == []
+    # a requeued workload keeps its service: at level 1 it preempts nothing at level 1
+    run = [running(ckpt(job("long", gpus=2)), N, [0, 1], since=NOW - 7200)]
+    back = ckpt(job("back", gpus=1, submit=0))
+    snap = snapshot([N], TENANTS, run, attained={"back": 5000 * 1000.0})
+    assert victims(cycle(snap, [back], NOW, CFG)) == []
+
+
+def test_requeued_work_with_attained_service_waits_behind_fresh_work_of_its_tenant():
+    free = node("f", gpus=1)
+    old = ckpt(job("old", gpus=1, submit=0))
+    new = job("new", gpus=1, submit=50)
+    snap = snapshot([free], TENANTS, [], attained={"old": 4000 * 1000.0})
+    d = cycle(snap, [old, new], NOW, CFG)
+    assert [a.workload_id for a in d.admissions] == ["new"]
+    off = SchedulerConfig()  # the default: off
+    d = cycle(snap, [old, new], NOW, off)
+    assert [a.workload_id for a in d.admissions] == ["old"]  # submit order without levels
+
+
+def test_without_levels_nothing_is_preempted_within_a_tenant():
+    run = [running(ckpt(job("long", gpus=2)), N, [0, 1], since=NOW - 7200)]
+    off = dataclasses.replace(CFG, service_levels_s=())
+    d = cycle(snapshot([N], TENANTS, run), [job("short", gpus=1, submit=NOW)], NOW, off)
+    assert victims(d) == []
