@@ -32,7 +32,7 @@ from traitlets import Float
 from gpupool.domain import ACTIVE_STATES, WorkloadState
 from gpupool.domain.commands import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 from gpupool.jupyterhub import notices
-from gpupool.jupyterhub.client import GpupoolAPIError, GpupoolClient, GpupoolUnavailable
+from gpupool.jupyterhub.client import GpupoolClient, GpupoolUnavailable
 from gpupool.jupyterhub.spawner import ENDED, STOPPED_BECAUSE, GpupoolSpawner
 
 S = WorkloadState
@@ -113,34 +113,11 @@ class RemoteNotebookSpawner(GpupoolSpawner):
 
     async def start(self) -> Any:
         self._launched = False
-        choice = await self._choice()
+        extra = {"command": [*self.cmd, *self.get_args()], "env": remote_env(self.get_env())}
+        await self._queue(extra)  # submits (or resumes) and waits in the queue until admitted
+        client = await self._checked_user_client()
         try:
-            client = await self._checked_user_client()
-        except GpupoolAPIError as e:
-            raise web.HTTPError(503 if e.status >= 500 else 403, e.message) from None
-        try:
-            wl = await self._existing(client)
-            if wl is None:
-                body = {
-                    "kind": "notebook",
-                    "tenant": choice.tenant,
-                    "profile": choice.profile["name"],
-                    "name": self._server_label,
-                    "command": [*self.cmd, *self.get_args()],
-                    "env": remote_env(self.get_env()),
-                }
-                try:
-                    wl = await client.submit(body)
-                except GpupoolAPIError as e:
-                    status = e.status if 400 <= e.status < 500 else 503
-                    msg = f"gpupool refused the notebook: {e.message}"
-                    raise web.HTTPError(status, msg) from None
-            self.workload_id = wl["id"]
-            self._persist_state()
-            notices.set_notice(self.user.name, None)
-            url = None
-            while url is None:  # again when the engine gave it back to gpupool's queue
-                wl = await self._wait_admitted(client, wl)
+            while True:
                 url = await wait_endpoint(
                     client,
                     self.workload_id,
@@ -148,8 +125,10 @@ class RemoteNotebookSpawner(GpupoolSpawner):
                     poll_s=self.admission_poll_s,
                     progress=self._set_progress,
                 )
-                if url is None:
-                    wl = await client.workload(self.workload_id)
+                if url is not None:
+                    break
+                # the engine gave it back to gpupool's queue: wait to be admitted again
+                await self._wait_admitted(client, await client.workload(self.workload_id))
         finally:
             await client.aclose()
         self._set_progress(90, f"The notebook serves at {url}; connecting")
