@@ -26,14 +26,14 @@ from typing import cast
 from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
+from gpupool.scheduler.cycle_reclaim import ReclaimSteps
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.gangs import gang_reason
 from gpupool.scheduler.gangwalk import GangHold, backfill_gang_nodes, place_gang
-from gpupool.scheduler.levels import LevelPreemptor, pending_level
+from gpupool.scheduler.levels import LevelPreemptor
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
-    gpus_text,
     limit_check,
 )
 from gpupool.scheduler.ordering import (
@@ -47,10 +47,7 @@ from gpupool.scheduler.placement import (
     to_allocation,
 )
 from gpupool.scheduler.preemption import (
-    Reclaim,
     Reclaimer,
-    borrowing_branch,
-    reclaim_due,
     within_some_guarantee,
 )
 from gpupool.scheduler.queues import Candidate, Queues, Tail
@@ -58,7 +55,6 @@ from gpupool.scheduler.reasons import (
     behind_host_text,
     behind_text,
     no_fit_reason,
-    reclaim_text,
     untried_text,
 )
 from gpupool.scheduler.reservations import Hold, expected_start, reservation_node
@@ -102,7 +98,7 @@ def cycle(
             gc.enable()
 
 
-class _Cycle:
+class _Cycle(ReclaimSteps):
     def __init__(
         self,
         snapshot: Snapshot,
@@ -472,142 +468,6 @@ class _Cycle:
                         by_node.setdefault(m, []).append(rw)
             self._with_runtime = by_node
         return self._with_runtime.get(n, [])
-
-    # -- 4. reclaim and reservations -------------------------------------------------------
-
-    def _reclaimer_for_cycle(self) -> Reclaimer:
-        if self._reclaimer is None:
-            self._reclaimer = Reclaimer(
-                self.cap,
-                self.tree,
-                self.effective,
-                self.snap.running,
-                self.now,
-                self.config.min_runtime_s,
-            )
-            self._reclaimer.taken = self._victims
-        return self._reclaimer
-
-    def _reclaim(self, w: Workload, shape: Shape) -> bool:
-        """Preempt borrowed work for `w` (or wait for work already stopping). True if so."""
-        if (
-            self._reclaimer is None
-            and not self.cache.stopping()
-            and not borrowing_branch(self.tree, self.effective, w.tenant)
-        ):
-            return False  # no victim and nothing stopping: the same answer, without the index
-        rc = self._reclaimer_for_cycle()
-        milli = shape.gpu_milli
-        found = rc.waits_for_stopping(shape)
-        if found is None:
-            if not reclaim_due(w, self.now, self.config.reclaim_after_s):
-                # say what will happen when it is due (unless capacity frees up before)
-                at = w.submitted_at + self.config.reclaim_after_s
-                later = rc.preview(w.tenant, shape, set(self.holds), at) if milli else None
-                if later is not None:
-                    self.waits.owed(w, milli, later.victims, at)
-                return False
-            found = rc.find(w.tenant, shape, set(self.holds))
-            if found is None:
-                return False
-            rc.commit(found)
-            for v in found.victims:
-                reason = rc.reason(v, w.tenant, w.id)
-                self.preemptions.append(Preemption(v.workload.id, w.id, reason))
-        self._promise(w, shape, found)
-        self.reasons[w.id] = why = reclaim_text(len(found.victims), found.stopping)
-        self.waits.reclaiming(w, why, found.victims)
-        return True
-
-    def _level_preempt(self, w: Workload, shape: Shape) -> bool:
-        """Preempt the tenant's own checkpointing work at a higher service level for `w`
-        (gpupool.scheduler.levels). True if so; `w` then waits for it."""
-        lp = self._levels
-        if lp is None:
-            if not self.cache.checkpointing():
-                return False  # no possible victim: skip indexing the running work
-            lp = self._levels = LevelPreemptor(
-                self.cap,
-                self.snap.running,
-                self.snap.attained_service,
-                self.now,
-                self.config.min_runtime_s,
-                self.config.service_levels_s,
-            )
-            lp.taken = self._victims
-        if not lp.has_victims(w.tenant):
-            return False
-        level = pending_level(w, self.snap.attained_service, self.config.service_levels_s)
-        found = lp.find(w, level, shape, set(self.holds))
-        if found is None:
-            return False
-        n, victims, placement = found
-        why = (
-            f"{len(victims)} of {w.tenant}'s own checkpointing workloads with more attained "
-            "service are being stopped for it (they resume later)"
-        )
-        for v in victims:
-            self.preemptions.append(
-                Preemption(
-                    v.workload.id,
-                    w.id,
-                    f"{w.id} of {w.tenant} has less attained service; it resumes from its "
-                    "checkpoint later",
-                )
-            )
-            self.effective.remove(v.workload.tenant, v.workload.owner, v.allocation.gpu_milli)
-        self._promise(w, shape, Reclaim(n, victims, 0, placement))
-        self.reasons[w.id] = why
-        self.waits.reclaiming(w, why, victims)
-        return True
-
-    def _reclaim_under_limit(self, w: Workload, milli: int, limiting: str) -> bool:
-        """The limit of `limiting` (`w`'s tenant or an ancestor) blocks `w`. If it is an
-        ancestor and `w` is within its guarantee: preempt borrowed work of other tenants under
-        that ancestor (or wait for such work already stopping) until it has room. True if `w`
-        now waits for that; its reason says so."""
-        if limiting == w.tenant or not (self.policy is Policy.FAIR and self.config.preemption):
-            return False
-        if w.tenant in self.no_reclaim:
-            return False
-        if not within_some_guarantee(self.tree, self.effective, w.tenant, milli):
-            return False
-        if not reclaim_due(w, self.now, self.config.reclaim_after_s):
-            return False
-        limit = self.tree.get(limiting).quota.limit_milli or 0
-        rc = self._reclaimer_for_cycle()
-        need = self.usage.of(limiting) + milli - limit
-        found = rc.find_under_limit(w.tenant, milli, limiting, need)
-        if found is None:
-            return False
-        victims, stopping = found
-        rc.take(victims)
-        for v in victims:
-            self.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
-        self.effective.add(w.tenant, w.owner, milli)
-        self._changed()
-        self.reasons[w.id] = why = (
-            f"{limiting} is at its limit of {gpus_text(limit)}; "
-            + reclaim_text(len(victims), stopping)
-        )
-        self.waits.reclaiming(w, why, victims)
-        return True
-
-    def _promise(self, w: Workload, shape: Shape, found: Reclaim) -> None:
-        """Keep for `w` what it will use (the part that is free now is assumed, so no one
-        else takes it this cycle) and count its GPUs against its guarantee from now on."""
-        cap = self.cap
-        n = found.placement.node
-        takes = []
-        for g, milli, mem in found.placement.takes:
-            takes.append(
-                (g, min(milli, max(0, cap.free_milli[g])), min(mem, max(0, cap.free_gmem[g])))
-            )
-        cpu = min(shape.cpu_milli, max(0, cap.free_cpu[n]))
-        mem = min(shape.memory_mib, max(0, cap.free_mem[n]))
-        cap.assume(n, takes, cpu, mem)
-        self.effective.add(w.tenant, w.owner, shape.gpu_milli)
-        self._changed()
 
     def _changed(self) -> None:
         """Holds or reclaims changed what later candidates see: drop the failure memos."""
