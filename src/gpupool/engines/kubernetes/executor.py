@@ -42,6 +42,7 @@ from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebook_pods as nb
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
+from gpupool.engines.kubernetes.podstatus import node_of, pending_reason, started_at, status_of
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -86,75 +87,6 @@ class _Known:
         if not self.members:
             return [(self.name, self.pod)]
         return [(n, self.member_pods.get(n)) for n in self.members]
-
-
-def _started_at(pod: Mapping[str, Any], default: float) -> float:
-    raw = (pod.get("metadata", {}).get("annotations") or {}).get(m.STARTED_AT)
-    try:
-        return float(raw) if raw is not None else default
-    except ValueError:
-        return default
-
-
-def _container_state(pod: Mapping[str, Any]) -> dict[str, Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return dict(statuses[0].get("state") or {}) if statuses else {}
-
-
-def _node_of(pod: Mapping[str, Any]) -> str | None:
-    """The node a pod runs on, or the one its required node affinity pins it to."""
-    spec = pod.get("spec") or {}
-    if spec.get("nodeName"):
-        return str(spec["nodeName"])
-    try:
-        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-        return str(terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0])
-    except (KeyError, IndexError, TypeError):
-        return None
-
-
-def pending_reason(pod: Mapping[str, Any], events: list[dict[str, Any]]) -> str:
-    """Why a pod is still Pending: its PodScheduled condition, its last warning event, or
-    its container's waiting reason."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            return f"{c.get('reason', 'Unschedulable')}: {c.get('message', '')}".strip(": ")
-    if events:
-        e = events[-1]
-        return f"{e.get('reason', '')}: {e.get('message', '')}".strip(": ")
-    waiting = _container_state(pod).get("waiting") or {}
-    if waiting:
-        return f"{waiting.get('reason', '')}: {waiting.get('message', '')}".strip(": ")
-    return "no reason given by Kubernetes"
-
-
-def status_of(workload_id: str, pod: Mapping[str, Any]) -> ExecStatus:
-    """A pod's phase and container status as an `ExecStatus` (pure)."""
-    phase = (pod.get("status") or {}).get("phase", "Pending")
-    state = _container_state(pod)
-    if phase == "Succeeded":
-        return ExecStatus(workload_id, ExecState.SUCCEEDED, exit_code=0)
-    if phase == "Failed":
-        term = state.get("terminated") or {}
-        code = term.get("exitCode")
-        reason = term.get("reason") or (pod.get("status") or {}).get("reason") or "Failed"
-        msg = (pod.get("status") or {}).get("message") or ""
-        return ExecStatus(
-            workload_id,
-            ExecState.FAILED,
-            exit_code=int(code) if code is not None else None,
-            message=f"{reason}{': ' + msg if msg else ''}",
-        )
-    if phase == "Running":
-        term = state.get("terminated")
-        if term is not None:  # the container ended, the pod not yet marked
-            code = int(term.get("exitCode", 1))
-            st = ExecState.SUCCEEDED if code == 0 else ExecState.FAILED
-            return ExecStatus(workload_id, st, exit_code=code, message=term.get("reason", ""))
-        return ExecStatus(workload_id, ExecState.RUNNING, endpoint=nb.endpoint_of(pod))
-    if phase == "Unknown":
-        return ExecStatus(workload_id, ExecState.RUNNING, message="the node stopped reporting")
-    return ExecStatus(workload_id, ExecState.STARTING)
 
 
 class KubernetesExecutor(Executor):
@@ -262,7 +194,7 @@ class KubernetesExecutor(Executor):
             else:
                 raise StartError(f"Kubernetes refused the pod {ns}/{name}: {e}") from None
         self._known[workload.id] = _Known(
-            ns, name, _started_at(created, now), node, created, enforcement=enforcement
+            ns, name, started_at(created, now), node, created, enforcement=enforcement
         )
         self._stops.pop(workload.id, None)
         uid = (created.get("metadata") or {}).get("uid")
@@ -368,9 +300,9 @@ class KubernetesExecutor(Executor):
             k = self._known.get(wid)
             if k is None:
                 k = self._known[wid] = _Known(
-                    meta.get("namespace", ""), meta.get("name", ""), _started_at(pod, now)
+                    meta.get("namespace", ""), meta.get("name", ""), started_at(pod, now)
                 )
-            k.node = k.node or _node_of(pod)
+            k.node = k.node or node_of(pod)
             k.pod = pod
             st = status_of(wid, pod)
             if st.state.finished and k.finished_at is None:
@@ -403,14 +335,14 @@ class KubernetesExecutor(Executor):
             k = self._known[wid] = _Known(
                 meta.get("namespace", ""),
                 names[0],
-                _started_at(members[0], now),
+                started_at(members[0], now),
                 members=names,
                 service=g.service_name(wid),
             )
         k.member_pods = {(p.get("metadata") or {}).get("name", ""): p for p in members}
         k.pod = g.gang_view(members, size)
         head = k.member_pods.get(k.name)
-        k.node = k.node or (_node_of(head) if head else None)
+        k.node = k.node or (node_of(head) if head else None)
         st = status_of(wid, k.pod)
         if st.state.finished and k.finished_at is None:
             k.finished_at = now
@@ -631,7 +563,7 @@ class KubernetesExecutor(Executor):
             if k.pod is None or k.final is not None or not k.node:
                 continue
             for _, pod in k.pods():
-                node = k.node if not k.members else (_node_of(pod) if pod else None)
+                node = k.node if not k.members else (node_of(pod) if pod else None)
                 if pod is None or not node:
                     continue
                 ann = (pod.get("metadata") or {}).get("annotations") or {}

@@ -175,7 +175,7 @@ def rank_of(pod: Mapping[str, Any]) -> int:
 
 
 def gang_view(pods: list[dict[str, Any]], size: int) -> dict[str, Any]:
-    """One pod standing for the whole gang, for `executor.status_of`: a failed pod if any;
+    """One pod standing for the whole gang, for `podstatus.status_of`: a failed pod if any;
     else, while some pod is missing or not yet running, a Pending one; else a running one;
     else (all succeeded) the first."""
     pods = sorted(pods, key=rank_of)
