@@ -315,3 +315,15 @@ def test_run_across_nodes_and_show_the_nodes(env):
     assert "n2 GPU 0" in r.output
     r = gp("run", "--nodes", "3", "--gpus-per-node", "2", "--", "python", "x", token=t)
     assert r.exit_code == 1 and "needs 3 nodes" in r.output
+
+
+def test_run_preemptible_and_checkpointing_flags_reach_the_workload(env):
+    _, ctx = env
+    t = as_(ctx, "ann")
+    r = gp("run", "--no-preemptible", "--checkpointing", "--", "python", "x", token=t)
+    assert r.exit_code == 0, r.output
+    shown = json.loads(gp("show", r.output.strip(), "--json", token=t).output)
+    assert shown["preemptible"] is False and shown["checkpointing"] is True
+    r = gp("run", "--", "python", "x", token=t)
+    shown = json.loads(gp("show", r.output.strip(), "--json", token=t).output)
+    assert shown["preemptible"] is True and shown["checkpointing"] is False

@@ -231,6 +231,14 @@ def run(
     env: list[str] = typer.Option(
         None, "--env", "-e", help="NAME=VALUE for the job's environment (repeatable)"
     ),
+    preemptible: bool = typer.Option(
+        True, "--preemptible/--no-preemptible", help="may be stopped for guaranteed work"
+    ),
+    checkpointing: bool = typer.Option(
+        False,
+        "--checkpointing",
+        help="it saves its progress when stopped and resumes from there (cheap to preempt)",
+    ),
 ) -> None:
     """Submit a job: gpupool run --gpus 1 -- python train.py
 
@@ -271,6 +279,10 @@ def run(
             body["cpus"] = cpus
         if env:
             body["env"] = parse_env(env)
+        if not preemptible:
+            body["preemptible"] = False
+        if checkpointing:
+            body["checkpointing"] = True
         c = api()
         w = submit_once(c, body)
         if not wait:
