@@ -5,9 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Header, Query, Response
 
 from gpupool.domain import WorkloadState
-from gpupool.server.auth import Principal, authenticated, principal_for_token
+from gpupool.server.auth import Principal, authenticated
 from gpupool.server.context import AppContext, get_ctx
-from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.workloads import (
     Kind,
     LogsOut,
@@ -52,23 +51,12 @@ def submit(
     ctx: AppContext = Depends(get_ctx),
 ) -> WorkloadOut:
     if body.pod_spec is not None:
-        _vouched(ctx, service_token)
+        workloads.check_vouched(ctx, service_token)
     out, created = idempotency.submit(ctx, p, body, idempotency_key)
     if not created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
     return out
-
-
-def _vouched(ctx: AppContext, service_token: str | None) -> None:
-    """A pod template is accepted only when an admin's token (the hub's) vouches for it."""
-    if not service_token:
-        raise PermissionDenied(
-            "pod_spec is accepted only from JupyterHub's gpupool KubeSpawner: send the hub's "
-            "admin token in X-Gpupool-Service-Token"
-        )
-    if not principal_for_token(ctx, service_token).admin:
-        raise PermissionDenied("X-Gpupool-Service-Token must be an admin's token (the hub's)")
 
 
 @router.get(

@@ -32,7 +32,7 @@ from gpupool.domain.profiles import Profile
 from gpupool.executors.base import ExecutorError, NotSupported
 from gpupool.scheduler.admissible import never_runs
 from gpupool.scheduler.limits import TENANT
-from gpupool.server.auth import Principal
+from gpupool.server.auth import Principal, principal_for_token
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.convert import allocation_out, event_out, request_from_in, workload_out
@@ -165,6 +165,18 @@ def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request
         )
     kind = WorkloadKind(body.kind) if "kind" in body.model_fields_set else profile.kind
     return profile.request, kind
+
+
+def check_vouched(ctx: AppContext, service_token: str | None) -> None:
+    """Raise PermissionDenied unless `service_token` is an admin's (the hub's): only then is a
+    pod template (`pod_spec`) accepted."""
+    if not service_token:
+        raise PermissionDenied(
+            "pod_spec is accepted only from JupyterHub's gpupool KubeSpawner: send the hub's "
+            "admin token in X-Gpupool-Service-Token"
+        )
+    if not principal_for_token(ctx, service_token).admin:
+        raise PermissionDenied("X-Gpupool-Service-Token must be an admin's token (the hub's)")
 
 
 def submit(
