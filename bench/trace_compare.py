@@ -214,23 +214,31 @@ def summary(out_dir: Path) -> str:
         m = r["metrics"]
         pt = m["per_tenant"]
         att = [v["guarantee_attainment"] for v in pt.values() if v["guarantee_attainment"]]
+        kept = _worst_kept(pt)
         rows.append(
             f"| {r['scope']} | {r['load']:g} | {r['gpus']} | "
             f"{r['policy']}{' (' + r['tag'] + ')' if r.get('tag') else ''} | "
             f"{m['avg_wait'] / 3600:.2f} | {m['p95_wait'] / 3600:.2f} | "
             f"{m['avg_jct'] / 3600:.2f} | {100 * m['gpu_utilization']:.1f}% | "
             f"{m['jain_fairness']:.3f} | {100 * min(att) if att else float('nan'):.1f}% | "
-            f"{m['preemptions']} | {r.get('lost_gpu_hours', float('nan')):.0f} | "
+            f"{kept} | {m['preemptions']} | {r.get('lost_gpu_hours', float('nan')):.0f} | "
             f"{m['states'].get('failed', 0)} | "
             f"{r.get('replay_cpu_s', 0):.0f} / {r['replay_wall_s']:.0f} | "
             f"{m['scheduler']['cycles']} | {m['scheduler']['p99_cycle_ms']:.1f} |"
         )
     head = (
         "| scope | load | GPUs | policy | avg wait h | p95 wait h | avg JCT h | GPU util | "
-        "Jain | min guarantee met | preemptions | GPU-h lost | unschedulable | "
-        "replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 16
+        "Jain | min guarantee met | min guarantee kept | preemptions | GPU-h lost | "
+        "unschedulable | replay CPU / wall s | cycles | p99 cycle ms |\n|" + "---|" * 17
     )
     return head + "\n" + "\n".join(rows) + "\n\n" + wide_summary(out_dir) + "\n\n" + goals(out_dir)
+
+
+def _worst_kept(per_tenant: dict) -> str:
+    """The lowest `guarantee_kept` over the tenants ("–" in results made before it)."""
+    kept = [v.get("guarantee_kept") for v in per_tenant.values()]
+    kept = [x for x in kept if x]
+    return f"{100 * min(kept):.1f}%" if kept else "–"
 
 
 def _h(v) -> str:
@@ -268,12 +276,13 @@ def goals(out_dir: Path) -> str:
         r = json.loads(p.read_text())
         runs[(r["scope"], r["load"], r["policy"], r.get("tag") or "")] = r
     lines = [
-        "| scope | load | policy | ÷ fifo avg wait (goal ≤ 0.5) | min guarantee (≥ 95%) | "
-        "GPU-h lost ÷ delivered (≤ 5%) |",
-        "|---|---|---|---|---|---|",
+        "| scope | load | policy | ÷ fifo avg wait (goal ≤ 0.5) | min guarantee met | "
+        "min guarantee kept (≥ 95%) | GPU-h lost ÷ delivered (≤ 5%) |",
+        "|---|---|---|---|---|---|---|",
     ]
     week_ratios: dict[tuple[float, str], list[float]] = {}
     week_worst: dict[tuple[float, str], list[float]] = {}
+    week_kept: dict[tuple[float, str], list[str]] = {}
     for (scope, load, pol, tag), r in sorted(runs.items()):
         if pol == "fifo" or (scope, load, "fifo", "") not in runs:
             continue
@@ -285,19 +294,24 @@ def goals(out_dir: Path) -> str:
         att = [x for x in att if x]
         lost = r.get("lost_gpu_hours", 0.0) / max(r.get("delivered_gpu_hours") or 1e-9, 1e-9)
         worst = 100 * min(att) if att else float("nan")
+        kept = _worst_kept(m["per_tenant"])
         if scope.startswith("w2"):
             week_ratios.setdefault((load, name), []).append(ratio)
             week_worst.setdefault((load, name), []).append(worst)
+            week_kept.setdefault((load, name), []).append(kept)
         lines.append(
-            f"| {scope} | {load:g} | {name} | {ratio:.2f} | {worst:.1f}% | {100 * lost:.1f}% |"
+            f"| {scope} | {load:g} | {name} | {ratio:.2f} | {worst:.1f}% | {kept} | "
+            f"{100 * lost:.1f}% |"
         )
     for (load, name), rs in sorted(week_ratios.items()):
         ok = [x for x in rs if x > 0 and x == x]
         if ok:
             lo = min(week_worst[(load, name)])
+            ks = [float(k[:-1]) for k in week_kept[(load, name)] if k != "–"]
+            lo_kept = f"lowest {min(ks):.1f}%" if ks else "–"
             lines.append(
                 f"| weeks (geometric mean of {len(ok)}) | {load:g} | {name} | "
-                f"{statistics.geometric_mean(ok):.2f} | lowest {lo:.1f}% | |"
+                f"{statistics.geometric_mean(ok):.2f} | lowest {lo:.1f}% | {lo_kept} | |"
             )
     return "\n".join(lines)
 

@@ -313,9 +313,13 @@ def test_across_nodes_the_set_that_loses_least_progress_wins():
     ("ahead", "reclaims"),
     [
         ([], True),
-        # a 3-GPU job ahead is beyond lab-a's guarantee of 2: it cannot reclaim, so the
-        # 1-GPU job behind it does not either (what it freed would go to the job ahead)
-        ([job("big", gpus=3, submit=0)], False),
+        # a job ahead within lab-a's guarantee that neither fits nor reclaims (it has not
+        # waited reclaim_after_s) stops the 1-GPU job behind it (what that freed would go
+        # to it first)
+        ([job("fresh", gpus=1, priority=5, submit=NOW - 10)], False),
+        # a 3-GPU job ahead is beyond lab-a's guarantee of 2: it has no claim and would
+        # borrow, so it does not stop the 1-GPU job behind it from reclaiming within it
+        ([job("big", gpus=3, submit=0)], True),
         # a job ahead that reclaims does not stop the one behind it
         ([job("first", gpus=1, submit=0)], True),
     ],
@@ -323,7 +327,7 @@ def test_across_nodes_the_set_that_loses_least_progress_wins():
 def test_reclaim_goes_in_queue_order_and_stops_at_blocked_work(ahead, reclaims):
     run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
     pending = [*ahead, job("small", gpus=1, submit=1)]
-    cfg = SchedulerConfig(reclaim_after_s=0)
+    cfg = SchedulerConfig(reclaim_after_s=600)
     d = cycle(snapshot([N], TENANTS, run), pending, NOW, cfg)
     assert ("small" in {p.for_workload for p in d.preemptions}) == reclaims
 

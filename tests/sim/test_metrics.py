@@ -122,3 +122,24 @@ def test_fair_share_integral_and_guarantee_attainment():
     assert pt["a"]["share"] == pytest.approx(0.5)
     xa, xb = 0.5 / (1 / 200), 0.5 / (199 / 200)
     assert m["jain_fairness"] == pytest.approx((xa + xb) ** 2 / (2 * (xa**2 + xb**2)), abs=1e-3)
+
+
+def test_guarantee_kept_owes_only_work_that_fits_within_the_guarantee():
+    # b is guaranteed 2 GPUs; its 4-GPU job has no claim on them (it would borrow), its
+    # 1-GPU job does. Both wait behind non-preemptible a until 100; b1 then runs to 150,
+    # b4 from 150 to 250.
+    data = scenario(
+        nodes=[node(gpus=4)],
+        tenants=[tenant("a"), tenant("b", guaranteed_gpus=2)],
+        workloads=[
+            job("a1", tenant="a", gpus=4, duration=100, preemptible=False),
+            job("b4", tenant="b", gpus=4, duration=100, submit=1),
+            job("b1", tenant="b", gpus=1, duration=50, submit=1),
+        ],
+    )
+    pt = compute_metrics(run(data))["per_tenant"]
+    # owed = min(2, demand): 2 from 1 to 250; met 0 until 100, 1 until 150, then 2
+    assert pt["b"]["guarantee_attainment"] == pytest.approx(250 / 498, abs=1e-4)
+    # owed within the guarantee: b1's GPU from 1 to 150 (met from 100), 2 while b4 runs
+    assert pt["b"]["guarantee_kept"] == pytest.approx(250 / 349, abs=1e-4)
+    assert pt["a"]["guarantee_kept"] is None  # no guarantee, nothing owed

@@ -418,9 +418,11 @@ class _Cycle(ReclaimSteps):
         ):
             return False
         within = within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
-        # Reclaim goes in queue order: once work of a tenant neither fits nor reclaims, the
-        # work behind it only backfills free capacity (what it reclaimed would go to the
-        # blocked work ahead of it as soon as that fits, and be reclaimed again).
+        # Reclaim goes in queue order: once work of a tenant within its guarantee neither
+        # fits nor reclaims, the work behind it only backfills free capacity (what it
+        # reclaimed would go to the blocked work ahead of it as soon as that fits, and be
+        # reclaimed again). Work too big for what is left of the guarantee has no claim, so
+        # it does not stop smaller work behind it from reclaiming within the guarantee.
         if (
             within
             and self.config.preemption
@@ -428,7 +430,8 @@ class _Cycle(ReclaimSteps):
             and self._reclaim(w, shape)
         ):
             return False
-        self.no_reclaim.add(w.tenant)
+        if within:
+            self.no_reclaim.add(w.tenant)
         self.reasons[w.id] = self._blocked_reason(shape)
         # Guaranteed work that still does not fit reserves a node (one per tenant and cycle);
         # work that would borrow reserves nothing: it waits for capacity to free up, and

@@ -35,6 +35,7 @@ from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
+from gpupool.sim.owed import PendingSizes
 from gpupool.sim.scenario import Scenario
 from gpupool.sim.wakeups import Wakeups
 
@@ -80,6 +81,9 @@ class TenantTimeline:
     fair: float = 0.0
     owed: float = 0.0  # min(guarantee, demand) integrated
     owed_met: float = 0.0  # min(allocated, guarantee, demand) integrated
+    #: min(guarantee, allocated + waiting work that fits in the rest of it) integrated
+    owed_fit: float = 0.0
+    owed_fit_met: float = 0.0  # min(allocated, owed_fit) integrated
 
 
 @dataclass(slots=True)
@@ -141,6 +145,7 @@ class Simulator(Wakeups):
         self.alloc = dict.fromkeys(self.leaves, 0)  # milli held per leaf tenant
         self.pending_milli = dict.fromkeys(self.leaves, 0)
         self.pending_count = dict.fromkeys(self.leaves, 0)
+        self.pending_sizes = {t: PendingSizes() for t in self.leaves}
         self.fair: dict[str, float] = dict.fromkeys(self.leaves, 0.0)
         self.fair_shares = FairShares(tree)
         self.integrals = {t: TenantTimeline() for t in self.leaves}
@@ -215,6 +220,11 @@ class Simulator(Wakeups):
                 if owed:
                     tl.owed += owed * dt
                     tl.owed_met += min(a, owed) * dt
+                    g = self.guarantee[ten]
+                    fit = g if a >= g else a + self.pending_sizes[ten].fill(g - a)
+                    if fit:
+                        tl.owed_fit += fit * dt
+                        tl.owed_fit_met += min(a, fit) * dt
                 if a:
                     for anc in self.ancestors[ten]:
                         self.attained[anc] += a * dt
@@ -229,6 +239,7 @@ class Simulator(Wakeups):
     def _add_pending(self, w: Workload) -> None:
         self.pending[w.id] = w
         self.pending_milli[w.tenant] += w.request.total_gpu_milli
+        self.pending_sizes[w.tenant].add(w.request.total_gpu_milli)
         self.demand_changed = True
         self.pending_count[w.tenant] += 1
         if self.window is not None:
@@ -249,6 +260,7 @@ class Simulator(Wakeups):
     def _remove_pending(self, wid: str) -> Workload:
         w = self.pending.pop(wid)
         self.pending_milli[w.tenant] -= w.request.total_gpu_milli
+        self.pending_sizes[w.tenant].remove(w.request.total_gpu_milli)
         self.demand_changed = True
         self.pending_count[w.tenant] -= 1
         if self.window is not None:

@@ -10,6 +10,8 @@ Definitions (also in docs/scenarios.md):
 - per tenant `share`: its allocated GPU-time ÷ (capacity × busy span); `fair_share`: the
   time-average of its reference fair share (gpupool.sim.fairshare) ÷ capacity;
   `guarantee_attainment`: ∫min(allocated, owed) ÷ ∫owed with owed = min(guarantee, demand);
+  `guarantee_kept`: the same with owed = min(guarantee, allocated + the waiting work that
+  fits in the rest of the guarantee) — what the scheduler promises (gpupool.sim.owed);
 - jain_fairness: Jain's index (Σx)² ÷ (n·Σx²) over x = share ÷ fair_share of the n tenants
   with a non-zero fair share; 1.0 means every tenant got exactly its fair share.
 """
@@ -93,6 +95,7 @@ def compute_metrics(result: SimResult) -> dict[str, Any]:
             "share": _r(share, 4),
             "fair_share": _r(fair, 4),
             "guarantee_attainment": _r(tl.owed_met / tl.owed, 4) if tl.owed else None,
+            "guarantee_kept": _r(tl.owed_fit_met / tl.owed_fit, 4) if tl.owed_fit else None,
             "workloads": sum(1 for r in recs.values() if r.workload.tenant == t),
         }
     counts: dict[str, int] = {}
