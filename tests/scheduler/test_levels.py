@@ -88,3 +88,29 @@ def test_without_levels_nothing_is_preempted_within_a_tenant():
     off = dataclasses.replace(CFG, service_levels_s=())
     d = cycle(snapshot([N], TENANTS, run), [job("short", gpus=1, submit=NOW)], NOW, off)
     assert victims(d) == []
+
+
+def test_a_tenant_below_its_guarantee_reclaims_borrowed_work_before_stopping_its_own():
+    # lab-a (guaranteed 2 of 4) runs one long checkpointing job; lab-b borrows the rest.
+    n4 = node("n", gpus=4)
+    tenants = [tenant("lab-a", 2), tenant("lab-b", 2)]
+    run = [
+        running(ckpt(job("a-long", gpus=1)), n4, [0], since=NOW - 7200),
+        *[
+            running(job(f"b{i}", "lab-b", "bob", gpus=1), n4, [i], since=NOW - 7200)
+            for i in (1, 2, 3)
+        ],
+    ]
+    snap = snapshot([n4], tenants, run)
+    # due: lab-a takes its guarantee back from lab-b, its own job keeps running
+    d = cycle(snap, [job("short", gpus=1, submit=NOW - 900)], NOW, CFG)
+    assert len(victims(d)) == 1 and victims(d)[0].startswith("b")
+    assert "reclaims its guaranteed share" in d.preemptions[0].reason
+    # not yet due: it waits for the reclaim rather than stopping its own work (which would
+    # leave lab-a below its guarantee while lab-b borrows)
+    d = cycle(snap, [job("short", gpus=1, submit=NOW - 60)], NOW, CFG)
+    assert victims(d) == []
+    # at its guarantee, the same job makes room among lab-a's own work instead
+    at = [*run[:1], running(ckpt(job("a-long2", gpus=1)), n4, [1], since=NOW - 9000), *run[2:]]
+    d = cycle(snapshot([n4], tenants, at), [job("short", gpus=1, submit=NOW - 900)], NOW, CFG)
+    assert victims(d) == ["a-long2"]

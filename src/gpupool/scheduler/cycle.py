@@ -411,23 +411,23 @@ class _Cycle(ReclaimSteps):
         if not reserve:
             self.reasons[w.id] = self._blocked_reason(shape)
             return False
-        if (
-            self.config.service_levels_s
-            and self.config.preemption
-            and self._level_preempt(w, shape)
-        ):
-            return False
         within = within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
         # Reclaim goes in queue order: once work of a tenant within its guarantee neither
         # fits nor reclaims, the work behind it only backfills free capacity (what it
         # reclaimed would go to the blocked work ahead of it as soon as that fits, and be
         # reclaimed again). Work too big for what is left of the guarantee has no claim, so
         # it does not stop smaller work behind it from reclaiming within the guarantee.
+        may_reclaim = within and self.config.preemption and w.tenant not in self.no_reclaim
+        if may_reclaim and self._reclaim(w, shape):
+            return False
+        # A tenant below its guarantee grows by reclaiming; only where it cannot (the work is
+        # beyond its guarantee, or nothing borrowed can be taken back now) does it make room
+        # by stopping its own work at a higher service level, which leaves its usage as is.
         if (
-            within
+            self.config.service_levels_s
             and self.config.preemption
-            and w.tenant not in self.no_reclaim
-            and self._reclaim(w, shape)
+            and not (may_reclaim and self._reclaim_pending(w))
+            and self._level_preempt(w, shape)
         ):
             return False
         if within:

@@ -92,6 +92,13 @@ class ReclaimSteps:
         self.waits.reclaiming(w, why, found.victims)
         return True
 
+    def _reclaim_pending(self, w: Workload) -> bool:
+        """True if `w` (within its guarantee) will reclaim borrowed work once it has waited
+        `reclaim_after_s`: it is not due yet and some other branch is borrowing."""
+        return not reclaim_due(w, self.now, self.config.reclaim_after_s) and borrowing_branch(
+            self.tree, self.effective, w.tenant
+        )
+
     def _level_preempt(self, w: Workload, shape: Shape) -> bool:
         """Preempt the tenant's own checkpointing work at a higher service level for `w`
         (gpupool.scheduler.levels). True if so; `w` then waits for it."""
