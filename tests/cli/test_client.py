@@ -5,7 +5,6 @@ with N, anything else keeps running)."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 
 import pytest
@@ -22,7 +21,7 @@ from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, TenantRepo, UsageRepo, open_store
 from gpupool.system import SystemSettings, build_system
 from tests.server.conftest import PASSWORD, seed
-from tests.support import ServedApp
+from tests.support import ServedApp, wait_for
 
 
 class ScriptedExecutor(FakeExecutor):
@@ -115,15 +114,20 @@ def test_run_show_queue_cancel_logs(env):
     assert big.startswith("w-")
     r = gp("run", "--gpu-fraction", "0.25", "--gpu-memory", "20G", "--", "python", "x", token=t)
     small = r.output.strip()
-    deadline = time.monotonic() + 30
-    while True:  # wait for the scheduler loop to get to both
+
+    def big_runs_and_small_waits_on_the_limit() -> bool:
         q = json.loads(gp("queue", "--json", token=t).output)
         shown = json.loads(gp("show", big, "--json", token=t).output)
         waits = q[0]["workload"]["id"] == small and "limit" in q[0]["reason"] if q else False
-        if shown["state"] == "running" and waits:
-            break
-        assert time.monotonic() < deadline, (shown["state"], q)
-        time.sleep(0.05)
+        return shown["state"] == "running" and waits
+
+    # the scheduler loop gets to both
+    wait_for(
+        big_runs_and_small_waits_on_the_limit,
+        f"{big} running and {small} first in the queue, waiting on the limit",
+        timeout=30,
+        every=0.05,
+    )
     r = gp("queue", token=t)
     assert small in r.output and "WHY IT WAITS" in r.output
     r = gp("show", big, token=t)
@@ -282,16 +286,15 @@ def test_run_env_reaches_the_job_and_bad_pairs_are_refused(env):
     executor = ctx.executor
     while not isinstance(executor, ScriptedExecutor):  # unwrap the hub hand-off wrapper
         executor = executor.inner  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 30
-    while wid not in executor.world.processes:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(lambda: wid in executor.world.processes, f"{wid}'s process", timeout=30, every=0.05)
     got = executor.world.processes[wid].env
     assert got["WANDB_MODE"] == "offline" and got["X"] == "a=b"
     r = gp("run", "--env", "NOEQUALS", "--", "sleep", token=t)
     assert r.exit_code == 2 and "NAME=VALUE" in r.output
     r = gp("run", "--env", "CUDA_VISIBLE_DEVICES=1", "--", "sleep", token=t)
     assert r.exit_code != 0 and "set by gpupool" in r.output
+
+
 def test_run_across_nodes_and_show_the_nodes(env):
     _, ctx = env
     with ctx.store.write() as s:
@@ -305,10 +308,12 @@ def test_run_across_nodes_and_show_the_nodes(env):
     r = gp("run", "--nodes", "2", "--gpus-per-node", "2", "--", "python", "x", token=t)
     assert r.exit_code == 0, r.output
     wid = r.output.strip()
-    deadline = time.monotonic() + 30
-    while json.loads(gp("show", wid, "--json", token=t).output)["state"] != "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(
+        lambda: json.loads(gp("show", wid, "--json", token=t).output)["state"] == "running",
+        f"{wid} running",
+        timeout=30,
+        every=0.05,
+    )
     r = gp("show", wid, token=t)
     assert "2 nodes x 2 GPUs" in r.output
     assert "allocation 2 nodes: n1, n2 (held)" in " ".join(r.output.split())

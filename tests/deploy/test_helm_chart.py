@@ -299,6 +299,9 @@ def test_z2jh_values_point_the_hub_at_gpupool():
     assert "profileList" not in values["singleuser"]  # profiles are gpupool's
     assert hub["networkPolicy"]["interNamespaceAccessLabels"] == "accept"
     assert hub["image"]["name"] and values["singleuser"]["image"]["name"]
+    # gpupool refuses Z2JH's privileged, root init container that blocks cloud metadata
+    assert values["singleuser"]["cloudMetadata"]["blockWithIptables"] is False
+    assert values["singleuser"]["uid"] == 1000  # never root
 
 
 def test_z2jh_spawner_class_and_its_settings_exist():

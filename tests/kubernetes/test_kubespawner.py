@@ -208,3 +208,59 @@ def test_a_pod_spec_needs_the_hubs_admin_token(served, kube):
         r = api.post("/workloads", json=body, headers={"X-Gpupool-Service-Token": admin})
         assert r.status_code == 201, r.text
         assert "pod_spec" not in r.json()
+
+
+def test_the_z2jh_default_pod_is_accepted_and_root_or_capabilities_are_422(served, kube):
+    """KubeSpawner's own manifest for Zero-to-JupyterHub's defaults (uid 1000, fsGroup 100)
+    passes; its cloud metadata blocker, a root container and an added capability are refused
+    as problem+json naming the field and what to do."""
+    url, admin, _system = served
+    blocker = {
+        "name": "block-cloud-metadata",
+        "image": "quay.io/jupyterhub/k8s-network-tools:4.0.0",
+        "command": ["iptables", "-A", "OUTPUT", "-d", "169.254.169.254", "-j", "DROP"],
+        "securityContext": {
+            "privileged": True,
+            "runAsUser": 0,
+            "capabilities": {"add": ["NET_ADMIN"]},
+        },
+    }
+
+    async def manifests() -> tuple[dict, dict]:
+        sp = _spawner(url, admin)
+        sp.uid, sp.fs_gid = 1000, 100  # Z2JH's singleuser.uid and singleuser.fsGid defaults
+        default, _env = await sp.pod_template()
+        sp.init_containers = [blocker]  # singleuser.cloudMetadata.blockWithIptables: true
+        with_blocker, _env = await sp.pod_template()
+        return default, with_blocker
+
+    default, with_blocker = asyncio.run(manifests())
+    assert default["spec"]["securityContext"] == {"fsGroup": 100}
+    root = json.loads(json.dumps(default))
+    root["spec"]["containers"][0]["securityContext"]["runAsUser"] = 0
+    caps = json.loads(json.dumps(default))
+    caps["spec"]["containers"][0]["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
+    vouched = {"X-Gpupool-Service-Token": admin}
+    c0 = "pod_spec.spec.containers[0].securityContext"
+    with _api(url, admin) as api:
+
+        def submit(pod: dict) -> httpx.Response:
+            return api.post(
+                "/workloads", json={"kind": "notebook", "pod_spec": pod}, headers=vouched
+            )
+
+        r = submit(with_blocker)
+        assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+        (err,) = r.json()["errors"]
+        assert err["field"] == "pod_spec.spec.initContainers[0].securityContext.privileged"
+        assert "blockWithIptables: false" in r.json()["detail"]
+        r = submit(root)
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == f"{c0}.runAsUser"
+        assert "non-zero uid" in r.json()["detail"]
+        r = submit(caps)
+        assert r.status_code == 422
+        assert r.json()["errors"][0]["field"] == f"{c0}.capabilities.add"
+        assert "SYS_ADMIN" in r.json()["detail"]
+        assert api.get("/workloads").json() == []  # nothing refused was stored
+        r = submit(default)
+        assert r.status_code == 201, r.text

@@ -109,6 +109,139 @@ def test_a_privileged_container_is_refused():
         nb.check_template(t)
 
 
+def _with_security(pod_sc=None, sc=None, init_sc=None) -> dict:
+    t = _template()
+    spec = t["spec"]
+    if pod_sc is not None:
+        spec["securityContext"] = pod_sc
+    if sc is not None:
+        spec["containers"][0]["securityContext"] = sc
+    if init_sc is not None:
+        spec["initContainers"] = [{"name": "setup", "image": "busybox", "securityContext": init_sc}]
+    return t
+
+
+C0 = "pod_spec.spec.containers[0].securityContext"
+I0 = "pod_spec.spec.initContainers[0].securityContext"
+
+
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ({"sc": {"capabilities": {"add": ["SYS_ADMIN"]}}}, f"{C0}.capabilities.add", "SYS_ADMIN"),
+        (
+            {"sc": {"capabilities": {"add": ["CHOWN", "cap_net_admin"]}}},
+            f"{C0}.capabilities.add",
+            "cap_net_admin",
+        ),
+        ({"init_sc": {"capabilities": {"add": ["NET_RAW"]}}}, f"{I0}.capabilities.add", "NET_RAW"),
+        ({"sc": {"capabilities": {"add": "SYS_ADMIN"}}}, f"{C0}.capabilities.add", "a list"),
+        ({"sc": {"runAsUser": 0}}, f"{C0}.runAsUser", "root"),
+        ({"init_sc": {"runAsUser": 0}}, f"{I0}.runAsUser", "root"),
+        ({"pod_sc": {"runAsUser": 0}}, "pod_spec.spec.securityContext.runAsUser", "root"),
+        # the pod's root is refused even when every container names another user
+        (
+            {"pod_sc": {"runAsUser": 0}, "sc": {"runAsUser": 1000}},
+            "pod_spec.spec.securityContext.runAsUser",
+            "root",
+        ),
+        ({"sc": {"runAsUser": "1000"}}, f"{C0}.runAsUser", "whole number"),
+        ({"sc": {"runAsUser": True}}, f"{C0}.runAsUser", "whole number"),
+        ({"sc": {"runAsNonRoot": False}}, f"{C0}.runAsNonRoot", "may run as root"),
+        (
+            {"pod_sc": {"runAsNonRoot": False}},
+            "pod_spec.spec.securityContext.runAsNonRoot",
+            "may run as root",
+        ),
+        ({"init_sc": {"runAsNonRoot": False}}, f"{I0}.runAsNonRoot", "may run as root"),
+        ({"sc": {"runAsNonRoot": "no"}}, f"{C0}.runAsNonRoot", "true or false"),
+        ({"init_sc": {"privileged": True}}, f"{I0}.privileged", "privileged"),
+        (
+            {"init_sc": {"allowPrivilegeEscalation": True}},
+            f"{I0}.allowPrivilegeEscalation",
+            "escalate",
+        ),
+        ({"sc": {"allowPrivilegeEscalation": True}}, f"{C0}.allowPrivilegeEscalation", "escalate"),
+        ({"sc": "root"}, C0, "an object"),
+    ],
+)
+def test_root_and_added_capabilities_are_refused_with_the_fields_path(change, field, words):
+    with pytest.raises(nb.TemplateError, match=words) as e:
+        nb.check_template(_with_security(**change))
+    assert e.value.field == field and field in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sc": {"capabilities": {"add": ["NET_BIND_SERVICE", "CAP_CHOWN"], "drop": ["ALL"]}}},
+        {"sc": {"runAsNonRoot": True}},
+        {"sc": {"runAsNonRoot": False, "runAsUser": 1000}},
+        {"pod_sc": {"runAsNonRoot": False, "runAsUser": 1000}},  # the containers inherit it
+        {"pod_sc": {"runAsNonRoot": False}, "sc": {"runAsUser": 1000}},
+        {"pod_sc": {"runAsNonRoot": False}, "sc": {"runAsNonRoot": True}},
+        {"init_sc": {"runAsUser": 1000, "allowPrivilegeEscalation": False}},
+        {"pod_sc": {"fsGroup": 100, "runAsGroup": 100}},
+    ],
+)
+def test_unprivileged_security_contexts_are_accepted(change):
+    nb.check_template(_with_security(**change))
+
+
+#: Zero-to-JupyterHub's cloud metadata blocker (singleuser.cloudMetadata.blockWithIptables,
+#: on by default): an init container that runs iptables as privileged root with NET_ADMIN
+Z2JH_BLOCKER = {
+    "name": "block-cloud-metadata",
+    "image": "quay.io/jupyterhub/k8s-network-tools:4.0.0",
+    "command": ["iptables", "-A", "OUTPUT", "-d", "169.254.169.254", "-j", "DROP"],
+    "securityContext": {"privileged": True, "runAsUser": 0, "capabilities": {"add": ["NET_ADMIN"]}},
+}
+
+
+def _kubespawner_pod(**kw) -> dict:
+    """The pod KubeSpawner's own code builds for Zero-to-JupyterHub's default singleuser
+    settings (uid 1000, fsGroup 100, no privilege escalation), as the hub sends it."""
+    import asyncio
+
+    pytest.importorskip("kubespawner")
+    from kubernetes_asyncio.client import ApiClient
+    from kubespawner.objects import make_pod
+
+    pod = make_pod(
+        "jupyter-ann",
+        ["jupyterhub-singleuser"],
+        8888,
+        "quay.io/jupyter/base-notebook:2026-11-01",
+        uid=1000,
+        fs_gid=100,
+        **kw,
+    )
+
+    async def to_json() -> dict:
+        async with ApiClient() as api:
+            return api.sanitize_for_serialization(pod)
+
+    return asyncio.run(to_json())
+
+
+def test_zero_to_jupyterhubs_default_singleuser_pod_is_accepted():
+    template = _kubespawner_pod()
+    c = template["spec"]["containers"][0]
+    assert c["securityContext"]["runAsUser"] == 1000
+    assert template["spec"]["securityContext"] == {"fsGroup": 100}
+    nb.check_template(template)
+    pod = _pod(template)  # and gpupool builds its pod from it, user and group kept
+    assert pod["spec"]["containers"][0]["securityContext"]["runAsUser"] == 1000
+    assert pod["spec"]["securityContext"] == {"fsGroup": 100}
+
+
+def test_zero_to_jupyterhubs_metadata_blocker_is_refused_saying_how_to_turn_it_off():
+    template = _kubespawner_pod(init_containers=[Z2JH_BLOCKER])
+    with pytest.raises(nb.TemplateError, match="blockWithIptables: false") as e:
+        nb.check_template(template)
+    assert e.value.field == f"{I0}.privileged"
+
+
 def test_the_endpoint_is_the_pod_ip_and_port():
     pod = _pod(_template())
     assert nb.endpoint_of(pod) is None  # not running yet: no IP

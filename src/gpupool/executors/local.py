@@ -12,7 +12,8 @@ Who a job runs as (`UserMode`, see `gpupool.executors.accounts`):
 No job ever runs as root.
 
 Environment: an allowlist, never the server's environment (`gpupool.executors.jobenv`). The
-working directory is the account's home directory (``/`` if it has none).
+working directory is the account's home directory (``/`` if it has none). GPUs: the devices,
+MPS limits and enforcement a job gets come from `gpupool.executors.binding`.
 
 Tracking: every process of a job is found by its cgroup (where the host delegates one), its
 process group and session, and its ``GPUPOOL_JOB_MARKER`` (`gpupool.executors.tracking`); a
@@ -31,7 +32,6 @@ reused pid, not the job.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import pwd
@@ -64,6 +64,7 @@ from gpupool.executors.base import (
     StartError,
     exec_state_for_exit,
 )
+from gpupool.executors.binding import GPUBinding
 from gpupool.executors.jobenv import PASS_SETTING, job_environment, passed_names
 from gpupool.executors.launcher import (
     ENV_FILE,
@@ -73,14 +74,15 @@ from gpupool.executors.launcher import (
     proc_starttime,
     write_atomic,
 )
-from gpupool.executors.mps import MPSError, MPSManager, limits_for
+from gpupool.executors.mps import MPSManager
 from gpupool.executors.tracking import (
     MARKER_ENV,
     all_sessions,
     cgroup_pids,
-    detect_cgroup_root,
+    executor_cgroup_root,
     job_pids,
     kill_job,
+    make_job_cgroup,
     new_marker,
     remove_cgroup,
     signal_pids,
@@ -126,8 +128,6 @@ class LocalExecutor(Executor):
         python: str = sys.executable,
         mig_uuid: Callable[[Share], str | None] | None = None,
     ) -> None:
-        #: the MIG device UUID of a MIG instance share, as NVML lists it now (None: not found)
-        self.mig_uuid = mig_uuid
         self.state_dir = Path(state_dir)
         private_dir(self.state_dir)
         self.clock = clock or SystemClock()
@@ -139,10 +139,12 @@ class LocalExecutor(Executor):
             )
         self.resolve_unix_user = resolve_unix_user or (lambda owner: None)
         self.mps = mps
+        #: which devices and MPS limits a job gets; `mig_uuid` finds a MIG instance's device
+        self.binding = GPUBinding(mps, mig_uuid, self._mps_users)
         if jobs_account is None and os.geteuid() == 0:
             jobs_account = default_jobs_account()
         self.jobs_account = jobs_account
-        self.cgroup_root = self._cgroup_root() if cgroups else None
+        self.cgroup_root = executor_cgroup_root(self.state_dir) if cgroups else None
         #: extra server variables jobs may see (default: GPUPOOL_JOB_ENV_PASS, read once)
         self.env_pass = (
             env_pass if env_pass is not None else passed_names(os.environ.get(PASS_SETTING, ""))
@@ -190,30 +192,6 @@ class LocalExecutor(Executor):
             )
         return Account.of(pw)
 
-    def _cgroup_root(self) -> Path | None:
-        """This executor's own cgroup subtree: `<host root>/<hash of the state dir>`, so two
-        servers (or tests) on one host never touch each other's job cgroups."""
-        host = detect_cgroup_root()
-        if host is None:
-            return None
-        digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:12]
-        try:
-            (host / digest).mkdir(exist_ok=True)
-        except OSError:
-            return None
-        return host / digest
-
-    def _make_cgroup(self, workload_id: str, marker: str) -> Path | None:
-        """A fresh cgroup for one start of a job (None when the host delegates none)."""
-        if self.cgroup_root is None:
-            return None
-        path = self.cgroup_root / f"{workload_id}-{marker.rsplit(':', 1)[1]}"
-        try:
-            path.mkdir()
-        except OSError:
-            return None
-        return path
-
     def _tracking(self, workload_id: str) -> tuple[int | None, str | None, Path | None]:
         """(leader pid while the launcher lives, marker, cgroup) of the job's latest start."""
         spec = self._read_json(self._dir(workload_id) / SPEC_FILE) or {}
@@ -250,66 +228,15 @@ class LocalExecutor(Executor):
         return users
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
-        return self._decide_mps(gpu_uuid, unix_user or pwd.getpwuid(os.geteuid()).pw_name)[0]
+        user = unix_user or pwd.getpwuid(os.geteuid()).pw_name
+        return self.binding.decide_mps(gpu_uuid, user)[0]
 
     def mps_env(self, share: Share) -> dict[str, str]:
-        if self.mps is None:
-            return {}
-        return limits_for(share).env(
-            self.mps.pipe_dir(share.gpu_uuid), self.mps.log_dir(share.gpu_uuid)
-        )
-
-    def _decide_mps(self, gpu_uuid: str, unix_user: str) -> tuple[Enforcement, str]:
-        if self.mps is None:
-            return Enforcement.POLICED, "this executor manages no MPS daemons"
-        try:
-            healthy = self.mps.ensure(gpu_uuid)
-        except MPSError:
-            healthy = False
-        return self.mps.enforcement_for(
-            gpu_uuid, unix_user, self._mps_users(gpu_uuid), healthy=healthy
-        )
+        return self.binding.mps_env(share)
 
     def device_uuid(self, s: Share) -> str:
-        """What CUDA_VISIBLE_DEVICES names for share `s`: its GPU's UUID, or for a MIG
-        instance the MIG device's UUID (`MIG-…`), which CUDA binds with hardware isolation.
-        StartError if NVML lists no such MIG device (the instances were not created)."""
-        if s.mig_start is None:
-            return s.gpu_uuid
-        found = self.mig_uuid(s) if self.mig_uuid is not None else None
-        if found is None:
-            raise StartError(
-                f"GPU {s.gpu_index} has no {s.mig_profile} MIG device at start {s.mig_start}: "
-                "create the instances of its layout (`sudo nvidia-smi mig -i "
-                f"{s.gpu_index} -cgi {s.mig_profile} -C`, or mig-parted) or set the GPU's "
-                "layout to the instances it has (gpupool gpu mig-layout)"
-            )
-        return found
-
-    def _environment(
-        self, workload: Workload, allocation: Allocation | None, account: Account
-    ) -> tuple[dict[str, str], dict[str, str], list[str]]:
-        """gpupool's own variables of the job, its enforcement per GPU and why."""
-        env: dict[str, str] = {}
-        shares = allocation.shares if allocation else ()
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.device_uuid(s) for s in shares)
-        env["GPUPOOL_WORKLOAD_ID"] = workload.id
-        env["GPUPOOL_GPU_MILLI"] = str(sum(s.milli for s in shares))
-        enforcement: dict[str, str] = {}
-        notes: list[str] = []
-        for s in shares:
-            wants_mps = not s.whole and s.enforcement is Enforcement.MPS
-            if not wants_mps:
-                enforcement[s.gpu_uuid] = str(s.enforcement)
-                continue
-            got, why = self._decide_mps(s.gpu_uuid, account.name)
-            enforcement[s.gpu_uuid] = str(got)
-            notes.append(why)
-            if got is Enforcement.MPS and self.mps is not None:
-                env.update(
-                    limits_for(s).env(self.mps.pipe_dir(s.gpu_uuid), self.mps.log_dir(s.gpu_uuid))
-                )
-        return env, enforcement, notes
+        """What CUDA_VISIBLE_DEVICES names for share `s` (`GPUBinding.device_uuid`)."""
+        return self.binding.device_uuid(s)
 
     # -- contract ------------------------------------------------------------------------
     def start(
@@ -345,14 +272,8 @@ class LocalExecutor(Executor):
             )
         if self._alive(workload.id):
             raise StartError(f"workload {workload.id} is already running on this host")
-        fractional_mps = allocation is not None and any(
-            not s.whole and s.enforcement is Enforcement.MPS for s in allocation.shares
-        )
-        service = None
-        if fractional_mps and self.mps is not None and self.mps.service_account:
-            service = self.mps.service_account
-        account = self._account(workload, unix_user, service)
-        injected, enforcement, notes = self._environment(workload, allocation, account)
+        account = self._account(workload, unix_user, self.binding.service_account(allocation))
+        injected, enforcement, notes = self.binding.environment(workload, allocation, account.name)
         marker = new_marker(workload.id)
         injected[MARKER_ENV] = marker
         job_env = job_environment(
@@ -367,7 +288,7 @@ class LocalExecutor(Executor):
         previous = (self._read_json(d / SPEC_FILE) or {}).get("cgroup")
         if previous:  # an earlier run of the same workload (requeued): it has ended
             remove_cgroup(Path(previous))
-        cgroup = self._make_cgroup(workload.id, marker)
+        cgroup = make_job_cgroup(self.cgroup_root, workload.id, marker)
         now = self.clock.now()
         spec = {
             "workload_id": workload.id,

@@ -21,6 +21,7 @@ process may create a child of its own cgroup (root, or a delegated subtree such 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import signal
@@ -76,6 +77,32 @@ def detect_cgroup_root(proc_self: Path = Path("/proc/self"), name: str = CGROUP_
         with contextlib.suppress(OSError):
             probe.rmdir()
     return root if ok else None
+
+
+def executor_cgroup_root(state_dir: Path) -> Path | None:
+    """One executor's own cgroup subtree: `<host root>/<hash of its state dir>`, so two
+    servers (or tests) on one host never touch each other's job cgroups (None: no delegation)."""
+    host = detect_cgroup_root()
+    if host is None:
+        return None
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    try:
+        (host / digest).mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return host / digest
+
+
+def make_job_cgroup(root: Path | None, workload_id: str, marker: str) -> Path | None:
+    """A fresh cgroup under `root` for one start of a job (None when there is none)."""
+    if root is None:
+        return None
+    path = root / f"{workload_id}-{marker.rsplit(':', 1)[1]}"
+    try:
+        path.mkdir()
+    except OSError:
+        return None
+    return path
 
 
 def join_cgroup(path: Path, pid: int | None = None) -> bool:

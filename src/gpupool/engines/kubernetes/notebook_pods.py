@@ -18,7 +18,8 @@ write-only `env`. Once admitted, the executor builds the pod here:
   downwardAPI and ephemeral.
 
 `check_template` is what the API accepts: a Pod (or a pod `spec`) with at least one
-container with an image, no host namespaces, no privileged container, no hostPath volume.
+container with an image that asks no more of its node than `pod_security` allows (no host
+namespaces, privileged containers, capabilities beyond the baseline, root user or hostPath).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Workload
 from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes.pod_security import TemplateError, check_pod_security
 from gpupool.engines.kubernetes.tenancy import home_claim_name
 
 PORT = "gpupool.dev/port"
@@ -44,11 +46,6 @@ _VOLUME_KINDS = {
     "downwardAPI",
     "ephemeral",
 }
-_HOST = ("hostNetwork", "hostPID", "hostIPC")
-
-
-class TemplateError(ValueError):
-    """The pod template is refused; the message says what to change."""
 
 
 def _spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -66,18 +63,13 @@ def check_template(template: Mapping[str, Any]) -> None:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise TemplateError("pod_spec needs spec.containers with the notebook's container")
-    for c in containers:
+    at = "pod_spec.spec" if "spec" in template else "pod_spec"
+    for i, c in enumerate(containers):
         if not isinstance(c, Mapping) or not c.get("image"):
-            raise TemplateError("every container of pod_spec needs an image")
-        sc = c.get("securityContext") or {}
-        if sc.get("privileged") or sc.get("allowPrivilegeEscalation"):
-            raise TemplateError(f"container {c.get('name')!r} may not be privileged")
-    for key in _HOST:
-        if spec.get(key):
-            raise TemplateError(f"pod_spec may not use {key}")
-    for v in spec.get("volumes") or []:
-        if isinstance(v, Mapping) and "hostPath" in v:
-            raise TemplateError(f"volume {v.get('name')!r}: hostPath volumes are refused")
+            raise TemplateError(
+                "every container of pod_spec needs an image", f"{at}.containers[{i}].image"
+            )
+    check_pod_security(spec, at)
 
 
 def port_of(template: Mapping[str, Any], default: int = 8888) -> int:

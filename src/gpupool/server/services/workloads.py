@@ -250,7 +250,7 @@ def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str]) -> None:
     try:
         check_template(spec)
     except TemplateError as e:
-        raise ValidationError(str(e), "pod_spec") from None
+        raise ValidationError(str(e), e.field or "pod_spec") from None
 
 
 def _visible_or_403(p: Principal, w: Workload) -> None:
