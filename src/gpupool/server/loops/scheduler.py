@@ -35,6 +35,7 @@ from gpupool.store import (
     UsageRepo,
     UserRepo,
     WorkloadRepo,
+    kept_service,
 )
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,10 @@ class SchedulerLoop(Loop):
             tree = TenantRepo(s).tree()
             running = tuple(AllocationRepo(s).running())
             pending = WorkloadRepo(s).pending()
+            # Snapshot.attained_service: tenants by name, and under a workload's id what it
+            # kept from earlier attempts (checkpointing work preempted and requeued)
             attained = UsageRepo(s).attained_by_tenant()
+            attained.update(kept_service(s))
         waiting = {w.id for w in pending}
         self.nominated = {k: v for k, v in self.nominated.items() if k in waiting}
         snap = Snapshot(nodes, tree, running, attained, nominated=dict(self.nominated))
