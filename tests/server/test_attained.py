@@ -149,3 +149,24 @@ def test_with_service_levels_resumed_work_keeps_its_level_while_it_runs(world):
     assert attained(world, c) == pytest.approx(2.0 + second, abs=1e-4)
     world.scheduler.run_once()
     assert state(world, fresh) == "running"
+
+
+def test_lists_and_the_single_view_agree_and_the_field_is_read_only(world):
+    c = world.submit(gpus=2, checkpointing=True)["id"]
+    run_then_preempt(world, c, 1.0)  # pending, 2 GPU-hours kept
+    world.scheduler.run_once()  # c resumes
+    done = world.submit(gpu_fraction=0.5, gpu_memory_mib=1024)["id"]
+    world.scheduler.run_once()
+    world.clock.advance(HOUR)
+    world.executor.finish(done)
+    lifecycle.settle(world.ctx, done)
+    waiting = world.submit(gpus=1, checkpointing=True)["id"]  # never ran
+    world.clock.advance(60)
+    views = {r["id"]: r["attained_gpu_hours"] for r in world.get("member", "/workloads").json()}
+    single = {wid: attained(world, wid) for wid in (c, done, waiting)}
+    assert views == single
+    assert single[done] == 0.5 and single[waiting] == 0.0 and single[c] > 4.0
+    r = world.post(
+        "member", "/workloads", json={"command": ["x"], "gpus": 1, "attained_gpu_hours": 9}
+    )
+    assert r.status_code == 422 and "attained_gpu_hours" in r.text
