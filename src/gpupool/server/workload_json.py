@@ -45,9 +45,7 @@ class WorkloadJSONMemo:
         self.hits = 0
         self.misses = 0
 
-    def workload(
-        self, row: Sequence[Any], kept: Mapping[str, float] | None = None
-    ) -> JSONObject:
+    def workload(self, row: Sequence[Any], kept: Mapping[str, float] | None = None) -> JSONObject:
         """The JSON object of the workload stored in `row` (a plain row from
         `WorkloadRepo.rows`), without its allocation (`"allocation": null`). `kept`: the
         attained service workloads kept from earlier attempts (gpupool.store.kept_service);
