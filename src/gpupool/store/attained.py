@@ -42,26 +42,30 @@ def kept_service(
     the workloads that declare checkpointing and were preempted, so thousands of pending
     workloads that never ran cost an index range scan."""
     held = func.sum((AllocationRow.released_at - AllocationRow.since) * ShareRow.milli)
-    q = (
-        select(AllocationRow.workload_id, held)
-        .select_from(WorkloadRow)
-        .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
-        .join(ShareRow, ShareRow.allocation_id == AllocationRow.id)
-        .where(
-            WorkloadRow.checkpointing.is_(True),
-            WorkloadRow.preemptions > 0,
-            AllocationRow.released_as == str(S.PREEMPTED),
-        )
-        .group_by(AllocationRow.workload_id)
+    # the workloads first (a subquery: the allocations table keeps every attempt ever made,
+    # so the plan must not start from it), then their allocations by index
+    which = select(WorkloadRow.id).where(
+        WorkloadRow.checkpointing.is_(True), WorkloadRow.preemptions > 0
     )
-    out: dict[str, float] = {}
     if workload_ids is None:
-        q = q.where(WorkloadRow.state.in_([str(x) for x in states]))
-        batches = [q]
+        whiches = [which.where(WorkloadRow.state.in_([str(x) for x in states]))]
     else:
         ids = list(workload_ids)
         # stay under SQLite's bound-parameter limit
-        batches = [q.where(WorkloadRow.id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)]
+        whiches = [
+            which.where(WorkloadRow.id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)
+        ]
+    batches = [
+        select(AllocationRow.workload_id, held)
+        .join(ShareRow, ShareRow.allocation_id == AllocationRow.id)
+        .where(
+            AllocationRow.workload_id.in_(w.scalar_subquery()),
+            AllocationRow.released_as == str(S.PREEMPTED),
+        )
+        .group_by(AllocationRow.workload_id)
+        for w in whiches
+    ]
+    out: dict[str, float] = {}
     for b in batches:
         for wid, milli_s in s.execute(b):
             if milli_s:
