@@ -1,5 +1,9 @@
 """The scheduler loop: snapshot from the store -> `scheduler.cycle()` -> apply the decisions.
 
+The snapshot's `attained_service` holds the tenants' usage under their names and, under a
+workload's id, the service it kept from earlier attempts (checkpointing work preempted and
+requeued; `gpupool.store.attained`), as the simulator passes them.
+
 Applying is "assume, then commit": each admission is committed on its own (allocation +
 `admitted`, refused by the store if a GPU no longer has room), then the executor starts the
 work. If it cannot, the admission is rolled back and `settings.start_retry` decides
