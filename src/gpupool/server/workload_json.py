@@ -10,7 +10,7 @@ kept from earlier attempts is not in its row: both are added outside the memo
 it), so the API's schema stays the one pydantic documents.
 
 Contract: the returned dicts are shared between responses and must not be mutated; callers
-build new dicts around them (`with_allocation`, `queue_entry`).
+build new dicts around them (`with_allocation`, `with_attained`, `queue_entry`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class WorkloadJSONMemo:
         k = kept.get(obj["id"]) if kept else None
         return obj if not k else with_attained(obj, k + attempt)
 
-    def _entry(self, row: Sequence[Any]) -> tuple[JSONObject, float]:
+    def _entry(self, row: Sequence[Any]) -> _Entry:
         """The memoised object of `row` and what its row alone says it attained
         (gpupool.store.attempt_milli_s without an allocation)."""
         command = row[_COMMAND]

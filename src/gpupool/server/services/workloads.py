@@ -7,7 +7,8 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -290,7 +291,7 @@ def list_workloads(
     return ctx.workload_json.workloads(rows, allocs, ctx.clock.now(), kept)
 
 
-def _kept(s: Session, rows: list) -> dict[str, float]:
+def _kept(s: Session, rows: Sequence[Any]) -> dict[str, float]:
     """What the listed workloads kept from earlier attempts (gpupool.store.attained): only
     checkpointing work that was preempted can have kept any, so mostly no query at all."""
     ids = [r.id for r in rows if r.checkpointing and r.preemptions]
@@ -382,11 +383,12 @@ def queue(ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500) -
             tenant=tenant,
             newest_first=False,
         )
+        # work the scheduler has not seen yet (no reason stored) goes last, by submission
+        rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
+        rows = rows[:limit]
         kept = _kept(s, rows)
-    # work the scheduler has not seen yet (no reason stored) goes last, by submission
-    rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
     out = []
-    for i, r in enumerate(rows[:limit], 1):
+    for i, r in enumerate(rows, 1):
         obj = ctx.workload_json.workload(r, kept)
         if r.pending_reason is None:
             out.append(queue_entry(i, 0, "waiting for the next scheduling cycle", obj))
