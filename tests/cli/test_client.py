@@ -332,3 +332,33 @@ def test_run_preemptible_and_checkpointing_flags_reach_the_workload(env):
     r = gp("run", "--", "python", "x", token=t)
     shown = json.loads(gp("show", r.output.strip(), "--json", token=t).output)
     assert shown["preemptible"] is True and shown["checkpointing"] is False
+
+
+def test_show_prints_the_attained_service_and_what_a_preemption_kept(env):
+    from gpupool.domain import WorkloadState
+    from gpupool.server.services import lifecycle
+
+    _, ctx = env
+    t = as_(ctx, "ann")
+
+    def state(wid: str) -> dict:
+        return json.loads(gp("show", wid, "--json", token=t).output)
+
+    ids = []
+    for flags in (["--checkpointing"], []):
+        r = gp("run", "--gpus", "1", *flags, "--", "python", "train.py", token=t)
+        assert r.exit_code == 0, r.output
+        ids.append(r.output.strip())
+    deadline = time.monotonic() + 30
+    for wid in ids:  # runs, is preempted and requeued, and runs again
+        while state(wid)["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        lifecycle.request_stop(ctx, wid, WorkloadState.PREEMPTED, "preempted for the test")
+        while (w := state(wid))["state"] != "running" or w["preemptions"] != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    ckpt, plain = (gp("show", wid, token=t).output for wid in ids)
+    assert "GPU-hours (kept across 1 preemption)" in ckpt
+    assert "GPU-hours (this attempt; no checkpointing)" in plain
+    assert all(line.startswith("  attained ") for line in ckpt.splitlines() if "GPU-hours" in line)

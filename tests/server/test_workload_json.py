@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from gpupool.server.schemas.convert import allocation_out, workload_out
 from gpupool.server.workload_json import WorkloadJSONMemo
-from gpupool.store import AllocationRepo, WorkloadRepo, record_of
+from gpupool.store import AllocationRepo, WorkloadRepo, attained_milli_s, record_of
+
+NOW = 1_780_000_500.0
 
 
 def _rows_and_allocs(world):
@@ -15,12 +17,16 @@ def _rows_and_allocs(world):
     return rows, allocs
 
 
-def _pydantic(rows, allocs):
+def _pydantic(rows, allocs, kept=None):
     out = []
     for r in rows:
         a = allocs.get(r.id)
+        w = record_of(r).workload
+        attained = attained_milli_s(w, (kept or {}).get(r.id, 0.0), a, NOW)
         out.append(
-            workload_out(record_of(r), allocation_out(a) if a else None).model_dump(mode="json")
+            workload_out(record_of(r), allocation_out(a) if a else None, attained).model_dump(
+                mode="json"
+            )
         )
     return out
 
@@ -39,22 +45,22 @@ def test_views_equal_the_pydantic_schema_in_every_state(world):
     states = {r.state for r in rows}
     assert {"pending", "cancelled"} <= states and len(allocs) >= 1
     views = WorkloadJSONMemo()
-    assert views.workloads(rows, allocs) == _pydantic(rows, allocs)
-    assert any(o["allocation"] for o in views.workloads(rows, allocs))
-    assert any(o["request"]["gpu_fraction"] == 0.25 for o in views.workloads(rows, allocs))
+    assert views.workloads(rows, allocs, NOW) == _pydantic(rows, allocs)
+    assert any(o["allocation"] for o in views.workloads(rows, allocs, NOW))
+    assert any(o["request"]["gpu_fraction"] == 0.25 for o in views.workloads(rows, allocs, NOW))
 
 
 def test_a_changed_row_is_never_served_from_the_memo(world):
     w = world.submit(gpus=1)
     views = WorkloadJSONMemo()
     rows, allocs = _rows_and_allocs(world)
-    assert views.workloads(rows, allocs)[0]["state"] == "pending"
+    assert views.workloads(rows, allocs, NOW)[0]["state"] == "pending"
     assert (views.hits, views.misses) == (0, 1)
-    views.workloads(rows, allocs)
+    views.workloads(rows, allocs, NOW)
     assert (views.hits, views.misses) == (1, 1)  # unchanged row: memoised
     world.scheduler.run_once()
     rows, allocs = _rows_and_allocs(world)
-    got = views.workloads(rows, allocs)[0]
+    got = views.workloads(rows, allocs, NOW)[0]
     assert got["id"] == w["id"] and got["state"] != "pending" and got["allocation"]
     assert views.misses == 2
 
@@ -64,7 +70,7 @@ def test_the_memo_is_bounded(world):
         world.submit(gpus=1)
     views = WorkloadJSONMemo(max_entries=2)
     rows, allocs = _rows_and_allocs(world)
-    assert len(views.workloads(rows, allocs)) == 3
+    assert len(views.workloads(rows, allocs, NOW)) == 3
     assert len(views._memo) <= 2
 
 

@@ -428,6 +428,7 @@ def show(
             ("started", _when(w["started_at"])),
             ("finished", _when(w["finished_at"])),
             ("exit code", w["exit_code"]),
+            ("attained", _attained(w)),
         ):
             out.print(f"  {k:<10} {'-' if v is None else v}")
         if w.get("pending"):
@@ -450,6 +451,20 @@ def show(
             out.print(f"    {_when(e['at'])}  {e['kind']:<20} {e['message']}")
 
     go()
+
+
+def _attained(w: dict[str, Any]) -> str | None:
+    """`attained_gpu_hours` for `show`, with what became of earlier attempts."""
+    hours = w.get("attained_gpu_hours")
+    if hours is None:  # a server from before the field
+        return None
+    text = f"{hours:.2f} GPU-hours"
+    n = w.get("preemptions") or 0
+    if n and w.get("checkpointing"):
+        text += f" (kept across {n} preemption{'s' if n > 1 else ''})"
+    elif n:
+        text += " (this attempt; no checkpointing)"
+    return text
 
 
 def cancel(workload_id: str = typer.Argument(...)) -> None:

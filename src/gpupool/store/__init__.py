@@ -4,6 +4,7 @@ Open with `open_store(url)`; work inside `store.read()` / `store.write()` sessio
 repositories (`TenantRepo(session)`, `WorkloadRepo(session)`, ...).
 """
 
+from gpupool.store.attained import attained_milli_s, attempt_milli_s, gpu_hours, kept_service
 from gpupool.store.cluster import NodeRepo
 from gpupool.store.db import Store, StoreError, open_store
 from gpupool.store.errors import Conflict, NotFound
@@ -45,6 +46,10 @@ __all__ = [
     "UserRepo",
     "WorkloadRecord",
     "WorkloadRepo",
+    "attained_milli_s",
+    "attempt_milli_s",
+    "gpu_hours",
+    "kept_service",
     "new_workload_id",
     "open_store",
     "record_of",

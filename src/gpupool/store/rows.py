@@ -232,6 +232,11 @@ class AllocationRow(Base):
     node: Mapped[str] = mapped_column(String(253))
     since: Mapped[float] = mapped_column(Float)
     released_at: Mapped[float | None] = mapped_column(Float, index=True)
+    # The state its workload moved to when it was released ("preempted", "succeeded",
+    # "pending" for a start that did not take, ...): which attempts ended in a preemption
+    # (gpupool.store.attained). NULL while active, and for releases before revision 0013
+    # that no event identifies.
+    released_as: Mapped[str | None] = mapped_column(String(16))
     cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
 

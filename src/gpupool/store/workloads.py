@@ -234,7 +234,7 @@ class WorkloadRepo:
             row.pending_reason = row.queue_position = row.tenant_position = None
             row.pending_wait = None
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
-            AllocationRepo(self.s).release(workload_id, now)
+            AllocationRepo(self.s).release(workload_id, now, to)
             row.stop_state = row.stop_reason = row.stop_requested_at = None
             row.endpoint = None
         if new.terminal:  # a declared environment may hold secrets: gone with the work
@@ -506,9 +506,11 @@ class AllocationRepo:
                 .values(enforcement=str(enf))
             )
 
-    def release(self, workload_id: str, now: float) -> None:
+    def release(self, workload_id: str, now: float, to: WorkloadState | None = None) -> None:
+        """End the workload's active allocation at `now`; `to`: the state the workload moves
+        to (kept as `released_as`: which attempts ended in a preemption)."""
         self.s.execute(
             update(AllocationRow)
             .where(AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None))
-            .values(released_at=now)
+            .values(released_at=now, released_as=None if to is None else str(to))
         )

@@ -1,5 +1,9 @@
 """The scheduler loop: snapshot from the store -> `scheduler.cycle()` -> apply the decisions.
 
+The snapshot's `attained_service` holds the tenants' usage under their names and, under a
+workload's id, the service it kept from earlier attempts (checkpointing work preempted and
+requeued; `gpupool.store.attained`), as the simulator passes them.
+
 Applying is "assume, then commit": each admission is committed on its own (allocation +
 `admitted`, refused by the store if a GPU no longer has room), then the executor starts the
 work. If it cannot, the admission is rolled back and `settings.start_retry` decides
@@ -35,6 +39,7 @@ from gpupool.store import (
     UsageRepo,
     UserRepo,
     WorkloadRepo,
+    kept_service,
 )
 
 log = logging.getLogger(__name__)
@@ -99,7 +104,10 @@ class SchedulerLoop(Loop):
             tree = TenantRepo(s).tree()
             running = tuple(AllocationRepo(s).running())
             pending = WorkloadRepo(s).pending()
+            # Snapshot.attained_service: tenants by name, and under a workload's id what it
+            # kept from earlier attempts (checkpointing work preempted and requeued)
             attained = UsageRepo(s).attained_by_tenant()
+            attained.update(kept_service(s))
         waiting = {w.id for w in pending}
         self.nominated = {k: v for k, v in self.nominated.items() if k in waiting}
         snap = Snapshot(nodes, tree, running, attained, nominated=dict(self.nominated))

@@ -30,7 +30,8 @@ from gpupool.server.schemas.workloads import (
     WaitOut,
     WorkloadOut,
 )
-from gpupool.store import WorkloadRecord
+from gpupool.store import WorkloadRecord, gpu_hours
+from gpupool.store import attained_milli_s as store_attained_milli_s
 
 
 def request_from_in(r: ResourcesIn) -> Request:
@@ -110,8 +111,17 @@ def allocation_out(a: Allocation, released_at: float | None = None) -> Allocatio
     )
 
 
-def workload_out(rec: WorkloadRecord, allocation: AllocationOut | None = None) -> WorkloadOut:
+def workload_out(
+    rec: WorkloadRecord,
+    allocation: AllocationOut | None = None,
+    attained_milli_s: float | None = None,
+) -> WorkloadOut:
+    """The API object of a stored workload. `attained_milli_s`: its attained service
+    (gpupool.store.attained); None: what its row alone tells (the last attempt of ended work;
+    nothing kept, nothing current)."""
     w = rec.workload
+    if attained_milli_s is None:
+        attained_milli_s = store_attained_milli_s(w)
     return WorkloadOut(
         id=w.id,
         name=rec.name,
@@ -134,6 +144,7 @@ def workload_out(rec: WorkloadRecord, allocation: AllocationOut | None = None) -
         exit_code=w.exit_code,
         reason=w.reason,
         preemptions=w.preemptions,
+        attained_gpu_hours=gpu_hours(attained_milli_s),
         pending=None
         if rec.pending is None
         else PendingOut(

@@ -161,6 +161,11 @@ class WorkloadOut(Out):
     exit_code: int | None
     reason: str | None
     preemptions: int
+    #: GPU-hours it has attained (read-only): the earlier attempts it kept (only work that
+    #: declares `checkpointing` keeps them when requeued after a preemption; other work
+    #: restarts from scratch, at 0) plus the current attempt while it holds GPUs, or its
+    #: last attempt once it has ended. What service levels order a tenant's work by.
+    attained_gpu_hours: float = 0.0
     pending: PendingOut | None
     allocation: AllocationOut | None = None
     #: where the workload's server listens ("http://host:port"), once its executor says so

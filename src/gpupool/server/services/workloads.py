@@ -7,13 +7,15 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from gpupool.domain import (
     ACTIVE_STATES,
     MILLI_PER_GPU,
+    Allocation,
     Node,
     Request,
     TenantTree,
@@ -54,6 +56,8 @@ from gpupool.store import (
     ProfileRepo,
     TenantRepo,
     WorkloadRepo,
+    attained_milli_s,
+    kept_service,
     new_workload_id,
 )
 
@@ -283,7 +287,23 @@ def list_workloads(
         )
         active = [r.id for r in rows if r.state in _ACTIVE]
         allocs = AllocationRepo(s).active_for_many(active)
-    return ctx.workload_json.workloads(rows, allocs)
+        kept = _kept(s, rows)
+    return ctx.workload_json.workloads(rows, allocs, ctx.clock.now(), kept)
+
+
+def _kept(s: Session, rows: Sequence[Any]) -> dict[str, float]:
+    """What the listed workloads kept from earlier attempts (gpupool.store.attained): only
+    checkpointing work that was preempted can have kept any, so mostly no query at all."""
+    ids = [r.id for r in rows if r.checkpointing and r.preemptions]
+    return kept_service(s, workload_ids=ids) if ids else {}
+
+
+def _attained(s: Session, w: Workload, active: Allocation | None, now: float) -> float:
+    """What `w` has attained at `now`, milli-GPU-seconds (gpupool.store.attained)."""
+    kept = 0.0
+    if w.checkpointing and w.preemptions:
+        kept = kept_service(s, workload_ids=[w.id]).get(w.id, 0.0)
+    return attained_milli_s(w, kept, active, now)
 
 
 def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDetailOut:
@@ -292,8 +312,10 @@ def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDet
         _visible_or_403(p, rec.workload)
         last = AllocationRepo(s).last_for(workload_id)
         events = EventRepo(s).list(workload_id=workload_id, limit=1000)
+        active = last[0] if last and last[1] is None else None
+        attained = _attained(s, rec.workload, active, ctx.clock.now())
     alloc = allocation_out(*last) if last else None
-    out = workload_out(rec, alloc)
+    out = workload_out(rec, alloc, attained)
     return WorkloadDetailOut(
         **out.model_dump(), events=[event_out(i, e) for i, e in reversed(events)]
     )
@@ -325,7 +347,9 @@ def cancel(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadOut:
         lifecycle.request_stop(ctx, workload_id, S.CANCELLED, reason)
     ctx.wake_scheduler()
     with ctx.store.read() as s:
-        return workload_out(WorkloadRepo(s).record(workload_id))
+        rec = WorkloadRepo(s).record(workload_id)
+        active = AllocationRepo(s).active_for(workload_id) if rec.workload.active else None
+        return workload_out(rec, None, _attained(s, rec.workload, active, ctx.clock.now()))
 
 
 def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> LogsOut:
@@ -359,11 +383,13 @@ def queue(ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500) -
             tenant=tenant,
             newest_first=False,
         )
-    # work the scheduler has not seen yet (no reason stored) goes last, by submission
-    rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
+        # work the scheduler has not seen yet (no reason stored) goes last, by submission
+        rows.sort(key=lambda r: (r.pending_reason is None, r.queue_position or 0, r.submitted_at))
+        rows = rows[:limit]
+        kept = _kept(s, rows)
     out = []
-    for i, r in enumerate(rows[:limit], 1):
-        obj = ctx.workload_json.workload(r)
+    for i, r in enumerate(rows, 1):
+        obj = ctx.workload_json.workload(r, kept)
         if r.pending_reason is None:
             out.append(queue_entry(i, 0, "waiting for the next scheduling cycle", obj))
         else:
