@@ -349,15 +349,15 @@ def test_show_prints_the_attained_service_and_what_a_preemption_kept(env):
         r = gp("run", "--gpus", "1", *flags, "--", "python", "train.py", token=t)
         assert r.exit_code == 0, r.output
         ids.append(r.output.strip())
-    deadline = time.monotonic() + 30
     for wid in ids:  # runs, is preempted and requeued, and runs again
-        while state(wid)["state"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(lambda w=wid: state(w)["state"] == "running", f"{wid} running", 30, 0.05)
         lifecycle.request_stop(ctx, wid, WorkloadState.PREEMPTED, "preempted for the test")
-        while (w := state(wid))["state"] != "running" or w["preemptions"] != 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(
+            lambda i=wid: (w := state(i))["state"] == "running" and w["preemptions"] == 1,
+            f"{wid} running again after one preemption",
+            30,
+            0.05,
+        )
     ckpt, plain = (gp("show", wid, token=t).output for wid in ids)
     assert "GPU-hours (kept across 1 preemption)" in ckpt
     assert "GPU-hours (this attempt; no checkpointing)" in plain

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpupool.domain import MILLI_PER_GPU, Node, Request, ValidationError, Workload
 from gpupool.scheduler import Policy, SchedulerCache, SchedulerConfig, Snapshot, cycle
+from gpupool.scheduler.preemption import nominations
 from tests.scheduler.builders import apply, job, node, nodes, running, snapshot, tenant
 
 FAIR = SchedulerConfig(min_runtime_s=0, reclaim_after_s=0)
@@ -51,11 +52,47 @@ def test_gang_is_admitted_on_n_distinct_nodes_at_once():
 def test_gang_never_runs_in_part():
     # 8 + 8 free on two nodes, 4 on the third: a 3 x 8 gang waits whole, it takes nothing
     n = nodes("n", 3)
-    busy = running(job("busy", tenant="lab-b", gpus=4), n[2], range(4))
+    busy = running(job("busy", tenant="lab-b", gpus=4, preemptible=False), n[2], range(4))
     snap = snapshot(n, [tenant("lab-a", 24), tenant("lab-b")], [busy])
     d = cycle(snap, [gang("g", 3, 8)], 0.0, FAIR)
-    assert d.admissions == ()
+    assert d.admissions == () and d.preemptions == ()
     assert d.pending["g"].reason.startswith("needs 3 nodes with 8 free GPUs each; 2 have them now")
+
+
+def test_gang_within_its_guarantee_reclaims_on_n_nodes_then_starts_there():
+    # lab-b (no guarantee) borrows 4 GPUs on each of n1 and n2; lab-a's 3 x 8 gang is within
+    # its guarantee of 24: it preempts both, keeps the three nodes, and starts next cycle
+    n = nodes("n", 3)
+    run = [
+        running(job(f"b{i}", tenant="lab-b", gpus=4), n[i], range(4), since=-3600) for i in (1, 2)
+    ]
+    snap = snapshot(n, [tenant("lab-a", 24), tenant("lab-b")], run)
+    other = job("b-more", tenant="lab-b", gpus=4, submit=-10)  # would take the freed GPUs
+    d = cycle(snap, [gang("g", 3, 8), other], 0.0, FAIR)
+    assert sorted(p.workload_id for p in d.preemptions) == ["b1", "b2"]
+    assert {p.for_workload for p in d.preemptions} == {"g"}
+    assert "on 3 nodes held for it" in d.pending["g"].reason
+    assert d.admissions == ()  # nothing else lands on the nodes held for the gang
+    node_of = {rw.workload.id: rw.allocation.node for rw in run}
+    snap2, pending = apply(snap, [gang("g", 3, 8), other], d, 0.0)
+    snap2 = dataclasses.replace(snap2, nominated=nominations(d.preemptions, node_of))
+    d2 = cycle(snap2, pending, 1.0, FAIR)
+    assert [a.workload_id for a in d2.admissions][:1] == ["g"]
+    assert sorted(d2.admissions[0].allocation.nodes) == ["n-0", "n-1", "n-2"]
+
+
+def test_gang_reclaim_is_all_or_nothing():
+    # only n1's borrowed work may be taken (n2's is not preemptible): one node is not
+    # enough for a 3 x 8 gang, so nothing is preempted
+    n = nodes("n", 3)
+    run = [
+        running(job("b1", tenant="lab-b", gpus=4), n[1], range(4), since=-3600),
+        running(job("b2", tenant="lab-b", gpus=4, preemptible=False), n[2], range(4)),
+    ]
+    snap = snapshot(n, [tenant("lab-a", 24), tenant("lab-b")], run)
+    d = cycle(snap, [gang("g", 3, 8)], 0.0, FAIR)
+    assert d.preemptions == ()
+    assert d.pending["g"].reason.startswith("needs 3 nodes with 8 free GPUs each")
 
 
 def test_gang_wider_than_the_cluster_is_unschedulable():
@@ -103,12 +140,12 @@ def test_smaller_domain_that_fits_is_preferred_over_a_larger_one():
 
 
 def test_reservation_keeps_small_work_from_starving_a_gang():
-    # two nodes, each half busy; a 2 x 8 gang waits; 1-GPU jobs behind it must not take the
-    # free GPUs of the nodes held for it
+    # two nodes, each half busy (with work that may not be preempted); a 2 x 8 gang waits;
+    # 1-GPU jobs behind it must not take the free GPUs of the nodes held for it
     n = nodes("n", 2)
     run = [
-        running(job("r0", tenant="lab-b", gpus=4), n[0], range(4)),
-        running(job("r1", tenant="lab-b", gpus=4), n[1], range(4)),
+        running(job("r0", tenant="lab-b", gpus=4, preemptible=False), n[0], range(4)),
+        running(job("r1", tenant="lab-b", gpus=4, preemptible=False), n[1], range(4)),
     ]
     snap = snapshot(n, [tenant("lab-a", 16), tenant("lab-b", 0)], run)
     small = [job(f"s{i}", tenant="lab-b", gpus=1, submit=1) for i in range(4)]
@@ -124,8 +161,12 @@ def test_reservation_keeps_small_work_from_starving_a_gang():
 
 def test_backfill_on_held_nodes_only_by_work_that_ends_before_the_gang_is_due():
     n = nodes("n", 2)
-    r0 = dataclasses.replace(job("r0", tenant="lab-b", gpus=4), max_runtime_s=1000)
-    r1 = dataclasses.replace(job("r1", tenant="lab-b", gpus=4), max_runtime_s=1000)
+    r0 = dataclasses.replace(
+        job("r0", tenant="lab-b", gpus=4, preemptible=False), max_runtime_s=1000
+    )
+    r1 = dataclasses.replace(
+        job("r1", tenant="lab-b", gpus=4, preemptible=False), max_runtime_s=1000
+    )
     run = [running(r0, n[0], range(4)), running(r1, n[1], range(4))]
     snap = snapshot(n, [tenant("lab-a", 16), tenant("lab-b", 0)], run)
     short = dataclasses.replace(job("short", tenant="lab-b", gpus=2, submit=1), max_runtime_s=500)

@@ -338,9 +338,9 @@ def test_reclaim_goes_in_queue_order_and_stops_at_blocked_work(ahead, reclaims):
         # lab-b (holding nothing) ranks first and would take the free GPU ...
         (1, {}, "x"),
         # ... but it was reclaimed for lab-a's c: the node is kept for c
-        (1, {"c": "n1"}, "c"),
+        (1, {"c": ("n1",)}, "c"),
         # a nomination no longer within c's guarantee keeps nothing
-        (2, {"c": "n1"}, "x"),
+        (2, {"c": ("n1",)}, "x"),
     ],
 )
 def test_nominated_node_is_kept_for_the_workload_it_was_reclaimed_for(a_holds, nominated, admitted):

@@ -28,7 +28,7 @@ from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
 from gpupool.scheduler.cycle_reclaim import ReclaimSteps
 from gpupool.scheduler.fairshare import fair_shares
-from gpupool.scheduler.gangs import gang_reason
+from gpupool.scheduler.gangs import gang_reason, per_node
 from gpupool.scheduler.gangwalk import GangHold, backfill_gang_nodes, place_gang
 from gpupool.scheduler.levels import LevelPreemptor
 from gpupool.scheduler.limits import (
@@ -201,18 +201,26 @@ class _Cycle(ReclaimSteps):
         # with service levels and checkpointing work running, a nominee may be a level
         # preemption's (within its tenant, beyond any guarantee): held too
         levels = bool(self.config.service_levels_s and self.cache.checkpointing())
+        ids = self.cap.node_ids
         for q in self.queues.values():
             for _, w, shape, milli in q:
-                name = self.snap.nominated.get(w.id)
-                n = None if name is None else self.cap.node_ids.get(name)
-                if n is None:
+                names = self.snap.nominated.get(w.id)
+                nodes = [n for n in map(ids.get, names or ()) if n is not None]
+                if not nodes:
                     continue
                 if not levels and not within_some_guarantee(
                     self.tree, self.effective, w.tenant, milli
                 ):
                     continue
-                self.nominated_node[w.id] = n
                 self.nominee_tenants.add(w.tenant)
+                if shape.nodes > 1:  # a gang: all its nodes (gpupool.scheduler.gangwalk)
+                    one = per_node(shape)
+                    for n in nodes:
+                        if n not in self.holds:
+                            self._hold(n, Hold(w.tenant, w.id, one))
+                    continue
+                n = nodes[0]
+                self.nominated_node[w.id] = n
                 if n not in self.holds:
                     self._hold(n, Hold(w.tenant, w.id, shape))
 

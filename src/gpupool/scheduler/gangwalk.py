@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
+from gpupool.scheduler.gangreclaim import reclaim_for_gang
 from gpupool.scheduler.gangs import (
     find_gang,
     gang_allocation,
@@ -46,9 +47,11 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
     `gang_reservations` gangs hold nodes this cycle, hold the N nodes where it is closest to
     fitting (False)."""
     gp = None
-    if shape not in c.nofit:
-        gp = find_gang(c.cap, shape, c.config.topology_keys)
-        if gp is None:
+    mine = [n for n, h in c.holds.items() if h.workload_id == w.id]  # nominated to it
+    if mine or shape not in c.nofit:
+        allowed = set(mine)
+        gp = find_gang(c.cap, shape, c.config.topology_keys, allowed.__contains__)
+        if gp is None and not mine:
             c.nofit.add(shape)
     if gp is not None:
         alloc = gang_allocation(c.cap, w.id, gp, shape, c.now, c.config.shared_enforcement)
@@ -58,6 +61,12 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
         c.effective.add(w.tenant, w.owner, shape.gpu_milli)
         c.admissions.append(Admission(w.id, alloc))
         return True
+    within = c.quotas and within_some_guarantee(c.tree, c.effective, w.tenant, shape.gpu_milli)
+    if within and c.config.preemption and c.policy.value == "fair":
+        # like one-node work: reclaim in queue order (gpupool.scheduler.gangreclaim)
+        if w.tenant not in c.no_reclaim and reclaim_for_gang(c, w, shape):
+            return False
+        c.no_reclaim.add(w.tenant)
     c.reasons[w.id] = why = c._blocked_reason(shape)
     if len(c.gang_holds) < c.config.gang_reservations:
         nodes = gang_reservation(c.cap, shape, c.config.topology_keys)

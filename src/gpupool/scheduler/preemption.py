@@ -23,13 +23,14 @@ the caller has stopped them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpupool.domain import TenantTree, Workload
 from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import Usage, gpus_text
 from gpupool.scheduler.placement import Placement, place_on_node
-from gpupool.scheduler.types import RunningWorkload
+from gpupool.scheduler.types import Preemption, RunningWorkload
 
 #: how many nodes where a candidate would fit are compared before victims are chosen
 NODES_COMPARED = 4
@@ -63,6 +64,19 @@ def reclaim_due(w: Workload, now: float, reclaim_after_s: float) -> bool:
     """True once `w` has waited `reclaim_after_s` since it was submitted (requeued work keeps
     its submit time, so work that was itself preempted may reclaim at once)."""
     return now - w.submitted_at >= reclaim_after_s
+
+
+def nominations(
+    preemptions: Iterable[Preemption], node_of: Mapping[str, str]
+) -> dict[str, tuple[str, ...]]:
+    """For `Snapshot.nominated`: per workload that work was preempted for in one cycle, the
+    nodes (sorted, distinct) its victims ran on (`node_of`: victim workload id -> node)."""
+    out: dict[str, set[str]] = {}
+    for p in preemptions:
+        node = node_of.get(p.workload_id)
+        if node is not None:
+            out.setdefault(p.for_workload, set()).add(node)
+    return {w: tuple(sorted(nodes)) for w, nodes in out.items()}
 
 
 def within_some_guarantee(tree: TenantTree, usage: Usage, tenant: str, milli: int) -> bool:
@@ -414,6 +428,18 @@ class Reclaimer:
             for a in self.usage.chain(rw.workload.tenant):
                 if (a, m) in self.model_usage:
                     self.model_usage[(a, m)] -= rw.allocation.gpu_milli
+
+    def give_back(self, victims: tuple[RunningWorkload, ...] | list[RunningWorkload]) -> None:
+        """Undo `take` for `victims` (a multi-node reclaim that found too few nodes)."""
+        for rw in victims:
+            self.taken.discard(rw.workload.id)
+            self.usage.add(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
+            m = self._model_of(rw) if self.model_usage else None
+            if m is None:
+                continue
+            for a in self.usage.chain(rw.workload.tenant):
+                if (a, m) in self.model_usage:
+                    self.model_usage[(a, m)] += rw.allocation.gpu_milli
 
     def reason(self, victim: RunningWorkload, tenant: str, workload_id: str) -> str:
         w = victim.workload

@@ -60,11 +60,12 @@ class Snapshot:
     #: under a workload id, what that workload attained in earlier attempts (`las`, and
     #: `fair` with `service_levels_s`)
     attained_service: dict[str, float] = field(default_factory=dict)
-    #: pending workload id -> the node where work was preempted for it in an earlier cycle
-    #: (the node of the victims of a Preemption with `for_workload` = the id). `fair` keeps
-    #: that node for it (like Kubernetes' nominatedNodeName), so the reclaimed capacity is
-    #: not taken by other work before it starts. Empty: no nominations.
-    nominated: dict[str, str] = field(default_factory=dict)
+    #: pending workload id -> the nodes where work was preempted for it in an earlier cycle
+    #: (the nodes of the victims of the Preemptions with `for_workload` = the id; one node,
+    #: or N for a multi-node request; see `nominations`). `fair` keeps them for it (like
+    #: Kubernetes' nominatedNodeName), so the reclaimed capacity is not taken by other work
+    #: before it starts. Empty: no nominations.
+    nominated: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

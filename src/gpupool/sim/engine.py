@@ -33,6 +33,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
+from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
@@ -176,8 +177,8 @@ class Simulator(Wakeups):
         self.min_runtime_heap: list[tuple[float, str, int]] = []
         #: (time pending work may start to reclaim (`reclaim_after_s`), workload id)
         self.reclaim_due_heap: list[tuple[float, str]] = []
-        #: pending workload id -> node where work was preempted for it (Snapshot.nominated)
-        self.nominated: dict[str, str] = {}
+        #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated)
+        self.nominated: dict[str, tuple[str, ...]] = {}
         self.seq = 0
         self.last_t = 0.0
         self.cycle_ms: list[float] = []
@@ -423,10 +424,15 @@ class Simulator(Wakeups):
         t0 = time.perf_counter()
         d = self.cycle_fn(snap, pending, t, self.s.config)
         self.cycle_ms.append((time.perf_counter() - t0) * 1000.0)
+        if d.preemptions:
+            running = self.running
+            node_of = {
+                p.workload_id: running[p.workload_id].allocation.node
+                for p in d.preemptions
+                if p.workload_id in running
+            }
+            self.nominated.update(nominations(d.preemptions, node_of))
         for p in d.preemptions:
-            rw = self.running.get(p.workload_id)
-            if rw is not None:
-                self.nominated[p.for_workload] = rw.allocation.node
             self._preempt(p.workload_id, p.reason, t)
         for a in d.admissions:
             self._admit(a.workload_id, a.allocation, t)

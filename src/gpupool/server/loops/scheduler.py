@@ -27,6 +27,7 @@ from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.domain.retries import backing_off, retry_reason
 from gpupool.executors.base import ExecState, ExecStatus, ExecutorError, Handle, StartError
 from gpupool.scheduler import Decisions, SchedulerCache, Snapshot, cycle
+from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import PendingInfo
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
@@ -92,9 +93,9 @@ class SchedulerLoop(Loop):
         self.last: CycleReport | None = None
         #: what the scheduler carries from one cycle to the next (see gpupool.scheduler.cache)
         self.cache = SchedulerCache()
-        #: pending workload id -> node where work was preempted for it (Snapshot.nominated);
+        #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated);
         #: kept in memory like Kubernetes' nominatedNodeName (a restart forgets it: harmless)
-        self.nominated: dict[str, str] = {}
+        self.nominated: dict[str, tuple[str, ...]] = {}
         #: workloads whose start failed in the current pass and that will retry
         self._retrying: list[Workload] = []
 
@@ -163,9 +164,8 @@ class SchedulerLoop(Loop):
             except Conflict:
                 pass  # cancelled meanwhile
         nodes = {r.workload.id: r.allocation.node for r in snap.running}
+        self.nominated.update(nominations(d.preemptions, nodes))
         for p in d.preemptions:
-            if p.workload_id in nodes:
-                self.nominated[p.for_workload] = nodes[p.workload_id]
             try:
                 lifecycle.request_stop(ctx, p.workload_id, S.PREEMPTED, p.reason)
                 report.preempted.append(p.workload_id)
