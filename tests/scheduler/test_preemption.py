@@ -310,22 +310,28 @@ def test_across_nodes_the_set_that_loses_least_progress_wins():
 
 
 @pytest.mark.parametrize(
-    ("ahead", "reclaims"),
+    ("ahead", "young", "reclaims"),
     [
-        ([], True),
-        # a job ahead within lab-a's guarantee that neither fits nor reclaims (it has not
-        # waited reclaim_after_s) stops the 1-GPU job behind it (what that freed would go
-        # to it first)
-        ([job("fresh", gpus=1, priority=5, submit=NOW - 10)], False),
+        ([], False, True),
+        # a job ahead within lab-a's guarantee that has waited reclaim_after_s but cannot
+        # reclaim (2 GPUs; only b0 has run min_runtime_s) stops the 1-GPU job behind it
+        # (what that freed would go to it first)
+        ([job("stuck", gpus=2, submit=0)], True, False),
+        # ... which alone would reclaim b0
+        ([], True, True),
+        # a job ahead that has not waited reclaim_after_s yet does not reclaim now, and does
+        # not stop work behind it that has (what that reclaims is nominated to it)
+        ([job("fresh", gpus=1, priority=5, submit=NOW - 10)], False, True),
         # a 3-GPU job ahead is beyond lab-a's guarantee of 2: it has no claim and would
         # borrow, so it does not stop the 1-GPU job behind it from reclaiming within it
-        ([job("big", gpus=3, submit=0)], True),
+        ([job("big", gpus=3, submit=0)], False, True),
         # a job ahead that reclaims does not stop the one behind it
-        ([job("first", gpus=1, submit=0)], True),
+        ([job("first", gpus=1, submit=0)], False, True),
     ],
 )
-def test_reclaim_goes_in_queue_order_and_stops_at_blocked_work(ahead, reclaims):
-    run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(4)])
+def test_reclaim_goes_in_queue_order_and_stops_at_blocked_work(ahead, young, reclaims):
+    since = [100, NOW - 10, NOW - 10, NOW - 10] if young else [100 * i for i in range(4)]
+    run = borrowers(*[(f"b{i}", 0, s, True) for i, s in enumerate(since)])
     pending = [*ahead, job("small", gpus=1, submit=1)]
     cfg = SchedulerConfig(reclaim_after_s=600)
     d = cycle(snapshot([N], TENANTS, run), pending, NOW, cfg)

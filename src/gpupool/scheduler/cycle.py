@@ -48,6 +48,7 @@ from gpupool.scheduler.placement import (
 )
 from gpupool.scheduler.preemption import (
     Reclaimer,
+    reclaim_due,
     within_some_guarantee,
 )
 from gpupool.scheduler.queues import Candidate, Queues, Tail
@@ -138,6 +139,10 @@ class _Cycle(ReclaimSteps):
         #: memos of failures, valid for the rest of the cycle (see _walk_tenants)
         #: tenant -> {shape: why} for placements that failed
         self._failed_shape: dict[str, dict[Shape, str]] = {}
+        #: tenant -> shapes whose memoized failure was work within a guarantee that had not
+        #: waited `reclaim_after_s`: work of that shape that has waited may still reclaim
+        self._not_due: dict[str, set[Shape]] = {}
+        self._blocked_not_due = False  # set by _place_or_block for _consider's memo
         self._epoch = 0
         self._tenant_fail: dict[str, tuple[int, str]] = {}
         #: tenant -> {user: (smallest milli refused, why)}
@@ -291,7 +296,7 @@ class _Cycle(ReclaimSteps):
                 if try_tail:
                     # the rest of the queue may all be answered from the memos: at once
                     try_tail = False
-                    if not ufail and (tfail is not None or failed_shape):
+                    if not ufail and (tfail is not None or failed_shape) and t not in self._not_due:
                         filled = self._fill_tail(q, i, n, r, tfail, failed_shape)
                         if filled is not None:
                             n = filled
@@ -310,6 +315,12 @@ class _Cycle(ReclaimSteps):
                         why = uf[1]
                 if why is None:
                     why = failed_shape.get(shape)
+                    if (
+                        why is not None
+                        and shape in self._not_due.get(t, ())
+                        and reclaim_due(w, self.now, self.config.reclaim_after_s)
+                    ):
+                        why = None  # it failed for work not yet due; this one is
                 if why is None:
                     if consider(w, shape):
                         break  # admitted: re-rank the tenant
@@ -394,9 +405,12 @@ class _Cycle(ReclaimSteps):
         if self._epoch == epoch and w.tenant not in self.nominee_tenants and not self.gang_holds:
             # placement failures do not depend on the user
             self._failed_shape.setdefault(w.tenant, {})[shape] = self.reasons[w.id]
+            if self._blocked_not_due:
+                self._not_due.setdefault(w.tenant, set()).add(shape)
         return False
 
     def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
+        self._blocked_not_due = False
         if shape.nodes > 1:
             return place_gang(self, w, shape)
         nominated = self.nominated_node.get(w.id) if self.nominated_node else None
@@ -423,8 +437,9 @@ class _Cycle(ReclaimSteps):
         # Reclaim goes in queue order: once work of a tenant within its guarantee neither
         # fits nor reclaims, the work behind it only backfills free capacity (what it
         # reclaimed would go to the blocked work ahead of it as soon as that fits, and be
-        # reclaimed again). Work too big for what is left of the guarantee has no claim, so
-        # it does not stop smaller work behind it from reclaiming within the guarantee.
+        # reclaimed again). Work too big for what is left of the guarantee has no claim, and
+        # work that has not waited `reclaim_after_s` does not reclaim yet: neither stops the
+        # work behind it (what that reclaims is held for it: its node is nominated).
         may_reclaim = within and self.config.preemption and w.tenant not in self.no_reclaim
         if may_reclaim and self._reclaim(w, shape):
             return False
@@ -438,8 +453,10 @@ class _Cycle(ReclaimSteps):
             and self._level_preempt(w, shape)
         ):
             return False
-        if within:
+        if within and reclaim_due(w, self.now, self.config.reclaim_after_s):
             self.no_reclaim.add(w.tenant)
+        elif within and self.config.preemption:
+            self._blocked_not_due = True
         self.reasons[w.id] = self._blocked_reason(shape)
         # Guaranteed work that still does not fit reserves a node (one per tenant and cycle);
         # work that would borrow reserves nothing: it waits for capacity to free up, and
@@ -485,6 +502,7 @@ class _Cycle(ReclaimSteps):
         self._epoch += 1
         for memo in self._failed_shape.values():
             memo.clear()
+        self._not_due.clear()
         self._reason_memo.clear()
 
     def _blocked_reason(self, shape: Shape) -> str:

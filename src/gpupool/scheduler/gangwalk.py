@@ -21,7 +21,7 @@ from gpupool.scheduler.gangs import (
     per_node,
 )
 from gpupool.scheduler.placement import Placement, place_on_node
-from gpupool.scheduler.preemption import within_some_guarantee
+from gpupool.scheduler.preemption import reclaim_due, within_some_guarantee
 from gpupool.scheduler.reservations import Hold, expected_start
 from gpupool.scheduler.types import Admission
 
@@ -66,7 +66,8 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
         # like one-node work: reclaim in queue order (gpupool.scheduler.gangreclaim)
         if w.tenant not in c.no_reclaim and reclaim_for_gang(c, w, shape):
             return False
-        c.no_reclaim.add(w.tenant)
+        if reclaim_due(w, c.now, c.config.reclaim_after_s):
+            c.no_reclaim.add(w.tenant)
     c.reasons[w.id] = why = c._blocked_reason(shape)
     if len(c.gang_holds) < c.config.gang_reservations:
         nodes = gang_reservation(c.cap, shape, c.config.topology_keys)
