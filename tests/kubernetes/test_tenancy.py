@@ -120,8 +120,10 @@ def _allows(policy: dict, address: str, port: int) -> bool:
             if block is None:
                 continue
             net = ipaddress.ip_network(block["cidr"])
-            if ip.version == net.version and ip in net and not any(
-                ip in ipaddress.ip_network(e) for e in block.get("except", [])
+            if (
+                ip.version == net.version
+                and ip in net
+                and not any(ip in ipaddress.ip_network(e) for e in block.get("except", []))
             ):
                 return True
     return False

@@ -1,8 +1,8 @@
 """Applies the tenancy objects (`tenancy.py`) to the cluster: create what is missing, merge-patch
 what differs in the fields gpupool owns, delete the GPU quota of a tenant that lost its limit
 and the metadata-blocking NetworkPolicy when `block_cloud_metadata` is off (only objects
-labelled as gpupool's). Idempotent: a pass over an up-to-date cluster only reads. PVCs are created, never patched or
-deleted (their spec is immutable and they hold people's files)."""
+labelled as gpupool's). Idempotent: a pass over an up-to-date cluster only reads. PVCs are
+created, never patched or deleted (their spec is immutable and they hold people's files)."""
 
 from __future__ import annotations
 
