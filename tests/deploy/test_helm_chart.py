@@ -310,6 +310,18 @@ def test_z2jh_values_point_the_hub_at_gpupool():
     assert values["singleuser"]["storage"]["type"] == "none"  # gpupool mounts home-<user>
     assert "profileList" not in values["singleuser"]  # profiles are gpupool's
     assert hub["networkPolicy"]["interNamespaceAccessLabels"] == "accept"
+    # the hub and the proxy reach the notebooks in the tenants' namespaces by selector
+    tenants = {"matchExpressions": [{"key": "gpupool.dev/tenant", "operator": "Exists"}]}
+    for policy in (hub["networkPolicy"], values["proxy"]["chp"]["networkPolicy"]):
+        assert {"to": [{"namespaceSelector": tenants}]} in policy["egress"]
+        kv = pytest.importorskip("kubernetes_validate")
+        for version in KUBE_VERSIONS:  # what Z2JH puts into its NetworkPolicy's egress
+            netpol = {"podSelector": {}, "policyTypes": ["Egress"], "egress": policy["egress"]}
+            kv.validate(
+                {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                 "metadata": {"name": "z2jh"}, "spec": netpol},
+                version, strict=True,
+            )  # fmt: skip
     assert hub["image"]["name"] and values["singleuser"]["image"]["name"]
     # gpupool refuses Z2JH's privileged, root init container that blocks cloud metadata;
     # gpupool's own NetworkPolicy in the tenants' namespaces blocks it instead
