@@ -181,7 +181,7 @@ def metadata_policy_manifest(namespace: str, tenant: str) -> dict[str, Any]:
 
     Policies add up, so this one allows what it does not block: any IPv4 or IPv6 address
     except the metadata server's, and every pod of the cluster by selector (a CNI such as
-    Cilium matches pods by identity, never by `ipBlock`), DNS included. Port 53 of the
+    Cilium matches pods by identity, not by `ipBlock`), DNS included. Port 53 of the
     metadata server stays open: GKE's Cloud DNS is served there (Zero-to-JupyterHub's
     `dnsPortsCloudMetadataServer` rule, on by default, does the same)."""
     dns = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
