@@ -105,6 +105,19 @@ def test_the_metadata_policy_allows_all_egress_but_the_metadata_server():
     }
 
 
+def test_the_docs_show_the_policy_gpupool_makes():
+    from pathlib import Path
+
+    import yaml
+
+    docs = (Path(__file__).parents[2] / "docs" / "kubernetes.md").read_text()
+    section = docs.split("## Cloud metadata", 1)[1]
+    shown = yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+    made = t.metadata_policy_manifest("gpupool-x", "x")
+    assert shown["metadata"]["name"] == made["metadata"]["name"]
+    assert shown["spec"] == made["spec"]
+
+
 def _allows(policy: dict, address: str, port: int) -> bool:
     """Whether an egress rule of `policy` admits `address:port` by its ipBlocks (what a
     CNI matching ipBlocks does for an address outside the cluster's pods)."""
