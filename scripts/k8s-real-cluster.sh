@@ -8,7 +8,11 @@
 #   1. helm install deploy/helm/gpupool (bundled PostgreSQL, agent off unless AGENT=1);
 #   2. wait for the server, log in as admin with the generated password (port-forward);
 #   3. submit a 1-GPU job through the gpupool CLI and wait for it to finish;
-#   4. check a pod labelled with the workload id ran in the tenant's namespace.
+#   4. check a pod labelled with the workload id ran in the tenant's namespace;
+#   5. check the tenant's namespace has the NetworkPolicy gpupool-block-cloud-metadata and, on
+#      a cloud VM whose metadata server (169.254.169.254) answers a pod of the release's
+#      namespace, that it does not answer a pod of the tenant's (fails when the CNI does not
+#      enforce NetworkPolicy; says so and skips that part where no metadata server answers).
 #
 # Usage: IMAGE=registry/gpupool:tag scripts/k8s-real-cluster.sh
 #   IMAGE       the gpupool image your cluster can pull (build it: deploy/docker/Dockerfile)
@@ -73,3 +77,26 @@ PHASE=$(kubectl get pods -A -l "gpupool.dev/workload=$WID" -o jsonpath='{.items[
 [ "$STATE" = succeeded ] && [ "$PHASE" = Succeeded ] \
   || { echo "FAILED: workload $STATE, pod $PHASE" >&2; exit 1; }
 echo "OK: workload $WID succeeded in pod phase $PHASE"
+
+say "the cloud metadata server from a tenant's namespace"
+TENANT_NS=$(kubectl get pods -A -l "gpupool.dev/workload=$WID" -o jsonpath='{.items[0].metadata.namespace}')
+kubectl -n "$TENANT_NS" get networkpolicy gpupool-block-cloud-metadata
+# exit 0 when the metadata server answers (any HTTP status) a pod in namespace $1
+metadata_answers() {
+  kubectl -n "$1" run "metadata-probe-$RANDOM" --image="$IMAGE" --restart=Never --rm -i \
+    --quiet --command -- python3 -c '
+import urllib.error, urllib.request
+try:
+    urllib.request.urlopen("http://169.254.169.254/", timeout=5)
+except urllib.error.HTTPError:
+    pass' >/dev/null 2>&1
+}
+if ! metadata_answers "$NAMESPACE"; then
+  echo "no metadata server answers in $NAMESPACE either (not a cloud VM?): blocking not checked"
+elif metadata_answers "$TENANT_NS"; then
+  echo "FAILED: the metadata server answers a pod in $TENANT_NS despite the NetworkPolicy" \
+    "gpupool-block-cloud-metadata: does your CNI enforce NetworkPolicy?" >&2
+  exit 1
+else
+  echo "OK: the metadata server answers in $NAMESPACE, not in $TENANT_NS"
+fi

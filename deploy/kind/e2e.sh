@@ -14,7 +14,10 @@
 #      tenant's namespace, and the hub's proxy reaches it;
 #   5. checks: the job's pod Succeeded; the notebook is a running `notebook` workload with an
 #      endpoint, its pod runs pinned to a node with nvidia.com/gpu: 1, and /user/ann/api
-#      answers through the hub.
+#      answers through the hub; its namespace has the NetworkPolicy
+#      gpupool-block-cloud-metadata (kind 0.24 and later enforce NetworkPolicy, so the
+#      notebook reaching the hub and DNS shows the policy lets them through; kind has no
+#      metadata server, so the blocking itself is left to scripts/k8s-real-cluster.sh).
 #
 # Usage: deploy/kind/e2e.sh        (KEEP=1 leaves the cluster; CLUSTER=name, FAKE_GPUS=4)
 # Needs: docker, kind, kubectl, helm, curl, python3 with gpupool importable (PYTHONPATH=src).
@@ -138,6 +141,9 @@ LIMIT=$(kubectl get pods -A -l "gpupool.dev/workload=$NB" \
 USER_TOKEN=$(curl -fsS -X POST "${AUTH[@]}" "$HUB/users/ann/tokens" --data '{"note": "e2e"}' \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
 curl -fsS -H "Authorization: token $USER_TOKEN" "http://127.0.0.1:$HUB_PORT/user/ann/api" ; echo
+NB_NS=$(kubectl get pods -A -l "gpupool.dev/workload=$NB" -o jsonpath='{.items[0].metadata.namespace}')
+kubectl -n "$NB_NS" get networkpolicy gpupool-block-cloud-metadata \
+  || { echo "FAILED: no gpupool-block-cloud-metadata NetworkPolicy in $NB_NS" >&2; exit 1; }
 
 say "stop it through the hub: gpupool deletes the pod"
 curl -fsS -X DELETE "${AUTH[@]}" "$HUB/users/ann/server" || true

@@ -218,6 +218,9 @@ def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
     try:
         up.wait_ready()
         assert "kubernetes engine on " + kube.url in up.output
+        # on by default: the tenant's namespace gets the metadata-blocking policy
+        policies = kube.objects["networkpolicies"]
+        assert ("gpupool-default", "gpupool-block-cloud-metadata") in policies
         home = kube.objects["persistentvolumeclaims"][("gpupool-default", "home-admin")]
         assert home["spec"]["storageClassName"] == "fast"
         assert home["spec"]["resources"]["requests"]["storage"] == "5Gi"
@@ -242,6 +245,22 @@ def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
     finally:
         assert up.stop() == 0, up.output
         kube.stop()
+
+
+@pytest.mark.parametrize(("flags", "blocked"), [([], True), (["--no-block-cloud-metadata"], False)])
+def test_up_kubernetes_block_cloud_metadata_flag(monkeypatch, flags, blocked):
+    pytest.importorskip("kubernetes")
+    from typer.testing import CliRunner
+
+    from gpupool.cli import up as up_module
+    from gpupool.cli.main import app
+
+    seen: dict = {}
+    monkeypatch.setattr(up_module, "serve", lambda **kw: seen.update(kw))
+    r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", *flags])
+    assert r.exit_code == 0, r.output
+    engine = up_module._engine("kubernetes", kube=seen["kube"])
+    assert engine.options.tenancy.block_cloud_metadata is blocked
 
 
 def test_up_kubernetes_without_a_cluster_says_what_to_do(data_dir, tmp_path):

@@ -39,6 +39,7 @@ COMBOS = {
     },
     "tenant-namespaces": {"rbac.tenantNamespaces[0]": "gpupool-team-a"},
     "no-persistence": {"postgresql.persistence.enabled": "false"},
+    "cloud-metadata-open": {"server.blockCloudMetadata": "false"},
 }
 
 #: What the kubernetes engine does through the API (tests/kubernetes checks every request of
@@ -270,6 +271,17 @@ def test_agent_daemonset(helm):
     assert not by_kind(render(helm, COMBOS["agent-off"]), "DaemonSet")
 
 
+def test_block_cloud_metadata_is_on_unless_turned_off(helm):
+    def args(values: dict[str, str]) -> list[str]:
+        (c,) = one(render(helm, values), "Deployment")["spec"]["template"]["spec"]["containers"]
+        return c["args"]
+
+    assert "--no-block-cloud-metadata" not in args({})  # gpupool up's default: blocked
+    assert "--no-block-cloud-metadata" in args(COMBOS["cloud-metadata-open"])
+    r = template(helm, {"server.blockCloudMetadata": "maybe"})
+    assert r.returncode != 0 and "/server/blockCloudMetadata" in r.stderr
+
+
 def test_image_tag_override(helm):
     (c,) = one(render(helm, {"image.tag": "dev"}), "Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -298,8 +310,21 @@ def test_z2jh_values_point_the_hub_at_gpupool():
     assert values["singleuser"]["storage"]["type"] == "none"  # gpupool mounts home-<user>
     assert "profileList" not in values["singleuser"]  # profiles are gpupool's
     assert hub["networkPolicy"]["interNamespaceAccessLabels"] == "accept"
+    # the hub and the proxy reach the notebooks in the tenants' namespaces by selector
+    tenants = {"matchExpressions": [{"key": "gpupool.dev/tenant", "operator": "Exists"}]}
+    for policy in (hub["networkPolicy"], values["proxy"]["chp"]["networkPolicy"]):
+        assert {"to": [{"namespaceSelector": tenants}]} in policy["egress"]
+        kv = pytest.importorskip("kubernetes_validate")
+        for version in KUBE_VERSIONS:  # what Z2JH puts into its NetworkPolicy's egress
+            netpol = {"podSelector": {}, "policyTypes": ["Egress"], "egress": policy["egress"]}
+            kv.validate(
+                {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                 "metadata": {"name": "z2jh"}, "spec": netpol},
+                version, strict=True,
+            )  # fmt: skip
     assert hub["image"]["name"] and values["singleuser"]["image"]["name"]
-    # gpupool refuses Z2JH's privileged, root init container that blocks cloud metadata
+    # gpupool refuses Z2JH's privileged, root init container that blocks cloud metadata;
+    # gpupool's own NetworkPolicy in the tenants' namespaces blocks it instead
     assert values["singleuser"]["cloudMetadata"]["blockWithIptables"] is False
     assert values["singleuser"]["uid"] == 1000  # never root
 

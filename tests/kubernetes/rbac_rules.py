@@ -35,6 +35,7 @@ ENGINE_RULES = {
     ("workloads", "networking.k8s.io", "networkpolicies", "get", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "create", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "patch", ()),
+    ("workloads", "networking.k8s.io", "networkpolicies", "delete", ()),
 }
 
 

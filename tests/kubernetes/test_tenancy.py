@@ -1,6 +1,7 @@
 """The tenancy objects: built by pure builders (valid for Kubernetes 1.30 and 1.34,
 `kubernetes-validate --strict`) and applied by the engine over HTTP to the fake API server:
-created, patched when a limit or a member changes, and a second pass makes no writes."""
+created, patched when a limit or a member changes, and a second pass makes no writes; the
+metadata-blocking NetworkPolicy follows `block_cloud_metadata` (made, removed, made again)."""
 
 from __future__ import annotations
 
@@ -58,12 +59,18 @@ def test_every_object_is_valid(version):
         "RoleBinding",
         "RoleBinding",
         "NetworkPolicy",
+        "NetworkPolicy",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
     ]
     for o in objs:
         kv.validate(o, version, strict=True)
+    off = TenancySettings(block_cloud_metadata=False)
+    assert [o["metadata"]["name"] for o in t.tenant_objects(_spec(), "gpupool-", off)][4:6] == [
+        t.POLICY_NAME,
+        "home-ada",
+    ]
 
 
 def test_validation_is_real_for_the_new_kinds():
@@ -71,6 +78,87 @@ def test_validation_is_real_for_the_new_kinds():
     policy["spec"]["ingres"] = policy["spec"].pop("ingress")
     with pytest.raises(kv.ValidationError):
         kv.validate(policy, "1.34.0", strict=True)
+    egress = t.metadata_policy_manifest(NS, "physics/lab-a")
+    egress["spec"]["egress"][0]["to"][0]["ipBlock"]["excepts"] = ["169.254.169.254/32"]
+    with pytest.raises(kv.ValidationError):
+        kv.validate(egress, "1.34.0", strict=True)
+
+
+def test_the_metadata_policy_allows_all_egress_but_the_metadata_server():
+    policy = t.metadata_policy_manifest(NS, "physics/lab-a")
+    assert policy["metadata"]["name"] == "gpupool-block-cloud-metadata"
+    assert policy["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpupool"
+    spec = policy["spec"]
+    # every pod of the namespace, egress only: the ingress policy stays as it was
+    assert spec["podSelector"] == {} and spec["policyTypes"] == ["Egress"]
+    anywhere, dns = spec["egress"]
+    assert "ports" not in anywhere  # any port
+    assert anywhere["to"] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+        {"namespaceSelector": {}},  # every pod of the cluster (CNIs that skip ipBlock for pods)
+    ]
+    # the metadata server's DNS port stays open (GKE's Cloud DNS), as in Zero-to-JupyterHub
+    assert dns == {
+        "to": [{"ipBlock": {"cidr": "169.254.169.254/32"}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+
+
+def test_the_docs_show_the_policy_gpupool_makes():
+    from pathlib import Path
+
+    import yaml
+
+    docs = (Path(__file__).parents[2] / "docs" / "kubernetes.md").read_text()
+    section = docs.split("## Cloud metadata", 1)[1]
+    shown = yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+    made = t.metadata_policy_manifest("gpupool-x", "x")
+    assert shown["metadata"]["name"] == made["metadata"]["name"]
+    assert shown["spec"] == made["spec"]
+
+
+def _allows(policy: dict, address: str, port: int) -> bool:
+    """Whether an egress rule of `policy` admits `address:port` by its ipBlocks (what a
+    CNI matching ipBlocks does for an address outside the cluster's pods)."""
+    import ipaddress
+
+    ip = ipaddress.ip_address(address)
+    for rule in policy["spec"]["egress"]:
+        ports = [p["port"] for p in rule.get("ports", [])]
+        if ports and port not in ports:
+            continue
+        for peer in rule["to"]:
+            block = peer.get("ipBlock")
+            if block is None:
+                continue
+            net = ipaddress.ip_network(block["cidr"])
+            if (
+                ip.version == net.version
+                and ip in net
+                and not any(ip in ipaddress.ip_network(e) for e in block.get("except", []))
+            ):
+                return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("address", "port", "allowed"),
+    [
+        ("169.254.169.254", 80, False),  # the metadata API: node credentials
+        ("169.254.169.254", 443, False),
+        ("fd00:ec2::254", 80, False),  # AWS's IPv6 metadata endpoint
+        ("169.254.169.254", 53, True),  # DNS on it (GKE Cloud DNS)
+        ("169.254.169.253", 80, True),  # only the one address is blocked
+        ("169.254.20.10", 53, True),  # NodeLocal DNSCache's link-local address
+        ("10.96.0.10", 53, True),  # the cluster DNS Service
+        ("10.0.3.7", 8081, True),  # the hub, other pods by address
+        ("140.82.112.3", 443, True),  # the internet
+        ("2606:4700::1111", 443, True),
+    ],
+)
+def test_what_the_metadata_policy_lets_through(address, port, allowed):
+    assert _allows(t.metadata_policy_manifest(NS, "t"), address, port) is allowed
 
 
 def test_objects_say_the_right_things():
@@ -151,6 +239,53 @@ def test_the_engine_creates_patches_and_then_only_reads(kube, clock):
     # the tenant's own limit goes away: the parent's 8 GPUs cap it
     engine.sync_tenants(_tree(None), MEMBERS)
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
+
+
+def test_the_metadata_policy_follows_the_setting(kube, clock):
+    key = (NS, t.METADATA_POLICY_NAME)
+    policies = kube.objects["networkpolicies"]
+    # a new tenant: its namespace gets both policies
+    _engine(kube, clock).sync_tenants(_tree(), MEMBERS)
+    assert kube.namespaces[NS] and key in policies and (NS, t.POLICY_NAME) in policies
+    assert policies[key]["spec"] == t.metadata_policy_manifest(NS, "physics/lab-a")["spec"]
+
+    # someone edits it (opens the metadata server): the next pass puts it back
+    policies[key]["spec"]["egress"] = [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]
+    kube.requests.clear()
+    _engine(kube, clock).sync_tenants(_tree(), MEMBERS)
+    path = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies"
+    assert _writes(kube) == [("PATCH", f"{path}/{t.METADATA_POLICY_NAME}")]
+    assert policies[key]["spec"]["egress"][0]["to"][0]["ipBlock"]["except"] == [
+        "169.254.169.254/32"
+    ]
+
+    # the admin turns it off: removed, the isolation policy stays; a second pass only reads
+    kube.requests.clear()
+    off = _engine(kube, clock, block_cloud_metadata=False)
+    off.sync_tenants(_tree(), MEMBERS)
+    assert _writes(kube) == [("DELETE", f"{path}/{t.METADATA_POLICY_NAME}")]
+    assert key not in policies and (NS, t.POLICY_NAME) in policies
+    kube.requests.clear()
+    _engine(kube, clock, block_cloud_metadata=False).sync_tenants(_tree(), MEMBERS)
+    assert kube.requests and _writes(kube) == []
+
+    # and on again: made again
+    kube.requests.clear()
+    _engine(kube, clock).sync_tenants(_tree(), MEMBERS)
+    assert _writes(kube) == [("POST", path)]
+    assert policies[key]["spec"]["policyTypes"] == ["Egress"]
+
+
+def test_an_egress_policy_not_made_by_gpupool_is_left_alone(kube, clock):
+    engine = _engine(kube, clock, block_cloud_metadata=False)
+    engine.sync_tenants(TenantTree([Tenant("solo")]), [])
+    mine = t.metadata_policy_manifest("gpupool-solo", "solo")
+    del mine["metadata"]["labels"]  # an operator's own, under the same name
+    ObjectApi(engine.api).create(mine)
+    TenancySync(
+        ObjectApi(engine.api), "gpupool-", TenancySettings(block_cloud_metadata=False)
+    ).apply(t.TenantSpec("solo", None, ()))
+    assert ("gpupool-solo", t.METADATA_POLICY_NAME) in kube.objects["networkpolicies"]
 
 
 def test_unlimited_tenant_loses_its_quota(kube, clock):

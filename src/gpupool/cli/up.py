@@ -71,6 +71,14 @@ def register(app: typer.Typer) -> None:
             help="--engine kubernetes: StorageClass of the notebook homes (default: the "
             "cluster's default class).",
         ),
+        block_cloud_metadata: bool = typer.Option(
+            True,
+            "--block-cloud-metadata/--no-block-cloud-metadata",
+            help="--engine kubernetes: a NetworkPolicy in every tenant namespace keeps its "
+            "pods from the cloud metadata server 169.254.169.254 (node credentials); "
+            "--no-block-cloud-metadata removes it, for workloads that need that server "
+            "(workload identity). Needs a CNI that enforces NetworkPolicy.",
+        ),
         image: str = typer.Option(
             "python:3.12-slim",
             "--image",
@@ -166,6 +174,7 @@ def register(app: typer.Typer) -> None:
                 "image": image,
                 "home_size": home_size,
                 "home_storage_class": home_storage_class,
+                "block_cloud_metadata": block_cloud_metadata,
             },
             slurm={
                 "partition": slurm_partition,
@@ -234,6 +243,7 @@ def _engine(name: str, kube: dict | None = None, slurm: dict | None = None, **lo
         tenancy = TenancySettings(
             home_size=k.get("home_size") or TenancySettings.home_size,
             home_storage_class=k.get("home_storage_class") or None,
+            block_cloud_metadata=k.get("block_cloud_metadata", True),
         )
         return KubernetesEngine(
             KubeOptions(kubeconfig=k.get("kubeconfig"), pods=pods, tenancy=tenancy)

@@ -44,9 +44,9 @@ class KubeOptions:
     """`gpupool up --engine kubernetes` options. `kubeconfig`: None -> in-cluster, then
     $KUBECONFIG; `pending_timeout_s`: a pod still Pending this long after its start is
     requeued; `inventory_interval_s`: how often the nodes are re-read; `tenancy`: the
-    per-tenant objects' settings (notebook homes); `watch`: follow pods and nodes through
-    watches (re-listed every `resync_s`, each watch re-opened after `watch_timeout_s`)
-    instead of listing them every pass."""
+    per-tenant objects' settings (notebook homes, cloud metadata); `watch`: follow pods and
+    nodes through watches (re-listed every `resync_s`, each watch re-opened after
+    `watch_timeout_s`) instead of listing them every pass."""
 
     kubeconfig: str | None = None
     context: str | None = None

@@ -13,6 +13,11 @@ For a leaf tenant `a/b` in namespace `<prefix>a-b`:
 - a **NetworkPolicy** `gpupool-tenant-isolation`: ingress only from the same namespace and
   from namespaces that are no tenant's (no `gpupool.dev/tenant` label: gpupool's own, the
   hub's, ingress controllers, monitoring); other tenants' namespaces are denied;
+- a **NetworkPolicy** `gpupool-block-cloud-metadata` (unless `block_cloud_metadata` is off):
+  egress anywhere (any address, any pod of the cluster) except the cloud metadata server
+  169.254.169.254 (and AWS's IPv6 one, fd00:ec2::254), whose DNS port stays open (GKE's
+  Cloud DNS answers there); it stands in for Zero-to-JupyterHub's privileged iptables init
+  container, which gpupool refuses;
 - a **PersistentVolumeClaim** `home-<user>` per member (every member, up front), for
   notebook homes.
 
@@ -41,6 +46,11 @@ from gpupool.engines.kubernetes.manifests import (
 
 QUOTA_NAME = "gpupool-gpus"
 POLICY_NAME = "gpupool-tenant-isolation"
+METADATA_POLICY_NAME = "gpupool-block-cloud-metadata"
+#: the cloud metadata server (node credentials on AWS, GCP, Azure and most other clouds)
+CLOUD_METADATA_IP = "169.254.169.254"
+#: AWS's IPv6 address of the same server (Nitro instances with the IPv6 endpoint on)
+CLOUD_METADATA_IPV6 = "fd00:ec2::254"
 #: RoleBinding name -> the built-in ClusterRole it grants
 BINDINGS = {"gpupool-edit": "edit", "gpupool-view": "view"}
 ROLE_TO_BINDING = {
@@ -53,10 +63,13 @@ ROLE_TO_BINDING = {
 @dataclass(frozen=True)
 class TenancySettings:
     """`home_size`: each notebook home's size; `home_storage_class`: its StorageClass
-    (None: the cluster's default)."""
+    (None: the cluster's default); `block_cloud_metadata`: keep the tenants' pods from the
+    cloud metadata server (the `gpupool-block-cloud-metadata` NetworkPolicy; off: gpupool
+    removes its policy, e.g. for workload identity through the metadata server)."""
 
     home_size: str = "10Gi"
     home_storage_class: str | None = None
+    block_cloud_metadata: bool = True
 
 
 @dataclass(frozen=True)
@@ -163,6 +176,40 @@ def network_policy_manifest(namespace: str, tenant: str) -> dict[str, Any]:
     }
 
 
+def metadata_policy_manifest(namespace: str, tenant: str) -> dict[str, Any]:
+    """Egress from every pod of the namespace to anything but the cloud metadata server.
+
+    Policies add up, so this one allows what it does not block: any IPv4 or IPv6 address
+    except the metadata server's, and every pod of the cluster by selector (a CNI such as
+    Cilium matches pods by identity, not by `ipBlock`), DNS included. Port 53 of the
+    metadata server stays open: GKE's Cloud DNS is served there (Zero-to-JupyterHub's
+    `dnsPortsCloudMetadataServer` rule, on by default, does the same)."""
+    dns = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": METADATA_POLICY_NAME,
+            "namespace": namespace,
+            "labels": _labels(tenant),
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {"ipBlock": {"cidr": "0.0.0.0/0", "except": [f"{CLOUD_METADATA_IP}/32"]}},
+                        {"ipBlock": {"cidr": "::/0", "except": [f"{CLOUD_METADATA_IPV6}/128"]}},
+                        {"namespaceSelector": {}},
+                    ]
+                },
+                {"to": [{"ipBlock": {"cidr": f"{CLOUD_METADATA_IP}/32"}}], "ports": dns},
+            ],
+        },
+    }
+
+
 def home_claim_name(user: str) -> str:
     """The PVC of `user`'s notebook home: `home-<user>` as a DNS name."""
     return _dns(f"home-{user}", 253)
@@ -199,5 +246,7 @@ def tenant_objects(
         objs.append(quota_manifest(ns, spec.tenant, spec.gpu_limit))
     objs += role_binding_manifests(ns, spec.tenant, spec.members)
     objs.append(network_policy_manifest(ns, spec.tenant))
+    if settings.block_cloud_metadata:
+        objs.append(metadata_policy_manifest(ns, spec.tenant))
     objs += [home_claim_manifest(ns, spec.tenant, u, settings) for u, _ in spec.members]
     return objs

@@ -1,7 +1,8 @@
 """Applies the tenancy objects (`tenancy.py`) to the cluster: create what is missing, merge-patch
-what differs in the fields gpupool owns, delete the GPU quota of a tenant that lost its limit.
-Idempotent: a pass over an up-to-date cluster only reads. PVCs are created, never patched or
-deleted (their spec is immutable and they hold people's files)."""
+what differs in the fields gpupool owns, delete the GPU quota of a tenant that lost its limit
+and the metadata-blocking NetworkPolicy when `block_cloud_metadata` is off (only objects
+labelled as gpupool's). Idempotent: a pass over an up-to-date cluster only reads. PVCs are
+created, never patched or deleted (their spec is immutable and they hold people's files)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from gpupool.engines.kubernetes.client import KubeError, ObjectApi
 from gpupool.engines.kubernetes.manifests import MANAGED_BY, namespace_for
 from gpupool.engines.kubernetes.tenancy import (
+    METADATA_POLICY_NAME,
     QUOTA_NAME,
     TenancySettings,
     TenantSpec,
@@ -76,13 +78,19 @@ class TenancySync:
                 if patch is not None:
                     self.objects.patch(kind, ns, meta["name"], patch)
                     self.writes += 1
-        if spec.gpu_limit is None:  # unlimited: no backstop quota (only gpupool's own)
-            ns = namespace_for(spec.tenant, self.prefix)
-            have = self.objects.get("ResourceQuota", ns, QUOTA_NAME)
-            labels = (have or {}).get("metadata", {}).get("labels") or {}
-            if have is not None and labels.get(MANAGED_BY) == "gpupool":
-                self.objects.delete("ResourceQuota", ns, QUOTA_NAME)
-                self.writes += 1
+        ns = namespace_for(spec.tenant, self.prefix)
+        if spec.gpu_limit is None:  # unlimited: no backstop quota
+            self._remove_ours("ResourceQuota", ns, QUOTA_NAME)
+        if not self.settings.block_cloud_metadata:  # the admin lets pods reach it
+            self._remove_ours("NetworkPolicy", ns, METADATA_POLICY_NAME)
+
+    def _remove_ours(self, kind: str, namespace: str, name: str) -> None:
+        """Delete the object if it exists and is gpupool's (an operator's own stays)."""
+        have = self.objects.get(kind, namespace, name)
+        labels = (have or {}).get("metadata", {}).get("labels") or {}
+        if have is not None and labels.get(MANAGED_BY) == "gpupool":
+            self.objects.delete(kind, namespace, name)
+            self.writes += 1
 
     def apply_all(self, specs: list[TenantSpec]) -> list[str]:
         """Apply every tenant; returns the errors (tenant: message) of those that failed."""
