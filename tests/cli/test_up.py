@@ -195,6 +195,18 @@ def test_up_rejects_a_bad_simulation_spec(data_dir):
     assert "--simulate '3xNOPE'" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_up_rejects_a_bad_scheduler_variable(data_dir):
+    r = subprocess.run(
+        [*GPUPOOL, "up", "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, GPUPOOL_SERVICE_LEVELS_S="1h"),
+    )
+    assert r.returncode == 2
+    assert "GPUPOOL_SERVICE_LEVELS_S='1h'" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
     pytest.importorskip("kubernetes")
     from tests.kubernetes.fakeapi import FakeKube

@@ -299,10 +299,15 @@ def serve(
     )
     data_dir = data_dir.expanduser().resolve()
     os.umask(0o077)  # what the server writes is its own; jobs get 022 from their launcher
-    settings = SystemSettings(
-        server=Settings.from_env(
+    try:
+        server = Settings.from_env(
             database_url=os.environ.get("GPUPOOL_DATABASE_URL", f"sqlite:///{data_dir}/gpupool.db")
-        ),
+        )
+    except ValueError as e:  # a GPUPOOL_* variable that does not parse
+        _say(f"error: {e}")
+        raise typer.Exit(2) from None
+    settings = SystemSettings(
+        server=server,
         data_dir=data_dir,
         host=host,
         port=port,

@@ -64,7 +64,9 @@ class Settings:
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
         GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
-        GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S), then `overrides`."""
+        GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S; the scheduler's
+        GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, see
+        `scheduler_from_env`), then `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
         values: dict[str, object] = {}
@@ -105,5 +107,43 @@ class Settings:
             values["cookie_secure"] = env["GPUPOOL_COOKIE_SECURE"].lower() in ("1", "true", "yes")
         if "GPUPOOL_MIG_RELAYOUT" in env:
             values["mig_relayout"] = env["GPUPOOL_MIG_RELAYOUT"].lower() in ("1", "true", "yes")
+        sched = scheduler_from_env(env)
+        if sched:
+            values["scheduler"] = replace(s.scheduler, **sched)  # type: ignore[arg-type]
         values.update(overrides)
         return replace(s, **values)  # type: ignore[arg-type]
+
+
+def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
+    """SchedulerConfig fields from GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S (seconds)
+    and GPUPOOL_SERVICE_LEVELS_S (thresholds in GPU-seconds, comma-separated, e.g.
+    `3600,36000`; `off` or empty turns service levels off). A bad value raises ValueError
+    naming the variable and what it takes."""
+    out: dict[str, object] = {}
+    for key in ("reclaim_after_s", "min_runtime_s"):
+        name = "GPUPOOL_" + key.upper()
+        if name in env:
+            try:
+                v = float(env[name])
+            except ValueError:
+                raise ValueError(f"{name}={env[name]!r} is not a number of seconds") from None
+            if v < 0:
+                raise ValueError(f"{name}={env[name]!r} must be 0 or more")
+            out[key] = v
+    if "GPUPOOL_SERVICE_LEVELS_S" in env:
+        text = env["GPUPOOL_SERVICE_LEVELS_S"].strip()
+        try:
+            levels = (
+                ()
+                if text.lower() in ("", "off", "none")
+                else tuple(sorted(float(x) for x in text.split(",")))
+            )
+        except ValueError:
+            raise ValueError(
+                f"GPUPOOL_SERVICE_LEVELS_S={text!r}: give GPU-second thresholds separated by "
+                "commas (e.g. 3600,36000), or off"
+            ) from None
+        if any(x <= 0 for x in levels):
+            raise ValueError(f"GPUPOOL_SERVICE_LEVELS_S={text!r}: thresholds must be above 0")
+        out["service_levels_s"] = levels
+    return out

@@ -1,0 +1,45 @@
+"""Server settings from the environment: the scheduler's reclaim delay, minimum run time and
+service levels (docs/api.md, "Server settings")."""
+
+import pytest
+
+from gpupool.scheduler import SchedulerConfig
+from gpupool.server.settings import Settings
+
+
+def test_scheduler_settings_come_from_the_environment():
+    s = Settings.from_env(
+        {
+            "GPUPOOL_RECLAIM_AFTER_S": "120",
+            "GPUPOOL_MIN_RUNTIME_S": "60",
+            "GPUPOOL_SERVICE_LEVELS_S": "36000, 3600",
+        }
+    )
+    assert s.scheduler.reclaim_after_s == 120.0
+    assert s.scheduler.min_runtime_s == 60.0
+    assert s.scheduler.service_levels_s == (3600.0, 36000.0)
+    # everything else keeps its default
+    assert s.scheduler.policy == SchedulerConfig().policy
+
+
+@pytest.mark.parametrize("off", ["off", "", "none"])
+def test_service_levels_can_be_turned_off(off):
+    assert Settings.from_env({"GPUPOOL_SERVICE_LEVELS_S": off}).scheduler.service_levels_s == ()
+
+
+def test_without_variables_the_scheduler_defaults_hold():
+    assert Settings.from_env({}).scheduler == SchedulerConfig()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("GPUPOOL_RECLAIM_AFTER_S", "soon", "is not a number of seconds"),
+        ("GPUPOOL_MIN_RUNTIME_S", "-5", "must be 0 or more"),
+        ("GPUPOOL_SERVICE_LEVELS_S", "1h,10h", "e.g. 3600,36000"),
+        ("GPUPOOL_SERVICE_LEVELS_S", "0,3600", "must be above 0"),
+    ],
+)
+def test_bad_values_say_what_to_give(name, value, says):
+    with pytest.raises(ValueError, match=says):
+        Settings.from_env({name: value})
