@@ -78,7 +78,8 @@ def test_requeued_work_with_attained_service_waits_behind_fresh_work_of_its_tena
     snap = snapshot([free], TENANTS, [], attained={"old": 4000 * 1000.0})
     d = cycle(snap, [old, new], NOW, CFG)
     assert [a.workload_id for a in d.admissions] == ["new"]
-    off = SchedulerConfig()  # the default: off
+    assert SchedulerConfig().service_levels_s == (3600.0, 36000.0)  # the default: on
+    off = SchedulerConfig(service_levels_s=())
     d = cycle(snap, [old, new], NOW, off)
     assert [a.workload_id for a in d.admissions] == ["old"]  # submit order without levels
 

@@ -97,9 +97,9 @@ class SchedulerConfig:
     #: service: thresholds of attained GPU-seconds; a workload's level is how many it has
     #: passed. Inside a tenant, lower levels go first, and waiting work preempts the tenant's
     #: own `checkpointing` work at a higher level (gpupool.scheduler.levels). Only work that
-    #: declares checkpointing gains service levels or is preempted for them. Empty (the
-    #: default, until it meets all of issue #20's goals): off. Measured: (3600, 36000).
-    service_levels_s: tuple[float, ...] = ()
+    #: declares checkpointing gains service levels or is preempted for them. Default 1 and
+    #: 10 GPU-hours (measured in docs/report-philly.md); empty: off.
+    service_levels_s: tuple[float, ...] = (3600.0, 36000.0)
 
 
 @dataclass(frozen=True, slots=True)

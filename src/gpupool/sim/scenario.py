@@ -152,7 +152,9 @@ class SchedulerSpec(_Strict):
     #: how many blocked multi-node requests may hold nodes in one cycle (SchedulerConfig)
     gang_reservations: int = Field(default=1, ge=0)
     #: (fair) service levels inside a tenant: thresholds of attained GPU-seconds (SchedulerConfig)
-    service_levels_s: list[float] = Field(default_factory=list)
+    service_levels_s: list[float] = Field(
+        default_factory=lambda: list(SchedulerConfig().service_levels_s)
+    )
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)
