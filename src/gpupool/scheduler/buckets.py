@@ -211,9 +211,10 @@ class BucketIndex:
         limit: int = 16,
     ) -> tuple[int, Key] | None:
         """Like `find_min`, but the items compared are spread over the whole bucket instead
-        of its lowest ids: `limit` probes at evenly spaced ranks of the bucket's live items
-        (all of them when it has no more), each taking the first passing item at or after
-        its rank, looking at most 4 items and never past the next probe. The lowest
+        of its lowest ids: `limit` probes at evenly spaced ranks of the bucket's live items,
+        the first and the last included (all of them when it has no more), each taking the
+        first passing item at or after its rank, looking at most 4 items and never past the
+        next probe. The lowest
         `score(item, key)` wins (ties: the lowest id). If no probe finds a passing item,
         the lowest passing id of the bucket (as `find`), so a bucket with a passing item
         always answers. Deterministic: only the live items in id order decide.
@@ -237,9 +238,11 @@ class BucketIndex:
                 if best is not None:
                     return best[1], key
                 continue
+            last = limit - 1
             for j in range(limit):
-                start = j * size // limit
-                stop = min((j + 1) * size // limit, start + 4)
+                start = j * (size - 1) // last if last else 0
+                nxt = (j + 1) * (size - 1) // last if j < last else size
+                stop = min(nxt, start + 4)
                 for r in range(start, stop):
                     item = live[r]
                     if pred(item):
