@@ -2,7 +2,9 @@
 
 Used by the capacity index to find, without scanning every node, the node (or GPU) with the
 smallest key at or above a bound that also passes a predicate. Within one key the lowest item
-id wins, so results are deterministic.
+id wins (`find`), or the best score among the first passing items (`find_min`) or among items
+spread over the whole key (`find_spread`, which reads a sorted list of each key's live items),
+so results are deterministic.
 
 Deletion is lazy: every `set` bumps the item's version and pushes a fresh heap entry; entries
 with an old version are skipped and dropped when they reach the top of a heap, and a heap with
