@@ -216,10 +216,10 @@ class BucketIndex:
         of its lowest ids: `limit` probes at evenly spaced ranks of the bucket's live items,
         the first and the last included (all of them when it has no more), each taking the
         first passing item at or after its rank, looking at most 4 items and never past the
-        next probe. The lowest
-        `score(item, key)` wins (ties: the lowest id). If no probe finds a passing item,
-        the lowest passing id of the bucket (as `find`), so a bucket with a passing item
-        always answers. Deterministic: only the live items in id order decide.
+        next probe. The lowest `score(item, key)` wins (ties: the lowest id). If no probe
+        finds a passing item, the lowest passing id of the bucket (as `find`), so a bucket
+        with a passing item always answers. Deterministic: only the live items in id order
+        decide.
 
         Why: ids follow registration order, so the lowest ids are often nodes of one kind;
         comparing only those (find_min) misses better nodes of another kind."""
