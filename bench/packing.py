@@ -116,6 +116,8 @@ def workload_mix(
         if asked + g > capacity_gpus and g:
             w.pop("gpus", None)  # the last one: a fraction that brings demand to 100%
             rest = round(capacity_gpus - asked, 3)
+            if rest <= 0:  # reached, but for floating-point dust: stop (looped forever)
+                break
             if rest >= 1:
                 w["gpus"], g = int(rest), float(int(rest))
             else:
