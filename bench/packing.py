@@ -46,6 +46,23 @@ FRACTIONS = [
 #: (weight, GPUs) of whole-GPU requests
 WHOLE = [(70, 1), (14, 2), (10, 4), (6, 8)]
 
+# The `alibaba` mix: the shape of Alibaba's cluster-trace-gpu-v2023 (openb_pod_list_default,
+# the trace of the FGD paper), as its README publishes it: pods ask for 0 to 8 GPUs; GPU-sharing
+# pods ask for one GPU with `gpu_milli` below 1000 (the README's example: 220 milli, 4 CPUs,
+# 15 GiB); whole-GPU pods ask for CPUs in step (1 GPU with 16 CPUs and 32 GiB; 8 GPUs with 88
+# CPUs and 320 GiB). The shares below are OURS, not the trace's (the paper's exact table was not
+# at hand): most pods share a GPU, about a fifth take one whole GPU, a few take 2-8 GPUs, a
+# tenth no GPU (CPU-only pods, which the trace also has).
+#: (weight, milli) of GPU-sharing pods: many small shares, a tail up to 900
+ALI_FRACTIONS = [
+    (6, 50), (10, 100), (6, 150), (10, 200), (8, 250), (8, 300), (6, 400), (12, 500), (6, 600),
+    (5, 700), (4, 800), (3, 900),
+]  # fmt: skip
+#: (weight, GPUs) of whole-GPU pods: mostly one GPU
+ALI_WHOLE = [(86, 1), (5, 2), (4, 4), (5, 8)]
+#: (share of pods): GPU-sharing, whole GPUs (the rest CPU-only)
+ALI_SHARES = (0.66, 0.24)
+
 
 def _pick(rnd: random.Random, table: list[tuple[int, int]]) -> int:
     return rnd.choices([v for _, v in table], weights=[w for w, _ in table])[0]
@@ -99,6 +116,8 @@ def workload_mix(
         if asked + g > capacity_gpus and g:
             w.pop("gpus", None)  # the last one: a fraction that brings demand to 100%
             rest = round(capacity_gpus - asked, 3)
+            if rest <= 0:  # reached, but for floating-point dust: stop (looped forever)
+                break
             if rest >= 1:
                 w["gpus"], g = int(rest), float(int(rest))
             else:
@@ -112,11 +131,58 @@ def workload_mix(
     return out
 
 
-def run_one(seed: int, scale: float = 1.0, frac_share: float = 0.6, cpu_scale: float = 1.0) -> dict:
+def alibaba_mix(rnd: random.Random, capacity_gpus: float, cpu_scale: float = 1.0) -> list[dict]:
+    """Workloads in the shape of the Alibaba GPU-sharing trace (`ALI_*` above), one a second,
+    until the GPUs they ask for reach `capacity_gpus`."""
+    out: list[dict] = []
+    cap = round(capacity_gpus * 1000)
+    asked = 0  # milli
+    frac, whole = ALI_SHARES
+    while asked < cap:
+        i = len(out)
+        r = rnd.random()
+        w: dict = {"id": f"w{i}", "tenant": "t", "submit": float(i), "duration": 10**9}
+        if r < frac:
+            milli = _pick(rnd, ALI_FRACTIONS)
+            cpus = rnd.choice([1, 2, 2, 4, 4])
+            gib_per_cpu = rnd.choice([2, 4, 4, 8])
+        elif r < frac + whole:
+            milli = 1000 * _pick(rnd, ALI_WHOLE)
+            cpus = milli // 1000 * rnd.choice([4, 6, 8, 8, 11])
+            gib_per_cpu = rnd.choice([2, 4, 4])
+        else:
+            milli = 0
+            cpus = rnd.choice([1, 2, 4, 8, 16])
+            gib_per_cpu = rnd.choice([2, 4, 8])
+        if asked + milli > cap:  # the last one brings demand to 100%
+            rest = cap - asked
+            milli = rest // 1000 * 1000 if rest >= 1000 else rest
+        if milli >= 1000:
+            w["gpus"] = milli // 1000
+        elif milli:
+            w["gpu_fraction"] = milli / 1000
+        w["cpus"] = min(96, max(1, round(cpus * cpu_scale)))
+        w["memory_gib"] = min(1024, round(cpus * gib_per_cpu * cpu_scale))
+        out.append(w)
+        asked += milli
+    return out
+
+
+def run_one(
+    seed: int,
+    scale: float = 1.0,
+    frac_share: float = 0.6,
+    cpu_scale: float = 1.0,
+    mix: str = "ours",
+) -> dict:
     nodes = cluster(scale)
     cap_gpus = sum(n["count"] * n["gpus"] for n in nodes)
     cap_cpus = sum(n["count"] * n["cpus"] for n in nodes)
-    work = workload_mix(random.Random(seed), cap_gpus, frac_share, cpu_scale)
+    rnd = random.Random(seed)
+    if mix == "alibaba":
+        work = alibaba_mix(rnd, cap_gpus, cpu_scale)
+    else:
+        work = workload_mix(rnd, cap_gpus, frac_share, cpu_scale)
     data = {
         "cluster": {"nodes": nodes},
         "tenants": [{"name": "t"}],
@@ -136,6 +202,7 @@ def run_one(seed: int, scale: float = 1.0, frac_share: float = 0.6, cpu_scale: f
     asked_cpu = sum(w.get("cpus", 0) for w in work)
     return {
         "seed": seed,
+        "mix": mix,
         "workloads": len(work),
         "placed": len(placed),
         "capacity_gpus": cap_gpus,
@@ -159,11 +226,17 @@ def main() -> None:
     ap.add_argument(
         "--cpu-scale", type=float, default=1.2, help="multiply every CPU and memory request"
     )
+    ap.add_argument(
+        "--mix",
+        choices=["ours", "alibaba"],
+        default="ours",
+        help="the workload mix: ours (below), or shaped like Alibaba's GPU-sharing trace",
+    )
     ap.add_argument("--json", type=Path, help="write the results here")
     a = ap.parse_args()
     runs = []
     for seed in range(a.seeds):
-        r = run_one(seed, a.scale, a.fractions, a.cpu_scale)
+        r = run_one(seed, a.scale, a.fractions, a.cpu_scale, a.mix)
         runs.append(r)
         print(
             f"seed {seed}: {r['allocation_ratio']:.2%} of {r['capacity_gpus']} GPUs allocated "

@@ -28,3 +28,29 @@ def test_a_small_run_reports_the_allocation_the_scheduler_reached():
     assert r["allocation_ratio"] == round(r["allocated_gpus"] / r["capacity_gpus"], 4)
     assert abs(r["allocation_ratio_sim"] - r["allocation_ratio"]) < 1e-3
     assert r["placed"] <= r["workloads"]
+
+
+def test_the_alibaba_shaped_mix_fills_the_gpus_exactly_mostly_with_shared_gpus():
+    nodes = packing.cluster(0.1)
+    cap = sum(n["count"] * n["gpus"] for n in nodes)
+    work = packing.alibaba_mix(random.Random(3), cap)
+    asked = sum(w.get("gpus", 0) + w.get("gpu_fraction", 0) for w in work)
+    assert abs(asked - cap) < 1e-6
+    shared = [w for w in work if "gpu_fraction" in w]
+    multi = [w for w in work if w.get("gpus", 0) > 1]
+    assert len(shared) > len(work) / 2 and len(multi) < len(work) / 10
+    assert all(0 < w["gpu_fraction"] < 1 for w in shared)
+    assert work == packing.alibaba_mix(random.Random(3), cap)
+    r = packing.run_one(seed=1, scale=0.1, mix="alibaba")
+    assert r["mix"] == "alibaba" and 0.8 < r["allocation_ratio"] <= 1.0
+
+
+def test_the_generator_ends_on_a_larger_cluster():
+    # at 3x the cluster (2,820 GPUs) floating-point dust left `rest` at 0 and the generator
+    # appended empty requests forever (until memory ran out)
+    nodes = packing.cluster(3)
+    cap = sum(n["count"] * n["gpus"] for n in nodes)
+    for seed in range(3):
+        work = packing.workload_mix(random.Random(seed), cap, 0.6, 1.2)
+        asked = sum(w.get("gpus", 0) + w.get("gpu_fraction", 0) for w in work)
+        assert abs(asked - cap) < 1e-6 and len(work) < 2 * cap

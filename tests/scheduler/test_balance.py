@@ -64,3 +64,27 @@ def test_find_min_scores_the_first_passing_items_of_the_best_bucket_deterministi
     for i in range(100):
         many.set(i, 0)
     assert many.find_min(0, lambda i: i >= 50, lambda i, k: 0.0, limit=2) == (50, 0)
+
+
+# -- tied candidates are compared across the whole bucket, not only its lowest ids ---------
+
+
+def test_a_fraction_finds_the_nodes_in_use_behind_40_empty_nodes_registered_before_them():
+    # the 40 empty nodes come first (lowest ids); a fraction that opens a fresh GPU still
+    # goes to a node in use, so the empty ones stay whole. Comparing only the lowest ids
+    # (the first 64 GPUs: 8 empty nodes) sent it to an empty node.
+    empties = [node(f"a-{i:02d}", gpus=8, cpus=96, sharing="shared") for i in range(40)]
+    used = [node(f"z-{i:02d}", gpus=8, cpus=96, sharing="shared") for i in range(40)]
+    run = [running(job(f"r{i}", gpus=1), n, [0]) for i, n in enumerate(used)]
+    d = cycle(snapshot([*empties, *used], T, run), [job("f", fraction=0.5)], 0.0)
+    assert placed(d, "f").node.startswith("z-")
+
+
+def test_whole_gpus_find_the_best_balanced_nodes_behind_70_others():
+    # 70 nodes with many CPUs per GPU first, 10 with fewer last: a 1-GPU job that asks for
+    # few CPUs goes to one of the last (its free GPU and CPU shares stay closest), keeping
+    # the CPU-rich nodes for work that needs their CPUs
+    rich = [node(f"a-{i:02d}", gpus=8, cpus=96) for i in range(70)]
+    lean = [node(f"z-{i:02d}", gpus=8, cpus=64) for i in range(10)]
+    d = cycle(snapshot([*rich, *lean], T, []), [job("w", gpus=1, cpus=2)], 0.0)
+    assert placed(d, "w").node.startswith("z-")  # a-*: 7/8 vs 94/96 free; z-*: 7/8 vs 62/64

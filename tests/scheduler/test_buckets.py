@@ -78,3 +78,62 @@ def test_long_histories_stay_compact_and_answer_the_same(ops):
             assert idx.find(lo, lambda i, b=banned: i not in b) == fresh.find(
                 lo, lambda i, b=banned: i not in b
             )
+
+
+SCORES = st.dictionaries(st.integers(0, 40), st.integers(0, 3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.one_of(st.none(), st.integers(0, 4))), max_size=80),
+    st.integers(0, 4),
+    st.sets(st.integers(0, 40)),
+    SCORES,
+    st.integers(1, 8),
+)
+def test_find_spread_answers_from_the_right_bucket_whatever_the_history(
+    ops, lo, rejected, scores, limit
+):
+    """`find_spread` answers from the smallest key >= lo that has a passing item, always
+    finds one there if there is one, takes the best score of all when the bucket has at
+    most `limit` items, and answers like a fresh index with the same items."""
+    idx = BucketIndex()
+    truth: dict[int, int] = {}
+    for item, key in ops:
+        idx.set(item, key)
+        if key is None:
+            truth.pop(item, None)
+        else:
+            truth[item] = key
+
+    def ok(i: int) -> bool:
+        return i not in rejected
+
+    def score(i: int, _k: object) -> float:
+        return scores.get(i, 2)
+
+    got = idx.find_spread(lo, ok, score, limit=limit)
+    passing = [(k, i) for i, k in truth.items() if k >= lo and ok(i)]
+    if not passing:
+        assert got is None
+        return
+    key = min(passing)[0]
+    assert got is not None and got[1] == key and ok(got[0]) and truth[got[0]] == key
+    bucket = [i for i, k in truth.items() if k == key]
+    if len(bucket) <= limit:
+        assert got[0] == min((score(i, key), i) for i in bucket if ok(i))[1]
+    fresh = BucketIndex()
+    fresh.load(sorted(truth.items()))
+    assert fresh.find_spread(lo, ok, score, limit=limit) == got
+
+
+def test_find_spread_compares_items_from_the_whole_bucket_not_its_lowest_ids():
+    idx = BucketIndex()
+    for i in range(1000):
+        idx.set(i, 0)
+    # only the last items score well: find_min (the lowest ids) misses them
+    assert idx.find_min(0, lambda i: True, lambda i, k: 0.0 if i >= 990 else 1.0, limit=8) == (0, 0)
+    got = idx.find_spread(0, lambda i: True, lambda i, k: 0.0 if i >= 850 else 1.0, limit=8)
+    assert got == (856, 0)  # probes at ranks 0, 142, ..., 856, 999: the first that scores 0
+    # nothing passes where the probes look: the lowest passing id of the bucket
+    assert idx.find_spread(0, lambda i: i == 3, lambda i, k: 0.0, limit=8) == (3, 0)

@@ -10,8 +10,10 @@ the GPU with the least free milli). Among the candidates that tie on it:
   on nodes whose CPUs or memory are used up;
 * CPU-only work goes to the node where its CPUs strand the fewest free GPUs.
 
-Only the first `CANDIDATES` tied candidates (lowest ids) are compared, which bounds the cost
-per placement. Pure; reads the capacity index only.
+At most `CANDIDATES` tied candidates are compared, which bounds the cost per placement; they
+are spread over all the tied ones (`BucketIndex.find_spread`: evenly spaced ranks by id, the
+first and last included), not the lowest ids, which are often nodes of one kind (registered
+together). Pure; reads the capacity index only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from gpupool.domain import MILLI_PER_GPU
 from gpupool.scheduler.capacity import CapacityIndex
 
-#: how many tied candidates are compared (the first by id); bounds the cost per placement:
+#: how many tied candidates are compared (spread over them by id); bounds the cost per placement:
 #: GPUs for a fraction, nodes for whole GPUs
 CANDIDATES = 64
 WHOLE_CANDIDATES = 64

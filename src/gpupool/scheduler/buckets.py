@@ -2,7 +2,9 @@
 
 Used by the capacity index to find, without scanning every node, the node (or GPU) with the
 smallest key at or above a bound that also passes a predicate. Within one key the lowest item
-id wins, so results are deterministic.
+id wins (`find`), or the best score among the first passing items (`find_min`) or among items
+spread over the whole key (`find_spread`, which reads a sorted list of each key's live items),
+so results are deterministic.
 
 Deletion is lazy: every `set` bumps the item's version and pushes a fresh heap entry; entries
 with an old version are skipped and dropped when they reach the top of a heap, and a heap with
@@ -24,7 +26,7 @@ Key = Any  # an orderable, hashable key (int or tuple of ints)
 class BucketIndex:
     """Items (ints) filed under keys; `find` returns the smallest key >= bound that passes."""
 
-    __slots__ = ("_keys", "_heaps", "_count", "_where", "_ver")
+    __slots__ = ("_keys", "_heaps", "_count", "_where", "_ver", "_sorted")
 
     def __init__(self) -> None:
         self._keys: list[Key] = []  # sorted keys that hold at least one item
@@ -32,6 +34,8 @@ class BucketIndex:
         self._count: dict[Hashable, int] = {}
         self._where: dict[int, Key] = {}
         self._ver: dict[int, int] = {}
+        #: per key its live items in increasing order (`find_spread` probes them by rank)
+        self._sorted: dict[Hashable, list[int]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -45,6 +49,8 @@ class BucketIndex:
         if old == key:
             return
         if old is not None:
+            live = self._sorted[old]
+            del live[bisect_left(live, item)]
             n = self._count[old] - 1
             if n:
                 self._count[old] = n
@@ -53,6 +59,7 @@ class BucketIndex:
             else:
                 del self._count[old]
                 del self._heaps[old]
+                del self._sorted[old]
                 self._keys.pop(bisect_left(self._keys, old))
         ver = self._ver.get(item, 0) + 1
         self._ver[item] = ver
@@ -64,8 +71,10 @@ class BucketIndex:
         if heap is None:
             heap = self._heaps[key] = []
             self._count[key] = 0
+            self._sorted[key] = []
             insort(self._keys, key)
         heapq.heappush(heap, (item, ver))
+        insort(self._sorted[key], item)
         self._count[key] += 1
         if len(heap) > 2 * self._count[key] + 8:
             self._compact(key)
@@ -93,6 +102,7 @@ class BucketIndex:
             else:
                 h.append((item, v))
         self._count = {k: len(h) for k, h in heaps.items()}
+        self._sorted = {k: [i for i, _ in h] for k, h in heaps.items()}
         self._keys = sorted(heaps)
 
     def max_key(self) -> Key | None:
@@ -192,4 +202,59 @@ class BucketIndex:
                         found = it
                 if found is not None:
                     return found, key
+        return None
+
+    def find_spread(
+        self,
+        lo: Key,
+        pred: Callable[[int], bool],
+        score: Callable[[int, Key], float],
+        key_ok: Callable[[Key], bool] | None = None,
+        limit: int = 16,
+    ) -> tuple[int, Key] | None:
+        """Like `find_min`, but the items compared are spread over the whole bucket instead
+        of its lowest ids: `limit` probes at evenly spaced ranks of the bucket's live items,
+        the first and the last included (all of them when it has no more), each taking the
+        first passing item at or after its rank, looking at most 4 items and never past the
+        next probe. The lowest `score(item, key)` wins (ties: the lowest id). If no probe
+        finds a passing item, the lowest passing id of the bucket (as `find`), so a bucket
+        with a passing item always answers. Deterministic: only the live items in id order
+        decide.
+
+        Why: ids follow registration order, so the lowest ids are often nodes of one kind;
+        comparing only those (find_min) misses better nodes of another kind."""
+        keys = self._keys
+        for i in range(bisect_left(keys, lo), len(keys)):
+            key = keys[i]
+            if key_ok is not None and not key_ok(key):
+                continue
+            live = self._sorted[key]
+            size = len(live)
+            best: tuple[float, int] | None = None
+            if size <= limit:
+                for item in live:
+                    if pred(item):
+                        cand = (score(item, key), item)
+                        if best is None or cand < best:
+                            best = cand
+                if best is not None:
+                    return best[1], key
+                continue
+            last = limit - 1
+            for j in range(limit):
+                start = j * (size - 1) // last if last else 0
+                nxt = (j + 1) * (size - 1) // last if j < last else size
+                stop = min(nxt, start + 4)
+                for r in range(start, stop):
+                    item = live[r]
+                    if pred(item):
+                        cand = (score(item, key), item)
+                        if best is None or cand < best:
+                            best = cand
+                        break
+            if best is not None:
+                return best[1], key
+            for item in live:
+                if pred(item):
+                    return item, key
         return None

@@ -206,7 +206,7 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
             def nscore(n: int, whole_free: int, s: Shape = mshape) -> float:
                 return whole_imbalance(cap, n, whole_free - s.count, s.cpu_milli, s.memory_mib)
 
-            hit = idx.find_min(shape.count, pred, nscore, limit=WHOLE_CANDIDATES)
+            hit = idx.find_spread(shape.count, pred, nscore, limit=WHOLE_CANDIDATES)
         else:
             mshape = shape
             lo_mem = shape.gpu_memory_mib
@@ -227,7 +227,7 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
                     ) + (1 if whole_free_gpu(cap, g) else 0)
                 return base - (1 if whole_free_gpu(cap, g) else 0)
 
-            hit = idx.find_min(
+            hit = idx.find_spread(
                 (shape.milli, lo_mem),
                 gpred,
                 gscore,
