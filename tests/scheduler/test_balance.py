@@ -2,7 +2,6 @@
 that strands the fewest GPUs."""
 
 from gpupool.scheduler import cycle
-from gpupool.scheduler.buckets import BucketIndex
 from tests.scheduler.builders import job, node, running, snapshot, tenant
 
 T = [tenant("lab-a")]
@@ -42,28 +41,6 @@ def test_cpu_only_work_goes_where_it_strands_the_fewest_gpus():
     run = [running(job("r", gpus=2, cpus=2), full, [0, 1])]
     d = cycle(snapshot([full, idle], T, run), [job("c", cpus=16)], 0.0)
     assert placed(d, "c").node == "a-full"  # its GPUs are taken anyway
-
-
-def test_find_min_scores_the_first_passing_items_of_the_best_bucket_deterministically():
-    idx = BucketIndex()
-    for item, key in [(5, 1), (3, 1), (9, 1), (1, 2), (7, 1)]:
-        idx.set(item, key)
-    score = {3: 0.5, 5: 0.1, 7: 0.0, 9: 0.2}
-    assert idx.find_min(1, lambda i: True, lambda i, k: score[i], limit=10) == (7, 1)
-    assert idx.find_min(1, lambda i: True, lambda i, k: score[i], limit=2) == (5, 1)  # 3, 5
-    assert idx.find_min(1, lambda i: i != 5, lambda i, k: score[i], limit=2) == (7, 1)  # 3, 7
-    assert idx.find_min(1, lambda i: i == 1, lambda i, k: 0.0) == (1, 2)
-    assert idx.find_min(1, lambda i: False, lambda i, k: 0.0) is None
-    # the same items under the same keys, filed in another order and with stale entries
-    other = BucketIndex()
-    for item, key in [(7, 2), (9, 1), (7, 1), (1, 2), (5, 1), (3, 1)]:
-        other.set(item, key)
-    assert other.find_min(1, lambda i: True, lambda i, k: score[i], limit=2) == (5, 1)
-    # more items than 4 * limit fail: the lowest passing id further on, as find()
-    many = BucketIndex()
-    for i in range(100):
-        many.set(i, 0)
-    assert many.find_min(0, lambda i: i >= 50, lambda i, k: 0.0, limit=2) == (50, 0)
 
 
 # -- tied candidates are compared across the whole bucket, not only its lowest ids ---------

@@ -2,8 +2,8 @@
 
 Used by the capacity index to find, without scanning every node, the node (or GPU) with the
 smallest key at or above a bound that also passes a predicate. Within one key the lowest item
-id wins (`find`), or the best score among the first passing items (`find_min`) or among items
-spread over the whole key (`find_spread`, which reads a sorted list of each key's live items),
+id wins (`find`), or the best score among passing items spread over the whole key
+(`find_spread`, which reads a sorted list of each key's live items),
 so results are deterministic.
 
 Deletion is lazy: every `set` bumps the item's version and pushes a fresh heap entry; entries
@@ -147,63 +147,6 @@ class BucketIndex:
                 return best, key
         return None
 
-    def find_min(
-        self,
-        lo: Key,
-        pred: Callable[[int], bool],
-        score: Callable[[int, Key], float],
-        key_ok: Callable[[Key], bool] | None = None,
-        limit: int = 16,
-    ) -> tuple[int, Key] | None:
-        """Like `find`, but within the first bucket that has an item passing `pred`, the item
-        with the lowest `score(item, key)` among its first `limit` passing items (ties: the
-        lowest id).
-
-        The bucket's live items are walked in id order without popping, at most `4 * limit`
-        of them; if none of those passes, the lowest passing id further on (as `find`).
-        Deterministic, as `find`: only live items in id order decide."""
-        keys = self._keys
-        ver = self._ver
-        push, pop = heapq.heappush, heapq.heappop
-        for i in range(bisect_left(keys, lo), len(keys)):
-            key = keys[i]
-            if key_ok is not None and not key_ok(key):
-                continue
-            heap = self._heaps[key]
-            size = len(heap)
-            frontier = [(heap[0], 0)]
-            best: tuple[float, int] | None = None
-            passed = looked = 0
-            while frontier:
-                (item, v), j = pop(frontier)
-                c = 2 * j + 1
-                if c < size:
-                    push(frontier, (heap[c], c))
-                    if c + 1 < size:
-                        push(frontier, (heap[c + 1], c + 1))
-                if v != ver[item]:
-                    continue
-                looked += 1
-                if pred(item):
-                    cand = (score(item, key), item)
-                    if best is None or cand < best:
-                        best = cand
-                    passed += 1
-                    if passed >= limit:
-                        break
-                if looked >= 4 * limit:
-                    break
-            if best is not None:
-                return best[1], key
-            if frontier:  # not all looked at: the lowest passing id of the rest
-                found: int | None = None
-                for it, v in heap:
-                    if v == ver[it] and (found is None or it < found) and pred(it):
-                        found = it
-                if found is not None:
-                    return found, key
-        return None
-
     def find_spread(
         self,
         lo: Key,
@@ -212,7 +155,7 @@ class BucketIndex:
         key_ok: Callable[[Key], bool] | None = None,
         limit: int = 16,
     ) -> tuple[int, Key] | None:
-        """Like `find_min`, but the items compared are spread over the whole bucket instead
+        """Like `find`, but scoring: the items compared are spread over the whole bucket instead
         of its lowest ids: `limit` probes at evenly spaced ranks of the bucket's live items,
         the first and the last included (all of them when it has no more), each taking the
         first passing item at or after its rank, looking at most 4 items and never past the
@@ -222,7 +165,7 @@ class BucketIndex:
         decide.
 
         Why: ids follow registration order, so the lowest ids are often nodes of one kind;
-        comparing only those (find_min) misses better nodes of another kind."""
+        comparing only those misses better nodes of another kind."""
         keys = self._keys
         for i in range(bisect_left(keys, lo), len(keys)):
             key = keys[i]

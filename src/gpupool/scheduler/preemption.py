@@ -421,25 +421,27 @@ class Reclaimer:
         """Mark `victims` taken and their GPUs no longer held (for later borrowing checks)."""
         for rw in victims:
             self.taken.add(rw.workload.id)
-            self.usage.remove(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
-            m = self._model_of(rw) if self.model_usage else None
-            if m is None:
-                continue
-            for a in self.usage.chain(rw.workload.tenant):
-                if (a, m) in self.model_usage:
-                    self.model_usage[(a, m)] -= rw.allocation.gpu_milli
+            self._count(rw, -1)
 
     def give_back(self, victims: tuple[RunningWorkload, ...] | list[RunningWorkload]) -> None:
         """Undo `take` for `victims` (a multi-node reclaim that found too few nodes)."""
         for rw in victims:
             self.taken.discard(rw.workload.id)
-            self.usage.add(rw.workload.tenant, rw.workload.owner, rw.allocation.gpu_milli)
-            m = self._model_of(rw) if self.model_usage else None
-            if m is None:
-                continue
-            for a in self.usage.chain(rw.workload.tenant):
-                if (a, m) in self.model_usage:
-                    self.model_usage[(a, m)] += rw.allocation.gpu_milli
+            self._count(rw, +1)
+
+    def _count(self, rw: RunningWorkload, sign: int) -> None:
+        """Add (+1) or remove (-1) `rw`'s GPUs to its tenant's usage, per model too."""
+        milli = rw.allocation.gpu_milli
+        if sign > 0:
+            self.usage.add(rw.workload.tenant, rw.workload.owner, milli)
+        else:
+            self.usage.remove(rw.workload.tenant, rw.workload.owner, milli)
+        m = self._model_of(rw) if self.model_usage else None
+        if m is None:
+            return
+        for a in self.usage.chain(rw.workload.tenant):
+            if (a, m) in self.model_usage:
+                self.model_usage[(a, m)] += sign * milli
 
     def reason(self, victim: RunningWorkload, tenant: str, workload_id: str) -> str:
         w = victim.workload
