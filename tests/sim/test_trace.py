@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from gpupool.domain import WorkloadState
@@ -159,3 +161,9 @@ def test_cluster_file_tenants_must_cover_the_trace(tmp_path):
     assert scen.config.policy is Policy.LAS
     r = simulate(scen)
     assert {rec.state for rec in r.records.values()} == {WorkloadState.SUCCEEDED}
+
+
+def test_a_trace_error_survives_pickling_as_replays_in_worker_processes_raise_it():
+    e = pickle.loads(pickle.dumps(ScenarioError(["trace file not found: x.csv"], "x.csv")))
+    assert e.problems == ["trace file not found: x.csv"] and e.source == "x.csv"
+    assert str(e) == "x.csv: trace file not found: x.csv"

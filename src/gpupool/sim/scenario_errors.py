@@ -28,6 +28,11 @@ class ScenarioError(Exception):
             )
         super().__init__(msg)
 
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[list[str], str | None]]:
+        """Pickle by problems and source (a replay in another process raises it to its
+        parent), not by the message, which would be read back as a list of characters."""
+        return (ScenarioError, (self.problems, self.source))
+
 
 def validate(model: type[BaseModel], data: Any) -> Any:
     """`data` as `model`, else ScenarioError listing every problem."""
