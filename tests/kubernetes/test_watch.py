@@ -210,13 +210,19 @@ def _client(system):
     return TestClient(system.app, headers={"Authorization": f"Bearer {token}"})
 
 
-def test_a_job_follows_its_pod_through_the_watch_with_no_request_per_pass(watched, kube):
-    ctx = watched.ctx
-    client = _client(watched)
+def _submit_one(system, kube):
+    """A 1-GPU job submitted and scheduled: (client, workload id, its pod)."""
+    client = _client(system)
     r = client.post("/api/v1/workloads", json={"gpus": 1, "command": ["true"], "tenant": "default"})
     wid = r.json()["id"]
-    ctx.loops.get("scheduler").run_once()
+    system.ctx.loops.get("scheduler").run_once()
     (pod,) = kube.pods_of(f"gpupool.dev/workload={wid}")
+    return client, wid, pod
+
+
+def test_a_job_follows_its_pod_through_the_watch_with_no_request_per_pass(watched, kube):
+    ctx = watched.ctx
+    client, wid, pod = _submit_one(watched, kube)
     name = pod["metadata"]["name"]
     engine = watched.engine
     wait_for(lambda: engine.watches["pods"].snapshot(), "the new pod in the watch")
@@ -269,11 +275,7 @@ def test_a_node_going_notready_is_seen_via_the_watch(watched, kube, clock):
 
 def test_a_pod_deleted_behind_gpupools_back_is_lost_via_the_watch(watched, kube):
     ctx = watched.ctx
-    client = _client(watched)
-    r = client.post("/api/v1/workloads", json={"gpus": 1, "command": ["true"], "tenant": "default"})
-    wid = r.json()["id"]
-    ctx.loops.get("scheduler").run_once()
-    (pod,) = kube.pods_of(f"gpupool.dev/workload={wid}")
+    client, wid, pod = _submit_one(watched, kube)
     kube.set_phase(NS, pod["metadata"]["name"], "Running", node="gpu-1")
     wait_for(
         lambda: (

@@ -8,9 +8,8 @@ from gpupool.scheduler.buckets import BucketIndex
 OPS = st.lists(st.tuples(st.integers(0, 15), st.one_of(st.none(), st.integers(0, 8))), max_size=60)
 
 
-@settings(max_examples=200, deadline=None)
-@given(OPS, st.integers(0, 9), st.sets(st.integers(0, 15)))
-def test_find_matches_a_brute_force_scan(ops, lo, rejected):
+def _apply(ops) -> tuple[BucketIndex, dict[int, int]]:
+    """An index after `ops` ((item, key or None to drop)) and what it should hold."""
     idx = BucketIndex()
     truth: dict[int, int] = {}
     for item, key in ops:
@@ -19,6 +18,13 @@ def test_find_matches_a_brute_force_scan(ops, lo, rejected):
             truth.pop(item, None)
         else:
             truth[item] = key
+    return idx, truth
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPS, st.integers(0, 9), st.sets(st.integers(0, 15)))
+def test_find_matches_a_brute_force_scan(ops, lo, rejected):
+    idx, truth = _apply(ops)
     assert len(idx) == len(truth)
     assert idx.max_key() == (max(truth.values()) if truth else None)
     for key in set(truth.values()):
@@ -97,14 +103,7 @@ def test_find_spread_answers_from_the_right_bucket_whatever_the_history(
     """`find_spread` answers from the smallest key >= lo that has a passing item, always
     finds one there if there is one, takes the best score of all when the bucket has at
     most `limit` items, and answers like a fresh index with the same items."""
-    idx = BucketIndex()
-    truth: dict[int, int] = {}
-    for item, key in ops:
-        idx.set(item, key)
-        if key is None:
-            truth.pop(item, None)
-        else:
-            truth[item] = key
+    idx, truth = _apply(ops)
 
     def ok(i: int) -> bool:
         return i not in rejected

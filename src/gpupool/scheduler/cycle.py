@@ -142,7 +142,6 @@ class _Cycle(ReclaimSteps):
         #: tenant -> shapes whose memoized failure was work within a guarantee that had not
         #: waited `reclaim_after_s`: work of that shape that has waited may still reclaim
         self._not_due: dict[str, set[Shape]] = {}
-        self._blocked_not_due = False  # set by _place_or_block for _consider's memo
         self._epoch = 0
         self._tenant_fail: dict[str, tuple[int, str]] = {}
         #: tenant -> {user: (smallest milli refused, why)}
@@ -405,12 +404,20 @@ class _Cycle(ReclaimSteps):
         if self._epoch == epoch and w.tenant not in self.nominee_tenants and not self.gang_holds:
             # placement failures do not depend on the user
             self._failed_shape.setdefault(w.tenant, {})[shape] = self.reasons[w.id]
-            if self._blocked_not_due:
+            if reserve and self._reclaims_later(w, shape):
                 self._not_due.setdefault(w.tenant, set()).add(shape)
         return False
 
+    def _reclaims_later(self, w: Workload, shape: Shape) -> bool:
+        """True if `w` is within a guarantee but has not waited `reclaim_after_s`: its
+        failure says nothing about same-shaped work of its tenant that has."""
+        return (
+            self.config.preemption
+            and not reclaim_due(w, self.now, self.config.reclaim_after_s)
+            and within_some_guarantee(self.tree, self.effective, w.tenant, shape.gpu_milli)
+        )
+
     def _place_or_block(self, w: Workload, shape: Shape, reserve: bool) -> bool:
-        self._blocked_not_due = False
         if shape.nodes > 1:
             return place_gang(self, w, shape)
         nominated = self.nominated_node.get(w.id) if self.nominated_node else None
@@ -455,8 +462,6 @@ class _Cycle(ReclaimSteps):
             return False
         if within and reclaim_due(w, self.now, self.config.reclaim_after_s):
             self.no_reclaim.add(w.tenant)
-        elif within and self.config.preemption:
-            self._blocked_not_due = True
         self.reasons[w.id] = self._blocked_reason(shape)
         # Guaranteed work that still does not fit reserves a node (one per tenant and cycle);
         # work that would borrow reserves nothing: it waits for capacity to free up, and
