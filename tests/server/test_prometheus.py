@@ -113,6 +113,8 @@ class Prometheus:
             r = httpx.get(f"{self.url}/api/v1/query", params={"query": expr}, timeout=5)
         except httpx.TransportError:
             return []  # not listening yet
+        if r.status_code == 503:
+            return []  # listening, but its storage is not ready yet ("Service Unavailable")
         body = r.json()
         assert body.get("status") == "success", (expr, body)
         return body["data"]["result"]
