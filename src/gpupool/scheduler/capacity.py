@@ -16,6 +16,8 @@ Nothing here mutates the snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from gpupool.domain import GPU, MILLI_PER_GPU, Node, OutsideUse, Share, SharingMode
@@ -420,6 +422,18 @@ class CapacityIndex:
             self.node_held[n] = True
             if self._assumed is not None:
                 self._held.append(n)
+            self._refile(n)
+
+    @contextmanager
+    def excluding(self, n: int) -> Iterator[None]:
+        """Node `n` is out of placement inside the block (as if held); as before after it."""
+        was = self.node_held[n]
+        self.node_held[n] = True
+        self._refile(n)
+        try:
+            yield
+        finally:
+            self.node_held[n] = was
             self._refile(n)
 
     # -- queries ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpupool.domain import TenantTree, Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CapacityIndex, Shape
+from gpupool.scheduler.defrag import find_move
 from gpupool.scheduler.levels import LevelPreemptor, pending_level
 from gpupool.scheduler.limits import Usage, gpus_text
 from gpupool.scheduler.preemption import (
@@ -17,7 +18,7 @@ from gpupool.scheduler.preemption import (
     reclaim_due,
     within_some_guarantee,
 )
-from gpupool.scheduler.reasons import reclaim_text
+from gpupool.scheduler.reasons import move_text, reclaim_text
 from gpupool.scheduler.reservations import Hold
 from gpupool.scheduler.types import Policy, Preemption, SchedulerConfig, Snapshot
 from gpupool.scheduler.waits import Waits
@@ -67,6 +68,7 @@ class ReclaimSteps:
             self._reclaimer is None
             and not self.cache.stopping()
             and not borrowing_branch(self.tree, self.effective, w.tenant)
+            and not self._may_move()
         ):
             return False  # no victim and nothing stopping: the same answer, without the index
         rc = self._reclaimer_for_cycle()
@@ -82,7 +84,7 @@ class ReclaimSteps:
                 return False
             found = rc.find(w.tenant, shape, set(self.holds))
             if found is None:
-                return False
+                return self._move(w, shape, rc)
             rc.commit(found)
             for v in found.victims:
                 reason = rc.reason(v, w.tenant, w.id)
@@ -90,6 +92,44 @@ class ReclaimSteps:
         self._promise(w, shape, found)
         self.reasons[w.id] = why = reclaim_text(len(found.victims), found.stopping)
         self.waits.reclaiming(w, why, found.victims)
+        return True
+
+    def _may_move(self) -> bool:
+        return self.config.defrag_moves and self.cache.checkpointing()
+
+    def _move(self, w: Workload, shape: Shape, rc: Reclaimer) -> bool:
+        """Reclaim found no node for `w` (owed GPUs, due): make one node whole by moving
+        smaller checkpointing work to free places elsewhere (gpupool.scheduler.defrag)."""
+        if not self._may_move():
+            return False
+        move = find_move(rc, w.tenant, shape, set(self.holds))
+        if move is None:
+            return False
+        moved = {id(rw): p for rw, p in move.moved}
+        names = self.cap.nodes
+        for v in move.reclaim.victims:
+            p = moved.get(id(v))
+            if p is None:
+                rc.take((v,))
+                self.preemptions.append(
+                    Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id))
+                )
+                continue
+            rc.taken.add(v.workload.id)  # moved: its GPUs stay counted (it runs elsewhere)
+            to = names[p.node].name
+            self.preemptions.append(
+                Preemption(
+                    v.workload.id,
+                    w.id,
+                    f"moved to {to} to make room for {w.id} of {w.tenant}, which is owed "
+                    "whole GPUs on one node; it resumes from its checkpoint there",
+                    move_to=to,
+                )
+            )
+        self._promise(w, shape, move.reclaim)
+        n_moved = len(move.moved)
+        self.reasons[w.id] = why = move_text(len(move.reclaim.victims) - n_moved, n_moved)
+        self.waits.reclaiming(w, why, move.reclaim.victims)
         return True
 
     def _reclaim_pending(self, w: Workload) -> bool:

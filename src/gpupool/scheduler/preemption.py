@@ -70,12 +70,15 @@ def nominations(
     preemptions: Iterable[Preemption], node_of: Mapping[str, str]
 ) -> dict[str, tuple[str, ...]]:
     """For `Snapshot.nominated`: per workload that work was preempted for in one cycle, the
-    nodes (sorted, distinct) its victims ran on (`node_of`: victim workload id -> node)."""
+    nodes (sorted, distinct) its victims ran on (`node_of`: victim workload id -> node); per
+    workload moved (`Preemption.move_to`), the node it moves to."""
     out: dict[str, set[str]] = {}
     for p in preemptions:
         node = node_of.get(p.workload_id)
         if node is not None:
             out.setdefault(p.for_workload, set()).add(node)
+        if p.move_to is not None:
+            out.setdefault(p.workload_id, set()).add(p.move_to)
     return {w: tuple(sorted(nodes)) for w, nodes in out.items()}
 
 
@@ -240,7 +243,7 @@ class Reclaimer:
                 gpu[g] = (m0 + smilli, g0 + smem)
         return cpu, mem, gpu
 
-    def _fits(self, n: int, shape: Shape, rws: list[RunningWorkload]) -> Placement | None:
+    def fits(self, n: int, shape: Shape, rws: list[RunningWorkload]) -> Placement | None:
         cpu, mem, gpu = self._freed(rws, n)
         return place_on_node(self.cap, n, shape, cpu, mem, gpu)
 
@@ -255,7 +258,7 @@ class Reclaimer:
             fit = None
             for rw in pool:
                 chosen.append(rw)
-                fit = self._fits(n, shape, chosen)
+                fit = self.fits(n, shape, chosen)
                 if fit is not None:
                     break
             if fit is None:
@@ -307,7 +310,7 @@ class Reclaimer:
             if rooms[vt] is None:
                 continue
             visited.add(n)
-            if n in skip or not self.cap.node_ready[n] or not self._could_host(n, shape):
+            if n in skip or not self.cap.node_ready[n] or not self.could_host(n, shape):
                 continue
             found = self._on_node(shape, n, rooms, tenant, milli)
             if found is None:
@@ -323,7 +326,7 @@ class Reclaimer:
             return None
         return best[1]
 
-    def _could_host(self, n: int, shape: Shape) -> bool:
+    def could_host(self, n: int, shape: Shape) -> bool:
         """Could node `n` hold `shape` if everything on it stopped? (memoized)"""
         k = (n, shape)
         r = self._hosts.get(k)
@@ -355,12 +358,12 @@ class Reclaimer:
         tenant: str,
         milli: int,
     ) -> tuple[tuple, Reclaim] | None:
-        sel = _Selection(self, tenant, milli, rooms)
+        sel = Selection(self, tenant, milli, rooms)
         fit = None
         for rw in self.victims[n]:
             if not sel.offer(rw):
                 continue
-            fit = self._fits(n, shape, sel.chosen)
+            fit = self.fits(n, shape, sel.chosen)
             if fit is not None:
                 break
         chosen = sel.chosen
@@ -369,9 +372,9 @@ class Reclaimer:
         # put back victims that are not needed (most valuable first)
         for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, -self.lost(r))):
             trial = [c for c in chosen if c is not rw]
-            if self._fits(n, shape, trial) is not None:
+            if self.fits(n, shape, trial) is not None:
                 chosen = trial
-        fit = self._fits(n, shape, chosen)
+        fit = self.fits(n, shape, chosen)
         assert fit is not None
         score = (
             max(c.workload.priority for c in chosen),
@@ -403,7 +406,7 @@ class Reclaimer:
         need -= sum(rw.allocation.gpu_milli for rw in stopping)
         if need <= 0:
             return [], len(stopping)
-        sel = _Selection(self, tenant, milli, {})
+        sel = Selection(self, tenant, milli, {})
         freed = 0
         for _, rw in self.order:
             if not inside(rw.workload.tenant) or not sel.offer(rw):
@@ -452,7 +455,7 @@ class Reclaimer:
         )
 
 
-class _Selection:
+class Selection:
     """Victims chosen so far for one candidate of `tenant` asking `milli`, and what they take
     from each borrowing branch and from per-model holdings (so no branch is taken below its
     guarantee and no per-model guarantee is cut). `rooms` caches `Reclaimer._room`."""

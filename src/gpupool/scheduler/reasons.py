@@ -325,6 +325,17 @@ def reclaim_text(n_victims: int, stopping: int) -> str:
     )
 
 
+def move_text(n_reclaimed: int, n_moved: int) -> str:
+    """Why work owed GPUs waits while smaller work is moved off a node for it."""
+    parts = [f"{n_moved} smaller checkpointing workload{'s' if n_moved != 1 else ''} moved"]
+    if n_reclaimed:
+        parts.append(f"{n_reclaimed} borrowed workload{'s' if n_reclaimed != 1 else ''} reclaimed")
+    return (
+        "reclaiming its guaranteed share on one node (the free GPUs are spread over nodes): "
+        f"waiting for {' and '.join(parts)} to stop"
+    )
+
+
 __all__ = [
     "Hardware",
     "admission_cap_text",
@@ -333,6 +344,7 @@ __all__ = [
     "clock_text",
     "expected_start_text",
     "gpus_text",
+    "move_text",
     "no_fit_reason",
     "outside_text",
     "owed_text",

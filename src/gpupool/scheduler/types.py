@@ -100,6 +100,9 @@ class SchedulerConfig:
     #: declares checkpointing gains service levels or is preempted for them. Default 1 and
     #: 10 GPU-hours (measured in docs/report-philly.md); empty: off.
     service_levels_s: tuple[float, ...] = (3600.0, 36000.0)
+    #: (fair) work owed GPUs that reclaim cannot place may have smaller `checkpointing` work
+    #: moved off one node to free places on others (gpupool.scheduler.defrag)
+    defrag_moves: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +113,14 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Stop `workload_id` so that `for_workload` can get its guaranteed share."""
+    """Stop `workload_id` so that `for_workload` can get its guaranteed share (or, with
+    service levels, its turn). With `move_to`, the stopped workload is moved: a place on
+    that node is kept for it (gpupool.scheduler.defrag)."""
 
     workload_id: str
     for_workload: str
     reason: str
+    move_to: str | None = None
 
 
 class WaitKind(StrEnum):
