@@ -91,6 +91,65 @@ def test_preemption_stops_borrowed_work_and_requeues_it(world):
     assert world.scheduler.nominated == {}  # dropped once it no longer waits
 
 
+def test_a_move_stops_smaller_checkpointing_work_and_starts_it_where_it_was_promised(world):
+    # two 4-GPU nodes, "other" runs 6 one-GPU checkpointing jobs within its guarantee of 6
+    # (3 a node), so 1 GPU is free on each node and nothing is borrowed: lab is owed 2 GPUs
+    # on one node and gets them by a move, not a reclaim
+    from gpupool.domain import GPU, Node, SharingMode
+    from gpupool.store import NodeRepo
+
+    with world.ctx.store.write() as s:
+        NodeRepo(s).upsert(
+            Node("n2", tuple(GPU(i, f"GPU-n2-{i}", "H100", 81920) for i in range(4)), 64000, 512000)
+        )
+        NodeRepo(s).set_sharing("GPU-n1-3", SharingMode.EXCLUSIVE)
+        TenantRepo(s).save(Tenant("lab", Quota.gpus(2, 8)), 0, create=False)
+        TenantRepo(s).save(Tenant("other", Quota.gpus(6, 8)), 0, create=False)
+    ex = world.ctx.executor = FakeExecutor(world.clock, ignores_term=True)  # slow to stop
+    jobs = [world.submit(role="outsider", gpus=1, checkpointing=True) for _ in range(8)]
+    world.scheduler.run_once()
+    with world.ctx.store.read() as s:
+        on = {a.workload_id: a.node for a in AllocationRepo(s).active()}
+
+    def stop_now(wid: str) -> None:
+        world.clock.advance(world.ctx.settings.stop_grace_s)
+        ex.tick()  # forced kill
+        lifecycle.settle(world.ctx, wid)
+
+    for n in ("n1", "n2"):  # one job ends on each node: 1 GPU free on each
+        done = next(w for w, node in on.items() if node == n)
+        assert world.delete("outsider", f"/workloads/{done}").status_code == 200
+        stop_now(done)
+        del on[done]
+        jobs = [j for j in jobs if j["id"] != done]
+    assert sorted(on.values()) == ["n1", "n1", "n1", "n2", "n2", "n2"]
+    world.clock.advance(3600)  # past the minimum runtime
+    owed = world.submit(gpus=2)
+    world.clock.advance(world.ctx.settings.scheduler.reclaim_after_s)
+    report = world.scheduler.run_once()
+    assert len(report.preempted) == 1
+    (moved,) = report.preempted
+    assert moved in {j["id"] for j in jobs}
+    to = world.scheduler.nominated[moved]
+    assert to == (("n2",) if on[moved] == "n1" else ("n1",))
+    assert world.scheduler.nominated[owed["id"]] == (on[moved],)
+    got = world.get("admin", f"/workloads/{moved}").json()
+    assert any("moved to" in str(e) for e in got["events"]), got["events"]
+    reason = world.get("member", f"/workloads/{owed['id']}").json()["pending"]["reason"]
+    assert "spread over nodes" in reason
+    world.scheduler.run_once()  # the moved job is still stopping: both keep their nominations
+    assert state(world, moved) == "running"  # stopping
+    assert world.scheduler.nominated[moved] == to
+    assert state(world, owed["id"]) == "pending"
+    stop_now(moved)
+    world.scheduler.run_once()  # both start where they were promised
+    with world.ctx.store.read() as s:
+        now_on = {a.workload_id: a.node for a in AllocationRepo(s).active()}
+    assert now_on[moved] == to[0]
+    assert now_on[owed["id"]] == on[moved]
+    assert world.scheduler.nominated == {}
+
+
 def test_cancel_of_work_that_ignores_the_stop_holds_the_gpu_until_it_ends(world):
     ex = FakeExecutor(world.clock, ignores_term=True)
     world.ctx.executor = ex

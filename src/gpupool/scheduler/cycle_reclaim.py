@@ -95,7 +95,7 @@ class ReclaimSteps:
         return True
 
     def _may_move(self) -> bool:
-        return self.config.defrag_moves and self.cache.checkpointing()
+        return self.config.defrag_moves and self.cache.checkpointing() > 0
 
     def _move(self, w: Workload, shape: Shape, rc: Reclaimer) -> bool:
         """Reclaim found no node for `w` (owed GPUs, due): make one node whole by moving

@@ -117,8 +117,8 @@ class Settings:
 def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
     """SchedulerConfig fields from GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S (seconds)
     and GPUPOOL_SERVICE_LEVELS_S (thresholds in GPU-seconds, comma-separated, e.g.
-    `3600,36000`; `off` or empty turns service levels off). A bad value raises ValueError
-    naming the variable and what it takes."""
+    `3600,36000`; `off` or empty turns service levels off) and GPUPOOL_DEFRAG_MOVES (`on`
+    or `off`). A bad value raises ValueError naming the variable and what it takes."""
     out: dict[str, object] = {}
     for key in ("reclaim_after_s", "min_runtime_s"):
         name = "GPUPOOL_" + key.upper()
@@ -146,4 +146,9 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
         if any(x <= 0 for x in levels):
             raise ValueError(f"GPUPOOL_SERVICE_LEVELS_S={text!r}: thresholds must be above 0")
         out["service_levels_s"] = levels
+    if "GPUPOOL_DEFRAG_MOVES" in env:
+        text = env["GPUPOOL_DEFRAG_MOVES"].strip().lower()
+        if text not in ("on", "off", "true", "false", "1", "0"):
+            raise ValueError(f"GPUPOOL_DEFRAG_MOVES={text!r}: give on or off")
+        out["defrag_moves"] = text in ("on", "true", "1")
     return out

@@ -155,6 +155,8 @@ class SchedulerSpec(_Strict):
     service_levels_s: list[float] = Field(
         default_factory=lambda: list(SchedulerConfig().service_levels_s)
     )
+    #: (fair) work owed whole GPUs may have smaller checkpointing work moved (SchedulerConfig)
+    defrag_moves: bool = True
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)
@@ -466,6 +468,7 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
         gang_reservations=spec.gang_reservations,
         service_levels_s=tuple(sorted(spec.service_levels_s)),
+        defrag_moves=spec.defrag_moves,
     )
     if spec.topology_keys is not None:
         config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))

@@ -109,7 +109,8 @@ class SchedulerLoop(Loop):
             # kept from earlier attempts (checkpointing work preempted and requeued)
             attained = UsageRepo(s).attained_by_tenant()
             attained.update(kept_service(s))
-        waiting = {w.id for w in pending}
+        # a nomination lasts while its workload waits, or is still stopping to be moved
+        waiting = {w.id for w in pending} | {r.workload.id for r in running if r.stopping}
         self.nominated = {k: v for k, v in self.nominated.items() if k in waiting}
         snap = Snapshot(nodes, tree, running, attained, nominated=dict(self.nominated))
         return snap, pending
