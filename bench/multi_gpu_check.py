@@ -39,6 +39,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multi_gpu_pool import (  # noqa: E402 - beside this script
     ENDED,
@@ -208,6 +210,16 @@ def check_ddp(p: Pool, c: Check, release: Path) -> None:
     )
 
 
+def mps_servers() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, user) of every nvidia-cuda-mps-server on this host."""
+    found = []
+    for q in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if "nvidia-cuda-mps-server" in (" ".join(q.cmdline()) or q.name()):
+                found.append((q.pid, q.ppid(), q.username()))
+    return found
+
+
 def held_mib(line: dict) -> object:
     with contextlib.suppress(ValueError, AttributeError):
         return json.loads(line.get("probe") or "{}").get("allocated_mib")
@@ -246,9 +258,9 @@ def check_mps(p: Pool, c: Check, release: Path, gpus: list[str]) -> None:
         }
         alive = {u: d is not None and Path(f"/proc/{d}").exists() for u, d in daemons.items()}
         MPS_DAEMONS.extend(d for d in daemons.values() if d)
-        snap = snapshot(p, "MPS: 4 jobs holding clients")
-        servers = [ln.split() for ln in snap.splitlines() if "nvidia-cuda-mps-server" in ln]
-        server_parents = sorted(int(s[1]) for s in servers if s[1].isdigit())
+        snapshot(p, "MPS: 4 jobs holding clients")
+        servers = mps_servers()
+        server_parents = sorted(ppid for _, ppid, _ in servers)
         c.evidence.update(
             on_gpu=on,
             enforcement=enf,
@@ -256,7 +268,7 @@ def check_mps(p: Pool, c: Check, release: Path, gpus: list[str]) -> None:
             holding=holding,
             states_after_probes=states,
             control_daemons=daemons,
-            servers=[" ".join(s) for s in servers],
+            servers=servers,
         )
         c.crit(
             "one live MPS control daemon per GPU",

@@ -199,9 +199,10 @@ class Pool:
     def lines(self, wid: str, tag: str) -> list[dict]:
         text = self.call("GET", f"/workloads/{wid}/logs")["text"]  # type: ignore[index]
         found = []
-        for ln in text.splitlines():
+        for ln in text.splitlines():  # a launcher may prefix its workers' lines ([rank0]:)
+            at = ln.find('{"tag": ')
             with contextlib.suppress(ValueError):
-                if ln.startswith("{") and (d := json.loads(ln)).get("tag") == tag:
+                if at >= 0 and (d := json.loads(ln[at:])).get("tag") == tag:
                     found.append(d)
         return found
 
