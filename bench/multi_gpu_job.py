@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
@@ -42,6 +43,12 @@ def multicast_env() -> tuple[bool, dict[str, str | None]]:
 
 def released(path: str | None, started: float, max_hold: float) -> bool:
     return (path is not None and os.path.exists(path)) or time.time() - started > max_hold
+
+
+def torch_uuid(torch: object, index: int) -> str:
+    """Device `index`'s UUID as NVML writes it (PyTorch's str() has no GPU- prefix)."""
+    raw = str(torch.cuda.get_device_properties(index).uuid)  # type: ignore[attr-defined]
+    return "GPU-" + str(uuid.UUID(raw.removeprefix("GPU-")))
 
 
 def smi_list() -> list[str]:
@@ -67,7 +74,7 @@ def view(a: argparse.Namespace) -> int:
 
         n = torch.cuda.device_count()
         out["torch_count"] = n
-        out["torch_uuids"] = [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(n)]
+        out["torch_uuids"] = [torch_uuid(torch, i) for i in range(n)]
     except Exception as e:  # noqa: BLE001 - reported, the check decides
         out["torch_error"] = f"{type(e).__name__}: {e}"
         emit("view", **out)
@@ -166,7 +173,7 @@ def ddp(a: argparse.Namespace) -> int:
         rank=rank,
         world=world,
         multicast_off=ok,
-        uuid=f"GPU-{torch.cuda.get_device_properties(local).uuid}",
+        uuid=torch_uuid(torch, local),
     )
     torch.manual_seed(rank)  # different data per rank; DDP makes the parameters agree
     model = torch.nn.Sequential(
