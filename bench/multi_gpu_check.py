@@ -87,7 +87,8 @@ def check_two_gpu_job(p: Pool, c: Check) -> None:
 
 
 def start_tenant_jobs(p: Pool, c: Check, release: Path) -> dict[str, str]:
-    cmd = [p.a.py, p.a.job, "view", "--hold-mib", "2048", "--release", str(release)]
+    cmd = [p.a.py, p.a.job, "view", "--hold-mib", "2048", "--max-hold", "240"]
+    cmd += ["--release", str(release)]
     jobs = {u: p.submit(u, {"gpus": 1, "name": f"bind-{u}", "command": cmd}) for u in USERS}
     c.evidence["workloads"] = jobs
     p.wait_state(list(jobs.values()), {"running"}, 150)
