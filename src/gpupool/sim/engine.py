@@ -33,6 +33,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
+from gpupool.scheduler.levels import level_of
 from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
@@ -195,6 +196,12 @@ class Simulator(Wakeups):
         self.queues: dict[str, list[tuple[int, float, str]]] = {}
         #: per tenant, its first `window` pending workloads (dropped when its queue changes)
         self._windows: dict[str, tuple[Workload, ...]] = {}
+        #: the scheduler's in-tenant order, which windows follow: with service levels (fair),
+        #: a pending workload's level (fixed while it waits) comes before its submit time
+        self._levels_s = (
+            scenario.config.service_levels_s if self.s.config.policy == Policy.FAIR else ()
+        )
+        self._qkeys: dict[str, tuple] = {}
         self._queue_order: list[str] = []  # sorted(self.queues)
 
     # ------------------------------------------------------------------ bookkeeping
@@ -244,7 +251,17 @@ class Simulator(Wakeups):
         self.demand_changed = True
         self.pending_count[w.tenant] += 1
         if self.window is not None:
-            key = (-w.priority, w.submitted_at, w.id)
+            lv = self._levels_s
+            key = self._qkeys[w.id] = (
+                (
+                    -w.priority,
+                    level_of(self.workload_service.get(w.id, 0.0), lv),
+                    w.submitted_at,
+                    w.id,
+                )
+                if lv
+                else (-w.priority, w.submitted_at, w.id)
+            )
             q = self.queues.get(w.tenant)
             if q is None:
                 q = self.queues[w.tenant] = []
@@ -266,7 +283,7 @@ class Simulator(Wakeups):
         self.pending_count[w.tenant] -= 1
         if self.window is not None:
             q = self.queues[w.tenant]
-            key = (-w.priority, w.submitted_at, w.id)
+            key = self._qkeys.pop(wid)
             i = bisect.bisect_left(q, key)
             if i < len(q) and q[i] == key:
                 del q[i]
@@ -283,7 +300,7 @@ class Simulator(Wakeups):
 
     def _pending_for_cycle(self) -> tuple[Workload, ...]:
         """All pending work, or with a window only the first `window` of each tenant's queue
-        in the scheduler's in-tenant order (priority, then submit time)."""
+        in the scheduler's in-tenant order (priority, service level, submit time)."""
         if self.window is None:
             return tuple(self.pending.values())
         k = self.window
@@ -293,7 +310,7 @@ class Simulator(Wakeups):
             win = windows.get(ten)
             if win is None:
                 pending = self.pending
-                win = windows[ten] = tuple(pending[key[2]] for key in self.queues[ten][:k])
+                win = windows[ten] = tuple(pending[key[-1]] for key in self.queues[ten][:k])
             out.extend(win)
         return tuple(out)
 
