@@ -97,24 +97,21 @@ def test_no_move_when_the_moved_work_has_nowhere_to_go():
     assert d.preemptions == ()
 
 
-def test_work_as_big_as_the_candidate_is_not_moved():
-    # one free GPU on each node beside a 2-GPU job of lab-b: moving such a job frees no
-    # more than it takes elsewhere, so a 2-GPU candidate moves nothing
-    three = [node(f"n{i}", gpus=3) for i in range(3)]
+def test_work_as_big_as_the_candidate_is_not_moved_even_where_it_would_help():
+    # n0: lab-b's 2-GPU job and 1 free GPU; n1: 2 free GPUs but few free CPUs, so the
+    # candidate (2 GPUs, 32 CPUs) cannot go there and the 2-GPU job (1 CPU) could. Moving
+    # it would make room, but it is as big as the candidate: the bound keeps it
+    two = [node("n0", gpus=3), node("n1", gpus=3)]
     run = [
-        running(ckpt(job(f"b{i}", "lab-b", "bob", gpus=2, submit=0)), n, [0, 1], since=0)
-        for i, n in enumerate(three)
+        running(ckpt(job("c0", "lab-b", "bob", gpus=2, submit=0)), two[0], [0, 1], since=0),
+        running(job("cpu", "lab-b", "bob", gpus=1, cpus=60, submit=0), two[1], [0], since=0),
     ]
-    snap = snapshot(three, [tenant("lab-a", 2), tenant("lab-b", 7)], run)
-    d = cycle(snap, [job("two", gpus=2, submit=NOW - 3600)], NOW, CFG)
+    tenants = [tenant("lab-a", 2), tenant("lab-b", 4)]
+    cand = job("two", gpus=2, cpus=32, submit=NOW - 3600)
+    d = cycle(snapshot(two, tenants, run), [cand], NOW, CFG)
     assert d.preemptions == ()
-    # with one of them a 1-GPU job instead, that one is moved
-    run[0] = running(ckpt(job("b0", "lab-b", "bob", gpus=1, submit=0)), three[0], [0], since=0)
-    run.append(running(job("c0", "lab-b", "bob", gpus=1, submit=0), three[0], [1], since=0))
-    d = cycle(
-        snapshot(three, [tenant("lab-a", 2), tenant("lab-b", 7)], run),
-        [job("two", gpus=2, submit=NOW - 3600)],
-        NOW,
-        CFG,
-    )
-    assert [(p.workload_id, p.move_to is not None) for p in d.preemptions] == [("b0", True)]
+    # the same with a 1-GPU job beside 1 free GPU on n0: that one is moved, to n1
+    run[0] = running(ckpt(job("b0", "lab-b", "bob", gpus=1, submit=0)), two[0], [0], since=0)
+    run.append(running(job("c1", "lab-b", "bob", gpus=1, submit=0), two[0], [1], since=0))
+    d = cycle(snapshot(two, tenants, run), [cand], NOW, CFG)
+    assert [(p.workload_id, p.move_to) for p in d.preemptions] == [("b0", "n1")]

@@ -412,6 +412,10 @@ class CapacityIndex:
             self._assumed.append((n, gpu_takes, cpu, mem))
         self._refile(n)
 
+    def unassume(self, n: int, gpu_takes: list[tuple[int, int, int]], cpu: int, mem: int) -> None:
+        """Give back what `assume` took (logged like it, so `revert_cycle` stays exact)."""
+        self.assume(n, [(g, -milli, -gmem) for g, milli, gmem in gpu_takes], -cpu, -mem)
+
     def hold(self, n: int, cpu: int = 0, mem: int = 0) -> None:
         """Keep node `n` out of placement for the rest of the cycle (a reservation) for work
         that asks for `cpu` and `mem` there: GPU work is not placed on it; CPU-only work may

@@ -10,13 +10,16 @@ candidate asks for.
 Rules for work that is moved (all must hold):
 * it declares `checkpointing` (a stop costs it only the work since its last checkpoint), is
   preemptible, runs on one node, has run `min_runtime_s`, and is not chosen already;
-* it asks for fewer GPUs than the candidate (moving work as big as the candidate makes no
-  room), and any tenant's work may be moved: a move changes nobody's usage;
+* it asks for fewer GPUs than the candidate, of any tenant (a move changes nobody's usage).
+  Work as big as the candidate is left alone even where moving it would make room (its
+  place elsewhere suits it but not the candidate, say for CPUs): a bound kept on purpose, so
+  that a move never stops as much as the candidate gains;
 * a place for it is free now on another usable (ready, not held) node; that place is kept for
   it (the Preemption names it in `move_to`, and it is nominated there).
 
-On the node, borrowed work is reclaimed first where the reclaim rules allow; work is moved
-only for the rest. Of the nodes where the candidate fits that way, the first
+On the node, possible victims are taken best first (as reclaim orders them): each is
+reclaimed where the reclaim rules allow, else moved if it may be; those not needed are put
+back, moves first. Of the nodes where the candidate fits that way, the first
 `NODES_COMPARED` (most free GPUs first) are compared: fewest moved, then least progress lost.
 Pure: the caller stops the victims and admits the candidate in a later cycle.
 """
@@ -113,10 +116,8 @@ def _on_node(
         return None
     chosen = sel.chosen + moved
     # put back what is not needed: moves first (each costs a stop and a place elsewhere)
-    for rw in sorted(chosen, key=lambda r: (r not in moved, -rc.lost(r))):
-        trial = [c for c in chosen if c is not rw]
-        if trial and rc.fits(n, shape, trial) is not None:
-            chosen = trial
+    order = sorted(chosen, key=lambda r: (r not in moved, -rc.lost(r)))
+    chosen = rc.put_back(n, shape, chosen, order)
     fit = rc.fits(n, shape, chosen)
     assert fit is not None
     moved_ids = {id(rw) for rw in moved}
@@ -138,12 +139,7 @@ def _destinations(rc: Reclaimer, n: int, moved: list[RunningWorkload]) -> list[P
             p = find_placement(cap, s)
             if p is None:
                 for q, qs in reversed(done):  # give back what was assumed
-                    cap.assume(
-                        q.node,
-                        [(g, -m, -mem) for g, m, mem in q.takes],
-                        -qs.cpu_milli,
-                        -qs.memory_mib,
-                    )
+                    cap.unassume(q.node, list(q.takes), qs.cpu_milli, qs.memory_mib)
                 return None
             cap.assume(p.node, list(p.takes), s.cpu_milli, s.memory_mib)
             done.append((p, s))

@@ -1,6 +1,7 @@
 """Queue order for each policy.
 
 * inside a tenant (fair, las): higher priority first, then earlier submit time, then id;
+  under fair with service levels, the service level comes before the submit time;
 * fifo: one global queue by submit time, then id (priority and tenants ignored);
 * fair: tenants below their guarantee first, by allocated / fair share, lowest first; then
   the borrowers, by `borrow_order`: least attained service per unit of weight first
@@ -20,6 +21,12 @@ INF = float("inf")
 
 def in_tenant_key(w: Workload) -> tuple:
     return (-w.priority, w.submitted_at, w.id)
+
+
+def leveled_in_tenant_key(w: Workload, level: int) -> tuple:
+    """Inside a tenant under `fair` with service levels: priority, then the workload's
+    service level (gpupool.scheduler.levels), then submit time and id."""
+    return (-w.priority, level, w.submitted_at, w.id)
 
 
 def fifo_key(w: Workload) -> tuple:

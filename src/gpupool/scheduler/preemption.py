@@ -326,6 +326,17 @@ class Reclaimer:
             return None
         return best[1]
 
+    def put_back(
+        self, n: int, shape: Shape, chosen: list[RunningWorkload], order: list[RunningWorkload]
+    ) -> list[RunningWorkload]:
+        """`chosen` without the victims that `shape` does not need on node `n`, tried in
+        `order` (each one left out if `shape` still fits without it)."""
+        for rw in order:
+            trial = [c for c in chosen if c is not rw]
+            if trial and self.fits(n, shape, trial) is not None:
+                chosen = trial
+        return chosen
+
     def could_host(self, n: int, shape: Shape) -> bool:
         """Could node `n` hold `shape` if everything on it stopped? (memoized)"""
         k = (n, shape)
@@ -370,10 +381,8 @@ class Reclaimer:
         if fit is None:
             return None
         # put back victims that are not needed (most valuable first)
-        for rw in sorted(chosen[:-1], key=lambda r: (-r.workload.priority, -self.lost(r))):
-            trial = [c for c in chosen if c is not rw]
-            if self.fits(n, shape, trial) is not None:
-                chosen = trial
+        order = sorted(chosen[:-1], key=lambda r: (-r.workload.priority, -self.lost(r)))
+        chosen = self.put_back(n, shape, chosen, order)
         fit = self.fits(n, shape, chosen)
         assert fit is not None
         score = (

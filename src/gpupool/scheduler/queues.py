@@ -19,7 +19,12 @@ from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import Shape
 from gpupool.scheduler.levels import level_of
 from gpupool.scheduler.limits import never_within_limits
-from gpupool.scheduler.ordering import fifo_key, in_tenant_key, las_in_tenant_key
+from gpupool.scheduler.ordering import (
+    fifo_key,
+    in_tenant_key,
+    las_in_tenant_key,
+    leveled_in_tenant_key,
+)
 from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
@@ -198,7 +203,7 @@ class Queues:
                 why = never_within_limits(self.tree, t, shape.gpu_milli)
             hit = shapes[mk] = (shape, why, shape.gpu_milli)
         if self.policy is Policy.FAIR and self.config.service_levels_s:
-            key = (-w.priority, 0, w.submitted_at, w.id)  # level added by the caller
+            key = leveled_in_tenant_key(w, 0)  # level added by the caller
         elif self.policy is Policy.FAIR:
             key = in_tenant_key(w)
         elif self.policy is Policy.FIFO:

@@ -33,7 +33,8 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
-from gpupool.scheduler.levels import level_of
+from gpupool.scheduler.levels import pending_level
+from gpupool.scheduler.ordering import in_tenant_key, leveled_in_tenant_key
 from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
@@ -193,7 +194,7 @@ class Simulator(Wakeups):
         self.demand_changed = True
         #: pass at most this many pending workloads per tenant to each cycle (None: all)
         self.window = scenario.pending_window
-        self.queues: dict[str, list[tuple[int, float, str]]] = {}
+        self.queues: dict[str, list[tuple]] = {}  # in-tenant keys (self._qkeys), sorted
         #: per tenant, its first `window` pending workloads (dropped when its queue changes)
         self._windows: dict[str, tuple[Workload, ...]] = {}
         #: the scheduler's in-tenant order, which windows follow: with service levels (fair),
@@ -253,14 +254,9 @@ class Simulator(Wakeups):
         if self.window is not None:
             lv = self._levels_s
             key = self._qkeys[w.id] = (
-                (
-                    -w.priority,
-                    level_of(self.workload_service.get(w.id, 0.0), lv),
-                    w.submitted_at,
-                    w.id,
-                )
+                leveled_in_tenant_key(w, pending_level(w, self.workload_service, lv))
                 if lv
-                else (-w.priority, w.submitted_at, w.id)
+                else in_tenant_key(w)
             )
             q = self.queues.get(w.tenant)
             if q is None:
