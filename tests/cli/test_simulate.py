@@ -201,7 +201,8 @@ def test_cpu_only_notebook_starts_beside_a_gpu_reservation():
 
 def test_trace_replay_with_checkpointing_resumes_preempted_jobs(tmp_path):
     # one tenant, one GPU: a 5 h job, then a 10 min one at 2 h; with --checkpointing the
-    # long job (past 1 GPU-hour, level 1) makes room and resumes afterwards
+    # long job (past 1 GPU-hour, level 1, one level up is enough here) makes room and resumes
+    # afterwards
     trace = tmp_path / "t.csv"
     trace.write_text("submit_time,duration,num_gpus,tenant\n0,18000,1,lab\n7200,600,1,lab\n")
     cluster = tmp_path / "c.yaml"
@@ -210,7 +211,7 @@ def test_trace_replay_with_checkpointing_resumes_preempted_jobs(tmp_path):
             {
                 "cluster": {"nodes": [{"name": "g", "gpus": 1}]},
                 "tenants": [{"name": "lab", "guaranteed_gpus": 1}],
-                "scheduler": {"service_levels_s": [3600, 36000]},
+                "scheduler": {"service_levels_s": [3600, 36000], "preempt_levels_apart": 1},
             }
         )
     )

@@ -10,7 +10,8 @@ from tests.scheduler.builders import job, node, running, snapshot, tenant
 NOW = 100_000.0
 N = node("n", gpus=2)
 TENANTS = [tenant("lab-a", 1), tenant("lab-b", 1)]
-CFG = SchedulerConfig(service_levels_s=(3600.0, 36000.0))
+# levels of 1 and 10 GPU-hours; any higher level may be preempted (the default is 2 apart)
+CFG = SchedulerConfig(service_levels_s=(3600.0, 36000.0), preempt_levels_apart=1)
 
 
 def ckpt(w):
@@ -78,7 +79,7 @@ def test_requeued_work_with_attained_service_waits_behind_fresh_work_of_its_tena
     snap = snapshot([free], TENANTS, [], attained={"old": 4000 * 1000.0})
     d = cycle(snap, [old, new], NOW, CFG)
     assert [a.workload_id for a in d.admissions] == ["new"]
-    assert SchedulerConfig().service_levels_s == (3600.0, 36000.0)  # the default: on
+    assert SchedulerConfig().service_levels_s == (1800.0, 18000.0, 180000.0)  # default: on
     off = SchedulerConfig(service_levels_s=())
     d = cycle(snap, [old, new], NOW, off)
     assert [a.workload_id for a in d.admissions] == ["old"]  # submit order without levels
@@ -115,3 +116,24 @@ def test_a_tenant_below_its_guarantee_reclaims_borrowed_work_before_stopping_its
     at = [*run[:1], running(ckpt(job("a-long2", gpus=1)), n4, [1], since=NOW - 9000), *run[2:]]
     d = cycle(snapshot([n4], tenants, at), [job("short", gpus=1, submit=NOW - 900)], NOW, CFG)
     assert victims(d) == ["a-long2"]
+
+
+def test_by_default_only_work_two_levels_up_is_preempted():
+    """Defaults: levels at 0.5, 5 and 50 GPU-hours, victims 2 or more levels above."""
+    cfg = SchedulerConfig()
+    assert cfg.preempt_levels_apart == 2
+    fresh = [job("short", gpus=1, submit=NOW)]
+    # 3 GPU-hours each: level 1, one level above the fresh job: kept
+    mid = [running(ckpt(job(f"mid{i}", gpus=1)), N, [i], since=NOW - 3 * 3600) for i in (0, 1)]
+    assert victims(cycle(snapshot([N], TENANTS, mid), fresh, NOW, cfg)) == []
+    # one of them has run 6 GPU-hours: level 2, two above: it makes room
+    long = [mid[0], running(ckpt(job("long", gpus=1)), N, [1], since=NOW - 6 * 3600)]
+    d = cycle(snapshot([N], TENANTS, long), fresh, NOW, cfg)
+    assert victims(d) == ["long"]
+    # a requeued job at level 1 (1 GPU-hour kept) needs level 3 (50 GPU-hours) to preempt
+    back = ckpt(job("back", gpus=1, submit=0))
+    snap = snapshot([N], TENANTS, long, attained={"back": 3600 * 1000.0})
+    assert victims(cycle(snap, [back], NOW, cfg)) == []
+    huge = [mid[0], running(ckpt(job("huge", gpus=1)), N, [1], since=NOW - 60 * 3600)]
+    snap = snapshot([N], TENANTS, huge, attained={"back": 3600 * 1000.0})
+    assert victims(cycle(snap, [back], NOW, cfg)) == ["huge"]

@@ -262,6 +262,40 @@ def test_reclaim_only_after_waiting_reclaim_after_s(waited, after, reclaims):
         assert not d.pending["a"].reason.startswith("reclaiming")
 
 
+def ckpt_borrowers(*ids_ckpt):
+    """lab-b work on N, one GPU each, run since 100: (id, declares checkpointing)."""
+    return [
+        running(dataclasses.replace(job(i, "lab-b", "bob", gpus=1), checkpointing=c), N, [k], 100)
+        for k, (i, c) in enumerate(ids_ckpt)
+    ]
+
+
+def test_borrowed_checkpointing_work_is_reclaimed_at_once():
+    # it resumes from its checkpoint, so waiting reclaim_after_s would only leave lab-a short
+    run = ckpt_borrowers(("b0", False), ("b1", True), ("b2", False), ("b3", False))
+    fresh = [job("a", gpus=1, submit=NOW)]
+    d = cycle(snapshot([N], TENANTS, run), fresh, NOW, SchedulerConfig(reclaim_after_s=600))
+    assert victims(d) == ["b1"]  # only the checkpointing one, though others lost less
+    assert d.pending["a"].reason.startswith("reclaiming its guaranteed share")
+    # two GPUs: one checkpointing victim is not enough, so it waits for reclaim_after_s
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=2, submit=NOW)], NOW)
+    assert victims(d) == []
+    # turned off, every reclaim waits
+    off = SchedulerConfig(reclaim_checkpointing_at_once=False)
+    assert victims(cycle(snapshot([N], TENANTS, run), fresh, NOW, off)) == []
+    # once due, any borrowed work may go (least progress lost first, as before)
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1, submit=NOW - 600)], NOW)
+    assert len(victims(d)) == 1
+
+
+def test_borrowed_work_without_checkpointing_still_waits_reclaim_after_s():
+    run = ckpt_borrowers(*[(f"b{i}", False) for i in range(4)])
+    d = cycle(snapshot([N], TENANTS, run), [job("a", gpus=1, submit=NOW)], NOW)
+    assert victims(d) == []
+    w = d.pending["a"].wait  # it says when it will reclaim
+    assert w is not None and w.kind == "owed" and w.until == NOW + 600
+
+
 def test_work_already_stopping_is_claimed_before_reclaim_after_s():
     # stopping work costs no new preemption, so a newcomer may count on it at once
     run = borrowers(*[(f"b{i}", 0, 100 * i, True) for i in range(3)]) + [

@@ -14,9 +14,13 @@ def test_scheduler_settings_come_from_the_environment():
             "GPUPOOL_MIN_RUNTIME_S": "60",
             "GPUPOOL_SERVICE_LEVELS_S": "36000, 3600",
             "GPUPOOL_DEFRAG_MOVES": "off",
+            "GPUPOOL_PREEMPT_LEVELS_APART": "1",
+            "GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE": "off",
         }
     )
     assert s.scheduler.defrag_moves is False
+    assert s.scheduler.preempt_levels_apart == 1
+    assert s.scheduler.reclaim_checkpointing_at_once is False
     assert s.scheduler.reclaim_after_s == 120.0
     assert s.scheduler.min_runtime_s == 60.0
     assert s.scheduler.service_levels_s == (3600.0, 36000.0)
@@ -38,9 +42,12 @@ def test_without_variables_the_scheduler_defaults_hold():
     [
         ("GPUPOOL_RECLAIM_AFTER_S", "soon", "is not a number of seconds"),
         ("GPUPOOL_MIN_RUNTIME_S", "-5", "must be 0 or more"),
-        ("GPUPOOL_SERVICE_LEVELS_S", "1h,10h", "e.g. 3600,36000"),
+        ("GPUPOOL_SERVICE_LEVELS_S", "1h,10h", "e.g. 1800,18000,180000"),
         ("GPUPOOL_SERVICE_LEVELS_S", "0,3600", "must be above 0"),
         ("GPUPOOL_DEFRAG_MOVES", "maybe", "give on or off"),
+        ("GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE", "soon", "give on or off"),
+        ("GPUPOOL_PREEMPT_LEVELS_APART", "0", "a whole number of levels, 1 or more"),
+        ("GPUPOOL_PREEMPT_LEVELS_APART", "two", "a whole number of levels, 1 or more"),
     ],
 )
 def test_bad_values_say_what_to_give(name, value, says):

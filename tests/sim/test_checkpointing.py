@@ -10,9 +10,10 @@ from .builders import job, node, run, scenario, tenant
 S = WorkloadState
 
 
-def _two_jobs(checkpointing: bool, levels: list[float] | None = None) -> dict:
+def _two_jobs(checkpointing: bool, levels: list[float] | None = None, apart: int = 1) -> dict:
     sched: dict = {"checkpoint_loss_s": 60, "cycle_interval_s": 10}
     sched["service_levels_s"] = [3600, 36000] if levels is None else levels
+    sched["preempt_levels_apart"] = apart
     return scenario(
         nodes=[node("n", gpus=1)],
         tenants=[tenant("a", guaranteed_gpus=1)],
@@ -43,5 +44,12 @@ def test_without_checkpointing_short_work_waits_behind_long_work():
 
 def test_service_levels_off_keep_the_old_order():
     r = run(_two_jobs(True, levels=[]))
+    assert r.preemptions == 0
+    assert r.records["short"].first_start == 20_000
+
+
+def test_by_default_work_one_level_up_is_left_alone():
+    # long is at level 1 at 2 h; by default victims are 2 levels up, so short waits
+    r = run(_two_jobs(True, apart=2))
     assert r.preemptions == 0
     assert r.records["short"].first_start == 20_000

@@ -75,16 +75,20 @@ class ReclaimSteps:
         milli = shape.gpu_milli
         found = rc.waits_for_stopping(shape)
         if found is None:
-            if not reclaim_due(w, self.now, self.config.reclaim_after_s):
-                # say what will happen when it is due (unless capacity frees up before)
-                at = w.submitted_at + self.config.reclaim_after_s
-                later = rc.preview(w.tenant, shape, set(self.holds), at) if milli else None
-                if later is not None:
-                    self.waits.owed(w, milli, later.victims, at)
-                return False
-            found = rc.find(w.tenant, shape, set(self.holds))
-            if found is None:
-                return self._move(w, shape, rc)
+            if reclaim_due(w, self.now, self.config.reclaim_after_s):
+                found = rc.find(w.tenant, shape, set(self.holds))
+                if found is None:
+                    return self._move(w, shape, rc)
+            else:
+                if self.config.reclaim_checkpointing_at_once and milli:
+                    found = rc.find_checkpointing(w.tenant, shape, set(self.holds))
+                if found is None:
+                    # say what will happen when it is due (unless capacity frees up before)
+                    at = w.submitted_at + self.config.reclaim_after_s
+                    later = rc.preview(w.tenant, shape, set(self.holds), at) if milli else None
+                    if later is not None:
+                        self.waits.owed(w, milli, later.victims, at)
+                    return False
             rc.commit(found)
             for v in found.victims:
                 reason = rc.reason(v, w.tenant, w.id)
@@ -153,6 +157,7 @@ class ReclaimSteps:
                 self.now,
                 self.config.min_runtime_s,
                 self.config.service_levels_s,
+                self.config.preempt_levels_apart,
             )
             lp.taken = self._victims
         if not lp.has_victims(w.tenant):

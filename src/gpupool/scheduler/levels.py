@@ -8,7 +8,8 @@ tenants; inside a tenant:
 
 * waiting work is ordered by priority, then level (lowest first), then submit time;
 * a waiting workload that does not fit may preempt running work **of its own tenant** that
-  is at a higher level, only if that work declares `checkpointing` (it resumes from where
+  is at least `preempt_levels_apart` levels higher (default 2: work of a similar size is left
+  alone), only if that work declares `checkpointing` (it resumes from where
   it stopped and keeps its service), is preemptible, not stopping, has run at least
   `min_runtime_s` and has no higher priority. So the tenant's usage is unchanged and no
   other tenant's share or guarantee moves; short work no longer waits behind long work.
@@ -51,9 +52,12 @@ class LevelPreemptor:
         now: float,
         min_runtime_s: float,
         levels_s: tuple[float, ...],
+        apart: int = 1,
     ):
         self.cap = cap
         self.levels_s = levels_s
+        #: victims are at least this many levels above the candidate
+        self.apart = max(1, apart)
         self.taken: set[str] = set()
         #: tenant -> node -> [(level, service, rw)], best victim first
         self.by_tenant: dict[str, dict[int, list[tuple[int, float, RunningWorkload]]]] = {}
@@ -70,7 +74,7 @@ class LevelPreemptor:
                 continue
             service = attained.get(w.id, 0.0) + (now - a.since) * a.gpu_milli
             lvl = level_of(service, levels_s)
-            if lvl == 0:
+            if lvl < self.apart:
                 continue
             self.by_tenant.setdefault(w.tenant, {}).setdefault(n, []).append((lvl, service, rw))
         for nodes in self.by_tenant.values():
@@ -83,7 +87,8 @@ class LevelPreemptor:
     def find(
         self, w: Workload, level: int, shape: Shape, skip: set[int]
     ) -> tuple[int, tuple[RunningWorkload, ...], Placement] | None:
-        """(node, victims, placement) making room for `w` (at `level`), or None."""
+        """(node, victims, placement) making room for `w` (at `level`) from work at least
+        `apart` levels higher, or None."""
         nodes = self.by_tenant.get(w.tenant)
         if not nodes:
             return None
@@ -98,7 +103,7 @@ class LevelPreemptor:
             chosen: list[RunningWorkload] = []
             fit = None
             for lvl, _, rw in nodes[n]:
-                if lvl <= level:
+                if lvl < level + self.apart:
                     break
                 if rw.workload.id in self.taken or rw.workload.priority > w.priority:
                     continue

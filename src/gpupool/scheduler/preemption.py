@@ -1,7 +1,9 @@
 """Reclaim: a candidate within its tenant's guarantee that does not fit may preempt borrowed work.
 
 Reclaim happens only for a candidate that has waited `reclaim_after_s` (a lasting shortfall,
-not every newcomer: a shortfall that completions fill soon costs no preemption).
+not every newcomer: a shortfall that completions fill soon costs no preemption); before that,
+with `reclaim_checkpointing_at_once`, only victims that declare `checkpointing` (stopping them
+throws no progress away: `find_checkpointing`).
 
 Rules (all must hold for a victim):
 * it belongs to another tenant, and on the branch where the two tenants part (the children of
@@ -128,6 +130,8 @@ class Reclaimer:
         self.young: dict[str, float] = {}
         #: the time victims are chosen for (`now`, or later for a preview)
         self.at = now
+        #: only victims that declare checkpointing count (see `find_checkpointing`)
+        self.checkpointing_only = False
         for rw in running:
             # a gang is listed on each of its nodes; chosen on one, it stops as a whole (one
             # workload), though only its part on that node is counted as freed there
@@ -155,7 +159,7 @@ class Reclaimer:
             (rw.workload.priority, lost(rw), rw.workload.id, n, k) for k, (n, rw) in enumerate(flat)
         )
         self.order = [(n, flat[k][1]) for *_, n, k in keys]
-        self._failed: set[tuple[Shape, str, float]] = set()
+        self._failed: set[tuple[Shape, str, float, bool]] = set()
         self._branches: dict[tuple[str, str], tuple[str, str]] = {}
         self._hosts: dict[tuple[int, Shape], bool] = {}
         # per-GPU-model guarantees: (tenant on the chain, model) -> milli held on that model,
@@ -269,7 +273,10 @@ class Reclaimer:
         return None
 
     def eligible(self, rw: RunningWorkload) -> bool:
-        """True if `rw` has run `min_runtime_s` by the time victims are chosen for."""
+        """True if `rw` has run `min_runtime_s` by the time victims are chosen for (and, with
+        `checkpointing_only`, declares checkpointing)."""
+        if self.checkpointing_only and not rw.workload.checkpointing:
+            return False
         due = self.young.get(rw.workload.id) if self.young else None
         return due is None or due <= self.at
 
@@ -282,6 +289,15 @@ class Reclaimer:
         finally:
             self.at = self.now
 
+    def find_checkpointing(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
+        """What `find` chooses among victims that declare checkpointing alone: the reclaim of
+        a candidate that has not waited `reclaim_after_s` (it throws no progress away)."""
+        self.checkpointing_only = True
+        try:
+            return self.find(tenant, shape, skip)
+        finally:
+            self.checkpointing_only = False
+
     def find(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
         """Victims on one node so that `shape` of `tenant` fits, or None. Skips nodes in `skip`.
 
@@ -291,7 +307,7 @@ class Reclaimer:
         compared and the best set wins, so the cost stays bounded on large clusters.
         Work already stopping on a node is not counted as freed here (another candidate may
         have claimed it); only fresh victims are."""
-        memo = (shape, tenant, self.at)
+        memo = (shape, tenant, self.at, self.checkpointing_only)
         if memo in self._failed:
             return None
         milli = shape.gpu_milli

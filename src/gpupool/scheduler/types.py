@@ -80,6 +80,11 @@ class SchedulerConfig:
     #: stopping is claimed at any time (it costs nothing more). 0: reclaim at once. The
     #: default of 10 minutes is measured on the Philly trace (docs/report-philly.md).
     reclaim_after_s: float = 600.0
+    #: Before `reclaim_after_s`, guaranteed work may already reclaim borrowed work that
+    #: declares `checkpointing`: stopping it throws no progress away (it resumes from its
+    #: checkpoint), so the wait would only leave the guarantee short. False: every reclaim
+    #: waits `reclaim_after_s`.
+    reclaim_checkpointing_at_once: bool = True
     #: (fair) order of the tenants that borrow; tenants below their guarantee always come first
     borrow_order: BorrowOrder = BorrowOrder.USAGE
     backfill: bool = True
@@ -96,10 +101,16 @@ class SchedulerConfig:
     #: (fair) service levels inside a tenant, Tiresias-style discretized least attained
     #: service: thresholds of attained GPU-seconds; a workload's level is how many it has
     #: passed. Inside a tenant, lower levels go first, and waiting work preempts the tenant's
-    #: own `checkpointing` work at a higher level (gpupool.scheduler.levels). Only work that
-    #: declares checkpointing gains service levels or is preempted for them. Default 1 and
-    #: 10 GPU-hours (measured in docs/report-philly.md); empty: off.
-    service_levels_s: tuple[float, ...] = (3600.0, 36000.0)
+    #: own `checkpointing` work `preempt_levels_apart` or more levels above it
+    #: (gpupool.scheduler.levels). Only work that declares checkpointing gains service levels
+    #: or is preempted for them. Default 0.5, 5 and 50 GPU-hours (measured in
+    #: docs/report-philly.md); empty: off.
+    service_levels_s: tuple[float, ...] = (1800.0, 18000.0, 180000.0)
+    #: (fair, service levels) waiting work preempts its tenant's own work only when that is at
+    #: least this many levels above its own. 1: any higher level; the default 2 leaves work of
+    #: a similar size alone (preempting it at every threshold made everyone's wait longer:
+    #: docs/report-philly.md).
+    preempt_levels_apart: int = 2
     #: (fair) work owed GPUs that reclaim cannot place may have smaller `checkpointing` work
     #: moved off one node to free places on others (gpupool.scheduler.defrag)
     defrag_moves: bool = True

@@ -65,7 +65,7 @@ class Settings:
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
         GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
         GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S; the scheduler's
-        GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, see
+        GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, ..., see
         `scheduler_from_env`), then `overrides`."""
         env = os.environ if environ is None else environ
         s = Settings()
@@ -114,11 +114,19 @@ class Settings:
         return replace(s, **values)  # type: ignore[arg-type]
 
 
+def _on_off(env: Mapping[str, str], name: str) -> bool:
+    text = env[name].strip().lower()
+    if text not in ("on", "off", "true", "false", "1", "0"):
+        raise ValueError(f"{name}={text!r}: give on or off")
+    return text in ("on", "true", "1")
+
+
 def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
-    """SchedulerConfig fields from GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S (seconds)
-    and GPUPOOL_SERVICE_LEVELS_S (thresholds in GPU-seconds, comma-separated, e.g.
-    `3600,36000`; `off` or empty turns service levels off) and GPUPOOL_DEFRAG_MOVES (`on`
-    or `off`). A bad value raises ValueError naming the variable and what it takes."""
+    """SchedulerConfig fields from GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S (seconds),
+    GPUPOOL_SERVICE_LEVELS_S (thresholds in GPU-seconds, comma-separated, e.g.
+    `1800,18000`; `off` or empty turns service levels off), GPUPOOL_PREEMPT_LEVELS_APART (a
+    whole number, 1 or more), GPUPOOL_DEFRAG_MOVES and GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE
+    (`on` or `off`). A bad value raises ValueError naming the variable and what it takes."""
     out: dict[str, object] = {}
     for key in ("reclaim_after_s", "min_runtime_s"):
         name = "GPUPOOL_" + key.upper()
@@ -141,14 +149,21 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
         except ValueError:
             raise ValueError(
                 f"GPUPOOL_SERVICE_LEVELS_S={text!r}: give GPU-second thresholds separated by "
-                "commas (e.g. 3600,36000), or off"
+                "commas (e.g. 1800,18000,180000), or off"
             ) from None
         if any(x <= 0 for x in levels):
             raise ValueError(f"GPUPOOL_SERVICE_LEVELS_S={text!r}: thresholds must be above 0")
         out["service_levels_s"] = levels
-    if "GPUPOOL_DEFRAG_MOVES" in env:
-        text = env["GPUPOOL_DEFRAG_MOVES"].strip().lower()
-        if text not in ("on", "off", "true", "false", "1", "0"):
-            raise ValueError(f"GPUPOOL_DEFRAG_MOVES={text!r}: give on or off")
-        out["defrag_moves"] = text in ("on", "true", "1")
+    if "GPUPOOL_PREEMPT_LEVELS_APART" in env:
+        text = env["GPUPOOL_PREEMPT_LEVELS_APART"].strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(
+                f"GPUPOOL_PREEMPT_LEVELS_APART={text!r}: give a whole number of levels, 1 or "
+                "more (1: any higher level; 2, the default, skips the next one)"
+            )
+        out["preempt_levels_apart"] = int(text)
+    for key in ("defrag_moves", "reclaim_checkpointing_at_once"):
+        name = "GPUPOOL_" + key.upper()
+        if name in env:
+            out[key] = _on_off(env, name)
     return out

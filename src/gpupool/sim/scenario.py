@@ -136,6 +136,8 @@ class SchedulerSpec(_Strict):
     min_runtime_s: float = Field(default=300.0, ge=0)
     #: guaranteed work reclaims borrowed GPUs only after waiting this long (SchedulerConfig)
     reclaim_after_s: float = Field(default=600.0, ge=0)
+    #: before that, reclaim borrowed work that declares checkpointing at once (SchedulerConfig)
+    reclaim_checkpointing_at_once: bool = True
     backfill: bool = True
     #: while work waits, run a cycle at least this often (virtual seconds) when time alone can
     #: change the outcome (e.g. running work passing min_runtime_s); 0 disables
@@ -155,6 +157,8 @@ class SchedulerSpec(_Strict):
     service_levels_s: list[float] = Field(
         default_factory=lambda: list(SchedulerConfig().service_levels_s)
     )
+    #: (fair) waiting work preempts its tenant's own work only this many levels above it
+    preempt_levels_apart: int = Field(default=2, ge=1)
     #: (fair) work owed whole GPUs may have smaller checkpointing work moved (SchedulerConfig)
     defrag_moves: bool = True
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
@@ -464,10 +468,12 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         preemption=spec.preemption,
         min_runtime_s=spec.min_runtime_s,
         reclaim_after_s=spec.reclaim_after_s,
+        reclaim_checkpointing_at_once=spec.reclaim_checkpointing_at_once,
         backfill=spec.backfill,
         max_admissions_per_cycle=spec.max_admissions_per_cycle,
         gang_reservations=spec.gang_reservations,
         service_levels_s=tuple(sorted(spec.service_levels_s)),
+        preempt_levels_apart=spec.preempt_levels_apart,
         defrag_moves=spec.defrag_moves,
     )
     if spec.topology_keys is not None:
