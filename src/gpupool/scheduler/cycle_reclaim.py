@@ -80,7 +80,11 @@ class ReclaimSteps:
                 if found is None:
                     return self._move(w, shape, rc)
             else:
-                if self.config.reclaim_checkpointing_at_once and milli:
+                if (
+                    self.config.reclaim_checkpointing_at_once
+                    and milli
+                    and self.cache.checkpointing()
+                ):
                     found = rc.find_checkpointing(w.tenant, shape, set(self.holds))
                 if found is None:
                     # say what will happen when it is due (unless capacity frees up before)
