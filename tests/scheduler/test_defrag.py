@@ -73,13 +73,17 @@ def test_no_move_without_checkpointing_or_before_min_runtime():
         assert d.admissions == ()
 
 
-def test_no_move_for_work_not_owed_or_not_due_or_when_turned_off():
+def test_moves_for_owed_work_only_and_not_due_only_with_early_reclaim():
     snap = snapshot(NODES, TENANTS, spread())
     beyond = job("beyond", gpus=4, submit=NOW - 3600)
     lean = snapshot(NODES, [tenant("lab-a", 3), tenant("lab-b", 9)], spread())
     assert cycle(lean, [beyond], NOW, CFG).preemptions == ()  # 4 > its guarantee of 3
     fresh = job("fresh", gpus=4, submit=NOW - 60)  # has not waited reclaim_after_s
-    assert cycle(snap, [fresh], NOW, CFG).preemptions == ()
+    # moved work loses no progress, so work owed GPUs need not wait reclaim_after_s...
+    assert len(cycle(snap, [fresh], NOW, CFG).preemptions) == 2
+    # ...unless early reclaim of checkpointing work is turned off
+    wait = dataclasses.replace(CFG, reclaim_checkpointing_at_once=False)
+    assert cycle(snap, [fresh], NOW, wait).preemptions == ()
     off = dataclasses.replace(CFG, defrag_moves=False)
     assert cycle(snap, [OWED], NOW, off).preemptions == ()
 

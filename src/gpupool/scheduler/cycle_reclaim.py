@@ -80,12 +80,17 @@ class ReclaimSteps:
                 if found is None:
                     return self._move(w, shape, rc)
             else:
+                # before reclaim_after_s: checkpointing work only (it loses no progress),
+                # reclaimed or, where the free GPUs are scattered, moved
                 if (
                     self.config.reclaim_checkpointing_at_once
                     and milli
                     and self.cache.checkpointing()
                 ):
-                    found = rc.find_checkpointing(w.tenant, shape, set(self.holds))
+                    with rc.only_checkpointing():
+                        found = rc.find(w.tenant, shape, set(self.holds))
+                        if found is None and self._move(w, shape, rc):
+                            return True
                 if found is None:
                     # say what will happen when it is due (unless capacity frees up before)
                     at = w.submitted_at + self.config.reclaim_after_s

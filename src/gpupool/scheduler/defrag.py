@@ -1,11 +1,12 @@
 """Moves: make one node whole for work that is owed GPUs, when the free GPUs are scattered.
 
-A candidate within its tenant's guarantee that has waited `reclaim_after_s`, for which
-reclaim finds no node (gpupool.scheduler.preemption), may still fit on a node once smaller
-checkpointing work there is moved to capacity that is free on other nodes. This happens when
-the pool has GPUs free in ones and twos on many nodes and everyone is within their guarantee:
-nothing is borrowed, so nothing can be reclaimed, and no node has the whole GPUs the
-candidate asks for.
+A candidate within its tenant's guarantee that has waited `reclaim_after_s` (or has not,
+with `reclaim_checkpointing_at_once`: then only checkpointing work is reclaimed or moved, as
+the caller's `Reclaimer.only_checkpointing` makes it), for which reclaim finds no node
+(gpupool.scheduler.preemption), may still fit on a node once smaller checkpointing work
+there is moved to capacity that is free on other nodes. This happens when the pool has GPUs
+free in ones and twos on many nodes and everyone is within their guarantee: nothing is
+borrowed, so nothing can be reclaimed, and no node has the whole GPUs the candidate asks for.
 
 Rules for work that is moved (all must hold):
 * it declares `checkpointing` (a stop costs it only the work since its last checkpoint), is

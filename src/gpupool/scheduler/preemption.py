@@ -3,7 +3,7 @@
 Reclaim happens only for a candidate that has waited `reclaim_after_s` (a lasting shortfall,
 not every newcomer: a shortfall that completions fill soon costs no preemption); before that,
 with `reclaim_checkpointing_at_once`, only victims that declare `checkpointing` (stopping them
-throws no progress away: `find_checkpointing`).
+throws no progress away: `only_checkpointing`).
 
 Rules (all must hold for a victim):
 * it belongs to another tenant, and on the branch where the two tenants part (the children of
@@ -25,7 +25,8 @@ the caller has stopped them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.domain import TenantTree, Workload
@@ -130,7 +131,7 @@ class Reclaimer:
         self.young: dict[str, float] = {}
         #: the time victims are chosen for (`now`, or later for a preview)
         self.at = now
-        #: only victims that declare checkpointing count (see `find_checkpointing`)
+        #: only victims that declare checkpointing count (see `only_checkpointing`)
         self.checkpointing_only = False
         for rw in running:
             # a gang is listed on each of its nodes; chosen on one, it stops as a whole (one
@@ -289,12 +290,14 @@ class Reclaimer:
         finally:
             self.at = self.now
 
-    def find_checkpointing(self, tenant: str, shape: Shape, skip: set[int]) -> Reclaim | None:
-        """What `find` chooses among victims that declare checkpointing alone: the reclaim of
-        a candidate that has not waited `reclaim_after_s` (it throws no progress away)."""
+    @contextmanager
+    def only_checkpointing(self) -> Iterator[None]:
+        """Within the block, only victims that declare checkpointing are eligible: the
+        reclaim (or move) of a candidate that has not waited `reclaim_after_s`, which throws
+        no progress away."""
         self.checkpointing_only = True
         try:
-            return self.find(tenant, shape, skip)
+            yield
         finally:
             self.checkpointing_only = False
 

@@ -81,9 +81,9 @@ class SchedulerConfig:
     #: default of 10 minutes is measured on the Philly trace (docs/report-philly.md).
     reclaim_after_s: float = 600.0
     #: Before `reclaim_after_s`, guaranteed work may already reclaim borrowed work that
-    #: declares `checkpointing`: stopping it throws no progress away (it resumes from its
-    #: checkpoint), so the wait would only leave the guarantee short. False: every reclaim
-    #: waits `reclaim_after_s`.
+    #: declares `checkpointing`, or move such work (`defrag_moves`): stopping it throws no
+    #: progress away (it resumes from its checkpoint), so the wait would only leave the
+    #: guarantee short. False: every reclaim and move waits `reclaim_after_s`.
     reclaim_checkpointing_at_once: bool = True
     #: (fair) order of the tenants that borrow; tenants below their guarantee always come first
     borrow_order: BorrowOrder = BorrowOrder.USAGE
