@@ -10,7 +10,7 @@ from gpupool.sim.engine import SimulationError, simulate
 from gpupool.sim.metrics import to_json, waits
 from gpupool.sim.scenario import parse_scenario
 
-from .builders import job, node, run, scenario, tenant
+from .builders import by_id, job, node, run, scenario, tenant
 
 S = WorkloadState
 
@@ -216,3 +216,23 @@ def test_a_pending_window_gives_the_same_result_when_only_queue_heads_can_start(
     full = to_json(run(base, policy))
     windowed = to_json(run({**base, "scheduler": {"pending_window": 3}}, policy))
     assert full["workloads"] == windowed["workloads"]
+
+
+def test_a_pending_window_does_not_let_one_request_shape_hide_another():
+    # a's four 8-GPU jobs wait for the big node (b holds it); its 1-GPU job, behind them in
+    # a's queue, fits on the small node at once, as the scheduler (no window) would start it
+    work = [job("long", tenant="b", submit=0, duration=1000, gpus=8)]
+    work += [job(f"big{i}", submit=1 + i, duration=10, gpus=8) for i in range(4)]
+    work += [job("tiny", submit=5, duration=10, gpus=1)]
+    base = scenario(
+        nodes=[node("big", gpus=8), node("small", gpus=2)],
+        tenants=[tenant("a"), tenant("b")],
+        workloads=work,
+    )
+    full = by_id(run(base))
+    windowed = by_id(run({**base, "scheduler": {"pending_window": 2}}))
+    assert full["tiny"].first_start == 5
+    assert windowed["tiny"].first_start == 5
+    assert [windowed[f"big{i}"].first_start for i in range(4)] == [
+        full[f"big{i}"].first_start for i in range(4)
+    ]

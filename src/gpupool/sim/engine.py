@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Allocation, Workload, WorkloadState, transition
+from gpupool.domain import Allocation, Request, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.levels import pending_level
@@ -194,16 +194,17 @@ class Simulator(Wakeups):
         self.demand_changed = True
         #: pass at most this many pending workloads per tenant to each cycle (None: all)
         self.window = scenario.pending_window
-        self.queues: dict[str, list[tuple]] = {}  # in-tenant keys (self._qkeys), sorted
-        #: per tenant, its first `window` pending workloads (dropped when its queue changes)
-        self._windows: dict[str, tuple[Workload, ...]] = {}
+        #: (tenant, request) -> in-tenant keys (self._qkeys), sorted: one queue per tenant and
+        #: request shape, so that work of one shape cannot hide work of another
+        self.queues: dict[tuple[str, Request], list[tuple]] = {}
+        #: per queue, its first `window` pending workloads (dropped when the queue changes)
+        self._windows: dict[tuple[str, Request], tuple[Workload, ...]] = {}
         #: the scheduler's in-tenant order, which windows follow: with service levels (fair),
         #: a pending workload's level (fixed while it waits) comes before its submit time
         self._levels_s = (
             scenario.config.service_levels_s if self.s.config.policy == Policy.FAIR else ()
         )
         self._qkeys: dict[str, tuple] = {}
-        self._queue_order: list[str] = []  # sorted(self.queues)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -258,14 +259,14 @@ class Simulator(Wakeups):
                 if lv
                 else in_tenant_key(w)
             )
-            q = self.queues.get(w.tenant)
+            qid = (w.tenant, w.request)
+            q = self.queues.get(qid)
             if q is None:
-                q = self.queues[w.tenant] = []
-                bisect.insort(self._queue_order, w.tenant)
+                q = self.queues[qid] = []
             i = bisect.bisect_left(q, key)
             q.insert(i, key)
             if i < self.window:
-                self._windows.pop(w.tenant, None)
+                self._windows.pop(qid, None)
         if self.preempting and self.s.config.reclaim_after_s > 0:
             due = w.submitted_at + self.s.config.reclaim_after_s
             if due > self.last_t:
@@ -278,35 +279,40 @@ class Simulator(Wakeups):
         self.demand_changed = True
         self.pending_count[w.tenant] -= 1
         if self.window is not None:
-            q = self.queues[w.tenant]
+            qid = (w.tenant, w.request)
+            q = self.queues[qid]
             key = self._qkeys.pop(wid)
             i = bisect.bisect_left(q, key)
             if i < len(q) and q[i] == key:
                 del q[i]
                 if i < self.window:
-                    self._windows.pop(w.tenant, None)
+                    self._windows.pop(qid, None)
+                if not q:
+                    del self.queues[qid]
         return w
 
     def _hidden(self) -> set[str]:
-        """Tenants whose queue is longer than the pending window (work the cycle cannot see)."""
+        """Tenants with a queue longer than the pending window (work the cycle cannot see)."""
         if self.window is None:
             return set()
         k = self.window
-        return {ten for ten, q in self.queues.items() if len(q) > k}
+        return {qid[0] for qid, q in self.queues.items() if len(q) > k}
 
     def _pending_for_cycle(self) -> tuple[Workload, ...]:
-        """All pending work, or with a window only the first `window` of each tenant's queue
-        in the scheduler's in-tenant order (priority, service level, submit time)."""
+        """All pending work, or with a window only the first `window` of each tenant's work of
+        each request shape, in the scheduler's in-tenant order (priority, service level,
+        submit time): what the scheduler, which skips a shape once it has failed, would
+        walk first."""
         if self.window is None:
             return tuple(self.pending.values())
         k = self.window
         windows = self._windows
         out: list[Workload] = []
-        for ten in self._queue_order:
-            win = windows.get(ten)
+        for qid, q in self.queues.items():
+            win = windows.get(qid)
             if win is None:
                 pending = self.pending
-                win = windows[ten] = tuple(pending[key[-1]] for key in self.queues[ten][:k])
+                win = windows[qid] = tuple(pending[key[-1]] for key in q[:k])
             out.extend(win)
         return tuple(out)
 
