@@ -48,10 +48,10 @@ def run_then_preempt(world, wid: str, hours: float) -> None:
 
 
 def with_levels(world, *levels_s: float) -> None:
+    """Service levels at `levels_s`; any higher level may be preempted (one level apart)."""
     ctx = world.ctx
-    ctx.settings = replace(
-        ctx.settings, scheduler=replace(ctx.settings.scheduler, service_levels_s=levels_s)
-    )
+    sched = replace(ctx.settings.scheduler, service_levels_s=levels_s, preempt_levels_apart=1)
+    ctx.settings = replace(ctx.settings, scheduler=sched)
 
 
 def test_requeued_checkpointing_work_carries_its_attained_service(world):
