@@ -21,7 +21,6 @@ SimulationError (that would be a scheduler bug).
 
 from __future__ import annotations
 
-import bisect
 import gc
 import heapq
 import math
@@ -30,17 +29,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Allocation, Request, Workload, WorkloadState, transition
+from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
-from gpupool.scheduler.levels import pending_level
-from gpupool.scheduler.ordering import in_tenant_key, leveled_in_tenant_key
 from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
 from gpupool.sim.scenario import Scenario
 from gpupool.sim.wakeups import Wakeups
+from gpupool.sim.window import PendingWindow
 
 S = WorkloadState
 CycleFn = Callable[[Snapshot, Sequence[Workload], float, SchedulerConfig], Decisions]
@@ -192,19 +190,16 @@ class Simulator(Wakeups):
         self.last_demand: dict[str, int] = {}
         #: alloc or pending_milli changed since the last `_update_fair`
         self.demand_changed = True
-        #: pass at most this many pending workloads per tenant to each cycle (None: all)
-        self.window = scenario.pending_window
-        #: (tenant, request) -> in-tenant keys (self._qkeys), sorted: one queue per tenant and
-        #: request shape, so that work of one shape cannot hide work of another
-        self.queues: dict[tuple[str, Request], list[tuple]] = {}
-        #: per queue, its first `window` pending workloads (dropped when the queue changes)
-        self._windows: dict[tuple[str, Request], tuple[Workload, ...]] = {}
-        #: the scheduler's in-tenant order, which windows follow: with service levels (fair),
-        #: a pending workload's level (fixed while it waits) comes before its submit time
-        self._levels_s = (
-            scenario.config.service_levels_s if self.s.config.policy == Policy.FAIR else ()
+        #: pass at most this many pending workloads per tenant and request shape to each
+        #: cycle, in the scheduler's in-tenant order (None: all; gpupool.sim.window)
+        self.window = (
+            None
+            if scenario.pending_window is None
+            else PendingWindow(
+                scenario.pending_window,
+                scenario.config.service_levels_s if self.s.config.policy == Policy.FAIR else (),
+            )
         )
-        self._qkeys: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -253,20 +248,7 @@ class Simulator(Wakeups):
         self.demand_changed = True
         self.pending_count[w.tenant] += 1
         if self.window is not None:
-            lv = self._levels_s
-            key = self._qkeys[w.id] = (
-                leveled_in_tenant_key(w, pending_level(w, self.workload_service, lv))
-                if lv
-                else in_tenant_key(w)
-            )
-            qid = (w.tenant, w.request)
-            q = self.queues.get(qid)
-            if q is None:
-                q = self.queues[qid] = []
-            i = bisect.bisect_left(q, key)
-            q.insert(i, key)
-            if i < self.window:
-                self._windows.pop(qid, None)
+            self.window.add(w, self.workload_service)
         if self.preempting and self.s.config.reclaim_after_s > 0:
             due = w.submitted_at + self.s.config.reclaim_after_s
             if due > self.last_t:
@@ -279,42 +261,18 @@ class Simulator(Wakeups):
         self.demand_changed = True
         self.pending_count[w.tenant] -= 1
         if self.window is not None:
-            qid = (w.tenant, w.request)
-            q = self.queues[qid]
-            key = self._qkeys.pop(wid)
-            i = bisect.bisect_left(q, key)
-            if i < len(q) and q[i] == key:
-                del q[i]
-                if i < self.window:
-                    self._windows.pop(qid, None)
-                if not q:
-                    del self.queues[qid]
+            self.window.remove(w)
         return w
 
     def _hidden(self) -> set[str]:
-        """Tenants with a queue longer than the pending window (work the cycle cannot see)."""
-        if self.window is None:
-            return set()
-        k = self.window
-        return {qid[0] for qid, q in self.queues.items() if len(q) > k}
+        """Tenants with work beyond the pending window (work the cycle cannot see)."""
+        return set() if self.window is None else self.window.hidden()
 
     def _pending_for_cycle(self) -> tuple[Workload, ...]:
-        """All pending work, or with a window only the first `window` of each tenant's work of
-        each request shape, in the scheduler's in-tenant order (priority, service level,
-        submit time): what the scheduler, which skips a shape once it has failed, would
-        walk first."""
+        """All pending work, or with a window only what the window shows."""
         if self.window is None:
             return tuple(self.pending.values())
-        k = self.window
-        windows = self._windows
-        out: list[Workload] = []
-        for qid, q in self.queues.items():
-            win = windows.get(qid)
-            if win is None:
-                pending = self.pending
-                win = windows[qid] = tuple(pending[key[-1]] for key in q[:k])
-            out.extend(win)
-        return tuple(out)
+        return tuple(self.window.visible(self.pending))
 
     def _take(self, alloc: Allocation, sign: int) -> None:
         """Take (1) or give back (-1) what `alloc` holds, on each of its nodes (a multi-node
