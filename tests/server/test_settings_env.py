@@ -46,6 +46,8 @@ def test_without_variables_the_scheduler_defaults_hold():
         ("GPUPOOL_SERVICE_LEVELS_S", "0,3600", "must be above 0"),
         ("GPUPOOL_DEFRAG_MOVES", "maybe", "give on or off"),
         ("GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE", "soon", "give on or off"),
+        ("GPUPOOL_COOKIE_SECURE", "yes please", "give on or off"),
+        ("GPUPOOL_MIG_RELAYOUT", "enabled", "give on or off"),
         ("GPUPOOL_PREEMPT_LEVELS_APART", "0", "a whole number of levels, 1 or more"),
         ("GPUPOOL_PREEMPT_LEVELS_APART", "two", "a whole number of levels, 1 or more"),
     ],
@@ -53,3 +55,12 @@ def test_without_variables_the_scheduler_defaults_hold():
 def test_bad_values_say_what_to_give(name, value, says):
     with pytest.raises(ValueError, match=says):
         Settings.from_env({name: value})
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [("on", True), ("1", True), ("Yes", True), ("off", False)]
+)
+def test_switches_read_on_as_on(value, on):
+    # "on" used to read as off for the cookie's Secure flag, silently
+    s = Settings.from_env({"GPUPOOL_COOKIE_SECURE": value, "GPUPOOL_MIG_RELAYOUT": value})
+    assert s.cookie_secure is on and s.mig_relayout is on

@@ -10,10 +10,14 @@ from .builders import job, node, run, scenario, tenant
 S = WorkloadState
 
 
-def _two_jobs(checkpointing: bool, levels: list[float] | None = None, apart: int = 1) -> dict:
+def _two_jobs(
+    checkpointing: bool, levels: list[float] | None = None, apart: int | None = 1
+) -> dict:
+    """`apart` None: the scenario's default `preempt_levels_apart`."""
     sched: dict = {"checkpoint_loss_s": 60, "cycle_interval_s": 10}
     sched["service_levels_s"] = [3600, 36000] if levels is None else levels
-    sched["preempt_levels_apart"] = apart
+    if apart is not None:
+        sched["preempt_levels_apart"] = apart
     return scenario(
         nodes=[node("n", gpus=1)],
         tenants=[tenant("a", guaranteed_gpus=1)],
@@ -50,6 +54,6 @@ def test_service_levels_off_keep_the_old_order():
 
 def test_by_default_work_one_level_up_is_left_alone():
     # long is at level 1 at 2 h; by default victims are 2 levels up, so short waits
-    r = run(_two_jobs(True, apart=2))
+    r = run(_two_jobs(True, apart=None))
     assert r.preemptions == 0
     assert r.records["short"].first_start == 20_000

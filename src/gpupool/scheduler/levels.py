@@ -52,7 +52,7 @@ class LevelPreemptor:
         now: float,
         min_runtime_s: float,
         levels_s: tuple[float, ...],
-        apart: int = 1,
+        apart: int,
     ):
         self.cap = cap
         self.levels_s = levels_s

@@ -103,10 +103,10 @@ class Settings:
                     raise ValueError(f"{name}={env[name]!r} is not a number") from None
         if retry:
             values["start_retry"] = replace(s.start_retry, **retry)  # type: ignore[arg-type]
-        if "GPUPOOL_COOKIE_SECURE" in env:
-            values["cookie_secure"] = env["GPUPOOL_COOKIE_SECURE"].lower() in ("1", "true", "yes")
-        if "GPUPOOL_MIG_RELAYOUT" in env:
-            values["mig_relayout"] = env["GPUPOOL_MIG_RELAYOUT"].lower() in ("1", "true", "yes")
+        for key in ("cookie_secure", "mig_relayout"):
+            name = "GPUPOOL_" + key.upper()
+            if name in env:
+                values[key] = _on_off(env, name)
         sched = scheduler_from_env(env)
         if sched:
             values["scheduler"] = replace(s.scheduler, **sched)  # type: ignore[arg-type]
@@ -114,11 +114,17 @@ class Settings:
         return replace(s, **values)  # type: ignore[arg-type]
 
 
+_ON = ("on", "true", "yes", "1")
+_OFF = ("off", "false", "no", "0")
+
+
 def _on_off(env: Mapping[str, str], name: str) -> bool:
+    """A switch: on/true/yes/1 or off/false/no/0; anything else is an error, never a silent
+    off (GPUPOOL_COOKIE_SECURE=on must not leave the cookie without its Secure flag)."""
     text = env[name].strip().lower()
-    if text not in ("on", "off", "true", "false", "1", "0"):
-        raise ValueError(f"{name}={text!r}: give on or off")
-    return text in ("on", "true", "1")
+    if text not in _ON + _OFF:
+        raise ValueError(f"{name}={env[name]!r}: give on or off")
+    return text in _ON
 
 
 def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
