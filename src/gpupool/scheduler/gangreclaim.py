@@ -1,5 +1,7 @@
-"""Reclaim for multi-node requests (gangs): a gang within its tenant's guarantee that does
-not fit takes borrowed work back on N nodes at once, or not at all.
+"""Making room for multi-node requests (gangs).
+
+**Reclaim.** A gang within its tenant's guarantee that does not fit takes borrowed work back
+on N nodes at once, or not at all.
 
 Each of the gang's N nodes must have room for one member (`per_node(shape)`): nodes where it
 fits now (free, or kept for this gang), then nodes where work already stopping makes room,
@@ -7,7 +9,15 @@ then nodes where victims chosen by the single-node rules of `Reclaimer.find` mak
 victims of one node are taken before the next node is searched, so a borrower is never taken
 below its guarantee across nodes). If fewer than N nodes can be found, nothing is preempted.
 The N nodes are kept for the gang for the rest of the cycle; the caller nominates them for
-the next cycles (`Snapshot.nominated`). Pure; called by gpupool.scheduler.gangwalk.
+the next cycles (`Snapshot.nominated`).
+
+**Giving held nodes back** (`config.gang_hold_backfill`). Nodes held for a blocked gang would
+sit idle while they drain; instead, one-node work that declares `checkpointing` and would
+borrow may run on them (gangwalk.backfill_gang_nodes). Once the gang has waited
+`reclaim_after_s` and a member fits on each held node when such work there stops, that work
+is stopped: borrowed checkpointing work only (its tenant and every ancestor with a guarantee
+stay at or above it without it), one-node, preemptible, run at least `min_runtime_s`. It
+resumes from its checkpoint. All N nodes or none. Pure; called by gpupool.scheduler.gangwalk.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from gpupool.domain import Workload
 from gpupool.scheduler.capacity import Shape
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.placement import place_on_node
-from gpupool.scheduler.preemption import borrowing_branch, reclaim_due
+from gpupool.scheduler.preemption import borrowing_branch, guaranteed, reclaim_due
 from gpupool.scheduler.reasons import reclaim_text
 from gpupool.scheduler.reservations import Hold
 from gpupool.scheduler.types import Preemption, RunningWorkload
@@ -73,4 +83,64 @@ def reclaim_for_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
         reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
     )
     c.waits.reclaiming(w, why, victims)
+    return True
+
+
+def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bool:
+    """Stop borrowed checkpointing work on `nodes` (held for gang `w` this cycle) so that a
+    member fits on each (rules above). True if so; False changes nothing."""
+    if not reclaim_due(w, c.now, c.config.reclaim_after_s) or not c.cache.checkpointing():
+        return False
+    rc = c._reclaimer_for_cycle()
+    one = per_node(shape)
+    removed: dict[str, int] = {}
+    victims: list[RunningWorkload] = []
+    for n in nodes:
+        chosen: list[RunningWorkload] = []
+        fit = rc.fits(n, one, chosen)
+        for rw in rc.victims.get(n, ()) if fit is None else ():
+            if _borrowed_checkpointing(c, rw, removed) and rc.eligible(rw):
+                for a in c.effective.chain(rw.workload.tenant):
+                    removed[a] = removed.get(a, 0) + rw.allocation.gpu_milli
+                chosen.append(rw)
+                fit = rc.fits(n, one, chosen)
+                if fit is not None:
+                    break
+        if fit is None:
+            return False
+        victims.extend(chosen)
+    if not victims:
+        return False
+    rc.take(victims)
+    names = ", ".join(c.cap.nodes[n].name for n in nodes[:4])
+    for v in victims:
+        c.preemptions.append(
+            Preemption(
+                v.workload.id,
+                w.id,
+                f"{v.allocation.node} is held for {w.id} of {w.tenant}, which needs "
+                f"{shape.nodes} nodes at once; this borrowed capacity is given back, and the "
+                "work resumes from its checkpoint",
+            )
+        )
+    c.effective.add(w.tenant, w.owner, shape.gpu_milli)
+    c._changed()
+    c.reasons[w.id] = why = (
+        f"stopping {len(victims)} borrowed checkpointing workload"
+        f"{'s' if len(victims) != 1 else ''} on the nodes held for it ({names})"
+    )
+    c.waits.reclaiming(w, why, victims)
+    return True
+
+
+def _borrowed_checkpointing(c: _Cycle, rw: RunningWorkload, removed: dict[str, int]) -> bool:
+    """True if `rw` may give a held node back: one-node checkpointing work, not chosen yet,
+    whose tenant and ancestors with a guarantee all stay at or above it without `rw`."""
+    w, a = rw.workload, rw.allocation
+    if not w.checkpointing or a.multi_node or w.id in c._victims:
+        return False
+    for t in c.effective.chain(w.tenant):
+        g = guaranteed(c.tree, t)
+        if g > 0 and c.effective.of(t) - removed.get(t, 0) - a.gpu_milli < g:
+            return False
     return True

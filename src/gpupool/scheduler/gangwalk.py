@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
-from gpupool.scheduler.gangreclaim import reclaim_for_gang
+from gpupool.scheduler.gangreclaim import give_back_held, reclaim_for_gang
 from gpupool.scheduler.gangs import (
     find_gang,
     gang_allocation,
@@ -80,6 +80,14 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
                 c.tree, c.effective, w.tenant, shape.gpu_milli
             )
             c.gang_holds.append(GangHold(w.id, tuple(nodes), due, borrowing))
+            # borrowed checkpointing work that backfilled them gives them back
+            if (
+                c.quotas
+                and c.config.gang_hold_backfill
+                and c.config.preemption
+                and give_back_held(c, w, shape, nodes)
+            ):
+                return False
             names = ", ".join(c.cap.nodes[n].name for n in nodes[:4])
             more = f" and {len(nodes) - 4} more" if len(nodes) > 4 else ""
             c.reasons[w.id] = f"{why}; nodes {names}{more} are held for it"
@@ -92,16 +100,28 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
 def backfill_gang_nodes(c: _Cycle, w: Workload, shape: Shape) -> Placement | None:
     """A placement for one-node GPU work `w` on nodes held for a gang, if `w`'s max runtime
     ends before the gang is due there (so the gang starts no later for it), or (fair) if the
-    gang borrows and `w` is within a guarantee; else None."""
+    gang borrows and `w` is within a guarantee, or (fair, `gang_hold_backfill`) if `w` declares
+    checkpointing and would borrow (it gives the node back: gangreclaim.give_back_held);
+    else None."""
     if shape.kind == CPU_ONLY or shape.nodes > 1:
         return None
     ends = c.now + w.max_runtime_s if w.max_runtime_s is not None else None
     guaranteed = None
+    if c.quotas and (
+        any(h.borrowing for h in c.gang_holds)
+        or (c.config.gang_hold_backfill and w.checkpointing and w.preemptible)
+    ):
+        guaranteed = within_some_guarantee(c.tree, c.effective, w.tenant, shape.gpu_milli)
+    gives_back = (
+        c.config.gang_hold_backfill
+        and c.config.preemption
+        and w.checkpointing
+        and w.preemptible
+        and guaranteed is False
+    )
     for h in c.gang_holds:
-        if h.borrowing and guaranteed is None:
-            guaranteed = within_some_guarantee(c.tree, c.effective, w.tenant, shape.gpu_milli)
         fits_before = ends is not None and h.due is not None and ends <= h.due
-        if not fits_before and not (h.borrowing and guaranteed):
+        if not fits_before and not (h.borrowing and guaranteed) and not gives_back:
             continue
         for n in h.nodes:
             p = place_on_node(c.cap, n, shape)

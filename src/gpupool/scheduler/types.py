@@ -114,6 +114,11 @@ class SchedulerConfig:
     #: (fair) work owed GPUs that reclaim cannot place may have smaller `checkpointing` work
     #: moved off one node to free places on others (gpupool.scheduler.defrag)
     defrag_moves: bool = True
+    #: (fair) nodes held for a blocked gang do not sit idle while they drain: one-node
+    #: `checkpointing` work that would borrow may run on them, and is stopped (it resumes from
+    #: its checkpoint) once the gang, having waited `reclaim_after_s`, fits there without it
+    #: (gpupool.scheduler.gangreclaim). False: held nodes drain (docs/scheduler.md).
+    gang_hold_backfill: bool = True
 
 
 @dataclass(frozen=True, slots=True)

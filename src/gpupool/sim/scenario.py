@@ -161,6 +161,8 @@ class SchedulerSpec(_Strict):
     preempt_levels_apart: int = Field(default=2, ge=1)
     #: (fair) work owed whole GPUs may have smaller checkpointing work moved (SchedulerConfig)
     defrag_moves: bool = True
+    #: (fair) borrowed checkpointing work may run on nodes held for a gang (SchedulerConfig)
+    gang_hold_backfill: bool = True
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)
@@ -475,6 +477,7 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         service_levels_s=tuple(sorted(spec.service_levels_s)),
         preempt_levels_apart=spec.preempt_levels_apart,
         defrag_moves=spec.defrag_moves,
+        gang_hold_backfill=spec.gang_hold_backfill,
     )
     if spec.topology_keys is not None:
         config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))
