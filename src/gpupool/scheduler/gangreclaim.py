@@ -96,18 +96,21 @@ def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bo
     removed: dict[str, int] = {}
     victims: list[RunningWorkload] = []
     for n in nodes:
+        if rc.fits(n, one, []) is not None:
+            continue  # a member fits there already
         chosen: list[RunningWorkload] = []
-        fit = rc.fits(n, one, chosen)
-        for rw in rc.victims.get(n, ()) if fit is None else ():
-            if _borrowed_checkpointing(c, rw, removed) and rc.eligible(rw):
-                for a in c.effective.chain(rw.workload.tenant):
-                    removed[a] = removed.get(a, 0) + rw.allocation.gpu_milli
-                chosen.append(rw)
-                fit = rc.fits(n, one, chosen)
-                if fit is not None:
-                    break
+        fit = None
+        for rw in rc.victims.get(n, ()):  # best victims first (least progress lost)
+            if not _borrowed_checkpointing(c, rw, removed) or not rc.eligible(rw):
+                continue
+            for a in c.effective.chain(rw.workload.tenant):
+                removed[a] = removed.get(a, 0) + rw.allocation.gpu_milli
+            chosen.append(rw)
+            fit = rc.fits(n, one, chosen)
+            if fit is not None:
+                break
         if fit is None:
-            return False
+            return False  # all N nodes or none
         victims.extend(chosen)
     if not victims:
         return False
