@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from gpupool.clock import Clock, SystemClock
-from gpupool.domain import Allocation, Event, Tenant
+from gpupool.domain import Event, Tenant
 from gpupool.engines import Engine, EngineEnv, EngineError
 from gpupool.engines.isolation import secure_data_dir
 from gpupool.executors.base import Executor
@@ -385,7 +385,8 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     from gpupool.server.loops.nodewatch import NodeWatchLoop
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.scheduler import SchedulerLoop
-    from gpupool.server.loops.telemetry import TelemetryLoop
+    from gpupool.server.loops.telemetry import node_loops
+    from gpupool.server.loops.telemetry_join import AllocationTelemetry
 
     ctx.loops.add(SchedulerLoop(ctx))
     ctx.loops.add(NodeWatchLoop(ctx))
@@ -406,44 +407,13 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
             node=mps[1] if mps else None,
         )
     )
-    sampled = engine.telemetry()
-    by_node: dict[str, TelemetryLoop] = {}
-    for t in sampled:
-        tl = TelemetryLoop(
-            ctx,
-            t.source,
-            node=t.node,
-            kill=t.kill,
-            mps_daemons=t.mps_daemons,
-            police_unowned=t.police_unowned,
-        )
-        if len(sampled) > 1:
-            tl.name = f"telemetry-{t.node}"
-        ctx.loops.add(tl)  # its sampler joins ctx.samplers: /metrics and the dashboard read it
-        by_node[t.node] = tl
-    if len(by_node) == 1:
-        (tl,) = by_node.values()
-        ctx.loops.add(CullerLoop(ctx, tl.idle_seconds))
-        ctx.loops.add(AccountingLoop(ctx, tl.busy_fraction, tl.memory_mib))
-    elif by_node:
-
-        def idle(a: Allocation) -> float | None:
-            tl = by_node.get(a.node)
-            return tl.idle_seconds(a) if tl is not None else None
-
-        def busy(a: Allocation, since: float | None = None) -> float | None:
-            tl = by_node.get(a.node)
-            return tl.busy_fraction(a, since) if tl is not None else None
-
-        def memory(a: Allocation) -> float:
-            tl = by_node.get(a.node)
-            return tl.memory_mib(a) if tl is not None else 0.0
-
-        ctx.loops.add(CullerLoop(ctx, idle))
-        ctx.loops.add(AccountingLoop(ctx, busy, memory))
-    else:
-        ctx.loops.add(CullerLoop(ctx))
-        ctx.loops.add(AccountingLoop(ctx))
+    by_node = {}
+    for tl in node_loops(ctx, engine.telemetry()):
+        ctx.loops.add(tl)  # its sampler is in ctx.samplers: /metrics and the dashboard read it
+        by_node[tl.node] = tl
+    gangs = AllocationTelemetry(by_node)  # a multi-node allocation: every node's loop
+    ctx.loops.add(CullerLoop(ctx, gangs.idle_seconds))
+    ctx.loops.add(AccountingLoop(ctx, gangs.busy_fraction, gangs.memory_mib))
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
     if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken
         engine.follow(ctx.loops.wake)

@@ -24,7 +24,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from gpupool.domain import Allocation, Enforcement, Event
 from gpupool.server.context import AppContext
@@ -42,6 +43,9 @@ from gpupool.telemetry import (
     SimulatedSource,
     WorkloadOwner,
 )
+
+if TYPE_CHECKING:
+    from gpupool.engines.base import NodeTelemetry
 
 log = logging.getLogger(__name__)
 ENFORCED = (Enforcement.MPS, Enforcement.HARDWARE)
@@ -254,3 +258,22 @@ class TelemetryLoop(Loop):
             if o is not None and o.workload_id == allocation.workload_id:
                 total += p.used_memory_bytes or 0
         return total / (1024 * 1024)
+
+
+def node_loops(ctx: AppContext, sampled: Sequence[NodeTelemetry]) -> list[TelemetryLoop]:
+    """A telemetry loop for each node the engine samples here, named `telemetry-<node>`
+    when there are several; their samplers join `ctx.samplers`."""
+    loops = []
+    for t in sampled:
+        tl = TelemetryLoop(
+            ctx,
+            t.source,
+            node=t.node,
+            kill=t.kill,
+            mps_daemons=t.mps_daemons,
+            police_unowned=t.police_unowned,
+        )
+        if len(sampled) > 1:
+            tl.name = f"telemetry-{t.node}"
+        loops.append(tl)
+    return loops
