@@ -84,10 +84,14 @@ def seed(
     workloads: int = 24,
     history_s: float = 2 * 3600,
     nodes: int = 1,
+    gang_gpus_per_node: int = 0,
 ) -> Seeded:
     """Fill `store`. `gpus` simulated H100s spread over `nodes` nodes (the first node's GPUs
     come from a `SimulatedSource` sampled for `history_s` seconds ending at `now`);
-    `workloads` workloads: a third running, a third pending, the rest finished."""
+    `workloads` workloads: a third running, a third pending, the rest finished.
+    `gang_gpus_per_node` > 0 (with `nodes` > 1): one more running workload, `w-gang`, across
+    every node with that many whole GPUs on each (the first exclusive ones), its rank 0 on
+    the last node; the other running work takes the GPUs left."""
     start = now - history_s
     clock = ManualClock(start)
     per_node = max(1, gpus // nodes)
@@ -142,7 +146,7 @@ def seed(
         profiles.save(Profile("cpu", Request(), "CPU only", WorkloadKind.NOTEBOOK), create=True)
 
     seeded = Seeded(clock, sources, samplers, node_list)
-    _seed_workloads(store, seeded, now=now, count=workloads)
+    _seed_workloads(store, seeded, now=now, count=workloads, gang_per_node=gang_gpus_per_node)
     _seed_usage(store, now=now)
     # Telemetry history: mostly busy GPUs, every fifth one idle.
     for n, src in enumerate(sources):
@@ -160,8 +164,11 @@ def seed(
     return seeded
 
 
-def _seed_workloads(store: Store, seeded: Seeded, *, now: float, count: int) -> None:
-    slots = [(n, g) for n in seeded.nodes for g in n.gpus]
+def _seed_workloads(
+    store: Store, seeded: Seeded, *, now: float, count: int, gang_per_node: int = 0
+) -> None:
+    gang = _gang_gpus(seeded.nodes, gang_per_node)
+    slots = [(n, g) for n in seeded.nodes for g in n.gpus if (n.name, g) not in gang]
     tenants = list(LEAVES.items())
     running_n = min(count // 3, len(slots))
     pending_n = count // 3
@@ -194,6 +201,9 @@ def _seed_workloads(store: Store, seeded: Seeded, *, now: float, count: int) -> 
             wr.change_state(wid, WorkloadState.STARTING, now - 2890, "launched")
             wr.change_state(wid, WorkloadState.RUNNING, now - 2880, "running")
             out.setdefault(WorkloadState.RUNNING, []).append(wid)
+        if gang:
+            _seed_gang(wr, ar, seeded.nodes, gang, now=now)
+            out.setdefault(WorkloadState.RUNNING, []).append("w-gang")
         for i in range(pending_n):
             tenant, owner = tenants[i % len(tenants)]
             wid = f"w-pend{k:05d}"
@@ -227,6 +237,45 @@ def _seed_workloads(store: Store, seeded: Seeded, *, now: float, count: int) -> 
                 )
             out.setdefault(end, []).append(wid)
     seeded.workloads = out
+
+
+def _gang_gpus(nodes: list[Node], per_node: int) -> list[tuple[str, GPU]]:
+    """(node, GPU) of a gang with `per_node` whole GPUs on every node (none for one node)."""
+    if per_node <= 0 or len(nodes) < 2:
+        return []
+    out = []
+    for n in nodes:
+        exclusive = [g for g in n.gpus if g.sharing is SharingMode.EXCLUSIVE]
+        if len(exclusive) < per_node:
+            raise ValueError(f"{n.name} has {len(exclusive)} exclusive GPUs, not {per_node}")
+        out.extend((n.name, g) for g in exclusive[:per_node])
+    return out
+
+
+def _seed_gang(
+    wr: WorkloadRepo,
+    ar: AllocationRepo,
+    nodes: list[Node],
+    gpus: list[tuple[str, GPU]],
+    *,
+    now: float,
+) -> None:
+    """A running multi-node workload of ann's holding `gpus`; rank 0 is the last node (so
+    the rank order differs from the order of the shares and of the node names)."""
+    head = nodes[-1].name
+    req = Request(gpus=len(gpus), nodes=len(nodes))
+    wr.add(
+        Workload("w-gang", "physics/lab-a", "ann", req, submitted_at=now - 4000),
+        name="gang-train",
+    )
+    shares = tuple(
+        Share(node, g.index, g.uuid, 1000, g.memory_mib, Enforcement.HARDWARE)
+        for node, g in gpus
+    )
+    wr.change_state("w-gang", WorkloadState.ADMITTED, now - 3900, f"fits on {len(nodes)} nodes")
+    ar.allocate(Allocation("w-gang", head, shares, since=now - 3900))
+    wr.change_state("w-gang", WorkloadState.STARTING, now - 3890, "launched")
+    wr.change_state("w-gang", WorkloadState.RUNNING, now - 3880, "running")
 
 
 def _seed_usage(store: Store, *, now: float) -> None:

@@ -8,12 +8,19 @@
   const items = (x) => (Array.isArray(x) ? x : (x && (x.items || x.pending || x.workloads)) || []);
   const wlink = (id) => h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(id)}` }, id);
 
+  // What a workload holds: "n1: GPU 0, 1" on one node; a multi-node workload (a gang) lists
+  // its shares by node in rank order, "n1: GPU 0, 1; n2: GPU 0, 1".
   function holds(w) {
     const a = w.allocation;
     if (!a) return GP.describeRequest(w.request);
     const shares = a.shares || [];
-    const gpus = shares.map((s) => `${s.gpu_index}${s.milli < 1000 ? ` (${+(s.milli / 1000).toFixed(3)})` : ""}`).join(", ");
-    return `${a.node}${gpus ? `: GPU ${gpus}` : ""}`;
+    const nodeOf = (s) => s.node || a.node;
+    const gpu = (s) => `${s.gpu_index}${s.milli < 1000 ? ` (${+(s.milli / 1000).toFixed(3)})` : ""}`;
+    const nodes = [...new Set([...(a.nodes || []), a.node, ...shares.map(nodeOf)])];
+    return nodes.map((n) => {
+      const gpus = shares.filter((s) => nodeOf(s) === n).map(gpu).join(", ");
+      return `${n}${gpus ? `: GPU ${gpus}` : ""}`;
+    }).join("; ");
   }
 
   async function refresh() {
