@@ -269,8 +269,7 @@ def _seed_gang(
         name="gang-train",
     )
     shares = tuple(
-        Share(node, g.index, g.uuid, 1000, g.memory_mib, Enforcement.HARDWARE)
-        for node, g in gpus
+        Share(node, g.index, g.uuid, 1000, g.memory_mib, Enforcement.HARDWARE) for node, g in gpus
     )
     wr.change_state("w-gang", WorkloadState.ADMITTED, now - 3900, f"fits on {len(nodes)} nodes")
     ar.allocate(Allocation("w-gang", head, shares, since=now - 3900))
