@@ -411,9 +411,9 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     for tl in node_loops(ctx, engine.telemetry()):
         ctx.loops.add(tl)  # its sampler is in ctx.samplers: /metrics and the dashboard read it
         by_node[tl.node] = tl
-    gangs = AllocationTelemetry(by_node)  # a multi-node allocation: every node's loop
-    ctx.loops.add(CullerLoop(ctx, gangs.idle_seconds))
-    ctx.loops.add(AccountingLoop(ctx, gangs.busy_fraction, gangs.memory_mib))
+    joined = AllocationTelemetry(by_node)  # a multi-node allocation: every node's loop
+    ctx.loops.add(CullerLoop(ctx, joined.idle_seconds))
+    ctx.loops.add(AccountingLoop(ctx, joined.busy_fraction, joined.memory_mib))
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
     if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken
         engine.follow(ctx.loops.wake)

@@ -3,6 +3,8 @@ executor; users for every role; helpers to call the API as each of them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,7 +20,7 @@ from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, TenantRepo, UserRepo
-from gpupool.system import SystemSettings, build_system
+from gpupool.system import System, SystemSettings, build_system
 from tests.store.databases import DB_PARAMS, make_store
 
 API = "/api/v1"
@@ -121,14 +123,22 @@ def world(request, tmp_path):
     system = build_system(
         SystemSettings(server=settings), FakeEngine(executor), clock=clock, store=store
     )
-    app = system.app
-    ctx: AppContext = app.state.ctx
+    ctx: AppContext = system.app.state.ctx
     ctx.login_throttle.refusal_delay_s = 0.0  # real time; test_login_throttle checks it
     seed(ctx)
-    with TestClient(app, raise_server_exceptions=False) as client:
-        w = World(app, client, ctx, clock, executor)
+    with serving(system, clock, executor) as w:
+        yield w
+    gen.close()
+
+
+@contextmanager
+def serving(system: System, clock: ManualClock, executor: FakeExecutor) -> Iterator[World]:
+    """A seeded `system` served to a test client, with a token for each of `USERS`; the
+    system is stopped afterwards."""
+    ctx: AppContext = system.app.state.ctx
+    with TestClient(system.app, raise_server_exceptions=False) as client:
+        w = World(system.app, client, ctx, clock, executor)
         for role, name in USERS.items():
             w.tokens[role] = issue_token(ctx, name, "test", None).token
         yield w
     system.stop()
-    gen.close()

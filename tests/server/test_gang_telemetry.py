@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Node, Quota, Tenant
@@ -17,12 +16,11 @@ from gpupool.executors.fake import FakeExecutor
 from gpupool.server.loops.accounting import AccountingLoop
 from gpupool.server.loops.culler import CullerLoop
 from gpupool.server.loops.telemetry import TelemetryLoop
-from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, UsageRepo
 from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry import Attribution, SimulatedSource, Via
-from tests.server.conftest import USERS, World, seed
+from tests.server.conftest import World, seed, serving
 from tests.store.databases import DB_PARAMS, make_store
 
 NODES = ("g1", "g2")
@@ -108,12 +106,8 @@ def gang(request, tmp_path):
         TenantRepo(s).save(Tenant("lab", Quota.gpus(4, 4), idle_timeout_s=3600), clock.now())
     for n in NODES:
         ctx.loops.get(f"telemetry-{n}").sampler.attributor = owners
-    with TestClient(system.app, raise_server_exceptions=False) as client:
-        world = World(system.app, client, ctx, clock, executor)
-        for role, name in USERS.items():
-            world.tokens[role] = issue_token(ctx, name, "test", None).token
+    with serving(system, clock, executor) as world:
         yield Gang(world, sources, owners)
-    system.stop()
     gen.close()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Allocation, Share
-from gpupool.server.loops.telemetry_join import AllocationTelemetry, per_node
+from gpupool.server.loops.telemetry_join import AllocationTelemetry, parts_by_node
 
 
 class FakeNode:
@@ -52,7 +52,7 @@ def test_each_node_is_asked_about_its_own_shares_only():
 
 def test_per_node_parts_keep_rank_order_and_the_per_node_figures():
     alloc = gang(("b", 1), ("a", 2))
-    parts = per_node(alloc)
+    parts = parts_by_node(alloc)
     assert [n for n, _ in parts] == ["b", "a"]
     assert all(p.node == n and p.workload_id == "w1" for n, p in parts)
     assert [p.gpu_milli for _, p in parts] == [1000, 2000]

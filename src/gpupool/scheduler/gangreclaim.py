@@ -29,7 +29,7 @@ from gpupool.scheduler.capacity import Shape
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.preemption import borrowing_branch, guaranteed, reclaim_due
-from gpupool.scheduler.reasons import reclaim_text
+from gpupool.scheduler.reasons import names_text, reclaim_text
 from gpupool.scheduler.reservations import Hold
 from gpupool.scheduler.types import Preemption, RunningWorkload
 
@@ -86,10 +86,20 @@ def reclaim_for_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
     return True
 
 
+def hold_backfill(c: _Cycle) -> bool:
+    """True if held gang nodes take borrowed checkpointing work and get it back (rules
+    above): `fair` (quotas), `gang_hold_backfill` and preemption on."""
+    return c.quotas and c.config.gang_hold_backfill and c.config.preemption
+
+
 def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bool:
     """Stop borrowed checkpointing work on `nodes` (held for gang `w` this cycle) so that a
     member fits on each (rules above). True if so; False changes nothing."""
-    if not reclaim_due(w, c.now, c.config.reclaim_after_s) or not c.cache.checkpointing():
+    if (
+        not hold_backfill(c)
+        or not reclaim_due(w, c.now, c.config.reclaim_after_s)
+        or not c.cache.checkpointing()
+    ):
         return False
     rc = c._reclaimer_for_cycle()
     one = per_node(shape)
@@ -115,7 +125,7 @@ def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bo
     if not victims:
         return False
     rc.take(victims)
-    names = ", ".join(c.cap.nodes[n].name for n in nodes[:4])
+    names = names_text([c.cap.nodes[n].name for n in nodes], most=4)
     for v in victims:
         c.preemptions.append(
             Preemption(

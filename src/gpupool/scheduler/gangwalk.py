@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
-from gpupool.scheduler.gangreclaim import give_back_held, reclaim_for_gang
+from gpupool.scheduler.gangreclaim import give_back_held, hold_backfill, reclaim_for_gang
 from gpupool.scheduler.gangs import (
     find_gang,
     gang_allocation,
@@ -80,13 +80,7 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
                 c.tree, c.effective, w.tenant, shape.gpu_milli
             )
             c.gang_holds.append(GangHold(w.id, tuple(nodes), due, borrowing))
-            # borrowed checkpointing work that backfilled them gives them back
-            if (
-                c.quotas
-                and c.config.gang_hold_backfill
-                and c.config.preemption
-                and give_back_held(c, w, shape, nodes)
-            ):
+            if give_back_held(c, w, shape, nodes):  # borrowed checkpointing work leaves
                 return False
             names = ", ".join(c.cap.nodes[n].name for n in nodes[:4])
             more = f" and {len(nodes) - 4} more" if len(nodes) > 4 else ""
@@ -106,19 +100,13 @@ def backfill_gang_nodes(c: _Cycle, w: Workload, shape: Shape) -> Placement | Non
     if shape.kind == CPU_ONLY or shape.nodes > 1:
         return None
     ends = c.now + w.max_runtime_s if w.max_runtime_s is not None else None
-    guaranteed = None
-    if c.quotas and (
-        any(h.borrowing for h in c.gang_holds)
-        or (c.config.gang_hold_backfill and w.checkpointing and w.preemptible)
-    ):
-        guaranteed = within_some_guarantee(c.tree, c.effective, w.tenant, shape.gpu_milli)
-    gives_back = (
-        c.config.gang_hold_backfill
-        and c.config.preemption
-        and w.checkpointing
-        and w.preemptible
-        and guaranteed is False
+    resumable = hold_backfill(c) and w.checkpointing and w.preemptible
+    guaranteed = (
+        within_some_guarantee(c.tree, c.effective, w.tenant, shape.gpu_milli)
+        if resumable or (c.quotas and any(h.borrowing for h in c.gang_holds))
+        else False
     )
+    gives_back = resumable and not guaranteed  # it would borrow: it may be stopped there
     for h in c.gang_holds:
         fits_before = ends is not None and h.due is not None and ends <= h.due
         if not fits_before and not (h.borrowing and guaranteed) and not gives_back:

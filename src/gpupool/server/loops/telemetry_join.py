@@ -35,7 +35,7 @@ class NodeTelemetryReader(Protocol):
     def memory_mib(self, allocation: Allocation) -> float: ...
 
 
-def per_node(allocation: Allocation) -> list[tuple[str, Allocation]]:
+def parts_by_node(allocation: Allocation) -> list[tuple[str, Allocation]]:
     """(node, the allocation restricted to that node's shares) in rank order; a one-node
     allocation is itself."""
     if not allocation.multi_node:
@@ -56,7 +56,7 @@ class AllocationTelemetry:
         """How long every GPU on every node has been idle: the minimum over the nodes
         (0 when any GPU is busy). None when any node has no loop or no sample yet."""
         idle: float | None = None
-        for node, part in per_node(allocation):
+        for node, part in parts_by_node(allocation):
             tl = self.by_node.get(node)
             got = tl.idle_seconds(part) if tl is not None else None
             if got is None:
@@ -68,7 +68,7 @@ class AllocationTelemetry:
         """Busy GPU-seconds per allocated GPU-second since `since`: the nodes' fractions
         weighted by their GPU milli, over the nodes that know. None when none knows."""
         known: list[tuple[float, int]] = []
-        for node, part in per_node(allocation):
+        for node, part in parts_by_node(allocation):
             tl = self.by_node.get(node)
             got = tl.busy_fraction(part, since) if tl is not None else None
             if got is not None:
@@ -81,7 +81,7 @@ class AllocationTelemetry:
     def memory_mib(self, allocation: Allocation) -> float:
         """GPU memory the workload's processes use now on all its nodes, MiB."""
         total = 0.0
-        for node, part in per_node(allocation):
+        for node, part in parts_by_node(allocation):
             tl = self.by_node.get(node)
             if tl is not None:
                 total += tl.memory_mib(part)
