@@ -62,11 +62,12 @@
   async function setSharing(g, mode, layout) {
     const body = { sharing: mode };
     if (mode === "mig" && layout !== (g.mig_layout || "")) body.mig_layout = layout;
-    try {
-      await GP.api("PATCH", `/gpus/${encodeURIComponent(g.uuid)}`, body);
-      GP.flash(`GPU ${g.index} on ${g.node} is now ${mode}${mode === "mig" && layout ? ` (${layout})` : ""}.`, "ok");
-      await gpus();
-    } catch (e) { GP.flash(GP.actionError(`set GPU ${g.index} on ${g.node} to ${mode}`, e)); }
+    try { await GP.api("PATCH", `/gpus/${encodeURIComponent(g.uuid)}`, body); }
+    catch (e) { GP.flash(GP.actionError(`set GPU ${g.index} on ${g.node} to ${mode}`, e)); return; }
+    // the table shows the new mode before the message says so: an edit started after the
+    // message is not lost to the table being drawn again
+    try { await gpus(); }
+    finally { GP.flash(`GPU ${g.index} on ${g.node} is now ${mode}${mode === "mig" && layout ? ` (${layout})` : ""}.`, "ok"); }
   }
 
   async function profiles() {
