@@ -56,6 +56,9 @@ class PodSettings:
     namespace_prefix: str = "gpupool-"
     grace_s: int = 30
     pull_policy: str = "IfNotPresent"
+    #: PriorityClasses and RuntimeClasses a notebook's pod template may name (others dropped)
+    priority_classes: tuple[str, ...] = ()
+    runtime_classes: tuple[str, ...] = ()
 
 
 def _dns(text: str, limit: int = 63) -> str:

@@ -13,13 +13,16 @@ write-only `env`. Once admitted, the executor builds the pod here:
 - the pod is pinned to the chosen node (required node affinity), tolerates the GPU taint,
   runs with no service-account token, and mounts the user's home PVC (`home-<user>`, made
   by the tenancy) at `home_mount`, unless the template already mounts something there;
-- what only makes sense in the hub's namespace is dropped: `nodeName`, the service account,
-  volumes of kinds other than emptyDir, configMap, secret, persistentVolumeClaim, projected,
-  downwardAPI and ephemeral.
+- what only makes sense in the hub's namespace is dropped: `nodeName`, the service account;
+- `pod_security.strip` takes GPUs out of every other container and drops the scheduler and
+  the priority and runtime classes an admin did not allow (`PodSettings`); gpupool's
+  security context goes over it (`manifests.harden`: non-root, seccomp RuntimeDefault, no
+  privilege escalation, all capabilities dropped).
 
 `check_template` is what the API accepts: a Pod (or a pod `spec`) with at least one
-container with an image that asks no more of its node than `pod_security` allows (no host
-namespaces, privileged containers, capabilities beyond the baseline, root user or hostPath).
+container with an image that asks no more than `pod_security` allows (the Pod Security
+Standards' restricted level; no PVC but the owner's home, no Secret, no service-account
+token).
 """
 
 from __future__ import annotations
@@ -32,20 +35,11 @@ from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Workload
 from gpupool.engines.kubernetes import manifests as m
-from gpupool.engines.kubernetes.pod_security import TemplateError, check_pod_security
+from gpupool.engines.kubernetes.pod_security import TemplateError, check_pod_security, strip
 from gpupool.engines.kubernetes.tenancy import home_claim_name
 
 PORT = "gpupool.dev/port"
 MAX_BYTES = 256 * 1024
-_VOLUME_KINDS = {
-    "emptyDir",
-    "configMap",
-    "secret",
-    "persistentVolumeClaim",
-    "projected",
-    "downwardAPI",
-    "ephemeral",
-}
 
 
 def _spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -55,8 +49,9 @@ def _spec(template: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec
 
 
-def check_template(template: Mapping[str, Any]) -> None:
-    """Raise TemplateError unless `template` is a pod gpupool may run for a notebook."""
+def check_template(template: Mapping[str, Any], owner: str | None = None) -> None:
+    """Raise TemplateError unless `template` is a pod gpupool may run for a notebook of
+    `owner` (None: one that mounts no PVC)."""
     if len(json.dumps(template)) > MAX_BYTES:
         raise TemplateError(f"pod_spec is over {MAX_BYTES // 1024} KiB")
     spec = _spec(template)
@@ -69,7 +64,13 @@ def check_template(template: Mapping[str, Any]) -> None:
             raise TemplateError(
                 "every container of pod_spec needs an image", f"{at}.containers[{i}].image"
             )
-    check_pod_security(spec, at)
+    meta = template.get("metadata") if "spec" in template else None
+    check_pod_security(
+        spec,
+        at,
+        annotations=(meta or {}).get("annotations") if isinstance(meta, Mapping) else None,
+        home_claim=home_claim_name(owner) if owner else None,
+    )
 
 
 def port_of(template: Mapping[str, Any], default: int = 8888) -> int:
@@ -95,7 +96,7 @@ def notebook_pod(
     home_mount: str = "/home/jovyan",
 ) -> dict[str, Any]:
     """The pod of notebook `workload` built from `template` (see the module docstring)."""
-    check_template(template)
+    check_template(template, workload.owner)
     # gpupool's identity, pinning and GPU limits, as for a job's pod
     base = m.build_pod(
         _with_command(workload),
@@ -108,6 +109,12 @@ def notebook_pod(
         env=env,
     )
     spec = copy.deepcopy(dict(_spec(template)))
+    strip(
+        spec,
+        priority_classes=settings.priority_classes,
+        runtime_classes=settings.runtime_classes,
+    )
+    m.harden(spec, settings)
     meta = dict(template.get("metadata") or {}) if "spec" in template else {}
     base_c = base["spec"]["containers"][0]
     first = spec["containers"][0]
@@ -137,10 +144,8 @@ def notebook_pod(
     spec["tolerations"] = tolerations + base["spec"].get("tolerations", [])
     if not spec["tolerations"]:
         spec.pop("tolerations")
-    volumes = [v for v in spec.get("volumes") or [] if _VOLUME_KINDS & set(v)]
+    volumes = list(spec.get("volumes") or [])  # checked: only kinds a notebook may use
     mounts = first.setdefault("volumeMounts", [])
-    kept = {v["name"] for v in volumes}
-    first["volumeMounts"] = mounts = [x for x in mounts if x.get("name") in kept]
     if not any(x.get("mountPath") == home_mount for x in mounts):
         volumes.append(
             {

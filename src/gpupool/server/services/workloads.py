@@ -208,7 +208,7 @@ def submit(
                 raise PermissionDenied(f"profile {profile.name!r} is not offered to {tenant!r}")
         req, kind = _resolve_request(body, profile)
         if body.pod_spec is not None:
-            _check_pod_spec(body.pod_spec, kind, body.command)
+            _check_pod_spec(body.pod_spec, kind, body.command, p.name)
         if kind is WorkloadKind.JOB and not body.command:
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
@@ -245,14 +245,15 @@ def submit(
     return workload_out(rec)
 
 
-def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str]) -> None:
-    """A pod template comes only with a notebook without a command (its pod says what runs)."""
+def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str], owner: str) -> None:
+    """A pod template comes only with a notebook without a command (its pod says what runs),
+    and mounts no PVC but `owner`'s home."""
     from gpupool.engines.kubernetes.notebook_pods import TemplateError, check_template
 
     if kind is not WorkloadKind.NOTEBOOK or command:
         raise ValidationError("pod_spec is for a notebook without a command", "pod_spec")
     try:
-        check_template(spec)
+        check_template(spec, owner)
     except TemplateError as e:
         raise ValidationError(str(e), e.field or "pod_spec") from None
 
