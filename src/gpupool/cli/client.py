@@ -15,7 +15,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
@@ -25,7 +25,7 @@ import httpx
 import typer
 from rich.console import Console
 
-from gpupool.cli import tables
+from gpupool.cli import flags, tables
 from gpupool.cli.tables import Col, Output
 from gpupool.domain import TERMINAL_STATES, WorkloadState
 
@@ -43,10 +43,18 @@ class CliError(Exception):
     """`retry_after`: seconds after which the same request may succeed (the server could not
     be reached or asked for a retry); None when retrying would not help."""
 
-    def __init__(self, message: str, code: int = 1, retry_after: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        code: int = 1,
+        retry_after: float | None = None,
+        problem: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.retry_after = retry_after
+        #: the server's problem+json answer, if it refused the request (see cli/flags.py)
+        self.problem = problem
 
 
 # -- configuration and HTTP ---------------------------------------------------------------
@@ -99,14 +107,17 @@ class Api:
                 retry_after=1.0,
             ) from None
         if r.status_code >= 400:
+            body = None
             try:
                 body = r.json()
                 detail = body.get("detail") or body.get("title") or r.text
-            except ValueError:
-                detail = r.text or r.reason_phrase
+            except (ValueError, AttributeError):
+                body, detail = None, r.text or r.reason_phrase
             hint = "; run gpupool login" if r.status_code == 401 else ""
             retry = _retry_after(r) if r.status_code in (502, 503) else None
-            raise CliError(f"{detail}{hint} (HTTP {r.status_code})", retry_after=retry)
+            raise CliError(
+                f"{detail}{hint} (HTTP {r.status_code})", retry_after=retry, problem=body
+            )
         if r.status_code == 204 or not r.content:
             return None
         return r.json()
@@ -205,16 +216,42 @@ def login(
     go()
 
 
+def whole_gpus(text: str) -> int:
+    """`--gpus`: a whole number of GPUs; a part of one GPU is pointed at --gpu-fraction."""
+    try:
+        n = int(text)
+    except ValueError:
+        try:
+            f: float | None = float(text)
+        except ValueError:
+            f = None
+        part = f"--gpu-fraction {f:g}" if f is not None and 0 < f < 1 else "--gpu-fraction"
+        near = f" ({int(f)} or {int(f) + 1})" if f is not None and f > 1 else ""
+        raise typer.BadParameter(
+            f"{text} is not a whole number: --gpus takes whole GPUs{near}; for a part of one "
+            f"GPU use {part}"
+        ) from None
+    if n < 0:
+        raise typer.BadParameter(f"{text}: give 0 or more whole GPUs")
+    return n
+
+
 def run(
-    command: list[str] = typer.Argument(..., help="the command, after --"),
-    gpus: int = typer.Option(None, "--gpus", min=0, help="whole GPUs"),
+    command: list[str] = typer.Argument(
+        None, metavar="-- COMMAND", help="the command, after --", show_default=False
+    ),
+    gpus: int = typer.Option(
+        None, "--gpus", parser=whole_gpus, metavar="INTEGER", help="whole GPUs"
+    ),
     nodes: int | None = typer.Option(
         None, "--nodes", min=1, help="nodes to span (with --gpus-per-node); one job on all"
     ),
     gpus_per_node: int | None = typer.Option(
         None, "--gpus-per-node", min=1, help="whole GPUs on each node (with --nodes)"
     ),
-    gpu_fraction: float = typer.Option(None, "--gpu-fraction", help="a fraction of one GPU"),
+    gpu_fraction: float = typer.Option(
+        None, "--gpu-fraction", help="a part of one GPU, between 0 and 1 (whole GPUs: --gpus)"
+    ),
     gpu_memory: str = typer.Option(None, "--gpu-memory", help="GPU memory, e.g. 20G"),
     gpu_model: str = typer.Option(None, "--gpu-model", help="GPU model, e.g. H100"),
     mig: str = typer.Option(
@@ -240,7 +277,7 @@ def run(
         help="it saves its progress when stopped and resumes from there (cheap to preempt)",
     ),
 ) -> None:
-    """Submit a job: gpupool run --gpus 1 -- python train.py
+    """Submit a job: gpupool run --gpus 1 -- python3 train.py
 
     Across nodes: gpupool run --nodes 2 --gpus-per-node 8 -- torchrun ... (all nodes start
     together; --cpus and --memory are per node)."""
@@ -248,12 +285,27 @@ def run(
     @handled
     def go() -> None:
         if gpus is not None and gpu_fraction is not None:
-            raise CliError("use --gpus or --gpu-fraction, not both", 2)
+            whole = f"--gpus {gpus}" if gpus else "--gpus"
+            raise CliError(
+                f"use {whole} (whole GPUs) or --gpu-fraction (a part of one GPU), not both", 2
+            )
         if mig is not None and (gpus is not None or gpu_fraction is not None):
             raise CliError("use --mig or --gpus / --gpu-fraction, not both", 2)
         if (nodes or 1) > 1 and gpus_per_node is None and not gpus:
             raise CliError("--nodes needs --gpus-per-node (whole GPUs on each node)", 2)
-        body: dict[str, Any] = {"command": command, "priority": priority}
+        if (
+            gpus is not None
+            and nodes is not None
+            and gpus_per_node is not None
+            and gpus
+            and gpus != nodes * gpus_per_node
+        ):
+            raise CliError(
+                f"--gpus {gpus} is not --nodes {nodes} x --gpus-per-node {gpus_per_node}; "
+                "give --gpus-per-node alone",
+                2,
+            )
+        body: dict[str, Any] = {"command": command or [], "priority": priority}
         if gpus is not None:
             body["gpus"] = gpus
         if nodes is not None:
@@ -283,8 +335,26 @@ def run(
             body["preemptible"] = False
         if checkpointing:
             body["checkpointing"] = True
+        given = {
+            "gpu_memory_mib": gpu_memory,
+            "memory_mib": memory,
+            "gpu_fraction": None if gpu_fraction is None else f"{gpu_fraction:g}",
+            "max_runtime_s": None if max_runtime is None else f"{max_runtime:g}",
+            "cpus": f"{cpus:g}",
+            "priority": str(priority),
+            "gpus": None if gpus is None else str(gpus),
+            "nodes": None if nodes is None else str(nodes),
+            "gpus_per_node": None if gpus_per_node is None else str(gpus_per_node),
+        }
+        given = {k: v for k, v in given.items() if v is not None}
+        refused = flags.check_run_body(body, given)
+        if refused:
+            raise CliError(refused, 2)
         c = api()
-        w = submit_once(c, body)
+        try:
+            w = submit_once(c, body)
+        except CliError as e:
+            raise flag_terms(e, flags.RUN_FLAGS, given) from None
         if not wait:
             out.print(w["id"])
             return
@@ -292,6 +362,16 @@ def run(
         raise typer.Exit(_wait(c, w["id"], poll))
 
     go()
+
+
+def flag_terms(
+    e: CliError, known: Mapping[str, flags.Flag], given: Mapping[str, str] | None = None
+) -> CliError:
+    """`e` with a server's 422 about the request's fields said in the command's flags."""
+    if e.problem is None or e.problem.get("status") != 422:
+        return e
+    text = flags.explain(e.problem, known, given or {})
+    return e if text is None else CliError(text, e.code, e.retry_after, e.problem)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -573,7 +653,7 @@ def register(app: typer.Typer) -> None:
     app.command()(login)
     app.command(
         context_settings={"allow_interspersed_args": False},
-        epilog="Example: gpupool run --gpus 1 --gpu-model H100 -- python train.py",
+        epilog="Example: gpupool run --gpus 1 --gpu-model H100 -- python3 train.py",
     )(run)
     app.command("ls")(ls)
     app.command()(show)

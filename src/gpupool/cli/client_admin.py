@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from gpupool.cli import tables
-from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli import flags, tables
+from gpupool.cli.client import CliError, _print_json, api, flag_terms, handled, out, parse_mib
 from gpupool.cli.cluster_view import outside_text
 from gpupool.cli.tables import Col, Output
 
@@ -55,7 +55,10 @@ def tenant_create(
         }
         if idle_timeout is not None:
             body["idle_timeout_s"] = idle_timeout
-        t = api().post("/tenants", body)
+        try:
+            t = api().post("/tenants", body)
+        except CliError as e:
+            raise flag_terms(e, flags.TENANT_FLAGS) from None
         out.print(f"created {t['name']}")
 
     go()
@@ -101,7 +104,10 @@ def tenant_set_quota(
                 "--max-per-user, --no-limit, --idle-timeout or --no-idle-timeout",
                 2,
             )
-        t = c.call("PATCH", f"/tenants/{name}", json=body)
+        try:
+            t = c.call("PATCH", f"/tenants/{name}", json=body)
+        except CliError as e:
+            raise flag_terms(e, flags.TENANT_FLAGS) from None
         out.print(f"{t['name']}: {_policy(t)}")
 
     go()
