@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gpupool.cli import flags
-from gpupool.cli.client import Api, CliError, flag_terms
+from gpupool.cli.client import Api, CliError
+from gpupool.cli.flags import flag_terms
 from tests.cli.test_client import as_, env, gp, server  # noqa: F401 - fixtures
 
 REFUSED = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 
 from gpupool.cli import client as cli_client
+from gpupool.cli import submit
 from gpupool.store import WorkloadRepo
 from tests.cli.test_client import as_, env, gp, server  # noqa: F401 - fixtures
 
@@ -36,7 +37,7 @@ def test_run_retries_a_cut_submission_with_the_same_key(env, monkeypatch):  # no
         "Client",
         lambda **kw: REAL_CLIENT(transport=CutsFirstSubmission(), **kw),
     )
-    monkeypatch.setattr(cli_client, "SUBMIT_MAX_WAIT_S", 0.0)
+    monkeypatch.setattr(submit, "SUBMIT_MAX_WAIT_S", 0.0)
     r = gp("run", "--gpus", "1", "--", "sleep", "100", token=as_(ctx, "ann"))
     assert r.exit_code == 0, r.output
     assert "retrying" in r.output

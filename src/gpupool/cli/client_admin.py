@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from gpupool.cli import flags, tables
-from gpupool.cli.client import CliError, _print_json, api, flag_terms, handled, out, parse_mib
+from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
 from gpupool.cli.cluster_view import outside_text
 from gpupool.cli.tables import Col, Output
 
@@ -58,7 +58,7 @@ def tenant_create(
         try:
             t = api().post("/tenants", body)
         except CliError as e:
-            raise flag_terms(e, flags.TENANT_FLAGS) from None
+            raise flags.flag_terms(e, flags.TENANT_FLAGS) from None
         out.print(f"created {t['name']}")
 
     go()
@@ -107,7 +107,7 @@ def tenant_set_quota(
         try:
             t = c.call("PATCH", f"/tenants/{name}", json=body)
         except CliError as e:
-            raise flag_terms(e, flags.TENANT_FLAGS) from None
+            raise flags.flag_terms(e, flags.TENANT_FLAGS) from None
         out.print(f"{t['name']}: {_policy(t)}")
 
     go()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpupool.cli.client import CliError
 from gpupool.domain.commands import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 
 
@@ -236,3 +237,13 @@ _TYPES = {
 
 def _kind(pydantic_type: str) -> str:
     return _TYPES.get(pydantic_type, pydantic_type)
+
+
+def flag_terms(
+    e: CliError, known: Mapping[str, Flag], given: Mapping[str, str] | None = None
+) -> CliError:
+    """`e` with a server's 422 about the request's fields said in the command's flags."""
+    if e.problem is None or e.problem.get("status") != 422:
+        return e
+    text = explain(e.problem, known, given or {})
+    return e if text is None else CliError(text, e.code, e.retry_after, e.problem)
