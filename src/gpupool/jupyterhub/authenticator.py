@@ -5,8 +5,11 @@ Each login asks the gpupool server (``POST /api/v1/auth/login``). The token it r
 into the user's auth_state (kept only when JupyterHub has ``JUPYTERHUB_CRYPT_KEY``), where the
 spawner uses it; without auth_state the spawner mints one with the hub's admin token.
 
+Hub user names are gpupool user names exactly: `normalize_username` keeps case (JupyterHub's
+default lowercases, which mapped gpupool user `Dave` onto the different user `dave`).
+
 To use an OAuth authenticator (GitHub, GitLab, generic OIDC) instead, configure it as usual;
-hub user names must equal gpupool user names (see docs/jupyterhub.md).
+hub user names must equal gpupool user names exactly (see docs/jupyterhub.md).
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ class GpupoolAuthenticator(Authenticator):
         return True
 
     manage_admins = Bool(True, config=True, help="Make gpupool admins hub admins and back.")
+
+    def normalize_username(self, username: str) -> str:
+        """The name as gpupool spells it: no case folding, no `username_map` (a hub name is
+        a gpupool name, exactly)."""
+        return username
 
     async def authenticate(self, handler: Any, data: dict[str, str]) -> dict | None:
         username = (data.get("username") or "").strip()
@@ -55,6 +63,7 @@ class GpupoolAuthenticator(Authenticator):
         model: dict[str, Any] = {
             "name": user.get("name", username),
             "auth_state": {
+                "gpupool_user": user.get("name", username),
                 "gpupool_token": result.get("token"),
                 "gpupool_token_id": result.get("token_id"),
             },

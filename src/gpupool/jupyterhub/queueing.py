@@ -133,17 +133,35 @@ class GpupoolQueueing(LoggingConfigurable):
         return GpupoolClient(self.gpupool_url, self.gpupool_token)
 
     async def _checked_user_client(self) -> GpupoolClient:
-        """`_as_user`, with a token gpupool still accepts (expired or revoked: get another)."""
+        """`_as_user`, with a token gpupool still accepts (expired or revoked: get another)
+        that belongs to the gpupool user named exactly like the hub user (else 403)."""
         client = await self._as_user()
         try:
-            await client.me()
+            self._check_same_user((await client.me()).get("name"))
             return client
         except GpupoolAPIError as e:
             await client.aclose()
             if e.status != 401:
                 raise
         stale, self.user_token, self.user_token_id = self.user_token, "", ""
-        return await self._as_user(avoid=stale)
+        client = await self._as_user(avoid=stale)
+        try:
+            self._check_same_user((await client.me()).get("name"))
+        except GpupoolAPIError:
+            await client.aclose()
+            raise
+        return client
+
+    def _check_same_user(self, gpupool_name: object) -> None:
+        """Refuse a gpupool token of another user than the hub user (names match exactly)."""
+        if gpupool_name != self.user.name:
+            self.user_token, self.user_token_id = "", ""
+            raise GpupoolAPIError(
+                403,
+                f"the hub user {self.user.name!r} holds a gpupool token of user "
+                f"{gpupool_name!r}; names must match exactly: log out of the hub and log in "
+                "again with your gpupool user name as gpupool spells it",
+            )
 
     async def _as_user(self, avoid: str = "") -> GpupoolClient:
         """A client acting as this hub user: the token from the user's gpupool login (auth

@@ -111,6 +111,12 @@ class UserRepo:
         row = self.s.get(UserRow, name)
         return None if row is None or row.disabled else user_to_domain(row)
 
+    def names_ignoring_case(self, name: str) -> list[str]:
+        """Every user name (disabled ones too) equal to `name` but for ASCII case. User names
+        are ASCII, so SQL lower() agrees on SQLite and PostgreSQL."""
+        q = select(UserRow.name).where(func.lower(UserRow.name) == name.lower())
+        return sorted(self.s.scalars(q))
+
     def list(self) -> list[User]:
         return [user_to_domain(r) for r in self.s.scalars(select(UserRow).order_by("name"))]
 

@@ -8,9 +8,16 @@ The hub lists the dashboard in its Services menu as the service ``gpupool`` and 
    hub's ``/hub/api/oauth2/authorize`` (no confirmation page: the service is
    ``oauth_no_confirm``);
 2. ``/services/gpupool/oauth_callback`` trades the code for a hub token, asks the hub who the
-   user is, issues a gpupool session (cookie) for the gpupool user of the same name, and
-   returns to the page first asked for. A hub user gpupool does not know gets a 403 page that
-   says so. API calls are never redirected (they get the API's own 401).
+   user is, issues a gpupool session (cookie) for the gpupool user of exactly the same name,
+   and returns to the page first asked for. A hub user gpupool does not know gets a 403 page
+   that says so. API calls are never redirected (they get the API's own 401).
+
+Names map exactly (no case folding): where the hub lets this service read the user's
+auth_state (`GpupoolAuthenticator` keeps the gpupool login's token there), the gpupool user
+that token belongs to must be the hub user's name exactly; without auth_state, a name that
+two gpupool users share but for case is refused. The session cookie is scoped to
+``/services/gpupool/`` (never ``/``: the hub serves users' notebook servers on the same
+origin, under ``/user/<name>/``), HttpOnly, SameSite=Lax, and Secure behind TLS.
 
 `install_hub_sso(app, sso)` adds it (and ServePrefix). The client secret is the service's
 api_token, shared with the hub through ``GPUPOOL_HUB_SERVICE_SECRET``
@@ -22,7 +29,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 from starlette.requests import Request
@@ -45,6 +52,8 @@ class SSOSettings:
     service: str = DASHBOARD_SERVICE
     hub_prefix: str = "/hub/"
     session_ttl_s: float = 12 * 3600.0
+    #: how this server talks to the hub's API (tests pass an httpx.MockTransport)
+    transport: httpx.AsyncBaseTransport | None = None
 
     @property
     def prefix(self) -> str:
@@ -57,6 +66,20 @@ class SSOSettings:
     @property
     def redirect_uri(self) -> str:
         return f"{self.prefix}/oauth_callback"
+
+    @property
+    def cookie_path(self) -> str:
+        """The session cookie's path: this service's prefix and nothing else on the hub."""
+        return f"{self.prefix}/"
+
+
+@dataclass(frozen=True, slots=True)
+class HubUser:
+    """Who the hub says signed in. gpupool_token: the token of the user's gpupool login, from
+    the hub's auth_state, where the hub lets this service read it (else None)."""
+
+    name: str
+    gpupool_token: str | None = None
 
 
 def _page(status: int, text: str) -> HTMLResponse:
@@ -135,25 +158,20 @@ class HubSSO:
         expected, _, nxt = request.cookies.get(STATE_COOKIE, "").partition("|")
         if not code or not state or not expected or not secrets.compare_digest(state, expected):
             return _page(400, "The sign-in link is stale or incomplete; open gpupool again.")
-        if not nxt.startswith(self.sso.prefix) or nxt.startswith(self.sso.redirect_uri):
-            nxt = self.sso.prefix + "/"
+        if not nxt.startswith(self.sso.cookie_path) or nxt.startswith(self.sso.redirect_uri):
+            nxt = self.sso.cookie_path  # the session cookie covers only paths under it
         try:
-            name = await self._hub_user(code)
+            hub_user = await self._hub_user(code)
         except (httpx.HTTPError, KeyError, ValueError) as e:
             return _page(502, f"JupyterHub did not confirm who you are ({type(e).__name__}).")
+        from gpupool.server.auth import cookie_secure
         from gpupool.server.services.accounts import issue_token
-        from gpupool.store import UserRepo
 
         ctx = self._ctx(request)
-        with ctx.store.read() as s:
-            known = UserRepo(s).find(name) is not None
-        if not known:
-            return _page(
-                403,
-                f"JupyterHub user {name!r} has no gpupool account; ask a gpupool admin to "
-                "create one with the same name.",
-            )
-        session = issue_token(ctx, name, "jupyterhub-sso", self.sso.session_ttl_s)
+        refusal = self._refusal(ctx, hub_user)
+        if refusal is not None:
+            return _page(403, refusal)
+        session = issue_token(ctx, hub_user.name, "jupyterhub-sso", self.sso.session_ttl_s)
         resp = RedirectResponse(nxt, 302)
         resp.set_cookie(
             ctx.settings.cookie_name,
@@ -161,14 +179,50 @@ class HubSSO:
             max_age=int(self.sso.session_ttl_s),
             httponly=True,
             samesite="lax",
-            secure=ctx.settings.cookie_secure,
-            path="/",
+            secure=cookie_secure(request, ctx),
+            path=self.sso.cookie_path,
         )
         resp.delete_cookie(STATE_COOKIE, path=self.sso.prefix)
         return resp
 
-    async def _hub_user(self, code: str) -> str:
-        async with httpx.AsyncClient(timeout=10) as http:
+    def _refusal(self, ctx: Any, hub_user: HubUser) -> str | None:
+        """Why `hub_user` gets no session (None: a session for the gpupool user of exactly
+        that name)."""
+        from gpupool.server.security import hash_token
+        from gpupool.store import TokenRepo, UserRepo
+
+        name = hub_user.name
+        with ctx.store.read() as s:
+            users = UserRepo(s)
+            known = users.find(name) is not None
+            same_but_case = users.names_ignoring_case(name)
+            owner = None
+            if hub_user.gpupool_token:
+                tok = TokenRepo(s).by_hash(hash_token(hub_user.gpupool_token))
+                owner = tok.user if tok is not None else None
+        if not known:
+            return (
+                f"JupyterHub user {name!r} has no gpupool account of exactly that name; ask a "
+                "gpupool admin to create one with the same name."
+            )
+        if owner is not None:
+            if owner != name:
+                return (
+                    f"JupyterHub user {name!r} signed in to the hub as gpupool user {owner!r}: "
+                    "the names differ, so no gpupool session is given. Log out of JupyterHub "
+                    "and log in again with your gpupool user name as it is spelled in gpupool."
+                )
+            return None
+        if len(same_but_case) > 1:
+            return (
+                f"gpupool has several users named {name!r} but for upper and lower case "
+                f"({', '.join(same_but_case)}), so the hub's name does not say which one you "
+                "are; ask a gpupool admin to rename or disable all but one."
+            )
+        return None
+
+    async def _hub_user(self, code: str) -> HubUser:
+        async with httpx.AsyncClient(timeout=10, transport=self.sso.transport) as http:
             tok = await http.post(
                 f"{self.sso.hub_api_url}/oauth2/token",
                 data={
@@ -185,7 +239,16 @@ class HubSSO:
                 headers={"Authorization": f"token {tok.json()['access_token']}"},
             )
             who.raise_for_status()
-            return str(who.json()["name"])
+            name = str(who.json()["name"])
+            # The user's auth_state, where the hub's roles let this service read it
+            # (admin:auth_state); a 403 or no auth_state leaves the name alone to go by.
+            full = await http.get(
+                f"{self.sso.hub_api_url}/users/{quote(name, safe='')}",
+                headers={"Authorization": f"token {self.sso.client_secret}"},
+            )
+            state = full.json().get("auth_state") if full.status_code == 200 else None
+            token = state.get("gpupool_token") if isinstance(state, dict) else None
+            return HubUser(name, str(token) if token else None)
 
 
 def install_hub_sso(app: Any, sso: SSOSettings) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import (
+    CSRF_HEADER,
+    Principal,
+    authenticated,
+    clear_session_cookie,
+    csrf_token,
+    set_session_cookie,
+)
 from gpupool.server.context import AppContext, get_ctx
 from gpupool.server.schemas.tenancy import (
     LoginIn,
@@ -34,27 +41,38 @@ async def login(
 ) -> LoginOut:
     client = request.client.host if request.client else None
     out = await accounts.login(ctx, body.username, body.password, body.token_name, client)
-    response.set_cookie(
-        ctx.settings.cookie_name,
-        out.token,
-        max_age=int(ctx.settings.token_ttl_s),
-        httponly=True,
-        samesite="lax",
-        secure=ctx.settings.cookie_secure,
-    )
+    set_session_cookie(response, request, ctx, out.token, ctx.settings.token_ttl_s)
     return out
 
 
 @router.post("/auth/logout", tags=["auth"], summary="Revoke the token used for this request")
 def logout(
+    request: Request,
     response: Response,
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
 ) -> TokenOut | None:
-    response.delete_cookie(ctx.settings.cookie_name)
+    clear_session_cookie(response, request, ctx)
     if p.token_id is None:
         return None
     return accounts.revoke_token(ctx, p, p.token_id)
+
+
+@router.get(
+    "/auth/csrf",
+    tags=["auth"],
+    summary="The CSRF token that cookie-authenticated POST/PUT/PATCH/DELETE requests send",
+)
+def csrf(
+    request: Request,
+    _: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
+) -> dict[str, str]:
+    """`{"header": "X-CSRF-Token", "token": ...}` for the session cookie of this request
+    (requests with a bearer token need none; they get the token of that bearer token)."""
+    auth = request.headers.get("authorization", "")
+    secret = auth.partition(" ")[2] or request.cookies.get(ctx.settings.cookie_name, "")
+    return {"header": CSRF_HEADER, "token": csrf_token(secret)}
 
 
 @router.get("/auth/me", tags=["auth"], summary="Who am I, and my roles")

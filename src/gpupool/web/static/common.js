@@ -1,8 +1,10 @@
 /* gpupool dashboard: shared helpers. Every page script uses window.GP.
  *
- * Auth: the login page stores the API bearer token in this tab's sessionStorage (never a
- * cookie, so no CSRF; closing the tab forgets it). Every call goes to the REST API with that
- * token; the API's role rules decide what comes back. A 401 sends the user to the login page.
+ * Auth: the login page stores the API bearer token in this tab's sessionStorage (closing the
+ * tab forgets it). Every call goes to the REST API with that token; the API's role rules
+ * decide what comes back. Without one (signed in through JupyterHub, or a new tab), calls
+ * ride on the session cookie, and those that change state send the session's CSRF token
+ * (GET /auth/csrf) in the X-CSRF-Token header. A 401 sends the user to the login page.
  * DOM is built with textContent only, never innerHTML, so API data cannot inject markup.
  */
 "use strict";
@@ -23,6 +25,14 @@ const GP = (() => {
   }
 
   const token = () => sessionStorage.getItem(TOKEN_KEY);
+  const SAFE = new Set(["GET", "HEAD", "OPTIONS"]);
+  let csrf = null; // this page's copy of the cookie session's CSRF token
+
+  /** The CSRF token of the cookie session (asked once per page, again after a refusal). */
+  async function csrfToken(fresh = false) {
+    if (!csrf || fresh) csrf = (await api("GET", "/auth/csrf")).token;
+    return csrf;
+  }
   const me = () => {
     try { return JSON.parse(sessionStorage.getItem(ME_KEY) || "null"); } catch { return null; }
   };
@@ -63,6 +73,9 @@ const GP = (() => {
     const headers = { Accept: "application/json, application/problem+json, text/plain" };
     const tok = token();
     if (tok) headers.Authorization = `Bearer ${tok}`;
+    else if (!SAFE.has(method) && path !== "/auth/login") {
+      headers["X-CSRF-Token"] = await csrfToken(opts.freshCsrf);
+    }
     let bodyText;
     if (data !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -80,6 +93,10 @@ const GP = (() => {
       clearSession();
       toLogin();
       throw new ApiError(401, "Your session has ended; log in again.");
+    }
+    if (r.status === 403 && headers["X-CSRF-Token"] && !opts.freshCsrf
+        && String((parsed && parsed.detail) || "").includes("X-CSRF-Token")) {
+      return api(method, path, data, { ...opts, freshCsrf: true }); // the session changed
     }
     if (!r.ok) {
       const p = parsed && typeof parsed === "object" ? parsed : {};
@@ -268,11 +285,24 @@ const GP = (() => {
     else setTimeout(fn, 500);
   }
 
-  /** Header: who is logged in, admin-only links, logout. Pages other than login need a token. */
+  /** Header: who is logged in, admin-only links, logout. Pages other than login need a token
+   * or a cookie session (JupyterHub sign-on). */
   async function initShell() {
-    if (body.dataset.page && !token()) { toLogin(); return null; }
+    if (body.dataset.page && !token()) {
+      try {
+        const u = await api("GET", "/auth/me", undefined, { noRedirect: true });
+        sessionStorage.setItem(ME_KEY, JSON.stringify(u));
+      } catch (e) { clearSession(); toLogin(); return null; }
+    }
     const logout = document.getElementById("logout");
-    if (logout) logout.addEventListener("click", () => { clearSession(); location.assign(`${BASE}/login`); });
+    if (logout) {
+      logout.addEventListener("click", async () => {
+        // A cookie session ends on the server too (the cookie is HttpOnly).
+        if (!token()) await api("POST", "/auth/logout", undefined, { noRedirect: true }).catch(() => {});
+        clearSession();
+        location.assign(`${BASE}/login`);
+      });
+    }
     // Who am I: the copy kept at login lets the page start its data calls at once; a fresh
     // copy is fetched alongside (roles may have changed) and awaited only when none is kept.
     let u = me();
