@@ -75,6 +75,7 @@ POLICY: dict[tuple[str, str], Probe] = {
     ),
     ("POST", "/api/v1/auth/logout"): Probe(API + "/auth/logout", ANY_USER),
     ("GET", "/api/v1/auth/me"): Probe(API + "/auth/me", ANY_USER),
+    ("GET", "/api/v1/auth/csrf"): Probe(API + "/auth/csrf", ANY_USER),
     ("GET", "/api/v1/tokens"): Probe(API + "/tokens", ANY_USER),
     ("POST", "/api/v1/tokens"): Probe(API + "/tokens", ANY_USER, {"name": "x"}),
     ("DELETE", "/api/v1/tokens/{token_id}"): Probe(

@@ -164,13 +164,23 @@ def get_user(ctx: AppContext, p: Principal, name: str) -> UserOut:
 
 
 def create_user(ctx: AppContext, p: Principal | None, body: UserCreateIn) -> UserOut:
-    """Create a user (admins only; `p=None` is the server itself, e.g. the first admin)."""
+    """Create a user (admins only; `p=None` is the server itself, e.g. the first admin). A
+    name equal to an existing one but for case is refused (422): JupyterHub and other tools
+    may fold case, and must never map one user onto another."""
     if p is not None:
         p.require_admin("create users")
     user = User(body.name, admin=body.admin, unix_user=body.unix_user)
     digest = hash_password(body.password) if body.password else None
     with ctx.store.write() as s:
-        UserRepo(s).create(user, digest, ctx.clock.now())
+        repo = UserRepo(s)
+        others = [n for n in repo.names_ignoring_case(user.name) if n != user.name]
+        if others:
+            raise ValidationError(
+                f"user name {user.name!r} differs from the existing user {others[0]!r} only "
+                "in upper/lower case; choose a name that differs in more than case",
+                "name",
+            )
+        repo.create(user, digest, ctx.clock.now())
     return user_out(user, [])
 
 
