@@ -29,8 +29,17 @@ def test_processes_are_tagged_with_workload_slurm_job_and_pod(tmp_path):
     # a workload's process whose parent carries the marker, inside a Slurm job (cgroup v1)
     write_proc(root, 150, env={"GPUPOOL_WORKLOAD_ID": "w-1"})
     write_proc(root, 151, ppid=150, cgroup="7:memory:/slurm/uid_1000/job_4242/step_0/task_0\n")
-    # a Slurm job that kept its environment
+    # a process that claims a Slurm job in its environment only: not believed
     write_proc(root, 160, env={"SLURM_JOB_ID": "99"})
+    # a job's process under slurmd's step daemon (root; no job cgroup on this host)
+    write_proc(root, 175, uid=0, comm="slurmstepd")
+    (root / "175" / "cmdline").write_bytes(b"slurmstepd: [77.batch]\0")
+    write_proc(root, 176, ppid=175, comm="bash")
+    write_proc(root, 180, ppid=176, env={"SLURM_JOB_ID": "99"})
+    # ... and one under a user's process that titled itself slurmstepd: not believed
+    write_proc(root, 185, uid=1000, comm="slurmstepd")
+    (root / "185" / "cmdline").write_bytes(b"slurmstepd: [88.batch]\0")
+    write_proc(root, 190, ppid=185)
     # a pod's container (cgroup v2, systemd driver)
     write_proc(
         root,
@@ -38,7 +47,7 @@ def test_processes_are_tagged_with_workload_slurm_job_and_pod(tmp_path):
         cgroup="0::/kubepods.slice/kubepods-burstable.slice/"
         f"kubepods-burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-ab.scope\n",
     )
-    tags = HostAttributor(root).tag([151, 160, 170, 999])
+    tags = HostAttributor(root).tag([151, 160, 170, 180, 190, 999])
     assert tags[151] == ProcessTags(
         151,
         workload_id="w-1",
@@ -46,7 +55,9 @@ def test_processes_are_tagged_with_workload_slurm_job_and_pod(tmp_path):
         unix_user=tags[151].unix_user,
         command="python3",
     )
-    assert tags[160].slurm_job_id == "99" and tags[160].workload_id is None
+    assert tags[160].slurm_job_id is None and tags[160].workload_id is None
+    assert tags[180].slurm_job_id == "77"
+    assert tags[190].slurm_job_id is None
     assert tags[170].pod_uid == POD and tags[170].slurm_job_id is None
     assert tags[999] == ProcessTags(999)  # vanished
 

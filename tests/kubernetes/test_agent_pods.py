@@ -61,19 +61,21 @@ def _foreign_pod(kube) -> str:
     return kube.pod("ml", "notebook-x")["metadata"]["uid"]
 
 
-def _report(own_uid: str, foreign_uid: str, spoofed_wid: str) -> dict:
+def _report(own_uid: str, foreign_uid: str, spoofed_wid: str, clock) -> dict:
     """What the agent on gpu-1 sends: its simulated GPUs (the agent's `--simulate` source)
     with four processes tagged as `HostAttributor` would tag them."""
-    sim = SimulatedSource("2xH100-80GB", hostname="gpu-1")
+    sim = SimulatedSource("2xH100-80GB", clock=clock, hostname="gpu-1")
     sim.add_process(0, 101, memory_mib=4000, sm_util=60.0)  # in gpupool's pod
     sim.add_process(0, 202, memory_mib=3000, sm_util=20.0)  # in a foreign pod, env spoofed
     sim.add_process(1, 303, memory_mib=2000, sm_util=10.0)  # in a pod nobody listed
     sim.add_process(1, 404, memory_mib=1000, sm_util=5.0)  # no pod at all
+    sim.add_process(1, 505, memory_mib=1000, sm_util=5.0)  # no pod, env spoofed
     tags = {
         101: ProcessTags(101, pod_uid=own_uid, unix_user="root", command="python"),
         202: ProcessTags(202, workload_id=spoofed_wid, pod_uid=foreign_uid, unix_user="1000"),
         303: ProcessTags(303, pod_uid=STRANGER_UID),
         404: ProcessTags(404, unix_user="bob"),
+        505: ProcessTags(505, workload_id=spoofed_wid, unix_user="mallory"),
     }
     return build_report(sim.snapshot(), tags, interval_s=5.0, cpu_milli=8000, memory_mib=1024)
 
@@ -95,7 +97,7 @@ def test_agent_processes_are_attributed_by_pod_uid(system, kube, clock):
 
     token = admin.post("/api/v1/nodes/gpu-1/tokens", json={}).json()["token"]
     agent = TestClient(system.app, headers={"Authorization": f"Bearer {token}"})
-    r = agent.post("/api/v1/nodes/gpu-1/report", json=_report(own_uid, foreign_uid, wid))
+    r = agent.post("/api/v1/nodes/gpu-1/report", json=_report(own_uid, foreign_uid, wid, clock))
     assert r.status_code == 200, r.text
 
     # GET /api/v1/nodes: the node keeps the engine's GPUs; processes carry their owners
@@ -123,6 +125,12 @@ def test_agent_processes_are_attributed_by_pod_uid(system, kube, clock):
         STRANGER_UID,
     )
     assert procs[404]["via"] == "unix-user" and procs[404]["workload_id"] is None
+    # a process outside any pod that claims gpupool's workload in its environment: no owner
+    assert (procs[505]["workload_id"], procs[505]["user"], procs[505]["via"]) == (
+        None,
+        None,
+        "unix-user",
+    )
     with ctx.store.read() as s:
         (stored,) = NodeRepo(s).list()
     assert [g.uuid for g in stored.gpus] == ["k8s:gpu-1:0", "k8s:gpu-1:1"]

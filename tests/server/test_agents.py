@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
 from gpupool.domain import Node, NodeState
+from gpupool.executors.base import PodRef
 from gpupool.server.loops.nodewatch import NodeWatchLoop
 from gpupool.server.routes import iter_routes
 from gpupool.server.services.agents import LOST_AFTER_REPORTS
@@ -56,15 +57,25 @@ def metrics(world) -> dict[str, list]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
-def test_report_registers_the_node_with_its_gpus_and_attributed_processes(world, sim):
+POD_UID = "6b1f0a2e-1111-4222-8333-944455550001"
+
+
+def own_pod(world, monkeypatch, workload_id: str) -> None:
+    """The executor runs `workload_id` in pod POD_UID (as the kubernetes engine tells)."""
+    pods = {POD_UID: PodRef("gpupool-lab", "gp-w", workload_id)}
+    monkeypatch.setattr(world.ctx.executor, "pod_workloads", lambda: pods)
+
+
+def test_report_registers_the_node_with_its_gpus_and_attributed_processes(world, sim, monkeypatch):
     token = token_for(world)
     w = world.submit(gpus=1, tenant="lab")
+    own_pod(world, monkeypatch, w["id"])
     sim.set_utilization(0, 87.0)
     pid, stray = 4100, 4200
     sim.add_process(0, pid, memory_mib=2048, sm_util=40.0)
     sim.add_process(1, stray, memory_mib=100)
     tags = {
-        pid: ProcessTags(pid, workload_id=w["id"], unix_user="ann", command="python"),
+        pid: ProcessTags(pid, pod_uid=POD_UID, unix_user="ann", command="python"),
         stray: ProcessTags(stray, slurm_job_id="4242", unix_user="bob"),
     }
     r = send(world, token, report_of(sim, tags))
@@ -82,21 +93,23 @@ def test_report_registers_the_node_with_its_gpus_and_attributed_processes(world,
     assert t["gpus"][0]["util_gpu"] == 87.0
     procs = {p["pid"]: p for p in t["processes"]}
     assert procs[pid]["workload_id"] == w["id"]
-    assert (procs[pid]["user"], procs[pid]["tenant"], procs[pid]["via"]) == ("ann", "lab", "env")
+    assert (procs[pid]["user"], procs[pid]["tenant"], procs[pid]["via"]) == ("ann", "lab", "pod")
     assert procs[pid]["memory_mib"] == 2048.0
-    assert procs[stray]["slurm_job_id"] == "4242" and procs[stray]["via"] == "slurm"
+    # a job id the executor does not know: no workload's
+    assert procs[stray]["slurm_job_id"] == "4242" and procs[stray]["via"] == "unix-user"
     assert procs[stray]["workload_id"] is None
     # the local engine's node has no agent
     assert node_of(world, "n1")["telemetry"] is None
 
 
-def test_agent_gpus_are_in_metrics_with_their_owners(world, sim):
+def test_agent_gpus_are_in_metrics_with_their_owners(world, sim, monkeypatch):
     token = token_for(world)
     w = world.submit(gpus=1, tenant="lab")
+    own_pod(world, monkeypatch, w["id"])
     sim.set_utilization(1, 55.0)
     pid = 4300
     sim.add_process(1, pid, memory_mib=512)
-    tags = {pid: ProcessTags(pid, workload_id=w["id"])}
+    tags = {pid: ProcessTags(pid, pod_uid=POD_UID)}
     assert send(world, token, report_of(sim, tags)).status_code == 200
     m = metrics(world)
     util = {s.labels["UUID"]: s for s in m["DCGM_FI_DEV_GPU_UTIL"]}
@@ -289,3 +302,53 @@ def test_a_request_only_an_agents_node_could_hold_is_refused_at_submit(world, si
     world.ctx.work_nodes = None
     r = world.post("admin", "/workloads", json=body)
     assert r.status_code == 201, r.text
+
+
+def test_a_process_claiming_another_tenants_workload_is_not_attributed_to_it(
+    world, sim, monkeypatch
+):
+    """Review F13: a process that sets GPUPOOL_WORKLOAD_ID to another tenant's workload (the
+    agent reports the claim) is not shown as that workload's; its own pod decides."""
+    token = token_for(world)
+    theirs = world.submit(gpus=1, tenant="lab")  # ann's, in lab
+    own_pod(world, monkeypatch, None)  # POD_UID: a pod gpupool did not create
+    sim.add_process(0, 5100, memory_mib=100)  # no pod: a bare process on the node
+    sim.add_process(0, 5200, memory_mib=100)  # in a foreign pod
+    tags = {
+        5100: ProcessTags(5100, workload_id=theirs["id"], unix_user="mallory"),
+        5200: ProcessTags(5200, workload_id=theirs["id"], pod_uid=POD_UID),
+    }
+    assert send(world, token, report_of(sim, tags)).status_code == 200
+    procs = {p["pid"]: p for p in node_of(world)["telemetry"]["processes"]}
+    for pid in (5100, 5200):
+        assert procs[pid]["workload_id"] is None, procs[pid]
+        assert procs[pid]["user"] is None and procs[pid]["tenant"] is None
+    assert procs[5100]["via"] == "unix-user" and procs[5200]["via"] == "none"
+    samples = metrics(world)["gpupool_gpu_process_memory_bytes"]
+    assert not [s for s in samples if s.labels.get("workload") == theirs["id"]]
+
+
+@pytest.mark.parametrize("off_s", [-86400.0, -31.0, 31.0, 3600.0])
+def test_a_stale_or_future_report_is_refused_and_changes_nothing(world, sim, off_s):
+    """Review F13: a day-old report (a replay) is refused with a 422 that says why; so is
+    one further off the server's clock than 3 intervals (at least 30 s)."""
+    token = token_for(world)
+    body = report_of(sim)
+    body["timestamp"] = world.clock.now() + off_s
+    r = send(world, token, body)
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert "server's clock" in r.json()["detail"] and "NTP" in r.json()["detail"]
+    assert r.json()["errors"][0]["field"] == "timestamp"
+    assert world.get("admin", "/nodes/gpu-a").status_code == 404  # nothing registered
+
+
+def test_reports_within_the_allowed_skew_are_accepted(world, sim):
+    token = token_for(world)
+    for off_s in (-30.0, 0.0, 29.0):
+        body = report_of(sim)
+        body["timestamp"] = world.clock.now() + off_s
+        assert send(world, token, body).status_code == 200
+    body = report_of(sim, interval=60.0)  # 3 intervals of 60 s: 180 s
+    body["timestamp"] = world.clock.now() - 170.0
+    assert send(world, token, body).status_code == 200

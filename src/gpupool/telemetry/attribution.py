@@ -168,6 +168,13 @@ class ProcReader:
             return None
         return raw.split(b"\0", 1)[0].decode("utf-8", "replace").rsplit("/", 1)[-1]
 
+    def cmdline(self, pid: int) -> str | None:
+        """The whole command line, arguments joined by spaces (a process may rewrite it)."""
+        raw = self._read(pid, "cmdline")
+        if not raw:
+            return None
+        return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+
     def uid(self, pid: int) -> int | None:
         raw = self._read(pid, "status")
         if raw is None:

@@ -29,7 +29,8 @@ class ProcessReportIn(In):
     mig_uuid: str | None = _ID
     command: str | None = Field(default=None, max_length=256)
     unix_user: str | None = _ID
-    #: the workload's environment marker (GPUPOOL_WORKLOAD_ID), in the process or an ancestor
+    #: the process's own claim (GPUPOOL_WORKLOAD_ID in its environment or an ancestor's):
+    #: accepted for older agents, never used (the pod or Slurm job decides)
     workload_id: str | None = Field(default=None, max_length=64)
     slurm_job_id: str | None = Field(default=None, max_length=32, pattern=r"^\d+$")
     pod_uid: str | None = Field(default=None, max_length=64)
@@ -59,6 +60,8 @@ class NodeReportIn(In):
     agent_version: str = Field(min_length=1, max_length=64)
     #: how often the agent reports (s): the server declares it lost after a few missed reports
     interval_s: float = Field(ge=0.1, le=3600)
+    #: when the agent sampled (Unix time); refused unless within `skew_allowed_s` of the
+    #: server's clock (services.agents.check_fresh)
     timestamp: float = Field(ge=0)
     hostname: str = Field(min_length=1, max_length=253)
     simulated: bool = False

@@ -7,10 +7,14 @@
   the node's state and labels are kept) and keeps the report, with workload owners resolved.
   A node the server's engine registers itself (Kubernetes) keeps the engine's GPUs: the
   report is re-keyed to them by index (`to_engine_gpus`).
-  On Kubernetes the pod a process runs in decides whose it is (`attribute_pods`, from the
-  executor's `pod_workloads`). On Slurm the job a process runs in (`SLURM_JOB_ID` or its
-  cgroup, read by the agent) decides it (`attribute_slurm_jobs`, from the executor's
-  `slurm_job_workloads`).
+  Only what the node observes decides whose a process is, never the process's own claim
+  (its environment's `GPUPOOL_WORKLOAD_ID`, which the report may carry and the server
+  drops): on Kubernetes the pod it runs in (its cgroup's pod UID; `attribute_pods`, from the
+  executor's `pod_workloads`), on Slurm the job it runs in (its cgroup, or the root-owned
+  `slurmstepd` above it; `attribute_slurm_jobs`, from the executor's `slurm_job_workloads`).
+  Anything else is no workload's (`via` `unix-user` or `none`).
+  A report whose `timestamp` is more than `skew_allowed_s` off the server's clock (a replay,
+  a long-delayed report, a node without NTP) is refused (422) and changes nothing.
 - `mark_lost` turns a node whose agent missed `LOST_AFTER_REPORTS` reports `unknown`; the
   next report gives it back the state it had.
 - `report_frames` and `node_telemetry` read the reports back for `/metrics`, the dashboard
@@ -58,6 +62,10 @@ LOST_AFTER_REPORTS = 3
 MIN_LOST_AFTER_S = 1.0
 NODE_TOKEN_PREFIX = "gpn_"
 _NODE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$")
+#: a report's timestamp may be this many intervals off the server's clock ...
+SKEW_REPORTS = 3
+#: ... and never less than this (NTP keeps hosts within milliseconds; a slow request is not)
+MIN_SKEW_S = 30.0
 #: node states a lost agent turns `unknown` (`down` is the admin's word and stays)
 _WATCHED = (NodeState.READY, NodeState.DRAINING)
 
@@ -65,6 +73,12 @@ _WATCHED = (NodeState.READY, NodeState.DRAINING)
 def lost_after_s(interval_s: float) -> float:
     """Seconds without a report after which an agent reporting every `interval_s` is lost."""
     return max(LOST_AFTER_REPORTS * interval_s, MIN_LOST_AFTER_S)
+
+
+def skew_allowed_s(interval_s: float) -> float:
+    """How far (either way, s) the timestamp of a report sent every `interval_s` may be from
+    the server's clock."""
+    return max(SKEW_REPORTS * interval_s, MIN_SKEW_S)
 
 
 def _check_name(node: str) -> None:
@@ -215,10 +229,32 @@ def to_engine_gpus(engine_node: Node, stored: dict[str, Any]) -> None:
         p["gpu_uuid"] = renamed.get(p["gpu_uuid"], p["gpu_uuid"])
 
 
+def check_fresh(report: NodeReportIn, now: float) -> None:
+    """Refuse (422) a report whose timestamp is further than `skew_allowed_s` from `now`."""
+    off = report.timestamp - now
+    allowed = skew_allowed_s(report.interval_s)
+    if abs(off) > allowed:
+        from gpupool.domain import ValidationError
+
+        when = "behind" if off < 0 else "ahead of"
+        raise ValidationError(
+            f"the report's timestamp is {abs(off):.0f} s {when} the server's clock (at most "
+            f"{allowed:.0f} s either way: {SKEW_REPORTS} reports of {report.interval_s:g} s, at "
+            "least 30 s); a replayed or long-delayed report is refused. If the agent sends "
+            "fresh reports, the node's clock is off: synchronise it (NTP/chrony)",
+            "timestamp",
+        )
+
+
 def accept_report(ctx: AppContext, node: str, token_id: str, report: NodeReportIn) -> NodeReportAck:
-    """Register or refresh `node` from its agent's report and keep the report."""
+    """Register or refresh `node` from its agent's report and keep the report; see the
+    module docstring for what decides whose a process is."""
     now = ctx.clock.now()
+    check_fresh(report, now)
     stored: dict[str, Any] = report.model_dump()
+    for proc in stored["processes"]:  # the process's own claim: never trusted
+        proc["workload_id"] = None
+        proc["via"] = "unix-user" if proc.get("unix_user") else "none"
     if any(p.pod_uid for p in report.processes):
         attribute_pods(ctx.executor.pod_workloads(), stored["processes"])
     if any(p.slurm_job_id for p in report.processes):
@@ -337,11 +373,7 @@ def mark_lost(ctx: AppContext) -> list[str]:
 
 def _via(p: dict[str, Any]) -> str:
     if p.get("via"):
-        return str(p["via"])  # decided when the report came (`attribute_pods`)
-    if p.get("workload_id"):
-        return "env"
-    if p.get("slurm_job_id"):
-        return "slurm"
+        return str(p["via"])  # decided when the report came (`accept_report`)
     return "unix-user" if p.get("unix_user") else "none"
 
 
