@@ -11,6 +11,7 @@ import shutil
 import httpx
 import pytest
 
+from gpupool.server.hub.config import service_secret
 from gpupool.server.loops.culler import CullerLoop
 from tests.jupyterhub.stack import GPU_UUIDS, Stack, build, events, wait_for
 
@@ -126,6 +127,23 @@ def test_dashboard_single_sign_on_through_the_hub(stack):
     assert any("/hub/api/oauth2/authorize" in str(h.url) for h in r.history)
     me = c.get("/services/gpupool/api/v1/auth/me")
     assert me.status_code == 200 and me.json()["name"] == "carol"
+    # the session stays on the service's path: never sent to a notebook server (review F2)
+    (session,) = [k for k in c.cookies.jar if k.name == "gpupool_session"]
+    assert session.path == "/services/gpupool/"
+    assert "gpupool_session" not in c.build_request("GET", "/user/carol/lab").headers.get(
+        "cookie", ""
+    )
+    # the sign-on may read who carol logged in as in gpupool (review F9)
+    who = httpx.get(
+        stack.hub.public_url + "/hub/api/users/carol",
+        headers={"Authorization": f"token {service_secret(stack.hub)}"},
+    )
+    assert who.status_code == 200 and who.json()["auth_state"]["gpupool_user"] == "carol"
+    # changes through the cookie need the session's CSRF token
+    api = "/services/gpupool/api/v1"
+    assert c.post(api + "/tokens", json={"name": "x"}).status_code == 403
+    csrf = {"X-CSRF-Token": c.get(api + "/auth/csrf").json()["token"]}
+    assert c.post(api + "/tokens", json={"name": "x"}, headers=csrf).status_code == 201
     # API calls are not redirected, and a forged callback is refused with a message
     anon = httpx.get(stack.hub.public_url + "/services/gpupool/api/v1/auth/me")
     assert anon.status_code == 401

@@ -175,6 +175,12 @@ def render_hub_config(settings: HubSettings) -> str:
             "c.JupyterHub.load_roles = [{",
             "    'name': 'user',",
             "    'scopes': ['self', f'access:services!service=" + DASHBOARD_SERVICE + "'],",
+            # The sign-on checks that the hub user is the gpupool user it logged in as (the
+            # token in auth_state); gpupool issued those tokens, so this tells it nothing new.
+            "}, {",
+            "    'name': 'gpupool-sign-on',",
+            f"    'services': [{DASHBOARD_SERVICE!r}],",
+            "    'scopes': ['read:users:name', 'admin:auth_state'],",
             "}]",
         ]
     if settings.debug:
