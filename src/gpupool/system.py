@@ -302,7 +302,8 @@ def _assemble(
         )
         if s.hub is None and engine.notebook_command:
             hub = dataclasses.replace(hub, singleuser_command=tuple(engine.notebook_command))
-        executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock)
+        # where all work shares one account, the hub serves the first admin only
+        executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock, only_owner=s.admin)
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())
     ctx: AppContext = app.state.ctx
@@ -316,6 +317,14 @@ def _assemble(
         say(f"gpupool: data in {s.data_dir}")
     for line, loud in engine.describe():
         say(line, loud=loud)
+    if hub is not None and executor.one_account:
+        say(
+            f"gpupool: JupyterHub serves {s.admin!r} only: without root every notebook would "
+            "run as this server's account, where one user's notebook or job could change "
+            "another's and act in their session; other users' notebooks are refused. Run "
+            "gpupool as root to give each user an account of their own.",
+            loud=True,
+        )
     if password is not None:
         shown = "from GPUPOOL_ADMIN_PASSWORD" if s.admin_password else password
         say(f"gpupool: first admin created: user {s.admin!r}, password {shown}", loud=True)
@@ -500,8 +509,9 @@ def _hub_settings(
     s: SystemSettings, single_user: bool, run_as: str | None, spawner: str | None = None
 ) -> HubSettings:
     """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
-    With a jobs account (root, single-user), notebooks run as it, with their homes under its
-    home (the data dir is private to the server)."""
+    Single-user mode under root: the grant names each notebook's account and home (the
+    owner's own, `Executor.notebook_account`); `run_as` and its homes are the spawner's
+    fallback for a grant without one (the data dir is private to the server)."""
     import pwd
 
     from gpupool.server.hub.config import HubSettings

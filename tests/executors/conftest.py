@@ -1,22 +1,28 @@
-"""Fixtures for executor tests: a stand-in MPS control binary and helpers to wait on jobs."""
+"""Fixtures for executor tests: a stand-in MPS control binary, helpers to wait on jobs, and
+throwaway accounts for single-user mode under root (`user_accounts`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
+from gpupool.executors import user_accounts as ua
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.tracking import kill_job, remove_cgroup
+from gpupool.executors.user_accounts import UserAccounts
 
 FAKE_MPS = Path(__file__).with_name("fake_mps_control.py")
 
@@ -115,10 +121,44 @@ def end_all(ex: LocalExecutor) -> None:
                 remove_cgroup(cg)
 
 
+def remove_accounts(prefix: str) -> None:
+    """Delete every account named with the (unique, test-only) `prefix`: those gpupool made
+    and those a test made in their way (their groups go with them)."""
+    for pw in pwd.getpwall():
+        if pw.pw_name.startswith(prefix):
+            subprocess.run(["userdel", "-f", pw.pw_name], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def throwaway_accounts(monkeypatch: pytest.MonkeyPatch) -> Iterator[UserAccounts]:
+    """The accounts single-user mode makes under root get a test prefix and homes in a temp
+    dir (`UserAccounts.default()` reads both), and are all deleted afterwards."""
+    prefix = f"gpt{uuid.uuid4().hex[:6]}-"
+    base = Path(tempfile.mkdtemp(prefix="gpupool-users-", dir="/tmp"))
+    base.chmod(0o755)
+    monkeypatch.setattr(ua, "ACCOUNT_PREFIX", prefix)
+    monkeypatch.setattr(ua, "ACCOUNTS_HOME", base / "homes")
+    try:
+        yield UserAccounts(prefix, base / "homes")
+    finally:
+        remove_accounts(prefix)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
-def no_leftover_jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def user_accounts(monkeypatch: pytest.MonkeyPatch) -> Iterator[UserAccounts]:
+    """Every test here: accounts made for gpupool users are throwaway ones."""
+    with throwaway_accounts(monkeypatch) as accounts:
+        yield accounts
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_jobs(
+    monkeypatch: pytest.MonkeyPatch, user_accounts: UserAccounts
+) -> Iterator[None]:
     """Every LocalExecutor a test makes has its jobs ended and its cgroups removed after the
-    test: nothing of a test is left on the host, and nothing of anyone else is touched."""
+    test: nothing of a test is left on the host, and nothing of anyone else is touched.
+    (Before the test's accounts are deleted: this fixture depends on `user_accounts`.)"""
     made: list[LocalExecutor] = []
     init = LocalExecutor.__init__
 

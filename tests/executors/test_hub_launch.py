@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import pwd
+import stat
 import subprocess
 import sys
 
@@ -9,10 +13,11 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
-from gpupool.executors.base import ExecState
+from gpupool.executors.base import ExecState, StartError
 from gpupool.executors.fake import FakeExecutor
 from gpupool.executors.handoff import STOPPED_EXIT, LaunchDir, is_hub_launched
 from gpupool.executors.hub_launch import HubLaunchExecutor
+from gpupool.executors.local import LocalExecutor
 
 
 def _notebook(wid: str = "w1") -> Workload:
@@ -197,3 +202,58 @@ def test_capabilities_of_plain_work_are_the_inner_executors(setup, tmp_path):
     assert ex.enforcement_of("j1") == {"GPU-bbb": Enforcement.POLICED}
     assert ex.mps_enforcement("GPU-bbb") is Enforcement.POLICED  # the fake has no MPS
     assert ex.mps_env(share) == {} and ex.prune(0.0) == [] and ex.adopts_work
+
+
+# -- who notebooks run as -------------------------------------------------------------------
+class _OneAccount(FakeExecutor):
+    """An executor that runs every user's work as one Unix account (as the local one does in
+    single-user mode without root)."""
+
+    @property
+    def one_account(self) -> bool:
+        return True
+
+
+def test_without_root_the_hub_serves_the_first_admin_only(tmp_path):
+    clock = ManualClock(1000.0)
+    ex = HubLaunchExecutor(_OneAccount(clock), tmp_path / "launch", clock=clock, only_owner="admin")
+    member = _notebook("w1")  # alice's
+    why = ex.refusal(member) or ""
+    assert "serves only 'admin'" in why and "run gpupool as root" in why
+    assert ex.refusal(dataclasses.replace(member, owner="admin")) is None
+    job = Workload(id="j1", tenant="lab", owner="alice", command=("true",))
+    assert ex.refusal(job) is None  # plain jobs: as before (docs: one person's machine)
+    with pytest.raises(StartError, match="serves only 'admin'") as e:
+        ex.start(member, _alloc())  # queued before the rule, or the API bypassed
+    assert e.value.permanent and not LaunchDir(tmp_path / "launch").known("w1")
+    ex.start(dataclasses.replace(member, id="w2", owner="admin"), _alloc("w2"))
+    assert LaunchDir(tmp_path / "launch").grant("w2") is not None
+    nobody = HubLaunchExecutor(_OneAccount(clock), tmp_path / "l2", clock=clock)
+    assert "serves nobody" in (nobody.refusal(dataclasses.replace(member, owner="admin")) or "")
+
+
+def test_the_local_executor_without_root_runs_all_as_one_account(tmp_path, monkeypatch):
+    local = LocalExecutor(tmp_path / "jobs", user_mode="single-user")
+    ex = HubLaunchExecutor(local, tmp_path / "launch", only_owner="admin")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # "am I root": no
+    assert local.one_account and ex.one_account
+    assert local.notebook_account("alice") is None  # the hub's own account
+    assert "serves only 'admin'" in (ex.refusal(_notebook()) or "")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making Unix accounts needs root")
+def test_as_root_the_grant_names_the_owners_own_account(tmp_path, user_accounts):
+    local = LocalExecutor(tmp_path / "jobs", user_mode="single-user", jobs_account="nobody")
+    ex = HubLaunchExecutor(local, tmp_path / "launch", only_owner="admin")
+    assert not ex.one_account and ex.refusal(_notebook()) is None
+    ex.start(_notebook("w1"), _alloc())
+    grant = LaunchDir(tmp_path / "launch").grant("w1")
+    assert grant is not None
+    # never the shared jobs account: the owner's own, with its private home
+    assert (grant.account, grant.home) == (
+        user_accounts.name("alice"),
+        str(user_accounts.home("alice")),
+    )
+    st = os.stat(grant.home)
+    assert st.st_uid == pwd.getpwnam(grant.account).pw_uid != 0
+    assert stat.S_IMODE(st.st_mode) == 0o700

@@ -127,11 +127,60 @@ def test_single_user_mode_ignores_the_owners_unix_user(tmp_path, executors, acco
 
 @root_only
 def test_single_user_default_account_is_never_root(tmp_path, executors):
-    ex = make(tmp_path)  # no jobs account named: gpupool-jobs, else nobody
+    ex = make(tmp_path)  # no jobs account named: the owner's own account
     executors.append(ex)
     ex.start(wl("id -u"), None)
     wait_job(ex, "w1")
     assert int(ex.logs("w1").split()[0]) != 0
+
+
+@root_only
+def test_single_user_mode_as_root_runs_each_users_jobs_as_their_own_account(
+    tmp_path, executors, user_accounts
+):
+    ex = make(tmp_path)
+    executors.append(ex)
+    ex.start(wl("id -u; id -un", "wa", owner="alice"), None)
+    ex.start(wl("id -u; id -un", "wb", owner="Bob.Lab@x"), None, unix_user="root")
+    wait_job(ex, "wa")
+    wait_job(ex, "wb")
+    (ua, na), (ub, nb) = (ex.logs(w).split()[:2] for w in ("wa", "wb"))
+    assert (na, nb) == (user_accounts.name("alice"), user_accounts.name("Bob.Lab@x"))
+    assert int(ua) != int(ub) and 0 not in (int(ua), int(ub))
+    # the notebooks of a user run as the same account, in its home
+    assert ex.notebook_account("alice") == (na, str(user_accounts.home("alice")))
+
+
+@root_only
+def test_a_members_job_cannot_touch_another_users_notebook_home(tmp_path, executors, user_accounts):
+    ex = make(tmp_path)
+    executors.append(ex)
+    account, home = ex.notebook_account("admin") or ("", "")
+    assert account == user_accounts.name("admin")
+    plant = (
+        f"mkdir -p {home}/.jupyter && echo planted > {home}/.jupyter/jupyter_server_config.py; "
+        f"ls {home}; echo rc=$?"
+    )
+    ex.start(wl(plant, "evil", owner="mallory"), None)
+    wait_job(ex, "evil")
+    assert not os.path.exists(f"{home}/.jupyter"), ex.logs("evil")
+    assert "Permission denied" in ex.logs("evil") and "rc=2" in ex.logs("evil")
+    # the admin's own job can write there
+    ex.start(wl(f"touch {home}/mine && echo ok", "own", owner="admin"), None)
+    wait_job(ex, "own")
+    assert ex.logs("own").split() == ["ok"]
+    assert os.stat(f"{home}/mine").st_uid == pwd.getpwnam(account).pw_uid
+
+
+def test_single_user_mode_as_root_needs_useradd(monkeypatch):
+    from gpupool.engines.isolation import check_user_accounts
+    from gpupool.executors.user_accounts import UserAccounts
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(UserAccounts, "cannot", lambda self: "useradd is not installed")
+    why = check_user_accounts("single-user") or ""
+    assert "useradd is not installed" in why and "--jobs-account" in why
+    assert check_user_accounts("per-user") is None
 
 
 @root_only
@@ -166,9 +215,12 @@ def test_gpupool_up_creates_the_jobs_account_once(account):
 def test_job_powers_say_what_a_job_can_do():
     me = server_account()
     text = " ".join(job_powers("single-user", me, "gpupool-jobs"))
+    own = " ".join(job_powers("single-user", me, None))
     if me.uid == 0:
         assert "gpupool-jobs" in text and "never as root" in text
         assert "cannot read or write gpupool's data directory" in text
+        assert "can read, change and signal another member's running jobs" in text
+        assert "their own" in own and "not other members' jobs, files or notebook homes" in own
     else:
         assert "CAN read and write gpupool's database" in text
     assert "never as root" in " ".join(job_powers("per-user", me, None))

@@ -12,14 +12,11 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
-from gpupool.executors.accounts import default_jobs_account
 from gpupool.executors.base import ExecState, StartError
 from gpupool.executors.local import LocalExecutor, UserMode
 from tests.executors.conftest import end_all, mkfifo, release, wait_exit, wait_job, wait_ready
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
-#: who single-user jobs run as here: never root (the jobs account, else nobody)
-JOB_USER = ME if os.geteuid() != 0 else default_jobs_account()
 
 
 def wl(cmd: str, wid: str = "w1", owner: str = "alice") -> Workload:
@@ -92,7 +89,7 @@ def test_logs_tail(ex):
     assert ex.logs("nope") == ""
 
 
-def test_running_job_is_adopted_by_a_new_executor(ex, job_tmp):
+def test_running_job_is_adopted_by_a_new_executor(ex, job_tmp, user_accounts):
     fifo = job_tmp / "go"
     mkfifo(fifo)
     ex.start(wl(f"read x < {fifo}; exit 3"), alloc())
@@ -104,7 +101,8 @@ def test_running_job_is_adopted_by_a_new_executor(ex, job_tmp):
     running = ex2.list_running()
     assert [r.workload_id for r in running] == ["w1"]
     assert running[0].gpu_uuids == ("GPU-aaa", "GPU-bbb")
-    assert running[0].user == JOB_USER
+    # who single-user jobs run as: never root (as root, alice's own account)
+    assert running[0].user == (ME if os.geteuid() != 0 else user_accounts.name("alice"))
     assert int(running[0].ref) in running[0].pids
     assert ex2.poll("w1").state is ExecState.RUNNING
     with pytest.raises(StartError, match="already running"):

@@ -63,7 +63,7 @@ def test_notebooks_under_root_run_as_the_jobs_account(job_tmp):
 
     import pytest
 
-    from gpupool.jupyterhub.spawner import as_jobs_account
+    from gpupool.jupyterhub.spawner import as_account
 
     if os.geteuid() != 0:
         pytest.skip("switching accounts needs root")
@@ -72,7 +72,7 @@ def test_notebooks_under_root_run_as_the_jobs_account(job_tmp):
     home = base / "eve"
     out = subprocess.run(
         ["sh", "-c", "id -u; pwd"],
-        preexec_fn=as_jobs_account("nobody", str(home)),
+        preexec_fn=as_account("nobody", str(home)),
         capture_output=True,
         text=True,
         check=True,
@@ -83,4 +83,4 @@ def test_notebooks_under_root_run_as_the_jobs_account(job_tmp):
     assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o700
     assert stat.S_IMODE(base.stat().st_mode) == 0o711
     with pytest.raises(Exception, match="never runs notebooks as root"):
-        as_jobs_account("root", str(job_tmp / "r"))
+        as_account("root", str(job_tmp / "r"))

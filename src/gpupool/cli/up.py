@@ -119,15 +119,19 @@ def register(app: typer.Typer) -> None:
         user_mode: str = typer.Option(
             "auto",
             "--user-mode",
-            help="Who jobs run as: per-user (owner's Unix account; needs root), single-user "
-            "(one account: --jobs-account when root, else the server's own), or auto "
-            "(per-user when root on real GPUs). Never root. See docs/security.md.",
+            help="Who jobs and notebooks run as: per-user (each owner's existing Unix account; "
+            "needs root), single-user (no directory of accounts: as root, an account gpupool "
+            "makes for each user, gp-<name>; else the server's own, and JupyterHub serves the "
+            "first admin only), or auto (per-user when root on real GPUs). Never root. See "
+            "docs/security.md.",
         ),
-        jobs_account: str = typer.Option(
-            "gpupool-jobs",
+        jobs_account: str | None = typer.Option(
+            None,
             "--jobs-account",
-            help="Unprivileged Unix account of single-user jobs when gpupool runs as root "
-            "(created if missing; nobody if it cannot be).",
+            help="Single-user mode as root: run every member's plain jobs as this one "
+            "unprivileged account (created if missing; nobody if it cannot be) instead of "
+            "each user's own. Members' jobs can then reach each other; notebooks keep their "
+            "own accounts. Not recommended.",
         ),
         mps: str = typer.Option(
             "auto",
@@ -271,7 +275,7 @@ def serve(
     hub_port: int = 8000,
     workers: int = 0,
     engine: str = "local",
-    jobs_account: str = "gpupool-jobs",
+    jobs_account: str | None = None,
     kube: dict | None = None,
     slurm: dict | None = None,
 ) -> None:

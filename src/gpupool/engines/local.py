@@ -16,7 +16,11 @@ from pathlib import Path
 
 from gpupool.domain import Enforcement, Node, Share
 from gpupool.engines.base import Engine, EngineEnv, EngineError, NodeTelemetry
-from gpupool.engines.isolation import choose_jobs_account, isolation_lines
+from gpupool.engines.isolation import (
+    check_user_accounts,
+    choose_jobs_account,
+    isolation_lines,
+)
 from gpupool.executors.base import Executor
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.mps import MPSManager
@@ -30,14 +34,15 @@ class LocalOptions:
     """`gpupool up`'s choices for this host (see `gpupool up --help`).
 
     node: this machine's name in gpupool. simulate: a spec of simulated GPUs, or None for
-    the real ones. user_mode: per-user, single-user or auto. jobs_account: the account of
-    single-user jobs when gpupool runs as root. mps: on, off or auto.
+    the real ones. user_mode: per-user, single-user or auto. jobs_account: one account all
+    single-user jobs share when gpupool runs as root (None: each user's own account). mps:
+    on, off or auto.
     """
 
     node: str
     simulate: str | None = None
     user_mode: str = "auto"
-    jobs_account: str = "gpupool-jobs"
+    jobs_account: str | None = None
     mps: str = "auto"
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_service_account: str | None = None
@@ -128,6 +133,9 @@ class LocalEngine(Engine):
         self.user_mode = _choose_user_mode(o.user_mode, self.simulated)
         self.use_mps = _choose_mps(o.mps, o.mps_binary, self.simulated)
         self.run_as, account_warning = choose_jobs_account(self.user_mode, o.jobs_account)
+        cannot = check_user_accounts(self.user_mode)
+        if cannot is not None and self.run_as is None:
+            raise EngineError(cannot)
         if account_warning:
             env.say(f"gpupool: warning: {account_warning}", loud=True)
         if self.simulated:
@@ -226,7 +234,7 @@ class LocalEngine(Engine):
                 False,
             )
         ]
-        loud = self.user_mode == "single-user" and self.run_as is None
+        loud = self.user_mode == "single-user" and (os.geteuid() != 0 or self.run_as is not None)
         lines += [(line, loud) for line in isolation_lines(self.user_mode, self.run_as)]
         cgroups = self.executor is not None and self.executor.cgroup_root is not None
         tracking = "cgroup, " if cgroups else ""

@@ -2,17 +2,21 @@
 
 `UserMode`:
 
-- ``per-user``: each job runs as its owner's Unix account (needs the server to run as root).
-- ``single-user``: one account runs every job. When the server runs as root that account is
-  the dedicated unprivileged **jobs account** (``gpupool-jobs`` by default; `gpupool up`
-  creates it if missing, or falls back to ``nobody`` and says so). When the server does not
-  run as root it cannot switch users, so jobs run as the server's own account.
+- ``per-user``: each job runs as its owner's existing Unix account (the user's ``unix_user``,
+  else the gpupool name); needs the server to run as root and a directory of accounts.
+- ``single-user``: no directory of accounts is needed. When the server runs as root, each
+  gpupool user's jobs and notebooks run as an account gpupool makes for that user alone
+  (`gpupool.executors.user_accounts`: ``gp-<name>``), so members never share a uid. Only
+  when the admin names a shared **jobs account** (``gpupool up --jobs-account``) do all
+  members' plain jobs run as that one account (notebooks still get their own accounts).
+  When the server does not run as root it cannot switch users: every job and notebook runs
+  as the server's own account, and JupyterHub serves the first admin only
+  (`gpupool.executors.hub_launch`).
 
 No job ever runs as root (uid 0): any mode, any mapping, any MPS service account.
 
 `job_powers(mode, ...)` says in words what a job can do in a mode; `gpupool up` prints it and
-docs/security.md explains it.
-"""
+docs/security.md explains it."""
 
 from __future__ import annotations
 
@@ -83,16 +87,18 @@ def unprivileged(name: str, *, why: str) -> Account:
 
 
 def ensure_jobs_account(name: str = JOBS_ACCOUNT) -> tuple[str, str | None]:
-    """The account single-user jobs run as when the server is root: `name` if it exists,
-    else created (a system account with its own group and a home in /var/lib/<name>); if it
-    cannot be created, `nobody`. Returns (account, a warning to show or None)."""
+    """The shared account every member's plain job runs as when the admin names one
+    (`gpupool up --jobs-account`, root, single-user): `name` if it exists, else created (a
+    system account with its own group and a home in /var/lib/<name>); if it cannot be
+    created, `nobody`. Returns (account, a warning to show or None)."""
     try:
         if pwd.getpwnam(name).pw_uid == 0:
             return FALLBACK_ACCOUNT, f"{name!r} is root; running jobs as {FALLBACK_ACCOUNT!r}"
         return name, None
     except KeyError:
         pass
-    useradd = shutil.which("useradd")
+    fixed = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}  # never the server's
+    useradd = shutil.which("useradd", path=fixed["PATH"])
     if useradd is not None:
         home = f"/var/lib/{name}"
         done = subprocess.run(
@@ -107,6 +113,7 @@ def ensure_jobs_account(name: str = JOBS_ACCOUNT) -> tuple[str, str | None]:
                 "/usr/sbin/nologin",
                 name,
             ],
+            env=fixed,
             capture_output=True,
             text=True,
         )
@@ -123,30 +130,50 @@ def ensure_jobs_account(name: str = JOBS_ACCOUNT) -> tuple[str, str | None]:
     )
 
 
-def job_powers(mode: UserMode | str, server: Account, jobs_account: str | None) -> list[str]:
-    """What a member's job can and cannot do in this mode, one sentence a line."""
+def job_powers(
+    mode: UserMode | str,
+    server: Account,
+    jobs_account: str | None,
+    accounts_home: str = "/var/lib/gpupool-users",
+) -> list[str]:
+    """What a member's job can and cannot do in this mode, one sentence a line.
+    `jobs_account`: the shared account of single-user jobs under root, if the admin named
+    one (None: each user's own account, homes in `accounts_home`)."""
     mode = UserMode(mode)
+    private = (
+        "it cannot read or write gpupool's data directory, database or secrets (0700/0600, "
+        f"owned by {server.name})."
+    )
     if mode is UserMode.PER_USER:
         return [
             "jobs run as their owners' Unix accounts, never as root;",
             "a job can read and write what its owner's account can, and signal only its "
             "owner's processes;",
-            "it cannot read or write gpupool's data directory, database or secrets (0700/0600, "
-            f"owned by {server.name}).",
+            private,
+        ]
+    if server.uid == 0 and jobs_account is None:
+        return [
+            "each gpupool user's jobs and notebooks run as an unprivileged Unix account of "
+            f"their own, made on first use (gp-<name>, home {accounts_home}/<account>, 0700), "
+            "never as root;",
+            "a job can read and write what its owner's account can, and signal only its "
+            "owner's processes: not other members' jobs, files or notebook homes;",
+            private,
         ]
     if server.uid == 0:
         return [
-            f"every job runs as the unprivileged account {jobs_account!r}, never as root;",
-            "it cannot read or write gpupool's data directory, database or secrets (0700/0600, "
-            "owned by root);",
-            f"jobs of different gpupool users share {jobs_account!r}: one member's job can read, "
-            "change and signal another member's running jobs and their files. Use "
-            "--user-mode per-user to separate members.",
+            f"every member's job runs as the one unprivileged account {jobs_account!r} "
+            "(--jobs-account), never as root;",
+            private.removesuffix(".") + ";",
+            f"jobs of different gpupool users share {jobs_account!r}: one member's job can "
+            "read, change and signal another member's running jobs and their files "
+            "(notebooks still run as each user's own account). Leave out --jobs-account to "
+            "give each user's jobs their own account.",
         ]
     return [
-        f"every job runs as this server's own account {server.name!r} (only root can start "
-        "jobs as another account);",
+        f"every job and notebook runs as this server's own account {server.name!r} (only "
+        "root can start them as another account);",
         "a job CAN read and write gpupool's database and secrets and signal the server: any "
         "member can make themself admin. Fine for one person's machine; for several people "
-        "run gpupool as root (per-user mode, or a dedicated jobs account).",
+        "run gpupool as root (each user then gets their own account).",
     ]

@@ -44,7 +44,12 @@ is the honest answer of an executor without the capability; callers call them di
 - ``prune(older_than_s)`` removes the kept state and logs of work that ended long ago
   (default: nothing kept, nothing removed);
 - ``adopts_work``: whether work survives a server restart and ``list_running`` finds it
-  again (default: False).
+  again (default: False);
+- ``refusal(workload)`` says why the executor would never run a workload, which the API then
+  refuses at submit (default: None, it runs anything the scheduler admits);
+- ``notebook_account(owner)`` names the Unix account and home a JupyterHub notebook of
+  `owner` runs as when gpupool picks it (default: None, the hub's spawner decides), and
+  ``one_account`` tells whether every user's work runs as one Unix account (default: False).
 """
 
 from __future__ import annotations
@@ -258,6 +263,22 @@ class Executor(ABC):
         """Remove the kept state (and logs) of work that ended more than `older_than_s` ago;
         live work is kept. Returns the workload ids removed. Default: nothing is kept."""
         return []
+
+    @property
+    def one_account(self) -> bool:
+        """Whether every user's work, notebooks included, runs as one Unix account (the
+        local executor in single-user mode without root). Default: False."""
+        return False
+
+    def refusal(self, workload: Workload) -> str | None:
+        """Why this executor will never run `workload` (the API refuses it at submit with
+        this text, 403), or None. Default: None."""
+        return None
+
+    def notebook_account(self, owner: str) -> tuple[str, str] | None:
+        """(Unix account, home) a JupyterHub notebook of `owner` runs as, when gpupool picks
+        it (`StartError` if it cannot be had). Default: None, the hub's spawner decides."""
+        return None
 
 
 def exec_state_for_exit(exit_code: int | None) -> ExecState:

@@ -6,7 +6,9 @@ and records launches and exits. One sub-directory per workload:
 
 - ``grant.json``    written by the executor at admission: the environment the notebook must
                     run with (``CUDA_VISIBLE_DEVICES=<GPU UUIDs>``, ``GPUPOOL_WORKLOAD_ID``,
-                    ``GPUPOOL_GPU_MILLI``, MPS variables for fractional shares under MPS);
+                    ``GPUPOOL_GPU_MILLI``, MPS variables for fractional shares under MPS)
+                    and, when gpupool picks it, the Unix account and home the notebook
+                    runs as (single-user mode under root: the owner's own account);
 - ``launched.json`` written by the spawner once the notebook process runs (pid + start time);
 - ``exited.json``   written by the spawner when it stopped the notebook itself;
 - ``stop.json``     written by the executor when the server stops the notebook (cull,
@@ -72,6 +74,9 @@ class Grant:
     gpu_uuids: tuple[str, ...]
     enforcement: dict[str, str]
     granted_at: float
+    #: the Unix account and home the notebook runs as (None: the spawner's own choice)
+    account: str | None = None
+    home: str | None = None
 
 
 class LaunchDir:
@@ -105,6 +110,8 @@ class LaunchDir:
                 "gpu_uuids": list(grant.gpu_uuids),
                 "enforcement": grant.enforcement,
                 "granted_at": grant.granted_at,
+                "account": grant.account,
+                "home": grant.home,
             },
         )
 
@@ -127,6 +134,8 @@ class LaunchDir:
             gpu_uuids=tuple(data.get("gpu_uuids", ())),
             enforcement=dict(data.get("enforcement", {})),
             granted_at=float(data.get("granted_at", 0.0)),
+            account=data.get("account"),
+            home=data.get("home"),
         )
 
     def mark_launched(self, workload_id: str, pid: int, at: float) -> None:

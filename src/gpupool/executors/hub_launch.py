@@ -5,6 +5,13 @@ any workload, but JupyterHub's spawner starts the process (so JupyterHub keeps i
 proxy routes and its own view of the server). `HubLaunchExecutor` wraps the server's real
 executor and takes those workloads over; every other workload goes to the wrapped executor.
 The two sides meet in a directory on this host (`gpupool.executors.handoff.LaunchDir`).
+
+Who a notebook runs as: the account the wrapped executor names (`Executor.notebook_account`:
+in single-user mode under root, the owner's own account), written into the grant. Where
+every user's work runs as one Unix account (`Executor.one_account`: gpupool not root), one
+user's notebook or job could rewrite another's notebook (its ``~/.jupyter``) and so act in
+their session: there JupyterHub serves one person only, `only_owner` (the first admin);
+other users' notebooks are refused at submit (403) and, if queued before, at admission.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from gpupool.executors.base import (
     NotSupported,
     PodRef,
     RunningProcess,
+    StartError,
 )
 from gpupool.executors.handoff import STOPPED_EXIT, Grant, LaunchDir, is_hub_launched
 
@@ -62,7 +70,8 @@ class HubLaunchExecutor(Executor):
     this executor has logs, MPS and pruning exactly when `inner` has them).
 
     `launch_timeout_s`: a grant the hub never picks up (hub down, spawn abandoned) fails
-    after this long, which releases its GPUs.
+    after this long, which releases its GPUs. `only_owner`: when `inner` runs every user's
+    work as one account, the one user whose notebooks may run (None: nobody's).
     """
 
     name = "jupyterhub"
@@ -75,8 +84,10 @@ class HubLaunchExecutor(Executor):
         *,
         clock: Clock | None = None,
         launch_timeout_s: float = 600.0,
+        only_owner: str | None = None,
     ) -> None:
         self.inner = inner
+        self.only_owner = only_owner
         self.multi_node = inner.multi_node  # jobs go to `inner`; notebooks are one node
         self.dir = LaunchDir(launch_dir)
         self.dir.path.mkdir(parents=True, exist_ok=True)
@@ -101,7 +112,32 @@ class HubLaunchExecutor(Executor):
             enforcement[s.gpu_uuid] = str(got)
         return mps_env, enforcement
 
+    def _notebook_refusal(self, owner: str) -> str | None:
+        if not self.inner.one_account or owner == self.only_owner:
+            return None
+        who = f"only {self.only_owner!r}" if self.only_owner else "nobody"
+        return (
+            f"JupyterHub here serves {who}: gpupool does not run as root, so every notebook "
+            "would run as the server's own Unix account, where one user's notebook or job "
+            "could change another user's notebook and act in their session. Ask the admin "
+            "to run gpupool as root (each user then gets a Unix account of their own)"
+        )
+
     # -- contract ------------------------------------------------------------------------
+    @property
+    def one_account(self) -> bool:
+        return self.inner.one_account
+
+    def refusal(self, workload: Workload) -> str | None:
+        """Hub notebooks: refused for all but `only_owner` where every user's work shares
+        one account (see the module docstring). Other work: `inner`'s answer."""
+        if is_hub_launched(workload):
+            return self._notebook_refusal(workload.owner)
+        return self.inner.refusal(workload)
+
+    def notebook_account(self, owner: str) -> tuple[str, str] | None:
+        return self.inner.notebook_account(owner)
+
     def start(
         self,
         workload: Workload,
@@ -112,12 +148,17 @@ class HubLaunchExecutor(Executor):
     ) -> Handle:
         if not is_hub_launched(workload):
             return self.inner.start(workload, allocation, env=env, unix_user=unix_user)
+        refused = self._notebook_refusal(workload.owner)
+        if refused is not None:  # queued before the rule applied (or the API was bypassed)
+            raise StartError(refused, permanent=True)
         now = self.clock.now()
-        mps_env, enforcement = self._mps_env(allocation, unix_user)
+        account, home = self.inner.notebook_account(workload.owner) or (None, None)
+        mps_env, enforcement = self._mps_env(allocation, account or unix_user)
         device = getattr(self.inner, "device_uuid", None)
         grant_env = dict(env or {}) | hub_launch_env(workload, allocation, mps_env, device)
         uuids = allocation.gpu_uuids if allocation else ()
-        self.dir.write_grant(Grant(workload.id, grant_env, uuids, enforcement, now))
+        grant = Grant(workload.id, grant_env, uuids, enforcement, now, account, home)
+        self.dir.write_grant(grant)
         return Handle(
             workload_id=workload.id,
             executor=self.name,

@@ -7,8 +7,11 @@ Who a job runs as (`UserMode`, see `gpupool.executors.accounts`):
 
 - ``per-user`` (default when the server runs as root): the owner's Unix account (the user's
   `unix_user`, else the gpupool user name). No such account -> `StartError` saying what to do.
-- ``single-user`` (default otherwise): one account runs every job: the jobs account
-  (``gpupool-jobs``, else ``nobody``) when the server runs as root, else the server's own.
+- ``single-user`` (default otherwise): no directory of accounts needed. When the server runs
+  as root, each gpupool user's jobs run as an account gpupool makes for that user alone
+  (`gpupool.executors.user_accounts`), or, only if the admin named one (`jobs_account`), as
+  one shared jobs account. When it does not run as root, every job runs as the server's own
+  account.
 No job ever runs as root.
 
 Environment: an allowlist, never the server's environment (`gpupool.executors.jobenv`). The
@@ -51,7 +54,6 @@ from gpupool.domain import Allocation, Enforcement, Share, Workload
 from gpupool.executors.accounts import (
     Account,
     UserMode,
-    default_jobs_account,
     server_account,
     unprivileged,
 )
@@ -87,6 +89,7 @@ from gpupool.executors.tracking import (
     remove_cgroup,
     signal_pids,
 )
+from gpupool.executors.user_accounts import UserAccounts
 
 __all__ = ["Account", "LocalExecutor", "UserMode"]
 
@@ -105,8 +108,9 @@ class LocalExecutor(Executor):
 
     `state_dir` holds one directory per workload. `resolve_unix_user(owner)` maps a gpupool
     user to a Unix account name (None: use the owner's name). `mps` manages MPS daemons of
-    shared GPUs (None: fractional shares are `policed`). `jobs_account`: who single-user
-    jobs run as when the server is root (default `gpupool-jobs` if it exists, else `nobody`).
+    shared GPUs (None: fractional shares are `policed`). Single-user mode under root: each
+    owner's jobs run as their own account from `accounts` (default `UserAccounts.default()`,
+    made on first use), unless `jobs_account` names one shared account for all jobs.
     `cgroups`: track jobs in cgroups when the host delegates them (False: never).
     `env_pass`: server variables jobs may also see (default: $GPUPOOL_JOB_ENV_PASS).
     """
@@ -123,6 +127,7 @@ class LocalExecutor(Executor):
         resolve_unix_user: Callable[[str], str | None] | None = None,
         mps: MPSManager | None = None,
         jobs_account: str | None = None,
+        accounts: UserAccounts | None = None,
         cgroups: bool = True,
         env_pass: tuple[str, ...] | None = None,
         python: str = sys.executable,
@@ -141,9 +146,10 @@ class LocalExecutor(Executor):
         self.mps = mps
         #: which devices and MPS limits a job gets; `mig_uuid` finds a MIG instance's device
         self.binding = GPUBinding(mps, mig_uuid, self._mps_users)
-        if jobs_account is None and os.geteuid() == 0:
-            jobs_account = default_jobs_account()
+        #: single-user mode under root: the one account all jobs share, if the admin named it
         self.jobs_account = jobs_account
+        #: single-user mode under root: the accounts gpupool makes, one per gpupool user
+        self.accounts = accounts or UserAccounts.default()
         self.cgroup_root = executor_cgroup_root(self.state_dir) if cgroups else None
         #: extra server variables jobs may see (default: GPUPOOL_JOB_ENV_PASS, read once)
         self.env_pass = (
@@ -173,7 +179,9 @@ class LocalExecutor(Executor):
         if self.user_mode is UserMode.SINGLE_USER and os.geteuid() != 0:
             return server_account()
         if self.user_mode is UserMode.SINGLE_USER:
-            return unprivileged(service or str(self.jobs_account), why="cannot run the job")
+            if service or self.jobs_account:
+                return unprivileged(str(service or self.jobs_account), why="cannot run the job")
+            return self.accounts.ensure(workload.owner)
         name = service or unix_user or self.resolve_unix_user(workload.owner) or workload.owner
         try:
             pw = pwd.getpwnam(name)
@@ -191,6 +199,23 @@ class LocalExecutor(Executor):
                 permanent=True,
             )
         return Account.of(pw)
+
+    @property
+    def one_account(self) -> bool:
+        """True when every user's work, notebooks included, runs as one Unix account: the
+        server's own (single-user mode, not root)."""
+        return self.user_mode is UserMode.SINGLE_USER and os.geteuid() != 0
+
+    def notebook_account(self, owner: str) -> tuple[str, str] | None:
+        """(account, home) a JupyterHub notebook of `owner` runs as, when gpupool picks it:
+        in single-user mode under root, the owner's own account (made if missing; never the
+        shared jobs account). None where the hub decides: per-user mode (the owner's Unix
+        account) and not root (the hub's own account, see `one_account`). `StartError`
+        (permanent) when the account cannot be had."""
+        if self.user_mode is UserMode.SINGLE_USER and os.geteuid() == 0:
+            account = self.accounts.ensure(owner)
+            return account.name, account.home
+        return None
 
     def _tracking(self, workload_id: str) -> tuple[int | None, str | None, Path | None]:
         """(leader pid while the launcher lives, marker, cgroup) of the job's latest start."""

@@ -9,9 +9,9 @@ Flow of one spawn (see docs/jupyterhub.md):
 2. `start()` submits a `notebook` workload without a command, as the user (a token the hub
    mints for the user with its admin token), and waits while `progress()` reports the queue
    position and reason;
-3. once admitted, gpupool's `HubLaunchExecutor` writes the grant (GPU environment) into the
-   shared launch directory; the spawner starts the notebook with it (LocalProcessSpawner)
-   and records the process there;
+3. once admitted, gpupool's `HubLaunchExecutor` writes the grant (GPU environment, and the
+   Unix account and home when gpupool picks them) into the shared launch directory; the
+   spawner starts the notebook with it (LocalProcessSpawner) and records the process there;
 4. `poll()` notices a server-side stop (culled, preempted, cancelled by an admin) and tells
    the user why; `stop()` stops the process and releases the allocation (cancel while queued
    included). `get_state`/`load_state` keep the workload id across hub restarts.
@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import pwd
+import stat
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from tornado import web
 from traitlets import Bool, Float, Unicode
 
-from gpupool.executors.handoff import LaunchDir
+from gpupool.executors.handoff import Grant, LaunchDir
 from gpupool.jupyterhub import notices
 from gpupool.jupyterhub.options import asks_gpu
 from gpupool.jupyterhub.queueing import (  # noqa: F401 - re-exported for the tests and callers
@@ -44,18 +45,26 @@ from gpupool.jupyterhub.queueing import (  # noqa: F401 - re-exported for the te
 )
 
 
-def as_jobs_account(account: str, home: str) -> Any:
+def as_account(account: str, home: str) -> Any:
     """A preexec function that runs a notebook as the unprivileged `account` (never root) in
-    `home`, which is created for it (0700, owned by the account)."""
+    `home`, which is created for it if missing (0700, owned by the account). A `home` that
+    exists and is not the account's own directory is refused (HTTP 500)."""
     pw = pwd.getpwnam(account)
     if pw.pw_uid == 0:
         raise web.HTTPError(500, f"gpupool never runs notebooks as root ({account!r} is root)")
-    parent = os.path.dirname(home.rstrip("/"))
+    home = os.path.normpath(home)
+    if not os.path.isabs(home) or home == "/":
+        raise web.HTTPError(500, f"the notebook home {home} is not a directory of {account!r}")
+    parent = os.path.dirname(home)
     if not os.path.isdir(parent):  # made here: only traversable, so homes stay apart
         os.makedirs(parent, exist_ok=True)
         os.chmod(parent, 0o711)
-    os.makedirs(home, 0o700, exist_ok=True)
-    os.chown(home, pw.pw_uid, pw.pw_gid)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(home, 0o700)
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+    st = os.lstat(home)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != pw.pw_uid:
+        raise web.HTTPError(500, f"the notebook home {home} is not a directory of {account!r}")
     switch = set_user_setuid(account, chdir=False)
 
     def preexec() -> None:
@@ -75,24 +84,28 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
     single_user_mode = Bool(
         True,
         config=True,
-        help="Run notebooks as the hub's own Unix user (no per-user accounts needed).",
+        help="No directory of accounts: run notebooks as the account gpupool's grant names "
+        "(each user's own, when gpupool runs as root), else as the hub's own Unix user.",
     )
     jobs_account = Unicode(
         "",
         config=True,
-        help="Single-user mode under root: run notebooks as this unprivileged Unix account "
-        "(gpupool up sets its --jobs-account), never as root.",
+        help="Single-user mode under root, when gpupool's grant names no account (a hub "
+        "not started by gpupool up): run notebooks as this unprivileged Unix account.",
     )
     home_dir_template = Unicode(
         "/tmp/gpupool-home/{username}",
         config=True,
-        help="Home (and working) directory of notebooks in single-user mode.",
+        help="Home (and working) directory of notebooks in single-user mode, when gpupool's "
+        "grant names none.",
     )
     grant_wait_s = Float(60.0, config=True, help="How long to wait for the grant once admitted.")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._grant_env: dict[str, str] = {}
+        #: (account, home) the grant names: the notebook runs as it, whatever the mode
+        self._run_as: tuple[str, str] | None = None
 
     # -- helpers -------------------------------------------------------------------------
     @property
@@ -112,6 +125,10 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         return env
 
     def user_env(self, env: dict[str, str]) -> dict[str, str]:
+        if self._run_as is not None:
+            env["USER"] = env["LOGNAME"] = self._run_as[0]
+            env["HOME"] = self._run_as[1]
+            return env
         if not self.single_user_mode:
             return super().user_env(env)
         env["USER"] = self.user.name
@@ -120,10 +137,14 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
 
     @property
     def home_dir(self) -> str:
+        if self._run_as is not None:
+            return self._run_as[1]
         return self.home_dir_template.format(username=self.user.name)
 
     def get_args(self) -> list[str]:
         args = super().get_args()
+        if self._run_as is not None:
+            return args
         if self.single_user_mode and os.geteuid() == 0 and not self.jobs_account:
             # Single-user mode under root without a jobs account (tests' own hubs only;
             # gpupool up always names one): notebooks run as the hub's user.
@@ -131,11 +152,13 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         return args
 
     def make_preexec_fn(self, name: str) -> Any:
+        if self._run_as is not None:
+            return as_account(*self._run_as)
         if not self.single_user_mode:
             return super().make_preexec_fn(name)
         home = self.home_dir
         if self.jobs_account and os.geteuid() == 0:
-            return as_jobs_account(self.jobs_account, home)
+            return as_account(self.jobs_account, home)
         os.makedirs(home, 0o755, exist_ok=True)
 
         def preexec() -> None:
@@ -144,14 +167,13 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         return preexec
 
     # -- start ---------------------------------------------------------------------------
-
-    # -- start ---------------------------------------------------------------------------
     async def start(self) -> Any:
         self._launched = False
         self._grant_env = {}
+        self._run_as = None
         wl = await self._queue()
         grant = await self._wait_grant(asks_gpu(wl))
-        self._grant_env = dict(grant.env)
+        self._take(grant)
         if grant.gpu_uuids:
             gpus = ", ".join(grant.gpu_uuids)
             self._set_progress(80, f"GPU granted ({gpus}); starting the notebook server")
@@ -163,7 +185,16 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         self._progress_changed.set()
         return result
 
-    async def _wait_grant(self, gpu: bool = True) -> Any:
+    def _take(self, grant: Grant) -> None:
+        """Start with `grant`: its GPU environment, and its account and home if it names
+        them (gpupool picked the owner's own account)."""
+        self._grant_env = dict(grant.env)
+        if grant.account:
+            if not grant.home:
+                raise web.HTTPError(500, f"gpupool's grant names {grant.account!r} but no home")
+            self._run_as = (grant.account, grant.home)
+
+    async def _wait_grant(self, gpu: bool = True) -> Grant:
         deadline = time.monotonic() + self.grant_wait_s
         what = "GPU admitted" if gpu else "Admitted (no GPU)"
         self._set_progress(60, f"{what}; waiting for gpupool to hand it over")

@@ -231,6 +231,9 @@ def submit(
         command=tuple(body.command),
         profile=body.profile,
     )
+    refused = ctx.executor.refusal(w)  # e.g. a notebook JupyterHub must not run (hub_launch)
+    if refused is not None:
+        raise PermissionDenied(refused)
     with ctx.store.write() as s:
         repo = WorkloadRepo(s)
         if not TenantRepo(s).exists(tenant):

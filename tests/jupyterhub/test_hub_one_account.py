@@ -1,0 +1,60 @@
+"""Without root, every notebook would run as the server's one account, where one user's
+notebook or job can rewrite another's (review F2b of issue 29): the hub then serves the first
+admin only, and the API refuses anyone else's notebook with a 403 that says why."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from gpupool.clock import ManualClock
+from gpupool.engines.fake import FakeEngine
+from gpupool.executors.fake import FakeExecutor
+from gpupool.server.hub.config import HubSettings
+from gpupool.server.settings import Settings
+from gpupool.store import open_store
+from gpupool.system import SystemSettings, build_system
+from tests.server.conftest import seed, serving
+
+NOTEBOOK = {"kind": "notebook", "gpus": 1, "tenant": "lab", "command": []}
+
+
+class OneAccount(FakeExecutor):
+    """Runs every user's work as one account (the local executor without root)."""
+
+    @property
+    def one_account(self) -> bool:
+        return True
+
+
+def _system(tmp_path, executor: FakeExecutor):
+    store = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
+    clock = executor.clock
+    seed(SimpleNamespace(clock=clock, store=store))  # "root" is the first admin
+    hub = HubSettings(data_dir=tmp_path / "hub", launch_dir=tmp_path / "launch")
+    settings = SystemSettings(
+        server=Settings(database_url=store.url, start_loops=False),
+        jupyterhub=True,
+        hub=hub,
+        admin="root",
+    )
+    return build_system(settings, FakeEngine(executor), clock=clock, store=store)
+
+
+def test_a_members_notebook_is_refused_when_all_share_one_account(tmp_path):
+    clock = ManualClock(1_780_000_000.0)
+    executor = OneAccount(clock)
+    with serving(_system(tmp_path, executor), clock, executor) as w:
+        r = w.post("member", "/workloads", json=NOTEBOOK)
+        assert r.status_code == 403, r.text
+        detail = r.json()["detail"]
+        assert "serves only 'root'" in detail and "run gpupool as root" in detail
+        assert w.post("admin", "/workloads", json=NOTEBOOK).status_code == 201
+        job = {"gpus": 1, "tenant": "lab", "command": ["python", "x.py"]}
+        assert w.post("member", "/workloads", json=job).status_code == 201  # jobs: as before
+
+
+def test_with_an_account_per_user_every_members_notebook_is_taken(tmp_path):
+    clock = ManualClock(1_780_000_000.0)
+    executor = FakeExecutor(clock)
+    with serving(_system(tmp_path, executor), clock, executor) as w:
+        assert w.post("member", "/workloads", json=NOTEBOOK).status_code == 201
