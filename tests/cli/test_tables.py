@@ -8,6 +8,9 @@ console; its cells are computed from the same API answer and must appear whole."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from rich.console import Console
@@ -55,7 +58,7 @@ def assert_whole(text: str, cols: tuple[Col, ...], items: list, *, wide: bool) -
 
 
 LISTINGS = [
-    (["ls", "-a"], client.LS_COLUMNS, lambda d: d),
+    (["ls", "-a"], client.LS_ALL_COLUMNS, lambda d: d),
     (["queue"], client.QUEUE_COLUMNS, lambda d: d),
     (["usage"], client.usage_columns("tenant"), lambda d: d["rows"]),
     (["tenant", "ls"], client_admin.TENANT_COLUMNS, lambda d: d),
@@ -81,7 +84,7 @@ def test_listing_fits_80_columns_and_wide_shows_the_rest(login, narrow, args, co
 def test_ls_default_columns_are_id_state_asks_gpus_age(login, narrow):
     login("root")
     header = gp("ls", "-a").splitlines()[0].split()
-    assert header == ["ID", "STATE", "ASKS", "GPUS", "AGE"]
+    assert header == ["ID", "USER", "STATE", "ASKS", "GPUS", "AGE"]  # --all: USER too
     out = gp("ls", "-a")
     for state in ("succeeded", "cancelled", "pending", "running"):
         assert state in out
@@ -93,6 +96,20 @@ def test_top_fits_80_columns(login):
     login("ann")
     text = gp("top", "--once")
     assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80, text
+
+
+def test_top_piped_prints_one_screen_and_exits(login):
+    """`gpupool top | less`: not on a terminal, a live screen would print nothing (it redraws
+    in place); it prints one plain screen instead, as `--once` does, within 80 columns."""
+    login("ann")
+    cmd = [sys.executable, "-c", "from gpupool.cli.main import run; run()", "top"]
+    env = os.environ | {"COLUMNS": "80"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert "GPUs of http://" in text and "WORKLOAD" in text, text
+    assert "\x1b" not in text  # plain text: no cursor movement, no colours
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 80, text
 
 

@@ -23,6 +23,9 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
 
 from gpupool.cli import tables
 from gpupool.cli.tables import Col, Output
@@ -235,19 +238,46 @@ def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, st
         time.sleep(poll)
 
 
-#: `gpupool ls` columns: the default ones fit 80 columns; `-o wide` adds the rest.
-LS_COLUMNS = (
-    Col("ID", lambda w: w["id"]),
-    Col("NAME", lambda w: w["name"], wide=True),
-    Col("USER", lambda w: w["owner"], wide=True),
-    Col("TENANT", lambda w: w["tenant"], wide=True),
-    Col("KIND", lambda w: w["kind"], wide=True),
-    Col("STATE", lambda w: w["state"]),
-    Col("ASKS", lambda w: w["request"]["description"], wrap=True),
-    Col("GPUS", _gpus_of),
-    Col("AGE", lambda w: tables.age(w["submitted_at"])),
-    Col("SUBMITTED", lambda w: _when(w["submitted_at"]), wide=True),
-)
+def asks_text(r: dict[str, Any]) -> str:
+    """A request in a table's few columns: '2 GPUs', '0.25 GPU, 20G', '2x8 H100 GPUs',
+    'MIG 1g.10gb', 'CPU only' (`show` gives the whole description)."""
+    model = f"{r['gpu_model']} " if r.get("gpu_model") else ""
+    if (r.get("nodes") or 1) > 1:
+        return f"{r['nodes']}x{r['gpus_per_node']} {model}GPUs"
+    if r.get("mig"):
+        return f"MIG {r['mig']}" + (f" {r['gpu_model']}" if model else "")
+    if r.get("gpus"):
+        return f"{r['gpus']} {model}GPU" + ("s" if r["gpus"] > 1 else "")
+    if r.get("gpu_fraction"):
+        mem = r.get("gpu_memory_mib") or 0
+        return f"{r['gpu_fraction']:g} {model}GPU" + (f", {mem / 1024:g}G" if mem else "")
+    return "CPU only"
+
+
+def _asks(w: dict[str, Any]) -> str:
+    return asks_text(w["request"])
+
+
+def _ls_columns(user: bool) -> tuple[Col, ...]:
+    """`gpupool ls` columns: the default ones fit 80 columns; `-o wide` adds the rest. USER
+    is a default column with `--all` (whose work it is matters when it is not all yours)."""
+    return (
+        Col("ID", lambda w: w["id"]),
+        Col("NAME", lambda w: w["name"], wide=True),
+        Col("USER", lambda w: w["owner"], wide=not user),
+        Col("TENANT", lambda w: w["tenant"], wide=True),
+        Col("KIND", lambda w: w["kind"], wide=True),
+        Col("STATE", lambda w: w["state"]),
+        Col("ASKS", _asks),
+        Col("GPUS", _gpus_of),
+        Col("AGE", lambda w: tables.age(w["submitted_at"])),
+        Col("SUBMITTED", lambda w: _when(w["submitted_at"]), wide=True),
+    )
+
+
+LS_COLUMNS = _ls_columns(user=False)
+#: `gpupool ls --all`
+LS_ALL_COLUMNS = _ls_columns(user=True)
 
 
 def ls(
@@ -257,7 +287,8 @@ def ls(
     state: list[str] = typer.Option(None, "--state", "-s", help="only these states"),
     limit: int = typer.Option(100, "--limit", min=1, max=1000),
 ) -> None:
-    """List workloads (yours, unless --all): ID, STATE, ASKS, GPUS, AGE; -o wide for more."""
+    """List workloads (yours, unless --all, which adds USER): ID, STATE, ASKS, GPUS, AGE;
+    -o wide for more."""
 
     @handled
     def go() -> None:
@@ -269,7 +300,8 @@ def ls(
         ws = c.get("/workloads", params=params)
         if tables.wants_json(output, as_json):
             return _print_json(ws)
-        tables.show(out, LS_COLUMNS, ws, output, empty="no workloads")
+        cols = LS_ALL_COLUMNS if all_ else LS_COLUMNS
+        tables.show(out, cols, ws, output, empty="no workloads")
 
     go()
 
@@ -285,41 +317,67 @@ def show(
         w = api().get(f"/workloads/{workload_id}")
         if as_json:
             return _print_json(w)
-        out.print(f"[bold]{w['id']}[/bold] {w['name'] or ''}")
-        for k, v in (
-            ("owner", f"{w['owner']} in {w['tenant']}"),
-            ("kind", w["kind"]),
-            ("state", w["state"] + (f" ({w['reason']})" if w["reason"] else "")),
-            ("asks", w["request"]["description"]),
-            ("command", " ".join(w["command"]) or "-"),
-            ("priority", w["priority"]),
-            ("submitted", _when(w["submitted_at"])),
-            ("started", _when(w["started_at"])),
-            ("finished", _when(w["finished_at"])),
-            ("exit code", w["exit_code"]),
-            ("attained", _attained(w)),
-        ):
-            out.print(f"  {k:<10} {'-' if v is None else v}")
-        if w.get("pending"):
-            p = w["pending"]
-            out.print(f"  {'waiting':<10} #{p['position']} in the queue: {p['reason']}")
-        a = w.get("allocation")
-        if a:
-            held = "released " + _when(a["released_at"]) if a["released_at"] else "held"
-            spans = a.get("nodes") or [a["node"]]
-            where = a["node"] if len(spans) == 1 else f"{len(spans)} nodes: {', '.join(spans)}"
-            out.print(f"  {'allocation':<10} {where} ({held})")
-            for s in a["shares"]:
-                on = f"{s['node']} " if len(spans) > 1 else ""
-                out.print(
-                    f"    {on}GPU {s['gpu_index']} {s['gpu_uuid']}: {s['milli'] / 1000:g} GPU, "
-                    f"{s['memory_mib']} MiB, enforcement {s['enforcement']}"
-                )
-        out.print("  events")
-        for e in w["events"]:
-            out.print(f"    {_when(e['at'])}  {e['kind']:<20} {e['message']}")
+        print_workload(w)
 
     go()
+
+
+def print_workload(w: dict[str, Any]) -> None:
+    """`gpupool show`: one field a line, long values wrapped under their own column so that
+    no line is wider than the terminal (80 columns when piped)."""
+    out.print(Text(f"{w['id']} {w['name'] or ''}".rstrip(), style="bold"))
+    rows: list[tuple[str, Any]] = [
+        ("owner", f"{w['owner']} in {w['tenant']}"),
+        ("kind", w["kind"]),
+        ("state", w["state"] + (f" ({w['reason']})" if w["reason"] else "")),
+        ("asks", w["request"]["description"]),
+        ("command", " ".join(w["command"]) or "-"),
+        ("priority", w["priority"]),
+        ("submitted", _when(w["submitted_at"])),
+        ("started", _when(w["started_at"])),
+        ("finished", _when(w["finished_at"])),
+        ("exit code", w["exit_code"]),
+        ("attained", _attained(w)),
+    ]
+    if w.get("pending"):
+        p = w["pending"]
+        rows.append(("waiting", f"#{p['position']} in the queue: {p['reason']}"))
+    a = w.get("allocation")
+    if a:
+        held = "released " + _when(a["released_at"]) if a["released_at"] else "held"
+        spans = a.get("nodes") or [a["node"]]
+        where = a["node"] if len(spans) == 1 else f"{len(spans)} nodes: {', '.join(spans)}"
+        rows.append(("allocation", f"{where} ({held})"))
+    out.print(_fields(rows, indent=2, key_width=10), soft_wrap=False)
+    if a:
+        shares = []
+        for s in a["shares"]:
+            on = f"{s['node']} " if len(spans) > 1 else ""
+            shares.append(
+                (
+                    f"{on}GPU {s['gpu_index']}",
+                    f"{s['gpu_uuid']}: {s['milli'] / 1000:g} GPU, {s['memory_mib']} MiB, "
+                    f"enforcement {s['enforcement']}",
+                )
+            )
+        out.print(_fields(shares, indent=4), soft_wrap=False)
+    out.print("  events")
+    events = Table.grid(padding=(0, 2))
+    for wrap in (False, False, True):
+        events.add_column(no_wrap=not wrap, overflow="fold")
+    for e in w["events"]:
+        events.add_row(Text(_when(e["at"])), Text(e["kind"]), Text(e["message"]))
+    out.print(Padding(events, (0, 0, 0, 4)), soft_wrap=False)
+
+
+def _fields(rows: list[tuple[str, Any]], indent: int, key_width: int = 0) -> Padding:
+    """`key  value` lines; a value too long for the line wraps under itself."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, min_width=key_width)
+    grid.add_column(overflow="fold")
+    for k, v in rows:
+        grid.add_row(Text(k), Text("-" if v is None else str(v)))
+    return Padding(grid, (0, 0, 0, indent))
 
 
 def _attained(w: dict[str, Any]) -> str | None:
@@ -377,7 +435,7 @@ QUEUE_COLUMNS = (
     Col("TENANT", lambda e: e["workload"]["tenant"]),
     Col("KIND", lambda e: e["workload"]["kind"], wide=True),
     Col("PRIORITY", lambda e: e["workload"]["priority"], wide=True, right=True),
-    Col("ASKS", lambda e: e["workload"]["request"]["description"], wrap=True),
+    Col("ASKS", lambda e: asks_text(e["workload"]["request"])),
     Col("AGE", lambda e: tables.age(e["workload"]["submitted_at"]), wide=True),
     Col("WHY IT WAITS", lambda e: e["reason"], wrap=True),
 )

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from gpupool.cli import flags, tables
-from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli.client import CliError, _print_json, api, asks_text, handled, out, parse_mib
 from gpupool.cli.cluster_view import outside_text
 from gpupool.cli.tables import Col, Output
 
@@ -446,7 +446,7 @@ def profile_create(
 PROFILE_COLUMNS = (
     Col("PROFILE", lambda p: p["name"]),
     Col("KIND", lambda p: p["kind"]),
-    Col("ASKS", lambda p: p["request"]["description"], wrap=True),
+    Col("ASKS", lambda p: asks_text(p["request"])),
     Col("TENANTS", lambda p: ", ".join(p["tenants"]) or "all", wrap=True),
     Col("DESCRIPTION", lambda p: p["description"], wide=True, wrap=True),
 )

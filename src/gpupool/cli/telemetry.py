@@ -9,6 +9,7 @@ NVML; with `--simulate 4xH100-80GB,2xA100-40GB`, simulated ones, always labelled
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -243,7 +244,9 @@ def devices(
 def top(
     simulate: str | None = typer.Option(None, "--simulate", help=SIMULATE_HELP),
     local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
-    once: bool = typer.Option(False, "--once", help="Print one screen and exit."),
+    once: bool = typer.Option(
+        False, "--once", help="Print one screen and exit (what it does when piped)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (one object per sample)."),
     interval: float = typer.Option(1.0, "--interval", min=0.1, help="Seconds between samples."),
 ) -> None:
@@ -285,7 +288,10 @@ def _top_loop(
     json_out: bool,
     interval: float,
 ) -> None:
-    """Sample, then print JSON (`view`) or a screen (`render`): once, or every `interval` s."""
+    """Sample, then print JSON (`view`) or a screen (`render`): once, or every `interval` s.
+    Not on a terminal (piped, redirected), a screen is printed once, as with `--once`: a
+    live screen redraws in place, which a pipe or a file cannot show."""
+    once = once or (not json_out and not sys.stdout.isatty())
     try:
         if once or json_out:
             while True:
