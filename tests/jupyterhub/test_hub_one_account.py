@@ -26,7 +26,8 @@ class OneAccount(FakeExecutor):
         return True
 
 
-def _system(tmp_path, executor: FakeExecutor):
+def _system(tmp_path, executor: FakeExecutor, said: list[str] | None = None):
+    said = [] if said is None else said
     store = open_store(f"sqlite:///{tmp_path / 'gpupool.db'}")
     clock = executor.clock
     seed(SimpleNamespace(clock=clock, store=store))  # "root" is the first admin
@@ -37,13 +38,21 @@ def _system(tmp_path, executor: FakeExecutor):
         hub=hub,
         admin="root",
     )
-    return build_system(settings, FakeEngine(executor), clock=clock, store=store)
+    return build_system(
+        settings,
+        FakeEngine(executor),
+        clock=clock,
+        store=store,
+        say=lambda msg, loud=False: said.append(msg),
+    )
 
 
 def test_a_members_notebook_is_refused_when_all_share_one_account(tmp_path):
     clock = ManualClock(1_780_000_000.0)
     executor = OneAccount(clock)
-    with serving(_system(tmp_path, executor), clock, executor) as w:
+    said: list[str] = []
+    with serving(_system(tmp_path, executor, said), clock, executor) as w:
+        assert any("JupyterHub serves 'root' only" in line for line in said), said
         r = w.post("member", "/workloads", json=NOTEBOOK)
         assert r.status_code == 403, r.text
         detail = r.json()["detail"]
