@@ -63,6 +63,9 @@ class Probe:
     body: dict | None = None
     setup: Callable | None = None
     params: dict = field(default_factory=dict)
+    #: the route answers 404, as for a thing that does not exist, to roles that may not see
+    #: what it names (no existence oracle, review F10): such a 404 counts as denied
+    hides: bool = False
 
 
 JOB = {"tenant": "lab", "gpus": 1, "command": ["true"]}
@@ -83,24 +86,24 @@ POLICY: dict[tuple[str, str], Probe] = {
     ),
     ("GET", "/api/v1/users"): Probe(API + "/users", MANAGERS),
     ("POST", "/api/v1/users"): Probe(API + "/users", ADMIN, {"name": "probe-user"}),
-    ("GET", "/api/v1/users/{name}"): Probe(API + "/users/ann", MANAGERS | {"member"}),
+    ("GET", "/api/v1/users/{name}"): Probe(API + "/users/ann", MANAGERS | {"member"}, hides=True),
     ("PATCH", "/api/v1/users/{name}"): Probe(
-        API + "/users/ann", {"admin", "member"}, {"password": "a new long password"}
+        API + "/users/ann", {"admin", "member"}, {"password": "a new long password"}, hides=True
     ),
     ("PUT", "/api/v1/users/{name}/memberships/{tenant:path}"): Probe(
-        API + "/users/otto/memberships/lab", MANAGERS, {"role": "viewer"}
+        API + "/users/otto/memberships/lab", MANAGERS, {"role": "viewer"}, hides=True
     ),
     ("DELETE", "/api/v1/users/{name}/memberships/{tenant:path}"): Probe(
-        API + "/users/vic/memberships/lab", MANAGERS
+        API + "/users/vic/memberships/lab", MANAGERS, hides=True
     ),
     ("GET", "/api/v1/tenants"): Probe(API + "/tenants", ANY_USER),
     ("POST", "/api/v1/tenants"): Probe(API + "/tenants", MANAGERS, {"name": "lab/new"}),
-    ("GET", "/api/v1/tenants/{name:path}"): Probe(API + "/tenants/lab", LAB_READERS),
+    ("GET", "/api/v1/tenants/{name:path}"): Probe(API + "/tenants/lab", LAB_READERS, hides=True),
     ("PATCH", "/api/v1/tenants/{name:path}"): Probe(
-        API + "/tenants/lab/sub", MANAGERS, {"idle_timeout_s": 600}, _subtenant
+        API + "/tenants/lab/sub", MANAGERS, {"idle_timeout_s": 600}, _subtenant, hides=True
     ),
     ("DELETE", "/api/v1/tenants/{name:path}"): Probe(
-        API + "/tenants/lab/sub", MANAGERS, setup=_subtenant
+        API + "/tenants/lab/sub", MANAGERS, setup=_subtenant, hides=True
     ),
     ("GET", "/api/v1/nodes"): Probe(API + "/nodes", ANY_USER),
     ("GET", "/api/v1/nodes/{name}"): Probe(API + "/nodes/n1", ANY_USER),
@@ -120,13 +123,13 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("POST", "/api/v1/workloads"): Probe(API + "/workloads", SUBMITTERS, JOB),
     ("GET", "/api/v1/workloads"): Probe(API + "/workloads", ANY_USER),
     ("GET", "/api/v1/workloads/{workload_id}"): Probe(
-        API + "/workloads/{wid}", LAB_READERS, setup=_submit
+        API + "/workloads/{wid}", LAB_READERS, setup=_submit, hides=True
     ),
     ("DELETE", "/api/v1/workloads/{workload_id}"): Probe(
-        API + "/workloads/{wid}", SUBMITTERS, setup=_submit
+        API + "/workloads/{wid}", SUBMITTERS, setup=_submit, hides=True
     ),
     ("GET", "/api/v1/workloads/{workload_id}/logs"): Probe(
-        API + "/workloads/{wid}/logs", SUBMITTERS, setup=_submit
+        API + "/workloads/{wid}/logs", SUBMITTERS, setup=_submit, hides=True
     ),
     ("GET", "/api/v1/queue"): Probe(API + "/queue", ANY_USER),
     ("GET", "/api/v1/usage"): Probe(API + "/usage", ANY_USER),
@@ -174,6 +177,8 @@ def test_every_route_allows_exactly_the_listed_roles(world, role):
         world.client.cookies.clear()
         r = world.client.request(method, path, headers=headers, json=probe.body)
         allowed = r.status_code not in (401, 403)
+        if probe.hides and role not in probe.allowed and r.status_code == 404:
+            allowed = False  # hidden as if it did not exist
         if r.status_code >= 500:
             wrong.append(f"{method} {template}: {r.status_code} {r.text[:200]}")
         elif allowed != (role in probe.allowed):

@@ -24,7 +24,12 @@ Optional capabilities are methods of `Executor` too, each with a documented defa
 is the honest answer of an executor without the capability; callers call them directly
 (no attribute probing, no type checks), and a wrapping executor forwards each one by name:
 
-- ``logs(workload_id, tail)`` returns the work's output (default: `NotSupported`);
+- ``log_chunks(workload_id, offset)`` and ``log_tail(workload_id, lines, max_bytes)`` read
+  the work's output with bounded memory (default: `NotSupported`): the first as a lazy
+  iterator of byte chunks from a byte offset, the second as the last lines, read from the
+  end, at most `max_bytes` of them (gpupool.executors.logread). Both raise when they are
+  called, not while iterating, so the caller can still answer with an error; ``logs`` is
+  text built from them for tests and tools (the server never holds a whole log);
 - ``enforcement_of(workload_id)`` tells the enforcement the executor really applied per GPU
   (default: None, nothing to correct: the executor applies what the allocation asks);
 - ``mps_enforcement(gpu_uuid, unix_user)`` and ``mps_env(share)`` tell which enforcement a
@@ -55,11 +60,12 @@ is the honest answer of an executor without the capability; callers call them di
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.executors import logread
 
 
 class ExecState(StrEnum):
@@ -218,9 +224,28 @@ class Executor(ABC):
     #: without it the API refuses such requests at submit.
     multi_node: bool = False
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
-        """The workload's output (last `tail` lines when given). Default: `NotSupported`."""
+    def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
+        """The workload's output from byte `offset` on, up to its size when called, lazily in
+        chunks of at most `logread.CHUNK_BYTES` (no output yet: no chunks). Errors are raised
+        by the call, not by the iteration. Default: `NotSupported`."""
         raise NotSupported(f"the {self.name} executor does not keep logs")
+
+    def log_tail(
+        self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
+    ) -> bytes:
+        """The last `lines` lines of the workload's output, reading at most about `max_bytes`
+        from its end; long lines cut with a marker (`logread.tail_of`). Default:
+        `NotSupported`."""
+        raise NotSupported(f"the {self.name} executor does not keep logs")
+
+    def logs(self, workload_id: str, tail: int | None = None) -> str:
+        """The output as text: the last `tail` lines (`log_tail`), or all of it, whole in
+        memory (for tests and tools; the server streams `log_chunks` instead)."""
+        if tail is not None:
+            data = self.log_tail(workload_id, tail)
+        else:
+            data = b"".join(self.log_chunks(workload_id))
+        return data.decode("utf-8", errors="replace")
 
     def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
         """Enforcement applied per GPU UUID when the work was launched (may be weaker than

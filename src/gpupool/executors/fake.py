@@ -13,11 +13,12 @@ running until `tick()` runs after `grace_s` on the injected clock, then is kille
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.executors import logread
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -168,12 +169,19 @@ class FakeExecutor(Executor):
             if p.state.alive
         ]
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
+    def _output(self, workload_id: str) -> bytes:
         p = self.world.processes.get(workload_id)
-        if p is None:
-            return ""
-        lines = "".join(p.output).splitlines(keepends=True)
-        return "".join(lines[-tail:] if tail else lines)
+        return "".join(p.output).encode() if p is not None else b""
+
+    def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
+        return logread.rechunk(self._output(workload_id)[max(0, offset) :])
+
+    def log_tail(
+        self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
+    ) -> bytes:
+        data = self._output(workload_id)
+        start = max(0, len(data) - max_bytes)
+        return logread.tail_of(data[start:], lines, starts_mid_line=start > 0)
 
     def enforcement_of(self, workload_id: str) -> dict[str, Enforcement]:
         """Enforcement applied at start, per GPU UUID (empty if unknown)."""

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.executors import logread
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -294,10 +295,19 @@ class HubLaunchExecutor(Executor):
     def slurm_job_workloads(self) -> Mapping[str, str | None]:
         return self.inner.slurm_job_workloads()
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
+    def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
+        self._no_notebook_logs(workload_id)
+        return self.inner.log_chunks(workload_id, offset)
+
+    def log_tail(
+        self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
+    ) -> bytes:
+        self._no_notebook_logs(workload_id)
+        return self.inner.log_tail(workload_id, lines, max_bytes)
+
+    def _no_notebook_logs(self, workload_id: str) -> None:
         if self._mine(workload_id):
             raise NotSupported("a notebook's output is in the JupyterHub log and in its kernels")
-        return self.inner.logs(workload_id, tail)
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
         return self.inner.mps_enforcement(gpu_uuid, unix_user)

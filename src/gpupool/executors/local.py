@@ -45,12 +45,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.executors import logread
 from gpupool.executors.accounts import (
     Account,
     UserMode,
@@ -559,14 +559,15 @@ class LocalExecutor(Executor):
         spec = self._read_json(self._dir(workload_id) / SPEC_FILE) or {}
         return {k: Enforcement(v) for k, v in spec.get("enforcement", {}).items()}
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
-        path = self._dir(workload_id) / LOG_FILE
-        try:
-            with open(path, "rb") as f:
-                data = f.read() if tail is None else b"".join(deque(f, maxlen=max(0, tail)))
-        except FileNotFoundError:
-            return ""
-        return data.decode("utf-8", errors="replace")
+    def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
+        """The job's output file from `offset`, streamed (none yet: no chunks)."""
+        return logread.file_chunks(self._dir(workload_id) / LOG_FILE, offset)
+
+    def log_tail(
+        self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
+    ) -> bytes:
+        """The end of the job's output file, read from the end (none yet: empty)."""
+        return logread.file_tail(self._dir(workload_id) / LOG_FILE, lines, max_bytes)
 
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
         """Delete the state dirs (and logs) of jobs that ended more than `older_than_s` ago

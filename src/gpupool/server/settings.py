@@ -35,6 +35,8 @@ class Settings:
     password_queue: password checks that may wait for those threads, each at most
         password_wait_s; more, or longer, are refused with 429 (a login flood cannot pile
         up, and its clients wait rather than spin).
+    max_pending_per_user: pending workloads one user may have at once; a submit over it
+        is refused with 429 (wait, or cancel some). Admins too. 0: no cap.
     mig_relayout: re-cut idle `mig` GPUs for waiting MIG requests no layout serves
         (gpupool.scheduler.mig_relayout), where the engine can change layouts; off by
         default (GPUPOOL_MIG_RELAYOUT=1).
@@ -57,13 +59,15 @@ class Settings:
     cookie_name: str = "gpupool_session"
     cookie_secure: bool = False
     mig_relayout: bool = False
+    max_pending_per_user: int = 1000
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Settings from `GPUPOOL_*` variables (GPUPOOL_DATABASE_URL, GPUPOOL_TOKEN_TTL_S,
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
-        GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_COOKIE_SECURE, GPUPOOL_START_MAX_ATTEMPTS,
+        GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_MAX_PENDING_PER_USER, GPUPOOL_COOKIE_SECURE,
+        GPUPOOL_START_MAX_ATTEMPTS,
         GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S; the scheduler's
         GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, ..., see
         `scheduler_from_env`), then `overrides`."""
@@ -82,6 +86,7 @@ class Settings:
             ("password_threads", int),
             ("password_queue", int),
             ("password_wait_s", float),
+            ("max_pending_per_user", int),
         ):
             name = "GPUPOOL_" + key.upper()
             if name in env:

@@ -1,13 +1,26 @@
-"""Login throttling: failed password checks slow down further tries, per account and per
-client address.
+"""Login throttling: failed password checks slow down further tries, per account, per
+(account, client address) and per client address.
 
-Each key (`account:NAME`, `client:ADDRESS`) has a *level*: the recent failures. Every failure
-adds 1; the level drains by 1 every `drain_s`. While the level is at most `free` nothing
-happens; above it, the key is blocked for `base_s * 2**(level - free - 1)` seconds (at most
-`max_s`), and every login with that key is refused with 429 and Retry-After, without checking
-the password (so a flood costs the server almost nothing); the refusal is sent after up to
-`REFUSAL_DELAY_S`, so a client that ignores Retry-After cannot spin on it. A successful login
-clears its account's key (not its client's); an admin resetting the password clears it too.
+Each key has a *level*: the recent failures. Every failure adds 1; the level drains by 1
+every `drain_s`. While the level is at most `free` nothing happens; above it, the key is
+blocked for `base_s * 2**(level - free - 1)` seconds (at most `max_s`), and every login with
+that key is refused with 429 and Retry-After, without checking the password (so a flood
+costs the server almost nothing); the refusal is sent after up to `REFUSAL_DELAY_S`, so a
+client that ignores Retry-After cannot spin on it.
+
+The keys of one login (review F11: the throttle must not be a lockout weapon):
+
+- `pair:NAME@ADDRESS` (`ACCOUNT`): the person at one address mistyping, or a guesser there:
+  blocks of up to 15 minutes; failures elsewhere never block this address;
+- `account:NAME` (`ACCOUNT_WIDE`): the backstop against guessers spread over many
+  addresses. Its block lasts at most `ACCOUNT_WIDE.max_s` (5 minutes) after the latest
+  failure, so it admits about one password check per 5 minutes for the account: a stranger
+  failing now and then delays the right password by at most that, and a guesser with any
+  number of addresses gets about 12 checks an hour after the first few;
+- `client:ADDRESS` (`CLIENT`): one address trying many accounts.
+
+A successful login clears its account's key and its own pair key (not its client's); an
+admin resetting the password clears the account's key and all its pair keys.
 
 The state lives in the database (`login_throttle`), so every process of one server (API
 workers, `gpupool up --workers N`) and every replica sharing the database see the same
@@ -65,9 +78,13 @@ class ThrottlePolicy:
         return min(self.max_s, self.base_s * 2.0 ** (over - 1))
 
 
-#: a person mistyping: 5 free tries, then 1 s, 2 s, 4 s ... up to 15 min; one try back every
-#: 10 min. A guesser gets about one try per 10 minutes per account.
+#: a person mistyping at one address: 5 free tries, then 1 s, 2 s, 4 s ... up to 15 min; one
+#: try back every 10 min. A guesser gets about one try per 10 minutes per account and address.
 ACCOUNT = ThrottlePolicy(free=5, base_s=1.0, max_s=900.0, drain_s=600.0)
+#: the account from every address together: the same, but a block ends at most 5 minutes
+#: after the latest failure, so the right password gets through within 5 minutes of a
+#: stranger's failure, while guessers from many addresses get about one check per 5 minutes
+ACCOUNT_WIDE = ThrottlePolicy(free=5, base_s=1.0, max_s=300.0, drain_s=600.0)
 #: one address may serve many people (NAT, a proxy): 20 free, drains one per minute.
 CLIENT = ThrottlePolicy(free=20, base_s=1.0, max_s=300.0, drain_s=60.0)
 
@@ -76,12 +93,25 @@ def account_key(user: str) -> str:
     return f"account:{user}"
 
 
-def client_key(address: str) -> str:
-    """`client:ADDRESS`; an address that is not a short one (a forged X-Forwarded-For, say)
-    is kept as its SHA-256, so every key fits the column."""
+def _short(address: str) -> str:
+    """An address that is not a short one (a forged X-Forwarded-For, say) as its SHA-256,
+    so every key fits the column."""
     if len(address) > 64:
-        address = "sha256-" + hashlib.sha256(address.encode()).hexdigest()
-    return f"client:{address}"
+        return "sha256-" + hashlib.sha256(address.encode()).hexdigest()
+    return address
+
+
+def client_key(address: str) -> str:
+    return f"client:{_short(address)}"
+
+
+def pair_key(user: str, address: str) -> str:
+    """`pair:NAME@ADDRESS`: one account from one client address."""
+    return f"{pair_prefix(user)}{_short(address)}"
+
+
+def pair_prefix(user: str) -> str:
+    return f"pair:{user}@"
 
 
 class LoginThrottle:
@@ -91,12 +121,13 @@ class LoginThrottle:
         self,
         store: Store,
         clock: Clock,
-        account: ThrottlePolicy = ACCOUNT,
+        account: ThrottlePolicy = ACCOUNT_WIDE,
         client: ThrottlePolicy = CLIENT,
+        pair: ThrottlePolicy = ACCOUNT,
     ):
         self.store = store
         self.clock = clock
-        self.policies = {"account": account, "client": client}
+        self.policies = {"account": account, "client": client, "pair": pair}
         self._blocked: dict[str, float] = {}  # key -> blocked until (seen by this process)
         self._lock = threading.Lock()
         self._pruned_at = 0.0
@@ -105,7 +136,9 @@ class LoginThrottle:
 
     @staticmethod
     def keys(user: str, client: str | None) -> list[str]:
-        return [account_key(user), client_key(client or "unknown")]
+        address = client or "unknown"
+        # the narrowest first: of equal blocks, a refusal names the first
+        return [pair_key(user, address), account_key(user), client_key(address)]
 
     def _policy(self, key: str) -> ThrottlePolicy:
         return self.policies[key.partition(":")[0]]
@@ -148,7 +181,12 @@ class LoginThrottle:
             return
         key, t = max(blocked.items(), key=lambda kv: kv[1])
         kind, _, name = key.partition(":")
-        who = f"user {name!r}" if kind == "account" else f"your address ({name})"
+        if kind == "account":
+            who = f"user {name!r} (from any address)"
+        elif kind == "pair":
+            who = f"user {name.rpartition('@')[0]!r} from your address"
+        else:
+            who = f"your address ({name})"
         raise TooManyRequests(
             f"too many failed logins for {who}; try again after {_clock_time(t)} "
             f"(in {math.ceil(t - now)} s)",
@@ -200,17 +238,29 @@ class LoginThrottle:
                 repo.prune(now - PRUNE_AFTER_S)
         self._remember(until)
 
-    def succeeded(self, user: str) -> None:
-        """A correct password for `user`: its account starts afresh."""
-        self.forget(user)
+    def succeeded(self, user: str, client: str | None = None) -> None:
+        """A correct password for `user` from `client`: its account, and the account at
+        that address, start afresh."""
+        keys = [account_key(user), pair_key(user, client or "unknown")]
+        with self._lock:
+            for key in keys:
+                self._blocked.pop(key, None)
+        with self.store.write() as s:
+            repo = LoginThrottleRepo(s)
+            for key in keys:
+                repo.delete(key)
 
     def forget(self, user: str) -> None:
-        """Clear `user`'s account key (a successful login, or an admin's password reset)."""
-        key = account_key(user)
+        """Clear `user`'s account key and its keys at every address (an admin's password
+        reset)."""
+        key, prefix = account_key(user), pair_prefix(user)
         with self._lock:
-            self._blocked.pop(key, None)
+            for k in [k for k in self._blocked if k == key or k.startswith(prefix)]:
+                del self._blocked[k]
         with self.store.write() as s:
-            LoginThrottleRepo(s).delete(key)
+            repo = LoginThrottleRepo(s)
+            repo.delete(key)
+            repo.delete_prefixed(prefix)
 
     def forget_cached(self) -> None:
         """Drop what this process remembers; the database stays the truth."""

@@ -34,6 +34,12 @@ class LoginThrottleRepo:
     def delete(self, key: str) -> None:
         self.s.execute(delete(LoginThrottleRow).where(LoginThrottleRow.key == key))
 
+    def delete_prefixed(self, prefix: str) -> None:
+        """Delete every key that starts with `prefix` (taken literally, not as a pattern)."""
+        self.s.execute(
+            delete(LoginThrottleRow).where(LoginThrottleRow.key.startswith(prefix, autoescape=True))
+        )
+
     def prune(self, before: float) -> int:
         """Forget keys whose last failure is older than `before`; returns how many."""
         res = self.s.execute(

@@ -202,6 +202,13 @@ class WorkloadRepo:
         )
         return [workload_to_domain(_plain(r)) for r in self.s.execute(q)]
 
+    def count_pending_of(self, owner: str) -> int:
+        """How many workloads of `owner` are pending (the per-user cap at submit)."""
+        q = select(func.count()).where(
+            WorkloadRow.owner == owner, WorkloadRow.state == str(WorkloadState.PENDING)
+        )
+        return int(self.s.scalar(q) or 0)
+
     def count_by_state_tenant(self) -> list[tuple[str, str, int]]:
         q = select(WorkloadRow.state, WorkloadRow.tenant, func.count()).group_by(
             WorkloadRow.state, WorkloadRow.tenant

@@ -7,9 +7,11 @@ dicts (the raw JSON: parsing 5,000 pods into client models would cost seconds pe
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from gpupool.engines.base import EngineError
+from gpupool.executors import logread
 
 
 class KubeError(Exception):
@@ -58,6 +60,16 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
             "service account, or pass --kubeconfig (or set KUBECONFIG)"
         ) from None
     return client.ApiClient(cfg)
+
+
+def _body_chunks(resp: Any) -> Iterator[bytes]:
+    """A urllib3 response's body in chunks; the connection goes back to the pool after."""
+    try:
+        yield from resp.stream(logread.CHUNK_BYTES)
+    except Exception as e:  # noqa: BLE001 - a broken connection ends the read early
+        raise KubeError(0, f"the Kubernetes API stopped sending the log: {e}") from None
+    finally:
+        resp.release_conn()
 
 
 class KubeApi:
@@ -130,9 +142,24 @@ class KubeApi:
             if e.status != 404:
                 raise
 
-    def pod_log(self, namespace: str, name: str, tail: int | None) -> str:
-        kw: dict[str, int] = {"tail_lines": tail} if tail is not None else {}
-        return str(self._call(self.core.read_namespaced_pod_log, name, namespace, raw=False, **kw))
+    def pod_log_chunks(
+        self, namespace: str, name: str, tail_lines: int | None = None
+    ) -> Iterator[bytes]:
+        """The pod's log (its last `tail_lines` lines when given) as the API server sends
+        it, in chunks of at most `logread.CHUNK_BYTES`: never whole in memory. The request
+        is made now (errors: KubeError); the body is read as the iterator is consumed."""
+        from kubernetes.client.exceptions import ApiException
+
+        kw: dict[str, int] = {"tail_lines": tail_lines} if tail_lines is not None else {}
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                name, namespace, _preload_content=False, _request_timeout=self.timeout_s, **kw
+            )
+        except ApiException as e:
+            raise KubeError(e.status or 0, _message(e)) from None
+        except Exception as e:  # noqa: BLE001 - connection errors of urllib3
+            raise KubeError(0, f"the Kubernetes API did not answer: {e}") from None
+        return _body_chunks(resp)
 
     def pod_events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return list(

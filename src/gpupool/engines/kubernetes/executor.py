@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,7 @@ from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebook_pods as nb
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.podstatus import node_of, pending_reason, started_at, status_of
+from gpupool.executors import logread
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -521,23 +522,60 @@ class KubernetesExecutor(Executor):
             )
         return out
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
+    def _log_pods(self, workload_id: str) -> tuple[_Known, list[str]]:
         k = self._known.get(workload_id)
         if k is None:
             raise ExecutorError(f"no pod is known for workload {workload_id}")
+        return k, list(k.members)
+
+    def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
+        """The pod's log streamed from the API server (a gang: each rank's after a
+        `== rank R (pod) ==` line); the API cannot seek, so `offset` bytes are read and
+        dropped. Nothing is held whole."""
+        k, members = self._log_pods(workload_id)
+        if not members:
+            first = self._pod_log(k, k.name, None)  # errors now, not while streaming
+            return logread.skip_bytes(first, offset)
+        return logread.skip_bytes(self._gang_log(k, members), offset)
+
+    def _gang_log(self, k: _Known, members: list[str]) -> Iterator[bytes]:
+        for rank, name in enumerate(members):
+            yield f"== rank {rank} ({name}) ==\n".encode()
+            last = b"\n"
+            for chunk in self._pod_log(k, name, None):
+                last = chunk
+                yield chunk
+            if not last.endswith(b"\n"):
+                yield b"\n"
+
+    def log_tail(
+        self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
+    ) -> bytes:
+        """The API's `tailLines`, keeping at most `max_bytes` of what it sends (a gang: the
+        tail of each rank, each in its share of `max_bytes`)."""
+        k, members = self._log_pods(workload_id)
+        if not members:
+            return self._tail(k, k.name, lines, max_bytes)
+        share = max(1, max_bytes // len(members))
+        parts = []
+        for rank, name in enumerate(members):
+            part = self._tail(k, name, lines, share)
+            parts.append(f"== rank {rank} ({name}) ==\n".encode() + part)
+        return b"".join(p if p.endswith(b"\n") else p + b"\n" for p in parts)
+
+    def _tail(self, k: _Known, pod: str, lines: int, max_bytes: int) -> bytes:
         try:
-            if not k.members:
-                return self.api.pod_log(k.namespace, k.name, tail)
-            parts = []
-            for rank, name in enumerate(k.members):
-                parts.append(
-                    f"== rank {rank} ({name}) ==\n" + self.api.pod_log(k.namespace, name, tail)
-                )
-            return "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+            data, dropped = logread.last_bytes(self._pod_log(k, pod, lines), max_bytes)
         except KubeError as e:
-            raise ExecutorError(
-                f"reading the log of pod {k.namespace}/{k.name} failed: {e}"
-            ) from None
+            raise ExecutorError(f"reading the log of pod {k.namespace}/{pod} failed: {e}") from None
+        return logread.tail_of(data, lines, starts_mid_line=dropped)
+
+    def _pod_log(self, k: _Known, pod: str, tail_lines: int | None) -> Iterator[bytes]:
+        try:
+            chunks = self.api.pod_log_chunks(k.namespace, pod, tail_lines)
+        except KubeError as e:
+            raise ExecutorError(f"reading the log of pod {k.namespace}/{pod} failed: {e}") from None
+        return chunks
 
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
         """Delete the pods (and so the logs) of work that ended `older_than_s` ago."""

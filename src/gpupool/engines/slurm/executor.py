@@ -47,7 +47,7 @@ import math
 import os
 import shlex
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
 from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
+from gpupool.executors import logread
 from gpupool.executors.accounts import (
     Account,
     default_jobs_account,
@@ -569,13 +570,16 @@ class SlurmExecutor(Executor):
             removed.append(wid)
         return sorted(removed)
 
-    def logs(self, workload_id: str, tail: int | None = None) -> str:
+    def _output(self, workload_id: str) -> Path:
         job = self._jobs.get(workload_id)
-        path = job.output if job else self.output_dir / f"{workload_id}.out"
-        try:
-            text = path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        if tail is not None:
-            text = "\n".join(text.splitlines()[-tail:])
-        return text
+        return job.output if job else self.output_dir / f"{workload_id}.out"
+
+    def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
+        """The job's output file (sbatch --output) from `offset`, streamed."""
+        return logread.file_chunks(self._output(workload_id), offset)
+
+    def log_tail(
+        self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
+    ) -> bytes:
+        """The end of the job's output file, read from the end."""
+        return logread.file_tail(self._output(workload_id), lines, max_bytes)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi.responses import StreamingResponse
 
-from gpupool.domain import WorkloadState
+from gpupool.domain import ValidationError, WorkloadState
+from gpupool.executors import logread
 from gpupool.server.auth import Principal, authenticated
 from gpupool.server.context import AppContext, get_ctx
 from gpupool.server.schemas.workloads import (
@@ -17,6 +19,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadOut,
 )
 from gpupool.server.services import idempotency, workloads
+from gpupool.server.services import logs as log_reads
 from gpupool.server.workload_json import json_response
 
 router = APIRouter()
@@ -102,14 +105,35 @@ def cancel(
     return workloads.cancel(ctx, p, workload_id)
 
 
-@router.get("/workloads/{workload_id}/logs", tags=["workloads"], summary="Output of the work")
+@router.get(
+    "/workloads/{workload_id}/logs",
+    tags=["workloads"],
+    summary="Output of the work",
+    response_model=LogsOut,
+    description=(
+        "The whole output, streamed as it is read; `tail=N`: the last N lines, read from "
+        f"at most the last {logread.TAIL_MAX_BYTES // 1024} KiB of the log, lines over "
+        f"{logread.LINE_MAX_BYTES // 1024} KiB cut with a marker; `offset=B`: a page of at "
+        "most `limit` bytes from byte B, with `next_offset` (docs/api.md, Logs)."
+    ),
+)
 def logs(
     workload_id: str,
-    tail: int | None = Query(None, ge=1, le=100_000),
+    tail: int | None = Query(None, ge=1, le=100_000, description="only the last N lines"),
+    offset: int | None = Query(None, ge=0, description="a page from this byte of the log"),
+    limit: int = Query(
+        log_reads.PAGE_MAX_BYTES, ge=4, le=log_reads.PAGE_MAX_BYTES, description="page size"
+    ),
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
-) -> LogsOut:
-    return workloads.logs(ctx, p, workload_id, tail)
+) -> Response | LogsOut:
+    if tail is not None and offset is not None:
+        raise ValidationError("give tail (the last lines) or offset (a page), not both", "tail")
+    if tail is not None:
+        return log_reads.tail(ctx, p, workload_id, tail)
+    if offset is not None:
+        return log_reads.page(ctx, p, workload_id, offset, limit)
+    return StreamingResponse(log_reads.stream(ctx, p, workload_id), media_type="application/json")
 
 
 @router.get(

@@ -186,9 +186,14 @@ class QueueEntryOut(Out):
 
 
 class LogsOut(Out):
+    """A workload's output. `offset`/`next_offset`: for a page (`?offset=`) only, byte
+    offsets in the log where this page starts and the next one does."""
+
     workload_id: str
     state: State
     text: str
+    offset: int | None = None
+    next_offset: int | None = None
 
 
 class UsageOut(Out):

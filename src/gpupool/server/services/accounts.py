@@ -20,7 +20,8 @@ from gpupool.server.schemas.tenancy import (
     UserUpdateIn,
 )
 from gpupool.server.security import hash_password, new_token, verify_password
-from gpupool.store import Token, TokenRepo, UserRepo
+from gpupool.server.services.tenants import require_visible
+from gpupool.store import NotFound, Token, TokenRepo, UserRepo
 
 
 def _token_out(token: Token) -> TokenOut:
@@ -80,7 +81,7 @@ async def login(
     if not await ctx.passwords.run_admitted(check):
         await run_in_threadpool(throttle.failed, keys)
         raise NotAuthenticated("wrong user name or password")
-    return await run_in_threadpool(_logged_in, ctx, username, token_name)
+    return await run_in_threadpool(_logged_in, ctx, username, token_name, client)
 
 
 def _password_ok(ctx: AppContext, user: str, password: str) -> bool:
@@ -89,14 +90,14 @@ def _password_ok(ctx: AppContext, user: str, password: str) -> bool:
     return verify_password(digest, password)
 
 
-def _logged_in(ctx: AppContext, username: str, token_name: str) -> LoginOut:
+def _logged_in(ctx: AppContext, username: str, token_name: str, client: str | None) -> LoginOut:
     with ctx.store.read() as s:
         users = UserRepo(s)
         user = users.find(username)
         memberships = users.memberships(username) if user else []
     if user is None:  # disabled between the check and now
         raise NotAuthenticated("wrong user name or password")
-    ctx.login_throttle.succeeded(user.name)
+    ctx.login_throttle.succeeded(user.name, client)
     tok = issue_token(ctx, user.name, token_name, None)
     return LoginOut(
         token=tok.token,
@@ -152,14 +153,27 @@ def list_users(ctx: AppContext, p: Principal) -> list[UserOut]:
         ]
 
 
+def _no_user(name: str) -> NotFound:
+    return NotFound(f"no user {name!r}; list them with GET /api/v1/users")
+
+
+def _require_visible_user(repo: UserRepo, p: Principal, name: str) -> None:
+    """Raise the 404 of a user that does not exist unless `p` may see `name` (itself, the
+    members of tenants it manages; admins: all), checked before the user is read: whether a
+    user the caller may not see exists is not told (review F10)."""
+    if name == p.name or p.admin:
+        return
+    visible = _visible_users(p, repo.memberships())
+    if visible is not None and name not in visible:
+        raise _no_user(name)
+
+
 def get_user(ctx: AppContext, p: Principal, name: str) -> UserOut:
     with ctx.store.read() as s:
         repo = UserRepo(s)
+        _require_visible_user(repo, p, name)
         user = repo.get(name)
         ms = repo.memberships(name)
-        visible = _visible_users(p, repo.memberships())
-    if visible is not None and name not in visible:
-        raise PermissionDenied("you may only see yourself and the members of tenants you manage")
     return user_out(user, ms)
 
 
@@ -190,6 +204,9 @@ def update_user(
     """Change a user (admins) or your own password. A new password needs the current one,
     unless an admin resets another user's; it revokes the user's other tokens (yours: all but
     the one of this request; an admin's reset: all of them, and clears the login throttle)."""
+    if not p.admin and name != p.name:
+        with ctx.store.read() as s:
+            _require_visible_user(UserRepo(s), p, name)
     if not p.admin and (
         name != p.name
         or body.admin is not None
@@ -237,6 +254,7 @@ def _check_current_password(
 
 
 def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: str) -> UserOut:
+    require_visible(p, tenant)
     p.require_manage(tenant, "add members to it")
     with ctx.store.write() as s:
         repo = UserRepo(s)
@@ -247,6 +265,7 @@ def set_membership(ctx: AppContext, p: Principal, user: str, tenant: str, role: 
 
 
 def remove_membership(ctx: AppContext, p: Principal, user: str, tenant: str) -> UserOut:
+    require_visible(p, tenant)
     p.require_manage(tenant, "remove its members")
     with ctx.store.write() as s:
         repo = UserRepo(s)

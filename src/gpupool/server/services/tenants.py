@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 from gpupool.domain import Tenant, TenantTree
+from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.convert import quota_from_in, quota_out
 from gpupool.server.schemas.tenancy import TenantCreateIn, TenantOut, TenantUpdateIn
-from gpupool.store import AllocationRepo, TenantRepo, WorkloadRepo
+from gpupool.store import AllocationRepo, NotFound, TenantRepo, WorkloadRepo
 
 
 def _visible(p: Principal, tree: TenantTree) -> list[Tenant]:
@@ -62,13 +63,28 @@ def list_tenants(ctx: AppContext, p: Principal) -> list[TenantOut]:
     ]
 
 
+def may_see(p: Principal, name: str) -> bool:
+    """Whether `p` may see tenant `name`, decided from names alone (nothing is read): the
+    tenants of a subtree it reads and their ancestors, as `list_tenants` shows them."""
+    roots = p.readable_roots()
+    return roots is None or any(in_subtree(name, r) or in_subtree(r, name) for r in roots)
+
+
+def require_visible(p: Principal, name: str) -> None:
+    """Raise the 404 of a tenant that does not exist unless `p` may see `name`: whether a
+    tenant the caller may not see exists is not told (review F10)."""
+    if not may_see(p, name):
+        raise NotFound(f"no tenant {name!r}; list them with GET /api/v1/tenants")
+
+
 def get_tenant(ctx: AppContext, p: Principal, name: str) -> TenantOut:
+    require_visible(p, name)
     with ctx.store.read() as s:
-        TenantRepo(s).get(name)  # 404 first
+        TenantRepo(s).get(name)
     for t in list_tenants(ctx, p):
         if t.name == name:
             return t
-    raise PermissionDenied(f"you have no role in tenant {name!r}; ask its tenant-admin")
+    raise NotFound(f"no tenant {name!r}; list them with GET /api/v1/tenants")
 
 
 def _require_configure(p: Principal, name: str, what: str) -> None:
@@ -88,10 +104,11 @@ def create_tenant(ctx: AppContext, p: Principal, body: TenantCreateIn) -> Tenant
 
 
 def update_tenant(ctx: AppContext, p: Principal, name: str, body: TenantUpdateIn) -> TenantOut:
+    require_visible(p, name)
+    _require_configure(p, name, "change its quota or policy")  # before reading: no oracle
     with ctx.store.write() as s:
         repo = TenantRepo(s)
         current = repo.get(name)
-        _require_configure(p, name, "change its quota or policy")
         changed = current
         if body.quota is not None:
             changed = dataclasses.replace(changed, quota=quota_from_in(body.quota))
@@ -105,8 +122,9 @@ def update_tenant(ctx: AppContext, p: Principal, name: str, body: TenantUpdateIn
 
 
 def delete_tenant(ctx: AppContext, p: Principal, name: str) -> None:
+    require_visible(p, name)
+    _require_configure(p, name, "delete it")  # before reading: no oracle
     with ctx.store.write() as s:
         repo = TenantRepo(s)
         repo.get(name)
-        _require_configure(p, name, "delete it")
         repo.delete(name)

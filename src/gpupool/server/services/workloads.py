@@ -1,5 +1,5 @@
 """Workloads: submit (validated so that nothing that can never run enters the queue), list,
-show, cancel, logs, and the queue."""
+show, cancel, and the queue (their logs: services.logs)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,13 @@ from gpupool.domain.commands import (
     check_declared_env,
 )
 from gpupool.domain.profiles import Profile
-from gpupool.executors.base import ExecutorError, NotSupported
 from gpupool.scheduler.admissible import never_runs
 from gpupool.scheduler.limits import TENANT
 from gpupool.server.auth import Principal, principal_for_token
 from gpupool.server.context import AppContext
-from gpupool.server.problems import PermissionDenied
+from gpupool.server.problems import PermissionDenied, TooManyRequests
 from gpupool.server.schemas.convert import allocation_out, event_out, request_from_in, workload_out
 from gpupool.server.schemas.workloads import (
-    LogsOut,
     ResourcesIn,
     WorkloadDetailOut,
     WorkloadIn,
@@ -238,6 +236,7 @@ def submit(
         repo = WorkloadRepo(s)
         if not TenantRepo(s).exists(tenant):
             raise ValidationError(f"tenant {tenant!r} was just deleted", "tenant")
+        check_pending_cap(repo, p.name, ctx.settings.max_pending_per_user)
         repo.add(w, name=body.name)
         repo.set_env(w.id, body.env)
         repo.set_pod_spec(w.id, body.pod_spec)
@@ -246,6 +245,25 @@ def submit(
         rec = repo.record(w.id)
     ctx.wake_scheduler()
     return workload_out(rec)
+
+
+#: Retry-After of a submit refused for the pending cap: a guess; work starts when GPUs free up
+PENDING_CAP_RETRY_S = 60.0
+
+
+def check_pending_cap(repo: WorkloadRepo, owner: str, cap: int) -> None:
+    """Raise TooManyRequests (429) if `owner` already has `cap` pending workloads (review
+    F14: one user cannot fill the queue without bound). `cap` 0: no cap."""
+    if cap <= 0:
+        return
+    n = repo.count_pending_of(owner)
+    if n >= cap:
+        raise TooManyRequests(
+            f"you have {n} pending workloads, the most one user may have "
+            f"(GPUPOOL_MAX_PENDING_PER_USER={cap}); wait until some start, or cancel some "
+            "(gpupool cancel ID, or DELETE /api/v1/workloads/ID), then submit again",
+            retry_after_s=PENDING_CAP_RETRY_S,
+        )
 
 
 def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str], owner: str) -> None:
@@ -261,9 +279,12 @@ def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str], owner: s
         raise ValidationError(str(e), e.field or "pod_spec") from None
 
 
-def _visible_or_403(p: Principal, w: Workload) -> None:
+def visible_or_404(p: Principal, w: Workload) -> Workload:
+    """`w`, if `p` may see it; else the very 404 of a workload that does not exist (no
+    existence oracle: review F10)."""
     if w.owner != p.name and not p.can_read(w.tenant):
-        raise PermissionDenied(f"you may not see workload {w.id}; it belongs to {w.tenant}")
+        raise NotFound(f"no workload {w.id!r}; list yours with GET /api/v1/workloads")
+    return w
 
 
 def list_workloads(
@@ -313,7 +334,7 @@ def _attained(s: Session, w: Workload, active: Allocation | None, now: float) ->
 def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDetailOut:
     with ctx.store.read() as s:
         rec = WorkloadRepo(s).record(workload_id)
-        _visible_or_403(p, rec.workload)
+        visible_or_404(p, rec.workload)
         last = AllocationRepo(s).last_for(workload_id)
         events = EventRepo(s).list(workload_id=workload_id, limit=1000)
         active = last[0] if last and last[1] is None else None
@@ -341,7 +362,7 @@ def cancel(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadOut:
     with ctx.store.write() as s:
         repo = WorkloadRepo(s)
         w = repo.get(workload_id)
-        _visible_or_403(p, w)
+        visible_or_404(p, w)
         _may_change(p, w)
         if w.terminal or w.state is S.PREEMPTED:
             raise Conflict(f"workload {workload_id} already ended ({w.state}); nothing to cancel")
@@ -354,26 +375,6 @@ def cancel(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadOut:
         rec = WorkloadRepo(s).record(workload_id)
         active = AllocationRepo(s).active_for(workload_id) if rec.workload.active else None
         return workload_out(rec, None, _attained(s, rec.workload, active, ctx.clock.now()))
-
-
-def logs(ctx: AppContext, p: Principal, workload_id: str, tail: int | None) -> LogsOut:
-    with ctx.store.read() as s:
-        w = WorkloadRepo(s).get(workload_id)
-    _visible_or_403(p, w)
-    if w.owner != p.name and not p.can_manage(w.tenant):
-        raise PermissionDenied(
-            f"only {w.owner} (the owner), a tenant-admin of {w.tenant} or an admin "
-            "may read its logs"
-        )
-    if w.state is S.PENDING:
-        return LogsOut(workload_id=w.id, state="pending", text="")
-    try:
-        text = ctx.executor.logs(workload_id, tail)
-    except NotSupported as e:
-        raise NotFound(str(e)) from None
-    except ExecutorError as e:
-        raise Conflict(f"cannot read the logs of {workload_id}: {e}") from None
-    return LogsOut(workload_id=w.id, state=str(w.state), text=text)  # type: ignore[arg-type]
 
 
 def queue(ctx: AppContext, p: Principal, tenant: str | None, limit: int = 500) -> list[JSONObject]:
