@@ -3,13 +3,15 @@
 The subset of core/v1 the engine uses: nodes (list), pods
 (create/get/list/patch/delete/log, labelSelector and fieldSelector `spec.nodeName`),
 events (list, fieldSelector `involvedObject.name`), namespaces (create/get/patch) and the
-tenancy objects: resourcequotas, persistentvolumeclaims (core/v1), rolebindings
-(rbac.authorization.k8s.io/v1) and networkpolicies (networking.k8s.io/v1), each with
-create/get/list/patch (merge)/delete. A pod create over a quota's `requests.nvidia.com/gpu`
-is answered 403 "exceeded quota", as the real admission plugin does. Nothing schedules:
-kube-scheduler's and the kubelet's part is scripted by the test through `FakeKube` (bind a
-pod, set its phase, exit code, events; make a node NotReady or cordoned; delete a pod
-behind gpupool's back).
+tenancy objects: resourcequotas, persistentvolumeclaims, services, secrets (core/v1), roles,
+rolebindings (rbac.authorization.k8s.io/v1) and networkpolicies (networking.k8s.io/v1), each
+with create/get/list/patch (merge)/delete. No garbage collector: an object whose owner is
+deleted stays (so a test sees whether gpupool deleted it). A pod create over a quota's
+`requests.nvidia.com/gpu` is answered 403 "exceeded quota", as the real admission plugin
+does. A Role or RoleBinding granting more than the engine holds is answered 403, as RBAC's
+escalation prevention does (`fakeapi_objects.py`). Nothing schedules: kube-scheduler's and
+the kubelet's part is scripted by the test through `FakeKube` (bind a pod, set its phase,
+exit code, events; make a node NotReady or cordoned; delete a pod behind gpupool's back).
 
 Pods and nodes can be watched (`?watch=true`, `fakeapi_watch.py`): every change below is
 recorded with its resourceVersion; `kube.watch` scripts 410 Gone, dropped and failing
@@ -117,6 +119,29 @@ def _gpu_request(pod: dict[str, Any]) -> int:
     return n
 
 
+def container_env(
+    pod: dict[str, Any], secrets: dict[tuple[str, str], dict[str, Any]] | None = None
+) -> dict[str, str]:
+    """The first container's environment as the kubelet resolves it: plain values, and
+    `secretKeyRef`s read from `secrets` (the fake's store), or shown as `secret:<name>/<key>`
+    when `secrets` is None (a pure builder's pod)."""
+    import base64
+
+    ns = pod["metadata"].get("namespace", "")
+    out = {}
+    for e in pod["spec"]["containers"][0].get("env") or []:
+        if "value" in e:
+            out[e["name"]] = e["value"]
+            continue
+        ref = e["valueFrom"]["secretKeyRef"]
+        if secrets is None:
+            out[e["name"]] = f"secret:{ref['name']}/{ref['key']}"
+        else:
+            data = secrets[(ns, ref["name"])]["data"]
+            out[e["name"]] = base64.b64decode(data[ref["key"]]).decode()
+    return out
+
+
 class FakeKube:
     """The fake API server's state and the test's control handle."""
 
@@ -132,8 +157,10 @@ class FakeKube:
             "resourcequotas": self.quotas,
             "persistentvolumeclaims": {},
             "rolebindings": {},
+            "roles": {},
             "networkpolicies": {},
             "services": {},
+            "secrets": {},
         }
         self.logs: dict[tuple[str, str], str] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
@@ -240,6 +267,20 @@ class FakeKube:
                 "metadata": {"name": name, "namespace": namespace},
                 "spec": {"hard": {f"requests.{GPU}": str(gpus)}},
             }
+
+    def add_namespace(self, name: str, tenant: str | None = None, **labels: str) -> None:
+        """A namespace made outside the engine: `tenant` marks it as that gpupool tenant's
+        (annotation `gpupool.dev/tenant`), None as nobody's."""
+        meta: dict[str, Any] = {"name": name, "resourceVersion": self.rv(), "labels": labels}
+        if tenant is not None:
+            meta["annotations"] = {"gpupool.dev/tenant": tenant}
+        with self.lock:
+            self.namespaces[name] = {"metadata": meta, "status": {"phase": "Active"}}
+
+    def env_of(self, pod: dict[str, Any]) -> dict[str, str]:
+        """A pod's first container's environment, its Secrets read (the kubelet's part)."""
+        with self.lock:
+            return container_env(pod, self.objects["secrets"])
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
         with self.lock:

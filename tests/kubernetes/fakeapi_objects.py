@@ -1,7 +1,7 @@
 """The fake API server's tenancy objects (see fakeapi.py): resourcequotas,
-persistentvolumeclaims, services (a gang's headless Service) (core/v1), rolebindings
-(rbac.authorization.k8s.io/v1) and
-networkpolicies (networking.k8s.io/v1), with create/get/list/patch (merge)/delete, kept in
+persistentvolumeclaims, services (a gang's headless Service), secrets (a workload's env)
+(core/v1), roles and rolebindings (rbac.authorization.k8s.io/v1) and networkpolicies
+(networking.k8s.io/v1), with create/get/list/patch (merge)/delete, kept in
 `FakeKube.objects[resource][(namespace, name)]`."""
 
 from __future__ import annotations
@@ -30,14 +30,44 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
             "resourcequotas": "ResourceQuota",
             "persistentvolumeclaims": "PersistentVolumeClaim",
             "rolebindings": "RoleBinding",
+            "roles": "Role",
             "networkpolicies": "NetworkPolicy",
             "services": "Service",
+            "secrets": "Secret",
         }[resource]
         group = {
             "rolebindings": "rbac.authorization.k8s.io/v1",
+            "roles": "rbac.authorization.k8s.io/v1",
             "networkpolicies": "networking.k8s.io/v1",
         }.get(resource, "v1")
         return kind, group
+
+    def escalation(res: str, body: dict[str, Any], ns: str) -> str | None:
+        """Kubernetes' RBAC escalation prevention for the engine's own ServiceAccount: a Role
+        (or the Role a RoleBinding names) may grant only what the engine holds itself
+        (`rbac_rules.held`; it has no `bind` or `escalate`)."""
+        from tests.kubernetes.rbac_rules import held
+
+        if res == "rolebindings":
+            ref = body.get("roleRef") or {}
+            if ref.get("kind") != "Role":
+                return f"no bind on {ref.get('kind')} {ref.get('name')!r}"
+            role = self.objects["roles"].get((ns, ref.get("name", "")))
+            rules = (role or {}).get("rules") or []
+        elif res == "roles":
+            rules = body.get("rules") or []
+        else:
+            return None
+        for rule in rules:
+            for group in rule.get("apiGroups") or [""]:
+                for resource in rule.get("resources") or []:
+                    for verb in rule.get("verbs") or []:
+                        if not held(group, resource, verb):
+                            return (
+                                "attempting to grant RBAC permissions not currently held: "
+                                f"{group}/{resource} {verb}"
+                            )
+        return None
 
     async def collection(request: Request) -> Response:
         record(request)
@@ -59,6 +89,9 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
                 return _status(404, "NotFound", f'namespaces "{ns}" not found')
             if (ns, name) in store:
                 return _status(409, "AlreadyExists", f'{res} "{name}" already exists')
+            refused = escalation(res, body, ns)
+            if refused is not None:
+                return _status(403, "Forbidden", f'{res} "{name}" is forbidden: {refused}')
             body["metadata"]["namespace"] = ns
             body["metadata"]["resourceVersion"] = self.rv()
             body["metadata"].setdefault("uid", str(uuid.uuid4()))
@@ -79,6 +112,9 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
             if request.method == "DELETE":
                 store.pop((ns, name))
             elif patch is not None:
+                refused = escalation(res, _merge(copy.deepcopy(obj), patch), ns)
+                if refused is not None:
+                    return _status(403, "Forbidden", f'{res} "{name}" is forbidden: {refused}')
                 _merge(obj, patch)
                 obj["metadata"]["resourceVersion"] = self.rv()
             return JSONResponse(copy.deepcopy(obj))

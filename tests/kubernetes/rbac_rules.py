@@ -7,6 +7,8 @@ from __future__ import annotations
 #: (ClusterRole suffix, API group, resource, verb, resourceNames): exactly the engine's calls
 #: (client.py KubeApi and ObjectApi). Pods are listed in every namespace (outside GPUs), so
 #: `pods: list, watch` is cluster-wide even when the rest is bound per tenant namespace.
+#: No `bind` or `escalate`: the Roles gpupool makes for members (tenancy.ROLE_RULES) grant
+#: only what these hold (`held`; the fake API server refuses more, as Kubernetes does).
 ENGINE_RULES = {
     ("cluster", "", "nodes", "list", ()),
     ("cluster", "", "nodes", "watch", ()),
@@ -28,10 +30,16 @@ ENGINE_RULES = {
     ("workloads", "", "resourcequotas", "delete", ()),
     ("workloads", "", "persistentvolumeclaims", "get", ()),
     ("workloads", "", "persistentvolumeclaims", "create", ()),
+    ("workloads", "", "secrets", "create", ()),
+    ("workloads", "", "secrets", "patch", ()),
+    ("workloads", "", "secrets", "delete", ()),
+    ("workloads", "rbac.authorization.k8s.io", "roles", "get", ()),
+    ("workloads", "rbac.authorization.k8s.io", "roles", "create", ()),
+    ("workloads", "rbac.authorization.k8s.io", "roles", "patch", ()),
     ("workloads", "rbac.authorization.k8s.io", "rolebindings", "get", ()),
     ("workloads", "rbac.authorization.k8s.io", "rolebindings", "create", ()),
     ("workloads", "rbac.authorization.k8s.io", "rolebindings", "patch", ()),
-    ("workloads", "rbac.authorization.k8s.io", "clusterroles", "bind", ("edit", "view")),
+    ("workloads", "rbac.authorization.k8s.io", "rolebindings", "delete", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "get", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "create", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "patch", ()),
@@ -63,3 +71,9 @@ def request_rule(method: str, path: str) -> tuple[str, str, str, str]:
 
 def allowed(method: str, path: str) -> bool:
     return request_rule(method, path) in {r[:4] for r in ENGINE_RULES}
+
+
+def held(group: str, resource: str, verb: str) -> bool:
+    """Whether the engine's rules hold `verb` on `resource` (any namespace, all names): what
+    Kubernetes' RBAC escalation check asks of a Role or RoleBinding the engine writes."""
+    return any(r[1:4] == (group, resource, verb) and not r[4] for r in ENGINE_RULES)

@@ -65,7 +65,7 @@ def test_pending_running_succeeded_and_failed_with_exit_codes(kube, api, clock):
 
 
 def test_exceeded_quota_is_a_transient_start_error(kube, api, clock):
-    kube.namespaces[NS] = {"metadata": {"name": NS}}
+    kube.add_namespace(NS, "lab")
     kube.add_quota(NS, "gpu", 1)
     ex = _executor(api, clock)
     ex.start(_w("a"), _alloc("a"))
@@ -86,7 +86,7 @@ def test_a_conflict_adopts_the_existing_pod_instead_of_duplicating(kube, api, cl
 
 
 def test_a_conflict_with_someone_elses_pod_is_refused(kube, api, clock):
-    kube.namespaces[NS] = {"metadata": {"name": NS}}
+    kube.add_namespace(NS, "lab")
     kube.add_pod(
         {
             "metadata": {"name": "gp-w1", "namespace": NS, "labels": {}},

@@ -12,6 +12,7 @@ from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.executors.base import ExecState, StartError
+from tests.kubernetes.fakeapi import container_env
 
 kv = pytest.importorskip("kubernetes_validate")
 NS = "gpupool-lab"
@@ -37,7 +38,7 @@ def _alloc(wid: str = "g1", nodes: tuple[str, ...] = ("n1", "n2"), per: int = 4)
 
 
 def _env(pod: dict) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    return container_env(pod)
 
 
 def _executor(api, clock) -> KubernetesExecutor:

@@ -127,8 +127,9 @@ def test_gpupool_creates_the_notebook_pod_and_start_returns_its_endpoint(served,
     c = pod["spec"]["containers"][0]
     assert c["image"] == "quay.io/jupyter/base-notebook:2026-11-01"
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    env = {e["name"]: e.get("value") for e in c["env"]}
+    env = kube.env_of(pod)  # the hub's variables reach the pod through its env Secret
     assert env["JUPYTERHUB_API_TOKEN"] == HUB_TOKEN and env["JUPYTERHUB_USER"] == "ann"
+    assert HUB_TOKEN not in json.dumps(pod)  # never in the pod spec that `view` could read
     assert env["GPUPOOL_WORKLOAD_ID"] == sp.workload_id
     assert {"name": "home", "mountPath": "/home/jovyan"} in c["volumeMounts"]
     homes = [v for v in pod["spec"]["volumes"] if v["name"] == "home"]

@@ -118,7 +118,7 @@ def test_a_real_hub_spawns_a_notebook_whose_pod_gpupool_creates(stack, kube):
     c = pod["spec"]["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["ports"][0]["containerPort"] == nb_port
-    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    env = kube.env_of(pod)  # the kubelet reads the workload's env Secret
     assert env["JUPYTERHUB_USER"] == "alice" and env["JUPYTERHUB_API_TOKEN"]
     # the kubelet's part: run the pod's notebook server here, report the pod Running
     home = tmp / "alice"

@@ -58,7 +58,7 @@ def test_whole_gpu_pod_is_pinned_by_affinity_and_valid(version):
     res = spec["containers"][0]["resources"]
     assert res["limits"][m.GPU] == "2" and res["requests"]["cpu"] == "4000m"
     meta = pod["metadata"]
-    assert meta["namespace"] == "gpupool-lab-vision" and meta["name"] == "gp-w-01abc"
+    assert meta["namespace"] == m.namespace_for("lab/vision") and meta["name"] == "gp-w-01abc"
     assert meta["labels"][m.WORKLOAD] == "W-01ABC" and meta["labels"][m.USER] == "ann"
     assert meta["labels"][m.MANAGED_BY] == "gpupool"
     assert meta["annotations"][m.STARTED_AT] == "12.5"
@@ -96,6 +96,7 @@ def test_validation_catches_a_typo_so_the_check_is_real():
 
 
 def test_names_are_dns_labels():
-    assert m.namespace_for("Lab/Vision_2", "gp-") == "gp-lab-vision-2"
+    assert m.namespace_for("lab-vision", "gp-") == "gp-lab-vision"  # plain stays readable
+    assert m.namespace_for("Lab/Vision_2", "gp-").startswith("gp-lab-vision-2-h")
     assert len(m.pod_name("x" * 100)) <= 63
     assert m.label_value("ann@example.org") == "ann-example.org"

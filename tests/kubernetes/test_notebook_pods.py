@@ -9,6 +9,7 @@ import pytest
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebook_pods as nb
+from tests.kubernetes.fakeapi import container_env
 
 kv = pytest.importorskip("kubernetes_validate")
 
@@ -65,8 +66,10 @@ def test_the_pod_is_gpupools_with_the_templates_container(version):
     c = spec["containers"][0]
     assert c["image"] == "quay.io/jupyter/base-notebook:2026-11-01"
     assert c["resources"]["limits"] == {"memory": "4Gi", m.GPU: "1"}  # not the template's 8
-    env = {e["name"]: e["value"] for e in c["env"]}
-    assert env["JUPYTERHUB_API_TOKEN"] == "secret" and env["GPUPOOL_WORKLOAD_ID"] == "W-NB1"
+    env = container_env(pod)  # the hub's token only by reference to the workload's Secret
+    assert env["JUPYTERHUB_API_TOKEN"] == "secret:gp-w-nb1-env/JUPYTERHUB_API_TOKEN"
+    assert env["GPUPOOL_WORKLOAD_ID"] == "W-NB1" and "HOME" not in env  # the image's HOME
+    assert all(e.get("value") != "secret" for e in c["env"])
     assert "nodeName" not in spec and "serviceAccountName" not in spec
     assert spec["automountServiceAccountToken"] is False and spec["restartPolicy"] == "Never"
     assert {v["name"] for v in spec["volumes"]} == {"scratch", "home"}

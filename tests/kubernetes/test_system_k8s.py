@@ -158,16 +158,21 @@ def test_tenancy_objects_follow_the_store(system, kube, clock):
     from gpupool.domain import Membership, Role, User
     from gpupool.store import UserRepo
 
-    view = kube.objects["rolebindings"][(NS, "gpupool-view")]
-    assert [s["name"] for s in view["subjects"]] == ["admin"]
+    member = kube.objects["rolebindings"][(NS, "gpupool-member")]
+    assert [s["name"] for s in member["subjects"]] == ["admin"]
+    assert member["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "gpupool-member",
+    }
     assert (NS, "home-admin") in kube.objects["persistentvolumeclaims"]
     with system.ctx.store.write() as s:
         users = UserRepo(s)
         users.create(User("eve"), None, clock.now())
         users.set_membership(Membership("eve", "default", Role.TENANT_ADMIN))
     system.ctx.loops.get("inventory").run_once()
-    edit = kube.objects["rolebindings"][(NS, "gpupool-edit")]
-    assert [s["name"] for s in edit["subjects"]] == ["eve"]
+    ta = kube.objects["rolebindings"][(NS, "gpupool-tenant-admin")]
+    assert [s["name"] for s in ta["subjects"]] == ["eve"]
 
 
 def test_a_reconcile_pass_between_start_and_its_record_keeps_the_pod(system, kube):

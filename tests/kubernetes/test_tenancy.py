@@ -12,11 +12,12 @@ from gpupool.engines.base import EngineEnv
 from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, TenancySettings
 from gpupool.engines.kubernetes import tenancy as t
 from gpupool.engines.kubernetes.client import ObjectApi
+from gpupool.engines.kubernetes.manifests import namespace_for
 from gpupool.engines.kubernetes.tenancy_sync import TenancySync
 
 kv = pytest.importorskip("kubernetes_validate")
 
-NS = "gpupool-physics-lab-a"
+NS = namespace_for("physics/lab-a")  # gpupool-physics-lab-a-h<hash>: injective
 
 
 def _tree(limit_milli: int | None = 2500) -> TenantTree:
@@ -56,6 +57,10 @@ def test_every_object_is_valid(version):
     assert kinds == [
         "Namespace",
         "ResourceQuota",
+        "Role",
+        "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "NetworkPolicy",
@@ -67,7 +72,7 @@ def test_every_object_is_valid(version):
     for o in objs:
         kv.validate(o, version, strict=True)
     off = TenancySettings(block_cloud_metadata=False)
-    assert [o["metadata"]["name"] for o in t.tenant_objects(_spec(), "gpupool-", off)][4:6] == [
+    assert [o["metadata"]["name"] for o in t.tenant_objects(_spec(), "gpupool-", off)][8:10] == [
         t.POLICY_NAME,
         "home-ada",
     ]
@@ -169,11 +174,17 @@ def test_objects_say_the_right_things():
     assert objs[("ResourceQuota", "gpupool-gpus")]["spec"] == {
         "hard": {"requests.nvidia.com/gpu": "3"}
     }
-    edit, view = objs[("RoleBinding", "gpupool-edit")], objs[("RoleBinding", "gpupool-view")]
-    assert edit["roleRef"]["name"] == "edit" and view["roleRef"]["name"] == "view"
-    assert [s["name"] for s in edit["subjects"]] == ["ada"]
-    assert [s["name"] for s in view["subjects"]] == ["bob", "cy"]
-    assert {s["kind"] for s in edit["subjects"] + view["subjects"]} == {"User"}
+    bindings = {n: objs[("RoleBinding", n)] for n in t.ROLE_RULES}
+    for name, b in bindings.items():  # gpupool's own Role of the same name, never edit/view
+        assert b["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": name,
+        }
+        assert {s["kind"] for s in b["subjects"]} == {"User"}
+    assert [s["name"] for s in bindings["gpupool-tenant-admin"]["subjects"]] == ["ada"]
+    assert [s["name"] for s in bindings["gpupool-member"]["subjects"]] == ["bob"]
+    assert [s["name"] for s in bindings["gpupool-viewer"]["subjects"]] == ["cy"]
     (rule,) = objs[("NetworkPolicy", t.POLICY_NAME)]["spec"]["ingress"]
     assert rule["from"][1]["namespaceSelector"]["matchExpressions"] == [
         {"key": "gpupool.dev/tenant", "operator": "DoesNotExist"}
@@ -204,7 +215,8 @@ def test_the_engine_creates_patches_and_then_only_reads(kube, clock):
     quota = kube.objects["resourcequotas"][(NS, "gpupool-gpus")]
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "3"}
     rbs = kube.objects["rolebindings"]
-    assert [s["name"] for s in rbs[(NS, "gpupool-view")]["subjects"]] == ["bob", "cy"]
+    assert [s["name"] for s in rbs[(NS, "gpupool-member")]["subjects"]] == ["bob"]
+    assert [s["name"] for s in rbs[(NS, "gpupool-viewer")]["subjects"]] == ["cy"]
     assert (NS, t.POLICY_NAME) in kube.objects["networkpolicies"]
     pvcs = kube.objects["persistentvolumeclaims"]
     assert sorted(n for _, n in pvcs) == ["home-ada", "home-bob", "home-cy"]
@@ -231,9 +243,9 @@ def test_the_engine_creates_patches_and_then_only_reads(kube, clock):
     kube.requests.clear()
     engine.sync_tenants(_tree(4000), [m for m in MEMBERS if m.user != "bob"])
     assert _writes(kube) == [
-        ("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings/gpupool-view")
+        ("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings/gpupool-member")
     ]
-    assert [s["name"] for s in rbs[(NS, "gpupool-view")]["subjects"]] == ["cy"]
+    assert rbs[(NS, "gpupool-member")].get("subjects") in (None, [])
     assert (NS, "home-bob") in pvcs
 
     # the tenant's own limit goes away: the parent's 8 GPUs cap it
@@ -320,17 +332,21 @@ def test_a_failed_pass_is_retried(kube, clock):
 def test_what_a_real_server_adds_or_omits_is_not_a_difference():
     from gpupool.engines.kubernetes.tenancy_sync import object_patch
 
-    (edit, view) = t.role_binding_manifests(NS, "physics/lab-a", [("bob", Role.MEMBER)])
+    (empty, bobs, _) = t.role_binding_manifests(NS, "physics/lab-a", [("bob", Role.MEMBER)])
     served = {  # the API server omits an empty list and adds its own metadata
-        **edit,
-        "metadata": {**edit["metadata"], "uid": "u", "resourceVersion": "9"},
+        **empty,
+        "metadata": {**empty["metadata"], "uid": "u", "resourceVersion": "9"},
     }
     del served["subjects"]
-    assert object_patch(edit, served) is None
+    assert object_patch(empty, served) is None
     ns = t.tenant_objects(_spec(), "gpupool-", TenancySettings())[0]
     labelled = {"kubernetes.io/metadata.name": NS, **ns["metadata"]["labels"]}
-    assert object_patch(ns, {"metadata": {"name": NS, "labels": labelled}}) is None
-    assert object_patch(ns, {"metadata": {"name": NS, "labels": {"x": "y"}}}) == {
-        "metadata": {"labels": ns["metadata"]["labels"]}
-    }
-    assert object_patch(view, {**view, "subjects": []}) == {"subjects": view["subjects"]}
+    mark = {"gpupool.dev/tenant": "physics/lab-a"}
+    assert (
+        object_patch(ns, {"metadata": {"name": NS, "labels": labelled, "annotations": mark}})
+        is None
+    )
+    assert object_patch(
+        ns, {"metadata": {"name": NS, "labels": {"x": "y"}, "annotations": mark}}
+    ) == {"metadata": {"labels": ns["metadata"]["labels"]}}
+    assert object_patch(bobs, {**bobs, "subjects": []}) == {"subjects": bobs["subjects"]}

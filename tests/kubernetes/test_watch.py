@@ -67,7 +67,7 @@ def informer(kube, api, clock):
         max_backoff_s=0.05,
     )
     inf.seen = seen
-    kube.namespaces[NS] = {"metadata": {"name": NS}}
+    kube.add_namespace(NS, "default")
     yield inf
     inf.stop()
     kube.end_watches()
@@ -168,7 +168,8 @@ def test_a_pod_not_yet_in_the_watch_is_not_lost(kube, api, clock):
     ex.start(w, Allocation("w1", "n1", (share,), 0.0))
     ex.tick()
     assert ex.poll("w1").state is ExecState.STARTING
-    assert [m for m, _ in kube.requests].count("GET") == 1  # the one read, no list
+    pod_reads = [(m, p) for m, p in kube.requests if m == "GET" and "/pods" in p]
+    assert len(pod_reads) == 1  # the one read, no list
     kube.vanish(NS, "gp-w1")
     ex.tick()
     assert ex.poll("w1").state is ExecState.LOST

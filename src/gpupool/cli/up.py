@@ -84,6 +84,22 @@ def register(app: typer.Typer) -> None:
             "--image",
             help="--engine kubernetes: the container image jobs run in.",
         ),
+        pod_security: str = typer.Option(
+            "restricted",
+            "--pod-security",
+            metavar="restricted|baseline",
+            help="--engine kubernetes: the Pod Security level of tenant namespaces and pods. "
+            "restricted: pods run as --run-as-user, non-root, all capabilities dropped. "
+            "baseline: the escape hatch for images that must run as root (as the image's "
+            "user, with the runtime's default capabilities).",
+        ),
+        run_as_user: int = typer.Option(
+            1000,
+            "--run-as-user",
+            min=1,
+            help="--engine kubernetes: the uid (and gid) of job pods under --pod-security "
+            "restricted (a notebook's pod keeps the hub's non-root user).",
+        ),
         slurm_partition: str | None = typer.Option(
             None,
             "--slurm-partition",
@@ -179,6 +195,8 @@ def register(app: typer.Typer) -> None:
                 "home_size": home_size,
                 "home_storage_class": home_storage_class,
                 "block_cloud_metadata": block_cloud_metadata,
+                "pod_security": pod_security,
+                "run_as_user": run_as_user,
             },
             slurm={
                 "partition": slurm_partition,
@@ -238,11 +256,20 @@ def _engine(name: str, kube: dict | None = None, slurm: dict | None = None, **lo
             PodSettings,
             TenancySettings,
         )
+        from gpupool.engines.kubernetes.manifests import PSA_LEVELS
 
         k = kube or {}
+        uid = int(k.get("run_as_user") or PodSettings.run_as_user)
+        level = k.get("pod_security") or PodSettings.pod_security
+        if level not in PSA_LEVELS:
+            _say(f"error: --pod-security must be one of {', '.join(PSA_LEVELS)}, not {level!r}")
+            raise typer.Exit(2)
         pods = PodSettings(
             image=k.get("image") or PodSettings.image,
             namespace_prefix=k.get("namespace_prefix") or PodSettings.namespace_prefix,
+            pod_security=level,
+            run_as_user=uid,
+            run_as_group=uid,
         )
         tenancy = TenancySettings(
             home_size=k.get("home_size") or TenancySettings.home_size,

@@ -78,6 +78,7 @@ class KubernetesEngine(Engine):
         self.inventory_interval_s: float | None = self.options.inventory_interval_s
         self._stale = threading.Event()
         self._tenancy_applied: str | None = None
+        self._refused: list[str] = []
         self._record: Any = None
         #: the watches (`follow`): gpupool's pods, every live pod, the nodes
         self.watches: dict[str, Informer] = {}
@@ -216,11 +217,22 @@ class KubernetesEngine(Engine):
         if self.api is None:
             return
         specs = tenant_specs(tenants, memberships)
-        prefix = self.options.pods.namespace_prefix
-        digest = fingerprint(specs, prefix, self.options.tenancy)
+        prefix, level = self.options.pods.namespace_prefix, self.options.pods.pod_security
+        digest = fingerprint(specs, prefix, self.options.tenancy, level)
         if digest == self._tenancy_applied:
             return
-        errors = TenancySync(ObjectApi(self.api), prefix, self.options.tenancy).apply_all(specs)
+        sync = TenancySync(ObjectApi(self.api), prefix, self.options.tenancy, level)
+        errors = sync.apply_all(specs)
+        if sync.refused != self._refused and self._record is not None and sync.refused:
+            self._record(
+                "kubernetes.tenancy_refused",
+                "tenant namespaces that are not the tenant's were left alone (retried): "
+                f"{'; '.join(sync.refused)[:1000]}",
+                {"tenants": len(sync.refused)},
+            )
+        self._refused = sync.refused
+        if sync.refused:
+            return  # retried every pass until the namespace is fixed (an event on change)
         if errors:
             if self._record is not None:
                 self._record(

@@ -170,20 +170,16 @@ class KubeApi:
             )["items"]
         )
 
-    def ensure_namespace(self, body: dict[str, Any]) -> None:
-        try:
-            self._call(self.core.create_namespace, body)
-        except KubeError as e:
-            if e.status != 409:
-                raise
 
-
-#: kind -> (API class, method suffix, namespaced): the objects of a tenant (tenancy.py)
+#: kind -> (API class, method suffix, namespaced): the objects of a tenant (tenancy.py) and
+#: a workload's Service and env Secret
 _KINDS = {
     "Namespace": ("CoreV1Api", "namespace", False),
     "Service": ("CoreV1Api", "service", True),  # a gang's headless Service (gang.py)
+    "Secret": ("CoreV1Api", "secret", True),  # a workload's env (manifests.env_secret)
     "ResourceQuota": ("CoreV1Api", "resource_quota", True),
     "PersistentVolumeClaim": ("CoreV1Api", "persistent_volume_claim", True),
+    "Role": ("RbacAuthorizationV1Api", "role", True),
     "RoleBinding": ("RbacAuthorizationV1Api", "role_binding", True),
     "NetworkPolicy": ("NetworkingV1Api", "network_policy", True),
 }

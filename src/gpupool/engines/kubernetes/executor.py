@@ -1,14 +1,21 @@
 """The kubernetes executor: one Pod per workload; kube-scheduler binds, the kubelet runs.
 
 - `start` creates the pod (`manifests.build_pod`) in the tenant's namespace (made on first
-  use), pinned to the allocation's node; 403 "exceeded quota" is a transient `StartError`
+  use; one that exists must be marked as that tenant's, else the start fails: see
+  `tenancy_sync`), pinned to the allocation's node. The workload's declared `env` goes into a
+  Secret (`manifests.env_secret`) made before the pod and owned by it (ownerReferences:
+  Kubernetes' garbage collector deletes it with the pod); gpupool also deletes it as soon as
+  the pod ended, and with the pod (stop, reject, prune). 403 "exceeded quota" is a transient
+  `StartError`
   (the namespace's ResourceQuota is a backstop behind gpupool's own limits: when it bites,
   pods gpupool does not manage use the quota, and that changes; the start-retry policy gives
   up after its tries); 409 (the pod exists: a start retried after a lost answer) adopts it.
 - State comes from one list of gpupool's pods (label `app.kubernetes.io/managed-by=gpupool`)
   per reconcile pass (`tick`): phase and container statuses give starting/running/succeeded/
   failed with the container's exit code; a known pod that disappeared without gpupool
-  deleting it is `lost`. With `cache` (the engine's watch of gpupool's pods, `watch.py`) a
+  deleting it is `lost`; a pod whose container can never start as configured (an image that
+  runs as root under `runAsNonRoot`, `podstatus.config_failure`) is failed and deleted.
+  With `cache` (the engine's watch of gpupool's pods, `watch.py`) a
   pass reads that cache and makes no request; a pod missing from it is read once (GET)
   before it is called lost (the watch may not have shown a pod just created yet). Without,
   one list per pass.
@@ -42,7 +49,15 @@ from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebook_pods as nb
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
-from gpupool.engines.kubernetes.podstatus import node_of, pending_reason, started_at, status_of
+from gpupool.engines.kubernetes.env_secrets import EnvSecrets
+from gpupool.engines.kubernetes.podstatus import (
+    config_failure,
+    node_of,
+    pending_reason,
+    started_at,
+    status_of,
+)
+from gpupool.engines.kubernetes.tenancy_sync import ensure_namespace_of
 from gpupool.executors import logread
 from gpupool.executors.base import (
     ExecState,
@@ -82,6 +97,8 @@ class _Known:
     members: tuple[str, ...] = ()
     member_pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     service: str = ""
+    #: the Secret holding its env ("": none, or deleted already)
+    secret: str = ""
 
     def pods(self) -> list[tuple[str, dict[str, Any] | None]]:
         """(name, last listed pod) of each of its pods."""
@@ -138,6 +155,10 @@ class KubernetesExecutor(Executor):
             self._objects = ObjectApi(self.api)
         return self._objects
 
+    @property
+    def secrets(self) -> EnvSecrets:
+        return EnvSecrets(self.objects)
+
     # -- start -------------------------------------------------------------------------
     def start(
         self,
@@ -179,23 +200,32 @@ class KubernetesExecutor(Executor):
         except (m.ManifestError, nb.TemplateError) as e:
             raise StartError(str(e), permanent=True) from None
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        secret = m.env_secret(workload, ns, env) if env else None
         try:
-            if ns not in self._namespaces:
-                self.api.ensure_namespace(m.namespace_manifest(ns, workload.tenant))
-                self._namespaces.add(ns)
+            self._ensure_namespace(ns, workload.tenant)
+            if secret is not None:
+                self.secrets.put(secret)
             created = self.api.create_pod(ns, pod)
         except KubeError as e:
             if e.status == 409:
                 created = self._adopt_existing(workload.id, ns, name)
-            elif e.status == 403 and "exceeded quota" in str(e):
-                raise StartError(
-                    f"the namespace {ns}'s ResourceQuota refused the pod ({e}); gpupool "
-                    "retries; raise the quota to at least the tenant's GPU limit"
-                ) from None
             else:
+                self.secrets.drop(ns, secret)
+                if e.status == 403 and "exceeded quota" in str(e):
+                    raise StartError(
+                        f"the namespace {ns}'s ResourceQuota refused the pod ({e}); gpupool "
+                        "retries; raise the quota to at least the tenant's GPU limit"
+                    ) from None
                 raise StartError(f"Kubernetes refused the pod {ns}/{name}: {e}") from None
+        self.secrets.own(ns, secret, [created])
         self._known[workload.id] = _Known(
-            ns, name, started_at(created, now), node, created, enforcement=enforcement
+            ns,
+            name,
+            started_at(created, now),
+            node,
+            created,
+            enforcement=enforcement,
+            secret=secret["metadata"]["name"] if secret else "",
         )
         self._stops.pop(workload.id, None)
         uid = (created.get("metadata") or {}).get("uid")
@@ -222,10 +252,11 @@ class KubernetesExecutor(Executor):
             raise StartError(str(e), permanent=True) from None
         ns = svc["metadata"]["namespace"]
         names = tuple(p["metadata"]["name"] for p in pods)
+        secret = m.env_secret(workload, ns, env) if env else None
         try:
-            if ns not in self._namespaces:
-                self.api.ensure_namespace(m.namespace_manifest(ns, workload.tenant))
-                self._namespaces.add(ns)
+            self._ensure_namespace(ns, workload.tenant)
+            if secret is not None:
+                self.secrets.put(secret)
             made = g.create_all(
                 self.api,
                 self.objects,
@@ -234,6 +265,7 @@ class KubernetesExecutor(Executor):
                 lambda name: self._adopt_existing(workload.id, ns, name),
             )
         except KubeError as e:
+            self.secrets.drop(ns, secret)
             if e.status == 403 and "exceeded quota" in str(e):
                 raise StartError(
                     f"the namespace {ns}'s ResourceQuota refused a pod of the gang ({e}); "
@@ -250,7 +282,9 @@ class KubernetesExecutor(Executor):
             members=names,
             member_pods={p["metadata"]["name"]: p for p in made},
             service=svc["metadata"]["name"],
+            secret=secret["metadata"]["name"] if secret else "",
         )
+        self.secrets.own(ns, secret, made)
         self._stops.pop(workload.id, None)
         own = dict(self._own_pods)
         for p in made:
@@ -261,11 +295,26 @@ class KubernetesExecutor(Executor):
         return Handle(workload.id, self.name, f"{ns}/{k.name}", now, enforcement)
 
     def _delete_all(self, k: _Known, grace: int) -> None:
-        """Delete its pod (a gang: every pod and the Service); raises KubeError."""
+        """Delete its pod (a gang: every pod and the Service) and its env Secret; raises
+        KubeError."""
         for name, _ in k.pods():
             self.api.delete_pod(k.namespace, name, grace)
         if k.service:
             self.objects.delete("Service", k.namespace, k.service)
+        self._forget_secret(k)
+
+    def _ensure_namespace(self, ns: str, tenant: str) -> None:
+        """Make `tenant`'s namespace or check it is the tenant's (StartError if not)."""
+        if ns not in self._namespaces:
+            problem = ensure_namespace_of(self.objects, ns, tenant, self.settings.pod_security)
+            if problem is not None:
+                raise StartError(problem)
+            self._namespaces.add(ns)
+
+    def _forget_secret(self, k: _Known) -> None:
+        """Delete its env Secret once (the pod ended or is deleted)."""
+        if k.secret and self.secrets.delete(k.namespace, k.secret):
+            k.secret = ""
 
     def _adopt_existing(self, workload_id: str, ns: str, name: str) -> dict[str, Any]:
         existing = self.api.get_pod(ns, name)
@@ -301,13 +350,20 @@ class KubernetesExecutor(Executor):
             k = self._known.get(wid)
             if k is None:
                 k = self._known[wid] = _Known(
-                    meta.get("namespace", ""), meta.get("name", ""), started_at(pod, now)
+                    meta.get("namespace", ""),
+                    meta.get("name", ""),
+                    started_at(pod, now),
+                    secret=m.env_secret_of(pod) or "",
                 )
             k.node = k.node or node_of(pod)
             k.pod = pod
             st = status_of(wid, pod)
             if st.state.finished and k.finished_at is None:
                 k.finished_at = now
+                self._forget_secret(k)
+            if config_failure(pod) and k.final is None:  # never starts: failed, deleted
+                k.final = st
+                self._delete_stuck(k, k.pods())
         for wid, members in gangs.items():
             self._note_gang(wid, members, now)
         for wid, k in list(self._known.items()):
@@ -339,6 +395,7 @@ class KubernetesExecutor(Executor):
                 started_at(members[0], now),
                 members=names,
                 service=g.service_name(wid),
+                secret=m.env_secret_of(members[0]) or "",
             )
         k.member_pods = {(p.get("metadata") or {}).get("name", ""): p for p in members}
         k.pod = g.gang_view(members, size)
@@ -347,13 +404,23 @@ class KubernetesExecutor(Executor):
         st = status_of(wid, k.pod)
         if st.state.finished and k.finished_at is None:
             k.finished_at = now
+            self._forget_secret(k)
         if st.state is ExecState.FAILED:
-            for name, pod in k.pods():
-                if pod is not None and status_of(wid, pod).state.alive:
-                    try:
-                        self.api.delete_pod(k.namespace, name, self.settings.grace_s)
-                    except KubeError as e:
-                        log.warning("stopping pod %s/%s of a failed gang: %s", k.namespace, name, e)
+            self._delete_stuck(k, k.pods())
+
+    def _delete_stuck(self, k: _Known, pods: list[tuple[str, dict[str, Any] | None]]) -> None:
+        """Delete those of `pods` that have not ended (a failed gang's others; a pod whose
+        container can never start)."""
+        for name, pod in pods:
+            phase = ((pod or {}).get("status") or {}).get("phase")
+            if pod is None or phase in ("Succeeded", "Failed"):
+                continue
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            try:
+                self.api.delete_pod(k.namespace, name, self.settings.grace_s)
+            except KubeError as e:
+                log.warning("stopping pod %s/%s of a failed workload: %s", k.namespace, name, e)
 
     def _still_there(self, k: _Known) -> bool:
         """Whether a pod the watch does not show exists (read it; keep it when so)."""

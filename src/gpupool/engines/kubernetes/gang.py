@@ -15,7 +15,8 @@ required node affinity to its node, the GPU limit, the annotations) plus:
   `<pod>.<service>` — the names an Indexed Job would give (`<job>-<index>.<service>`), so a
   script written for one works;
 * the gang environment (`gpupool.executors.gangenv`): MASTER_ADDR = rank 0's DNS name,
-  MASTER_PORT, NNODES, NPROC_PER_NODE, GPUS_PER_NODE, WORLD_SIZE, and its own NODE_RANK;
+  MASTER_PORT, NNODES, NPROC_PER_NODE, GPUS_PER_NODE, WORLD_SIZE, and its own NODE_RANK, in
+  the spec (the workload's declared `env` is read from its one Secret, shared by the pods);
 * the label `gpupool.dev/gang-rank` and the annotation `gpupool.dev/gang-size`.
 
 The gang's state is that of all its pods together (`gang_view`): failed as soon as one pod
@@ -113,7 +114,8 @@ def build_gang(
             gpu_limits=limits,
             enforcement=enf,
             started_at=started_at,
-            env={**(env or {}), **shared_env, "NODE_RANK": str(rank)},
+            env=env,
+            plain_env={**shared_env, "NODE_RANK": str(rank)},
         )
         name = member_name(workload.id, rank)
         pod["metadata"]["name"] = name

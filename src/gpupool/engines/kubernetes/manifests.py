@@ -13,16 +13,25 @@ A workload becomes one Pod in its tenant's namespace, pinned by *required node a
   strategy), enforcement `hardware`. The device plugin picks which instance of that profile
   on the node the pod gets; gpupool counts the node's instances of each profile, so the
   instance (start) it records is a slot of that count, not a particular one.
+
+Every pod runs under the Pod Security `restricted` profile by default (`harden`): non-root
+(`runAsNonRoot`, `run_as_user`/`run_as_group`, default 1000), no privilege escalation, all
+capabilities dropped, seccomp `RuntimeDefault`; a job's HOME is an emptyDir. The workload's
+declared `env` is never in the pod spec: it lives in a per-workload Secret (`env_secret`,
+created and deleted by the executor) that the container reads through `secretKeyRef`.
+Tenant namespaces carry the matching Pod Security Admission labels (`namespace_manifest`).
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
+from gpupool.domain.external_names import namespace_name
 
 GPU = "nvidia.com/gpu"
 GPU_SHARED = "nvidia.com/gpu.shared"
@@ -41,6 +50,13 @@ STARTED_AT = "gpupool.dev/started-at"
 OWNER = "gpupool.dev/owner"
 #: label selector of every pod gpupool created
 SELECTOR = f"{MANAGED_BY}=gpupool"
+#: Pod Security Admission: the levels gpupool's namespaces may enforce, and the pinned
+#: version of the standard (a cluster upgrade does not change what is admitted)
+PSA = "pod-security.kubernetes.io/"
+PSA_LEVELS = ("restricted", "baseline")
+PSA_VERSION = "v1.30"
+#: where a job's HOME is (an emptyDir: the image may have no home for the uid gpupool sets)
+JOB_HOME = "/home/gpupool"
 
 
 class ManifestError(ValueError):
@@ -50,7 +66,11 @@ class ManifestError(ValueError):
 @dataclass(frozen=True)
 class PodSettings:
     """What every pod gets. `image`: the container image of jobs (a workload names only its
-    command); `namespace_prefix`: tenant `a/b` runs in namespace `<prefix>a-b`."""
+    command); `namespace_prefix`: tenant `a/b` runs in namespace `namespace_name(a/b,
+    prefix)`; `pod_security`: `restricted` (default: the namespaces enforce it, pods run as
+    `run_as_user`:`run_as_group`, non-root, all capabilities dropped) or `baseline` (the escape
+    hatch for images that need root: pods run as the image's user with the runtime's default
+    capabilities, still without privilege escalation, seccomp `RuntimeDefault`)."""
 
     image: str = "python:3.12-slim"
     namespace_prefix: str = "gpupool-"
@@ -59,6 +79,17 @@ class PodSettings:
     #: PriorityClasses and RuntimeClasses a notebook's pod template may name (others dropped)
     priority_classes: tuple[str, ...] = ()
     runtime_classes: tuple[str, ...] = ()
+    pod_security: str = "restricted"
+    run_as_user: int = 1000
+    run_as_group: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.pod_security not in PSA_LEVELS:
+            raise ValueError(
+                f"pod_security must be one of {', '.join(PSA_LEVELS)}, not {self.pod_security!r}"
+            )
+        if self.run_as_user <= 0 or self.run_as_group <= 0:
+            raise ValueError("run_as_user and run_as_group must be non-zero uids/gids (not root)")
 
 
 def _dns(text: str, limit: int = 63) -> str:
@@ -73,8 +104,97 @@ def label_value(text: str) -> str:
 
 
 def namespace_for(tenant: str, prefix: str = "gpupool-") -> str:
-    """The namespace of `tenant`: `<prefix><tenant with / as ->`, a DNS label."""
+    """The namespace of `tenant`: injective over tenant paths (`external_names`): one-segment
+    lower-case names stay `<prefix><tenant>`, others get a readable form plus a hash."""
+    return namespace_name(tenant, prefix)
+
+
+def legacy_namespace_for(tenant: str, prefix: str = "gpupool-") -> str:
+    """The name gpupool before issue 29 gave `tenant`'s namespace (`/` and every other
+    character as `-`, lower case): not injective, only used to adopt namespaces on upgrade."""
     return _dns(prefix + tenant.replace("/", "-"))
+
+
+def env_secret_name(workload_id: str) -> str:
+    """The Secret holding a workload's declared `env`: `gp-<id>-env`."""
+    return f"{pod_name(workload_id)}-env"
+
+
+def env_secret(workload: Workload, namespace: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """The Secret of `workload`'s declared `env` (one key per variable), labelled as
+    gpupool's; the executor adds the pods as its owners once they exist."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": env_secret_name(workload.id),
+            "namespace": namespace,
+            "labels": {MANAGED_BY: "gpupool", WORKLOAD: label_value(workload.id)},
+            "annotations": {WORKLOAD: workload.id},
+        },
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(env.items())},
+    }
+
+
+def env_secret_of(pod: Mapping[str, Any]) -> str | None:
+    """The name of the env Secret a pod gpupool built reads (None: it reads none)."""
+    meta = pod.get("metadata") or {}
+    wid = (meta.get("annotations") or {}).get(WORKLOAD)
+    if not wid:
+        return None
+    name = env_secret_name(wid)
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for e in c.get("env") or []:
+            ref = ((e.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+            if ref == name:
+                return name
+    return None
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """The Pod Security Admission labels of a tenant namespace: `level` enforced, and
+    `restricted` warned and audited, all at the pinned version."""
+    out = {}
+    for mode, lvl in (("enforce", level), ("warn", "restricted"), ("audit", "restricted")):
+        out[f"{PSA}{mode}"] = lvl
+        out[f"{PSA}{mode}-version"] = PSA_VERSION
+    return out
+
+
+def harden(spec: dict[str, Any], settings: PodSettings) -> None:
+    """Put gpupool's security context on a pod `spec` (in place), its containers and init
+    containers included. `restricted`: non-root (the pod's own non-zero `runAsUser` and
+    `runAsGroup` are kept, else `settings`'), seccomp `RuntimeDefault`, and in every
+    container no privilege escalation, every capability dropped (only `NET_BIND_SERVICE`
+    may be added back). `baseline`: seccomp `RuntimeDefault` and no privilege escalation;
+    the user is the image's."""
+    restricted = settings.pod_security == "restricted"
+    psc = spec.setdefault("securityContext", {})
+    psc["seccompProfile"] = {"type": "RuntimeDefault"}
+    if restricted:
+        psc["runAsNonRoot"] = True
+        if not psc.get("runAsUser"):
+            psc["runAsUser"] = settings.run_as_user
+        if not psc.get("runAsGroup"):
+            psc["runAsGroup"] = settings.run_as_group
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            csc = c.setdefault("securityContext", {})
+            csc["allowPrivilegeEscalation"] = False
+            csc.pop("privileged", None)
+            if (csc.get("seccompProfile") or {}).get("type") != "Localhost":
+                csc["seccompProfile"] = {"type": "RuntimeDefault"}
+            if restricted:
+                csc["runAsNonRoot"] = True
+                added = (csc.get("capabilities") or {}).get("add") or []
+                caps: dict[str, Any] = {"drop": ["ALL"]}
+                keep = [
+                    a for a in added if str(a).upper().removeprefix("CAP_") == "NET_BIND_SERVICE"
+                ]
+                if keep:
+                    caps["add"] = keep
+                csc["capabilities"] = caps
 
 
 def pod_name(workload_id: str) -> str:
@@ -135,9 +255,12 @@ def build_pod(
     enforcement: Mapping[str, Enforcement],
     started_at: float,
     env: Mapping[str, str] | None = None,
+    plain_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Pod manifest of `workload` (see the module docstring). `node` is None for
-    CPU-only work, which kube-scheduler places anywhere."""
+    CPU-only work, which kube-scheduler places anywhere. `env`: the workload's declared
+    variables, read from its Secret (`env_secret`, which the caller creates); `plain_env`:
+    gpupool's own (a gang's rendezvous), set in the spec."""
     if not workload.command:
         raise ManifestError(f"workload {workload.id} has no command to run")
     limits: dict[str, str] = dict(gpu_limits)
@@ -148,11 +271,21 @@ def build_pod(
     if req.memory_mib:
         requests["memory"] = f"{req.memory_mib}Mi"
         limits["memory"] = f"{req.memory_mib}Mi"
-    variables = {
-        **(env or {}),
+    declared = dict(env or {})
+    own = {
+        **(plain_env or {}),
         "GPUPOOL_WORKLOAD_ID": workload.id,
         "GPUPOOL_GPU_MILLI": str(allocation.gpu_milli if allocation else 0),
     }
+    job_home = workload.kind is not WorkloadKind.NOTEBOOK and "HOME" not in declared
+    if job_home:
+        own["HOME"] = JOB_HOME
+    secret = env_secret_name(workload.id)
+    variables = [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": secret, "key": k}}}
+        for k in sorted(declared)
+        if k not in own
+    ] + [{"name": k, "value": v} for k, v in sorted(own.items())]
     resources: dict[str, Any] = {}
     if limits:
         resources["limits"] = limits
@@ -163,9 +296,8 @@ def build_pod(
         "image": settings.image,
         "imagePullPolicy": settings.pull_policy,
         "command": list(workload.command),
-        "env": [{"name": k, "value": v} for k, v in sorted(variables.items())],
+        "env": variables,
         "resources": resources,
-        "securityContext": {"allowPrivilegeEscalation": False},
     }
     shares = allocation.shares if allocation else ()
     spec: dict[str, Any] = {
@@ -174,6 +306,10 @@ def build_pod(
         "containers": [container],
         "automountServiceAccountToken": False,
     }
+    if job_home:
+        spec["volumes"] = [{"name": "gpupool-home", "emptyDir": {}}]
+        container["volumeMounts"] = [{"name": "gpupool-home", "mountPath": JOB_HOME}]
+    harden(spec, settings)
     if node is not None:
         spec["affinity"] = {
             "nodeAffinity": {
@@ -216,13 +352,21 @@ def build_pod(
     }
 
 
-def namespace_manifest(name: str, tenant: str) -> dict[str, Any]:
-    """The namespace of a tenant, labelled so gpupool and policies can find it."""
+def namespace_manifest(name: str, tenant: str, pod_security: str = "restricted") -> dict[str, Any]:
+    """The namespace of a tenant: labelled so gpupool and policies can find it (the label's
+    value is lossy), annotated with the exact tenant path (whose namespace it is: tenancy
+    sync and the executor refuse one marked for another tenant), and with the Pod Security
+    Admission labels of `pod_security`."""
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {
             "name": name,
-            "labels": {MANAGED_BY: "gpupool", TENANT: label_value(tenant.replace("/", "-"))},
+            "labels": {
+                MANAGED_BY: "gpupool",
+                TENANT: label_value(tenant.replace("/", "-")),
+                **pod_security_labels(pod_security),
+            },
+            "annotations": {TENANT: tenant},
         },
     }

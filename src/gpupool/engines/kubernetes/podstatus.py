@@ -1,5 +1,10 @@
 """What a pod says about its workload, read from the pod object alone (pure): its state as an
-`ExecStatus`, why it is still Pending, its node and when gpupool started it."""
+`ExecStatus`, why it is still Pending, its node and when gpupool started it.
+
+A container the kubelet will never start as configured is a failure, not a wait:
+`CreateContainerConfigError` because the image runs as root (or as a user name the kubelet
+cannot check) while gpupool's pods run with `runAsNonRoot` (`config_failure`). The message
+says what to do."""
 
 from __future__ import annotations
 
@@ -51,6 +56,29 @@ def pending_reason(pod: Mapping[str, Any], events: list[dict[str, Any]]) -> str:
     return "no reason given by Kubernetes"
 
 
+#: in the kubelet's messages for an image user that `runAsNonRoot` refuses ("container has
+#: runAsNonRoot and image will run as root", "... and image has non-numeric user (x) ...")
+_NON_ROOT = "runAsNonRoot"
+
+
+def config_failure(pod: Mapping[str, Any]) -> str | None:
+    """Why the pod's container can never start (None: it may still): a
+    `CreateContainerConfigError` of `runAsNonRoot` against the image's user, while Pending."""
+    if (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+        return None
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        msg = str(waiting.get("message") or "")
+        if waiting.get("reason") == "CreateContainerConfigError" and _NON_ROOT in msg:
+            return (
+                f"the image runs as root or names its user by name ({msg}); gpupool's pods run "
+                "as non-root (runAsNonRoot, Pod Security restricted): build the image with a "
+                "numeric non-root USER (e.g. USER 1000), or have the admin start gpupool with "
+                "--pod-security baseline (docs/kubernetes.md, Pod security)"
+            )
+    return None
+
+
 def status_of(workload_id: str, pod: Mapping[str, Any]) -> ExecStatus:
     """A pod's phase and container status as an `ExecStatus` (pure)."""
     phase = (pod.get("status") or {}).get("phase", "Pending")
@@ -77,4 +105,7 @@ def status_of(workload_id: str, pod: Mapping[str, Any]) -> ExecStatus:
         return ExecStatus(workload_id, ExecState.RUNNING, endpoint=nb.endpoint_of(pod))
     if phase == "Unknown":
         return ExecStatus(workload_id, ExecState.RUNNING, message="the node stopped reporting")
+    why = config_failure(pod)
+    if why is not None:
+        return ExecStatus(workload_id, ExecState.FAILED, message=why)
     return ExecStatus(workload_id, ExecState.STARTING)

@@ -1,15 +1,21 @@
 """Pure builders of a tenant's Kubernetes objects (plain dicts, no I/O); the engine applies
 them (`TenancySync`, create-or-patch) for every leaf tenant.
 
-For a leaf tenant `a/b` in namespace `<prefix>a-b`:
+For a leaf tenant `a/b` in namespace `namespace_for(a/b)` (injective, `external_names`):
 
-- the **Namespace**, labelled `gpupool.dev/tenant` (the NetworkPolicy finds tenants by it);
+- the **Namespace**, labelled `gpupool.dev/tenant` (the NetworkPolicy finds tenants by it)
+  and with the Pod Security Admission labels, annotated `gpupool.dev/tenant: <exact path>`
+  (whose it is: `TenancySync` refuses a namespace marked for another tenant or unmarked);
 - a **ResourceQuota** `gpupool-gpus`, `requests.nvidia.com/gpu` = the tenant's GPU limit
   (the smallest `limit` on its path, rounded up to whole GPUs; none when unlimited). It is a
   backstop against pods made outside gpupool, never the queue: gpupool admits within it;
-- **RoleBindings** `gpupool-edit` (tenant-admins, ClusterRole `edit`) and `gpupool-view`
-  (members and viewers, ClusterRole `view`), subjects `kind: User` named by the gpupool user
-  name: the cluster's authentication must give people the same names as gpupool does;
+- gpupool's own **Roles** `gpupool-viewer`, `gpupool-member`, `gpupool-tenant-admin`
+  (`ROLE_RULES`) and a **RoleBinding** of the same name to each, subjects `kind: User` named
+  by the gpupool user name (the cluster's authentication must give people the same names as
+  gpupool does). Read-only: pods and events; tenant-admins also pods' logs. Never secrets,
+  pods/exec, pods/attach, pod create or delete: work goes through gpupool's queue, a
+  workload's `env` lives in a Secret nobody but gpupool reads. (gpupool before issue 29 bound
+  the built-in `edit` and `view`; `TenancySync` deletes those bindings, `LEGACY_BINDINGS`);
 - a **NetworkPolicy** `gpupool-tenant-isolation`: ingress only from the same namespace and
   from namespaces that are no tenant's (no `gpupool.dev/tenant` label: gpupool's own, the
   hub's, ingress controllers, monitoring); other tenants' namespaces are denied;
@@ -51,13 +57,28 @@ METADATA_POLICY_NAME = "gpupool-block-cloud-metadata"
 CLOUD_METADATA_IP = "169.254.169.254"
 #: AWS's IPv6 address of the same server (Nitro instances with the IPv6 endpoint on)
 CLOUD_METADATA_IPV6 = "fd00:ec2::254"
-#: RoleBinding name -> the built-in ClusterRole it grants
-BINDINGS = {"gpupool-edit": "edit", "gpupool-view": "view"}
-ROLE_TO_BINDING = {
-    Role.TENANT_ADMIN: "gpupool-edit",
-    Role.MEMBER: "gpupool-view",
-    Role.VIEWER: "gpupool-view",
+_RBAC = "rbac.authorization.k8s.io"
+_READ_PODS: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+]
+#: gpupool's Role (and RoleBinding) of each gpupool role -> its rules. Only what the server
+#: itself holds (Kubernetes' escalation prevention: it may grant no more).
+ROLE_RULES: dict[str, list[dict[str, Any]]] = {
+    "gpupool-viewer": _READ_PODS,
+    "gpupool-member": _READ_PODS,  # their work goes through gpupool, not kubectl
+    "gpupool-tenant-admin": [
+        *_READ_PODS,
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ],
 }
+ROLE_TO_BINDING = {
+    Role.TENANT_ADMIN: "gpupool-tenant-admin",
+    Role.MEMBER: "gpupool-member",
+    Role.VIEWER: "gpupool-viewer",
+}
+#: the RoleBindings gpupool made before issue 29 (to ClusterRoles `edit` and `view`)
+LEGACY_BINDINGS = ("gpupool-edit", "gpupool-view")
 
 
 @dataclass(frozen=True)
@@ -108,10 +129,12 @@ def tenant_specs(tree: TenantTree, memberships: Iterable[Membership]) -> list[Te
     return out
 
 
-def fingerprint(specs: Iterable[TenantSpec], prefix: str, settings: TenancySettings) -> str:
+def fingerprint(
+    specs: Iterable[TenantSpec], prefix: str, settings: TenancySettings, pod_security: str = ""
+) -> str:
     """A digest of everything the objects depend on: equal digests, nothing to apply."""
     return hashlib.sha256(
-        repr((sorted(specs, key=lambda s: s.tenant), prefix, settings)).encode()
+        repr((sorted(specs, key=lambda s: s.tenant), prefix, settings, pod_security)).encode()
     ).hexdigest()
 
 
@@ -124,28 +147,34 @@ def quota_manifest(namespace: str, tenant: str, gpu_limit: int) -> dict[str, Any
     }
 
 
+def role_manifests(namespace: str, tenant: str) -> list[dict[str, Any]]:
+    """gpupool's three Roles (`ROLE_RULES`) in a tenant's namespace."""
+    return [
+        {
+            "apiVersion": f"{_RBAC}/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace, "labels": _labels(tenant)},
+            "rules": rules,
+        }
+        for name, rules in ROLE_RULES.items()
+    ]
+
+
 def role_binding_manifests(
     namespace: str, tenant: str, members: Iterable[tuple[str, Role]]
 ) -> list[dict[str, Any]]:
-    """Both RoleBindings, always (an empty `subjects` list when no member has that role, so
-    removing the last one is a patch, not a delete)."""
-    subjects: dict[str, list[str]] = {name: [] for name in BINDINGS}
+    """A RoleBinding to each of gpupool's Roles, always (an empty `subjects` list when no
+    member has that role, so removing the last one is a patch, not a delete)."""
+    subjects: dict[str, list[str]] = {name: [] for name in ROLE_RULES}
     for user, role in members:
         subjects[ROLE_TO_BINDING[role]].append(user)
     return [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "apiVersion": f"{_RBAC}/v1",
             "kind": "RoleBinding",
             "metadata": {"name": name, "namespace": namespace, "labels": _labels(tenant)},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": BINDINGS[name],
-            },
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
-                for u in sorted(users)
-            ],
+            "roleRef": {"apiGroup": _RBAC, "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": u} for u in sorted(users)],
         }
         for name, users in subjects.items()
     ]
@@ -237,13 +266,15 @@ def home_claim_manifest(
 
 
 def tenant_objects(
-    spec: TenantSpec, prefix: str, settings: TenancySettings
+    spec: TenantSpec, prefix: str, settings: TenancySettings, pod_security: str = "restricted"
 ) -> list[dict[str, Any]]:
-    """Every object of one tenant, namespace first (the rest live in it)."""
+    """Every object of one tenant, namespace first (the rest live in it), Roles before the
+    RoleBindings that name them."""
     ns = namespace_for(spec.tenant, prefix)
-    objs = [namespace_manifest(ns, spec.tenant)]
+    objs = [namespace_manifest(ns, spec.tenant, pod_security)]
     if spec.gpu_limit is not None:
         objs.append(quota_manifest(ns, spec.tenant, spec.gpu_limit))
+    objs += role_manifests(ns, spec.tenant)
     objs += role_binding_manifests(ns, spec.tenant, spec.members)
     objs.append(network_policy_manifest(ns, spec.tenant))
     if settings.block_cloud_metadata:
