@@ -218,6 +218,17 @@ def login(
     go()
 
 
+def _log_pages(c: Api, wid: str, offset: int = 0) -> Iterator[dict]:
+    """The log from byte `offset` on, page by page (`?offset=`: at most 1 MiB each), until
+    a page brings nothing new; neither side holds the whole log."""
+    while True:
+        page = c.get(f"/workloads/{wid}/logs", params={"offset": offset})
+        if page["next_offset"] == offset:
+            return
+        yield page
+        offset = page["next_offset"]
+
+
 def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, str]]:
     """Yield (state, note, new log text) until the workload ends."""
     printed = 0
@@ -230,8 +241,9 @@ def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, st
             note = f"waiting (#{p['position']} in the queue): {p['reason']}"
         text = ""
         if state != S.PENDING:
-            logs = c.get(f"/workloads/{wid}/logs")["text"]
-            text, printed = logs[printed:], max(printed, len(logs))
+            for page in _log_pages(c, wid, printed):
+                text += page["text"]
+                printed = page["next_offset"]
         yield state, note, text
         if state in TERMINAL:
             return
@@ -417,9 +429,13 @@ def logs(
     @handled
     def go() -> None:
         c = api()
-        if not follow:
-            params = {"tail": tail} if tail else {}
+        if tail:
+            params = {"tail": tail}
             out.out(c.get(f"/workloads/{workload_id}/logs", params=params)["text"], end="")
+            return
+        if not follow:
+            for page in _log_pages(c, workload_id):
+                out.out(page["text"], end="")
             return
         for _, _, text in _follow(c, workload_id, poll):
             if text:
