@@ -309,8 +309,10 @@ class FakeKube:
         exit_code: int | None = None,
         reason: str | None = None,
         pod_ip: str | None = None,
+        message: str | None = None,
     ) -> None:
-        """What kube-scheduler and the kubelet would do: bind, run, terminate."""
+        """What kube-scheduler and the kubelet would do: bind, run, terminate (or, Pending
+        with a `reason` and `message`, keep the container waiting)."""
         with self.lock:
             p = self.pods[(namespace, name)]
             before = copy.deepcopy(p)
@@ -335,6 +337,8 @@ class FakeKube:
                 }
             else:
                 state = {"waiting": {"reason": reason or "ContainerCreating"}}
+                if message is not None:
+                    state["waiting"]["message"] = message
             st["containerStatuses"] = [
                 {
                     "name": cname,
