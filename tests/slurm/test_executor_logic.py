@@ -188,7 +188,9 @@ def test_a_failing_squeue_does_not_stop_the_pass_and_polls_say_so(tmp_path):
         raise AssertionError("a poll without squeue must raise, not guess")
 
 
-def _gang(ex: SlurmExecutor, wid: str = "g-1", nodes: int = 2, per: int = 4) -> Allocation:
+def _gang(
+    ex: SlurmExecutor, wid: str = "g-1", nodes: int = 2, per: int = 4, env: dict | None = None
+) -> Allocation:
     shares = tuple(
         Share(f"n{k}", i, f"slurm-n{k}-gpu{i}", 1000, 81920)
         for k in range(1, nodes + 1)
@@ -199,7 +201,7 @@ def _gang(ex: SlurmExecutor, wid: str = "g-1", nodes: int = 2, per: int = 4) -> 
         wid, "lab", "ann", Request(gpus=nodes * per, nodes=nodes), command=("python", "t.py", "a b")
     )
     a = Allocation(wid, "n1", shares, since=0.0)
-    ex.start(w, a)
+    ex.start(w, a, env=env)
     return a
 
 
@@ -216,12 +218,13 @@ def test_a_gang_is_one_job_on_the_chosen_nodes_with_gpus_per_node(tmp_path):
 
 def test_the_gang_script_runs_the_command_once_per_node_with_its_rank(tmp_path):
     """The batch script under a stand-in srun that runs its command for SLURM_NODEID 0 and 1,
-    as Slurm does on two nodes: each gets NODE_RANK and the shared variables."""
+    as Slurm does on two nodes: each gets NODE_RANK and the shared variables. The job's PATH
+    (declared here) comes from the script itself: Slurm starts it with SLURM_* only."""
     slurm, _, ex = make(tmp_path)
-    a = _gang(ex)
-    script = (slurm.scripts[0] or "").replace('"python" ', "").replace("python ", "")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    a = _gang(ex, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    script = (slurm.scripts[0] or "").replace('"python" ', "").replace("python ", "")
     (bin_dir / "srun").write_text(
         "#!/bin/sh\n"
         'while [ "${1#--}" != "$1" ]; do shift; done\n'  # drop srun's own options
@@ -233,7 +236,7 @@ def test_the_gang_script_runs_the_command_once_per_node_with_its_rank(tmp_path):
     )
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "node0"}
+    env = {"SLURMD_NODENAME": "node0"}
     out = subprocess.run(
         ["sh", "-c", script], env=env, capture_output=True, text=True, check=True
     ).stdout

@@ -98,16 +98,42 @@ def check_command(
 
 #: Variables that gpupool itself sets to bind and limit the GPUs it granted: a workload may
 #: not declare them (gpupool's own values win anyway; refusing says so instead of ignoring).
-RESERVED_ENV_PREFIXES = ("GPUPOOL_", "CUDA_MPS_")
-RESERVED_ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+GPU_ENV_PREFIXES = ("GPUPOOL_", "CUDA_MPS_")
+GPU_ENV_NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"})
+#: Variables that steer the dynamic loader (``LD_PRELOAD``, ``LD_LIBRARY_PATH``, ``LD_AUDIT``,
+#: ``GLIBC_TUNABLES``, ...) or Slurm's commands (``SBATCH_GRES``, ``SLURM_CONF``, ...).
+#: No engine lets them reach a process gpupool runs itself (security review F1); refusing
+#: them on every engine is defence in depth, and one rule everywhere.
+STEERING_ENV_PREFIXES = ("LD_", "SBATCH_", "SLURM_", "SALLOC_", "SRUN_")
+STEERING_ENV_NAMES = frozenset({"GLIBC_TUNABLES"})
+#: Every name a workload may not declare (the hub's spawners drop these from their own
+#: environment before they submit).
+RESERVED_ENV_PREFIXES = GPU_ENV_PREFIXES + STEERING_ENV_PREFIXES
+RESERVED_ENV_NAMES = GPU_ENV_NAMES | STEERING_ENV_NAMES
 
 
 def check_declared_env(env: Mapping[str, str], field: str = "env") -> None:
-    """Raise ValidationError naming the first variable in `env` that gpupool sets itself."""
+    """Raise ValidationError naming the first variable in `env` a workload may not declare:
+    one gpupool sets itself, or one that steers the loader or Slurm; the message says what
+    to do instead."""
     for name in env:
-        if name in RESERVED_ENV_NAMES or name.startswith(RESERVED_ENV_PREFIXES):
+        if name in GPU_ENV_NAMES or name.startswith(GPU_ENV_PREFIXES):
             raise ValidationError(
                 f"{field}[{name!r}] is set by gpupool to bind the GPUs it grants; remove it "
                 "(ask for GPUs with gpus, gpu_fraction or a profile instead)",
+                field,
+            )
+        if name.startswith("LD_") or name in STEERING_ENV_NAMES:
+            raise ValidationError(
+                f"{field}[{name!r}] steers the dynamic loader, which gpupool does not let a "
+                "workload set from outside its command; set it inside the command instead, "
+                'e.g. ["sh", "-c", "export LD_LIBRARY_PATH=/opt/lib; exec python train.py"]',
+                field,
+            )
+        if name.startswith(STEERING_ENV_PREFIXES):
+            raise ValidationError(
+                f"{field}[{name!r}] steers Slurm, whose options (GPUs, account, nodes, time) "
+                "gpupool alone chooses; remove it and ask for what you need in the workload "
+                "(gpus, max_runtime_s, a profile); Slurm sets SLURM_* in the job itself",
                 field,
             )

@@ -1,11 +1,20 @@
 """Slurm's client commands, run as subprocesses: the only place gpupool talks to Slurm.
 
 `SlurmCLI` runs ``sinfo``, ``squeue``, ``sacct`` (with ``--json``: Slurm 22.05 and later),
-``sbatch``, ``scancel`` and ``sacctmgr -i`` with the environment's ``SLURM_CONF`` (or the one
-given). Every call has a timeout; a failing call raises `SlurmError` with the command's own
-message. The JSON readers accept both the 22.05 shapes (``exit_code`` as an object, states as
-strings) and later ones (states as lists, numbers as ``{"set", "number"}`` objects).
+``sbatch``, ``scancel`` and ``sacctmgr -i``. Every call has a timeout; a failing call raises
+`SlurmError` with the command's own message. The JSON readers accept both the 22.05 shapes
+(``exit_code`` as an object, states as strings) and later ones (states as lists, numbers as
+``{"set", "number"}`` objects).
 ``scontrol`` has no ``--json`` before 23.02, so nodes are read with ``sinfo --json`` always.
+
+Each command runs with the server's own fixed environment, never a workload's (security
+review F1): the program is resolved once, by absolute path, from the server's own ``PATH``;
+its environment is only ``PATH`` (the program's directory, then `SAFE_PATH`) and the
+server's ``SLURM_CONF`` when one is set. So nothing a workload declares (``PATH``,
+``LD_PRELOAD``, ``SBATCH_*``, ``SLURM_CONF``) can choose the program, load code into it or
+set a Slurm option gpupool did not give; nor does any other variable of the server's
+(``SBATCH_*`` an admin's shell happened to have) reach Slurm. A job's own variables travel
+inside its batch script (`jobscript`).
 """
 
 from __future__ import annotations
@@ -15,12 +24,15 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpupool.executors.base import ExecutorError
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+#: Directories after the program's own on the ``PATH`` a Slurm command runs with.
+SAFE_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 class SlurmError(ExecutorError):
@@ -45,7 +57,9 @@ def state_of(value: Any) -> str:
 
 class SlurmCLI:
     """Runs Slurm's commands. `conf`: a slurm.conf path (default: $SLURM_CONF or Slurm's
-    own default); `runner`: `subprocess.run` or a stand-in (the benchmark's)."""
+    own default); `runner`: `subprocess.run` or a stand-in (the benchmark's, the tests'),
+    which is given the bare program name and decides itself what runs; `search_path`: where
+    programs are looked up (default: this process's ``PATH``, read at the first call)."""
 
     def __init__(
         self,
@@ -53,41 +67,51 @@ class SlurmCLI:
         *,
         timeout_s: float = 30.0,
         runner: Runner = subprocess.run,
+        search_path: str | None = None,
     ) -> None:
         self.conf = conf or os.environ.get("SLURM_CONF")
         self.timeout_s = timeout_s
         self.runner = runner
+        self.search_path = search_path
+        self._programs: dict[str, str] = {}
         self._version: tuple[int, int] | None = None
 
-    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment of a Slurm command: `extra` (or this process's), with SLURM_CONF."""
-        env = dict(os.environ if extra is None else extra)
+    def program(self, name: str) -> str:
+        """The absolute path of Slurm command `name` (resolved once from the server's own
+        PATH); the bare name for a stand-in runner. `SlurmError` when it is not installed."""
+        if self.runner is not subprocess.run:
+            return name
+        found = self._programs.get(name)
+        if found is None:
+            where = shutil.which(name, path=self.search_path or os.environ.get("PATH", ""))
+            if where is None:
+                raise SlurmError(
+                    f"{name} is not installed or not on PATH: install Slurm's client commands "
+                    "(Debian: apt-get install slurm-client) on the gpupool host"
+                )
+            found = self._programs[name] = os.path.abspath(where)
+        return found
+
+    def env(self, program: str) -> dict[str, str]:
+        """The whole environment of a Slurm command (see the module docstring)."""
+        directory = os.path.dirname(program)
+        path = [directory] if directory and directory not in SAFE_PATH else []
+        env = {"PATH": os.pathsep.join([*path, *SAFE_PATH])}
         if self.conf:
             env["SLURM_CONF"] = self.conf
         return env
 
-    def run(
-        self,
-        args: Sequence[str],
-        *,
-        stdin: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-    ) -> str:
+    def run(self, args: Sequence[str], *, stdin: str | None = None, cwd: str | None = None) -> str:
         """Run one command; its stdout, or `SlurmError` with its stderr."""
-        if self.runner is subprocess.run and shutil.which(args[0]) is None:
-            raise SlurmError(
-                f"{args[0]} is not installed or not on PATH: install Slurm's client commands "
-                "(Debian: apt-get install slurm-client) on the gpupool host"
-            )
+        program = self.program(args[0])
         try:
             done = self.runner(
-                list(args),
+                [program, *args[1:]],
                 input=stdin,
                 capture_output=True,
                 text=True,
                 timeout=self.timeout_s,
-                env=self.env(env),
+                env=self.env(program),
                 cwd=cwd,
             )
         except subprocess.TimeoutExpired:
@@ -135,11 +159,10 @@ class SlurmCLI:
         return list(self.json(args).get("jobs", []))
 
     # -- writes -----------------------------------------------------------------------
-    def sbatch(
-        self, args: Sequence[str], script: str, env: Mapping[str, str], cwd: str | None = None
-    ) -> str:
-        """Submit `script` with `args`; the job id."""
-        out = self.run(["sbatch", "--parsable", *args], stdin=script, env=env, cwd=cwd)
+    def sbatch(self, args: Sequence[str], script: str, cwd: str | None = None) -> str:
+        """Submit `script` (on stdin) with `args`; the job id. The job's variables are in
+        the script: sbatch itself runs with the server's fixed environment."""
+        out = self.run(["sbatch", "--parsable", *args], stdin=script, cwd=cwd)
         job_id = out.strip().split(";")[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch answered {out.strip()!r}, not a job id")

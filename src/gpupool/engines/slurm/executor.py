@@ -4,7 +4,7 @@
 
     sbatch --parsable --job-name=gpupool-<id> --comment=gpupool:<id> --nodelist=<node>
            --gres=gpu:<type>:<n> --account=<tenant's account> --uid=<owner> --gid=<owner's>
-           --output=<output dir>/<id>.out --open-mode=append --export=ALL [--time=<min>]
+           --output=<output dir>/<id>.out --open-mode=append --export=NONE [--time=<min>]
 
 A multi-node allocation (a gang) is one job on the nodes gpupool chose, GPUs per node::
 
@@ -17,7 +17,9 @@ Slurm's first node of the job (where the batch script runs), ``NODE_RANK`` Slurm
 
 (`--uid`/`--gid` when gpupool runs as root: the job runs as the owner's own Unix account,
 never root, resolved as the local executor does, `executors.accounts`). The script `exec`s the
-workload's command; its environment is the local executor's allowlist (`executors.jobenv`).
+workload's command; its environment is the local executor's allowlist (`executors.jobenv`),
+exported inside the script (`jobscript`): sbatch itself runs with the server's fixed
+environment (`cli`), never the workload's.
 Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node). A
 fraction of one GPU is submitted as ``--gres=shard:<n>`` where the node has ``gres/shard``
 (`shards`; enforcement `none`), and refused with what to do where it has none.
@@ -56,6 +58,7 @@ from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
+from gpupool.engines.slurm.jobscript import EXPORT, with_environment
 from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors import logread
@@ -255,7 +258,7 @@ class SlurmExecutor(Executor):
             f"--account={slurm_account}",
             f"--output={output}",
             "--open-mode=append",
-            "--export=ALL",
+            EXPORT,
             f"--chdir={account.home if os.path.isdir(account.home) else '/tmp'}",
         ]
         gang = allocation is not None and allocation.multi_node
@@ -293,7 +296,7 @@ class SlurmExecutor(Executor):
         else:
             script = "#!/bin/sh\nexec " + shlex.join(workload.command) + "\n"
         try:
-            job_id = self.cli.sbatch(args, script, job_env, cwd="/")
+            job_id = self.cli.sbatch(args, with_environment(script, job_env), cwd="/")
         except SlurmError as e:
             raise StartError(f"Slurm refused the job: {e}") from None
         now = self.clock.now()
