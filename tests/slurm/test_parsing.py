@@ -89,5 +89,7 @@ def test_exit_codes_from_sacct_and_squeue():
 
 
 def test_tenant_paths_become_account_names():
-    assert account_name("physics/Lab-A") == "gp.physics.lab-a"
+    assert account_name("physics/lab-a") == "gp.physics.lab-a"
+    # upper case (Slurm folds it) is kept apart by a hash of the exact path (review F12)
+    assert account_name("physics/Lab-A").startswith("gp.physics.lab-a.h")
     assert account_name("ml", prefix="x_") == "x_ml"

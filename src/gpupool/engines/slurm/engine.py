@@ -11,12 +11,14 @@
 - `open()`: the `SlurmExecutor`; its `tick` (every reconciler pass) also syncs tenants to
   Slurm accounts (`accounts.SlurmAccounts`) every `accounts_interval_s` on the clock, reading
   the tenants from the store given in the options' `tenants` callable (the system passes
-  the store's tenant list).
+  the store's tenant list). An account gpupool refuses (another tenant's, or not made by
+  gpupool) is recorded once as an event ``slurm.account_refused`` saying what to do.
 - no telemetry in this process: compute nodes report through `gpupool agent`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 from collections.abc import Callable, Sequence
@@ -37,6 +39,8 @@ from gpupool.engines.slurm.inventory import (
 )
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.executors.base import Executor
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class SlurmEngine(Engine):
         self._env: EngineEnv | None = None
         self._foreign_seen: set[str] = set()
         self._synced_at: float | None = None
+        #: refused accounts already recorded (account -> why)
+        self._refused_told: dict[str, str] = {}
 
     @property
     def notebook_command(self) -> list[str] | None:
@@ -145,16 +151,22 @@ class SlurmEngine(Engine):
             return []
         self._synced_at = now
         try:
-            changed = self.accounts.sync(tenants())
+            result = self.accounts.sync(tenants())
         except SlurmError as e:
             self._env.record("slurm.accounts", f"syncing tenants to Slurm failed: {e}", {})
             return []
+        changed = result.changed
         if changed:
             self._env.record(
                 "slurm.accounts",
                 f"Slurm accounts updated: {', '.join(changed)}",
                 {"accounts": changed},
             )
+        for acct, why in result.refused.items():
+            if self._refused_told.get(acct) != why:  # once per account and reason
+                log.warning("%s", why)
+                self._env.record("slurm.account_refused", why, {"account": acct})
+        self._refused_told = dict(result.refused)
         return changed
 
     def foreign(self) -> list[ForeignJob]:
