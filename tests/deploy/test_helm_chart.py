@@ -33,10 +33,9 @@ COMBOS = {
         "ingress.tlsSecretName": "gpupool-tls",
     },
     "agent-off": {"agent.enabled": "false"},
-    "agent-tokens-runtime": {
-        "agent.runtimeClassName": "nvidia",
-        "agent.nodeTokens.tokens.gpu-a": "gpn_aaaa",
-    },
+    "agent-runtime": {"agent.runtimeClassName": "nvidia"},
+    "plain-http-trial": {"server.cookieSecure": "false", "networkPolicy.enabled": "false"},
+    "unconfined": {"rbac.confineToTenantNamespaces": "false"},
     "tenant-namespaces": {"rbac.tenantNamespaces[0]": "gpupool-team-a"},
     "no-persistence": {"postgresql.persistence.enabled": "false"},
     "cloud-metadata-open": {"server.blockCloudMetadata": "false"},
@@ -95,7 +94,8 @@ def test_defaults(helm):
     assert kinds == sorted(
         ["ServiceAccount", "Secret", "Secret", "ClusterRole", "ClusterRole",
          "ClusterRoleBinding", "ClusterRoleBinding", "Service", "Service", "Deployment",
-         "StatefulSet", "DaemonSet"]
+         "StatefulSet", "DaemonSet", "NetworkPolicy", "NetworkPolicy",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
     dep = one(objs, "Deployment")
     pod = dep["spec"]["template"]["spec"]
@@ -220,7 +220,8 @@ def test_no_database_is_refused_with_what_to_set(helm):
     [
         ({"server.replicas": "2"}, "/server/replicas"),
         ({"externalDatabase.url": "mysql://x"}, "/externalDatabase/url"),
-        ({"agent.nodeTokens.tokens.gpu-a": "not-a-token"}, "/agent/nodeTokens/tokens"),
+        ({"agent.tokenHostPath": "etc/token"}, "/agent/tokenHostPath"),
+        ({"agent.nodeTokens.existingSecret": "all-nodes"}, "nodeTokens"),  # gone: shared
         ({"servr.replicas": "1"}, "servr"),
     ],
 )
@@ -242,8 +243,17 @@ def test_ingress(helm):
     assert not by_kind(render(helm, {}), "Ingress")
 
 
+def test_the_session_cookie_is_secure_unless_turned_off(helm):
+    def secure(values: dict[str, str]) -> str:
+        (c,) = one(render(helm, values), "Deployment")["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in c["env"]}["GPUPOOL_COOKIE_SECURE"]
+
+    assert secure({}) == "true"  # review F7: was false without ingress TLS
+    assert secure({"server.cookieSecure": "false"}) == "false"
+
+
 def test_agent_daemonset(helm):
-    objs = render(helm, COMBOS["agent-tokens-runtime"])
+    objs = render(helm, COMBOS["agent-runtime"])
     ds = one(objs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     assert pod["hostPID"] is True
@@ -256,18 +266,22 @@ def test_agent_daemonset(helm):
     (c,) = pod["containers"]
     assert c["args"][:7] == [
         "agent", "--url", "http://gp-gpupool.gpupool.svc:8080", "--node", "$(NODE_NAME)",
-        "--token-file", "/var/run/gpupool/node-tokens/$(NODE_NAME)",
+        "--token-file", "/var/run/gpupool/node-token",
     ]  # fmt: skip
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert "nvidia.com/gpu" not in str(c["resources"])  # the agent takes no GPU
+    # review F7: each agent reads only its own node's credential, from that node; no Secret
+    # holds every node's
     vols = {v["name"]: v for v in pod["volumes"]}
-    assert vols["node-tokens"]["secret"]["secretName"] == "gp-gpupool-node-tokens"
-    tokens = one(objs, "Secret", "gp-gpupool-node-tokens")["data"]
-    assert base64.b64decode(tokens["gpu-a"]) == b"gpn_aaaa"
-
-    objs = render(helm, {})
-    assert not [o for o in by_kind(objs, "Secret") if "node-tokens" in o["metadata"]["name"]]
+    assert vols["node-token"] == {
+        "name": "node-token",
+        "hostPath": {"path": "/etc/gpupool/node-token", "type": "File"},
+    }
+    assert not [v for v in pod["volumes"] if "secret" in v or "projected" in v]
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["node-token"]["readOnly"] is True
+    assert not [o for o in by_kind(objs, "Secret") if "node-token" in o["metadata"]["name"]]
     assert not by_kind(render(helm, COMBOS["agent-off"]), "DaemonSet")
 
 

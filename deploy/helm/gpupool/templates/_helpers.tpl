@@ -70,6 +70,3 @@ url
 {{- .Values.admin.existingSecret | default (printf "%s-admin" (include "gpupool.fullname" .)) -}}
 {{- end -}}
 
-{{- define "gpupool.nodeTokensSecretName" -}}
-{{- .Values.agent.nodeTokens.existingSecret | default (printf "%s-node-tokens" (include "gpupool.fullname" .)) -}}
-{{- end -}}
