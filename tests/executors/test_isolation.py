@@ -172,6 +172,18 @@ def test_a_members_job_cannot_touch_another_users_notebook_home(tmp_path, execut
     assert os.stat(f"{home}/mine").st_uid == pwd.getpwnam(account).pw_uid
 
 
+def test_gpupool_up_says_who_single_user_work_runs_as(monkeypatch, user_accounts):
+    from gpupool.engines.isolation import isolation_lines
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: pwd.getpwnam("root"))
+    own = " ".join(isolation_lines("single-user", None))
+    assert "gpupool: single-user mode: each gpupool user's jobs and notebooks run as" in own
+    assert f"home {user_accounts.home_base}/<account>" in own
+    shared = " ".join(isolation_lines("single-user", "nobody"))
+    assert "one unprivileged account 'nobody'" in shared and "another member's" in shared
+
+
 def test_single_user_mode_as_root_needs_useradd(monkeypatch):
     from gpupool.engines.isolation import check_user_accounts
     from gpupool.executors.user_accounts import UserAccounts

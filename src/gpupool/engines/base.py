@@ -127,7 +127,9 @@ class Engine(ABC):
 
     @property
     def single_user(self) -> bool:
-        """Whether all work runs as one Unix account (notebooks too), not as its owners'."""
+        """Whether work runs without a directory of accounts (single-user mode: the server's
+        own account, or with the local engine as root, accounts gpupool makes per user), not
+        as its owners' existing accounts."""
         return True
 
     @property
