@@ -28,7 +28,8 @@ def test_blocked_head_reserves_the_node_it_is_closest_to_fitting_on():
     assert sorted(where) == ["b0", "b1", "b2", "b3"]
     assert {nd for nd, _ in where.values()} == {"n1"}  # n0 is kept for big
     assert d.pending["big"].reason.startswith(
-        "no node has 8 free GPUs on one host; the most is 6; lab-a is owed 8 GPUs"
+        "no node has 8 free GPUs on one host; the most is 6 (10 are free in all, spread over "
+        "nodes); lab-a is owed 8 GPUs"
     )
     assert d.pending["big"].wait.node == "n0"
     assert d.pending["b4"].reason.startswith("waiting behind higher-priority work of lab-a")

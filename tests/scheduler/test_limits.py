@@ -60,9 +60,20 @@ def test_limits(tenants, run, pending, admitted, reasons):
 
 def test_request_above_the_limit_is_unschedulable_not_pending_forever():
     d = cycle(snapshot(N, [tenant("lab-a", 0, limit=2)]), [job("j", gpus=4)], 0.0)
-    assert d.unschedulable["j"] == "asks for 4 GPUs but lab-a's limit is 2 GPUs"
+    assert d.unschedulable["j"] == (
+        "asks for 4 GPUs but lab-a's limit is 2 GPUs; ask for at most 2 GPUs or ask an admin "
+        "to raise it"
+    )
     d = cycle(snapshot(N, [tenant("lab-a", 0, max_per_user=1)]), [job("j", gpus=2)], 0.0)
-    assert d.unschedulable["j"] == "asks for 2 GPUs but the per-user cap in lab-a is 1 GPU"
+    assert d.unschedulable["j"] == (
+        "asks for 2 GPUs but the per-user cap in lab-a is 1 GPU; ask for at most 1 GPU or ask "
+        "an admin to raise it"
+    )
+    # a limit of 0 (lowered while the work waited): nothing smaller fits; an admin must act
+    d = cycle(snapshot(N, [tenant("lab-a", 0, limit=0)]), [job("j", gpus=1)], 0.0)
+    assert d.unschedulable["j"] == (
+        "asks for 1 GPU but lab-a's limit is 0 GPUs; ask an admin to raise it"
+    )
 
 
 def test_fifo_and_las_ignore_quotas():

@@ -4,10 +4,12 @@ import dataclasses
 
 import pytest
 
+from gpupool.domain import GPU, Node, SharingMode
 from gpupool.scheduler import SchedulerConfig, cycle
 from gpupool.scheduler.types import Wait, WaitKind
 from tests.scheduler.builders import job, node, running, snapshot, tenant, tree
 
+EXCLUSIVE = SharingMode.EXCLUSIVE
 H = [node("h-0", gpus=4, model="H100"), node("h-1", gpus=8, model="H100")]
 
 
@@ -17,13 +19,96 @@ def test_no_node_has_enough_free_gpus_of_the_model_on_one_host():
         running(job("y", "lab-b", "bob", gpus=2), H[0], range(2)),
     ]
     d = cycle(snapshot(H, [tenant("lab-a"), tenant("lab-b")], run), [job("j", gpus=4)], 0.0)
-    assert d.pending["j"].reason == "no node has 4 free GPUs on one host; the most is 3"
+    assert d.pending["j"].reason == (
+        "no node has 4 free GPUs on one host; the most is 3 (5 are free in all, spread over nodes)"
+    )
     d = cycle(
         snapshot(H, [tenant("lab-a"), tenant("lab-b")], run),
         [job("j", gpus=4, model="H100")],
         0.0,
     )
-    assert d.pending["j"].reason == "no node has 4 free H100 GPUs on one host; the most is 3"
+    assert d.pending["j"].reason.startswith(
+        "no node has 4 free H100 GPUs on one host; the most is 3 (5 are free in all"
+    )
+
+
+# -- reasons that say why (issue 30) ---------------------------------------------------------
+
+
+def test_none_free_says_they_are_all_in_use_not_the_most_is_0():
+    four = node("n", gpus=4)
+    run = [running(job("x", "lab-b", "bob", gpus=4), four, range(4))]
+    d = cycle(snapshot([four], [tenant("lab-a"), tenant("lab-b")], run), [job("j", gpus=1)], 0.0)
+    assert d.pending["j"].reason == "no node has 1 free GPU on one host: all 4 GPUs are in use"
+
+
+def test_a_whole_gpu_request_is_told_the_free_capacity_is_only_on_shared_gpus():
+    # 2 exclusive GPUs in use; 2 shared GPUs with 0.75 of each taken by fractions
+    n = Node(
+        "n",
+        tuple(
+            GPU(i, f"n-gpu{i}", "H100", 80 * 1024, SharingMode.SHARED if i >= 2 else EXCLUSIVE)
+            for i in range(4)
+        ),
+        cpu_milli=64000,
+        memory_mib=512 * 1024,
+    )
+    run = [
+        running(job("x", "lab-b", "bob", gpus=2), n, [0, 1]),
+        running(job("f1", "lab-b", "bob", fraction=0.75, gpus=0), n, fraction=(2, 750, 40960)),
+        running(job("f2", "lab-b", "bob", fraction=0.5, gpus=0), n, fraction=(3, 500, 20480)),
+    ]
+    d = cycle(snapshot([n], [tenant("lab-a"), tenant("lab-b")], run), [job("j", gpus=1)], 0.0)
+    assert d.pending["j"].reason == (
+        "no node has 1 free GPU on one host: all 4 GPUs are in use; 0.75 GPU is free but only "
+        "as parts of shared GPUs, which whole-GPU work cannot use: a shared GPU is whole again "
+        "when all the work sharing it has ended"
+    )
+
+
+def test_work_beyond_its_tenants_guarantee_is_told_why_it_has_no_reclaim_time():
+    # lab-a (guaranteed 2) holds its 2 GPUs and asks for 2 more while lab-b borrows the rest:
+    # lab-b's owed work gets a reclaim time; lab-a's says why it gets none
+    four = node("n", gpus=4)
+    run = [
+        running(job("a", "lab-a", "alice", gpus=2), four, [0, 1], since=T0),
+        running(job("b", "lab-b", "bob", gpus=2), four, [2, 3], since=T0),
+    ]
+    labs = [tenant("lab-a", 2), tenant("lab-b", 1), tenant("lab-c")]
+    pending = [job("a2", "lab-a", "alice", gpus=2, submit=T0), job("c1", "lab-c", gpus=1)]
+    d = cycle(snapshot([four], labs, run), pending, T0 + 20)
+    assert d.pending["a2"].reason == (
+        "no node has 2 free GPUs on one host: all 4 GPUs are in use; lab-a is guaranteed "
+        "2 GPUs and holds 2 GPUs, so 2 GPUs more would be beyond its guarantee: it cannot "
+        "reclaim them, and this waits for GPUs to free up"
+    )
+    assert d.pending["a2"].wait is None
+    assert d.pending["c1"].reason.endswith(
+        "; lab-c has no guaranteed GPUs, so it cannot reclaim any: this waits for GPUs to free up"
+    )
+
+
+def test_without_guarantees_anywhere_nothing_is_said_about_reclaiming():
+    four = node("n", gpus=4)
+    run = [running(job("x", "lab-b", "bob", gpus=4), four, range(4))]
+    d = cycle(snapshot([four], [tenant("lab-a"), tenant("lab-b")], run), [job("j", gpus=1)], 0.0)
+    assert "reclaim" not in d.pending["j"].reason
+
+
+def test_requeued_work_says_it_keeps_its_place_in_line():
+    # w-old was preempted and requeued: it kept its submit time, so it stands ahead of w-new,
+    # which has waited longer in the queue; its reason says why
+    four = node("n", gpus=4)
+    run = [running(job("x", "lab-b", "bob", gpus=4), four, range(4))]
+    old = dataclasses.replace(job("w-old", gpus=1, submit=T0), preemptions=1)
+    new = job("w-new", gpus=1, submit=T0 + 60)
+    d = cycle(snapshot([four], [tenant("lab-a"), tenant("lab-b")], run), [new, old], T0 + 600)
+    assert d.pending["w-old"].position == 1 and d.pending["w-new"].position == 2
+    assert d.pending["w-old"].reason == (
+        "no node has 1 free GPU on one host: all 4 GPUs are in use; requeued after a "
+        "preemption, it keeps its place in line from its first submit (2026-11-18 11:06:40 UTC)"
+    )
+    assert "requeued" not in d.pending["w-new"].reason
 
 
 def test_reason_names_cpu_when_gpus_are_free_but_cpus_are_not():
@@ -55,7 +140,7 @@ def test_fraction_reason():
         ),
         (
             job("j", gpus=2, model="A100"),
-            "needs 2 A100 GPUs on one node; the most any node has is 0 A100 GPUs",
+            "needs 2 A100 GPUs on one node; no node has A100 GPUs (the models here: H100)",
         ),
         (
             job("j", fraction=0.5, gpu_gib=10),

@@ -26,7 +26,7 @@ def test_queue_says_whose_gpus_are_owed_and_when_they_are_taken(world):
     (entry,) = r.json()
     assert entry["workload"]["id"] == small["id"]
     assert entry["reason"] == (
-        "no node has 2 free GPUs on one host; the most is 0; lab is owed 2 GPUs within its "
+        "no node has 2 free GPUs on one host: all 4 GPUs are in use; lab is owed 2 GPUs within its "
         f"guarantee: unless they free up first, they will be taken from {big['id']} of other "
         f"at {clock}"
     )

@@ -111,6 +111,10 @@ class BucketIndex:
     def keys(self) -> list[Key]:
         return list(self._keys)
 
+    def counted(self) -> list[tuple[Key, int]]:
+        """(key, how many items are filed under it), keys in increasing order."""
+        return [(k, self._count[k]) for k in self._keys]
+
     def items_under(self, key: Key) -> list[int]:
         """Live items under `key`, lowest id first."""
         ver = self._ver

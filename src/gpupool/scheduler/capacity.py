@@ -114,6 +114,7 @@ class _Static:
         self.mig_nodes = [n for n, ids in enumerate(self.node_mig) if ids]
         self.gpu_shared = [s is SharingMode.SHARED for s in self.gpu_sharing]
         self.total_gpu_milli = self.count_gpu_milli()
+        self.whole_gpus = self.count_whole_gpus()
         #: the GPU models on each node (most nodes have one)
         self.node_models = [
             tuple(sorted({self.gpu_model[g] for g in ids})) for ids in self.node_gpus
@@ -139,6 +140,16 @@ class _Static:
         """Healthy physical GPUs of ready nodes, in milli (MIG instances not counted again)."""
         mig = self.gpu_mig
         return MILLI_PER_GPU * sum(1 for g, ok in enumerate(self.gpu_ok) if ok and mig[g] is None)
+
+    def count_whole_gpus(self) -> dict[str, int]:
+        """Per model, the GPUs a whole-GPU request could use when free: healthy, on ready
+        nodes, not in MIG mode (for reasons: 'all 4 GPUs are in use')."""
+        counts: dict[str, int] = {}
+        for g, ok in enumerate(self.gpu_ok):
+            if ok and self.gpu_mig[g] is None and self.milli[g] == MILLI_PER_GPU:
+                m = self.gpu_model[g]
+                counts[m] = counts.get(m, 0) + 1
+        return counts
 
 
 def mig_instances(gpu: GPU) -> list[tuple[str, int, int, int]]:
@@ -397,6 +408,7 @@ class CapacityIndex:
                     st.outside[g] = o
         st.nodes = self.nodes = nodes
         st.total_gpu_milli = st.count_gpu_milli()
+        st.whole_gpus = st.count_whole_gpus()
         return set(changed)
 
     # -- changing ---------------------------------------------------------------------------
@@ -485,3 +497,19 @@ class CapacityIndex:
     def total_gpu_milli(self) -> int:
         """Capacity for fair shares: healthy GPUs of ready nodes."""
         return self._st.total_gpu_milli
+
+    def whole_census(self, model: str | None) -> tuple[int, int, int]:
+        """(usable GPUs, whole free GPUs, free milli on partly used shared GPUs) of `model`
+        (None: every model), for reasons; whole free GPUs on held nodes are not counted.
+        Reads the indexes' keys only (a few per model), never every GPU."""
+        models = [model] if model is not None else self.models
+        usable = free = partial = 0
+        for m in models:
+            usable += self._st.whole_gpus.get(m, 0)
+            idx = self.whole.get(m)
+            if idx is not None:
+                free += sum(k * n for k, n in idx.counted())
+            fr = self.frac.get(m)
+            if fr is not None:
+                partial += sum(k[0] * n for k, n in fr.counted() if k[0] < MILLI_PER_GPU)
+        return usable, free, partial

@@ -17,6 +17,7 @@ The steps (see docs/scheduler.md):
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ from gpupool.scheduler.placement import (
 )
 from gpupool.scheduler.preemption import (
     Reclaimer,
+    guaranteed,
     reclaim_due,
     within_some_guarantee,
 )
@@ -55,7 +57,9 @@ from gpupool.scheduler.queues import Candidate, Queues, Tail
 from gpupool.scheduler.reasons import (
     behind_host_text,
     behind_text,
+    beyond_guarantee_text,
     no_fit_reason,
+    requeued_text,
     untried_text,
 )
 from gpupool.scheduler.reservations import Hold, expected_start, reservation_node
@@ -109,6 +113,8 @@ class _Cycle(ReclaimSteps):
         cache: SchedulerCache | None = None,
     ):
         self.snap = snapshot
+        self.pending = pending
+        self._any_guarantee: bool | None = None
         # without a cache from the caller, a fresh one serves this cycle alone: one code path,
         # and the same decisions (the property tests hold a kept cache to a fresh one)
         self.cache = cache = cache if cache is not None else SchedulerCache()
@@ -462,7 +468,12 @@ class _Cycle(ReclaimSteps):
             return False
         if within and reclaim_due(w, self.now, self.config.reclaim_after_s):
             self.no_reclaim.add(w.tenant)
-        self.reasons[w.id] = self._blocked_reason(shape)
+        why = self._blocked_reason(shape)
+        if not within and shape.gpu_milli and self._reclaims_happen():  # why no reclaim time
+            t = w.tenant
+            g = guaranteed(self.tree, t)
+            why += beyond_guarantee_text(t, g, self.effective.of(t), shape.gpu_milli)
+        self.reasons[w.id] = why
         # Guaranteed work that still does not fit reserves a node (one per tenant and cycle);
         # work that would borrow reserves nothing: it waits for capacity to free up, and
         # smaller work may use any free capacity meanwhile (see docs/scheduler.md).
@@ -476,6 +487,15 @@ class _Cycle(ReclaimSteps):
         if not self.config.backfill:
             self.stopped_tenants[w.tenant] = w.id
         return False
+
+    def _reclaims_happen(self) -> bool:
+        """True if work within a guarantee may reclaim GPUs here (preemption on, some tenant
+        guaranteed GPUs): then work beyond its guarantee is told why it never reclaims."""
+        if self._any_guarantee is None:
+            self._any_guarantee = self.config.preemption and any(
+                t.quota.guaranteed_milli > 0 for t in self.tree
+            )
+        return self._any_guarantee
 
     def _admit(self, w: Workload, shape: Shape, p: Placement) -> None:
         alloc = to_allocation(self.cap, w.id, p, shape, self.now, self.config.shared_enforcement)
@@ -530,6 +550,16 @@ class _Cycle(ReclaimSteps):
 
     # -- 5. decisions ----------------------------------------------------------------------
 
+    def _say_requeued(self, info: dict[str, PendingInfo]) -> None:
+        """Work requeued after a preemption kept its submit time, so it may stand ahead of
+        work that has waited longer in the queue: its reason says so."""
+        for w in self.pending:
+            if w.preemptions:
+                pi = info.get(w.id)
+                if pi is not None:
+                    why = pi.reason + requeued_text(w.submitted_at)
+                    info[w.id] = dataclasses.replace(pi, reason=why)
+
     def _decisions(self) -> Decisions:
         """Reasons for what was never walked (admission cap, a blocked head without
         backfill), then the decisions."""
@@ -550,6 +580,7 @@ class _Cycle(ReclaimSteps):
                 n += 1
                 info[w.id] = PendingInfo(why, n, r)
         self.waits.apply(info)
+        self._say_requeued(info)
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),

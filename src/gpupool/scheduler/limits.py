@@ -122,9 +122,15 @@ def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None
         return None
     if hit.scope == TENANT:
         return (
-            f"asks for {gpus_text(milli)} but {hit.tenant}'s limit is {gpus_text(hit.limit_milli)}"
+            f"asks for {gpus_text(milli)} but {hit.tenant}'s limit is "
+            f"{gpus_text(hit.limit_milli)}; {_smaller(hit.limit_milli)}ask an admin to raise it"
         )
     return (
         f"asks for {gpus_text(milli)} but the per-user cap in {hit.tenant} is "
-        f"{gpus_text(hit.limit_milli)}"
+        f"{gpus_text(hit.limit_milli)}; {_smaller(hit.limit_milli)}ask an admin to raise it"
     )
+
+
+def _smaller(limit_milli: int) -> str:
+    """'ask for at most 2 GPUs or ' (nothing when the limit is 0: no request fits)."""
+    return f"ask for at most {gpus_text(limit_milli)} or " if limit_milli > 0 else ""

@@ -123,6 +123,11 @@ class Hardware:
                             return None
                         best = max(best, mem)
         if shape.kind == WHOLE:
+            if best == 0 and shape.model:
+                have = sorted({m for p in host_ok for m, _, _ in p.gpus})
+                return f"needs {need} on one node; no node has {shape.model} GPUs" + (
+                    f" (the models here: {', '.join(have)})" if have else ""
+                )
             kind = f"{shape.model} GPUs" if shape.model else "GPUs of one model"
             return f"needs {need} on one node; the most any node has is {best} {kind}"
         if best:
@@ -234,7 +239,7 @@ def _no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
         if most < shape.count:
             return (
                 f"no node has {shape.count} free {model}GPU{'s' if shape.count != 1 else ''} "
-                f"on one host; the most is {most}"
+                f"on one host{_whole_census_text(cap, shape, most)}"
             )
         extra = host_text(shape)
         mem = f" of {gib(shape.gpu_memory_mib)}+" if shape.gpu_memory_mib else ""
@@ -250,6 +255,61 @@ def _no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     if host_text(shape):
         base += f" on a node with {host_text(shape)} free"
     return base
+
+
+def _whole_census_text(cap: CapacityIndex, shape: Shape, most: int) -> str:
+    """Why no node has the whole GPUs `shape` asks for: all in use, free ones spread over
+    nodes, or free only as parts of shared GPUs (which whole-GPU work cannot use)."""
+    usable, free, partial = cap.whole_census(shape.model)
+    model = f"{shape.model} " if shape.model else ""
+    kept = " or kept for work ahead in the queue" if cap.held_host else ""
+    if usable == 0:
+        text = f": no {model}GPU is usable now"
+        if not cap.outside_gpus(shape.model):  # else outside_text names who holds them
+            text += " (their nodes are down, cordoned or draining)"
+    elif free == 0:
+        every = "the one" if usable == 1 else f"all {usable}"
+        text = f": {every} {model}GPU{'s' if usable != 1 else ''} {_are(usable)} in use{kept}"
+    else:
+        text = f"; the most is {most}"
+        if free > most:
+            text += f" ({free} are free in all, spread over nodes)"
+    if partial:
+        n = partial / MILLI_PER_GPU
+        text += (
+            f"; {n:g} GPU{'' if n <= 1 else 's'} {'is' if n <= 1 else 'are'} free but only as "
+            "parts of shared GPUs, which whole-GPU work cannot use: a shared GPU is whole "
+            "again when all the work sharing it has ended"
+        )
+    return text
+
+
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
+def beyond_guarantee_text(tenant: str, guaranteed_milli: int, used_milli: int, milli: int) -> str:
+    """Added to the reason of blocked work that would take its tenant beyond its guarantee:
+    such work never reclaims (so it has no reclaim time); it waits for GPUs to free up."""
+    if guaranteed_milli <= 0:
+        return (
+            f"; {tenant} has no guaranteed GPUs, so it cannot reclaim any: this waits for GPUs "
+            "to free up"
+        )
+    return (
+        f"; {tenant} is guaranteed {gpus_text(guaranteed_milli)} and holds "
+        f"{gpus_text(used_milli)}, so {gpus_text(milli)} more would be beyond its guarantee: "
+        "it cannot reclaim them, and this waits for GPUs to free up"
+    )
+
+
+def requeued_text(submitted_at: float) -> str:
+    """Added to the reason of work requeued after a preemption: it kept its submit time, so
+    it may stand ahead of work submitted after it."""
+    return (
+        f"; requeued after a preemption, it keeps its place in line from its first submit "
+        f"({clock_text(submitted_at)})"
+    )
 
 
 def behind_text(tenant: str, workload_id: str) -> str:
@@ -341,6 +401,7 @@ __all__ = [
     "admission_cap_text",
     "behind_host_text",
     "behind_text",
+    "beyond_guarantee_text",
     "clock_text",
     "expected_start_text",
     "gpus_text",
@@ -349,6 +410,7 @@ __all__ = [
     "outside_text",
     "owed_text",
     "reclaim_text",
+    "requeued_text",
     "untried_text",
     "what",
 ]
