@@ -275,6 +275,32 @@ def test_up_kubernetes_block_cloud_metadata_flag(monkeypatch, flags, blocked):
     assert engine.options.tenancy.block_cloud_metadata is blocked
 
 
+def test_up_kubernetes_pod_security_flags(monkeypatch):
+    """--pod-security and --run-as-user reach the pods' settings; a level Kubernetes has but
+    gpupool does not offer (privileged) is refused, saying which ones it takes."""
+    pytest.importorskip("kubernetes")
+    from typer.testing import CliRunner
+
+    from gpupool.cli import up as up_module
+    from gpupool.cli.main import app
+
+    seen: dict = {}
+    monkeypatch.setattr(up_module, "serve", lambda **kw: seen.update(kw))
+    r = CliRunner().invoke(app, ["up", "--engine", "kubernetes"])
+    assert r.exit_code == 0, r.output
+    pods = up_module._engine("kubernetes", kube=seen["kube"]).options.pods
+    assert (pods.pod_security, pods.run_as_user, pods.run_as_group) == ("restricted", 1000, 1000)
+    flags = ["--pod-security", "baseline", "--run-as-user", "4242"]
+    r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", *flags])
+    assert r.exit_code == 0, r.output
+    pods = up_module._engine("kubernetes", kube=seen["kube"]).options.pods
+    assert (pods.pod_security, pods.run_as_user, pods.run_as_group) == ("baseline", 4242, 4242)
+    r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", "--run-as-user", "0"])
+    assert r.exit_code == 2  # root is never a job's uid
+    with pytest.raises(up_module.typer.Exit):
+        up_module._engine("kubernetes", kube={**seen["kube"], "pod_security": "privileged"})
+
+
 def test_up_kubernetes_without_a_cluster_says_what_to_do(data_dir, tmp_path):
     pytest.importorskip("kubernetes")
     config = tmp_path / "kubeconfig"

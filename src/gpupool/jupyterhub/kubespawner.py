@@ -9,7 +9,9 @@ A KubeSpawner whose pod is not created by the hub:
    image, command and args, port, resources, volumes, security context, labels) and submits
    a `notebook` workload carrying it as `pod_spec` (vouched for by the hub's admin token),
    with the container's environment (the hub's JUPYTERHUB_* variables, its API token among
-   them) moved to the workload's write-only `env`;
+   them) moved to the workload's write-only `env`, which gpupool puts in a per-workload
+   Secret the pod reads by `secretKeyRef` (never in the pod spec that tenant members may
+   read; deleted when the pod ends);
 3. once admitted, gpupool's kubernetes engine creates the pod in the tenant's namespace,
    pinned to the node and GPUs it chose, with the user's home PVC
    (`engines/kubernetes/notebook_pods.py`); when it runs, the workload's `endpoint`
