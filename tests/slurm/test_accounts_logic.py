@@ -58,7 +58,7 @@ class FakeSacctmgr:
                 acct = args[5].split("=", 1)[1]
                 if acct not in self.accounts:
                     code, err = 1, f" Error: account {acct} does not exist"
-                self.users.add((args[4], acct))
+                self.users.add((args[4].removeprefix("Names="), acct))
         return subprocess.CompletedProcess(args, code, out, err)
 
 

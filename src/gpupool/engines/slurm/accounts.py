@@ -26,8 +26,8 @@ gpupool's and replaced by the new one. Tenants whose names change get new accoun
 accounts are left alone (Slurm keeps history on them), as are accounts of deleted tenants;
 gpupool never touches accounts without its prefix.
 
-A user's association (``sacctmgr add user <unix account> Account=<account>``) is made before
-their first job in a tenant.
+A user's association (``sacctmgr add user Names=<unix account> Account=<account>``) is made
+before their first job in a tenant.
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ class SlurmAccounts:
             "association", "where", f"user={user}", f"account={account}", "format=User"
         )
         if not rows:
-            self.cli.sacctmgr("add", "user", user, f"Account={account}")
+            # Names=: a user called "where" or "set" is not one of sacctmgr's keywords
+            self.cli.sacctmgr("add", "user", f"Names={user}", f"Account={account}")
         self._users.add((user, account))
 
 

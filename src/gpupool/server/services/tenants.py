@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpupool.domain import Tenant, TenantTree
+from gpupool.domain import Tenant, TenantTree, ValidationError
+from gpupool.domain.external_names import namespace_name, slurm_account_name
 from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
@@ -94,11 +95,38 @@ def _require_configure(p: Principal, name: str, what: str) -> None:
         )
 
 
+def _external_names(name: str) -> dict[str, str]:
+    return {
+        "Kubernetes namespace": namespace_name(name),
+        "Slurm account": slurm_account_name(name),
+    }
+
+
+def _check_external_names(tree: TenantTree, name: str) -> None:
+    """Refuse a new tenant whose Kubernetes namespace or Slurm account would be an existing
+    tenant's (security review F3, F12). The mappings are injective up to a 40-bit hash, so
+    this is a backstop; the other tenant is not named (no existence oracle)."""
+    mine = _external_names(name)
+    for t in tree:
+        if t.name == name:
+            continue  # the same name: the store's own conflict answers it
+        theirs = _external_names(t.name)
+        for what, external in mine.items():
+            if theirs[what] == external:
+                raise ValidationError(
+                    f"tenant name {name!r} would get the {what} {external!r} of an existing "
+                    "tenant; choose another name",
+                    "name",
+                )
+
+
 def create_tenant(ctx: AppContext, p: Principal, body: TenantCreateIn) -> TenantOut:
     _require_configure(p, body.name, "create it")
     tenant = Tenant(body.name, quota_from_in(body.quota), body.idle_timeout_s)
     with ctx.store.write() as s:
-        TenantRepo(s).save(tenant, ctx.clock.now(), create=True)
+        repo = TenantRepo(s)
+        _check_external_names(repo.tree(), body.name)
+        repo.save(tenant, ctx.clock.now(), create=True)
     ctx.wake_scheduler()
     return get_tenant(ctx, p, body.name)
 
