@@ -150,7 +150,7 @@ class KubeApi:
         is made now (errors: KubeError); the body is read as the iterator is consumed."""
         from kubernetes.client.exceptions import ApiException
 
-        kw: dict[str, int] = {"tail_lines": tail_lines} if tail_lines is not None else {}
+        kw: dict[str, Any] = {"tail_lines": tail_lines} if tail_lines is not None else {}
         try:
             resp = self.core.read_namespaced_pod_log(
                 name, namespace, _preload_content=False, _request_timeout=self.timeout_s, **kw
