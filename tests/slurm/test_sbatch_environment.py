@@ -40,6 +40,7 @@ AWKWARD = {
     "DOLLAR": "$HOME ${PATH} $(id) `id` \\n",
     "NEWLINES": "line 1\nline 2\n",
     "EMPTY": "",
+    "DIRECTIVE": "x\n#SBATCH --array=0-99\n#SBATCH --exclusive",
 }
 
 
@@ -162,3 +163,12 @@ def test_the_job_gets_its_declared_variables_exactly(world):
     assert got["SLURM_JOB_ID"] == "4242" and got["CUDA_VISIBLE_DEVICES"] == "0"  # Slurm's
     assert got["SLURM_EXPORT_ENV"] == "ALL"  # srun in the job passes this environment on
     assert "SBATCH_GRES" not in got and os.environ.get("PATH") != got["PATH"]
+
+
+def test_sbatch_directives_in_a_value_are_not_directives(world):
+    """sbatch reads ``#SBATCH`` lines only before the script's first command: the exports
+    are commands, so a value's ``#SBATCH`` lines are just text in the job's variable."""
+    ex, record, _ = world
+    _start(ex, {"DIRECTIVE": AWKWARD["DIRECTIVE"]})
+    lines = (record / "script").read_text().splitlines()
+    assert lines[0] == "#!/bin/sh" and lines[1].startswith("export ")

@@ -20,6 +20,7 @@ DECLARED = {
     "DOLLAR": "$HOME ${PATH} $(id -u) `id -u` \\n",
     "NEWLINES": "line 1\n\nline 3",  # (the API strips leading and trailing blanks)
     "EMPTY": "",
+    "DIRECTIVE": "x\n#SBATCH --array=0-3\n#SBATCH --exclusive",
     "PATH": "/usr/local/bin:/usr/bin:/bin:/opt/member-tools",
 }
 
@@ -41,6 +42,8 @@ def test_the_job_gets_its_declared_variables_exactly(make_world):
     assert got["SLURM_JOB_ID"] == w.job_id(wid)
     job = sacct(w.job_id(wid))
     assert job["user"] == "slann" and job["account"] == "gp.lab"
+    ids = sh("sacct", "-n", "-X", "--allusers", "-o", "JobID", "--name", f"gpupool-{wid}")
+    assert ids.split() == [w.job_id(wid)]  # one job: the value's #SBATCH was no directive
 
 
 def test_accounts_carry_their_exact_tenant_and_a_hand_made_one_is_refused(make_world):
