@@ -20,6 +20,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Request, Workload
 from gpupool.engines.slurm.cli import SlurmCLI
 from gpupool.engines.slurm.executor import SlurmExecutor
+from gpupool.engines.slurm.jobscript import exports
 
 #: what a member might declare to steer sbatch (the review's list)
 STEERING = {
@@ -172,3 +173,7 @@ def test_sbatch_directives_in_a_value_are_not_directives(world):
     _start(ex, {"DIRECTIVE": AWKWARD["DIRECTIVE"]})
     lines = (record / "script").read_text().splitlines()
     assert lines[0] == "#!/bin/sh" and lines[1].startswith("export ")
+
+
+def test_a_server_variable_the_shell_cannot_export_is_left_out():
+    assert exports({"LC_odd-name": "x", "OK": "it's"}) == "export OK='it'\"'\"'s'\n"

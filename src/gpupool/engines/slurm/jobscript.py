@@ -19,11 +19,12 @@ environment Slurm stored with ``--export=ALL`` was before.
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 from collections.abc import Mapping
 
-from gpupool.executors.base import StartError
+log = logging.getLogger(__name__)
 
 #: sbatch's --export: only Slurm's own SLURM_* variables; the job's come from the script.
 EXPORT = "--export=NONE"
@@ -32,16 +33,14 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def exports(env: Mapping[str, str]) -> str:
-    """``export NAME='value'`` lines for `env`; `StartError` (permanent) for a name the
-    shell cannot export (the API allows only such names)."""
+    """``export NAME='value'`` lines for `env`. A name the shell cannot export is left out
+    with a warning: the API accepts only shell names, so such a name can only come from the
+    server's own environment (an ``LC_*`` or ``GPUPOOL_JOB_ENV_PASS`` name)."""
     lines = []
     for name, value in env.items():
         if _NAME.fullmatch(name) is None:
-            raise StartError(
-                f"the variable {name!r} cannot be given to a Slurm job: a name is letters, "
-                "digits and '_', not starting with a digit",
-                permanent=True,
-            )
+            log.warning("not giving %r to a Slurm job: not a shell variable name", name)
+            continue
         lines.append(f"export {name}={shlex.quote(value)}\n")
     return "".join(lines)
 
