@@ -48,6 +48,7 @@ from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebook_pods as nb
+from gpupool.engines.kubernetes import pod_logs
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.env_secrets import EnvSecrets
 from gpupool.engines.kubernetes.podstatus import (
@@ -71,6 +72,16 @@ from gpupool.executors.base import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def _refused(e: KubeError, ns: str, what: str) -> StartError:
+    """A start refused by the API server; a ResourceQuota's refusal is transient."""
+    if e.status == 403 and "exceeded quota" in str(e):
+        return StartError(
+            f"the namespace {ns}'s ResourceQuota refused {what} ({e}); gpupool retries; "
+            "raise the quota to at least the tenant's GPU limit"
+        )
+    return StartError(f"Kubernetes refused {what}: {e}")
 
 
 @dataclass
@@ -211,12 +222,7 @@ class KubernetesExecutor(Executor):
                 created = self._adopt_existing(workload.id, ns, name)
             else:
                 self.secrets.drop(ns, secret)
-                if e.status == 403 and "exceeded quota" in str(e):
-                    raise StartError(
-                        f"the namespace {ns}'s ResourceQuota refused the pod ({e}); gpupool "
-                        "retries; raise the quota to at least the tenant's GPU limit"
-                    ) from None
-                raise StartError(f"Kubernetes refused the pod {ns}/{name}: {e}") from None
+                raise _refused(e, ns, f"the pod {ns}/{name}") from None
         self.secrets.own(ns, secret, [created])
         self._known[workload.id] = _Known(
             ns,
@@ -227,10 +233,7 @@ class KubernetesExecutor(Executor):
             enforcement=enforcement,
             secret=secret["metadata"]["name"] if secret else "",
         )
-        self._stops.pop(workload.id, None)
-        uid = (created.get("metadata") or {}).get("uid")
-        if uid:
-            self._own_pods = {**self._own_pods, uid: PodRef(ns, name, workload.id)}
+        self._note_own(workload.id, ns, [created])
         return Handle(workload.id, self.name, f"{ns}/{name}", now, enforcement)
 
     def _start_gang(
@@ -266,12 +269,7 @@ class KubernetesExecutor(Executor):
             )
         except KubeError as e:
             self.secrets.drop(ns, secret)
-            if e.status == 403 and "exceeded quota" in str(e):
-                raise StartError(
-                    f"the namespace {ns}'s ResourceQuota refused a pod of the gang ({e}); "
-                    "gpupool retries; raise the quota to at least the tenant's GPU limit"
-                ) from None
-            raise StartError(f"Kubernetes refused the gang {ns}/{names[0]}: {e}") from None
+            raise _refused(e, ns, f"a pod of the gang {ns}/{names[0]}") from None
         k = self._known[workload.id] = _Known(
             ns,
             names[0],
@@ -285,14 +283,18 @@ class KubernetesExecutor(Executor):
             secret=secret["metadata"]["name"] if secret else "",
         )
         self.secrets.own(ns, secret, made)
-        self._stops.pop(workload.id, None)
+        self._note_own(workload.id, ns, made)
+        return Handle(workload.id, self.name, f"{ns}/{k.name}", now, enforcement)
+
+    def _note_own(self, workload_id: str, ns: str, pods: list[dict[str, Any]]) -> None:
+        """`pods` were just made for `workload_id`: no stop pending, their UIDs are ours."""
+        self._stops.pop(workload_id, None)
         own = dict(self._own_pods)
-        for p in made:
+        for p in pods:
             uid = (p.get("metadata") or {}).get("uid")
             if uid:
-                own[uid] = PodRef(ns, p["metadata"]["name"], workload.id)
-        self._own_pods = own
-        return Handle(workload.id, self.name, f"{ns}/{k.name}", now, enforcement)
+                own[uid] = PodRef(ns, p["metadata"]["name"], workload_id)
+        self._own_pods = own  # rebuilt whole: request threads read it
 
     def _delete_all(self, k: _Known, grace: int) -> None:
         """Delete its pod (a gang: every pod and the Service) and its env Secret; raises
@@ -589,60 +591,21 @@ class KubernetesExecutor(Executor):
             )
         return out
 
-    def _log_pods(self, workload_id: str) -> tuple[_Known, list[str]]:
+    def _log_pods(self, workload_id: str) -> tuple[str, list[str]]:
         k = self._known.get(workload_id)
         if k is None:
             raise ExecutorError(f"no pod is known for workload {workload_id}")
-        return k, list(k.members)
+        return k.namespace, list(k.members) or [k.name]
 
     def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
-        """The pod's log streamed from the API server (a gang: each rank's after a
-        `== rank R (pod) ==` line); the API cannot seek, so `offset` bytes are read and
-        dropped. Nothing is held whole."""
-        k, members = self._log_pods(workload_id)
-        if not members:
-            first = self._pod_log(k, k.name, None)  # errors now, not while streaming
-            return logread.skip_bytes(first, offset)
-        return logread.skip_bytes(self._gang_log(k, members), offset)
-
-    def _gang_log(self, k: _Known, members: list[str]) -> Iterator[bytes]:
-        for rank, name in enumerate(members):
-            yield f"== rank {rank} ({name}) ==\n".encode()
-            last = b"\n"
-            for chunk in self._pod_log(k, name, None):
-                last = chunk
-                yield chunk
-            if not last.endswith(b"\n"):
-                yield b"\n"
+        """The pod's log streamed from the API server (`pod_logs.stream`)."""
+        return pod_logs.stream(self.api, *self._log_pods(workload_id), offset)
 
     def log_tail(
         self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
     ) -> bytes:
-        """The API's `tailLines`, keeping at most `max_bytes` of what it sends (a gang: the
-        tail of each rank, each in its share of `max_bytes`)."""
-        k, members = self._log_pods(workload_id)
-        if not members:
-            return self._tail(k, k.name, lines, max_bytes)
-        share = max(1, max_bytes // len(members))
-        parts = []
-        for rank, name in enumerate(members):
-            part = self._tail(k, name, lines, share)
-            parts.append(f"== rank {rank} ({name}) ==\n".encode() + part)
-        return b"".join(p if p.endswith(b"\n") else p + b"\n" for p in parts)
-
-    def _tail(self, k: _Known, pod: str, lines: int, max_bytes: int) -> bytes:
-        try:
-            data, dropped = logread.last_bytes(self._pod_log(k, pod, lines), max_bytes)
-        except KubeError as e:
-            raise ExecutorError(f"reading the log of pod {k.namespace}/{pod} failed: {e}") from None
-        return logread.tail_of(data, lines, starts_mid_line=dropped)
-
-    def _pod_log(self, k: _Known, pod: str, tail_lines: int | None) -> Iterator[bytes]:
-        try:
-            chunks = self.api.pod_log_chunks(k.namespace, pod, tail_lines)
-        except KubeError as e:
-            raise ExecutorError(f"reading the log of pod {k.namespace}/{pod} failed: {e}") from None
-        return chunks
+        """The last `lines` of the log, at most `max_bytes` (`pod_logs.tail`)."""
+        return pod_logs.tail(self.api, *self._log_pods(workload_id), lines, max_bytes)
 
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
         """Delete the pods (and so the logs) of work that ended `older_than_s` ago."""
