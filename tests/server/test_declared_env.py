@@ -72,3 +72,14 @@ def test_the_reviews_colliding_names_are_all_accepted_as_distinct_tenants(world)
     for name in ("a", "a/b", "a.b", "A", "A/b", "alpha", "alpha/lab", "alpha-lab"):
         r = world.post("admin", "/tenants", json={"name": name})
         assert r.status_code == 201, (name, r.text)
+
+
+def test_blanks_in_env_values_and_arguments_reach_the_job_exactly(world):
+    """The request models strip blanks from names and ids; a value or argument is data."""
+    body = {"gpus": 1, "command": ["echo", " two  spaces "], "env": {"PAD": "  x  ", "NL": "a\n"}}
+    r = world.post("member", "/workloads", json=body)
+    assert r.status_code == 201, r.text
+    assert r.json()["command"] == ["echo", " two  spaces "]
+    world.scheduler.run_once()
+    env = world.executor.world.processes[r.json()["id"]].env
+    assert env["PAD"] == "  x  " and env["NL"] == "a\n"

@@ -10,7 +10,10 @@ from gpupool.server.schemas.base import INT32_MAX, In, Out
 
 Kind = Literal["notebook", "job"]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
-EnvValue = Annotated[str, StringConstraints(max_length=32_768)]
+#: a command's argument, kept exactly as sent (the models strip blanks from other strings)
+Arg = Annotated[str, StringConstraints(strip_whitespace=False)]
+#: kept exactly as sent (the models strip blanks from other strings; a value's blanks are data)
+EnvValue = Annotated[str, StringConstraints(max_length=32_768, strip_whitespace=False)]
 State = Literal[
     "pending",
     "admitted",
@@ -46,7 +49,7 @@ class WorkloadIn(ResourcesIn):
     kind: Kind = "job"
     tenant: str | None = Field(default=None, min_length=1, max_length=255)
     name: str | None = Field(default=None, max_length=128)
-    command: list[str] = Field(default_factory=list, max_length=1024)
+    command: list[Arg] = Field(default_factory=list, max_length=1024)
     profile: str | None = Field(default=None, min_length=1, max_length=128)
     priority: int = Field(default=0, ge=-1000, le=1000)
     preemptible: bool = True
@@ -187,10 +190,15 @@ class QueueEntryOut(Out):
 
 class LogsOut(Out):
     """A workload's output. `offset`/`next_offset`: for a page (`?offset=`) only, byte
-    offsets in the log where this page starts and the next one does."""
+    offsets in the log where this page starts and the next one does. `runs`: how many runs
+    the output covers (one more after each preemption and requeue; each rerun starts after a
+    `--- requeued after preemption ...` line); `note`: what a reader should know about them
+    (a preempted workload waiting to run again), else null."""
 
     workload_id: str
     state: State
+    runs: int = 0
+    note: str | None = None
     text: str
     offset: int | None = None
     next_offset: int | None = None
@@ -202,6 +210,8 @@ class UsageOut(Out):
     gpu_hours_busy: float
     gpu_seconds_allocated: float
     gpu_seconds_busy: float
+    #: GPU-seconds telemetry measured; 0: busy time, efficiency and memory are unknown
+    gpu_seconds_measured: float = 0.0
     efficiency: float | None
     gpu_memory_mib_max: int
     gpu_memory_gib_hours: float
