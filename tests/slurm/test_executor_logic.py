@@ -4,6 +4,7 @@ injected. The real-Slurm tests (test_slurm_engine.py) check the same paths end t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -11,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Allocation, Request, Share, Workload
+from gpupool.domain import Allocation, Request, Share, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import SlurmCLI
 from gpupool.engines.slurm.executor import SlurmExecutor
 from gpupool.executors.accounts import default_jobs_account
@@ -254,3 +255,24 @@ def test_a_gang_jobs_state_is_the_whole_jobs(tmp_path):
     slurm.set("g-1", job_state="FAILED", exit_code=256)
     st = ex.poll("g-1")
     assert st.state is ExecState.FAILED and st.exit_code == 1
+
+
+def test_where_every_job_shares_one_account_the_hub_serves_the_first_admin_only(tmp_path):
+    """Review F2b on Slurm: jobs and notebooks of all users as one account (not per-user)
+    could change each other's notebook homes, so other users' hub notebooks are refused."""
+    from gpupool.executors.hub_launch import HubLaunchExecutor
+
+    _, clock, ex = make(tmp_path)
+    assert ex.one_account
+    hub = HubLaunchExecutor(ex, tmp_path / "launch", clock=clock, only_owner="admin")
+    nb = Workload("w-1", "lab", "ann", Request(gpus=1), kind=WorkloadKind.NOTEBOOK)
+    assert "serves only 'admin'" in (hub.refusal(nb) or "")
+    assert hub.refusal(dataclasses.replace(nb, owner="admin")) is None
+    per_user = SlurmExecutor(
+        SlurmCLI("/dev/null", runner=FakeSlurm()),
+        clock,
+        tmp_path / "o2",
+        account_of=lambda t: "gp." + t,
+        per_user=True,
+    )
+    assert not per_user.one_account

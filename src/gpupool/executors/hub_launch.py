@@ -118,10 +118,11 @@ class HubLaunchExecutor(Executor):
             return None
         who = f"only {self.only_owner!r}" if self.only_owner else "nobody"
         return (
-            f"JupyterHub here serves {who}: gpupool does not run as root, so every notebook "
-            "would run as the server's own Unix account, where one user's notebook or job "
-            "could change another user's notebook and act in their session. Ask the admin "
-            "to run gpupool as root (each user then gets a Unix account of their own)"
+            f"JupyterHub here serves {who}: every notebook would run as one Unix account "
+            "(gpupool does not run as root, or its engine runs all work as one account), "
+            "where one user's notebook or job could change another user's notebook and act "
+            "in their session. Ask the admin to run gpupool as root so that each user's work "
+            "runs as a Unix account of their own"
         )
 
     # -- contract ------------------------------------------------------------------------

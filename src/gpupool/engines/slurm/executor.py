@@ -61,7 +61,7 @@ from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
 from gpupool.engines.slurm.jobscript import EXPORT, with_environment
 from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
-from gpupool.executors import logread
+from gpupool.executors import logread, reruns
 from gpupool.executors.accounts import (
     Account,
     default_jobs_account,
@@ -250,6 +250,9 @@ class SlurmExecutor(Executor):
             raise StartError(f"could not give {account.name} the Slurm account: {e}") from None
         output = self.output_dir / f"{workload.id}.out"
         output.touch(mode=0o600, exist_ok=True)
+        prev = self._jobs.get(workload.id)  # a rerun: appended after a separator line
+        stopped = prev.ended if prev else None
+        reruns.mark_new_run_at(output, reruns.separator(workload, self.clock.now(), stopped))
         if os.geteuid() == 0:  # the job's account writes its output
             os.chown(output, account.uid, account.gid)
         args = [
@@ -346,6 +349,12 @@ class SlurmExecutor(Executor):
             name = default_jobs_account()
             return unprivileged(name, why=f"cannot run jobs as the jobs account {name}")
         return server_account()
+
+    @property
+    def one_account(self) -> bool:
+        """Every user's work shares one account unless jobs run as their owners (`_account`);
+        the hub then serves the first admin only (`executors.hub_launch`)."""
+        return not self.per_user
 
     def poll(self, workload_id: str) -> ExecStatus:
         job = self._jobs.get(workload_id)
