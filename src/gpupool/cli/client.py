@@ -220,12 +220,13 @@ def login(
 
 def _log_pages(c: Api, wid: str, offset: int = 0) -> Iterator[dict]:
     """The log from byte `offset` on, page by page (`?offset=`: at most 1 MiB each), until
-    a page brings nothing new; neither side holds the whole log."""
+    a page brings nothing new, which comes last (its `note` is the latest); neither side
+    holds the whole log."""
     while True:
         page = c.get(f"/workloads/{wid}/logs", params={"offset": offset})
+        yield page
         if page["next_offset"] == offset:
             return
-        yield page
         offset = page["next_offset"]
 
 
@@ -239,11 +240,12 @@ def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, st
         if state == S.PENDING and w.get("pending"):
             p = w["pending"]
             note = f"waiting (#{p['position']} in the queue): {p['reason']}"
+            if w.get("preemptions"):  # its earlier run's output stays; the next run follows
+                note = "requeued after preemption; " + note
         text = ""
-        if state != S.PENDING:
-            for page in _log_pages(c, wid, printed):
-                text += page["text"]
-                printed = page["next_offset"]
+        for page in _log_pages(c, wid, printed):  # pending: an earlier run's output, if any
+            text += page["text"]
+            printed = page["next_offset"]
         yield state, note, text
         if state in TERMINAL:
             return
@@ -424,18 +426,21 @@ def logs(
     tail: int = typer.Option(None, "--tail", "-n", min=1, help="only the last N lines"),
     poll: float = typer.Option(1.0, "--poll", hidden=True),
 ) -> None:
-    """Print a job's output."""
+    """Print a job's output: every run's, in order (a run after a preemption follows a
+    '--- requeued after preemption' line). A note on stderr says when it was preempted."""
 
     @handled
     def go() -> None:
         c = api()
         if tail:
-            params = {"tail": tail}
-            out.out(c.get(f"/workloads/{workload_id}/logs", params=params)["text"], end="")
-            return
-        if not follow:
+            page = c.get(f"/workloads/{workload_id}/logs", params={"tail": tail})
+            out.out(page["text"], end="")
+        elif not follow:
             for page in _log_pages(c, workload_id):
                 out.out(page["text"], end="")
+        if not follow:
+            if page.get("note"):
+                err.print(f"note: {page['note']}")
             return
         for _, _, text in _follow(c, workload_id, poll):
             if text:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload
-from gpupool.executors import logread
+from gpupool.executors import logread, reruns
 from gpupool.executors.base import (
     ExecState,
     ExecStatus,
@@ -104,6 +104,11 @@ class FakeExecutor(Executor):
         full_env["GPUPOOL_WORKLOAD_ID"] = workload.id
         if allocation is not None and allocation.shares:
             full_env["CUDA_VISIBLE_DEVICES"] = ",".join(allocation.gpu_uuids)
+        # a rerun keeps the earlier runs' output, then a separator line (as the local one)
+        output = [] if existing is None else ["".join(existing.output)]
+        if existing is not None and output[0]:
+            sep = reruns.separator(workload, now, existing.finished_at).decode()
+            output.append(sep if output[0].endswith("\n") else "\n" + sep)
         self.world.processes[workload.id] = FakeProcess(
             workload=workload,
             allocation=allocation,
@@ -112,6 +117,7 @@ class FakeExecutor(Executor):
             started_at=now,
             env=full_env,
             unix_user=unix_user or workload.owner,
+            output=output,
         )
         self.world.launches.append(workload.id)
         enforcement = (

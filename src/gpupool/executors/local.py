@@ -1,7 +1,8 @@
 """The local executor: jobs run as processes on this host, bound to their GPUs.
 
 Each job runs under `gpupool.executors.launcher` in a session of its own (the launcher leads
-its process group), with stdout and stderr in ``<state_dir>/<workload>/output.log``.
+its process group), with stdout and stderr in ``<state_dir>/<workload>/output.log``: every
+run's, in order, each rerun after a separator line (`gpupool.executors.reruns`).
 
 Who a job runs as (`UserMode`, see `gpupool.executors.accounts`):
 
@@ -50,7 +51,7 @@ from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
-from gpupool.executors import logread
+from gpupool.executors import logread, reruns
 from gpupool.executors.accounts import (
     Account,
     UserMode,
@@ -307,6 +308,8 @@ class LocalExecutor(Executor):
 
         d = self._dir(workload.id)
         private_dir(d)
+        # when the previous run (if any) was stopped: its separator line says so
+        stopped_at = (self._read_json(d / STOP_FILE) or {}).get("requested_at")
         for stale in (PID_FILE, EXIT_FILE, STOP_FILE):
             (d / stale).unlink(missing_ok=True)
         self._final.pop(workload.id, None)
@@ -336,10 +339,11 @@ class LocalExecutor(Executor):
             ids = ["--uid", str(account.uid), "--gid", str(account.gid), "--groups", groups]
         if cgroup is not None:
             ids += ["--cgroup", str(cgroup)]
-        # the log is private to the job's owner (and the server)
-        fd = os.open(d / LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        # the log is private to the job's owner (and the server); a rerun is appended
+        fd = os.open(d / LOG_FILE, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         if switch:
             os.fchown(fd, account.uid, account.gid)
+        reruns.mark_new_run(fd, reruns.separator(workload, now, stopped_at))
         log = os.fdopen(fd, "ab")
         argv = [self.python, "-m", "gpupool.executors.launcher", str(d), *ids, "--"]
         argv += list(workload.command)
