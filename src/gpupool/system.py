@@ -335,7 +335,8 @@ def _assemble(
         from gpupool.web.hub_sso import SSOSettings, install_hub_sso
 
         hub.data_dir.mkdir(parents=True, exist_ok=True)
-        install_hub_sso(app, SSOSettings(hub.hub_api_url, service_secret(hub)))
+        sso = SSOSettings(hub.hub_api_url, service_secret(hub), public_port=hub.port)
+        install_hub_sso(app, sso)
     return system
 
 

@@ -13,9 +13,16 @@ from gpupool.server.hub.config import HubSettings
 from gpupool.server.settings import Settings
 from gpupool.store import open_store
 from gpupool.system import SystemSettings, build_system
-from tests.server.conftest import seed, serving
+from tests.server.conftest import API, seed, serving
 
 NOTEBOOK = {"kind": "notebook", "gpus": 1, "tenant": "lab", "command": []}
+
+
+def _from_hub(w, role: str):
+    """Submit NOTEBOOK as `role` the way the hub's spawner does: the hub's admin token vouches
+    (X-Gpupool-Service-Token); gpupool takes such notebooks only from the hub."""
+    headers = w.h(role) | {"X-Gpupool-Service-Token": w.tokens["admin"]}
+    return w.client.post(API + "/workloads", json=NOTEBOOK, headers=headers)
 
 
 class OneAccount(FakeExecutor):
@@ -53,11 +60,11 @@ def test_a_members_notebook_is_refused_when_all_share_one_account(tmp_path):
     said: list[str] = []
     with serving(_system(tmp_path, executor, said), clock, executor) as w:
         assert any("JupyterHub serves 'root' only" in line for line in said), said
-        r = w.post("member", "/workloads", json=NOTEBOOK)
+        r = _from_hub(w, "member")
         assert r.status_code == 403, r.text
         detail = r.json()["detail"]
         assert "serves only 'root'" in detail and "run gpupool as root" in detail
-        assert w.post("admin", "/workloads", json=NOTEBOOK).status_code == 201
+        assert _from_hub(w, "admin").status_code == 201
         job = {"gpus": 1, "tenant": "lab", "command": ["python", "x.py"]}
         assert w.post("member", "/workloads", json=job).status_code == 201  # jobs: as before
 
@@ -66,4 +73,4 @@ def test_with_an_account_per_user_every_members_notebook_is_taken(tmp_path):
     clock = ManualClock(1_780_000_000.0)
     executor = FakeExecutor(clock)
     with serving(_system(tmp_path, executor), clock, executor) as w:
-        assert w.post("member", "/workloads", json=NOTEBOOK).status_code == 201
+        assert _from_hub(w, "member").status_code == 201

@@ -289,10 +289,11 @@ class GpupoolQueueing(LoggingConfigurable):
                 return w
         return None
 
-    async def _queue(self, extra: Mapping[str, Any] | None = None, vouch: bool = False) -> dict:
+    async def _queue(self, extra: Mapping[str, Any] | None = None, vouch: bool = True) -> dict:
         """Submit this server's notebook as the user (or resume the one queued before a hub
         restart) and wait until gpupool admits it; returns the workload. `extra`: more fields
-        of the submission; `vouch`: send the hub's admin token along (a `pod_spec`)."""
+        of the submission; `vouch`: send the hub's admin token along (gpupool takes a
+        `pod_spec`, and while the hub runs a notebook without a command, only from the hub)."""
         choice = await self._choice()
         try:
             client = await self._checked_user_client()

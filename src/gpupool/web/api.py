@@ -5,6 +5,8 @@
 - `GET /dashboard/gpu-history?range_s=`: utilization and memory per GPU over time, from the
   store's GPU history (per-minute rows for two days, hourly rows for 90) and, for the minutes
   not yet written there, the telemetry samplers in memory.
+- `GET /dashboard/hub`: where JupyterHub's spawn page is when the hub runs beside this server
+  (it starts the notebooks then: the dashboard's "Start notebook" opens it), else null.
 
 Both need a logged-in user (the server's `authenticated` dependency). Any role may read them:
 everyone may see who uses which GPU and whether it is busy (DESIGN.md, "everyone can see").
@@ -15,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from gpupool.domain import ValidationError
@@ -31,6 +33,22 @@ from gpupool.web.page_data import (
     gpu_history_view,
     tenant_live_view,
 )
+
+
+def hub_spawn_url(request: Request) -> str | None:
+    """The URL of JupyterHub's spawn page as the browser that sent `request` reaches it: the
+    same origin where the dashboard is served through the hub (``/services/gpupool``), else
+    this host at the hub's public port. None when no hub runs beside this server."""
+    sso = getattr(request.app.state, "hub_sso", None)
+    if sso is None:
+        return None
+    if request.scope.get("root_path", "").rstrip("/") == sso.prefix:
+        return "/hub/spawn"
+    host = request.url.hostname or "127.0.0.1"
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    port = sso.public_port or 8000
+    return f"http://{host}:{port}/hub/spawn"
 
 
 def _frames(ctx: AppContext) -> list[Frame]:
@@ -149,6 +167,10 @@ def create_api_router() -> APIRouter:
         if roots is not None:
             view = {t: v for t, v in view.items() if any(in_subtree(t, r) for r in roots)}
         return JSONResponse({"now": ctx.clock.now(), "tenants": view})
+
+    @router.get("/hub", response_model=None, summary="JupyterHub's spawn page, if the hub runs")
+    def hub(request: Request, _: Principal = Depends(authenticated)) -> JSONResponse:
+        return JSONResponse({"spawn_url": hub_spawn_url(request)})
 
     @router.get(
         "/gpu-history", response_model=None, summary="Utilization and memory per GPU over time"

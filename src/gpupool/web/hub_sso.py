@@ -45,10 +45,12 @@ STATE_COOKIE = "gpupool-hub-oauth-state"
 @dataclass(frozen=True, slots=True)
 class SSOSettings:
     """hub_api_url: the hub's API as this server reaches it (``http://127.0.0.1:8081/hub/api``).
-    client_secret: the dashboard service's api_token."""
+    client_secret: the dashboard service's api_token. public_port: the hub's public port
+    (the dashboard links to its spawn page there when not served through the hub)."""
 
     hub_api_url: str
     client_secret: str
+    public_port: int | None = None
     service: str = DASHBOARD_SERVICE
     hub_prefix: str = "/hub/"
     session_ttl_s: float = 12 * 3600.0
@@ -252,8 +254,11 @@ class HubSSO:
 
 
 def install_hub_sso(app: Any, sso: SSOSettings) -> None:
-    """Serve the app under the hub's service prefix too, with hub sign-on in front."""
+    """Serve the app under the hub's service prefix too, with hub sign-on in front; the
+    dashboard finds the hub through ``app.state.hub_sso`` (`gpupool.web.api`, /dashboard/hub)."""
     from gpupool.web.prefix import ServePrefix
+
+    app.state.hub_sso = sso
 
     app.add_middleware(ServePrefix, prefix=sso.prefix)
     app.add_middleware(HubSSO, sso=sso)

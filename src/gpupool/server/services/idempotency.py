@@ -74,11 +74,12 @@ def _replay(ctx: AppContext, idem: Idempotency) -> WorkloadOut | None:
 
 
 def submit(
-    ctx: AppContext, p: Principal, body: WorkloadIn, key: str | None
+    ctx: AppContext, p: Principal, body: WorkloadIn, key: str | None, *, from_hub: bool = False
 ) -> tuple[WorkloadOut, bool]:
-    """Submit `body` once per key: (the workload, whether it was made by this request)."""
+    """Submit `body` once per key: (the workload, whether it was made by this request).
+    `from_hub`: JupyterHub vouched for it (workloads.check_hub_starts_it)."""
     if key is None:
-        return workloads.submit(ctx, p, body), True
+        return workloads.submit(ctx, p, body, from_hub=from_hub), True
     idem = parse(p.name, key, body)
     found = _replay(ctx, idem)
     if found is not None:
@@ -88,7 +89,7 @@ def submit(
         IdempotencyRepo(s).add(idem.user, idem.key, idem.request_hash, w.id, ctx.clock.now())
 
     try:
-        return workloads.submit(ctx, p, body, on_insert=bind), True
+        return workloads.submit(ctx, p, body, on_insert=bind, from_hub=from_hub), True
     except IntegrityError:
         found = _replay(ctx, idem)  # a concurrent request with this key came first
         if found is None:

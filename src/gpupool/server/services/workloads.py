@@ -31,6 +31,8 @@ from gpupool.domain.commands import (
     check_declared_env,
 )
 from gpupool.domain.profiles import Profile
+from gpupool.executors.handoff import is_hub_launched
+from gpupool.executors.hub_launch import HubLaunchExecutor
 from gpupool.scheduler.admissible import never_runs
 from gpupool.scheduler.limits import TENANT
 from gpupool.server.auth import Principal, principal_for_token
@@ -181,15 +183,33 @@ def check_vouched(ctx: AppContext, service_token: str | None) -> None:
         raise PermissionDenied("X-Gpupool-Service-Token must be an admin's token (the hub's)")
 
 
+def check_hub_starts_it(ctx: AppContext, w: Workload, from_hub: bool) -> None:
+    """While JupyterHub runs beside gpupool (its launcher wraps the executor), a notebook the
+    hub starts (no command) is taken only from the hub (`from_hub`: its admin token vouched in
+    X-Gpupool-Service-Token). From anywhere else nobody would start it: it would hold its GPUs
+    until the launch timed out. Raise PermissionDenied saying where to start it instead."""
+    if from_hub or not isinstance(ctx.executor, HubLaunchExecutor) or not is_hub_launched(w):
+        return
+    raise PermissionDenied(
+        "JupyterHub runs beside this gpupool and starts its notebooks: start yours from the "
+        "hub's spawn page (/hub/spawn, or the dashboard's 'Start notebook', which opens it), "
+        "where it waits in this queue; a notebook submitted here would hold its GPUs with "
+        "nothing to start it"
+    )
+
+
 def submit(
     ctx: AppContext,
     p: Principal,
     body: WorkloadIn,
     on_insert: Callable[[Session, Workload], None] | None = None,
+    *,
+    from_hub: bool = False,
 ) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
     are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
-    the insert's transaction (services.idempotency binds its key there)."""
+    the insert's transaction (services.idempotency binds its key there). `from_hub`: JupyterHub
+    vouched for it (`check_hub_starts_it`)."""
     now = ctx.clock.now()
     check_command(body.command, os_arg_limits(), env=body.env)  # what nothing could launch
     check_declared_env(body.env)
@@ -232,6 +252,7 @@ def submit(
     refused = ctx.executor.refusal(w)  # e.g. a notebook JupyterHub must not run (hub_launch)
     if refused is not None:
         raise PermissionDenied(refused)
+    check_hub_starts_it(ctx, w, from_hub)
     with ctx.store.write() as s:
         repo = WorkloadRepo(s)
         if not TenantRepo(s).exists(tenant):

@@ -141,10 +141,27 @@
     } catch (e) { GP.formError("job-error", GP.actionError("submit this job", e)); }
   }
 
+  /** Where JupyterHub's spawn page is, when the hub runs beside gpupool (null otherwise). */
+  let hubSpawn = null;
+
+  async function findHub() {
+    try { hubSpawn = (await GP.get("/dashboard/hub")).spawn_url || null; } catch { hubSpawn = null; }
+    if (!hubSpawn) return;
+    document.getElementById("nb-hub").hidden = false;
+    document.getElementById("nb-start").textContent = "Start notebook in JupyterHub";
+  }
+
   async function startNotebook(ev) {
     ev.preventDefault();
     const p = document.querySelector("input[name=profile]:checked");
     if (!p) { GP.formError("notebook-error", "Pick a profile first."); return; }
+    if (hubSpawn) {
+      // The hub starts notebooks: its spawn page, given the options, spawns this one (it
+      // waits in gpupool's queue there). gpupool refuses one submitted here (403).
+      const q = new URLSearchParams({ "opt-profile": p.value, "opt-tenant": document.getElementById("nb-tenant").value });
+      location.assign(`${hubSpawn}?${q}`);
+      return;
+    }
     try {
       const w = await GP.api("POST", "/workloads", { kind: "notebook", profile: p.value, tenant: document.getElementById("nb-tenant").value });
       GP.formError("notebook-error", "");
@@ -169,6 +186,7 @@
     document.getElementById("logs-refresh").addEventListener("click", () => logsFor && showLogs(logsFor));
     document.getElementById("logs-close").addEventListener("click", () => { document.getElementById("logs-panel").hidden = true; logsFor = null; });
     loadProfiles();
+    findHub();
     GP.poll(refresh, REFRESH_MS);
   });
 })();
