@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DEFAULT_TENANT = "default"
+#: The name of the admin token each start hands JupyterHub (the previous one is revoked).
+HUB_TOKEN_NAME = "jupyterhub-hub"
 
 
 class SetupError(Exception):
@@ -547,7 +549,6 @@ def _start_hub(system: System, admin: str) -> Supervisor:
     `keep_hub` (its exits are reported here with the end of its log)."""
     from gpupool.server.hub.config import HubSetupError, find_proxy, start_hub
     from gpupool.server.hub.keeper import check_ports, keep_hub
-    from gpupool.server.services.accounts import issue_token
 
     hub = system.hub
     assert hub is not None, "the hub runs only when SystemSettings.jupyterhub"
@@ -555,7 +556,7 @@ def _start_hub(system: System, admin: str) -> Supervisor:
     try:
         find_proxy()
         check_ports(hub)
-        token = issue_token(system.ctx, admin, "jupyterhub", None).token
+        token = hub_token(system.ctx, admin)
         keeper = keep_hub(
             lambda: start_hub(hub, token, log_path=log_path),
             log_path,
@@ -570,3 +571,20 @@ def _start_hub(system: System, admin: str) -> Supervisor:
         loud=True,
     )
     return keeper
+
+
+def hub_token(ctx: AppContext, admin: str) -> str:
+    """A new admin token of `admin` for the hub (the server's default lifetime), named
+    `HUB_TOKEN_NAME`; the earlier starts' hub tokens of `admin` are revoked first, so only
+    the running hub's token is live."""
+    from gpupool.server.services.accounts import issue_token
+    from gpupool.store import TokenRepo
+
+    now = ctx.clock.now()
+    with ctx.store.write() as s:
+        repo = TokenRepo(s)
+        for old in repo.list(admin):
+            if old.name == HUB_TOKEN_NAME and old.revoked_at is None:
+                repo.revoke(old.id, now)
+    ctx.auth_changed()
+    return issue_token(ctx, admin, HUB_TOKEN_NAME, None).token

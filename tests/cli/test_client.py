@@ -267,6 +267,37 @@ def test_usage(env):
     assert rep["rows"][0]["gpu_hours_allocated"] == 2.0
 
 
+def test_usage_shows_a_dash_where_nothing_was_measured(env):
+    """Unmeasured busy time is `-`, not 0.00 / 0%; measured idleness stays 0.00 / 0%."""
+    _, ctx = env
+    with ctx.store.write() as s:
+        for user, measured in (("ann", 0.0), ("otto", 3600.0)):
+            UsageRepo(s).add(
+                workload_id=f"w-{user}",
+                tenant="lab",
+                user=user,
+                day="2026-05-01",
+                gpu_seconds_allocated=3600,
+                gpu_seconds_measured=measured,
+            )
+    r = gp("usage", "--by", "user", "-o", "wide", token=as_(ctx, "root"))
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split()[1:] for line in r.output.splitlines()[1:]}
+    assert rows["ann"][:3] == ["1.00", "-", "-"] and rows["ann"][3] == "-"  # MAX MiB too
+    assert rows["otto"][:3] == ["1.00", "0.00", "0%"]
+
+
+def test_set_quota_echoes_every_value_it_set(env):
+    _, ctx = env
+    t = as_(ctx, "root")
+    assert gp("tenant", "create", "chem", "--guaranteed", "1", token=t).exit_code == 0
+    r = gp("tenant", "set-quota", "chem", "--max-per-user", "2", "--weight", "3", token=t)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip() == (
+        "chem: guaranteed 1, limit none, weight 3, max per user 2, idle timeout never"
+    )
+
+
 def test_followed_work_ends_in_the_domains_final_states_and_preempted():
     from gpupool.cli.client import TERMINAL
     from gpupool.domain import ACTIVE_STATES, TERMINAL_STATES, WorkloadState

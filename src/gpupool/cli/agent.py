@@ -94,7 +94,7 @@ def agent(
         except SpecError as e:
             raise CliError(str(e), 2) from None
         except NoGPUError as e:
-            raise CliError(f"{e}; use --simulate SPEC to report simulated GPUs", 2) from None
+            raise CliError(f"{e.reason}; use --simulate SPEC to report simulated GPUs", 2) from None
         if source.simulated:
             _say(f"*** SIMULATED GPUs ({simulate}): not real hardware ***", loud=True)
         reporter = HttpReporter(url, name, token)

@@ -483,13 +483,23 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}"
 
 
+def _measured(r: dict[str, Any], text: str) -> str:
+    """`text`, or - where telemetry measured nothing of the row (not a measured zero)."""
+    return text if r.get("gpu_seconds_measured", 1) > 0 else "-"
+
+
 def usage_columns(by: str) -> tuple[Col, ...]:
     return (
         Col(by.upper(), lambda r: r["key"]),
         Col("GPU-H ALLOC", lambda r: f"{r['gpu_hours_allocated']:.2f}", right=True),
-        Col("GPU-H BUSY", lambda r: f"{r['gpu_hours_busy']:.2f}", right=True),
+        Col("GPU-H BUSY", lambda r: _measured(r, f"{r['gpu_hours_busy']:.2f}"), right=True),
         Col("EFFICIENCY", lambda r: _pct(r["efficiency"]), right=True),
-        Col("MAX MiB", lambda r: r["gpu_memory_mib_max"], wide=True, right=True),
+        Col(
+            "MAX MiB",
+            lambda r: _measured(r, str(r["gpu_memory_mib_max"])),
+            wide=True,
+            right=True,
+        ),
         Col("WORKLOADS", lambda r: r["workloads"], wide=True, right=True),
     )
 

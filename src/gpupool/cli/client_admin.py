@@ -114,11 +114,16 @@ def tenant_set_quota(
 
 
 def _policy(t: dict[str, Any]) -> str:
+    """Every value of the tenant's quota and idle policy, as the server now stores them."""
     q = t["quota"]
     lim = "none" if q["limit"] is None else f"{q['limit']:g}"
+    per_user = "none" if q.get("max_per_user") is None else f"{q['max_per_user']:g}"
     idle = "never" if t["idle_timeout_s"] is None else tables.duration(t["idle_timeout_s"])
+    by_model = q.get("guaranteed_by_model") or {}
+    models = "".join(f", guaranteed {v:g} {m}" for m, v in sorted(by_model.items()))
     return (
-        f"guaranteed {q['guaranteed']:g}, limit {lim}, weight {q['weight']:g}, idle timeout {idle}"
+        f"guaranteed {q['guaranteed']:g}{models}, limit {lim}, weight {q['weight']:g}, "
+        f"max per user {per_user}, idle timeout {idle}"
     )
 
 

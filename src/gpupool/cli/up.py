@@ -324,10 +324,10 @@ def serve(
         mps_binary=mps_binary,
         mps_service_account=mps_service_account,
     )
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = getattr(logging, log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level > logging.DEBUG:  # one line per schema migration is noise before the password
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     data_dir = data_dir.expanduser().resolve()
     os.umask(0o077)  # what the server writes is its own; jobs get 022 from their launcher
     try:

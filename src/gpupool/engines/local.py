@@ -60,8 +60,9 @@ def _open_gpus(simulate: str | None, node: str, env: EngineEnv) -> tuple[GPUSour
         return open_source(None, hostname=node), None
     except NoGPUError as e:
         env.say(
-            f"No NVIDIA GPU found ({e}). Starting on SIMULATED GPUs ({DEFAULT_SIMULATION}): "
-            "jobs run for real but see fake GPU UUIDs. Pass --simulate SPEC to choose them.",
+            f"gpupool: no NVIDIA GPU found ({e.reason}); starting on simulated GPUs, as "
+            f"--simulate {DEFAULT_SIMULATION} would: jobs run for real but see fake GPU "
+            "UUIDs. Pass --simulate SPEC to choose others (e.g. --simulate 2xA100-40GB).",
             loud=True,
         )
         return open_source(DEFAULT_SIMULATION, hostname=node), DEFAULT_SIMULATION

@@ -290,6 +290,8 @@ class UsageRow(Base):
     day: Mapped[str] = mapped_column(String(10), index=True)  # YYYY-MM-DD (UTC)
     gpu_seconds_allocated: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_seconds_busy: Mapped[float] = mapped_column(Float, default=0.0)
+    #: the part of gpu_seconds_allocated for which telemetry gave a busy fraction
+    gpu_seconds_measured: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     gpu_memory_mib_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_memory_mib_max: Mapped[int] = mapped_column(Integer, default=0)
 

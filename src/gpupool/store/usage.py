@@ -23,11 +23,18 @@ class UsageTotal:
     gpu_memory_mib_seconds: float
     gpu_memory_mib_max: int
     workloads: int
+    #: GPU-seconds for which telemetry gave a busy fraction (0: nothing was measured)
+    gpu_seconds_measured: float = 0.0
+
+    @property
+    def measured(self) -> bool:
+        """Whether telemetry measured any of this usage (else busy and memory are unknown)."""
+        return self.gpu_seconds_measured > 0
 
     @property
     def efficiency(self) -> float | None:
-        """Busy / allocated (None when nothing was allocated)."""
-        if self.gpu_seconds_allocated <= 0:
+        """Busy / allocated (None when nothing was allocated or nothing measured)."""
+        if self.gpu_seconds_allocated <= 0 or not self.measured:
             return None
         return self.gpu_seconds_busy / self.gpu_seconds_allocated
 
@@ -47,9 +54,13 @@ class UsageRepo:
         gpu_seconds_busy: float = 0.0,
         gpu_memory_mib_seconds: float = 0.0,
         gpu_memory_mib: int = 0,
+        gpu_seconds_measured: float | None = None,
     ) -> None:
         """Add to the (workload, day) row, creating it when missing. `gpu_memory_mib` is the
-        memory seen now; the row keeps the maximum."""
+        memory seen now; the row keeps the maximum. `gpu_seconds_measured`: the part of the
+        allocated seconds telemetry measured (None: all of them)."""
+        if gpu_seconds_measured is None:
+            gpu_seconds_measured = gpu_seconds_allocated
         row = self.s.scalar(
             select(UsageRow)
             .where(UsageRow.workload_id == workload_id, UsageRow.day == day)
@@ -63,12 +74,14 @@ class UsageRepo:
                 day=day,
                 gpu_seconds_allocated=0.0,
                 gpu_seconds_busy=0.0,
+                gpu_seconds_measured=0.0,
                 gpu_memory_mib_seconds=0.0,
                 gpu_memory_mib_max=0,
             )
             self.s.add(row)
         row.gpu_seconds_allocated += gpu_seconds_allocated
         row.gpu_seconds_busy += gpu_seconds_busy
+        row.gpu_seconds_measured += gpu_seconds_measured
         row.gpu_memory_mib_seconds += gpu_memory_mib_seconds
         row.gpu_memory_mib_max = max(row.gpu_memory_mib_max, gpu_memory_mib)
         self.s.flush()
@@ -98,6 +111,7 @@ class UsageRepo:
             func.sum(UsageRow.gpu_memory_mib_seconds),
             func.max(UsageRow.gpu_memory_mib_max),
             func.count(func.distinct(UsageRow.workload_id)),
+            func.sum(UsageRow.gpu_seconds_measured),
         ).group_by(col)
         if from_day:
             q = q.where(UsageRow.day >= from_day)
@@ -108,8 +122,16 @@ class UsageRepo:
         if user is not None:
             q = q.where(UsageRow.user == user)
         return [
-            UsageTotal(str(k), float(a or 0), float(b or 0), float(m or 0), int(mx or 0), int(n))
-            for k, a, b, m, mx, n in self.s.execute(q.order_by(col))
+            UsageTotal(
+                str(k),
+                float(a or 0),
+                float(b or 0),
+                float(m or 0),
+                int(mx or 0),
+                int(n),
+                float(z or 0),
+            )
+            for k, a, b, m, mx, n, z in self.s.execute(q.order_by(col))
         ]
 
     def attained_by_tenant(self) -> dict[str, float]:

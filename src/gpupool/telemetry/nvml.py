@@ -184,16 +184,15 @@ class NVMLSource:
         **options: float,
     ) -> NVMLSource:
         """Initialise NVML; `NoGPUError` (with what to do) when there is no driver or no GPU."""
-        hint = "Use --simulate 2xH100-80GB to try gpupool without a GPU."
         try:
             src = cls(module, clock, hostname, **options)
         except ImportError as exc:
-            raise NoGPUError(f"nvidia-ml-py is not installed ({exc}). {hint}") from exc
+            raise NoGPUError(f"nvidia-ml-py is not installed ({exc})") from exc
         src.init()
         count = _opt(_Reads(src.m).get("device count", "nvmlDeviceGetCount"))
         if not count:
             src.close()
-            raise NoGPUError(f"NVML found no NVIDIA GPU on this host. {hint}")
+            raise NoGPUError("NVML found no NVIDIA GPU on this host")
         return src
 
     def init(self) -> None:
@@ -202,8 +201,7 @@ class NVMLSource:
             self.m.nvmlInit()
         except Exception as exc:  # noqa: BLE001
             raise NoGPUError(
-                f"No NVIDIA GPU driver could be loaded (NVML: {_describe(exc)}). "
-                "Use --simulate 2xH100-80GB to try gpupool without a GPU."
+                f"no NVIDIA GPU driver could be loaded (NVML: {_describe(exc)})"
             ) from exc
         self._open = True
         r = _Reads(self.m)

@@ -16,8 +16,17 @@ class TelemetryError(Exception):
     """Base of telemetry errors; the message says what happened and what to do."""
 
 
+#: What every "no GPU here" message advises (the simulation `gpupool up` starts by itself).
+SIMULATE_ADVICE = "Use --simulate 4xH100-80GB to try gpupool without a GPU."
+
+
 class NoGPUError(TelemetryError):
-    """No NVIDIA GPU (or no working driver) on this host."""
+    """No NVIDIA GPU (or no working driver) on this host. The message is `reason` followed
+    by `advice`; callers that say something else to do use `reason` alone."""
+
+    def __init__(self, reason: str, advice: str = SIMULATE_ADVICE) -> None:
+        super().__init__(f"{reason}. {advice}" if advice else reason)
+        self.reason = reason
 
 
 @runtime_checkable

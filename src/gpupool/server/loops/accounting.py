@@ -162,6 +162,7 @@ class AccountingLoop(Loop):
                             day=day,
                             gpu_seconds_allocated=gpus * secs,
                             gpu_seconds_busy=gpus * secs * (frac or 0.0),
+                            gpu_seconds_measured=0.0 if frac is None else gpus * secs,
                             gpu_memory_mib_seconds=mem * secs,
                             gpu_memory_mib=int(mem),
                         )

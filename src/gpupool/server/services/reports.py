@@ -52,6 +52,7 @@ def usage(
             gpu_hours_busy=x.gpu_seconds_busy / 3600,
             gpu_seconds_allocated=x.gpu_seconds_allocated,
             gpu_seconds_busy=x.gpu_seconds_busy,
+            gpu_seconds_measured=x.gpu_seconds_measured,
             efficiency=x.efficiency,
             gpu_memory_mib_max=x.gpu_memory_mib_max,
             gpu_memory_gib_hours=x.gpu_memory_mib_seconds / 1024 / 3600,
