@@ -18,6 +18,11 @@ from pathlib import Path
 import typer
 
 ADMIN = "admin"
+#: `gpupool up --help` groups its options: general ones first, then one panel per part.
+HUB_PANEL = "JupyterHub"
+LOCAL_PANEL = "Local engine (--engine local)"
+KUBE_PANEL = "Kubernetes engine (--engine kubernetes)"
+SLURM_PANEL = "Slurm engine (--engine slurm)"
 
 
 def default_data_dir() -> Path:
@@ -40,83 +45,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("up")
     def up(
+        # General options first (the "Options" panel), then one panel per engine or part.
         engine: str = typer.Option(
             "local",
             "--engine",
             metavar="NAME",
             help="Where work runs: local (processes on this machine's GPUs), kubernetes "
-            "(pods of the cluster, see --kubeconfig) or slurm (batch jobs of the Slurm "
-            "cluster of $SLURM_CONF, see docs/slurm.md).",
-        ),
-        kubeconfig: str | None = typer.Option(
-            None,
-            "--kubeconfig",
-            help="--engine kubernetes: the kubeconfig to use (default: the pod's service "
-            "account in a cluster, else $KUBECONFIG or ~/.kube/config).",
-        ),
-        namespace_prefix: str = typer.Option(
-            "gpupool-",
-            "--namespace-prefix",
-            help="--engine kubernetes: tenant a/b runs in namespace <prefix>a-b.",
-        ),
-        home_size: str = typer.Option(
-            "10Gi",
-            "--home-size",
-            help="--engine kubernetes: size of each member's notebook-home PVC (home-<user> "
-            "in the tenant's namespace).",
-        ),
-        home_storage_class: str | None = typer.Option(
-            None,
-            "--home-storage-class",
-            help="--engine kubernetes: StorageClass of the notebook homes (default: the "
-            "cluster's default class).",
-        ),
-        block_cloud_metadata: bool = typer.Option(
-            True,
-            "--block-cloud-metadata/--no-block-cloud-metadata",
-            help="--engine kubernetes: a NetworkPolicy in every tenant namespace keeps its "
-            "pods from the cloud metadata server 169.254.169.254 (node credentials); "
-            "--no-block-cloud-metadata removes it, for workloads that need that server "
-            "(workload identity). Needs a CNI that enforces NetworkPolicy.",
-        ),
-        image: str = typer.Option(
-            "python:3.12-slim",
-            "--image",
-            help="--engine kubernetes: the container image jobs run in.",
-        ),
-        pod_security: str = typer.Option(
-            "restricted",
-            "--pod-security",
-            metavar="restricted|baseline",
-            help="--engine kubernetes: the Pod Security level of tenant namespaces and pods. "
-            "restricted: pods run as --run-as-user, non-root, all capabilities dropped. "
-            "baseline: the escape hatch for images that must run as root (as the image's "
-            "user, with the runtime's default capabilities).",
-        ),
-        run_as_user: int = typer.Option(
-            1000,
-            "--run-as-user",
-            min=1,
-            help="--engine kubernetes: the uid (and gid) of job pods under --pod-security "
-            "restricted (a notebook's pod keeps the hub's non-root user).",
-        ),
-        slurm_partition: str | None = typer.Option(
-            None,
-            "--slurm-partition",
-            help="--engine slurm: submit to this partition (default: Slurm's default).",
-        ),
-        slurm_output_dir: Path | None = typer.Option(
-            None,
-            "--slurm-output-dir",
-            help="--engine slurm: jobs' output files, on a file system the compute nodes "
-            "share (default: <data dir>/../gpupool-slurm-output).",
-        ),
-        slurm_notebook_command: str | None = typer.Option(
-            None,
-            "--slurm-notebook-command",
-            help="--engine slurm --jupyterhub: the single-user notebook server as the compute "
-            "nodes run it (default: this Python's jupyterhub-singleuser, which must then "
-            "exist at the same path there).",
+            "(pods of a cluster) or slurm (batch jobs of the Slurm cluster of $SLURM_CONF). "
+            "Each has its own options below.",
         ),
         simulate: str | None = typer.Option(
             None,
@@ -128,13 +64,25 @@ def register(app: typer.Typer) -> None:
         data_dir: Path | None = typer.Option(
             None,
             "--data-dir",
+            metavar="DIR",
             help="Database, job logs and state (default: ~/.local/share/gpupool).",
+            show_default=False,
         ),
-        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-        port: int = typer.Option(8000, "--port", help="Port to listen on."),
+        host: str = typer.Option(
+            "127.0.0.1", "--host", metavar="ADDR", help="Address to listen on."
+        ),
+        port: int = typer.Option(
+            8000,
+            "--port",
+            metavar="PORT",
+            help="Port of the API and dashboard (default: 8000, or 8080 when JupyterHub "
+            "runs on port 8000).",
+            show_default=False,
+        ),
         user_mode: str = typer.Option(
             "auto",
             "--user-mode",
+            metavar="MODE",
             help="Who jobs and notebooks run as: per-user (each owner's existing Unix account; "
             "needs root), single-user (no directory of accounts: as root, an account gpupool "
             "makes for each user, gp-<name>; else the server's own, and JupyterHub serves the "
@@ -144,37 +92,19 @@ def register(app: typer.Typer) -> None:
         jobs_account: str | None = typer.Option(
             None,
             "--jobs-account",
+            metavar="NAME",
             help="Single-user mode as root: run every member's plain jobs as this one "
             "unprivileged account (created if missing; nobody if it cannot be) instead of "
             "each user's own. Members' jobs can then reach each other; notebooks keep their "
             "own accounts. Not recommended.",
         ),
-        mps: str = typer.Option(
-            "auto",
-            "--mps",
-            help="CUDA MPS for fractional shares on shared GPUs: on, off, or auto (on when "
-            "nvidia-cuda-mps-control exists and the GPUs are real).",
-        ),
-        mps_binary: str = typer.Option(
-            "nvidia-cuda-mps-control", "--mps-binary", help="The MPS control program."
-        ),
-        mps_service_account: str | None = typer.Option(
-            None,
-            "--mps-service-account",
-            help="Run every job on shared GPUs as this Unix account so all of them get MPS.",
-        ),
         node_name: str | None = typer.Option(
-            None, "--node-name", help="Name of this machine in gpupool (default: hostname)."
-        ),
-        jupyterhub: bool | None = typer.Option(
             None,
-            "--jupyterhub/--no-jupyterhub",
-            help="Run JupyterHub (notebooks through gpupool's queue) on --hub-port, with the "
-            "gpupool API and dashboard on port 8080 unless --port says otherwise. Default: on "
-            "when configurable-http-proxy is installed.",
+            "--node-name",
+            metavar="NAME",
+            help="Name of this machine in gpupool (default: the host name).",
             show_default=False,
         ),
-        hub_port: int = typer.Option(8000, "--hub-port", help="JupyterHub's public port."),
         workers: str = typer.Option(
             "auto",
             "--workers",
@@ -183,7 +113,138 @@ def register(app: typer.Typer) -> None:
             "only runs the loops and what the workers forward. 0: this process serves the "
             "API itself (~150 requests/s). auto: (CPUs - 2) / 2, at most 4 (0 below 4 CPUs).",
         ),
-        log_level: str = typer.Option("info", "--log-level", help="debug, info, warning."),
+        log_level: str = typer.Option(
+            "info", "--log-level", metavar="LEVEL", help="debug, info, warning."
+        ),
+        jupyterhub: bool | None = typer.Option(
+            None,
+            "--jupyterhub/--no-jupyterhub",
+            help="Run JupyterHub (notebooks through gpupool's queue) on --hub-port, with the "
+            "gpupool API and dashboard on port 8080 unless --port says otherwise "
+            "(default: on when configurable-http-proxy is installed).",
+            show_default=False,
+            rich_help_panel=HUB_PANEL,
+        ),
+        hub_port: int = typer.Option(
+            8000,
+            "--hub-port",
+            metavar="PORT",
+            help="JupyterHub's public port.",
+            rich_help_panel=HUB_PANEL,
+        ),
+        mps: str = typer.Option(
+            "auto",
+            "--mps",
+            metavar="on|off|auto",
+            help="CUDA MPS for fractional shares on shared GPUs (auto: on when "
+            "nvidia-cuda-mps-control exists and the GPUs are real).",
+            rich_help_panel=LOCAL_PANEL,
+        ),
+        mps_binary: str = typer.Option(
+            "nvidia-cuda-mps-control",
+            "--mps-binary",
+            metavar="PATH",
+            help="The MPS control program.",
+            rich_help_panel=LOCAL_PANEL,
+        ),
+        mps_service_account: str | None = typer.Option(
+            None,
+            "--mps-service-account",
+            metavar="NAME",
+            help="Run every job on shared GPUs as this Unix account so all of them get MPS.",
+            rich_help_panel=LOCAL_PANEL,
+        ),
+        kubeconfig: str | None = typer.Option(
+            None,
+            "--kubeconfig",
+            metavar="FILE",
+            help="The kubeconfig to use (default: the pod's service account in a cluster, "
+            "else $KUBECONFIG or ~/.kube/config).",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        namespace_prefix: str = typer.Option(
+            "gpupool-",
+            "--namespace-prefix",
+            metavar="TEXT",
+            help="Tenant a/b runs in namespace <prefix>a-b.",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        image: str = typer.Option(
+            "python:3.12-slim",
+            "--image",
+            metavar="IMAGE",
+            help="The container image jobs run in.",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        home_size: str = typer.Option(
+            "10Gi",
+            "--home-size",
+            metavar="SIZE",
+            help="Size of each member's notebook-home PVC (home-<user> in the tenant's namespace).",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        home_storage_class: str | None = typer.Option(
+            None,
+            "--home-storage-class",
+            metavar="NAME",
+            help="StorageClass of the notebook homes (default: the cluster's default).",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        allow_cloud_metadata: bool = typer.Option(
+            False,
+            "--no-block-cloud-metadata",
+            help="Let tenant pods reach the cloud metadata server 169.254.169.254 (node "
+            "credentials), for workloads that need it (workload identity). By default a "
+            "NetworkPolicy in every tenant namespace keeps them from it (needs a CNI that "
+            "enforces NetworkPolicy).",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        block_cloud_metadata: bool = typer.Option(
+            False, "--block-cloud-metadata", hidden=True, help="The default; kept for scripts."
+        ),
+        pod_security: str = typer.Option(
+            "restricted",
+            "--pod-security",
+            metavar="LEVEL",
+            help="The Pod Security level of tenant namespaces and pods. restricted: pods run "
+            "as --run-as-user, non-root, all capabilities dropped. baseline: the escape hatch "
+            "for images that must run as root (as the image's user, with the runtime's "
+            "default capabilities).",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        run_as_user: int = typer.Option(
+            1000,
+            "--run-as-user",
+            min=1,
+            metavar="UID",
+            help="The uid (and gid) of job pods under --pod-security restricted (a "
+            "notebook's pod keeps the hub's non-root user).",
+            rich_help_panel=KUBE_PANEL,
+        ),
+        slurm_partition: str | None = typer.Option(
+            None,
+            "--slurm-partition",
+            metavar="NAME",
+            help="Submit to this partition (default: Slurm's default).",
+            rich_help_panel=SLURM_PANEL,
+        ),
+        slurm_output_dir: Path | None = typer.Option(
+            None,
+            "--slurm-output-dir",
+            metavar="DIR",
+            help="Jobs' output files, on a file system the compute nodes share (default: "
+            "<data dir>/../gpupool-slurm-output).",
+            rich_help_panel=SLURM_PANEL,
+        ),
+        slurm_notebook_command: str | None = typer.Option(
+            None,
+            "--slurm-notebook-command",
+            metavar="CMD",
+            help="With JupyterHub: the single-user notebook server as the compute nodes run "
+            "it (default: this Python's jupyterhub-singleuser, which must then exist at the "
+            "same path there).",
+            rich_help_panel=SLURM_PANEL,
+        ),
     ) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
         serve(
@@ -194,7 +255,7 @@ def register(app: typer.Typer) -> None:
                 "image": image,
                 "home_size": home_size,
                 "home_storage_class": home_storage_class,
-                "block_cloud_metadata": block_cloud_metadata,
+                "block_cloud_metadata": block_cloud_metadata or not allow_cloud_metadata,
                 "pod_security": pod_security,
                 "run_as_user": run_as_user,
             },
