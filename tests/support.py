@@ -5,14 +5,19 @@ never a stand-in for a clock (code under test takes an injected clock for that).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 
 def free_port() -> int:
@@ -113,3 +118,24 @@ def open_to_others(path: Path) -> Path:
         os.chmod(p, os.stat(p).st_mode | 0o011)
         p = p.parent
     return path
+
+
+def end_process(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 60) -> int:
+    """End a process a test started, whatever the test's outcome: `sig` (its polite stop),
+    then, if it has not exited within `timeout` s, SIGKILL to it and every process below it.
+    Returns its exit status (negative: killed by that signal)."""
+    if proc.poll() is None:
+        try:
+            below = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            below = []
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            for p in below:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    p.kill()
+            proc.wait(30)
+    return proc.returncode

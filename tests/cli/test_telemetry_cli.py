@@ -146,6 +146,9 @@ def test_exporter_on_a_busy_port_is_a_clear_error(app):
 
 
 def test_exporter_serves_metrics_until_interrupted():
+    """Ctrl-C (SIGINT) stops the exporter with exit 0. The child gets SIGINT's default
+    disposition explicitly: one inherited as ignored (a runner started in the background)
+    would keep it running. Whatever happens, the exporter does not outlive the test."""
     import signal
     import subprocess
     import urllib.request
@@ -162,15 +165,26 @@ def test_exporter_serves_metrics_until_interrupted():
         "--port",
         "0",
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()  # "serving http://127.0.0.1:PORT/metrics (SIMULATED GPUs)"
-        assert "SIMULATED" in line, line + proc.stderr.read()
-        url = line.split()[1].rstrip(";")
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            body = resp.read().decode()
-        names = {f.name for f in text_string_to_metric_families(body)}
-        assert {"DCGM_FI_DEV_GPU_UTIL", "gpupool_gpu_info"} <= names
-    finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(20) == 0
+
+    def default_sigint() -> None:  # in the child, before exec: Python then maps it to Ctrl-C
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    ) as proc:
+        try:
+            line = (
+                proc.stdout.readline()
+            )  # "serving http://127.0.0.1:PORT/metrics (SIMULATED GPUs)"
+            assert "SIMULATED" in line, line + proc.stderr.read()
+            url = line.split()[1].rstrip(";")
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                body = resp.read().decode()
+            names = {f.name for f in text_string_to_metric_families(body)}
+            assert {"DCGM_FI_DEV_GPU_UTIL", "gpupool_gpu_info"} <= names
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(20) == 0
+        finally:
+            if proc.poll() is None:  # a failure above, or Ctrl-C did not stop it
+                proc.kill()
+                proc.wait(20)

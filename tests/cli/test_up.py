@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,12 +23,16 @@ import pytest
 
 from gpupool.engines.local import mps_base
 from tests.executors.conftest import mkfifo, release, wait_ready
-from tests.support import free_hub_port, free_port, wait_for
+from tests.support import end_process, free_hub_port, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 PASSWORD = "up-test-password"
 #: The `gpupool` command, run by this interpreter.
 GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
+
+
+#: every `Up` started by the running test (ended by `no_up_left`)
+STARTED: list[Up] = []
 
 
 class Up:
@@ -50,6 +55,7 @@ class Up:
             text=True,
             env=env,
         )
+        STARTED.append(self)
         self.url = f"http://127.0.0.1:{port}"
         self.lines: list[str] = []
         self.ready = threading.Event()
@@ -73,11 +79,19 @@ class Up:
         assert self.proc.poll() is None, f"gpupool up exited:\n{self.output}"
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        rc = self.proc.wait(timeout)
+        """`sig`, then (not gone within `timeout` s) SIGKILL to it and its children."""
+        rc = end_process(self.proc, sig, timeout)
         self._reader.join(10)
         return rc
+
+
+@pytest.fixture(autouse=True)
+def no_up_left() -> Iterator[None]:
+    """Every `gpupool up` a test started is ended after it, whatever the outcome (a failed
+    assertion before its stop, a stop that timed out)."""
+    yield
+    while STARTED:
+        end_process(STARTED.pop().proc)
 
 
 def login(url: str) -> dict[str, str]:

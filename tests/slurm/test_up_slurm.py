@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.slurm.conftest import sh
-from tests.support import free_port, wait_for
+from tests.support import end_process, free_port, wait_for
 
 GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 PASSWORD = "slurm e2e password"
@@ -112,9 +112,7 @@ def test_up_engine_slurm_runs_and_adopts_after_kill_9(slurm, tmp_path):
     finally:
         if wid:
             subprocess.run(["scancel", "--name", f"gpupool-{wid}"], check=False)
-        if up.proc.poll() is None:
-            up.proc.send_signal(signal.SIGINT)
-            up.proc.wait(60)
+        end_process(up.proc)
 
 
 def _login(url: str) -> dict[str, str]:
@@ -197,6 +195,4 @@ def test_kill_9_mid_traffic_loses_nothing_and_submits_nothing_twice(slurm, tmp_p
         for wid in answered.values():
             subprocess.run(["scancel", "--name", f"gpupool-{wid}"], check=False)
         for up in ups:
-            if up.proc.poll() is None:
-                up.proc.send_signal(signal.SIGINT)
-                up.proc.wait(60)
+            end_process(up.proc)

@@ -116,6 +116,7 @@ def test_real_child_without_the_variable_is_attributed_through_its_parent():
         env=env,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # the shell and its sleep: one group, ended together below
     )
     try:
         child = int(shell.stdout.readline())  # printed by the child after it dropped the id
@@ -131,9 +132,10 @@ def test_real_child_without_the_variable_is_attributed_through_its_parent():
         assert owner.uid == os.getuid() and owner.command in ("sh", "sleep")
         me = Attributor().attribute(os.getpid())
         assert me.workload_id == os.environ.get(WORKLOAD_ENV) and me.command
-    finally:
-        os.kill(child, signal.SIGTERM)
+    finally:  # whatever happened above (no child read: `child` may not exist)
+        os.killpg(shell.pid, signal.SIGKILL)
         shell.wait(10)
+        shell.stdout.close()
 
 
 def _mps(proc_root, daemon: int, server: int, ppid: int | None = None) -> None:

@@ -11,7 +11,7 @@ import sys
 import httpx
 import pytest
 
-from tests.support import free_port, wait_for
+from tests.support import end_process, free_port, wait_for
 from tests.web.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.slow
@@ -45,11 +45,7 @@ def up_server(tmp_path):
         wait_for(answers, "gpupool up to answer /healthz")
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        end_process(proc, signal.SIGINT, timeout=30)
         log.close()
 
 
