@@ -3,6 +3,8 @@ queueing flow depends on, and no secrets in the file."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from traitlets.config import PyFileConfigLoader
 
@@ -52,6 +54,9 @@ def test_config_loads_and_sets_what_queueing_needs(hub, monkeypatch):
     assert svc["api_token"] == service_secret(hub) and svc["oauth_no_confirm"] is True
     user_role = c.JupyterHub.load_roles[0]
     assert "access:services!service=gpupool" in user_role["scopes"]
+    # gpupool's spawn-pending page (one live message) comes before the hub's own templates
+    (templates,) = c.JupyterHub.template_paths
+    assert (Path(templates) / "spawn_pending.html").is_file()
     # secrets travel in the environment, never in the file
     text = path.read_text()
     assert "gp_secret_token" not in text and service_secret(hub) not in text

@@ -90,13 +90,14 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
     # carol waits, and sees where she stands
     assert stack.spawn("carol", {"profile": "gpu"}).status_code == 202
     seen = events(stack, "carol", lambda ev: "in line" in ev.get("message", ""))
-    assert "Waiting for a GPU: 1st in line for lab" in seen[-1]["message"]
+    assert seen[-1]["message"].startswith("Queued for a GPU: 1st in line for lab")
+    assert seen[-1]["progress"] == 0  # queued: the bar does not move
     (wc,) = _active(stack, "carol")
     assert wc["state"] == "pending" and wc["pending"]["position"] == 1
     # ... on her other hub pages too, while she is queued
     carol = stack.login("carol")
     told = wait_for(lambda: _banner(carol), "the queue banner on carol's page", 30)
-    assert told.startswith("Your notebook is queued. Waiting for a GPU: 1st in line for lab")
+    assert told.startswith("Your notebook is queued for a GPU: 1st in line for lab")
 
     # dave queues behind her, then cancels while queued: his request leaves the queue
     assert stack.spawn("dave", {"profile": "gpu"}).status_code == 202

@@ -172,13 +172,13 @@ def test_pending_message():
         },
     }
     assert pending_message(w) == (
-        "Waiting for a GPU: 3rd in line for lab-a (lab-a is at its limit of 2 GPUs)"
+        "Queued for a GPU: 3rd in line for lab-a (lab-a is at its limit of 2 GPUs)"
     )
     w["pending"]["position"] = 11
     assert "11th in line" in pending_message(w)
-    assert pending_message({"tenant": "x", "pending": None}) == "Waiting for CPUs and memory for x"
+    assert pending_message({"tenant": "x", "pending": None}) == "Queued for CPUs and memory in x"
     w["request"] = {"gpus": 0, "gpu_fraction": 0.25}
-    assert pending_message({**w, "pending": None}) == "Waiting for a GPU for lab-a"
+    assert pending_message({**w, "pending": None}) == "Queued for a GPU in lab-a"
 
 
 def test_pending_message_of_a_cpu_only_notebook_says_what_it_waits_for():
@@ -192,4 +192,4 @@ def test_pending_message_of_a_cpu_only_notebook_says_what_it_waits_for():
         "request": {"gpus": 0, "gpu_fraction": None, "cpus": 2, "memory_mib": 4096},
         "pending": {"reason": why, "position": 1, "tenant_position": 1},
     }
-    assert pending_message(w) == f"Waiting for CPUs and memory: 1st in line for lab-a ({why})"
+    assert pending_message(w) == f"Queued for CPUs and memory: 1st in line for lab-a ({why})"

@@ -1,6 +1,7 @@
 """Messages for one hub user from gpupool ("your idle notebook will be stopped in 10 min",
-"your notebook was stopped: culled after 2 h without GPU use", "your notebook is queued.
-Waiting for CPUs and memory: 1st in line for lab-a (...)"), shown on every hub page.
+"your notebook was stopped: culled after 2 h without GPU use", "your notebook is queued
+for CPUs and memory: 1st in line for lab-a (...)"), shown on the hub's pages (not on the
+spawn-pending page, whose live progress message says it: templates/spawn_pending.html).
 
 The spawner records them when it polls gpupool; the hub config puts `notice_for` into
 ``c.JupyterHub.template_vars['announcement']`` so the page banner shows the latest one. They

@@ -234,17 +234,17 @@ def asks_gpu(workload: Mapping) -> bool:
 
 
 def pending_message(workload: Mapping) -> str:
-    """What a queued notebook waits for, and the scheduler's reason: 'Waiting for a GPU: 3rd
+    """What a queued notebook waits for, and the scheduler's reason: 'Queued for a GPU: 3rd
     in line for lab-a (lab-a is at its limit of 2 GPUs)'; a notebook that asks for no GPU
-    waits for CPUs and memory ('Waiting for CPUs and memory: 1st in line for lab-a (...)')."""
+    waits for CPUs and memory ('Queued for CPUs and memory: 1st in line for lab-a (...)')."""
     info = workload.get("pending") or {}
     tenant = workload.get("tenant", "")
     what = "a GPU" if asks_gpu(workload) else "CPUs and memory"
     if not info:
-        return f"Waiting for {what} for {tenant}"
+        return f"Queued for {what} in {tenant}"
     # PendingInfo: `position` is 1-based within the tenant's queue (tenant_position ranks
     # the tenant among tenants).
     pos = int(info.get("position") or 0)
     line = f"{_ordinal(pos)} in line for {tenant}" if pos else f"in line for {tenant}"
     reason = info.get("reason")
-    return f"Waiting for {what}: {line}" + (f" ({reason})" if reason else "")
+    return f"Queued for {what}: {line}" + (f" ({reason})" if reason else "")

@@ -8,6 +8,11 @@ reason), validates `user_options`, submits the `notebook` workload as the user (
 from the user's gpupool login, else one the hub mints with its admin token), waits in the
 queue while `progress()` shows the position and reason (and a banner on the hub's other
 pages), cancels it (`_cancel`), and keeps the workload id and token in the spawner's state.
+
+Progress (the hub's spawn-pending page, whose one live message is the progress message:
+templates/spawn_pending.html): the bar stays at `QUEUED_PROGRESS` (0) while the notebook is
+queued, the message says "Queued for a GPU: 2nd in line for lab-a (...)"; it moves on once
+gpupool grants the resources (the spawners' later steps).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from gpupool.jupyterhub.options import (
 
 S = WorkloadState
 ACTIVE = ACTIVE_STATES
+#: The progress bar while the notebook waits for gpupool (asked for, queued): nothing has
+#: started yet, so the bar does not move.
+QUEUED_PROGRESS = 0
 #: states in which this run of a notebook is over (preempted work may be requeued)
 ENDED = TERMINAL_STATES | {S.PREEMPTED}
 #: Why-stopped messages, by final state, for the page banner.
@@ -116,7 +124,7 @@ class GpupoolQueueing(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._progress: dict[str, Any] = {
-            "progress": 5,
+            "progress": QUEUED_PROGRESS,
             "message": "Asking gpupool for the profile's resources",
         }
         self._progress_changed = asyncio.Event()
@@ -335,15 +343,17 @@ class GpupoolQueueing(LoggingConfigurable):
                 if state in ENDED:
                     reason = wl.get("reason") or state
                     raise web.HTTPError(409, f"gpupool did not start the notebook: {reason}")
-                message = pending_message(wl)
-                self._set_progress(10, message)
-                shown = f"Your notebook is queued. {message}"
+                message = pending_message(wl)  # "Queued for a GPU: 2nd in line ..."
+                self._set_progress(QUEUED_PROGRESS, message)
+                shown = f"Your notebook is {message[:1].lower()}{message[1:]}"
                 notices.set_notice(self.user.name, shown)
                 await asyncio.sleep(self.admission_poll_s)
                 try:
                     wl = await client.workload(wl["id"])
                 except GpupoolUnavailable as e:
-                    self._set_progress(10, f"gpupool is not answering ({e.message}); still waiting")
+                    self._set_progress(
+                        QUEUED_PROGRESS, f"gpupool is not answering ({e.message}); still queued"
+                    )
         finally:
             if shown is not None and notices.get_notice(self.user.name) == shown:
                 notices.set_notice(self.user.name, None)

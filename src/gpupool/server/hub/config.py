@@ -159,6 +159,9 @@ def render_hub_config(settings: HubSettings) -> str:
         f"c.Spawner.poll_interval = {int(settings.poll_interval_s)}",
         "c.JupyterHub.template_vars = {'announcement': "
         "__import__('gpupool.jupyterhub.notices', fromlist=['x']).notice_for}",
+        # gpupool's spawn-pending page (one live message): gpupool/jupyterhub/templates
+        "c.JupyterHub.template_paths = [os.path.join(os.path.dirname("
+        "__import__('gpupool.jupyterhub', fromlist=['x']).__file__), 'templates')]",
         f"c.GpupoolSpawner.launch_dir = {str(settings.launch_dir.resolve())!r}",
     ]
     if settings.dashboard_url:
