@@ -327,6 +327,13 @@ def _assemble(
             "gpupool as root to give each user an account of their own.",
             loud=True,
         )
+    notebooks = None
+    if hub is not None:
+        from gpupool.server.hub.config import _singleuser_command
+
+        notebooks = list(hub.singleuser_command or _singleuser_command())
+    for problem in engine.reach_problems(notebooks):
+        say(f"gpupool: warning: {problem}", loud=True)
     if password is not None:
         shown = "from GPUPOOL_ADMIN_PASSWORD" if s.admin_password else password
         say(f"gpupool: first admin created: user {s.admin!r}, password {shown}", loud=True)

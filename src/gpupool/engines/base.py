@@ -156,6 +156,13 @@ class Engine(ABC):
         """(line, loud) that `gpupool up` prints about this engine once it is open."""
         return []
 
+    def reach_problems(self, notebook_command: Sequence[str] | None) -> list[str]:
+        """Checked once open: what the accounts work runs as cannot run here, each naming
+        the path, the account and the fix: ``python3`` for jobs and, when JupyterHub runs,
+        `notebook_command` (its single-user server) for notebooks. Default: nothing checked
+        (the engine's nodes are not this host)."""
+        return []
+
     def follow(self, wake: Callable[[str], None]) -> None:  # noqa: B027 - optional hook
         """Start following the engine's own change feeds (the kubernetes engine's watches),
         calling `wake(loop name)` (e.g. "reconciler", "inventory") when something changed.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +22,32 @@ from gpupool.engines.isolation import (
     choose_jobs_account,
     isolation_lines,
 )
+from gpupool.executors.accounts import Account
 from gpupool.executors.base import Executor
+from gpupool.executors.jobenv import job_environment
 from gpupool.executors.local import LocalExecutor
 from gpupool.executors.mps import MPSManager
+from gpupool.executors.reach import RunAs, can_run, fix, which
 from gpupool.telemetry import GPUSource
 
 DEFAULT_SIMULATION = "4xH100-80GB"
+#: the account the start-up check runs as for accounts made on demand or not known here
+ORDINARY_ACCOUNT = "nobody"
+
+
+def ordinary_account() -> RunAs | None:
+    """An account without special rights (`ORDINARY_ACCOUNT`: an ordinary uid, in no group
+    of root's), standing for the accounts gpupool makes per user; None if it is missing."""
+    try:
+        return RunAs.named(ORDINARY_ACCOUNT)
+    except KeyError:
+        return None
+
+
+def account_of(name: str) -> Account:
+    import pwd
+
+    return Account.of(pwd.getpwnam(name))
 
 
 @dataclass(frozen=True)
@@ -254,6 +275,39 @@ class LocalEngine(Engine):
             )
         )
         return lines
+
+    def reach_problems(self, notebook_command: Sequence[str] | None) -> list[str]:
+        """As root, jobs and notebooks run as other accounts, which may not reach this
+        server's Python (a venv or pyenv under /root): run ``python3 -c pass`` as the jobs'
+        account and the notebook command with ``--version`` as an account without special
+        rights (`ordinary_account`: the per-user accounts gpupool makes, and users' own
+        accounts, are ordinary ones), as the launcher starts them."""
+        if os.geteuid() != 0:
+            return []  # work runs as this server's own account, which runs this Python
+        ordinary = ordinary_account()
+        if ordinary is None:
+            return []
+        jobs = RunAs.named(self.run_as) if self.run_as else ordinary
+        checks = [("jobs", jobs, ["python3", "-c", "pass"])]
+        if notebook_command:
+            checks.append(("notebooks", ordinary, [*notebook_command, "--version"]))
+        problems = []
+        for what, account, argv in checks:
+            env = job_environment(os.environ, account_of(account.name), injected={})
+            why = can_run(argv, account, env)
+            if why is None:
+                continue
+            where = which(argv[0], env.get("PATH", ""))
+            todo = (
+                f"Fix: {fix(where)}"
+                if where is not None
+                else f"Install {argv[0]} where {account.name} finds it (PATH={env['PATH']})"
+            )
+            problems.append(
+                f"{what} cannot start: {' '.join(argv)} fails as {account.name}, an account "
+                f"without special rights like those {what} run as: {why}. {todo}"
+            )
+        return problems
 
     def close(self) -> None:
         if self.manager is not None:

@@ -91,6 +91,32 @@ def _found(program: str, path: str) -> bool:
     return any(os.path.exists(os.path.join(d or ".", program)) for d in path.split(os.pathsep))
 
 
+def _cannot_run(program: str, path_var: str, ids: dict[str, Any], error: OSError) -> int:
+    """Say on the job's output why `program` could not be run, naming its path and the
+    account (`gpupool.executors.reach`); returns the shell's exit code: 126 when it exists
+    but the account may not run it, else 127 (not found)."""
+    from gpupool.executors import reach
+
+    if "user" in ids:
+        who = reach.RunAs.of_uid(ids["user"], ids["group"], ids.get("extra_groups", ()))
+    else:
+        who = reach.RunAs.of_uid(os.geteuid(), os.getegid())
+    where = reach.which(program, path_var) if _found(program, path_var) else None
+    if where is None:
+        say = f"command not found: {program} (searched PATH={path_var} as {who.name})"
+        code = 127
+    else:
+        stop = reach.why_not(program, who, path_var) or f"{error.strerror}"
+        say = (
+            f"permission denied: {where}: {stop}. Run a program {who.name} can reach (e.g. "
+            "python3 of the system), or ask the admin to make it reachable: "
+            f"{reach.fix(where)}"
+        )
+        code = 126
+    print(f"gpupool: {say}", file=sys.stderr, flush=True)
+    return code
+
+
 def _parse(argv: list[str]) -> tuple[Path, dict[str, Any], list[str]] | None:
     if "--" not in argv or argv.index("--") < 1 or argv.index("--") == len(argv) - 1:
         return None
@@ -151,16 +177,8 @@ def main(argv: list[str]) -> int:
             umask=0o022,
             **ids,
         )
-    except FileNotFoundError:
-        print(f"gpupool: command not found: {command[0]}", file=sys.stderr, flush=True)
-        code = 127
-    except PermissionError:
-        if _found(command[0], env.get("PATH", "")):
-            print(f"gpupool: permission denied: {command[0]}", file=sys.stderr, flush=True)
-            code = 126
-        else:  # a PATH entry the job's account may not search: the shell says "not found"
-            print(f"gpupool: command not found: {command[0]}", file=sys.stderr, flush=True)
-            code = 127
+    except (FileNotFoundError, PermissionError) as e:
+        code = _cannot_run(command[0], env.get("PATH", ""), ids, e)
     else:
         for signum in pending:
             child.send_signal(signum)
