@@ -10,7 +10,8 @@ and records launches and exits. One sub-directory per workload:
                     and, when gpupool picks it, the Unix account and home the notebook
                     runs as (single-user mode under root: the owner's own account);
 - ``launched.json`` written by the spawner once the notebook process runs (pid + start time);
-- ``exited.json``   written by the spawner when it stopped the notebook itself;
+- ``exited.json``   written by the spawner when it stopped the notebook itself, or could not
+                    start it (then with the reason, which the workload's failure keeps);
 - ``stop.json``     written by the executor when the server stops the notebook (cull,
                     preemption, cancel): it signals the process, the spawner notices.
 
@@ -146,10 +147,13 @@ class LaunchDir:
     def launched(self, workload_id: str) -> dict | None:
         return _read_json(self._d(workload_id) / LAUNCHED)
 
-    def mark_exited(self, workload_id: str, exit_code: int, at: float) -> None:
+    def mark_exited(
+        self, workload_id: str, exit_code: int, at: float, reason: str | None = None
+    ) -> None:
+        """The notebook ended (`reason`: why, when the spawner could not start it)."""
         d = self._d(workload_id)
         if d.is_dir():
-            _write_json(d / EXITED, {"exit_code": exit_code, "at": at})
+            _write_json(d / EXITED, {"exit_code": exit_code, "at": at, "reason": reason})
 
     def exited(self, workload_id: str) -> dict | None:
         return _read_json(self._d(workload_id) / EXITED)

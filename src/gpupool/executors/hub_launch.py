@@ -186,7 +186,7 @@ class HubLaunchExecutor(Executor):
                 exit_code=code,
                 started_at=started,
                 finished_at=exited.get("at"),
-                message="JupyterHub stopped the notebook server",
+                message=exited.get("reason") or "JupyterHub stopped the notebook server",
                 stop_reason=stop_reason,
             )
         if launched is None:

@@ -100,12 +100,20 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         "grant names none.",
     )
     grant_wait_s = Float(60.0, config=True, help="How long to wait for the grant once admitted.")
+    failed_start_settle_s = Float(
+        30.0,
+        config=True,
+        help="After a notebook server failed to start: how long to wait for gpupool to record "
+        "the failure (its reconciler reads it) before releasing the GPUs by a cancel.",
+    )
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._grant_env: dict[str, str] = {}
         #: (account, home) the grant names: the notebook runs as it, whatever the mode
         self._run_as: tuple[str, str] | None = None
+        #: the last start failed and was recorded as such (stop() then does not cancel)
+        self._failed_start = False
 
     # -- helpers -------------------------------------------------------------------------
     @property
@@ -171,6 +179,7 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         self._launched = False
         self._grant_env = {}
         self._run_as = None
+        self._failed_start = False
         wl = await self._queue()
         grant = await self._wait_grant(asks_gpu(wl))
         self._take(grant)
@@ -179,11 +188,47 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
             self._set_progress(80, f"GPU granted ({gpus}); starting the notebook server")
         else:
             self._set_progress(80, "CPUs and memory granted (no GPU); starting the notebook server")
-        result = await super().start()
+        try:
+            result = await super().start()
+        except Exception as e:  # e.g. the account cannot run jupyterhub-singleuser
+            raise self._start_failed(e) from None
         self._launch.mark_launched(self.workload_id, self.pid, time.time())
         self._launched = True
         self._progress_changed.set()
         return result
+
+    def _start_failed(self, error: Exception) -> web.HTTPError:
+        """The notebook server could not be started: record it in the hand-off directory as
+        a failure with the reason (gpupool then records the workload `failed` with it, not
+        `cancelled` by the user) and return the error for the hub's page."""
+        account = self._run_as[0] if self._run_as else pwd.getpwuid(os.geteuid()).pw_name
+        what = " ".join(self.cmd) if isinstance(self.cmd, list) else str(self.cmd)
+        if isinstance(error, OSError) and error.filename:
+            what = str(error.filename)
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        reason = (
+            f"JupyterHub could not start the notebook server as the Unix account {account}: "
+            f"{why}: {what}"
+        )
+        if isinstance(error, PermissionError):
+            reason += f" (the admin must make it readable and runnable by {account})"
+        code = 127 if isinstance(error, FileNotFoundError) else 126
+        with contextlib.suppress(web.HTTPError, ValueError, OSError):
+            self._launch.mark_exited(self.workload_id, code, time.time(), reason=reason)
+            self._failed_start = True
+        self.log.error("gpupool %s: %s", self._log_name, reason)
+        return web.HTTPError(500, reason)
+
+    async def _wait_recorded(self, wid: str) -> bool:
+        """After a failed start: wait (at most `failed_start_settle_s`) until gpupool has
+        recorded the workload's end; False if it did not."""
+        deadline = time.monotonic() + self.failed_start_settle_s
+        while time.monotonic() < deadline:
+            wl = await self._fetch_workload(wid)
+            if wl is not None and wl["state"] not in ACTIVE:
+                return True
+            await asyncio.sleep(self.admission_poll_s)
+        return False
 
     def _take(self, grant: Grant) -> None:
         """Start with `grant`: its GPU environment, and its account and home if it names
@@ -263,6 +308,12 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         self._stopping = True
         try:
             wid = self.workload_id
+            if wid and self._failed_start:
+                # The start failed and says why in the hand-off directory: let gpupool record
+                # that failure (a cancel now would record "cancelled by the user").
+                if await self._wait_recorded(wid):
+                    self.workload_id = ""
+                    wid = ""
             if wid:
                 # First gpupool, so the workload ends as `cancelled` (stopped by its owner)
                 # and a queued request leaves the queue at once.
@@ -276,6 +327,7 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
                 await self._release(wid)
         finally:
             self._stopping = False
+            self._failed_start = False
 
     # -- state ---------------------------------------------------------------------------
 
