@@ -86,9 +86,9 @@ PY
 # Real Slurm 22.05 (Debian 12) on one node for the `slurm` tests: munged, MariaDB, slurmdbd,
 # slurmctld and slurmd on free loopback ports, config and state in a throwaway directory, four
 # fake GPUs (/dev/nvidia0..3, character devices 195:N: slurmd only checks that they exist).
-# Root only (slurmd must switch to the jobs' accounts). Exports SLURM_CONF and
-# GPUPOOL_TEST_SLURM=1; on any failure it says which daemon and prints its log, and the
-# slurm tests skip.
+# Root only (slurmd must switch to the jobs' accounts). Exports SLURM_CONF,
+# GPUPOOL_TEST_SLURM=1 and GPUPOOL_TEST_SLURM_HOLD (while that file exists, jobs' prolog holds
+# their start); on any failure it says which daemon and prints its log, and the slurm tests skip.
 _slurm_fail() {
   echo "scripts/test: Slurm not started: $1; slurm tests will be skipped" >&2
   [ -n "${2:-}" ] && [ -f "$2" ] && { echo "---- $2" >&2; tail -n 40 "$2" >&2; }
@@ -177,10 +177,15 @@ AccountingStorageEnforce=associations,limits,qos
 PriorityType=priority/multifactor
 MinJobAge=600
 KillWait=2
+Prolog=$S/prolog.sh
 NodeName=$H NodeAddr=127.0.0.1$_PORT0 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4,shard:16 State=UNKNOWN
 $_MORE_NODES
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
 EOF
+  # the prolog holds every job's start while $S/hold exists (at most 60 s): the tests' window
+  # between Slurm's allocation (squeue says RUNNING) and slurmd starting the batch script
+  printf '#!/bin/sh\nn=0\nwhile [ -e %s/hold ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\nexit 0\n' "$S" > "$S/prolog.sh"
+  chmod 755 "$S/prolog.sh"
   # shards: 16 on each node, 4 on each of its GPUs (gres/shard, Slurm >= 22.05): Slurm counts them
   # and sets CUDA_VISIBLE_DEVICES, nothing more (no memory or compute isolation)
   printf 'AutoDetect=off\nNodeName=%s Name=gpu Type=fake File=/dev/nvidia[0-3]\nNodeName=%s Name=shard Count=16\n' "$H" "$H" > "$S/gres.conf"
@@ -230,14 +235,14 @@ EOF
     done
     _slurm_all_idle() { [ "$(sinfo -h -N -o '%t' | grep -cx idle)" -ge "$nodes" ]; }
     _wait_for 30 _slurm_all_idle || { _slurm_fail "not all $nodes nodes became idle ($(sinfo -h -N -o '%N %t' 2>&1))" "$S/log/slurmd-$H.log"; return; }
-    export GPUPOOL_TEST_SLURM=1
+    export GPUPOOL_TEST_SLURM=1 GPUPOOL_TEST_SLURM_HOLD="$S/hold"
     return
   fi
   slurmd -N "$H" >/dev/null 2>&1 || { _slurm_fail "slurmd did not start" "$S/log/slurmd.log"; return; }
   _wait_for 10 test -s "$S/run/slurmd.pid"; _slurm_pid "$S/run/slurmd.pid"
   _slurm_idle() { sinfo -h -N -n "$H" -o '%t' | grep -qx idle; }
   _wait_for 30 _slurm_idle || { _slurm_fail "node $H did not become idle ($(sinfo -h -N -o '%N %t' 2>&1))" "$S/log/slurmd.log"; return; }
-  export GPUPOOL_TEST_SLURM=1
+  export GPUPOOL_TEST_SLURM=1 GPUPOOL_TEST_SLURM_HOLD="$S/hold"
 }
 
 stop_slurm() {
@@ -255,7 +260,7 @@ stop_slurm() {
   _SLURM_DEVS=()
   [ -n "${_SLURM_TMP:-}" ] && rm -rf "$_SLURM_TMP"
   _SLURM_TMP=
-  unset GPUPOOL_TEST_SLURM
+  unset GPUPOOL_TEST_SLURM GPUPOOL_TEST_SLURM_HOLD
 }
 
 stop_services() {

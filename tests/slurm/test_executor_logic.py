@@ -117,6 +117,24 @@ def test_stop_signals_then_kills_after_the_grace_on_the_clock(tmp_path):
     assert st.state is ExecState.FAILED and st.exit_code == 137 and st.stop_reason == "cancelled"
 
 
+def test_a_stop_marks_the_job_in_slurmctld_before_it_signals(tmp_path):
+    """A TERM reaches only a batch script that already runs: the mark, made first, stops one
+    that starts later (jobscript.START_GUARD). A pending job is just cancelled."""
+    slurm, _, ex = make(tmp_path)
+    start(ex)
+    start(ex, "w-2")
+    slurm.set("w-1", job_state="RUNNING", start_time=1000)
+    ex.stop("w-1", "cancelled", grace_s=10)
+    ex.stop("w-2", "cancelled", grace_s=10)
+    mark = ["scontrol", "update", "JobId=101", "Comment=gpupool:w-1 stopped-by-gpupool"]
+    term = ["scancel", "--signal=TERM", "--full", "101"]
+    assert mark in slurm.calls and slurm.calls.index(mark) < slurm.calls.index(term)
+    assert ["scancel", "102"] in slurm.calls  # pending: cancelled, never started
+    assert not [c for c in slurm.calls if c[0] == "scontrol" and "JobId=102" in c]
+    script = slurm.scripts[0] or ""
+    assert script.splitlines()[1].startswith('case "$(squeue -h -j "$SLURM_JOB_ID" -o %k')
+
+
 def test_a_new_executor_adopts_by_job_name(tmp_path):
     slurm, clock, ex = make(tmp_path)
     start(ex)

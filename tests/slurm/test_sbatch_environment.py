@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Request, Workload
 from gpupool.engines.slurm.cli import SlurmCLI
 from gpupool.engines.slurm.executor import SlurmExecutor
-from gpupool.engines.slurm.jobscript import exports
+from gpupool.engines.slurm.jobscript import START_GUARD, exports
 
 #: what a member might declare to steer sbatch (the review's list)
 STEERING = {
@@ -172,7 +173,28 @@ def test_sbatch_directives_in_a_value_are_not_directives(world):
     ex, record, _ = world
     _start(ex, {"DIRECTIVE": AWKWARD["DIRECTIVE"]})
     lines = (record / "script").read_text().splitlines()
-    assert lines[0] == "#!/bin/sh" and lines[1].startswith("export ")
+    assert lines[0] == "#!/bin/sh" and lines[1] == START_GUARD.rstrip("\n")
+    assert lines[2].startswith("export ")
+
+
+@pytest.mark.parametrize("comment", ["gpupool:w-1", "gpupool:w-1 stopped-by-gpupool", ""])
+def test_a_script_started_after_its_stop_stops_itself_before_its_command(world, comment):
+    """Run as slurmd runs it, with a stand-in squeue that reports the job's comment: marked
+    stopped, the script ends by SIGTERM before the command; otherwise the command runs."""
+    ex, record, member = world
+    _start(ex, {}, ("echo", "COMMAND-RAN"))
+    bin_dir = member / "slurm-bin"
+    bin_dir.mkdir()
+    _exe(bin_dir / "squeue", f"#!/bin/sh\necho '{comment}'\n")
+    env = {"SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(
+        ["/bin/sh", "-c", (record / "script").read_text()], env=env, capture_output=True, text=True
+    )
+    if comment.endswith(" stopped-by-gpupool"):
+        assert done.returncode == -signal.SIGTERM and "COMMAND-RAN" not in done.stdout
+        assert "stopped before it started" in done.stderr
+    else:
+        assert done.returncode == 0 and done.stdout == "COMMAND-RAN\n"
 
 
 def test_a_server_variable_the_shell_cannot_export_is_left_out():

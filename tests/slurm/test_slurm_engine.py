@@ -4,7 +4,9 @@ is the truth each test holds gpupool to."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +80,32 @@ def test_a_cancel_scancels_the_slurm_job(make_world):
         job["exit_code"].get("signal", {}).get("signal_id") == 15
         or job["state"]["current"] == "CANCELLED"
     ), job["exit_code"]
+
+
+def test_a_cancel_before_slurmd_starts_the_script_still_ends_the_job(make_world):
+    """Slurm says RUNNING once it allocated the job; slurmd starts the batch script later
+    (the prolog, the launch). A TERM sent in between reaches nothing; the job must still end
+    then, with no wait for gpupool's grace (the clock never moves here)."""
+    hold = os.environ.get("GPUPOOL_TEST_SLURM_HOLD")
+    if not hold:
+        pytest.skip("this Slurm has no hold prolog (scripts/services.sh start_slurm sets one)")
+    w = make_world()
+    wid = w.submit("slann", gpus=1, command=["sh", "-c", "echo COMMAND-RAN; sleep 300"])["id"]
+    Path(hold).touch()  # the prolog holds the job's start: allocated, script not started
+    try:
+        w.schedule()
+        w.settle(wid, RUNNING)
+        job_id = w.job_id(wid)
+        w.client.delete(f"/api/v1/workloads/{wid}", headers=w.h("slann"))
+        w.reconcile()  # TERM sent while the prolog runs: nothing to deliver it to
+        assert sh("squeue", "-h", "-j", job_id, "-o", "%T").strip() == "RUNNING"
+    finally:
+        Path(hold).unlink(missing_ok=True)
+    done = w.settle(wid, {"cancelled"})
+    assert done["exit_code"] == 143, done  # TERM, not gpupool's KILL
+    log = w.engine.executor.logs(wid)
+    assert "COMMAND-RAN" not in log and "stopped before it started" in log, log
+    assert sacct(job_id)["state"]["current"] in ("CANCELLED", "FAILED")
 
 
 def test_a_restarted_gpupool_adopts_the_running_job_and_starts_nothing_twice(make_world):

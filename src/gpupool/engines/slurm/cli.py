@@ -1,10 +1,10 @@
 """Slurm's client commands, run as subprocesses: the only place gpupool talks to Slurm.
 
 `SlurmCLI` runs ``sinfo``, ``squeue``, ``sacct`` (with ``--json``: Slurm 22.05 and later),
-``sbatch``, ``scancel`` and ``sacctmgr -i``. Every call has a timeout; a failing call raises
-`SlurmError` with the command's own message. The JSON readers accept both the 22.05 shapes
-(``exit_code`` as an object, states as strings) and later ones (states as lists, numbers as
-``{"set", "number"}`` objects).
+``sbatch``, ``scancel``, ``scontrol`` and ``sacctmgr -i``. Every call has a timeout; a failing
+call raises `SlurmError` with the command's own message. The JSON readers accept both the
+22.05 shapes (``exit_code`` as an object, states as strings) and later ones (states as lists,
+numbers as ``{"set", "number"}`` objects).
 ``scontrol`` has no ``--json`` before 23.02, so nodes are read with ``sinfo --json`` always.
 
 Each command runs with the server's own fixed environment, never a workload's (security
@@ -169,10 +169,17 @@ class SlurmCLI:
         return job_id
 
     def scancel(self, job_id: str, signal: str | None = None) -> None:
+        """Signal every process of the job (``--signal=<signal> --full``): slurmd delivers it
+        to what runs now and drops it for a job whose batch script has not started yet. With
+        no `signal`: cancel the job (slurmctld records it; a job not started never starts)."""
         args = ["scancel"]
         if signal:
             args += [f"--signal={signal}", "--full"]
         self.run([*args, job_id])
+
+    def set_comment(self, job_id: str, comment: str) -> None:
+        """``scontrol update JobId=<job_id> Comment=<comment>`` (kept by slurmctld)."""
+        self.run(["scontrol", "update", f"JobId={job_id}", f"Comment={comment}"])
 
     def sacctmgr(self, *args: str) -> str:
         """`sacctmgr -i` (no questions) with `args`."""

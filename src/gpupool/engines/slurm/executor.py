@@ -37,8 +37,10 @@ A job Slurm still keeps PENDING `pending_timeout_s` (30 s) after its start is ca
 reported `REJECTED` with Slurm's reason (``Resources``, ``AssocGrpGRES``…): the reconciler
 requeues the workload in gpupool's queue with that reason.
 
-`stop` sends SIGTERM to the job (``scancel --signal=TERM --full``) and, once `grace_s` passed
-on the injected clock, `tick` sends SIGKILL (``scancel --signal=KILL --full``) and cancels it.
+`stop` marks the job stopped in slurmctld (its Comment, `jobscript.stop_comment`: a batch
+script that has not started yet stops itself when it does) and sends SIGTERM to the job
+(``scancel --signal=TERM --full``); once `grace_s` passed on the injected clock, `tick` sends
+SIGKILL (``scancel --signal=KILL --full``) and cancels it. A pending job is just cancelled.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
-from gpupool.engines.slurm.jobscript import EXPORT, with_environment
+from gpupool.engines.slurm.jobscript import EXPORT, stop_comment, with_environment
 from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors import logread, reruns
@@ -481,6 +483,9 @@ class SlurmExecutor(Executor):
         job.stop_at = self.clock.now() + grace_s
         raw = self._queue().jobs.get(workload_id)
         pending = raw is not None and state_of(raw.get("job_state")) in _PENDING
+        if not pending:  # a script that has not started yet stops when it does (`jobscript`)
+            with contextlib.suppress(SlurmError):
+                self.cli.set_comment(job.job_id, stop_comment(workload_id))
         with contextlib.suppress(SlurmError):  # already ended
             self.cli.scancel(job.job_id, None if pending else "TERM")
         self._snap.read_at = -math.inf

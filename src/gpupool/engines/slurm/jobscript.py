@@ -15,6 +15,16 @@ its ``SLURM_*`` variables and the GPUs' ``CUDA_VISIBLE_DEVICES`` (from ``--gres`
 exports come after and run as that account: a declared ``PATH`` or ``LD_PRELOAD`` shapes the
 job only. The script is readable by the job's owner and Slurm's operators, as the
 environment Slurm stored with ``--export=ALL`` was before.
+
+A stop that comes before the script starts: ``scancel --signal`` reaches only processes that
+run, and slurmd starts a batch script up to seconds after Slurm reports the job running (the
+prolog, the launch), so a TERM sent in that window is lost. gpupool therefore first marks the
+job stopped in slurmctld (its ``Comment`` ends in `STOPPED`, `stop_comment`) and then signals;
+the script's first line (`START_GUARD`, before any of the job's variables) asks ``squeue`` for
+its own job's comment and, when it is marked, sends itself SIGTERM before running anything.
+Either the script ran when the signal came (it got the signal) or it starts after the mark was
+made (it sees it): the job gets exactly one TERM. Where ``squeue`` cannot answer on the node
+the line does nothing, and gpupool's kill after the grace still ends the job.
 """
 
 from __future__ import annotations
@@ -29,6 +39,14 @@ log = logging.getLogger(__name__)
 #: sbatch's --export: only Slurm's own SLURM_* variables; the job's come from the script.
 EXPORT = "--export=NONE"
 SHEBANG = "#!/bin/sh\n"
+#: the end of a job's Comment once gpupool stopped it (`stop_comment`)
+STOPPED = " stopped-by-gpupool"
+#: the script's first command: stop at once if gpupool stopped the job before it started
+START_GUARD = (
+    'case "$(squeue -h -j "$SLURM_JOB_ID" -o %k 2>/dev/null)" in'
+    f' *"{STOPPED}") echo "gpupool: the job was stopped before it started" >&2;'
+    " kill -TERM $$;; esac\n"
+)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -45,10 +63,15 @@ def exports(env: Mapping[str, str]) -> str:
     return "".join(lines)
 
 
+def stop_comment(workload_id: str) -> str:
+    """The Comment of a job gpupool stopped (`START_GUARD` looks for it)."""
+    return f"gpupool:{workload_id}{STOPPED}"
+
+
 def with_environment(script: str, env: Mapping[str, str]) -> str:
-    """`script` (a ``#!/bin/sh`` script) that first exports `env` (see the module
-    docstring)."""
+    """`script` (a ``#!/bin/sh`` script) that first runs `START_GUARD`, then exports `env`
+    (see the module docstring)."""
     if not script.startswith(SHEBANG):
         raise ValueError(f"a batch script starts with {SHEBANG!r}")
     body = script[len(SHEBANG) :]
-    return SHEBANG + exports(env) + "export SLURM_EXPORT_ENV=ALL\n" + body
+    return SHEBANG + START_GUARD + exports(env) + "export SLURM_EXPORT_ENV=ALL\n" + body
