@@ -272,6 +272,16 @@ def _asks(w: dict[str, Any]) -> str:
     return asks_text(w["request"])
 
 
+def _state(w: dict[str, Any]) -> str:
+    """STATE of `gpupool ls`: running work a reclaim will take says when, in short:
+    'running, preempt 03:52' (`gpupool show` says for whom)."""
+    plan = w.get("preemption")
+    if not plan:
+        return str(w["state"])
+    at = datetime.fromisoformat(plan["at"].replace("Z", "+00:00")).strftime("%H:%M")
+    return f"{w['state']}, preempt {at}"
+
+
 def _ls_columns(user: bool) -> tuple[Col, ...]:
     """`gpupool ls` columns: the default ones fit 80 columns; `-o wide` adds the rest. USER
     is a default column with `--all` (whose work it is matters when it is not all yours)."""
@@ -281,7 +291,7 @@ def _ls_columns(user: bool) -> tuple[Col, ...]:
         Col("USER", lambda w: w["owner"], wide=not user),
         Col("TENANT", lambda w: w["tenant"], wide=True),
         Col("KIND", lambda w: w["kind"], wide=True),
-        Col("STATE", lambda w: w["state"]),
+        Col("STATE", _state),
         Col("ASKS", _asks),
         Col("GPUS", _gpus_of),
         Col("AGE", lambda w: tables.age(w["submitted_at"])),
@@ -356,6 +366,9 @@ def print_workload(w: dict[str, Any]) -> None:
     if w.get("pending"):
         p = w["pending"]
         rows.append(("waiting", f"#{p['position']} in the queue: {p['reason']}"))
+    if w.get("preemption"):  # a reclaim will take it
+        plan = w["preemption"]
+        rows.append(("preemption", f"{plan['reason']} (for {plan['for_workload']})"))
     a = w.get("allocation")
     if a:
         held = "released " + _when(a["released_at"]) if a["released_at"] else "held"

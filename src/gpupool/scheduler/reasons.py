@@ -349,6 +349,13 @@ def clock_text(t: float) -> str:
     return datetime.fromtimestamp(round(t), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def preemption_plan_text(at: float, tenant: str) -> str:
+    """What running work a reclaim will take is told (the victim's side of an `owed` wait):
+    'will be preempted at 03:52 UTC for lab-b's guarantee unless GPUs free up'."""
+    when = datetime.fromtimestamp(round(at), UTC).strftime("%H:%M UTC")
+    return f"will be preempted at {when} for {tenant}'s guarantee unless GPUs free up"
+
+
 def names_text(ids: Sequence[str], most: int = 3) -> str:
     """'a', 'a and b', 'a, b and c', 'a, b, c and 2 more'."""
     if len(ids) > most:

@@ -9,22 +9,55 @@ workloads at its end (`Waits.apply`), as a `Wait` and a longer reason.
 * RECLAIMING: work was preempted (or is stopping) for it.
 
 These are per workload, so the cycle never memoizes them as the reason of a shape or tenant.
+`planned_preemptions` turns the OWED waits around: for each running workload they name, when
+it will be preempted and for whom (what the victim is told; no decision depends on it).
 Pure: no I/O; times are on the scheduler's clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CapacityIndex
-from gpupool.scheduler.reasons import expected_start_text, owed_text
+from gpupool.scheduler.reasons import expected_start_text, owed_text, preemption_plan_text
 from gpupool.scheduler.types import (
     PendingInfo,
     RunningWorkload,
     Wait,
     WaitKind,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPreemption:
+    """Running work an OWED wait names: unless GPUs free up first, it is preempted at `at`
+    so that `for_workload` of `for_tenant` gets its guaranteed share."""
+
+    at: float
+    for_tenant: str
+    for_workload: str
+
+    @property
+    def reason(self) -> str:
+        return preemption_plan_text(self.at, self.for_tenant)
+
+
+def planned_preemptions(owed: Iterable[tuple[str, str, Wait]]) -> dict[str, PlannedPreemption]:
+    """Victim workload id -> its planned preemption, from the waits of pending work given as
+    (workload id, tenant, wait) in queue order: the earliest `until` naming it (on a tie, the
+    first in the queue). Waits other than OWED, or without a time, plan nothing."""
+    out: dict[str, PlannedPreemption] = {}
+    for wid, tenant, wait in owed:
+        if wait.kind is not WaitKind.OWED or wait.until is None:
+            continue
+        plan = PlannedPreemption(wait.until, tenant, wid)
+        for victim in wait.victims:
+            known = out.get(victim)
+            if known is None or plan.at < known.at:
+                out[victim] = plan
+    return out
 
 
 class _Entry:

@@ -23,7 +23,8 @@ import orjson
 from fastapi import Response
 
 from gpupool.domain import Allocation
-from gpupool.server.schemas.convert import allocation_out, workload_out
+from gpupool.scheduler.waits import PlannedPreemption
+from gpupool.server.schemas.convert import allocation_out, preemption_out, workload_out
 from gpupool.store import ROW_KEYS, attempt_milli_s, gpu_hours, record_of
 
 _COMMAND = ROW_KEYS.index("command")
@@ -97,6 +98,12 @@ class WorkloadJSONMemo:
 def with_allocation(obj: JSONObject, a: Allocation) -> JSONObject:
     """A copy of a workload's JSON object that shows allocation `a`."""
     return {**obj, "allocation": allocation_out(a).model_dump(mode="json")}
+
+
+def with_preemption(obj: JSONObject, plan: PlannedPreemption) -> JSONObject:
+    """A copy of a workload's JSON object that shows its planned preemption (it is not in
+    its row: it comes from the waits of pending work, gpupool.scheduler.waits)."""
+    return {**obj, "preemption": preemption_out(plan).model_dump(mode="json")}
 
 
 def with_attained(obj: JSONObject, milli_s: float) -> JSONObject:

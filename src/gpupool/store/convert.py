@@ -182,6 +182,10 @@ def membership_to_domain(row: MembershipRow) -> Membership:
 # -- workloads --------------------------------------------------------------------------------
 
 
+#: how the stored JSON of an `owed` wait begins (`wait_to_json` writes the kind first)
+OWED_WAIT_PREFIX = '{"kind":"owed",'
+
+
 def wait_to_json(w: Wait) -> str:
     """A scheduler Wait as the JSON text stored in `workloads.pending_wait`."""
     return json.dumps(

@@ -29,8 +29,9 @@ from gpupool.domain import (
     WorkloadState,
     transition,
 )
-from gpupool.scheduler.types import PendingInfo, RunningWorkload
+from gpupool.scheduler.types import PendingInfo, RunningWorkload, Wait
 from gpupool.store.convert import (
+    OWED_WAIT_PREFIX,
     allocation_to_domain,
     allocation_to_row,
     event_to_row,
@@ -49,7 +50,7 @@ from gpupool.store.rows import (
     WorkloadPodRow,
     WorkloadRow,
 )
-from gpupool.store.scoping import in_subtree, in_subtrees
+from gpupool.store.scoping import in_subtree, in_subtrees, starts_with
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
@@ -201,6 +202,25 @@ class WorkloadRepo:
             .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
         )
         return [workload_to_domain(_plain(r)) for r in self.s.execute(q)]
+
+    def owed_waits(self) -> list[tuple[str, str, Wait]]:
+        """(id, tenant, wait) of the pending workloads whose stored wait is `owed` (their
+        tenant is owed GPUs that a reclaim will take at `wait.until`), in queue order: what
+        `gpupool.scheduler.waits.planned_preemptions` reads to tell the victims."""
+        q = (
+            select(WorkloadRow.id, WorkloadRow.tenant, WorkloadRow.pending_wait)
+            .where(
+                WorkloadRow.state == str(WorkloadState.PENDING),
+                starts_with(WorkloadRow.pending_wait, OWED_WAIT_PREFIX),
+            )
+            .order_by(WorkloadRow.queue_position, WorkloadRow.submitted_at, WorkloadRow.id)
+        )
+        out = []
+        for wid, tenant, text in self.s.execute(q):
+            wait = wait_from_json(text)
+            if wait is not None:
+                out.append((wid, tenant, wait))
+        return out
 
     def count_pending_of(self, owner: str) -> int:
         """How many workloads of `owner` are pending (the per-user cap at submit)."""

@@ -17,12 +17,14 @@ from gpupool.domain import (
 )
 from gpupool.domain.profiles import Profile
 from gpupool.scheduler.types import Wait
+from gpupool.scheduler.waits import PlannedPreemption
 from gpupool.server.schemas.cluster import HolderOut
 from gpupool.server.schemas.tenancy import MembershipOut, QuotaIO, UserOut
 from gpupool.server.schemas.workloads import (
     AllocationOut,
     EventOut,
     PendingOut,
+    PreemptionOut,
     ProfileOut,
     RequestOut,
     ResourcesIn,
@@ -163,6 +165,15 @@ def iso_time(t: float | None) -> str | None:
     if t is None:
         return None
     return datetime.fromtimestamp(round(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def preemption_out(p: PlannedPreemption) -> PreemptionOut:
+    return PreemptionOut(
+        at=iso_time(p.at) or "",
+        for_tenant=p.for_tenant,
+        for_workload=p.for_workload,
+        reason=p.reason,
+    )
 
 
 def wait_out(w: Wait) -> WaitOut:

@@ -131,6 +131,19 @@ class PendingOut(Out):
     wait: WaitOut | None = None
 
 
+class PreemptionOut(Out):
+    """Running work a waiting tenant is owed (the other side of that work's `owed` wait):
+    unless GPUs free up first, the scheduler preempts it at `at` so that `for_workload` of
+    `for_tenant` gets its guaranteed share."""
+
+    #: ISO 8601 UTC: when it will be preempted (the `until` of the owed wait)
+    at: str
+    for_tenant: str
+    for_workload: str
+    #: "will be preempted at 03:52 UTC for lab-b's guarantee unless GPUs free up"
+    reason: str
+
+
 class EventOut(Out):
     id: int
     at: float
@@ -173,6 +186,8 @@ class WorkloadOut(Out):
     allocation: AllocationOut | None = None
     #: where the workload's server listens ("http://host:port"), once its executor says so
     endpoint: str | None = None
+    #: active work a reclaim will take unless GPUs free up first: when, and for whom
+    preemption: PreemptionOut | None = None
 
 
 class WorkloadDetailOut(WorkloadOut):

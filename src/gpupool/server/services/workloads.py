@@ -35,10 +35,17 @@ from gpupool.executors.handoff import is_hub_launched
 from gpupool.executors.hub_launch import HubLaunchExecutor
 from gpupool.scheduler.admissible import never_runs
 from gpupool.scheduler.limits import TENANT
+from gpupool.scheduler.waits import PlannedPreemption, planned_preemptions
 from gpupool.server.auth import Principal, principal_for_token
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied, TooManyRequests
-from gpupool.server.schemas.convert import allocation_out, event_out, request_from_in, workload_out
+from gpupool.server.schemas.convert import (
+    allocation_out,
+    event_out,
+    preemption_out,
+    request_from_in,
+    workload_out,
+)
 from gpupool.server.schemas.workloads import (
     ResourcesIn,
     WorkloadDetailOut,
@@ -46,7 +53,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadOut,
 )
 from gpupool.server.services import lifecycle
-from gpupool.server.workload_json import JSONObject, queue_entry
+from gpupool.server.workload_json import JSONObject, queue_entry, with_preemption
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -334,7 +341,23 @@ def list_workloads(
         active = [r.id for r in rows if r.state in _ACTIVE]
         allocs = AllocationRepo(s).active_for_many(active)
         kept = _kept(s, rows)
-    return ctx.workload_json.workloads(rows, allocs, ctx.clock.now(), kept)
+        plans = planned_preemptions(WorkloadRepo(s).owed_waits()) if active else {}
+    objs = ctx.workload_json.workloads(rows, allocs, ctx.clock.now(), kept)
+    return [_with_plan(o, plans) for o in objs] if plans else objs
+
+
+def _with_plan(obj: JSONObject, plans: dict[str, PlannedPreemption]) -> JSONObject:
+    """`obj` with its planned preemption, if it is active work a reclaim will take."""
+    plan = plans.get(obj["id"])
+    return with_preemption(obj, plan) if plan and obj["state"] in _ACTIVE else obj
+
+
+def planned_preemption(s: Session, w: Workload) -> PlannedPreemption | None:
+    """When active `w` will be preempted for work its tenant's guarantee is owed to, as the
+    scheduler's latest waits tell (None: no reclaim plans to take it)."""
+    if w.state not in _ACTIVE:
+        return None
+    return planned_preemptions(WorkloadRepo(s).owed_waits()).get(w.id)
 
 
 def _kept(s: Session, rows: Sequence[Any]) -> dict[str, float]:
@@ -360,8 +383,11 @@ def get_workload(ctx: AppContext, p: Principal, workload_id: str) -> WorkloadDet
         events = EventRepo(s).list(workload_id=workload_id, limit=1000)
         active = last[0] if last and last[1] is None else None
         attained = _attained(s, rec.workload, active, ctx.clock.now())
+        plan = planned_preemption(s, rec.workload)
     alloc = allocation_out(*last) if last else None
     out = workload_out(rec, alloc, attained)
+    if plan is not None:
+        out.preemption = preemption_out(plan)
     return WorkloadDetailOut(
         **out.model_dump(), events=[event_out(i, e) for i, e in reversed(events)]
     )

@@ -68,7 +68,7 @@
     if (followed && ACTIVE.has(followed.state)) showLogs(logsFor, true);
     GP.fillTable("mine", ws.map((w) => {
       const active = ACTIVE.has(w.state);
-      const result = active ? ((w.pending && w.pending.reason) || w.reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
+      const result = active ? ((w.pending && w.pending.reason) || (w.preemption && w.preemption.reason) || w.reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
       return h("tr", { id: w.id, tabindex: "-1", dataset: { id: w.id, state: w.state } },
         h("th", { scope: "row" }, w.id, w.name ? ` ${w.name}` : ""), h("td", {}, w.kind), h("td", {}, w.owner), h("td", {}, w.tenant),
         h("td", {}, GP.describeRequest(w.request || w)), h("td", {}, GP.badge(w.state, `st-${w.state}`)), h("td", {}, result),
