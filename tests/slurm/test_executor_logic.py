@@ -151,7 +151,7 @@ def test_a_new_executor_adopts_by_job_name(tmp_path):
     assert again.poll("w-2").state is ExecState.UNKNOWN
 
 
-def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(tmp_path):
+def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(output_dir):
     """After a restart the executor knows none of its jobs' GPUs; the store's allocations
     (EngineEnv.held) keep a plain job's GPUs off gpupool's own."""
     from gpupool.domain import GPUHealth, OutsideUse
@@ -175,7 +175,7 @@ def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(tmp_path):
     from gpupool.engines.slurm.cli import SlurmCLI as CLI
 
     engine = SlurmEngine(
-        SlurmOptions(output_dir=tmp_path / "out", per_user=False), cli=CLI("/x", runner=runner)
+        SlurmOptions(output_dir=output_dir, per_user=False), cli=CLI("/x", runner=runner)
     )
     engine.open(EngineEnv(ManualClock(0.0), held=lambda: {"slurm-n1-gpu0"}))
     (n1,) = engine.inventory()

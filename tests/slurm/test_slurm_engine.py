@@ -108,6 +108,23 @@ def test_a_cancel_before_slurmd_starts_the_script_still_ends_the_job(make_world)
     assert sacct(job_id)["state"]["current"] in ("CANCELLED", "FAILED")
 
 
+def test_a_job_that_cannot_open_its_output_fails_saying_so(make_world, output_dir):
+    """slurmd opens the output file as the job's account before the script runs; when it
+    cannot, Slurm only says JobLaunchFailure (the cause is in slurmd's log): gpupool says
+    which file and which directory kept the account out."""
+    w = make_world()
+    output_dir.chmod(0o700)  # after start-up: the check there would refuse it
+    wid = w.submit("slann", gpus=1, command=["true"])["id"]
+    w.schedule()
+    done = w.settle(wid, {"failed", "succeeded", "lost"})
+    assert done["state"] == "failed", done
+    assert done["reason"] == (
+        f"the work failed: Slurm job {w.job_id(wid)} failed: Slurm could not start it (JobLaunchFailure): the "
+        f"job's account slann could not open its output file {output_dir}/{wid}.out: it may "
+        f"not enter {output_dir} (0700)"
+    ), done
+
+
 def test_a_restarted_gpupool_adopts_the_running_job_and_starts_nothing_twice(make_world):
     first = make_world()
     wid = first.submit("slann", gpus=1, command=["sleep", "300"])["id"]

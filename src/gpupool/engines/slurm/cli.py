@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpupool.executors.base import ExecutorError
@@ -53,6 +53,32 @@ def state_of(value: Any) -> str:
     if isinstance(value, list):
         return str(value[0]).upper() if value else ""
     return str(value or "").upper()
+
+
+def exit_code_of(record: Mapping[str, Any]) -> int | None:
+    """The shell's exit code from a sacct (object) or squeue (number) record; 128+N when
+    killed by signal N."""
+    ec = record.get("exit_code")
+    if isinstance(ec, dict):
+        sig = ec.get("signal") or {}
+        sig_id = number(sig.get("signal_id") if isinstance(sig, dict) else None)
+        status = ec.get("status")
+        statuses = {str(s).upper() for s in (status if isinstance(status, list) else [status])}
+        if "SIGNALED" in statuses and sig_id:
+            return 128 + sig_id
+        return number(ec.get("return_code"))
+    code = number(ec)
+    if code is None:
+        return None
+    if code & 0x7F:  # squeue gives the wait status: killed by a signal
+        return 128 + (code & 0x7F)
+    return code >> 8
+
+
+def epoch(value: Any) -> float | None:
+    """A Slurm time (epoch seconds; 0 or unset: not yet) as a float, else None."""
+    t = number(value)
+    return float(t) if t else None
 
 
 class SlurmCLI:

@@ -37,6 +37,7 @@ from gpupool.engines.slurm.inventory import (
     to_node,
     with_shards,
 )
+from gpupool.engines.slurm.output import default_output_dir, refusal, unreachable
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.executors.base import Executor
 
@@ -46,7 +47,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SlurmOptions:
     """conf: slurm.conf (default $SLURM_CONF). output_dir: where jobs' output files go (must
-    be on a file system the compute nodes share; default <data dir>/../gpupool-slurm-output).
+    be on a file system the compute nodes share, reachable by the jobs' accounts; default
+    `output.default_output_dir`: /var/lib/gpupool-slurm/output as root).
     partition: submit there (default: Slurm's default). account_prefix: see `accounts`.
     pending_timeout_s: a job still pending this long after its start is requeued in gpupool.
     notebook_command: the single-user notebook server on the compute nodes (with JupyterHub).
@@ -111,10 +113,15 @@ class SlurmEngine(Engine):
             raise EngineError(f"cannot use Slurm: {e}") from None
         if (major, minor) < (21, 8):
             raise EngineError(f"Slurm {major}.{minor} has no --json output; 21.08 or later needed")
-        out = self.options.output_dir
-        if out is None:
-            base = env.data_dir.parent if env.data_dir else Path("/tmp")
-            out = base / "gpupool-slurm-output"
+        as_root = os.geteuid() == 0  # jobs run as other accounts (`output`)
+        out = self.options.output_dir or default_output_dir(env.data_dir, as_root)
+        try:
+            out.mkdir(mode=0o711, parents=True, exist_ok=True)  # the executor makes it 0711
+        except OSError as e:
+            raise EngineError(f"cannot make the Slurm jobs' output directory: {e}") from None
+        blocker = unreachable(out.parent) if as_root else None
+        if blocker is not None:
+            raise EngineError(refusal(out, blocker))
         self.executor = SlurmExecutor(
             self.cli,
             env.clock,

@@ -58,10 +58,18 @@ from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
-from gpupool.engines.slurm.cli import SlurmCLI, SlurmError, number, state_of
+from gpupool.engines.slurm.cli import (
+    SlurmCLI,
+    SlurmError,
+    epoch,
+    exit_code_of,
+    number,
+    state_of,
+)
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
-from gpupool.engines.slurm.jobscript import EXPORT, stop_comment, with_environment
+from gpupool.engines.slurm.jobscript import EXPORT, gang_script, stop_comment, with_environment
 from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
+from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors import logread, reruns
 from gpupool.executors.accounts import (
@@ -78,7 +86,6 @@ from gpupool.executors.base import (
     RunningProcess,
     StartError,
 )
-from gpupool.executors.gangenv import gang_env
 from gpupool.executors.jobenv import job_environment, passed_names
 
 log = logging.getLogger(__name__)
@@ -106,6 +113,8 @@ class _Job:
     ended: float | None = None
     #: a notebook's port file (`notebooks`), None for other work
     port_path: Path | None = None
+    #: the job's Unix account's uid, where this process submitted it
+    uid: int | None = None
 
 
 @dataclass
@@ -119,48 +128,6 @@ class _Snapshot:
 def workload_of(job: Mapping[str, Any]) -> str | None:
     name = str(job.get("name") or "")
     return name[len(PREFIX) :] if name.startswith(PREFIX) else None
-
-
-def exit_code_of(record: Mapping[str, Any]) -> int | None:
-    """The shell's exit code from a sacct (object) or squeue (number) record; 128+N when
-    killed by signal N."""
-    ec = record.get("exit_code")
-    if isinstance(ec, dict):
-        sig = ec.get("signal") or {}
-        sig_id = number(sig.get("signal_id") if isinstance(sig, dict) else None)
-        status = ec.get("status")
-        statuses = {str(s).upper() for s in (status if isinstance(status, list) else [status])}
-        if "SIGNALED" in statuses and sig_id:
-            return 128 + sig_id
-        return number(ec.get("return_code"))
-    code = number(ec)
-    if code is None:
-        return None
-    if code & 0x7F:  # squeue gives the wait status: killed by a signal
-        return 128 + (code & 0x7F)
-    return code >> 8
-
-
-def gang_script(allocation: Allocation, command: tuple[str, ...] | list[str]) -> str:
-    """The batch script of a multi-node job: the gang environment, then the command once per
-    node (srun), each with its NODE_RANK."""
-    env = gang_env(allocation, master_addr="__NODE0__")
-    exports = " ".join(
-        f'{k}="${{SLURMD_NODENAME:-$(hostname)}}"' if v == "__NODE0__" else f"{k}={shlex.quote(v)}"
-        for k, v in env.items()
-    )
-    per_node = 'NODE_RANK="$SLURM_NODEID"; export NODE_RANK; exec "$@"'
-    run = shlex.join(
-        ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1", "sh", "-c", per_node, "gpupool"]
-        + list(command)
-    )
-    return f"#!/bin/sh\nexport {exports}\nexec {run}\n"
-
-
-def _epoch(value: Any) -> float | None:
-    """A Slurm time (epoch seconds; 0 or unset: not yet) as a float, else None."""
-    t = number(value)
-    return float(t) if t else None
 
 
 class SlurmExecutor(Executor):
@@ -308,7 +275,14 @@ class SlurmExecutor(Executor):
         uuids = tuple(s.gpu_uuid for s in shares)
         sharded = uuids if gres.startswith("--gres=shard:") else ()
         self._jobs[workload.id] = _Job(
-            job_id, now, output, account.name, uuids, shard_uuids=sharded, port_path=port_path
+            job_id,
+            now,
+            output,
+            account.name,
+            uuids,
+            shard_uuids=sharded,
+            port_path=port_path,
+            uid=account.uid,
         )
         self._snap.read_at = -math.inf  # the next poll reads squeue again
         return Handle(workload.id, self.name, job_id, now)
@@ -377,7 +351,7 @@ class SlurmExecutor(Executor):
             Path(str(raw.get("standard_output") or self.output_dir / f"{workload_id}.out")),
             str(raw.get("user_name") or ""),
         )
-        job.started = _epoch(raw.get("start_time"))
+        job.started = epoch(raw.get("start_time"))
         port_path = port_file(self.output_dir, workload_id)
         job.port_path = port_path if port_path.exists() else None
         self._jobs[workload_id] = job
@@ -401,7 +375,10 @@ class SlurmExecutor(Executor):
                 stop_reason=job.stop_reason,
                 endpoint=self._endpoint(job, raw) if state is ExecState.RUNNING else None,
             )
-        return self._ended(wid, job, st, exit_code_of(raw), number(raw.get("end_time")))
+        why = str(raw.get("state_reason") or "")
+        where = str(raw.get("batch_host") or raw.get("nodes") or "")
+        end = number(raw.get("end_time"))
+        return self._ended(wid, job, st, exit_code_of(raw), end, why, where)
 
     def _endpoint(self, job: _Job, raw: Mapping[str, Any]) -> str | None:
         """Where a running notebook listens, once its job wrote its port."""
@@ -433,7 +410,17 @@ class SlurmExecutor(Executor):
             stop_reason=job.stop_reason,
         )
 
-    def _ended(self, wid: str, job: _Job, st: str, code: int | None, end: int | None) -> ExecStatus:
+    def _ended(
+        self,
+        wid: str,
+        job: _Job,
+        st: str,
+        code: int | None,
+        end: int | None,
+        reason: str = "",
+        node: str = "",
+    ) -> ExecStatus:
+        """The status of an ended job; `reason` is Slurm's (squeue's ``state_reason``)."""
         if st == "CANCELLED" and (code is None or code == 0):
             code = 137 if job.killed else 143
         if st in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE") and not code:
@@ -450,9 +437,19 @@ class SlurmExecutor(Executor):
             state,
             exit_code=code,
             finished_at=float(end) if end else None,
-            message=f"Slurm job {job.job_id} {st.lower()}",
+            message=self._ended_message(job, st, reason, node),
             stop_reason=job.stop_reason,
         )
+
+    def _ended_message(self, job: _Job, st: str, reason: str, node: str) -> str:
+        """ "Slurm job N failed", with Slurm's reason where it says more than the exit code
+        (`output.launch_failure` for a job slurmd could not start)."""
+        if reason == LAUNCH_FAILURE and job.stop_reason is None:
+            return launch_failure(job.job_id, node, job.output, job.user, job.uid)
+        said = f"Slurm job {job.job_id} {st.lower()}"
+        if reason in ("", "None", "NonZeroExitCode") or job.stop_reason is not None:
+            return said
+        return f"{said} (Slurm's reason: {reason})"
 
     def _from_accounting(self, wid: str, job: _Job) -> ExecStatus:
         recs = [r for r in self.cli.accounting([job.job_id]) if str(r.get("job_id")) == job.job_id]
@@ -462,7 +459,7 @@ class SlurmExecutor(Executor):
             return ExecStatus(wid, ExecState.LOST, message=f"Slurm has no job {job.job_id}")
         rec = recs[-1]
         if job.started is None:
-            job.started = _epoch((rec.get("time") or {}).get("start"))
+            job.started = epoch((rec.get("time") or {}).get("start"))
         state = rec.get("state") or {}
         st = state_of(state.get("current") if isinstance(state, dict) else state)
         if st in _ALIVE:

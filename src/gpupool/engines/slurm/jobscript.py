@@ -5,7 +5,7 @@ environment (`cli`) and ``--export=NONE`` (`EXPORT`), so neither a workload's va
 the server's reach ``sbatch`` or the job by that route (security review F1). The job's
 environment (`executors.jobenv`: the allowlist, the account's ``HOME``/``USER``/..., what the
 workload declares, gpupool's own) is written into the script instead by `with_environment`:
-right after ``#!/bin/sh``, one ``export NAME='value'`` line per variable, each value quoted
+right after ``#!/bin/sh`` and `START_GUARD`, one ``export NAME='value'`` line per variable, each value quoted
 with `shlex.quote`, so spaces, quotes, ``$``, backquotes and newlines reach the job exactly;
 then ``export SLURM_EXPORT_ENV=ALL``, so that ``srun`` inside the job (a gang's, or the
 user's own) passes the job's environment on instead of inheriting ``NONE`` from sbatch.
@@ -25,6 +25,8 @@ its own job's comment and, when it is marked, sends itself SIGTERM before runnin
 Either the script ran when the signal came (it got the signal) or it starts after the mark was
 made (it sees it): the job gets exactly one TERM. Where ``squeue`` cannot answer on the node
 the line does nothing, and gpupool's kill after the grace still ends the job.
+
+`gang_script` is the script of a multi-node job (see `executor`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ import logging
 import re
 import shlex
 from collections.abc import Mapping
+
+from gpupool.domain import Allocation
+from gpupool.executors.gangenv import gang_env
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +80,19 @@ def with_environment(script: str, env: Mapping[str, str]) -> str:
         raise ValueError(f"a batch script starts with {SHEBANG!r}")
     body = script[len(SHEBANG) :]
     return SHEBANG + START_GUARD + exports(env) + "export SLURM_EXPORT_ENV=ALL\n" + body
+
+
+def gang_script(allocation: Allocation, command: tuple[str, ...] | list[str]) -> str:
+    """The batch script of a multi-node job: the gang environment, then the command once per
+    node (srun), each with its NODE_RANK."""
+    env = gang_env(allocation, master_addr="__NODE0__")
+    exports = " ".join(
+        f'{k}="${{SLURMD_NODENAME:-$(hostname)}}"' if v == "__NODE0__" else f"{k}={shlex.quote(v)}"
+        for k, v in env.items()
+    )
+    per_node = 'NODE_RANK="$SLURM_NODEID"; export NODE_RANK; exec "$@"'
+    run = shlex.join(
+        ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1", "sh", "-c", per_node, "gpupool"]
+        + list(command)
+    )
+    return f"#!/bin/sh\nexport {exports}\nexec {run}\n"
