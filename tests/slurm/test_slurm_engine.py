@@ -119,9 +119,9 @@ def test_a_job_that_cannot_open_its_output_fails_saying_so(make_world, output_di
     done = w.settle(wid, {"failed", "succeeded", "lost"})
     assert done["state"] == "failed", done
     assert done["reason"] == (
-        f"the work failed: Slurm job {w.job_id(wid)} failed: Slurm could not start it (JobLaunchFailure): the "
-        f"job's account slann could not open its output file {output_dir}/{wid}.out: it may "
-        f"not enter {output_dir} (0700)"
+        f"the work failed: Slurm job {w.job_id(wid)} failed: Slurm could not start it "
+        "(JobLaunchFailure): the job's account slann could not open its output file "
+        f"{output_dir}/{wid}.out: it may not enter {output_dir} (0700)"
     ), done
 
 

@@ -5,8 +5,9 @@ environment (`cli`) and ``--export=NONE`` (`EXPORT`), so neither a workload's va
 the server's reach ``sbatch`` or the job by that route (security review F1). The job's
 environment (`executors.jobenv`: the allowlist, the account's ``HOME``/``USER``/..., what the
 workload declares, gpupool's own) is written into the script instead by `with_environment`:
-right after ``#!/bin/sh`` and `START_GUARD`, one ``export NAME='value'`` line per variable, each value quoted
-with `shlex.quote`, so spaces, quotes, ``$``, backquotes and newlines reach the job exactly;
+right after ``#!/bin/sh`` and `START_GUARD`, one ``export NAME='value'`` line per variable,
+each value quoted with `shlex.quote`, so spaces, quotes, ``$``, backquotes and newlines reach
+the job exactly;
 then ``export SLURM_EXPORT_ENV=ALL``, so that ``srun`` inside the job (a gang's, or the
 user's own) passes the job's environment on instead of inheriting ``NONE`` from sbatch.
 
