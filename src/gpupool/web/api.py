@@ -29,6 +29,7 @@ from gpupool.telemetry.sampler import Frame, GPUPoint
 from gpupool.web.page_data import (
     MAX_POINTS,
     RANGES_S,
+    chart_window,
     cluster_view,
     gpu_history_view,
     tenant_live_view,
@@ -70,6 +71,16 @@ def _history(ctx: AppContext, uuids: set[str], per_minute: bool) -> dict[str, li
             if pts:
                 out[uuid] = pts
     return out
+
+
+def _oldest_point(ctx: AppContext, s: Any, retention: Retention, uuids: set[str]) -> float | None:
+    """The first GPU telemetry point there is: in the store's history or the samplers' memory."""
+    repo = HistoryRepo(s)
+    firsts = [repo.oldest(retention.fine_s), repo.oldest(retention.coarse_s)]
+    for per_minute in (False, True):
+        firsts += [pts[0].t for pts in _history(ctx, uuids, per_minute).values()]
+    known = [t for t in firsts if t is not None]
+    return min(known) if known else None
 
 
 def _stored_history(
@@ -125,7 +136,10 @@ class HistoryCache:
             return {u: list(p) for u, p in hit[1].items()}
         points = _stored_history(s, retention, uuids, now=now, range_s=range_s)
         with self._lock:
-            self._entries = {k: v for k, v in self._entries.items() if k[0] != range_s}
+            # one entry per range offered; a young server's shorter windows replace each other
+            self._entries = {
+                k: v for k, v in self._entries.items() if k[0] != range_s and k[0] in RANGES_S
+            }
             self._entries[key] = (now, points)
         return {u: list(p) for u, p in points.items()}
 
@@ -178,7 +192,9 @@ def create_api_router() -> APIRouter:
     def gpu_history(
         range_s: int = Query(
             86400,
-            description="how far back, in seconds: 3600, 86400, 604800 or 2592000",
+            description="how far back, in seconds: 3600, 86400, 604800 or 2592000; a server "
+            "younger than that answers for its age (rounded up to 10 min): `range_s` in the "
+            "answer is the span drawn, `asked_range_s` the one asked for",
         ),
         ctx: AppContext = Depends(get_ctx),
         _: Principal = Depends(authenticated),
@@ -191,8 +207,11 @@ def create_api_router() -> APIRouter:
         now = ctx.clock.now()
         loop = ctx.loops.get("history")
         retention = loop.retention if isinstance(loop, HistoryLoop) else Retention()
+        asked = range_s
         with ctx.store.read() as s:
             gpus = [(node, g.uuid, g.index, g.model) for node, g in NodeRepo(s).gpus()]
+            oldest = _oldest_point(ctx, s, retention, {g[1] for g in gpus})
+            range_s = chart_window(now, asked, oldest)
             hist = history_cache.get(s, retention, [g[1] for g in gpus], now=now, range_s=range_s)
         # The samplers' memory wins where it reaches (every sample of the last hour, or
         # per-minute means, the minute in progress included); the store covers before that.
@@ -201,6 +220,7 @@ def create_api_router() -> APIRouter:
         for uuid, pts in live.items():
             older = [p for p in hist.get(uuid, ()) if p.t - half < pts[0].t]
             hist[uuid] = [*older, *pts]
-        return JSONResponse(gpu_history_view(gpus, hist, now=now, range_s=range_s))
+        view = gpu_history_view(gpus, hist, now=now, range_s=range_s)
+        return JSONResponse(view | {"asked_range_s": asked})
 
     return router

@@ -25,6 +25,19 @@ IDLE_UTIL_PCT = 5.0
 RANGES_S = (3600, 86400, 7 * 86400, 30 * 86400)
 #: Time slots per GPU series sent to the browser.
 MAX_POINTS = 120
+#: A young server's charts span its age rounded up to this (and at least this), in seconds.
+WINDOW_STEP_S = 600
+
+
+def chart_window(now: float, range_s: int, oldest: float | None) -> int:
+    """The span the usage page's charts draw for a `range_s` asked for: all of it, unless the
+    history starts later (a server younger than the range): then the server's age, rounded up
+    to `WINDOW_STEP_S`, so a new server's 24 h is not an empty chart with a sliver at its end.
+    `oldest`: the first telemetry point there is (None: none yet, the whole range)."""
+    if oldest is None or now - oldest >= range_s:
+        return range_s
+    steps = max(1, -(-int(now - oldest) // WINDOW_STEP_S))  # ceil, at least one step
+    return min(range_s, steps * WINDOW_STEP_S)
 
 
 def _round(x: float | None, nd: int = 1) -> float | None:

@@ -133,6 +133,13 @@ def create_router(*, api_prefix: str = "/api/v1") -> APIRouter:
         resp.headers["X-Content-Type-Options"] = "nosniff"
         return resp
 
+    @router.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Browsers ask for /favicon.ico where a page names no icon (the API's docs, errors).
+        resp = FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+        resp.headers["Cache-Control"] = "public, max-age=86400"
+        return resp
+
     @router.get(PREFIX + "/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> Response:
         try:

@@ -34,7 +34,7 @@
     GP.fillTable("tokens-table", ts.map((t) => {
       const revoked = !!t.revoked_at;
       const expired = t.expires_at && t.expires_at < Date.now() / 1000;
-      return h("tr", {}, h("td", {}, t.id), h("td", {}, t.user), h("td", {}, t.name || "—"), h("td", {}, GP.when(t.expires_at)),
+      return h("tr", {}, h("td", { class: "id" }, t.id), h("td", {}, t.user), h("td", {}, t.name || "—"), h("td", { class: "when" }, GP.when(t.expires_at)),
         h("td", {}, revoked ? "revoked" : expired ? "expired" : "active"),
         h("td", {}, revoked ? null : h("button", { type: "button", class: "danger", onclick: () => revoke(t.id), "aria-label": `Revoke token ${t.id}` }, "Revoke")));
     }), "No tokens.");
@@ -108,8 +108,8 @@
   function renderEvents() {
     const f = document.getElementById("ev-filter").value.trim().toLowerCase();
     const shown = events.filter((e) => !f || [e.kind, e.user, e.tenant, e.workload_id, e.message].some((v) => v && String(v).toLowerCase().includes(f)));
-    GP.fillTable("events-table", shown.slice(0, 300).map((e) => h("tr", {}, h("td", {}, GP.when(e.at)), h("td", {}, e.kind),
-      h("td", {}, e.user || "—"), h("td", {}, e.tenant || "—"), h("td", {}, e.workload_id || "—"), h("td", {}, e.message))), "No events.");
+    GP.fillTable("events-table", shown.slice(0, 300).map((e) => h("tr", {}, h("td", { class: "when" }, GP.when(e.at)), h("td", {}, e.kind),
+      h("td", {}, e.user || "—"), h("td", { class: "tenant" }, e.tenant || "—"), h("td", { class: "id" }, e.workload_id || "—"), h("td", {}, e.message))), "No events.");
   }
 
   async function loadEvents() { events = items(await GP.get("/events?limit=200")).sort((a, b) => b.at - a.at); renderEvents(); }

@@ -15,7 +15,7 @@
     const mem = x.milli < 1000 && x.memory_mib ? `, ${GP.gib(x.memory_mib)}` : "";
     return h("li", {},
       h("b", {}, x.user), " · ", x.tenant, " · ",
-      h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(x.workload)}` }, x.workload),
+      h("a", { class: "id", href: `${GP.BASE}/workloads#${encodeURIComponent(x.workload)}` }, x.workload),
       h("br"), `${share}${mem} `,
       badge(`enforced: ${x.enforcement}`, `enf-${x.enforcement}`));
   }
@@ -26,7 +26,7 @@
     return h("ul", { class: "mig", "aria-label": `MIG instances (${g.mig_layout}): ${free} of ${g.mig_instances.length} free` },
       g.mig_instances.map((i) => h("li", { class: i.workload ? "held" : "free", dataset: { start: i.start } },
         h("b", {}, i.profile), ` @${i.start} · `,
-        i.workload ? [h("a", { href: `${GP.BASE}/workloads#${encodeURIComponent(i.workload)}` }, i.workload), ` (${i.user})`] : "free",
+        i.workload ? [h("a", { class: "id", href: `${GP.BASE}/workloads#${encodeURIComponent(i.workload)}` }, i.workload), ` (${i.user})`] : "free",
         i.memory_used_mib !== null ? ` · ${GP.gib(i.memory_used_mib)} / ${GP.gib(i.memory_mib)}` : "")));
   }
 

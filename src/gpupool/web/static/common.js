@@ -197,9 +197,12 @@ const GP = (() => {
     return () => { stopped = true; if (timer) clearTimeout(timer); };
   }
 
+  // Times are 24-hour UTC everywhere, as the server's messages and the CLI write them.
+  const utc = (d) => d.toISOString().replace("T", " ").slice(0, 19);
+
   function stamp() {
     const t = document.getElementById("updated");
-    if (t) { const d = new Date(); t.dateTime = d.toISOString(); t.textContent = d.toLocaleTimeString(); }
+    if (t) { const d = new Date(); t.dateTime = d.toISOString(); t.textContent = `${utc(d).slice(11)} UTC`; }
   }
 
   // --- formatting ---
@@ -214,7 +217,21 @@ const GP = (() => {
     if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
     return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
   }
-  const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "—");
+  /** "2026-11-28 14:05:09 UTC" from epoch seconds. */
+  const when = (t) => (t ? `${utc(new Date(t * 1000))} UTC` : "—");
+
+  /** A request in a table's few columns, as the CLI's ASKS column writes it: "2 GPUs",
+   * "0.25 GPU, 20G", "2x8 H100 GPUs", "MIG 1g.10gb", "CPU only". */
+  function asks(r) {
+    if (!r) return "—";
+    const model = r.gpu_model ? `${r.gpu_model} ` : "";
+    if ((r.nodes || 1) > 1) return `${r.nodes}x${r.gpus_per_node} ${model}GPUs`;
+    if (r.mig) return `MIG ${r.mig}${r.gpu_model ? ` ${r.gpu_model}` : ""}`;
+    if (r.gpus) return `${r.gpus} ${model}GPU${r.gpus > 1 ? "s" : ""}`;
+    const frac = r.gpu_fraction ?? (r.gpu_milli ? r.gpu_milli / 1000 : 0);
+    if (frac) return `${+frac.toFixed(3)} ${model}GPU${r.gpu_memory_mib ? `, ${+(r.gpu_memory_mib / 1024).toFixed(1)}G` : ""}`;
+    return "CPU only";
+  }
 
   /** "2 GPUs", "0.25 GPU, 20 GiB", "CPU only" from an API request object. */
   function describeRequest(req) {
@@ -335,7 +352,7 @@ const GP = (() => {
 
   return {
     API, BASE, ApiError, api, get, h, fillTable, flash, clearFlash, actionError, formError,
-    fieldError, poll, stamp, gpus, gib, pct, duration, when, describeRequest, badge, numberField,
+    fieldError, poll, stamp, gpus, gib, pct, duration, when, asks, describeRequest, badge, numberField,
     isAdmin, roles, canAdminTenant, canSubmit, downloadCsv, me, setSession, clearSession, ready,
     token, whenIdle,
   };

@@ -12,7 +12,7 @@
   // its shares by node in rank order, "n1: GPU 0, 1; n2: GPU 0, 1".
   function holds(w) {
     const a = w.allocation;
-    if (!a) return GP.describeRequest(w.request);
+    if (!a) return GP.asks(w.request);
     const shares = a.shares || [];
     const nodeOf = (s) => s.node || a.node;
     const gpu = (s) => `${s.gpu_index}${s.milli < 1000 ? ` (${+(s.milli / 1000).toFixed(3)})` : ""}`;
@@ -33,16 +33,16 @@
     const pending = items(queue).map((e) => (e.workload ? { ...e.workload, position: e.position, tenant_position: e.tenant_position, why: e.reason } : e));
     GP.fillTable("pending", pending.map((w) => h("tr", {},
       h("td", { class: "num" }, w.position ?? (w.pending && w.pending.position) ?? "—"),
-      h("td", {}, wlink(w.id), w.name ? ` ${w.name}` : ""),
-      h("td", {}, w.owner), h("td", {}, w.tenant),
-      h("td", {}, GP.describeRequest(w.request || w)),
+      h("td", { class: "id" }, wlink(w.id), w.name ? ` ${w.name}` : ""),
+      h("td", {}, w.owner), h("td", { class: "tenant" }, w.tenant),
+      h("td", { class: "asks", title: GP.describeRequest(w.request || w) }, GP.asks(w.request || w)),
       h("td", { class: "num" }, w.priority ?? 0),
       h("td", {}, GP.duration(now - (w.submitted_at || now))),
       h("td", {}, w.why || (w.pending && w.pending.reason) || "waiting for the next scheduling cycle"))),
     "Nothing is waiting.");
     const run = items(running);
     GP.fillTable("running", run.map((w) => h("tr", {},
-      h("td", {}, wlink(w.id)), h("td", {}, w.owner), h("td", {}, w.tenant), h("td", {}, w.kind),
+      h("td", { class: "id" }, wlink(w.id)), h("td", {}, w.owner), h("td", { class: "tenant" }, w.tenant), h("td", {}, w.kind),
       h("td", {}, holds(w)), h("td", {}, w.state),
       h("td", {}, GP.duration(now - (w.started_at || w.admitted_at || now))))),
     "Nothing is running.");

@@ -15,6 +15,22 @@
   const q = (t) => t.quota || {};
   const num = (v) => (v === null || v === undefined ? null : v);
   const gpuCell = (v, none = "—") => h("td", { class: "num" }, v === null || v === undefined ? none : `${+Number(v).toFixed(3)}`);
+  /** GPUs held now; beyond the guarantee the tenant borrows others' idle share (the CLI's
+   * `tenant ls` shows IN USE beside GUARANTEED): marked "borrowing N". */
+  function allocatedCell(t) {
+    const held = Number(t.allocated_gpus ?? 0);
+    const over = held - Number(q(t).guaranteed ?? 0);
+    return h("td", { class: "num" }, `${+held.toFixed(3)}`,
+      over > 1e-9 ? [" ", GP.badge(`borrowing ${+over.toFixed(3)}`, "borrowing")] : null);
+  }
+
+  /** Pending work: how many workloads wait, and the GPUs they ask for. */
+  function pendingCell(t) {
+    const n = t.pending ?? 0;
+    const g = Number(t.pending_gpus ?? 0);
+    return h("td", { class: "num" }, n ? `${n}${g ? ` (${+g.toFixed(3)} GPU${g === 1 ? "" : "s"})` : ""}` : "0");
+  }
+
   function render() {
     const u = GP.me();
     GP.fillTable("tenants", tenants.map((t) => {
@@ -27,8 +43,10 @@
         gpuCell(num(q(t).limit), "none"),
         h("td", { class: "num" }, q(t).weight ?? 1),
         gpuCell(num(q(t).max_per_user)),
-        gpuCell(t.allocated_gpus ?? 0),
+        allocatedCell(t),
         gpuCell(live[t.name] ? live[t.name].busy_milli / 1000 : null),
+        h("td", { class: "num" }, t.running ?? 0),
+        pendingCell(t),
         h("td", {}, may ? h("button", { type: "button", class: "secondary", onclick: () => openEditor(t), "aria-label": `Edit quota of ${t.name}` }, "Edit") : null));
     }), "No tenants yet.");
   }

@@ -93,6 +93,17 @@
     draw(P, "chart-mem", mem, { yaxis: { title: { text: "GiB used" }, rangemode: "tozero" } }, "No telemetry for this range yet.");
   }
 
+  /** A server younger than the range asked: the charts span its age (the server says so). */
+  function rangeNote(hi) {
+    const note = document.getElementById("range-note");
+    const asked = hi.asked_range_s ?? hi.range_s;
+    note.hidden = !(hi.range_s < asked);
+    if (!note.hidden) {
+      const label = document.querySelector("button.range[aria-pressed='true']")?.textContent || GP.duration(asked);
+      note.textContent = `This server's telemetry starts ${GP.when(hi.covered_from)}, less than ${label} ago: the charts show the ${GP.duration(hi.range_s)} since.`;
+    }
+  }
+
   async function refresh() {
     const now = Date.now() / 1000;
     const from = now - rangeS;
@@ -111,6 +122,7 @@
     last = { tenants: t, users: u, from: day(from), to: day(now) };
     const hist = GP.get(`/dashboard/gpu-history?range_s=${rangeS}`);
     const t0 = performance.now();
+    hist.then(rangeNote, () => {});
     Promise.all([loadPlotly(), hist]).then(([P, hi]) => {
       performance.measure("chart library and history", { start: t0 });
       drawCharts(P, hi, t, u);

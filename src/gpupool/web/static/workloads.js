@@ -70,8 +70,8 @@
       const active = ACTIVE.has(w.state);
       const result = active ? ((w.pending && w.pending.reason) || (w.preemption && w.preemption.reason) || w.reason || "") : `${w.reason || ""}${w.exit_code !== null && w.exit_code !== undefined ? ` (exit ${w.exit_code})` : ""}`;
       return h("tr", { id: w.id, tabindex: "-1", dataset: { id: w.id, state: w.state } },
-        h("th", { scope: "row" }, w.id, w.name ? ` ${w.name}` : ""), h("td", {}, w.kind), h("td", {}, w.owner), h("td", {}, w.tenant),
-        h("td", {}, GP.describeRequest(w.request || w)), h("td", {}, GP.badge(w.state, `st-${w.state}`)), h("td", {}, result),
+        h("th", { scope: "row" }, h("span", { class: "id" }, w.id), w.name ? ` ${w.name}` : ""), h("td", {}, w.kind), h("td", {}, w.owner), h("td", { class: "tenant" }, w.tenant),
+        h("td", { class: "asks", title: GP.describeRequest(w.request || w) }, GP.asks(w.request || w)), h("td", {}, GP.badge(w.state, `st-${w.state}`)), h("td", {}, result),
         h("td", {},
           active ? h("button", { type: "button", class: "danger", onclick: () => cancel(w.id), "aria-label": `Cancel ${w.id}` }, "Cancel") : null, " ",
           w.kind === "job" ? h("button", { type: "button", class: "secondary", onclick: () => showLogs(w.id), "aria-label": `Logs of ${w.id}` }, "Logs") : null,
