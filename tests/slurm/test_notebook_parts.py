@@ -65,3 +65,51 @@ def test_the_remote_env_leaves_out_gpu_binding_and_the_hub_hosts_account():
         "JUPYTERHUB_SERVICE_URL": "http://x/",
         "LANG": "C.UTF-8",
     }
+
+
+def test_a_notebook_endpoint_is_reported_only_once_something_listens(tmp_path):
+    """The job writes its port before the server binds it; a server that dies at once must
+    not be offered to the hub (it would wait for it until its own timeout): the job's end
+    is reported instead."""
+    import socket
+
+    from gpupool.domain import Request, Workload, WorkloadKind
+    from gpupool.executors.base import ExecState
+    from tests.slurm.test_executor_logic import make
+
+    slurm, _, ex = make(tmp_path)
+    w = Workload("nb-1", "lab", "ann", Request(gpus=0), command=("jupyterhub-singleuser",),
+                 kind=WorkloadKind.NOTEBOOK)  # fmt: skip
+    ex.start(w, None)
+    ex.node_addresses["n1"] = "127.0.0.1"
+    with socket.socket() as s:  # a port nothing listens on (bound, not listening)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        (tmp_path / "out" / "nb-1.port").write_text(f"{port}\n")
+        slurm.set("nb-1", job_state="RUNNING", batch_host="n1", start_time=1000)
+        st = ex.poll("nb-1")
+        assert st.state is ExecState.RUNNING and st.endpoint is None  # refused: not yet
+        s.listen()
+        assert ex.poll("nb-1").endpoint == f"http://127.0.0.1:{port}"
+    assert ex.poll("nb-1").endpoint == f"http://127.0.0.1:{port}"  # once served: kept
+    slurm.set("nb-1", job_state="FAILED", exit_code=256, end_time=1001)
+    assert ex.poll("nb-1").state is ExecState.FAILED
+
+
+def test_a_notebook_that_dies_at_once_is_reported_failed_not_served(tmp_path):
+    from gpupool.domain import Request, Workload, WorkloadKind
+    from gpupool.executors.base import ExecState
+    from tests.slurm.test_executor_logic import make
+    from tests.support import free_port
+
+    slurm, _, ex = make(tmp_path)
+    w = Workload("nb-2", "lab", "ann", Request(gpus=0), command=("jupyterhub-singleuser",),
+                 kind=WorkloadKind.NOTEBOOK)  # fmt: skip
+    ex.start(w, None)
+    ex.node_addresses["n1"] = "127.0.0.1"
+    (tmp_path / "out" / "nb-2.port").write_text(f"{free_port()}\n")  # written, then it died
+    slurm.set("nb-2", job_state="RUNNING", batch_host="n1", start_time=1000)
+    assert ex.poll("nb-2").endpoint is None
+    slurm.set("nb-2", job_state="FAILED", exit_code=256, end_time=1001)
+    st = ex.poll("nb-2")
+    assert st.state is ExecState.FAILED and st.endpoint is None

@@ -68,7 +68,7 @@ from gpupool.engines.slurm.cli import (
 )
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
 from gpupool.engines.slurm.jobscript import EXPORT, gang_script, stop_comment, with_environment
-from gpupool.engines.slurm.notebooks import endpoint, notebook_script, port_file, read_port
+from gpupool.engines.slurm.notebooks import notebook_script, port_file, serving
 from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
 from gpupool.executors import logread, reruns
@@ -115,6 +115,8 @@ class _Job:
     port_path: Path | None = None
     #: the job's Unix account's uid, where this process submitted it
     uid: int | None = None
+    #: a notebook's endpoint once it served there ("": not yet)
+    serving: str = ""
 
 
 @dataclass
@@ -381,14 +383,13 @@ class SlurmExecutor(Executor):
         return self._ended(wid, job, st, exit_code_of(raw), end, why, where)
 
     def _endpoint(self, job: _Job, raw: Mapping[str, Any]) -> str | None:
-        """Where a running notebook listens, once its job wrote its port."""
-        if job.port_path is None:
-            return None
-        port = read_port(job.port_path)
+        """Where a running notebook serves, once its job wrote its port and something
+        listens there (`notebooks.serving`)."""
         node = str(raw.get("batch_host") or raw.get("nodes") or "")
-        if port is None or not node:
+        if job.port_path is None or not node:
             return None
-        return endpoint(self.node_addresses.get(node, node), port)
+        job.serving = job.serving or serving(job.port_path, self.node_addresses.get(node, node))
+        return job.serving or None
 
     def _pending(self, wid: str, job: _Job, reason: str) -> ExecStatus:
         waited = self.clock.now() - job.submitted_at

@@ -9,6 +9,14 @@ by gpupool next to the output file, owned by the job's user, 0600), exports it a
 command. The executor reads the port file and the node's address (``NodeAddr``, from
 ``sinfo``) and reports ``http://<address>:<port>`` as the workload's endpoint.
 
+The endpoint is reported once something accepts connections there (`serving`), not as soon
+as the port is written: a notebook server that dies at once (its account has no home, the
+command is missing) is then never offered to the hub, which would wait for it to answer until
+its own timeout; the job's end is reported as soon as Slurm reports it instead. Only a refused
+connection (the node answers, nothing listens) holds the endpoint back; where gpupool cannot
+reach the node (a firewall between it and the compute nodes, a timeout) it cannot tell, and
+reports the endpoint as before.
+
 The port is chosen by the job itself, so it never collides with other jobs' ports on the
 node (a tiny window between choosing and binding remains, as with every spawner that picks
 ports). The file is the job user's own: the user could only redirect their own notebook.
@@ -17,6 +25,7 @@ ports). The file is the job user's own: the user could only redirect their own n
 from __future__ import annotations
 
 import shlex
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,3 +70,25 @@ def read_port(path: Path) -> int | None:
 def endpoint(address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address else address
     return f"http://{host}:{port}"
+
+
+def listening(address: str, port: int, timeout_s: float = 0.5) -> bool | None:
+    """True when something accepts TCP connections at address:port, False when the
+    connection is refused (nothing listens), None when gpupool cannot tell (timeout,
+    unreachable)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s):
+            return True
+    except ConnectionRefusedError:
+        return False
+    except OSError:
+        return None
+
+
+def serving(port_path: Path, address: str) -> str:
+    """The notebook's endpoint once its job wrote its port and the port is not refused
+    (see the module docstring); "" before."""
+    port = read_port(port_path)
+    if port is None or listening(address, port) is False:
+        return ""
+    return endpoint(address, port)
