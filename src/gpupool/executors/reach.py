@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: the shell and PATH of the checks (never the job's environment)
 _SH = "/bin/sh"
@@ -53,7 +54,7 @@ class RunAs:
             name = f"uid {uid}"
         return RunAs(name, uid, gid, tuple(groups))
 
-    def popen_kwargs(self) -> dict[str, object]:
+    def popen_kwargs(self) -> dict[str, Any]:
         """What `subprocess.Popen` needs to start a process as this account (nothing when
         it is this process's own account: only root can switch)."""
         if os.geteuid() != 0:
@@ -95,7 +96,7 @@ def blocker(path: str, account: RunAs) -> str | None:
             text=True,
             timeout=30,
             check=False,
-            **account.popen_kwargs(),  # type: ignore[arg-type]
+            **account.popen_kwargs(),
         )
         if done.returncode != 0:
             return done.stdout.strip() or path
@@ -155,7 +156,7 @@ def can_run(
             text=True,
             timeout=timeout_s,
             check=False,
-            **account.popen_kwargs(),  # type: ignore[arg-type]
+            **account.popen_kwargs(),
         )
     except (PermissionError, FileNotFoundError):
         return why_not(argv[0], account, path_var) or f"{argv[0]} could not be run"

@@ -308,12 +308,11 @@ class GpupoolSpawner(GpupoolQueueing, LocalProcessSpawner):
         self._stopping = True
         try:
             wid = self.workload_id
-            if wid and self._failed_start:
-                # The start failed and says why in the hand-off directory: let gpupool record
-                # that failure (a cancel now would record "cancelled by the user").
-                if await self._wait_recorded(wid):
-                    self.workload_id = ""
-                    wid = ""
+            # A failed start says why in the hand-off directory: let gpupool record that
+            # failure (a cancel now would record "cancelled by the user").
+            if wid and self._failed_start and await self._wait_recorded(wid):
+                self.workload_id = ""
+                wid = ""
             if wid:
                 # First gpupool, so the workload ends as `cancelled` (stopped by its owner)
                 # and a queued request leaves the queue at once.
