@@ -46,7 +46,8 @@ def test_a_fraction_is_submitted_as_shards_and_labelled_unenforced(tmp_path):
     # Slurm only counts shards: never claim more than `none`
     assert ex.enforcement_of("f-1") == {"slurm-n1-gpu3": Enforcement.NONE}
     start(ex, "w-2", gpus=1)
-    assert ex.enforcement_of("w-2") is None  # whole GPUs: as the allocation planned
+    # whole GPUs: nothing polices them on Slurm unless its cgroups constrain devices
+    assert ex.enforcement_of("w-2") == {"slurm-n1-gpu0": Enforcement.NONE}
 
 
 def test_a_fraction_on_a_node_without_shards_is_refused_saying_what_to_do(tmp_path):

@@ -56,6 +56,9 @@ def test_work_over_the_limit_waits_in_gpupools_queue_with_a_reason(make_world):
     w.schedule()
     for wid in ids[:2]:
         w.settle(wid, RUNNING)
+    w.reconcile()  # records what Slurm enforces: this Slurm constrains no devices
+    shares = w.get("slann", ids[0])["allocation"]["shares"]
+    assert [s["enforcement"] for s in shares] == ["none"], shares  # never "policed" here
     assert w.get("slann", ids[2])["state"] == "pending"
     queue = w.client.get("/api/v1/queue", headers=w.h("slann")).json()
     (entry,) = [e for e in queue if e["workload"]["id"] == ids[2]]

@@ -177,6 +177,13 @@ class SlurmCLI:
         """`squeue --json`'s jobs (every user's; recently ended ones included)."""
         return list(self.json(["squeue", "--all"]).get("jobs", []))
 
+    def config(self) -> dict[str, str]:
+        """`scontrol show config` as name -> value (slurm.conf's and, where the cluster has
+        one, cgroup.conf's settings, as slurmctld has them)."""
+        out = self.run(["scontrol", "show", "config"])
+        pairs = (line.split("=", 1) for line in out.splitlines() if "=" in line)
+        return {k.strip(): v.strip() for k, v in pairs if k.strip() and " " not in k.strip()}
+
     def accounting(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
         """`sacct --json`'s records of these jobs (allocations only, no steps)."""
         if not job_ids:

@@ -133,9 +133,25 @@ class SlurmEngine(Engine):
             pending_timeout_s=self.options.pending_timeout_s,
             sync=self.sync_accounts,
         )
+        self.executor.whole_enforcement = self.whole_gpu_enforcement()
         self.inventory()  # fail early, and teach the executor the GPU types
         self.sync_accounts(force=True)
         return self.executor
+
+    def whole_gpu_enforcement(self) -> Enforcement:
+        """What keeps a job off the node's GPUs it was not given: `hardware` where Slurm's
+        task/cgroup plugin constrains devices (``TaskPlugin`` has ``task/cgroup`` and
+        cgroup.conf has ``ConstrainDevices=yes``), else `none` (``CUDA_VISIBLE_DEVICES``
+        only, and no gpupool process polices the nodes). Read from `scontrol show config`;
+        `none` when it cannot be read."""
+        try:
+            conf = self.cli.config()
+        except SlurmError as e:
+            log.warning("cannot read Slurm's config (GPUs labelled 'none'): %s", e)
+            return Enforcement.NONE
+        cgroup = "task/cgroup" in conf.get("TaskPlugin", "")
+        devices = conf.get("ConstrainDevices", "").lower() == "yes"
+        return Enforcement.HARDWARE if cgroup and devices else Enforcement.NONE
 
     def ensure_user(self, user: str, account: str) -> None:
         """`user`'s association with `account`; a missing account (a tenant made since the

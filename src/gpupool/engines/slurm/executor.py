@@ -51,13 +51,13 @@ import math
 import os
 import shlex
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpupool.clock import Clock
-from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
+from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
 from gpupool.engines.slurm.cli import (
     SlurmCLI,
     SlurmError,
@@ -66,11 +66,11 @@ from gpupool.engines.slurm.cli import (
     number,
     state_of,
 )
-from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
+from gpupool.engines.slurm.gres import gres_option
 from gpupool.engines.slurm.jobscript import EXPORT, gang_script, stop_comment, with_environment
 from gpupool.engines.slurm.notebooks import notebook_script, port_file, serving
-from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure
-from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT, shards_for
+from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure, prune_outputs
+from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.executors import logread, reruns
 from gpupool.executors.accounts import (
     Account,
@@ -117,6 +117,8 @@ class _Job:
     uid: int | None = None
     #: a notebook's endpoint once it served there ("": not yet)
     serving: str = ""
+    #: whole GPUs (not MIG instances, not shards)
+    whole_uuids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -168,6 +170,8 @@ class SlurmExecutor(Executor):
         self.gpu_types: dict[str, str] = dict(gpu_types or {})
         #: node -> gres/shard shards per GPU (from the inventory; 0 or missing: none)
         self.shards_per_gpu: dict[str, int] = {}
+        #: what keeps a job off the node's other GPUs (the engine reads Slurm's config)
+        self.whole_enforcement = Enforcement.NONE
         #: node -> the address its services are reached at (Slurm's NodeAddr; inventory)
         self.node_addresses: dict[str, str] = {}
         self.sync = sync
@@ -212,7 +216,8 @@ class SlurmExecutor(Executor):
         shares = allocation.shares if allocation else ()
         # GRES are per node: a gang's head node stands for each of its nodes
         here = allocation.on_node(allocation.node) if allocation else ()
-        gres = self._gres(here, allocation.node if allocation else "")
+        node = allocation.node if allocation else ""
+        gres = gres_option(here, node, self.gpu_types, self.shards_per_gpu.get(node, 0))
         account = self._account(unix_user or workload.owner)
         slurm_account = self.account_of(workload.tenant)
         try:
@@ -276,6 +281,7 @@ class SlurmExecutor(Executor):
         now = self.clock.now()
         uuids = tuple(s.gpu_uuid for s in shares)
         sharded = uuids if gres.startswith("--gres=shard:") else ()
+        whole = tuple(s.gpu_uuid for s in shares if s.whole and s.mig_profile is None)
         self._jobs[workload.id] = _Job(
             job_id,
             now,
@@ -285,38 +291,10 @@ class SlurmExecutor(Executor):
             shard_uuids=sharded,
             port_path=port_path,
             uid=account.uid,
+            whole_uuids=whole,
         )
         self._snap.read_at = -math.inf  # the next poll reads squeue again
         return Handle(workload.id, self.name, job_id, now)
-
-    def _gres(self, shares: Sequence[Share], node: str) -> str:
-        """The ``--gres`` of these shares: whole GPUs as ``gpu[:type]:N``, one fractional
-        share as ``shard:N`` (`shards`); "" for none. `StartError` when Slurm cannot."""
-        if not shares:
-            return ""
-        migs = [s for s in shares if s.mig_profile is not None]
-        if migs:  # one MIG instance: Slurm binds it (MIG devices are GRES types)
-            prefix = slurm_prefix(self.gpu_types.get(migs[0].gpu_uuid, ""))
-            return f"--gres=gpu:{mig_gres_type(prefix, migs[0].mig_profile or '')}:1"
-        if all(s.whole for s in shares):
-            types = {self.gpu_types.get(s.gpu_uuid) for s in shares}
-            typ = types.pop() if len(types) == 1 else None
-            n = len(shares)
-            return f"--gres=gpu:{typ}:{n}" if typ and typ != "gpu" else f"--gres=gpu:{n}"
-        per_gpu = self.shards_per_gpu.get(node, 0)
-        if len(shares) != 1:
-            raise StartError(
-                "Slurm gives a job shards of one GPU only; ask for a fraction of one GPU or "
-                "for whole GPUs",
-                permanent=True,
-            )
-        if per_gpu <= 0:
-            raise StartError(
-                f"fractional GPUs on Slurm need gres/shard, and node {node} has none: ask "
-                "for whole GPUs, or have the site configure shards (docs/slurm.md)",
-                permanent=True,
-            )
-        return f"--gres=shard:{shards_for(shares[0].milli, per_gpu)}"
 
     def _account(self, user: str) -> Account:
         """Who the job runs as: its owner (per-user), else one account for every job — the
@@ -548,12 +526,17 @@ class SlurmExecutor(Executor):
         return out
 
     def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
-        """Shares run on gres/shard: `none` (Slurm only counts shards); whole GPUs as the
-        allocation planned them."""
+        """Shares run on gres/shard: `none` (Slurm only counts shards); whole GPUs:
+        `whole_enforcement` (`hardware` where Slurm's cgroups deny the job other devices,
+        else `none`: nothing polices them here); MIG instances as planned. None for a job
+        this process did not start (an earlier one recorded it)."""
         job = self._jobs.get(workload_id)
-        if job is None or not job.shard_uuids:
+        if job is None or not (job.shard_uuids or job.whole_uuids):
             return None
-        return {u: SHARD_ENFORCEMENT for u in job.shard_uuids}
+        return {
+            **{u: self.whole_enforcement for u in job.whole_uuids},
+            **{u: SHARD_ENFORCEMENT for u in job.shard_uuids},
+        }
 
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
         """Remove the output files (and this process's memory) of jobs whose output was
@@ -569,21 +552,10 @@ class SlurmExecutor(Executor):
         except SlurmError as e:  # without squeue nothing is known to be over
             log.warning("not pruning old job output: %s", e)
             return []
-        removed = []
-        for path in self.output_dir.glob("*.out"):
-            wid = path.name[: -len(".out")]
-            if wid in alive:
-                continue
-            try:
-                if now - path.stat().st_mtime < older_than_s:
-                    continue
-                path.unlink()
-                port_file(self.output_dir, wid).unlink(missing_ok=True)
-            except FileNotFoundError:
-                continue
+        removed = prune_outputs(self.output_dir, alive, now, older_than_s)
+        for wid in removed:
             self._jobs.pop(wid, None)
-            removed.append(wid)
-        return sorted(removed)
+        return removed
 
     def _output(self, workload_id: str) -> Path:
         job = self._jobs.get(workload_id)

@@ -30,6 +30,8 @@ import pwd
 import stat
 from pathlib import Path
 
+from gpupool.engines.slurm.notebooks import port_file
+
 #: the default output directory when gpupool runs as root
 SHARED_DEFAULT = Path("/var/lib/gpupool-slurm/output")
 #: Slurm's reason for a job whose batch script slurmd could not start
@@ -113,3 +115,22 @@ def launch_failure(job_id: str, node: str, output: Path, user: str, uid: int | N
         f"cannot write its output file {output} there (the output directory must be on a "
         "file system the compute nodes share) or its working directory"
     )
+
+
+def prune_outputs(output_dir: Path, alive: set[str], now: float, older_than_s: float) -> list[str]:
+    """Remove the output (and port) files of workloads not in `alive` whose output was last
+    written more than `older_than_s` before `now`; their workload ids, sorted."""
+    removed = []
+    for path in output_dir.glob("*.out"):
+        wid = path.name[: -len(".out")]
+        if wid in alive:
+            continue
+        try:
+            if now - path.stat().st_mtime < older_than_s:
+                continue
+            path.unlink()
+            port_file(output_dir, wid).unlink(missing_ok=True)
+        except FileNotFoundError:
+            continue
+        removed.append(wid)
+    return sorted(removed)
