@@ -269,11 +269,14 @@ stop_services() {
 }
 
 # JupyterHub's proxy for the JupyterHub tests (tests/jupyterhub), from npm when missing.
+# Pinned: 5.1.0 is the newest whose whole dependency tree accepts Debian 12's Node 18 (5.2.0
+# and later need Node >= 20; npm warns "EBADENGINE" for commander). Same pin in README/docs.
+CHP_VERSION=5.1.0
 start_chp() {
   command -v configurable-http-proxy >/dev/null 2>&1 && return
   if ! command -v npm >/dev/null 2>&1; then _need_apt=(nodejs npm); _apt_install; fi
-  npm install -g --silent configurable-http-proxy >/dev/null 2>&1 || true
-  command -v configurable-http-proxy >/dev/null 2>&1 || echo "scripts/test: configurable-http-proxy not available (npm install -g configurable-http-proxy); JupyterHub tests will be skipped" >&2
+  npm install -g --silent "configurable-http-proxy@$CHP_VERSION" >/dev/null 2>&1 || true
+  command -v configurable-http-proxy >/dev/null 2>&1 || echo "scripts/test: configurable-http-proxy not available (npm install -g configurable-http-proxy@$CHP_VERSION); JupyterHub tests will be skipped" >&2
 }
 
 start_services() {
