@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The real-GPU checks of issue 21 on a host with two GPUs (the device tool's nvidia-h100-x2,
-# as root): 2-GPU binding, two tenants on their own GPUs, two MPS daemons with memory limits,
-# per-GPU telemetry attribution (top, dashboard, /metrics) and a 2-GPU DDP job under gpupool.
+# The real-GPU checks of issue 21 on a host with one or more GPUs (e.g. the device tool's
+# nvidia-h100-x2 or -x4, as root): 2-GPU binding, two tenants on their own GPUs, MPS daemons
+# with memory limits, per-GPU telemetry attribution (top, dashboard, /metrics) and a 2-GPU DDP
+# job under gpupool. Checks that need more GPUs than the host has say SKIP (not a failure).
 # Wheels for gpupool's dependencies that the machine lacks travel in .whl/. Results go to
 # $OUT (at most 6 files). NVLink multicast stays off for everything started from here.
 #
 #   bench/multi_gpu_check.sh               # OUT defaults to bench/results/multi_gpu_check_run
 #   bench/multi_gpu_check.sh --dry-run     # here, without GPUs: simulated GPUs, stand-in MPS
+#   bench/multi_gpu_check.sh --dry-run --simulate-gpus 4   # as on a 4-GPU host
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-bench/results/multi_gpu_check_run}"

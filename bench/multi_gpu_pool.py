@@ -52,6 +52,12 @@ class Check:
         self.gpu_only: list[str] = []
         self.evidence: dict[str, object] = {}
         self.errors: list[str] = []
+        #: why it was not run on this host (too few GPUs), or None
+        self.skipped: str | None = None
+
+    def skip(self, why: str) -> None:
+        self.skipped = why
+        log(f"  SKIP  {self.name}: {why}")
 
     def crit(self, name: str, ok: object, gpu: bool = False) -> None:
         self.criteria[name] = bool(ok)
@@ -71,12 +77,21 @@ class Check:
             self.t1 = time.monotonic()
 
     def passed(self, dry: bool) -> bool:
+        if self.skipped is not None:
+            return not self.errors
         counted = [ok for n, ok in self.criteria.items() if not (dry and n in self.gpu_only)]
         return not self.errors and (bool(counted) or dry) and all(counted)
+
+    def verdict(self, dry: bool) -> str:
+        """PASS, FAIL or SKIP (not run here: too few GPUs; not a failure)."""
+        if self.skipped is not None and not self.errors:
+            return "SKIP"
+        return "PASS" if self.passed(dry) else "FAIL"
 
     def record(self, dry: bool) -> dict:
         return {
             "passed": self.passed(dry),
+            "skipped": self.skipped,
             "criteria": self.criteria,
             "gpu_only": self.gpu_only,
             "errors": self.errors,
@@ -116,7 +131,7 @@ class Pool:
             sys.path.insert(0, str(HERE.parent))
             from tests.executors.conftest import make_fake_mps_binary
 
-            cmd += ["--simulate", "2xH100-80GB"]
+            cmd += ["--simulate", f"{a.simulate_gpus}xH100-80GB"]
             cmd += ["--mps-binary", make_fake_mps_binary(work / "bin")]
         env = dict(
             os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1", **MULTICAST_OFF
