@@ -233,7 +233,7 @@ def register(app: typer.Typer) -> None:
             "--slurm-output-dir",
             metavar="DIR",
             help="Jobs' output files, on a file system the compute nodes share (default: "
-            "<data dir>/../gpupool-slurm-output).",
+            "/var/lib/gpupool-slurm/output as root, else <data dir>/../gpupool-slurm-output).",
             rich_help_panel=SLURM_PANEL,
         ),
         slurm_notebook_command: str | None = typer.Option(

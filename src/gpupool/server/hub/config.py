@@ -103,7 +103,8 @@ def find_proxy(explicit: str | None = None) -> str:
     if not found:
         raise HubSetupError(
             "configurable-http-proxy is not installed; install it with "
-            "`npm install -g configurable-http-proxy` (needs Node.js), then run again"
+            "`npm install -g configurable-http-proxy@5.1.0` (needs Node.js 18 or newer), "
+            "then run again"
         )
     return found
 
