@@ -16,18 +16,41 @@ that follow. Work lasts 1 h on average (exponential); `--step` sets the virtual 
 cycles and so how much work ends and is replaced per cycle.
 
     python bench/scheduler_scale.py --nodes 1000 --gpus-per-node 8 --pending 10000 --json
+
+`--baseline REV` compares with an older commit in one run: REV is checked out into a temporary
+git worktree (removed afterwards) and the same scenario (same seed and sizes) runs with the
+old code and with this checkout's code alternately, each in its own subprocess (importing
+that tree's `src`), `--rounds` times each. It prints p50/p99 cycle times (wall and CPU) and the
+cold first cycle of each, the ratio now / then (the median over rounds of each round's ratio
+of medians: a round runs both back to back, so machine noise mostly cancels), and whether the
+decisions are the same: a digest per cycle of the admissions and preemptions, and one of the
+reasons and positions of pending work. `--baseline merge-base` picks
+`git merge-base HEAD origin/main`, or HEAD~1 where that is HEAD itself or there is no
+origin/main (CI on main after landing). `--max-ratio R` exits 1 when the ratio of CPU time per
+cycle (p50; wall time also counts the time a process waits on a shared machine) is above R, or
+when the same code gave different decisions in two rounds (the CI gate, scripts/test); it says
+SKIPPED, and exits 0, when the baseline commit is not in the clone (shallow). `--profile PATH`
+writes a cProfile of the steady-state cycle() calls.
+
+    python bench/scheduler_scale.py --baseline cd1d351 --nodes 5000 --pending 50000 --cycles 20
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
+import hashlib
 import json
+import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from gpupool.domain import (
     GPU,
@@ -151,14 +174,23 @@ def run(args: argparse.Namespace) -> dict:
     ends: dict[str, float] = {}
     times: list[float] = []
     cpu: list[float] = []  # CPU seconds of each cycle (the machine may be shared)
+    digests: list[tuple[str, str]] = []
     admitted = preempted = cold_admitted = 0
+    prof = cProfile.Profile() if args.profile else None
     for c in range(args.cycles + 1):
         snap = Snapshot(nodes, tree, tuple(running.values()))
+        pend = list(pending.values())
+        if prof is not None and c > 0:
+            prof.enable()
         t0 = time.perf_counter()
         c0 = time.process_time()
-        d = cycle(snap, list(pending.values()), now, config, cache)
+        d = cycle(snap, pend, now, config, cache)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+        if prof is not None and c > 0:
+            prof.disable()
+        if args.digest:
+            digests.append(digest(d))
         if c > 0:
             admitted += len(d.admissions)
             preempted += len(d.preemptions)
@@ -186,11 +218,14 @@ def run(args: argparse.Namespace) -> dict:
             w, dur = gen.make(now)
             pending[w.id] = w
             durations[w.id] = dur
+    if prof is not None:
+        prof.dump_stats(args.profile)
     allocated = sum(rw.allocation.gpu_milli for rw in running.values())
     steady = sorted(times[1:])
     p99 = steady[min(len(steady) - 1, int(round(0.99 * (len(steady) - 1))))]
     total = sum(times[1:])
-    return {
+    extra = {"times": times, "cpu": cpu, "digests": digests} if args.worker else {}
+    return extra | {
         "nodes": args.nodes,
         "gpus": args.nodes * args.gpus_per_node,
         "pending": args.pending,
@@ -217,6 +252,178 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def digest(d: object) -> tuple[str, str]:
+    """(digest of the admissions and preemptions, digest of the pending reasons, positions
+    and unschedulable reasons) of one cycle's Decisions, for comparing two versions."""
+    acts = hashlib.sha256()
+    for a in d.admissions:  # type: ignore[attr-defined]
+        acts.update(repr(a).encode())
+    for p in d.preemptions:  # type: ignore[attr-defined]
+        acts.update(repr(p).encode())
+    why = hashlib.sha256()
+    for wid, pi in sorted(d.pending.items()):  # type: ignore[attr-defined]
+        why.update(f"{wid}\0{pi!r}".encode())
+    for wid, r in sorted(d.unschedulable.items()):  # type: ignore[attr-defined]
+        why.update(f"{wid}\0{r}".encode())
+    return acts.hexdigest()[:16], why.hexdigest()[:16]
+
+
+# -- --baseline: the same scenario with an older commit, alternately -------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git(*argv: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *argv], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+class NoBaseline(Exception):
+    """The baseline commit is not in this clone."""
+
+
+def resolve_baseline(rev: str) -> str:
+    """The commit to compare with. `merge-base`: `git merge-base HEAD origin/main`, or HEAD~1
+    where there is no origin/main or it is HEAD itself (CI on main after landing)."""
+    want = rev
+    try:
+        if rev != "merge-base":
+            return git("rev-parse", "--verify", rev + "^{commit}")
+        head = git("rev-parse", "HEAD")
+        try:
+            base = git("merge-base", "HEAD", "origin/main")
+        except subprocess.CalledProcessError:
+            base = head
+        if base != head:
+            return base
+        want = "HEAD~1"
+        return git("rev-parse", "--verify", "HEAD~1^{commit}")
+    except subprocess.CalledProcessError:
+        raise NoBaseline(
+            f"{want} is not in this clone (a shallow clone? git fetch --unshallow)"
+        ) from None
+
+
+def worker(src: Path, args: argparse.Namespace, hash_seed: int) -> dict:
+    """Run the scenario in a subprocess that imports gpupool from `src` (with
+    PYTHONHASHSEED `hash_seed`: both sides of a round get the same one, so the layout of
+    their dicts and sets, which moves timings by several percent, is alike)."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--json"]
+    for k in ("nodes", "gpus_per_node", "pending", "tenants", "cycles", "step", "policy", "seed"):
+        argv += ["--" + k.replace("_", "-"), str(getattr(args, k))]
+    env = dict(os.environ, PYTHONPATH=str(src), PYTHONHASHSEED=str(hash_seed))
+    out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    if not r["gpupool"].startswith(str(src)):
+        raise SystemExit(f"the worker imported {r['gpupool']}, not the code in {src}")
+    return r
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def summary(runs: list[dict]) -> dict:
+    """Cycle times over all rounds (steady cycles pooled), in ms."""
+    wall = [t for r in runs for t in r["times"][1:]]
+    cpu = [t for r in runs for t in r["cpu"][1:]]
+    return {
+        "p50_ms": round(1000 * statistics.median(wall), 1),
+        "p99_ms": round(1000 * pct(wall, 0.99), 1),
+        "p50_cpu_ms": round(1000 * statistics.median(cpu), 1),
+        "p99_cpu_ms": round(1000 * pct(cpu, 0.99), 1),
+        "cold_ms": round(1000 * statistics.median(r["times"][0] for r in runs), 1),
+        "admissions": runs[0]["admissions"],
+        "preemptions": runs[0]["preemptions"],
+    }
+
+
+def compare(args: argparse.Namespace) -> dict:
+    """`--baseline`: alternate rounds of the old and the current code; see the docstring."""
+    tmp = Path(tempfile.mkdtemp(prefix="gpupool-baseline-"))
+    if args.baseline.startswith("src:"):  # a source tree as it is (e.g. another worktree)
+        rev = args.baseline
+        then_src = Path(args.baseline[4:]).resolve()
+    else:
+        rev = resolve_baseline(args.baseline)
+        git("worktree", "add", "--detach", str(tmp / "tree"), rev)
+        then_src = tmp / "tree" / "src"
+    now_src = Path(args.current_src).resolve() if args.current_src else ROOT / "src"
+    then_runs: list[dict] = []
+    now_runs: list[dict] = []
+    try:
+        for i in range(args.rounds):
+            # alternate who goes first, so a drift in the machine's speed cancels too
+            order = [("then", then_src), ("now", now_src)]
+            for name, src in order if i % 2 == 0 else order[::-1]:
+                r = worker(src, args, hash_seed=i + 1)
+                (then_runs if name == "then" else now_runs).append(r)
+                print(
+                    f"round {i + 1} {name:>4}: p50 {statistics.median(r['times'][1:]) * 1000:.1f} "
+                    f"ms, cold {r['times'][0] * 1000:.0f} ms",
+                    file=sys.stderr,
+                )
+    finally:
+        if (tmp / "tree").exists():
+            git("worktree", "remove", "--force", str(tmp / "tree"))
+        tmp.rmdir()
+    ratios = [
+        statistics.median(b["times"][1:]) / statistics.median(a["times"][1:])
+        for a, b in zip(then_runs, now_runs, strict=True)
+    ]
+    cpu_ratios = [
+        statistics.median(b["cpu"][1:]) / statistics.median(a["cpu"][1:])
+        for a, b in zip(then_runs, now_runs, strict=True)
+    ]
+    then_d, now_d = then_runs[0]["digests"], now_runs[0]["digests"]
+    same = [a[0] == b[0] for a, b in zip(then_d, now_d, strict=True)]
+    same_why = [a[1] == b[1] for a, b in zip(then_d, now_d, strict=True)]
+    first_diff = same.index(False) if not all(same) else None
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {
+        "baseline": rev,
+        "current": str(args.current_src)
+        if args.current_src
+        else git("rev-parse", "HEAD")
+        + ("" if not git("status", "--porcelain", "src") else "+dirty"),
+        "scenario": {
+            k: getattr(args, k)
+            for k in (
+                "nodes",
+                "gpus_per_node",
+                "pending",
+                "tenants",
+                "cycles",
+                "step",
+                "policy",
+                "seed",
+            )
+        },
+        "rounds": args.rounds,
+        "then": summary(then_runs),
+        "now": summary(now_runs),
+        "ratio_p50": round(statistics.median(ratios), 3),
+        "ratio_p50_cpu": round(statistics.median(cpu_ratios), 3),
+        "ratio_p99": round(summary(now_runs)["p99_ms"] / summary(then_runs)["p99_ms"], 3),
+        "ratio_cold": round(summary(now_runs)["cold_ms"] / summary(then_runs)["cold_ms"], 3),
+        "round_ratios": [round(x, 3) for x in ratios],
+        "same_decisions": all(same),
+        "same_reasons": all(same_why),
+        "first_different_cycle": first_diff,
+        "deterministic": all(r["digests"] == then_d for r in then_runs)
+        and all(r["digests"] == now_d for r in now_runs),
+        "load_avg_1m_at_end": load,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": f"{platform.node()}, {platform.machine()}, {platform.processor() or 'cpu'}",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=1000)
@@ -239,10 +446,65 @@ def main(argv: list[str] | None = None) -> int:
         help="call cycle() without a SchedulerCache (everything worked out afresh each cycle)",
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", metavar="PATH", help="write a cProfile of the steady cycles")
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="compare with commit REV ('merge-base': see above; 'src:DIR': the code in DIR) in "
+        "alternating subprocesses",
+    )
+    p.add_argument(
+        "--current-src",
+        metavar="DIR",
+        help="with --baseline: the current code's source directory (default: this checkout's src)",
+    )
+    p.add_argument("--rounds", type=int, default=3, help="with --baseline: runs of each")
+    p.add_argument(
+        "--max-ratio",
+        type=float,
+        help="with --baseline: exit 1 if now / then (median ratio of CPU p50s) is above this",
+    )
+    p.add_argument("--digest", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if min(args.nodes, args.gpus_per_node, args.pending, args.tenants, args.cycles) <= 0:
         p.error("--nodes, --gpus-per-node, --pending, --tenants and --cycles must be positive")
+    if args.baseline:
+        if args.rounds <= 0:
+            p.error("--rounds must be positive")
+        try:
+            result = compare(args)
+        except NoBaseline as e:
+            # a clone without the history (shallow): nothing to compare with, said loudly
+            print(f"scheduler speed gate: SKIPPED: {e}")
+            return 0
+        except subprocess.CalledProcessError as e:
+            print(e.stderr, file=sys.stderr)
+            raise
+        print(json.dumps(result) if args.json else json.dumps(result, indent=1))
+        if args.max_ratio is not None:
+            # CPU time: on a shared machine the wall time also counts time the process waited
+            ratio = result["ratio_p50_cpu"]
+            ok = ratio <= args.max_ratio
+            print(
+                f"scheduler speed gate: now / then = {ratio} (CPU time per cycle, p50; median "
+                f"of {args.rounds} alternating rounds; wall {result['ratio_p50']}) against "
+                f"{result['baseline'][:12]}: then {result['then']['p50_cpu_ms']} ms, now "
+                f"{result['now']['p50_cpu_ms']} ms; limit {args.max_ratio}: "
+                + ("ok" if ok else "FAIL: the scheduler got slower")
+            )
+            if not result["deterministic"]:
+                print("scheduler speed gate: FAIL: the same code gave different decisions")
+                return 1
+            return 0 if ok else 1
+        return 0
+    if args.worker:
+        args.digest = True
     result = run(args)
+    if args.worker:
+        import gpupool
+
+        result["gpupool"] = str(Path(gpupool.__file__).resolve())
     if args.json:
         print(json.dumps(result))
     else:
