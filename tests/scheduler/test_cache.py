@@ -37,8 +37,47 @@ CHANGES = st.sampled_from(
         "node_added",
         "duplicate_running",
         "tenants_copy",
+        "submit",
+        "submit",
+        "submit_unknown_tenant",
+        "pending_copies",
+        "pending_reversed",
+        "pending_twice",
+        "pending_running",
+        "attained",
+        "attained_gone",
     ]
 )
+
+
+def change_pending(
+    snap: Snapshot, pending: list, what: str, k: int, now: float
+) -> tuple[Snapshot, list]:
+    """`snap` and `pending` after a change on the pending side of kind `what` (`k` picks the
+    workload): the cache keeps its classification of pending work and must follow these."""
+    tenants = [t.name for t in snap.tenants if snap.tenants.is_leaf(t.name)]
+    if what == "submit":
+        w = job(f"new{k}-{now:.0f}", tenant=tenants[k % len(tenants)], gpus=1 + k % 2, submit=now)
+        pending = [*pending, w] if k % 2 else [w, *pending]
+    elif what == "submit_unknown_tenant":
+        pending = [*pending, job(f"lost{k}-{now:.0f}", tenant="nobody", gpus=1, submit=now)]
+    elif what == "pending_copies":  # a server reading the store: new, equal objects
+        pending = [dataclasses.replace(w) for w in pending]
+    elif what == "pending_reversed":
+        pending = pending[::-1]
+    elif what == "pending_twice" and pending:
+        pending = [*pending, pending[k % len(pending)]]
+    elif what == "pending_running" and snap.running:
+        pending = [*pending, snap.running[k % len(snap.running)].workload]
+    elif what == "attained" and pending:  # kept service of a requeued workload changes
+        wid = pending[k % len(pending)].id
+        service = dict(snap.attained_service, **{wid: 1000.0 * 3600 * (1 + k)})
+        snap = dataclasses.replace(snap, attained_service=service)
+    elif what == "attained_gone" and snap.attained_service:
+        service = dict(snap.attained_service)
+        service.pop(sorted(service)[k % len(service)])
+        snap = dataclasses.replace(snap, attained_service=service)
+    return snap, pending
 
 
 def change(snap: Snapshot, what: str, k: int) -> Snapshot:
@@ -92,9 +131,13 @@ def test_decisions_with_a_kept_cache_equal_decisions_without(scenario, config, s
         if grouped:
             pending = sorted(pending, key=lambda w: w.tenant)
         d = cycle(snap, pending, now, config, cache)
-        assert d == cycle(snap, pending, now, config), f"differs after {what}"
+        fresh = cycle(snap, pending, now, config)
+        assert d == fresh, f"differs after {what}"
+        assert list(d.unschedulable) == list(fresh.unschedulable)
+        assert list(d.pending) == list(fresh.pending)
         snap, pending = apply(snap, pending, d, now)
         snap = change(snap, what, k)
+        snap, pending = change_pending(snap, pending, what, k, now)
         now += 100.0
 
 

@@ -17,10 +17,25 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from functools import lru_cache
 from typing import Any
 
 Key = Any  # an orderable, hashable key (int or tuple of ints)
+
+
+@lru_cache(maxsize=4096)
+def probe_ranges(size: int, limit: int) -> tuple[tuple[int, int], ...]:
+    """The rank ranges `find_spread` probes in a bucket of `size` live items (`size` >
+    `limit`): `limit` evenly spaced starts, the first and the last rank included, each
+    looking at most 4 items and never past the next start."""
+    last = limit - 1
+    out = []
+    for j in range(limit):
+        start = j * (size - 1) // last if last else 0
+        nxt = (j + 1) * (size - 1) // last if j < last else size
+        out.append((start, min(nxt, start + 4)))
+    return tuple(out)
 
 
 class BucketIndex:
@@ -115,6 +130,15 @@ class BucketIndex:
         """(key, how many items are filed under it), keys in increasing order."""
         return [(k, self._count[k]) for k in self._keys]
 
+    def buckets_from(self, lo: Key) -> Iterator[tuple[Key, list[int]]]:
+        """(key, its live items in increasing order) for each key >= `lo`, smallest first.
+        The lists are the index's own: read-only, and only until the next `set`."""
+        keys = self._keys
+        live = self._sorted
+        for i in range(bisect_left(keys, lo), len(keys)):
+            key = keys[i]
+            yield key, live[key]
+
     def items_under(self, key: Key) -> list[int]:
         """Live items under `key`, lowest id first."""
         ver = self._ver
@@ -187,11 +211,7 @@ class BucketIndex:
                 if best is not None:
                     return best[1], key
                 continue
-            last = limit - 1
-            for j in range(limit):
-                start = j * (size - 1) // last if last else 0
-                nxt = (j + 1) * (size - 1) // last if j < last else size
-                stop = min(nxt, start + 4)
+            for start, stop in probe_ranges(size, limit):
                 for r in range(start, stop):
                     item = live[r]
                     if pred(item):

@@ -52,10 +52,16 @@ class CacheStats:
     nodes_changed: int = 0
 
 
+def _standing() -> Any:
+    from gpupool.scheduler.queues import _Standing  # queues imports this module
+
+    return _Standing()
+
+
 class _Classified:
     """Results of classification, valid for one (hardware, tenants, config)."""
 
-    __slots__ = ("hardware", "tenants", "config", "entries", "runs")
+    __slots__ = ("hardware", "tenants", "config", "entries", "standing")
 
     def __init__(self, hardware: Hardware, tenants: TenantTree, config: SchedulerConfig):
         self.hardware = hardware
@@ -63,8 +69,8 @@ class _Classified:
         self.config = config
         #: id(workload) -> (workload, why unschedulable, GPU milli, queue entry)
         self.entries: dict[int, tuple] = {}
-        #: tenant -> its last classified run of pending work (gpupool.scheduler.queues._Run)
-        self.runs: dict[str, Any] = {}
+        #: the last cycle's classified pending work (gpupool.scheduler.queues._Standing)
+        self.standing: Any = _standing()
 
 
 class SchedulerCache:
@@ -78,6 +84,8 @@ class SchedulerCache:
         """Forget everything (the next cycle works everything out afresh)."""
         self._cap: CapacityIndex | None = None
         self._taken: dict[str, _Entry] = {}
+        #: the running ids where `_taken` cannot hold them (a workload listed twice)
+        self._running_ids: frozenset[str] | None = None
         self._held: dict[tuple[str, str], int] = {}
         self._staying: dict[tuple[str, str], int] = {}
         self._limited: dict[str, RunningWorkload] = {}
@@ -183,6 +191,12 @@ class SchedulerCache:
             else:
                 del self._staying[k]
 
+    def running_ids(self) -> set[str] | Any:
+        """The ids of the running work of the last `capacity` call (read-only)."""
+        if self._running_ids is not None:
+            return self._running_ids
+        return self._taken.keys()
+
     def held(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """GPU milli held per (tenant, user) by the running work of the last `capacity` call:
         all of it, and without work that is stopping. Read-only for the caller."""
@@ -206,6 +220,7 @@ class SchedulerCache:
     ) -> CapacityIndex:
         cap = CapacityIndex(tuple(nodes), running)
         self._taken = {}
+        self._running_ids = None
         self._held = {}
         self._staying = {}
         self._limited = {}
@@ -224,6 +239,7 @@ class SchedulerCache:
         self._cap = None if dup else cap
         if dup:
             self._taken = {}
+            self._running_ids = frozenset(rw.workload.id for rw in running)
         return cap
 
     # -- hardware and classification --------------------------------------------------------

@@ -20,9 +20,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import heapq
-from collections.abc import Sequence
-from itertools import repeat
-from typing import cast
+from collections.abc import Iterable, Sequence
+from itertools import filterfalse, islice, repeat
 
 from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -362,22 +361,20 @@ class _Cycle(ReclaimSteps):
             tail = self._tails[id(q)] = (q, Tail(q))
         tl = tail[1]
         m = len(q) - i
+        whys: Iterable[str]
         if tfail is not None:
             if tl.min_milli[i] < tfail[0]:
                 return None
-            whys = [tfail[1]] * m
+            whys = repeat(tfail[1], m)
         else:
-            if not failed_shape.keys() >= tl.shape_sets[i]:
+            if not all(map(failed_shape.__contains__, tl.shapes_from(i))):
                 return None
-            whys = list(map(failed_shape.__getitem__, tl.shapes[i:]))
-        positions = range(n + 1, n + 1 + m)
+            whys = map(failed_shape.__getitem__, islice(tl.shapes, i, None))
         infos = self.infos
-        keys = list(zip(whys, positions, repeat(r, m), strict=True))
-        pis = list(map(infos.get, keys))
-        for j, pi in enumerate(pis):
-            if pi is None:
-                pis[j] = infos[keys[j]] = PendingInfo(*keys[j])
-        self.info.update(zip(tl.ids[i:], cast(list[PendingInfo], pis), strict=True))
+        keys = list(zip(whys, range(n + 1, n + 1 + m), repeat(r, m), strict=True))
+        for k in list(filterfalse(infos.__contains__, keys)):
+            infos[k] = PendingInfo(*k)
+        self.info.update(zip(islice(tl.ids, i, None), map(infos.__getitem__, keys), strict=True))
         return n + m
 
     def _consider(self, w: Workload, shape: Shape) -> bool:

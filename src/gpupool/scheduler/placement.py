@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement, Request, Share, SharingMode
 from gpupool.scheduler.balance import (
@@ -27,9 +28,8 @@ from gpupool.scheduler.balance import (
     WHOLE_CANDIDATES,
     cpu_only_score,
     fraction_score,
-    whole_free_gpu,
-    whole_imbalance,
 )
+from gpupool.scheduler.buckets import BucketIndex, probe_ranges
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.mig import find_mig, mig_on_node
 
@@ -186,54 +186,17 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
     """Per model, the best node (whole) or GPU (fraction) from the index; the best of those."""
     models = [shape.model] if shape.model is not None else cap.models
     best: tuple | None = None  # (key, item, shape with its model)
-    fits_host = cap.node_fits_host
     for model in models:
         idx = indexes.get(model)
         if idx is None:
             continue
+        hit: tuple[int, Any] | None
         if shape.kind == WHOLE:
             mshape = shape if shape.model else _with_model(shape, model)
-            if mshape.gpu_memory_mib:
-
-                def pred(n: int, s: Shape = mshape) -> bool:
-                    return fits_host(n, s) and place_on_node(cap, n, s) is not None
-
-            else:
-
-                def pred(n: int, s: Shape = mshape) -> bool:
-                    return fits_host(n, s)
-
-            def nscore(n: int, whole_free: int, s: Shape = mshape) -> float:
-                return whole_imbalance(cap, n, whole_free - s.count, s.cpu_milli, s.memory_mib)
-
-            hit = idx.find_spread(shape.count, pred, nscore, limit=WHOLE_CANDIDATES)
+            hit = _spread_whole(cap, idx, mshape)
         else:
             mshape = shape
-            lo_mem = shape.gpu_memory_mib
-
-            def gpred(g: int) -> bool:
-                if not fits_host(cap.gpu_node[g], shape):
-                    return False
-                return cap.free_gmem[g] >= share_memory(cap, g, shape)
-
-            seen_node: dict[int, float] = {}  # GPUs of one node tie but on whole-freeness
-
-            def gscore(g: int, _key: object, seen_node: dict[int, float] = seen_node) -> float:
-                n = cap.gpu_node[g]
-                base = seen_node.get(n)
-                if base is None:
-                    base = seen_node[n] = fraction_score(
-                        cap, g, shape.milli, shape.cpu_milli, shape.memory_mib
-                    ) + (1 if whole_free_gpu(cap, g) else 0)
-                return base - (1 if whole_free_gpu(cap, g) else 0)
-
-            hit = idx.find_spread(
-                (shape.milli, lo_mem),
-                gpred,
-                gscore,
-                lambda k, lo=lo_mem: k[1] >= lo,
-                CANDIDATES,
-            )
+            hit = _spread_fraction(cap, idx, shape)
         if hit is not None:
             item, key = hit
             if best is None or (key, item) < (best[0], best[1]):
@@ -245,6 +208,113 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
         return place_on_node(cap, item, mshape)
     mem = share_memory(cap, item, shape)
     return Placement(cap.gpu_node[item], ((item, shape.milli, mem),))
+
+
+def _spread_whole(cap: CapacityIndex, idx: BucketIndex, s: Shape) -> tuple[int, int] | None:
+    """`BucketIndex.find_spread` over nodes by whole free GPUs, from `s.count` up: a node
+    passes if it has the CPUs and memory (and, with `gpu_memory_mib`, GPUs that big); the
+    score is `balance.whole_imbalance` with the whole free GPUs left. Written out in one loop
+    (no call per probed node): the same answer, for a fraction of the cost."""
+    count, cpu, mem = s.count, s.cpu_milli, s.memory_mib
+    free_cpu, free_mem = cap.free_cpu, cap.free_mem
+    ctot, mtot, node_gpus = cap.cpu_total, cap.mem_total, cap.node_gpus
+    big = s.gpu_memory_mib > 0
+    limit = WHOLE_CANDIDATES
+    for key, live in idx.buckets_from(count):
+        left = key - count
+        size = len(live)
+        best_n = -1
+        best_sc = 0.0
+        ranges = ((0, size),) if size <= limit else probe_ranges(size, limit)
+        every = size <= limit
+        for start, stop in ranges:
+            for r in range(start, stop):
+                n = live[r]
+                if free_cpu[n] < cpu or free_mem[n] < mem:
+                    continue
+                if big and place_on_node(cap, n, s) is None:
+                    continue
+                gpus = len(node_gpus[n])
+                if not gpus:
+                    sc = 0.0
+                else:
+                    c = ctot[n]
+                    c_share = (free_cpu[n] - cpu) / c if c else 1.0
+                    m = mtot[n]
+                    m_share = (free_mem[n] - mem) / m if m else 1.0
+                    # = min(1.0, abs(left / gpus - min(c_share, m_share))), without calls
+                    d = left / gpus - (c_share if c_share < m_share else m_share)
+                    if d < 0:
+                        d = -d
+                    sc = d if d < 1.0 else 1.0
+                if best_n < 0 or sc < best_sc or (sc == best_sc and n < best_n):
+                    best_n, best_sc = n, sc
+                if not every:
+                    break
+        if best_n >= 0:
+            return best_n, key
+        if not every:
+            for n in live:
+                fits = free_cpu[n] >= cpu and free_mem[n] >= mem
+                if fits and (not big or place_on_node(cap, n, s) is not None):
+                    return n, key
+    return None
+
+
+def _spread_fraction(
+    cap: CapacityIndex, idx: BucketIndex, s: Shape
+) -> tuple[int, tuple[int, int]] | None:
+    """`BucketIndex.find_spread` over shared GPUs by (free milli, free memory), from
+    (`s.milli`, `s.gpu_memory_mib`) up, buckets with less memory than asked skipped: a GPU
+    passes if its node has the CPUs and memory and it has the share's memory; the score is
+    `balance.fraction_score` of the first GPU probed on its node, taken as the node's (plus
+    one for that GPU being whole), less one for the GPU being whole. In one loop, as
+    `_spread_whole`."""
+    milli, cpu, mem, lo_mem = s.milli, s.cpu_milli, s.memory_mib, s.gpu_memory_mib
+    free_cpu, free_mem, free_gmem = cap.free_cpu, cap.free_mem, cap.free_gmem
+    free_milli, total = cap.free_milli, cap.gpu_total_mem
+    gpu_node = cap.gpu_node
+    limit = CANDIDATES
+    seen_node: dict[int, float] = {}  # GPUs of one node tie but on whole-freeness
+    for key, live in idx.buckets_from((milli, lo_mem)):
+        if key[1] < lo_mem:
+            continue
+        size = len(live)
+        best_g = -1
+        best_sc = 0.0
+        every = size <= limit
+        ranges = ((0, size),) if every else probe_ranges(size, limit)
+        for start, stop in ranges:
+            for r in range(start, stop):
+                g = live[r]
+                n = gpu_node[g]
+                if free_cpu[n] < cpu or free_mem[n] < mem:
+                    continue
+                need = lo_mem if lo_mem else total[g] * milli // MILLI_PER_GPU
+                if free_gmem[g] < need:
+                    continue
+                whole = free_milli[g] >= MILLI_PER_GPU and free_gmem[g] >= total[g]
+                base = seen_node.get(n)
+                if base is None:
+                    base = seen_node[n] = fraction_score(cap, g, milli, cpu, mem) + (
+                        1 if whole else 0
+                    )
+                sc = base - (1 if whole else 0)
+                if best_g < 0 or sc < best_sc or (sc == best_sc and g < best_g):
+                    best_g, best_sc = g, sc
+                if not every:
+                    break
+        if best_g >= 0:
+            return best_g, key
+        if not every:
+            for g in live:
+                n = gpu_node[g]
+                if free_cpu[n] < cpu or free_mem[n] < mem:
+                    continue
+                need = lo_mem if lo_mem else total[g] * milli // MILLI_PER_GPU
+                if free_gmem[g] >= need:
+                    return g, key
+    return None
 
 
 @lru_cache(maxsize=4096)

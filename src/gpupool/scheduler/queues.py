@@ -10,9 +10,10 @@ cache) for the next cycle. Pure: no I/O.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Sequence
-from itertools import groupby
-from operator import attrgetter
+from itertools import accumulate
+from operator import attrgetter, itemgetter
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -30,84 +31,56 @@ from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
 _NO_SERVICE: dict[str, float] = {}
-_tenant_of = attrgetter("tenant")
+_id_of = attrgetter("id")
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
 
 
-class _Run:
-    """One tenant's classified run of pending work: its sorted queue, demand and
-    unschedulable workloads (kept in the cache's memo; read-only once built)."""
+class _Standing:
+    """The classified pending work of the last cycle, kept in the cache's memo so that the
+    next cycle applies only what changed (workloads gone and new, by object identity).
 
-    __slots__ = ("workloads", "ids", "queue", "demand", "unschedulable")
+    Read-only for the cycle: queues that change are copied first, so a queue list handed to
+    a cycle is never changed afterwards."""
 
-    def __init__(
-        self,
-        workloads: tuple[Workload, ...],
-        ids: frozenset[str],
-        queue: list[Candidate],
-        demand: int,
-        unschedulable: tuple[tuple[str, str], ...],
-    ) -> None:
-        self.workloads: tuple[Workload, ...] = workloads
-        self.ids: frozenset[str] = ids
-        self.queue: list[Candidate] = queue
-        self.demand: int = demand
-        self.unschedulable: tuple[tuple[str, str], ...] = unschedulable
+    __slots__ = ("objs", "rows", "wids", "queues", "demand", "adjusted", "sched", "unsched")
 
-    @staticmethod
-    def of(
-        qs: Queues,
-        ws: tuple[Workload, ...],
-        entries: dict[int, tuple],
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
-        tenant_why: dict[str, str | None],
-        whole_only: bool,
-    ) -> _Run | None:
-        """Classify `ws` (None if a workload is listed twice)."""
-        ids = frozenset(w.id for w in ws)
-        if len(ids) != len(ws):
-            return None
-        queue: list[Candidate] = []
-        unsched: list[tuple[str, str]] = []
-        demand = 0
-        for w in ws:
-            e = entries.get(id(w))
-            if e is None or e[0] is not w:
-                e = qs._entry(w, entries, shapes, tenant_why, whole_only)
-            if e[1] is not None:
-                unsched.append((w.id, e[1]))
-            else:
-                queue.append(e[3])
-                demand += e[2]
-        queue.sort()
-        return _Run(ws, ids, queue, demand, tuple(unsched))
+    def __init__(self) -> None:
+        #: id(workload) -> workload (holding it keeps its id from being reused)
+        self.objs: dict[int, Workload] = {}
+        #: id(workload) -> (workload id, tenant, why unschedulable, GPU milli, entry as filed)
+        self.rows: dict[int, tuple[str, str, str | None, int, Candidate | None]] = {}
+        #: workload id -> id(workload), for every workload classified
+        self.wids: dict[str, int] = {}
+        self.queues: dict[str, list[Candidate]] = {}
+        self.demand: dict[str, int] = {}
+        #: workload ids whose filed entry carries attained service (LAS) or a level (fair)
+        self.adjusted: set[str] = set()
+        #: id(workload) -> tenant, for schedulable work; -> (workload id, why) otherwise
+        self.sched: dict[int, str] = {}
+        self.unsched: dict[int, tuple[str, str]] = {}
 
 
 class Tail:
-    """Per position of a sorted queue: the workload ids, the shapes, and (for the rest of the
-    queue from there) the smallest GPU milli and the set of shapes (used by the cycle to
-    answer the rest of a queue at once)."""
+    """Per position of a sorted queue: the workload ids, the shapes, the smallest GPU milli
+    from there to the end, and where each shape last occurs (used by the cycle to answer the
+    rest of a queue at once). Built with C-level loops: it is rebuilt whenever a queue
+    changes."""
 
-    __slots__ = ("ids", "shapes", "min_milli", "shape_sets")
+    __slots__ = ("ids", "shapes", "min_milli", "last")
 
     def __init__(self, q: list[Candidate]):
-        self.ids = [e[1].id for e in q]
-        self.shapes = [e[2] for e in q]
-        n = len(q)
-        self.min_milli = [0] * n
-        self.shape_sets: list[frozenset[Shape]] = [frozenset()] * n
-        low = None
-        shapes: frozenset[Shape] = frozenset()
-        for j in range(n - 1, -1, -1):
-            _, _, shape, milli = q[j]
-            if low is None or milli < low:
-                low = milli
-            if shape not in shapes:
-                shapes = shapes | {shape}
-            self.min_milli[j] = low
-            self.shape_sets[j] = shapes
+        self.ids: list[str] = list(map(_id_of, map(itemgetter(1), q)))
+        self.shapes: list[Shape] = list(map(itemgetter(2), q))
+        self.min_milli: list[int] = list(accumulate(reversed(list(map(itemgetter(3), q))), min))
+        self.min_milli.reverse()
+        #: shape -> the last position it occurs at
+        self.last: dict[Shape, int] = dict(zip(self.shapes, range(len(q)), strict=True))
+
+    def shapes_from(self, i: int) -> list[Shape]:
+        """The distinct shapes of the queue from position `i` on."""
+        return [s for s, j in self.last.items() if j >= i]
 
 
 class Queues:
@@ -139,13 +112,22 @@ class Queues:
 
         Queue entries are (order key, workload, shape, GPU milli); keys end with the workload
         id, so they are unique and plain tuple comparison sorts them. With a cache, what is
-        worked out per workload is carried over to the next cycle, and so is each tenant's
-        sorted queue while its run of `pending` is the same workloads (see `_classify_runs`)."""
+        worked out per workload is carried over to the next cycle, and so are the sorted queues:
+        the next cycle files only the workloads that are new and drops those gone
+        (`_classify_changes`)."""
         whole_only = self.policy is Policy.FIFO
         memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
-        if self._classify_runs(pending, memo.entries, memo.runs, whole_only):
+        st = memo.standing
+        if self._classify_changes(st, pending):
             return
-        entries = memo.entries  # updated in place: this cycle's workloads are added
+        self._classify_all(pending, memo.entries, whole_only)
+        self._standing(st, pending)
+
+    def _classify_all(
+        self, pending: Sequence[Workload], entries: dict[int, tuple], whole_only: bool
+    ) -> None:
+        """Classify every workload of `pending` (what `_classify_changes` keeps up to date);
+        `entries` (the cache's, per workload object) is updated in place."""
         seen = {rw.workload.id for rw in self.snap.running}
         las = self.policy is Policy.LAS
         levels = self.config.service_levels_s if self.policy is Policy.FAIR else ()
@@ -213,55 +195,163 @@ class Queues:
         e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
         return e
 
-    def _classify_runs(
-        self,
-        pending: Sequence[Workload],
-        entries: dict[int, tuple],
-        runs: dict[str, _Run],
-        whole_only: bool,
-    ) -> bool:
-        """Classify tenant by tenant, reusing a tenant's queue from an earlier cycle while its
-        run of `pending` is the same workloads. Works when `pending` lists each tenant's work
-        in one run (as the simulator does), no workload twice, none running and (LAS) none
-        with attained service of its own; returns False, having changed nothing, otherwise
-        (then the caller classifies workload by workload: the same result)."""
-        out: list[tuple[str, _Run]] = []
-        tenants: set[str] = set()
-        ids: set[str] = set()
-        total = 0
+    def _adjusted(self, wid: str, base: Candidate) -> Candidate:
+        """`base` (keyed with no attained service, level 0) with the workload's attained
+        service (LAS) or service level (fair with levels) from the snapshot."""
+        attained = self.snap.attained_service
+        if wid not in attained:
+            return base
+        if self.policy is Policy.LAS:
+            return ((attained[wid], *base[0][1:]), *base[1:])
+        k = base[0]
+        level = level_of(attained[wid], self.config.service_levels_s)
+        return ((k[0], level, *k[2:]), *base[1:])
+
+    def _keeps_attained(self) -> bool:
+        return self.policy is Policy.LAS or bool(
+            self.policy is Policy.FAIR and self.config.service_levels_s
+        )
+
+    def _standing(self, st: _Standing, pending: Sequence[Workload]) -> None:
+        """Record this cycle's (full) classification in `st` for the next cycle; `st` is left
+        empty (unusable) if a workload was listed twice or is running."""
+        objs = dict(zip(map(id, pending), pending, strict=True))
+        wids = {w.id for w in pending}
+        running = self.cache.running_ids()
+        if len(objs) != len(pending) or len(wids) != len(pending) or not running.isdisjoint(wids):
+            st.objs = {}
+            return
+        whole_only = self.policy is Policy.FIFO
+        entries: dict[int, tuple] = {}
         shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
-        for t, group in groupby(pending, _tenant_of):
-            if t in tenants:
-                return False  # the tenant's work is not in one run
-            tenants.add(t)
-            ws = tuple(group)
-            r = runs.get(t)
-            if r is None or r.workloads != ws:
-                r = _Run.of(self, ws, entries, shapes, tenant_why, whole_only)
-                if r is None:
-                    return False
-                runs[t] = r
-            out.append((t, r))
-            total += len(r.ids)
-            ids |= r.ids
-        if len(ids) != total:
+        adjust = self._keeps_attained()
+        st.objs = objs
+        st.rows = {}
+        st.wids = {}
+        st.adjusted = set()
+        st.sched = {}
+        st.unsched = {}
+        memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending)).entries
+        for w in pending:
+            e = memo.get(id(w))
+            if e is None or e[0] is not w:
+                e = self._entry(w, entries, shapes, tenant_why, whole_only)
+            filed = self._adjusted(w.id, e[3]) if adjust else e[3]
+            if filed is not e[3]:
+                st.adjusted.add(w.id)
+            self._file_row(st, w, e, filed)
+        st.queues = {t: q for t, q in self.queues.items()}
+        st.demand = dict(self.pending_demand)
+
+    @staticmethod
+    def _file_row(st: _Standing, w: Workload, e: tuple, filed: Candidate) -> None:
+        k = id(w)
+        st.wids[w.id] = k
+        if e[1] is not None:
+            st.rows[k] = (w.id, w.tenant, e[1], 0, None)
+            st.unsched[k] = (w.id, e[1])
+        else:
+            st.rows[k] = (w.id, w.tenant, None, e[2], filed)
+            st.sched[k] = w.tenant
+
+    def _classify_changes(self, st: _Standing, pending: Sequence[Workload]) -> bool:
+        """Bring `st` (the last cycle's classification) up to date with `pending`: file the
+        workloads that are new (by identity), drop those gone, re-key those whose attained
+        service changed; then take queues, demand and unschedulable from it. False, having
+        changed nothing, when it cannot (a workload listed twice or running; no last cycle):
+        the caller classifies afresh, with the same result."""
+        if not st.objs:
+            return False
+        cur = dict(zip(map(id, pending), pending, strict=True))
+        if len(cur) != len(pending):
+            return False
+        prev = st.objs
+        gone = prev.keys() - cur.keys()
+        new = [cur[k] for k in cur.keys() - prev.keys()]
+        rows = st.rows
+        gone_wids = {rows[k][0] for k in gone}
+        new_wids = {w.id for w in new}
+        if len(new_wids) != len(new):
             return False  # a workload listed twice
-        if not ids.isdisjoint(rw.workload.id for rw in self.snap.running):
+        if any(wid in st.wids and wid not in gone_wids for wid in new_wids):
             return False
-        if self.policy is Policy.LAS and not ids.isdisjoint(self.snap.attained_service):
-            return False
-        if (
-            self.policy is Policy.FAIR
-            and self.config.service_levels_s
-            and not ids.isdisjoint(self.snap.attained_service)
+        running = self.cache.running_ids()
+        if not running.isdisjoint(new_wids) or any(
+            wid not in gone_wids for wid in running & st.wids.keys()
         ):
             return False
-        for t, r in out:
-            self.unschedulable.update(r.unschedulable)
-            if r.queue:
-                self.queues[t] = r.queue
-                self.pending_demand[t] = r.demand
+        copied: dict[str, list[Candidate]] = {}
+
+        def queue_of(t: str) -> list[Candidate]:
+            q = copied.get(t)
+            if q is None:
+                q = copied[t] = list(st.queues.get(t, ()))
+            return q
+
+        def unfile(k: int) -> None:
+            wid, t, why, milli, filed = rows.pop(k)
+            del st.wids[wid]
+            st.adjusted.discard(wid)
+            if why is not None:
+                del st.unsched[k]
+                return
+            del st.sched[k]
+            q = queue_of(t)
+            assert filed is not None
+            del q[bisect_left(q, filed)]
+            st.demand[t] -= milli
+
+        def file(w: Workload, e: tuple, filed: Candidate) -> None:
+            self._file_row(st, w, e, filed)
+            if e[1] is None:
+                insort(queue_of(w.tenant), filed)
+                st.demand[w.tenant] = st.demand.get(w.tenant, 0) + e[2]
+
+        for k in gone:
+            unfile(k)
+        whole_only = self.policy is Policy.FIFO
+        entries: dict[int, tuple] = {}
+        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
+        tenant_why: dict[str, str | None] = {}
+        adjust = self._keeps_attained()
+        bases: dict[str, tuple[Workload, tuple]] = {}
+        for w in new:
+            e = self._entry(w, entries, shapes, tenant_why, whole_only)
+            filed = self._adjusted(w.id, e[3]) if adjust else e[3]
+            file(w, e, filed)
+            if filed is not e[3]:
+                st.adjusted.add(w.id)
+            bases[w.id] = (w, e)
+        if adjust:
+            # workloads whose attained service (so their key) may have changed since filed
+            for wid in (self.snap.attained_service.keys() & st.wids.keys()) | st.adjusted:
+                if wid in bases:
+                    continue
+                k = st.wids[wid]
+                w = cur[k]
+                row = rows[k]
+                if row[2] is not None:
+                    continue
+                e = self._entry(w, entries, shapes, tenant_why, whole_only)
+                filed = self._adjusted(wid, e[3])
+                if filed != row[4]:
+                    unfile(k)
+                    file(w, e, filed)
+                    if filed is not e[3]:
+                        st.adjusted.add(wid)
+        st.objs = cur
+        st.queues.update(copied)
+        for t in [t for t, q in st.queues.items() if not q]:
+            del st.queues[t]
+            del st.demand[t]
+        # in the order a full classification gives: tenants, and unschedulable work, in the
+        # order they first appear in `pending`
+        order = dict.fromkeys(filter(None, map(st.sched.get, map(id, pending))))
+        self.queues = {t: st.queues[t] for t in order}
+        self.pending_demand = {t: st.demand[t] for t in order}
+        if st.unsched:
+            self.unschedulable = dict(filter(None, map(st.unsched.get, map(id, pending))))
         return True
 
     def _tenant_problem(self, t: str) -> str | None:

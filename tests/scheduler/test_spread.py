@@ -1,0 +1,121 @@
+"""Placement's written-out spread searches (`_spread_whole`, `_spread_fraction`) answer as
+`BucketIndex.find_spread` with the balance scores they replace (issue 32: the same decisions,
+cheaper): checked on random clusters large enough that buckets are probed, not read whole."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpupool.domain import MILLI_PER_GPU
+from gpupool.scheduler.balance import (
+    CANDIDATES,
+    WHOLE_CANDIDATES,
+    fraction_score,
+    whole_free_gpu,
+    whole_imbalance,
+)
+from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.placement import (
+    _spread_fraction,
+    _spread_whole,
+    place_on_node,
+    share_memory,
+)
+from tests.scheduler.builders import node
+
+GIB = 1024
+
+
+def _cluster(seed: int) -> CapacityIndex:
+    """400-500 nodes, some shared, with random free CPUs, memory and GPU milli/memory."""
+    rng = random.Random(seed)
+    nodes = tuple(
+        node(
+            f"n{i}",
+            gpus=rng.choice([4, 8]),
+            gpu_gib=rng.choice([40, 80]),
+            cpus=rng.choice([32, 64, 128]),
+            memory_gib=rng.choice([256, 512]),
+            sharing="shared" if rng.random() < 0.4 else "exclusive",
+        )
+        for i in range(rng.randrange(400, 500))
+    )
+    cap = CapacityIndex(nodes)
+    for n in range(len(nodes)):
+        cap.free_cpu[n] = rng.randrange(0, cap.cpu_total[n] + 1, 1000)
+        cap.free_mem[n] = rng.randrange(0, cap.mem_total[n] + 1, GIB)
+        for g in cap.node_gpus[n]:
+            if rng.random() < 0.1:
+                cap.free_milli[g] = rng.choice([0, 250, 500, 750])
+                cap.free_gmem[g] = rng.randrange(0, cap.gpu_total_mem[g] + 1, GIB)
+        cap._refile(n)
+    return cap
+
+
+def _reference_whole(cap: CapacityIndex, idx, s: Shape):
+    def pred(n: int) -> bool:
+        fits = cap.node_fits_host(n, s)
+        return fits and (not s.gpu_memory_mib or place_on_node(cap, n, s) is not None)
+
+    def score(n: int, key: int) -> float:
+        return whole_imbalance(cap, n, key - s.count, s.cpu_milli, s.memory_mib)
+
+    return idx.find_spread(s.count, pred, score, limit=WHOLE_CANDIDATES)
+
+
+def _reference_fraction(cap: CapacityIndex, idx, s: Shape):
+    def pred(g: int) -> bool:
+        n = cap.gpu_node[g]
+        return cap.node_fits_host(n, s) and cap.free_gmem[g] >= share_memory(cap, g, s)
+
+    seen: dict[int, float] = {}
+
+    def score(g: int, _key) -> float:
+        n = cap.gpu_node[g]
+        if n not in seen:
+            seen[n] = fraction_score(cap, g, s.milli, s.cpu_milli, s.memory_mib) + (
+                1 if whole_free_gpu(cap, g) else 0
+            )
+        return seen[n] - (1 if whole_free_gpu(cap, g) else 0)
+
+    lo = s.gpu_memory_mib
+    return idx.find_spread((s.milli, lo), pred, score, lambda k: k[1] >= lo, CANDIDATES)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([0, 40 * GIB, 80 * GIB]),
+    st.integers(0, 64),
+    st.integers(0, 256),
+)
+def test_whole_spread_answers_as_find_spread(seed, count, gpu_mem, cpus, mem_gib):
+    cap = _cluster(seed)
+    s = Shape(WHOLE, count, 0, gpu_mem, "H100", cpus * 1000, mem_gib * GIB)
+    for idx in (cap.whole["H100"], cap.whole_unshared["H100"]):
+        assert _spread_whole(cap, idx, s) == _reference_whole(cap, idx, s)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from([100, 250, 500, 750, MILLI_PER_GPU]),
+    st.sampled_from([0, 10 * GIB, 20 * GIB]),
+    st.integers(0, 64),
+    st.integers(0, 256),
+)
+def test_fraction_spread_answers_as_find_spread(seed, milli, gpu_mem, cpus, mem_gib):
+    cap = _cluster(seed)
+    s = Shape(FRACTION, 0, milli, gpu_mem, "H100", cpus * 1000, mem_gib * GIB)
+    idx = cap.frac["H100"]
+    assert _spread_fraction(cap, idx, s) == _reference_fraction(cap, idx, s)
+
+
+def test_the_clusters_buckets_are_probed_not_read_whole():
+    cap = _cluster(1)
+    sizes = [len(items) for _, items in cap.whole["H100"].buckets_from(1)]
+    assert max(sizes) > WHOLE_CANDIDATES
