@@ -59,9 +59,9 @@ def check_command(
     """Raise ValidationError (naming `field` and the bad element) if `command` (and `env`,
     when given) could never be executed under `limits`. An empty `command` is allowed here;
     whether one is required is the caller's rule."""
-    if command and not command[0]:
+    if command and not command[0].strip():
         raise ValidationError(
-            f"{field}[0] is empty; the first element is the program to run, e.g. "
+            f"{field}[0] is empty or blank; the first element is the program to run, e.g. "
             '["python", "train.py"]',
             field,
         )
