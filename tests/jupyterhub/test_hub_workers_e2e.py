@@ -40,7 +40,7 @@ def test_notebooks_spawn_queue_and_start_through_api_workers(stack):
 
     assert stack.spawn("carol", {"profile": "gpu"}).status_code == 202
     seen = events(stack, "carol", lambda ev: "in line" in ev.get("message", ""))
-    assert "Waiting for a GPU: 1st in line for lab" in seen[-1]["message"]
+    assert "Queued for a GPU: 1st in line for lab" in seen[-1]["message"]
 
     assert stack.hub_api("DELETE", "/users/alice/server").status_code in (202, 204)
     wait_for(lambda: stack.ready("carol"), "carol's notebook", SPAWN_S, 0.5)
