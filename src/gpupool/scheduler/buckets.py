@@ -3,19 +3,13 @@
 Used by the capacity index to find, without scanning every node, the node (or GPU) with the
 smallest key at or above a bound that also passes a predicate. Within one key the lowest item
 id wins (`find`), or the best score among passing items spread over the whole key
-(`find_spread`, which reads a sorted list of each key's live items),
-so results are deterministic.
-
-Deletion is lazy: every `set` bumps the item's version and pushes a fresh heap entry; entries
-with an old version are skipped and dropped when they reach the top of a heap, and a heap with
-more than twice as many entries as live items is compacted (an index kept from cycle to cycle
-sees many `set`s). Results never depend on that history: the same items under the same keys
-answer every query the same way.
+(`find_spread`), so results are deterministic. Each key keeps its items in a sorted list
+(`set` moves an item with two binary searches); results depend only on which items are filed
+under which keys, never on the history of `set`s.
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
 from functools import lru_cache
@@ -41,15 +35,12 @@ def probe_ranges(size: int, limit: int) -> tuple[tuple[int, int], ...]:
 class BucketIndex:
     """Items (ints) filed under keys; `find` returns the smallest key >= bound that passes."""
 
-    __slots__ = ("_keys", "_heaps", "_count", "_where", "_ver", "_sorted")
+    __slots__ = ("_keys", "_where", "_sorted")
 
     def __init__(self) -> None:
         self._keys: list[Key] = []  # sorted keys that hold at least one item
-        self._heaps: dict[Hashable, list[tuple[int, int]]] = {}
-        self._count: dict[Hashable, int] = {}
         self._where: dict[int, Key] = {}
-        self._ver: dict[int, int] = {}
-        #: per key its live items in increasing order (`find_spread` probes them by rank)
+        #: per key its items in increasing order
         self._sorted: dict[Hashable, list[int]] = {}
 
     def __len__(self) -> int:
@@ -60,65 +51,42 @@ class BucketIndex:
 
     def set(self, item: int, key: Key | None) -> None:
         """File `item` under `key` (None removes it)."""
-        old = self._where.get(item)
+        where = self._where
+        old = where.get(item)
         if old == key:
             return
         if old is not None:
             live = self._sorted[old]
-            del live[bisect_left(live, item)]
-            n = self._count[old] - 1
-            if n:
-                self._count[old] = n
-                if len(self._heaps[old]) > 2 * n + 8:
-                    self._compact(old)
-            else:
-                del self._count[old]
-                del self._heaps[old]
+            if len(live) == 1:
                 del self._sorted[old]
                 self._keys.pop(bisect_left(self._keys, old))
-        ver = self._ver.get(item, 0) + 1
-        self._ver[item] = ver
+            else:
+                del live[bisect_left(live, item)]
         if key is None:
-            self._where.pop(item, None)
+            del where[item]
             return
-        self._where[item] = key
-        heap = self._heaps.get(key)
-        if heap is None:
-            heap = self._heaps[key] = []
-            self._count[key] = 0
-            self._sorted[key] = []
+        where[item] = key
+        live = self._sorted.get(key)
+        if live is None:
+            self._sorted[key] = [item]
             insort(self._keys, key)
-        heapq.heappush(heap, (item, ver))
-        insort(self._sorted[key], item)
-        self._count[key] += 1
-        if len(heap) > 2 * self._count[key] + 8:
-            self._compact(key)
-
-    def _compact(self, key: Key) -> None:
-        """Drop the stale entries of `key`'s heap (a sorted list is a valid heap)."""
-        ver = self._ver
-        heap = self._heaps[key]
-        heap[:] = sorted(e for e in heap if ver[e[0]] == e[1])
+        else:
+            insort(live, item)
 
     def load(self, pairs: list[tuple[int, Key]]) -> None:
-        """Fill an empty index with (item, key) pairs, items in increasing order (a sorted
-        list is already a valid heap, so no pushes are needed)."""
+        """Fill an empty index with (item, key) pairs, items in increasing order."""
         assert not self._where, "load() fills an empty index"
-        ver = self._ver
-        heaps = self._heaps
+        live = self._sorted
         for item, key in pairs:
             if key is None:
                 continue
-            v = ver[item] = ver.get(item, 0) + 1
             self._where[item] = key
-            h = heaps.get(key)
-            if h is None:
-                heaps[key] = [(item, v)]
+            items = live.get(key)
+            if items is None:
+                live[key] = [item]
             else:
-                h.append((item, v))
-        self._count = {k: len(h) for k, h in heaps.items()}
-        self._sorted = {k: [i for i, _ in h] for k, h in heaps.items()}
-        self._keys = sorted(heaps)
+                items.append(item)
+        self._keys = sorted(live)
 
     def max_key(self) -> Key | None:
         return self._keys[-1] if self._keys else None
@@ -128,11 +96,12 @@ class BucketIndex:
 
     def counted(self) -> list[tuple[Key, int]]:
         """(key, how many items are filed under it), keys in increasing order."""
-        return [(k, self._count[k]) for k in self._keys]
+        live = self._sorted
+        return [(k, len(live[k])) for k in self._keys]
 
     def buckets_from(self, lo: Key) -> Iterator[tuple[Key, list[int]]]:
-        """(key, its live items in increasing order) for each key >= `lo`, smallest first.
-        The lists are the index's own: read-only, and only until the next `set`."""
+        """(key, its items in increasing order) for each key >= `lo`, smallest first. The
+        lists are the index's own: read-only, and only until the next `set`."""
         keys = self._keys
         live = self._sorted
         for i in range(bisect_left(keys, lo), len(keys)):
@@ -140,10 +109,8 @@ class BucketIndex:
             yield key, live[key]
 
     def items_under(self, key: Key) -> list[int]:
-        """Live items under `key`, lowest id first."""
-        ver = self._ver
-        heap = self._heaps.get(key, [])
-        return sorted(i for i, v in heap if ver[i] == v)
+        """Items under `key`, lowest id first."""
+        return list(self._sorted.get(key, ()))
 
     def find(
         self,
@@ -155,24 +122,12 @@ class BucketIndex:
 
         `key_ok` skips whole buckets cheaply. Returns (item, key) or None.
         """
-        keys = self._keys
-        ver = self._ver
-        for i in range(bisect_left(keys, lo), len(keys)):
-            key = keys[i]
+        for key, live in self.buckets_from(lo):
             if key_ok is not None and not key_ok(key):
                 continue
-            heap = self._heaps[key]
-            while ver[heap[0][0]] != heap[0][1]:
-                heapq.heappop(heap)
-            top = heap[0][0]
-            if pred(top):
-                return top, key
-            best: int | None = None
-            for item, v in heap:
-                if v == ver[item] and item != top and (best is None or item < best) and pred(item):
-                    best = item
-            if best is not None:
-                return best, key
+            for item in live:
+                if pred(item):
+                    return item, key
         return None
 
     def find_spread(
