@@ -66,12 +66,12 @@ class BucketIndex:
             del where[item]
             return
         where[item] = key
-        live = self._sorted.get(key)
-        if live is None:
+        items = self._sorted.get(key)
+        if items is None:
             self._sorted[key] = [item]
             insort(self._keys, key)
         else:
-            insort(live, item)
+            insort(items, item)
 
     def load(self, pairs: list[tuple[int, Key]]) -> None:
         """Fill an empty index with (item, key) pairs, items in increasing order."""
