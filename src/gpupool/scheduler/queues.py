@@ -62,6 +62,30 @@ class _Standing:
         self.unsched: dict[int, tuple[str, str]] = {}
 
 
+def _changed_queue(
+    q: list[Candidate], drop: list[Candidate], add: list[Candidate]
+) -> list[Candidate]:
+    """A new sorted queue: `q` without the entries `drop` (each in `q`), with `add`. Few
+    changes: binary searches on a copy; many (the cycle after a busy one): one filter and one
+    sort (of two sorted runs: a merge)."""
+    if (len(drop) + len(add)) * 16 <= len(q):
+        out = list(q)
+        for e in drop:
+            del out[bisect_left(out, e)]
+        for e in add:
+            insort(out, e)
+        return out
+    if drop:
+        gone = set(map(id, map(itemgetter(1), drop)))
+        out = [e for e in q if id(e[1]) not in gone]
+    else:
+        out = list(q)
+    add.sort()
+    out += add
+    out.sort()
+    return out
+
+
 class Tail:
     """Per position of a sorted queue: the workload ids, the shapes, the smallest GPU milli
     from there to the end, and where each shape last occurs (used by the cycle to answer the
@@ -281,13 +305,9 @@ class Queues:
             wid not in gone_wids for wid in running & st.wids.keys()
         ):
             return False
-        copied: dict[str, list[Candidate]] = {}
-
-        def queue_of(t: str) -> list[Candidate]:
-            q = copied.get(t)
-            if q is None:
-                q = copied[t] = list(st.queues.get(t, ()))
-            return q
+        #: per tenant, the entries to drop and to add (applied at the end, in one go)
+        drop: dict[str, list[Candidate]] = {}
+        add: dict[str, list[Candidate]] = {}
 
         def unfile(k: int) -> None:
             wid, t, why, milli, filed = rows.pop(k)
@@ -297,15 +317,14 @@ class Queues:
                 del st.unsched[k]
                 return
             del st.sched[k]
-            q = queue_of(t)
             assert filed is not None
-            del q[bisect_left(q, filed)]
+            drop.setdefault(t, []).append(filed)
             st.demand[t] -= milli
 
         def file(w: Workload, e: tuple, filed: Candidate) -> None:
             self._file_row(st, w, e, filed)
             if e[1] is None:
-                insort(queue_of(w.tenant), filed)
+                add.setdefault(w.tenant, []).append(filed)
                 st.demand[w.tenant] = st.demand.get(w.tenant, 0) + e[2]
 
         for k in gone:
@@ -341,7 +360,8 @@ class Queues:
                     if filed is not e[3]:
                         st.adjusted.add(wid)
         st.objs = cur
-        st.queues.update(copied)
+        for t in drop.keys() | add.keys():
+            st.queues[t] = _changed_queue(st.queues.get(t, []), drop.get(t, []), add.get(t, []))
         for t in [t for t, q in st.queues.items() if not q]:
             del st.queues[t]
             del st.demand[t]
