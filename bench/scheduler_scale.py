@@ -27,7 +27,8 @@ decisions are the same: a digest per cycle of the admissions and preemptions, an
 reasons and positions of pending work. `--baseline merge-base` picks
 `git merge-base HEAD origin/main`, or HEAD~1 where that is HEAD itself or there is no
 origin/main (CI on main after landing). `--max-ratio R` exits 1 when the ratio of CPU time per
-cycle (p50; wall time also counts the time a process waits on a shared machine) is above R, or
+cycle (p50 of a run, the best run of each side: noise only adds time; wall time also counts the
+time a process waits on a shared machine) is above R, or
 when the same code gave different decisions in two rounds (the CI gate, scripts/test); it says
 SKIPPED, and exits 0, when the baseline commit is not in the clone (shallow). `--profile PATH`
 writes a cProfile of the steady-state cycle() calls.
@@ -377,6 +378,10 @@ def compare(args: argparse.Namespace) -> dict:
         statistics.median(b["cpu"][1:]) / statistics.median(a["cpu"][1:])
         for a, b in zip(then_runs, now_runs, strict=True)
     ]
+    # noise only adds time: the best round of each side is the closest to the code's own cost
+    best_cpu = min(statistics.median(b["cpu"][1:]) for b in now_runs) / min(
+        statistics.median(a["cpu"][1:]) for a in then_runs
+    )
     then_d, now_d = then_runs[0]["digests"], now_runs[0]["digests"]
     same = [a[0] == b[0] for a, b in zip(then_d, now_d, strict=True)]
     same_why = [a[1] == b[1] for a, b in zip(then_d, now_d, strict=True)]
@@ -409,6 +414,7 @@ def compare(args: argparse.Namespace) -> dict:
         "now": summary(now_runs),
         "ratio_p50": round(statistics.median(ratios), 3),
         "ratio_p50_cpu": round(statistics.median(cpu_ratios), 3),
+        "ratio_best_cpu": round(best_cpu, 3),
         "ratio_p99": round(summary(now_runs)["p99_ms"] / summary(then_runs)["p99_ms"], 3),
         "ratio_cold": round(summary(now_runs)["cold_ms"] / summary(then_runs)["cold_ms"], 3),
         "round_ratios": [round(x, 3) for x in ratios],
@@ -462,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--max-ratio",
         type=float,
-        help="with --baseline: exit 1 if now / then (median ratio of CPU p50s) is above this",
+        help="with --baseline: exit 1 if now / then (CPU p50, best round of each) is above this",
     )
     p.add_argument("--digest", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -483,12 +489,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         if args.max_ratio is not None:
-            # CPU time: on a shared machine the wall time also counts time the process waited
-            ratio = result["ratio_p50_cpu"]
+            # CPU time (on a shared machine the wall time also counts the time a process waited),
+            # the best round of each side (noise only adds time)
+            ratio = result["ratio_best_cpu"]
             ok = ratio <= args.max_ratio
             print(
-                f"scheduler speed gate: now / then = {ratio} (CPU time per cycle, p50; median "
-                f"of {args.rounds} alternating rounds; wall {result['ratio_p50']}) against "
+                f"scheduler speed gate: now / then = {ratio} (CPU time per cycle, p50, best of "
+                f"{args.rounds} alternating rounds each; median of the rounds' ratios "
+                f"{result['ratio_p50_cpu']}, wall {result['ratio_p50']}) against "
                 f"{result['baseline'][:12]}: then {result['then']['p50_cpu_ms']} ms, now "
                 f"{result['now']['p50_cpu_ms']} ms; limit {args.max_ratio}: "
                 + ("ok" if ok else "FAIL: the scheduler got slower")
