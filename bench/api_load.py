@@ -47,9 +47,9 @@ def serve(data_dir: Path, port: int, workers: int = 1, interval_s: float = 0.5) 
 
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Role, Tenant, User
-    from gpupool.engines.fake import FakeEngine
-    from gpupool.executors.base import ExecState, ExecStatus
-    from gpupool.executors.fake import FakeExecutor
+    from gpupool.engines.common.executor import ExecState, ExecStatus
+    from gpupool.engines.fake.engine import FakeEngine
+    from gpupool.engines.fake.executor import FakeExecutor
     from gpupool.server.security import hash_password
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings

@@ -23,5 +23,5 @@ run timeout 120 python3 bench/telemetry_dcgm_fields.py --out "$OUT"
 run timeout 180 python3 bench/mps_false_alarm_gpu.py "$OUT"
 run timeout 150 python3 bench/agent_gpu_check.py "$OUT"
 run timeout 180 python3 bench/mig_device_check.py "$OUT"
-run timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/telemetry/test_telemetry_gpu.py tests/executors/test_gpu_real.py
+run timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/telemetry/test_telemetry_gpu.py tests/engines/local/test_gpu_real.py
 exit $rc

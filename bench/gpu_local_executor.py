@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from gpupool.domain import Allocation, Enforcement, Share, Workload
-from gpupool.executors.local import LocalExecutor
-from gpupool.executors.mps import MPSManager
+from gpupool.engines.local.executor import LocalExecutor
+from gpupool.engines.local.mps import MPSManager
 from gpupool.telemetry import open_source
 
 PROBE = str(Path(__file__).with_name("gpu_probe.py"))

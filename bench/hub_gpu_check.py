@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
-from gpupool.executors.hub_launch import HubLaunchExecutor
-from gpupool.executors.local import LocalExecutor
-from gpupool.executors.mps import MPSManager
+from gpupool.engines.common.hub_launch import HubLaunchExecutor
+from gpupool.engines.local.executor import LocalExecutor
+from gpupool.engines.local.mps import MPSManager
 
 PROBE = str(Path(__file__).with_name("gpu_probe.py"))
 SHARE_MIB = 4096

@@ -33,7 +33,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from tests.kubernetes.fakeapi import FakeKube  # noqa: E402
 
 from gpupool.clock import ManualClock, SystemClock  # noqa: E402
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine  # noqa: E402
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine  # noqa: E402
 from gpupool.server.services.accounts import issue_token  # noqa: E402
 from gpupool.server.settings import Settings  # noqa: E402
 from gpupool.system import SystemSettings, build_system  # noqa: E402

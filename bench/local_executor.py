@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from gpupool.domain import Allocation, Share, Workload
-from gpupool.executors.local import LocalExecutor
+from gpupool.engines.local.executor import LocalExecutor
 
 
 def pct(xs: list[float], p: float) -> float:

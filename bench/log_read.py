@@ -35,7 +35,7 @@ def serve(state: Path, port: int) -> None:
 
     from gpupool.clock import SystemClock
     from gpupool.domain import Membership, Request, Role, Tenant, User, Workload, WorkloadState
-    from gpupool.executors.local import LocalExecutor
+    from gpupool.engines.local.executor import LocalExecutor
     from gpupool.server.app import create_app
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings

@@ -46,8 +46,8 @@ def serve(data_dir: Path, port: int, workers: int) -> None:
     """Seed (one tenant, the reader, 100 workloads, 4 GPUs), write tokens.json, serve."""
     from gpupool.clock import SystemClock
     from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, User, Workload
-    from gpupool.engines.fake import FakeEngine
-    from gpupool.executors.fake import FakeExecutor
+    from gpupool.engines.fake.engine import FakeEngine
+    from gpupool.engines.fake.executor import FakeExecutor
     from gpupool.server.security import hash_password
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings

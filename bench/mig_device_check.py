@@ -72,7 +72,7 @@ def check_api(simulate: str | None, work: Path) -> list[dict[str, Any]]:
     from fastapi.testclient import TestClient
 
     from gpupool.clock import SystemClock
-    from gpupool.engines.local import LocalEngine, LocalOptions
+    from gpupool.engines.local.engine import LocalEngine, LocalOptions
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings
     from gpupool.system import SystemSettings, build_system

@@ -234,7 +234,7 @@ def held_mib(line: dict) -> object:
 
 def check_mps(p: Pool, c: Check, release: Path, gpus: list[str]) -> None:
     """On the first one or two GPUs (the others stay exclusive): 2 half-GPU jobs each."""
-    from gpupool.engines.local import mps_base
+    from gpupool.engines.local.engine import mps_base
 
     gpus = gpus[:2]
     for u in gpus:

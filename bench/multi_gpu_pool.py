@@ -129,7 +129,7 @@ class Pool:
         ]
         if a.dry_run:
             sys.path.insert(0, str(HERE.parent))
-            from tests.executors.conftest import make_fake_mps_binary
+            from tests.engines.conftest import make_fake_mps_binary
 
             cmd += ["--simulate", f"{a.simulate_gpus}xH100-80GB"]
             cmd += ["--mps-binary", make_fake_mps_binary(work / "bin")]

@@ -4,7 +4,7 @@
 
 Every tenant is a job started by gpupool's `LocalExecutor` (so it gets the executor's env:
 CUDA_VISIBLE_DEVICES, GPUPOOL_WORKLOAD_ID and, for an MPS share, the limits
-`gpupool.executors.mps.limits_for` computes) and runs `bench/sharing_worker.py`. Modes:
+`gpupool.engines.local.mps.limits_for` computes) and runs `bench/sharing_worker.py`. Modes:
 
 - ``exclusive``: one tenant alone on the whole GPU (measured at the start and at the end);
   N tenants one after another have exactly that aggregate rate;
@@ -62,12 +62,12 @@ from sharing_report import (  # noqa: E402
 
 from gpupool.clock import SystemClock  # noqa: E402
 from gpupool.domain import Allocation, Enforcement, Share, Workload  # noqa: E402
-from gpupool.executors.local import LocalExecutor  # noqa: E402
-from gpupool.executors.mps import MPSManager, limits_for  # noqa: E402
+from gpupool.engines.local.executor import LocalExecutor  # noqa: E402
+from gpupool.engines.local.mps import MPSManager, limits_for  # noqa: E402
 
 WORKER = str(HERE / "sharing_worker.py")
 DRY_RUN_GPU = "1xH100-80GB"
-FAKE_MPS = HERE.parent / "tests" / "executors" / "fake_mps_control.py"
+FAKE_MPS = HERE.parent / "tests" / "engines" / "local" / "fake_mps_control.py"
 NODE = socket.gethostname()
 
 

@@ -87,7 +87,7 @@ def bench_latency(runs: int) -> list[float]:
 
     from gpupool.clock import SystemClock
     from gpupool.domain import Membership, Quota, Role, Tenant, User
-    from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+    from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
     from gpupool.server.loops.scheduler import SchedulerLoop
     from gpupool.server.services.accounts import issue_token
     from gpupool.server.settings import Settings

@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
-from gpupool.engines.fake import FakeEngine
+from gpupool.engines.fake.engine import FakeEngine
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, TenantRepo, UserRepo

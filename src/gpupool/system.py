@@ -32,9 +32,9 @@ from fastapi import FastAPI
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Event, Tenant
-from gpupool.engines import Engine, EngineEnv, EngineError
-from gpupool.engines.isolation import secure_data_dir
-from gpupool.executors.base import Executor
+from gpupool.engines.common.datadir import secure_data_dir
+from gpupool.engines.common.engine import Engine, EngineEnv, EngineError
+from gpupool.engines.common.executor import Executor
 from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
@@ -297,7 +297,7 @@ def _assemble(
 
     hub = None
     if s.jupyterhub:
-        from gpupool.executors.hub_launch import HubLaunchExecutor
+        from gpupool.engines.common.hub_launch import HubLaunchExecutor
 
         hub = s.hub or _hub_settings(
             s, engine.single_user, engine.jobs_account, engine.notebook_spawner

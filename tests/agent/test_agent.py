@@ -12,8 +12,8 @@ from gpupool.agent.attribute import HostAttributor, ProcessTags
 from gpupool.agent.loop import Agent, AgentError, AgentRefused, HttpReporter
 from gpupool.agent.report import build_report
 from gpupool.clock import SystemClock
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.schemas.agents import NodeReportIn
 from gpupool.server.settings import Settings
 from gpupool.system import SystemSettings, build_system

@@ -25,7 +25,7 @@ from sharing_report import (  # noqa: E402
 )
 
 from gpupool.domain import Enforcement, Share  # noqa: E402
-from gpupool.executors.mps import limits_for  # noqa: E402
+from gpupool.engines.local.mps import limits_for  # noqa: E402
 
 
 def test_share_size_splits_compute_and_memory_evenly_rounding_down():

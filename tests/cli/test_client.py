@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from gpupool.cli.main import app as cli
 from gpupool.clock import SystemClock
 from gpupool.domain import GPU, Allocation, Node, Quota, Tenant, Workload
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.base import Handle
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.common.executor import Handle
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo, TenantRepo, UsageRepo, open_store

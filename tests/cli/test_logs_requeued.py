@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from gpupool.cli.main import app as cli
 from gpupool.clock import ManualClock
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.context import AppContext
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token

@@ -13,9 +13,9 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Workload
-from gpupool.executors.base import ExecState
-from gpupool.executors.local import LocalExecutor
-from tests.executors.conftest import end_all, wait_job
+from gpupool.engines.common.executor import ExecState
+from gpupool.engines.local.executor import LocalExecutor
+from tests.engines.conftest import end_all, wait_job
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as another account as root")
 
@@ -63,7 +63,7 @@ def test_a_program_out_of_the_jobs_accounts_reach_is_named_with_the_account(
 def test_up_checks_that_notebooks_and_jobs_accounts_can_run_their_programs(private_env):
     """`gpupool up` as root runs python3 and the hub's single-user server as an account
     without special rights, and says what cannot start, with the path, account and fix."""
-    from gpupool.engines.local import LocalEngine, LocalOptions
+    from gpupool.engines.local.engine import LocalEngine, LocalOptions
 
     engine = LocalEngine(LocalOptions(node="n1", user_mode="single-user"))
     (problem,) = engine.reach_problems([str(private_env / "bin" / "prog")])

@@ -21,8 +21,8 @@ import httpx
 import psutil
 import pytest
 
-from gpupool.engines.local import mps_base
-from tests.executors.conftest import mkfifo, release, wait_ready
+from gpupool.engines.local.engine import mps_base
+from tests.engines.conftest import mkfifo, release, wait_ready
 from tests.support import end_process, free_hub_port, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -444,7 +444,7 @@ def test_up_with_jupyterhub_starts_and_stops_the_hub(data_dir, workers):
 
 
 def test_up_with_mps_gives_fractional_jobs_mps_limits(data_dir, tmp_path):
-    from tests.executors.conftest import make_fake_mps_binary
+    from tests.engines.conftest import make_fake_mps_binary
 
     binary = make_fake_mps_binary(tmp_path / "bin")
     up = Up(data_dir, free_port(), "--mps", "on", "--mps-binary", binary)

@@ -27,9 +27,9 @@ import httpx
 from gpupool.clock import SystemClock
 from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
-from gpupool.executors.hub_launch import HubLaunchExecutor
+from gpupool.engines.common.hub_launch import HubLaunchExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.hub.config import HubSettings, start_hub, wait_hub_ready
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token

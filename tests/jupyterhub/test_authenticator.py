@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpupool.clock import ManualClock
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.jupyterhub.authenticator import GpupoolAuthenticator
 from gpupool.server.settings import Settings
 from gpupool.store import open_store

@@ -93,7 +93,7 @@ def test_an_engine_that_runs_notebooks_gets_the_remote_spawner_and_its_command(
 ):
     from dataclasses import replace
 
-    from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+    from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
     from gpupool.system import _hub_settings
 
     engine = SlurmEngine(SlurmOptions(notebook_command="/shared/venv/bin/jupyterhub-singleuser -y"))

@@ -11,8 +11,8 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import User
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.jupyterhub.authenticator import GpupoolAuthenticator
 from gpupool.jupyterhub.client import GpupoolAPIError
 from gpupool.jupyterhub.spawner import GpupoolSpawner

@@ -9,8 +9,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from gpupool.clock import ManualClock
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.hub.config import HubSettings
 from gpupool.server.settings import Settings
 from gpupool.store import open_store

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Workload, WorkloadKind
-from gpupool.executors.base import ExecState
-from gpupool.executors.fake import FakeExecutor
-from gpupool.executors.handoff import Grant, LaunchDir
-from gpupool.executors.hub_launch import HubLaunchExecutor
+from gpupool.engines.common.executor import ExecState
+from gpupool.engines.common.handoff import Grant, LaunchDir
+from gpupool.engines.common.hub_launch import HubLaunchExecutor
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.jupyterhub.spawner import GpupoolSpawner
 
 SINGLEUSER = "/root/venv/bin/jupyterhub-singleuser"

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpupool.executors.handoff import Grant
-from gpupool.executors.user_accounts import UserAccounts
+from gpupool.engines.common.handoff import Grant
+from gpupool.engines.local.user_accounts import UserAccounts
 from gpupool.jupyterhub.spawner import GpupoolSpawner, as_account
-from tests.executors.conftest import throwaway_accounts
+from tests.engines.conftest import throwaway_accounts
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching accounts needs root")
 

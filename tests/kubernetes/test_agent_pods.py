@@ -16,9 +16,10 @@ from rich.console import Console
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
 from gpupool.cli import cluster_view
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, KubernetesExecutor
-from gpupool.executors.base import PodRef
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.common.executor import PodRef
+from gpupool.engines.fake.executor import FakeExecutor
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
+from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo

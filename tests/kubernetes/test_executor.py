@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
+from gpupool.engines.common.executor import ExecState, StartError
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
-from gpupool.executors.base import ExecState, StartError
 
 NS = "gpupool-lab"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
+from gpupool.engines.common.executor import ExecState, StartError
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
-from gpupool.executors.base import ExecState, StartError
 from tests.kubernetes.fakeapi import container_env
 
 kv = pytest.importorskip("kubernetes_validate")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpupool.domain import GPUHealth, NodeState, OutsideUse, SharingMode
-from gpupool.engines.base import EngineEnv
-from gpupool.engines.kubernetes import KubernetesEngine
+from gpupool.engines.common.engine import EngineEnv
+from gpupool.engines.kubernetes.engine import KubernetesEngine
 from gpupool.engines.kubernetes.inventory import memory_mib
 
 GFD = {

@@ -18,7 +18,7 @@ import httpx  # noqa: E402
 
 from gpupool.clock import SystemClock  # noqa: E402
 from gpupool.domain import Membership, Role, User  # noqa: E402
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine  # noqa: E402
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine  # noqa: E402
 from gpupool.server.services.accounts import issue_token  # noqa: E402
 from gpupool.server.settings import Settings  # noqa: E402
 from gpupool.store import UserRepo  # noqa: E402

@@ -24,7 +24,7 @@ if not shutil.which("configurable-http-proxy"):
 
 from gpupool.clock import SystemClock  # noqa: E402
 from gpupool.domain import Membership, Role, User  # noqa: E402
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine  # noqa: E402
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine  # noqa: E402
 from gpupool.server.hub.config import HubSettings, start_hub, wait_hub_ready  # noqa: E402
 from gpupool.server.services.accounts import issue_token  # noqa: E402
 from gpupool.server.settings import Settings  # noqa: E402

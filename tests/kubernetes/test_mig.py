@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, SharingMode, Workload
-from gpupool.engines.base import EngineEnv
-from gpupool.engines.kubernetes import KubernetesEngine
+from gpupool.engines.common.engine import EngineEnv
 from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes.engine import KubernetesEngine
 
 kv = pytest.importorskip("kubernetes_validate")
 

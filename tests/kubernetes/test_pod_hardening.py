@@ -19,12 +19,12 @@ import json
 import pytest
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
+from gpupool.engines.common.executor import ExecState
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
-from gpupool.engines.kubernetes import notebook_pods as nb
+from gpupool.engines.kubernetes import notebooks as nb
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.engines.kubernetes.tenancy import TenancySettings, TenantSpec, tenant_objects
-from gpupool.executors.base import ExecState
 
 kv = pytest.importorskip("kubernetes_validate")
 
@@ -92,7 +92,7 @@ def test_a_stopped_or_refused_workloads_secret_is_deleted(kube, api, clock):
     assert (NS, "gp-w2-env") not in _secrets(kube)
     # a pod the quota refuses: its Secret is not left behind
     kube.add_quota(NS, "gpu", 0)
-    from gpupool.executors.base import StartError
+    from gpupool.engines.common.executor import StartError
 
     with pytest.raises(StartError, match="exceeded quota"):
         ex.start(_w("w3"), _alloc("w3"), env={"API_KEY": SECRET})

@@ -12,7 +12,7 @@ import pytest
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
 from gpupool.engines.kubernetes import manifests as m
-from gpupool.engines.kubernetes import notebook_pods as nb
+from gpupool.engines.kubernetes import notebooks as nb
 
 kv = pytest.importorskip("kubernetes_validate")
 

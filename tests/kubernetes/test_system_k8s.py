@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import EventRepo, NodeRepo

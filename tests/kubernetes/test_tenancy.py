@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Membership, Quota, Role, Tenant, TenantTree
-from gpupool.engines.base import EngineEnv
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, TenancySettings
+from gpupool.engines.common.engine import EngineEnv
 from gpupool.engines.kubernetes import tenancy as t
 from gpupool.engines.kubernetes.client import ObjectApi
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
 from gpupool.engines.kubernetes.manifests import namespace_for
+from gpupool.engines.kubernetes.tenancy import TenancySettings
 from gpupool.engines.kubernetes.tenancy_sync import TenancySync
 
 kv = pytest.importorskip("kubernetes_validate")

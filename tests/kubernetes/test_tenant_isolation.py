@@ -18,13 +18,14 @@ from __future__ import annotations
 import pytest
 
 from gpupool.domain import Membership, Role, Tenant, TenantTree
-from gpupool.engines.base import EngineEnv
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine, TenancySettings
+from gpupool.engines.common.engine import EngineEnv
+from gpupool.engines.common.executor import StartError
 from gpupool.engines.kubernetes import tenancy as t
 from gpupool.engines.kubernetes.client import KubeError, ObjectApi
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.engines.kubernetes.manifests import TENANT, namespace_for
-from gpupool.executors.base import StartError
+from gpupool.engines.kubernetes.tenancy import TenancySettings
 from tests.kubernetes.rbac_rules import ENGINE_RULES
 
 RBAC = "rbac.authorization.k8s.io"

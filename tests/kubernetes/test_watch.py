@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
-from gpupool.engines.kubernetes import KubeOptions, KubernetesEngine
+from gpupool.engines.common.executor import ExecState
+from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.engines.kubernetes.manifests import SELECTOR
 from gpupool.engines.kubernetes.watch import Informer
-from gpupool.executors.base import ExecState
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import NodeRepo

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
 from gpupool.domain import GPU, Membership, Node, Quota, Role, SharingMode, Tenant, User
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.context import AppContext
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
 from gpupool.domain import Node, NodeState
-from gpupool.executors.base import PodRef
+from gpupool.engines.common.executor import PodRef
 from gpupool.server.loops.nodewatch import NodeWatchLoop
 from gpupool.server.routes import iter_routes
 from gpupool.server.services.agents import LOST_AFTER_REPORTS

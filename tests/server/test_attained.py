@@ -11,8 +11,8 @@ from dataclasses import replace
 import pytest
 
 from gpupool.domain import WorkloadState
-from gpupool.executors.base import ExecState, ExecStatus
-from gpupool.executors.fake import NeverStarts
+from gpupool.engines.common.executor import ExecState, ExecStatus
+from gpupool.engines.fake.executor import NeverStarts
 from gpupool.server.services import lifecycle
 from gpupool.store import UsageRepo
 

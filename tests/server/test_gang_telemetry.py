@@ -11,8 +11,8 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Node, Quota, Tenant
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.loops.accounting import AccountingLoop
 from gpupool.server.loops.culler import CullerLoop
 from gpupool.server.loops.telemetry import TelemetryLoop

@@ -5,8 +5,8 @@ character."""
 from __future__ import annotations
 
 from gpupool.domain import Quota, Tenant
-from gpupool.executors import logread
-from gpupool.executors.base import ExecutorError
+from gpupool.engines.common import logread
+from gpupool.engines.common.executor import ExecutorError
 from gpupool.server.services import lifecycle
 from gpupool.store import TenantRepo
 

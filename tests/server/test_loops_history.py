@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.domain import Node
-from gpupool.engines.fake import FakeEngine
+from gpupool.engines.fake.engine import FakeEngine
 from gpupool.server.loops.history import HistoryLoop
 from gpupool.server.settings import Settings
 from gpupool.store import GpuPeriod, HistoryRepo, NodeRepo, Retention, open_store

@@ -5,14 +5,14 @@ admissions, re-sent stops, orphaned work, and MPS daemons for shared GPUs."""
 from __future__ import annotations
 
 from gpupool.domain import Allocation, Share, WorkloadState
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
-from gpupool.executors.mps import MPSManager
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
+from gpupool.engines.local.mps import MPSManager
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.store import AllocationRepo, EventRepo, WorkloadRepo
 from gpupool.system import SystemSettings, build_system
-from tests.executors.conftest import make_fake_mps_binary
+from tests.engines.conftest import make_fake_mps_binary
 from tests.support import open_to_others
 
 S = WorkloadState
@@ -53,7 +53,7 @@ def test_vanished_and_forgotten_work_is_lost(world):
 
 
 def test_slow_start_becomes_running_when_the_executor_says_so(world):
-    from gpupool.executors.fake import SlowExecutor
+    from gpupool.engines.fake.executor import SlowExecutor
 
     ex = SlowExecutor(world.clock)
     world.ctx.executor = ex
@@ -210,7 +210,7 @@ def test_would_change_mirrors_apply_status(monkeypatch):
     from dataclasses import replace
 
     from gpupool.domain import Request, Workload, WorkloadState
-    from gpupool.executors.base import ExecState, ExecStatus
+    from gpupool.engines.common.executor import ExecState, ExecStatus
     from gpupool.server.services import lifecycle
     from gpupool.store import WorkloadRecord
 

@@ -109,7 +109,7 @@ def test_a_gpu_found_in_mig_mode_offers_its_instances(world) -> None:
 
 
 def test_relayout_an_engine_cannot_apply_is_undone_and_said(world) -> None:
-    from gpupool.engines.fake import FakeEngine
+    from gpupool.engines.fake.engine import FakeEngine
     from gpupool.server.loops.mig_relayout import MigRelayoutLoop
 
     world.patch("admin", "/gpus/GPU-n1-2", json={"sharing": "mig", "mig_layout": "all-1g.10gb"})

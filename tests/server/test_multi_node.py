@@ -5,7 +5,7 @@ nodes, notebooks, an engine that runs on one node)."""
 from __future__ import annotations
 
 from gpupool.domain import GPU, Node, Quota, Tenant
-from gpupool.executors.local import LocalExecutor
+from gpupool.engines.local.executor import LocalExecutor
 from gpupool.store import NodeRepo, TenantRepo
 
 

@@ -23,8 +23,8 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Membership, Node, Quota, Role, Tenant, User
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.telemetry import TelemetryLoop
 from gpupool.server.services.accounts import issue_token

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from gpupool.domain import Quota, Tenant, WorkloadState
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FailingExecutor, FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FailingExecutor, FakeExecutor
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop, LoopGroup
 from gpupool.server.loops.scheduler import SchedulerLoop
@@ -188,7 +188,7 @@ def test_two_schedulers_racing_never_double_allocate(db, tmp_path):
 
     contexts: list[AppContext] = []
     from gpupool.clock import ManualClock
-    from gpupool.executors.fake import FakeWorld
+    from gpupool.engines.fake.executor import FakeWorld
 
     clock = ManualClock(1_780_000_000.0)
     fake_world = FakeWorld()

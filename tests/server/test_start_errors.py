@@ -13,8 +13,8 @@ import pytest
 
 from gpupool.domain import Allocation, Quota, Tenant, Workload, WorkloadState
 from gpupool.domain.retries import StartRetryPolicy, clock_time
-from gpupool.executors.base import Handle
-from gpupool.executors.fake import FailingExecutor, FakeExecutor
+from gpupool.engines.common.executor import Handle
+from gpupool.engines.fake.executor import FailingExecutor, FakeExecutor
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.store import AllocationRepo, TenantRepo, WorkloadRepo
 

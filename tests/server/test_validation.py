@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
 from gpupool.domain.commands import LINUX_MAX_ARG_STRLEN
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.services.workloads import os_arg_limits
 from gpupool.server.settings import Settings

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from gpupool.clock import ManualClock
-from gpupool.engines.fake import FakeEngine
-from gpupool.executors.fake import FakeExecutor
+from gpupool.engines.fake.engine import FakeEngine
+from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.app import create_app
 from gpupool.server.bus import PRIMARY, Bus
 from gpupool.server.forward import served_locally

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Membership, Quota, Role, Tenant, User
-from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
 from gpupool.server.context import AppContext
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.server.loops.scheduler import SchedulerLoop

@@ -10,7 +10,7 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Quota, Tenant
-from gpupool.engines.base import EngineEnv
+from gpupool.engines.common.engine import EngineEnv
 from gpupool.engines.slurm.accounts import SlurmAccounts, account_mark
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
 from gpupool.engines.slurm.engine import SlurmEngine

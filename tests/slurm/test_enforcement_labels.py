@@ -11,9 +11,9 @@ import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Enforcement
-from gpupool.engines.base import EngineEnv
-from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+from gpupool.engines.common.engine import EngineEnv
 from gpupool.engines.slurm.cli import SlurmCLI
+from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
 from tests.slurm.test_executor_logic import start
 
 #: `scontrol show config` of Slurm 22.05 (abridged), with cgroup.conf's section

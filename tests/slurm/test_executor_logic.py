@@ -13,10 +13,10 @@ from pathlib import Path
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Request, Share, Workload, WorkloadKind
+from gpupool.engines.common.accounts import default_jobs_account
+from gpupool.engines.common.executor import ExecState
 from gpupool.engines.slurm.cli import SlurmCLI
 from gpupool.engines.slurm.executor import SlurmExecutor
-from gpupool.executors.accounts import default_jobs_account
-from gpupool.executors.base import ExecState
 
 
 class FakeSlurm:
@@ -155,8 +155,8 @@ def test_a_restarted_engine_never_marks_gpus_gpupool_holds_as_taken(output_dir):
     """After a restart the executor knows none of its jobs' GPUs; the store's allocations
     (EngineEnv.held) keep a plain job's GPUs off gpupool's own."""
     from gpupool.domain import GPUHealth, OutsideUse
-    from gpupool.engines.base import EngineEnv
-    from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+    from gpupool.engines.common.engine import EngineEnv
+    from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
 
     slurm = FakeSlurm()
     node = {"name": "n1", "state": "mixed", "gres": "gpu:h100:4", "cpus": 8, "real_memory": 1}
@@ -278,7 +278,7 @@ def test_a_gang_jobs_state_is_the_whole_jobs(tmp_path):
 def test_where_every_job_shares_one_account_the_hub_serves_the_first_admin_only(tmp_path):
     """Review F2b on Slurm: jobs and notebooks of all users as one account (not per-user)
     could change each other's notebook homes, so other users' hub notebooks are refused."""
-    from gpupool.executors.hub_launch import HubLaunchExecutor
+    from gpupool.engines.common.hub_launch import HubLaunchExecutor
 
     _, clock, ex = make(tmp_path)
     assert ex.one_account

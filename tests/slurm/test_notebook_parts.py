@@ -74,7 +74,7 @@ def test_a_notebook_endpoint_is_reported_only_once_something_listens(tmp_path):
     import socket
 
     from gpupool.domain import Request, Workload, WorkloadKind
-    from gpupool.executors.base import ExecState
+    from gpupool.engines.common.executor import ExecState
     from tests.slurm.test_executor_logic import make
 
     slurm, _, ex = make(tmp_path)
@@ -98,7 +98,7 @@ def test_a_notebook_endpoint_is_reported_only_once_something_listens(tmp_path):
 
 def test_a_notebook_that_dies_at_once_is_reported_failed_not_served(tmp_path):
     from gpupool.domain import Request, Workload, WorkloadKind
-    from gpupool.executors.base import ExecState
+    from gpupool.engines.common.executor import ExecState
     from tests.slurm.test_executor_logic import make
     from tests.support import free_port
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from gpupool.clock import ManualClock
-from gpupool.engines.base import EngineEnv, EngineError
-from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+from gpupool.engines.common.engine import EngineEnv, EngineError
+from gpupool.engines.common.executor import ExecState
 from gpupool.engines.slurm.cli import SlurmCLI
+from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
 from gpupool.engines.slurm.output import (
     SHARED_DEFAULT,
     blocked_for,
@@ -24,7 +25,6 @@ from gpupool.engines.slurm.output import (
     launch_failure,
     unreachable,
 )
-from gpupool.executors.base import ExecState
 from tests.slurm.test_executor_logic import make, start
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="jobs run as other accounts only as root")

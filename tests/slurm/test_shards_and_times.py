@@ -9,9 +9,9 @@ import os
 import pytest
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
+from gpupool.engines.common.executor import StartError
 from gpupool.engines.slurm.inventory import to_node, with_shards
 from gpupool.engines.slurm.shards import parse_shards, shards_for
-from gpupool.executors.base import StartError
 from tests.slurm.test_executor_logic import make, start
 
 

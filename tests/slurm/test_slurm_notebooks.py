@@ -26,7 +26,7 @@ import jupyterhub
 from gpupool.clock import SystemClock
 from gpupool.domain import Membership, Quota, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
-from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
 from gpupool.server.hub.config import HubSettings, start_hub, wait_hub_ready
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token

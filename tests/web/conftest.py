@@ -27,7 +27,7 @@ class LiveServer:
 
 def build_app(db_url: str, seeded_now: float, **seed_kw: object):
     """A gpupool app over a freshly seeded store, with the dashboard router included."""
-    from gpupool.engines.fake import FakeEngine
+    from gpupool.engines.fake.engine import FakeEngine
     from gpupool.server.settings import Settings
     from gpupool.store import open_store
     from gpupool.system import SystemSettings, build_system

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from gpupool.engines.fake import FakeEngine
+from gpupool.engines.fake.engine import FakeEngine
 from gpupool.server.hub.config import HubSettings
 from gpupool.server.settings import Settings
 from gpupool.store import open_store

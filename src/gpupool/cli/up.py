@@ -23,6 +23,10 @@ HUB_PANEL = "JupyterHub"
 LOCAL_PANEL = "Local engine (--engine local)"
 KUBE_PANEL = "Kubernetes engine (--engine kubernetes)"
 SLURM_PANEL = "Slurm engine (--engine slurm)"
+#: Engines `gpupool up --engine` offers.
+AVAILABLE = ("local", "kubernetes", "slurm")
+#: Engines named in `--engine` that do not exist yet -> the issue that adds them.
+PLANNED: dict[str, int] = {}
 
 
 def default_data_dir() -> Path:
@@ -298,8 +302,7 @@ def _choose_workers(requested: str) -> int:
 
 def _engine(name: str, kube: dict | None = None, slurm: dict | None = None, **local: object):  # noqa: ANN003, ANN202
     """The engine `--engine` names (an Engine)."""
-    from gpupool.engines import AVAILABLE, PLANNED
-    from gpupool.engines.local import LocalEngine, LocalOptions
+    from gpupool.engines.local.engine import LocalEngine, LocalOptions
 
     if name in PLANNED:
         _say(
@@ -311,13 +314,9 @@ def _engine(name: str, kube: dict | None = None, slurm: dict | None = None, **lo
         _say(f"error: --engine must be one of {', '.join((*AVAILABLE, *PLANNED))}, not {name!r}")
         raise typer.Exit(2)
     if name == "kubernetes":
-        from gpupool.engines.kubernetes import (
-            KubeOptions,
-            KubernetesEngine,
-            PodSettings,
-            TenancySettings,
-        )
-        from gpupool.engines.kubernetes.manifests import PSA_LEVELS
+        from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
+        from gpupool.engines.kubernetes.manifests import PSA_LEVELS, PodSettings
+        from gpupool.engines.kubernetes.tenancy import TenancySettings
 
         k = kube or {}
         uid = int(k.get("run_as_user") or PodSettings.run_as_user)
@@ -341,7 +340,7 @@ def _engine(name: str, kube: dict | None = None, slurm: dict | None = None, **lo
             KubeOptions(kubeconfig=k.get("kubeconfig"), pods=pods, tenancy=tenancy)
         )
     if name == "slurm":
-        from gpupool.engines.slurm import SlurmEngine, SlurmOptions
+        from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
 
         return SlurmEngine(SlurmOptions(**{k: v for k, v in (slurm or {}).items() if v}))
     return LocalEngine(LocalOptions(**local))  # type: ignore[arg-type]

@@ -1,16 +1,10 @@
-"""Cluster engines: an executor, an inventory of nodes and GPUs, and a telemetry source
-(see `gpupool.engines.base`). `local` runs work on this host; `kubernetes` runs it as pods
-of a cluster (`gpupool.engines.kubernetes`); `slurm` runs it as batch jobs of a Slurm
-cluster (`gpupool.engines.slurm`); `fake` serves the tests.
+"""Engines: where work runs. Each engine is one folder with the same files (`engine.py`: the
+engine and its options; `executor.py`; `inventory.py`; `notebooks.py` where it runs them):
+`local` runs work on this host, `kubernetes` as pods of a cluster, `slurm` as batch jobs of
+a Slurm cluster, `fake` serves the tests, `template` is the one to copy. `common` holds the
+contract (`common.engine`, `common.executor`) and what several engines share; `registry`
+names the engines `gpupool up --engine NAME` offers. See docs/architecture.md.
 
-`gpupool up --engine NAME` picks one.
+Package faces import nothing: the local engine's job launcher runs as
+``python -m gpupool.engines.local.launcher`` for every job and must stay light.
 """
-
-from gpupool.engines.base import Engine, EngineEnv, EngineError, NodeTelemetry
-
-#: Engines `gpupool up --engine` offers.
-AVAILABLE = ("local", "kubernetes", "slurm")
-#: Engines named in `--engine` that do not exist yet -> the issue that adds them.
-PLANNED: dict[str, int] = {}
-
-__all__ = ["AVAILABLE", "PLANNED", "Engine", "EngineEnv", "EngineError", "NodeTelemetry"]

@@ -14,7 +14,7 @@ A KubeSpawner whose pod is not created by the hub:
    read; deleted when the pod ends);
 3. once admitted, gpupool's kubernetes engine creates the pod in the tenant's namespace,
    pinned to the node and GPUs it chose, with the user's home PVC
-   (`engines/kubernetes/notebook_pods.py`); when it runs, the workload's `endpoint`
+   (`engines/kubernetes/notebooks.py`); when it runs, the workload's `endpoint`
    ("http://<pod IP>:<port>") is what `start()` returns to the hub;
 4. `poll()` asks gpupool (not the Kubernetes API), `stop()` cancels the workload (gpupool
    deletes the pod). The hub needs no RBAC on pods for this spawner.

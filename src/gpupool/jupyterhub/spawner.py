@@ -31,7 +31,7 @@ from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid
 from tornado import web
 from traitlets import Bool, Float, Unicode
 
-from gpupool.executors.handoff import Grant, LaunchDir
+from gpupool.engines.common.handoff import Grant, LaunchDir
 from gpupool.jupyterhub import notices
 from gpupool.jupyterhub.options import asks_gpu
 from gpupool.jupyterhub.queueing import (  # noqa: F401 - re-exported for the tests and callers

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from gpupool import __version__
 from gpupool.clock import Clock
-from gpupool.executors.base import Executor
+from gpupool.engines.common.executor import Executor
 from gpupool.server import problems
 from gpupool.server.agentmetrics import AgentTelemetryCollector
 from gpupool.server.context import AppContext

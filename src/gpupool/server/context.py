@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from gpupool.clock import Clock
-from gpupool.executors.base import Executor
+from gpupool.engines.common.executor import Executor
 from gpupool.server.bus import AUTH_CHANGED, PRIMARY, wake
 from gpupool.server.settings import Settings
 from gpupool.store import Store

@@ -35,7 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpupool.domain import Allocation, Workload
-from gpupool.executors.base import ExecStatus, Executor, ExecutorError, Handle, RunningProcess
+from gpupool.engines.common.executor import (
+    ExecStatus,
+    Executor,
+    ExecutorError,
+    Handle,
+    RunningProcess,
+)
 from gpupool.server.bus import PRIMARY, Bus
 from gpupool.server.context import AppContext
 from gpupool.server.serving import make_server, settle_heap, stop_on_signals

@@ -10,8 +10,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from gpupool.engines.base import EngineError
-from gpupool.executors import logread
+from gpupool.engines.common import logread
+from gpupool.engines.common.engine import EngineError
 
 
 class KubeError(Exception):

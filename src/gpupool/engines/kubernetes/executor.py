@@ -23,7 +23,7 @@
   as `ExecState.REJECTED` with the reason from its conditions or events; the workload is
   requeued, and the engine re-reads its nodes (`on_rejected`).
 - a notebook (no command) is built from the pod template the hub's spawner sent
-  (`notebook_pods.py`, read through `pod_spec`); once its pod runs, `poll` reports its
+  (`notebooks.py`, read through `pod_spec`); once its pod runs, `poll` reports its
   `endpoint` ("http://<pod IP>:<port>") for the spawner to hand to the hub's proxy.
 - `stop` deletes the pod with the grace period; `tick` force-deletes (grace 0) what is still
   there once the grace has passed on the executor's clock.
@@ -45,9 +45,20 @@ from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
+from gpupool.engines.common import logread
+from gpupool.engines.common.executor import (
+    ExecState,
+    ExecStatus,
+    Executor,
+    ExecutorError,
+    Handle,
+    PodRef,
+    RunningProcess,
+    StartError,
+)
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
-from gpupool.engines.kubernetes import notebook_pods as nb
+from gpupool.engines.kubernetes import notebooks as nb
 from gpupool.engines.kubernetes import pod_logs
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.env_secrets import EnvSecrets
@@ -59,17 +70,6 @@ from gpupool.engines.kubernetes.podstatus import (
     status_of,
 )
 from gpupool.engines.kubernetes.tenancy_sync import ensure_namespace_of
-from gpupool.executors import logread
-from gpupool.executors.base import (
-    ExecState,
-    ExecStatus,
-    Executor,
-    ExecutorError,
-    Handle,
-    PodRef,
-    RunningProcess,
-    StartError,
-)
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ required node affinity to its node, the GPU limit, the annotations) plus:
   `publishNotReadyAddresses`) selecting the gang's pods: each pod is reachable as
   `<pod>.<service>` — the names an Indexed Job would give (`<job>-<index>.<service>`), so a
   script written for one works;
-* the gang environment (`gpupool.executors.gangenv`): MASTER_ADDR = rank 0's DNS name,
+* the gang environment (`gpupool.engines.common.gangenv`): MASTER_ADDR = rank 0's DNS name,
   MASTER_PORT, NNODES, NPROC_PER_NODE, GPUS_PER_NODE, WORLD_SIZE, and its own NODE_RANK, in
   the spec (the workload's declared `env` is read from its one Secret, shared by the pods);
 * the label `gpupool.dev/gang-rank` and the annotation `gpupool.dev/gang-size`.
@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.engines.common.gangenv import DEFAULT_MASTER_PORT, gang_env
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes.client import KubeError
-from gpupool.executors.gangenv import DEFAULT_MASTER_PORT, gang_env
 
 if TYPE_CHECKING:
     from gpupool.engines.kubernetes.client import KubeApi, ObjectApi

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from gpupool.engines.common import logread
+from gpupool.engines.common.executor import ExecutorError
 from gpupool.engines.kubernetes.client import KubeApi, KubeError
-from gpupool.executors import logread
-from gpupool.executors.base import ExecutorError
 
 
 def _pod_log(api: KubeApi, namespace: str, pod: str, tail_lines: int | None) -> Iterator[bytes]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpupool.engines.common.executor import ExecState, ExecStatus
 from gpupool.engines.kubernetes import manifests as m
-from gpupool.engines.kubernetes import notebook_pods as nb
-from gpupool.executors.base import ExecState, ExecStatus
+from gpupool.engines.kubernetes import notebooks as nb
 
 
 def started_at(pod: Mapping[str, Any], default: float) -> float:

@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpupool.executors.base import ExecutorError
+from gpupool.engines.common.executor import ExecutorError
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 

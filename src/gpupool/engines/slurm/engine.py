@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupool.domain import Enforcement, Node, Tenant
-from gpupool.engines.base import Engine, EngineEnv, EngineError
+from gpupool.engines.common.engine import Engine, EngineEnv, EngineError
+from gpupool.engines.common.executor import Executor
 from gpupool.engines.slurm.accounts import DEFAULT_PREFIX, SlurmAccounts
 from gpupool.engines.slurm.cli import SlurmCLI, SlurmError
 from gpupool.engines.slurm.executor import PREFIX, SlurmExecutor
@@ -39,7 +40,6 @@ from gpupool.engines.slurm.inventory import (
 )
 from gpupool.engines.slurm.output import default_output_dir, refusal, unreachable
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
-from gpupool.executors.base import Executor
 
 log = logging.getLogger(__name__)
 

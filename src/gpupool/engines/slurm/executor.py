@@ -11,13 +11,13 @@ A multi-node allocation (a gang) is one job on the nodes gpupool chose, GPUs per
     sbatch ... --nodes=<N> --nodelist=<node>,<node>,... --ntasks-per-node=1 --gres=gpu:<type>:<G>
 
 and its script runs the command once per node through ``srun --kill-on-bad-exit=1`` (one
-node failing ends them all) with the environment of `executors.gangenv`: ``MASTER_ADDR`` is
+node failing ends them all) with the environment of `engines.common.gangenv`: ``MASTER_ADDR`` is
 Slurm's first node of the job (where the batch script runs), ``NODE_RANK`` Slurm's
 ``SLURM_NODEID``. Its state is the state of the whole job.
 
 (`--uid`/`--gid` when gpupool runs as root: the job runs as the owner's own Unix account,
-never root, resolved as the local executor does, `executors.accounts`). The script `exec`s the
-workload's command; its environment is the local executor's allowlist (`executors.jobenv`),
+never root, resolved as the local executor does, `engines.common.accounts`). The script `exec`s the
+workload's command; its environment is the local executor's allowlist (`engines.common.jobenv`),
 exported inside the script (`jobscript`): sbatch itself runs with the server's fixed
 environment (`cli`), never the workload's.
 Slurm binds the GPUs itself (``CUDA_VISIBLE_DEVICES`` are Slurm's indices on the node). A
@@ -58,6 +58,22 @@ from typing import Any
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
+from gpupool.engines.common import logread, reruns
+from gpupool.engines.common.accounts import (
+    Account,
+    default_jobs_account,
+    server_account,
+    unprivileged,
+)
+from gpupool.engines.common.executor import (
+    ExecState,
+    ExecStatus,
+    Executor,
+    Handle,
+    RunningProcess,
+    StartError,
+)
+from gpupool.engines.common.jobenv import job_environment, passed_names
 from gpupool.engines.slurm.cli import (
     SlurmCLI,
     SlurmError,
@@ -71,22 +87,6 @@ from gpupool.engines.slurm.jobscript import EXPORT, gang_script, stop_comment, w
 from gpupool.engines.slurm.notebooks import notebook_script, port_file, serving
 from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure, prune_outputs
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
-from gpupool.executors import logread, reruns
-from gpupool.executors.accounts import (
-    Account,
-    default_jobs_account,
-    server_account,
-    unprivileged,
-)
-from gpupool.executors.base import (
-    ExecState,
-    ExecStatus,
-    Executor,
-    Handle,
-    RunningProcess,
-    StartError,
-)
-from gpupool.executors.jobenv import job_environment, passed_names
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class SlurmExecutor(Executor):
     @property
     def one_account(self) -> bool:
         """Every user's work shares one account unless jobs run as their owners (`_account`);
-        the hub then serves the first admin only (`executors.hub_launch`)."""
+        the hub then serves the first admin only (`engines.common.hub_launch`)."""
         return not self.per_user
 
     def poll(self, workload_id: str) -> ExecStatus:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpupool.domain import Share
+from gpupool.engines.common.executor import StartError
 from gpupool.engines.slurm.inventory import mig_gres_type, slurm_prefix
 from gpupool.engines.slurm.shards import shards_for
-from gpupool.executors.base import StartError
 
 
 def gres_option(

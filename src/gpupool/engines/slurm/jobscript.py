@@ -3,7 +3,7 @@
 gpupool runs ``sbatch`` as the server (root in per-user mode) with the server's own fixed
 environment (`cli`) and ``--export=NONE`` (`EXPORT`), so neither a workload's variables nor
 the server's reach ``sbatch`` or the job by that route (security review F1). The job's
-environment (`executors.jobenv`: the allowlist, the account's ``HOME``/``USER``/..., what the
+environment (`engines.common.jobenv`: the allowlist, the account's ``HOME``/``USER``/..., what the
 workload declares, gpupool's own) is written into the script instead by `with_environment`:
 right after ``#!/bin/sh`` and `START_GUARD`, one ``export NAME='value'`` line per variable,
 each value quoted with `shlex.quote`, so spaces, quotes, ``$``, backquotes and newlines reach
@@ -38,7 +38,7 @@ import shlex
 from collections.abc import Mapping
 
 from gpupool.domain import Allocation
-from gpupool.executors.gangenv import gang_env
+from gpupool.engines.common.gangenv import gang_env
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ Each pass:
    stopped: gpupool never leaves unaccounted work on a GPU;
 6. once an hour, the executor's state and logs of work that ended `keep_finished_s` ago
    (30 days) are removed;
-7. with an `MPSManager`, the MPS daemons of this node's `shared` GPUs are kept up;
+7. with the engine's MPS daemons (`MPSDaemons`), those of this node's `shared` GPUs are kept up;
 8. the enforcement the executor really applied (e.g. `policed` instead of `mps` when no
    healthy daemon could serve the job's Unix user) replaces what the scheduler asked for on
    the allocation's shares, with a `workload.enforcement` event: never claim more than is
@@ -31,8 +31,8 @@ import logging
 from dataclasses import dataclass, field
 
 from gpupool.domain import Enforcement, Event, SharingMode, WorkloadState
-from gpupool.executors.base import ExecState, ExecutorError
-from gpupool.executors.mps import MPSManager
+from gpupool.engines.common.engine import MPSDaemons
+from gpupool.engines.common.executor import ExecState, ExecutorError
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle
@@ -72,7 +72,7 @@ class ReconcilerLoop(Loop):
         interval_s: float = 2.0,
         launch_grace_s: float = 60.0,
         keep_finished_s: float = 30 * 86400.0,
-        mps: MPSManager | None = None,
+        mps: MPSDaemons | None = None,
         node: str | None = None,
     ):
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())

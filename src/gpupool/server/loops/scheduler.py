@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.domain.retries import backing_off, retry_reason
-from gpupool.executors.base import ExecState, ExecStatus, ExecutorError, Handle, StartError
+from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError, Handle, StartError
 from gpupool.scheduler import Decisions, SchedulerCache, Snapshot, cycle
 from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import PendingInfo

@@ -45,7 +45,7 @@ from gpupool.telemetry import (
 )
 
 if TYPE_CHECKING:
-    from gpupool.engines.base import NodeTelemetry
+    from gpupool.engines.common.engine import NodeTelemetry
 
 log = logging.getLogger(__name__)
 ENFORCED = (Enforcement.MPS, Enforcement.HARDWARE)

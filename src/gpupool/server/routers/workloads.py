@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 
 from gpupool.domain import ValidationError, WorkloadState
-from gpupool.executors import logread
+from gpupool.engines.common import logread
 from gpupool.server.auth import Principal, authenticated
 from gpupool.server.context import AppContext, get_ctx
 from gpupool.server.schemas.workloads import (

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.domain import GPU, Event, GPUHealth, Node, NodeState
-from gpupool.executors.base import PodRef
+from gpupool.engines.common.executor import PodRef
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import NotAuthenticated, PermissionDenied

@@ -17,7 +17,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from gpupool.domain import Workload, WorkloadState
-from gpupool.executors.base import ExecState, ExecStatus, ExecutorError
+from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError
 from gpupool.server.context import AppContext
 from gpupool.store import WorkloadRecord, WorkloadRepo
 

@@ -1,5 +1,5 @@
 """A workload's output, read with bounded memory (review F6): the whole of it streamed, a
-page from a byte offset, or the last lines read from the end (gpupool.executors.logread).
+page from a byte offset, or the last lines read from the end (gpupool.engines.common.logread).
 
 Every form answers `{workload_id, state, runs, note, text}` (pages add `offset` and
 `next_offset`); the whole read is that same JSON object written as the log is read, so a
@@ -7,7 +7,7 @@ Every form answers `{workload_id, state, runs, note, text}` (pages add `offset` 
 
 Work that was preempted and requeued keeps its earlier runs' output (issue 30 item 4): while
 it waits to run again its log is that output, and `note` says it was requeued; once it runs
-again, the new run follows a separator line (gpupool.executors.reruns). Work that never ran
+again, the new run follows a separator line (gpupool.engines.common.reruns). Work that never ran
 has no output, and the executor is not asked.
 """
 
@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.domain import Workload, WorkloadState
-from gpupool.executors import logread, reruns
-from gpupool.executors.base import ExecutorError, NotSupported
+from gpupool.engines.common import logread, reruns
+from gpupool.engines.common.executor import ExecutorError, NotSupported
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied

@@ -31,8 +31,8 @@ from gpupool.domain.commands import (
     check_declared_env,
 )
 from gpupool.domain.profiles import Profile
-from gpupool.executors.handoff import is_hub_launched
-from gpupool.executors.hub_launch import HubLaunchExecutor
+from gpupool.engines.common.handoff import is_hub_launched
+from gpupool.engines.common.hub_launch import HubLaunchExecutor
 from gpupool.scheduler.admissible import never_runs
 from gpupool.scheduler.limits import TENANT
 from gpupool.scheduler.waits import PlannedPreemption, planned_preemptions
@@ -297,7 +297,7 @@ def check_pending_cap(repo: WorkloadRepo, owner: str, cap: int) -> None:
 def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str], owner: str) -> None:
     """A pod template comes only with a notebook without a command (its pod says what runs),
     and mounts no PVC but `owner`'s home."""
-    from gpupool.engines.kubernetes.notebook_pods import TemplateError, check_template
+    from gpupool.engines.kubernetes.notebooks import TemplateError, check_template
 
     if kind is not WorkloadKind.NOTEBOOK or command:
         raise ValidationError("pod_spec is for a notebook without a command", "pod_spec")

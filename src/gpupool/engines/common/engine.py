@@ -1,0 +1,182 @@
+"""The engine contract: where work runs, where nodes and GPUs come from, where GPU readings
+come from.
+
+gpupool is assembled around one engine (`gpupool.system.build_system`):
+
+- `open(env)` prepares the engine (finds the GPUs, starts its helpers) and returns its
+  **executor** (`gpupool.engines.common.executor.Executor`): what runs workloads;
+- `inventory()` is the **nodes** with their GPUs the engine offers now, registered in the
+  store at start (the local engine: this host, through NVML or simulated GPUs; a cluster
+  engine: its nodes, from the Kubernetes API or `sinfo --json`);
+- `telemetry()` is the **GPU sources** this process samples, one per node (the local engine
+  samples its own host in-process; a cluster engine's nodes report through agents instead);
+- `mps()` is the CUDA MPS daemons the engine keeps for one node's `shared` GPUs, if any;
+- `shared_enforcement` is what enforces fractional shares (`mps` or `policed`);
+- `describe()` is what `gpupool up` prints about it.
+
+Adding an engine is a folder of `gpupool.engines` (copy `engines/template/`) and one line in
+`gpupool.engines.registry`; the scheduler, the API and the dashboard do not change.
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpupool.clock import Clock
+from gpupool.domain import Enforcement, Membership, Node, Tenant, TenantTree
+from gpupool.engines.common.executor import Executor
+from gpupool.telemetry import GPUSource
+
+
+class MPSDaemons(Protocol):
+    """The CUDA MPS daemons an engine keeps for one node's `shared` GPUs (the local engine's
+    `MPSManager`); the reconciler keeps them equal to the node's shared GPUs."""
+
+    def manage(self, gpu_uuids: Iterable[str]) -> None:
+        """The GPUs that should have a daemon now; the others' are stopped."""
+
+    def ensure_all(self) -> dict[str, bool]:
+        """Start what is missing or crashed; GPU uuid -> healthy."""
+
+
+class EngineError(Exception):
+    """The engine cannot start as configured; the message says what to do."""
+
+
+def _print(message: str, loud: bool = False) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class EngineEnv:
+    """What the system gives an engine when it opens it.
+
+    data_dir: where the engine keeps state (job files, MPS pipes); None for engines that
+        keep none (the fake engine of the tests).
+    record(kind, message, data): add an event to the store (e.g. an MPS daemon restarted).
+    say(message, loud=False): tell the operator (`gpupool up` prints it).
+    tenants(): the tenants as stored now (an engine that mirrors them, e.g. as Slurm accounts).
+    held(): the GPU uuids gpupool's active allocations hold now.
+    pod_spec(workload_id): the pod template a notebook was submitted with (Kubernetes).
+    """
+
+    clock: Clock
+    data_dir: Path | None = None
+    record: Callable[[str, str, Mapping[str, object]], None] = lambda kind, message, data: None
+    say: Callable[..., None] = _print
+    tenants: Callable[[], Sequence[Tenant]] = lambda: ()
+    held: Callable[[], Collection[str]] = lambda: ()
+    #: a notebook's pod template as its spawner submitted it (None: none), by workload id
+    pod_spec: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
+
+
+@dataclass(frozen=True)
+class NodeTelemetry:
+    """One node's GPUs as this process samples them. `kill(pid)` ends a process found where
+    it must not be (None: the telemetry loop's default, SIGKILL or off a simulated GPU);
+    `mps_daemons()` names the MPS server processes (pid -> GPU uuid) that are no job's;
+    `police_unowned`: a process no workload owns on a held GPU is acted on (per-user mode)."""
+
+    node: str
+    source: GPUSource
+    kill: Callable[[int], None] | None = None
+    mps_daemons: Callable[[], Mapping[int, str]] | None = None
+    police_unowned: bool = False
+
+
+class Engine(ABC):
+    """A cluster engine (see the module docstring). Open it once, close it on shutdown."""
+
+    #: What `gpupool up --engine` calls it.
+    name: str = "engine"
+    #: Re-read `inventory()` this often (seconds) and register what changed; None: the
+    #: nodes are read once at start (the local engine: this host does not change).
+    inventory_interval_s: float | None = None
+    #: The JupyterHub spawner class of this engine's notebooks: None, the hub's host runs
+    #: them (`GpupoolSpawner`); else one that has the engine run them (Slurm:
+    #: `gpupool.jupyterhub.remote.RemoteNotebookSpawner`).
+    notebook_spawner: str | None = None
+
+    def inventory_due(self) -> bool:
+        """Whether the inventory should be re-read now, before its interval is up (e.g. a
+        pod stayed Pending: its node's capacity changed). Default: never."""
+        return False
+
+    def sync_tenants(self, tenants: TenantTree, memberships: Sequence[Membership]) -> None:
+        """Make the engine's per-tenant objects match `tenants` and `memberships` (the
+        kubernetes engine: namespaces, quotas, RoleBindings...). Called at start and on every
+        inventory-loop pass; cheap when nothing changed. Default: nothing to do."""
+        return None
+
+    @abstractmethod
+    def open(self, env: EngineEnv) -> Executor:
+        """Prepare the engine and return its executor. Raises `EngineError`."""
+
+    @abstractmethod
+    def inventory(self) -> list[Node]:
+        """The nodes (with their GPUs) this engine offers now; registered at start."""
+
+    def telemetry(self) -> list[NodeTelemetry]:
+        """The GPU sources this process samples. Default: none (nodes report by agents)."""
+        return []
+
+    def mps(self) -> tuple[MPSDaemons, str] | None:
+        """The MPS daemons the engine keeps, with the node whose `shared` GPUs they serve
+        (the reconciler keeps them up). Default: none."""
+        return None
+
+    @property
+    def shared_enforcement(self) -> Enforcement:
+        """What enforces fractional shares on `shared` GPUs. Default: policing."""
+        return Enforcement.POLICED
+
+    @property
+    def single_user(self) -> bool:
+        """Whether work runs without a directory of accounts (single-user mode: the server's
+        own account, or with the local engine as root, accounts gpupool makes per user), not
+        as its owners' existing accounts."""
+        return True
+
+    @property
+    def notebook_command(self) -> list[str] | None:
+        """The single-user notebook server as the engine's nodes run it (with
+        `notebook_spawner`); None: the hub's own (`jupyterhub-singleuser` of this Python)."""
+        return None
+
+    @property
+    def jobs_account(self) -> str | None:
+        """The unprivileged account single-user work runs as when it is not the server's own
+        (gpupool runs as root); None otherwise."""
+        return None
+
+    def apply_mig_layout(self, node: str, gpu_uuid: str, layout: str) -> str | None:
+        """Cut GPU `gpu_uuid` of `node` into MIG `layout` (the optional idle re-layout);
+        None when done, else why not. Default: this engine changes no MIG layouts."""
+        return (
+            f"the {self.name} engine does not change MIG layouts; set them with nvidia-smi mig, "
+            "mig-parted or the GPU Operator's MIG manager"
+        )
+
+    def describe(self) -> list[tuple[str, bool]]:
+        """(line, loud) that `gpupool up` prints about this engine once it is open."""
+        return []
+
+    def reach_problems(self, notebook_command: Sequence[str] | None) -> list[str]:
+        """Checked once open: what the accounts work runs as cannot run here, each naming
+        the path, the account and the fix: ``python3`` for jobs and, when JupyterHub runs,
+        `notebook_command` (its single-user server) for notebooks. Default: nothing checked
+        (the engine's nodes are not this host)."""
+        return []
+
+    def follow(self, wake: Callable[[str], None]) -> None:  # noqa: B027 - optional hook
+        """Start following the engine's own change feeds (the kubernetes engine's watches),
+        calling `wake(loop name)` (e.g. "reconciler", "inventory") when something changed.
+        Called once the server's loops run by themselves; not when tests drive them."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Stop the engine's helpers (not the work: running work keeps running)."""
