@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from gpupool.domain import GPUHealth, NodeState
 from gpupool.scheduler import Policy, SchedulerConfig, Snapshot, cycle
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CapacityIndex
+from gpupool.scheduler.types import PendingInfo, pending_info
 from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
 from tests.scheduler.test_properties import CONFIG_CHOICES, scenarios
 
@@ -159,6 +161,8 @@ def _index_state(cap: CapacityIndex) -> tuple:
         cap.node_held,
         cap.node_ready,
         cap.gpu_ok,
+        cap.node_free_milli,
+        cap.node_whole_free,
         cap.total_gpu_milli(),
         buckets(cap.whole),
         buckets(cap.whole_unshared),
@@ -373,3 +377,12 @@ def test_a_user_at_a_cap_keeps_the_one_by_one_walk():
     assert [a.workload_id for a in d.admissions] == ["ann1a"]
     assert d.pending["annA"].reason == d.pending["ann1b"].reason  # ann's cap
     assert d.pending["annA"].reason != d.pending["bobA"].reason
+
+
+def test_pending_info_built_through_its_slots_equals_the_dataclass():
+    a = pending_info("waiting", 3, 2)
+    b = PendingInfo("waiting", 3, 2)
+    assert a == b and hash(a) == hash(b) and repr(a) == repr(b)
+    assert dataclasses.replace(a, position=4) == PendingInfo("waiting", 4, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.reason = "x"  # type: ignore[misc]

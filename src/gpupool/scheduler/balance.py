@@ -33,8 +33,7 @@ def _shares(
     """(free GPU share, min(free CPU share, free memory share)) of node `n` once the given
     resources are taken there."""
     gpus = cap.node_gpus[n]
-    free_milli = cap.free_milli
-    gfree = sum(m for g in gpus if (m := free_milli[g]) > 0) - gpu_milli
+    gfree = cap.node_free_milli[n] - gpu_milli
     g_share = gfree / (len(gpus) * MILLI_PER_GPU) if gpus else 0.0
     ctot, mtot = cap.cpu_total[n], cap.mem_total[n]
     c_share = (cap.free_cpu[n] - cpu_milli) / ctot if ctot else 1.0
@@ -66,9 +65,8 @@ def whole_imbalance(
 
 
 def whole_free(cap: CapacityIndex, n: int) -> int:
-    """Whole free GPUs (all milli and memory free) on node `n`."""
-    fm, fg, tot = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
-    return sum(1 for g in cap.node_gpus[n] if fm[g] >= MILLI_PER_GPU and fg[g] >= tot[g])
+    """Whole free GPUs (all milli and memory free) on node `n` (kept by the index)."""
+    return cap.node_whole_free[n]
 
 
 def whole_free_gpu(cap: CapacityIndex, g: int) -> bool:

@@ -222,6 +222,11 @@ class CapacityIndex:
         self._held: list[int] = []
         #: held node -> (CPU milli, memory MiB) its holder asks for: kept free on the node
         self.held_host: dict[int, tuple[int, int]] = {}
+        #: per node, kept by `_refile` (every change of free GPU resources is refiled before
+        #: placement reads them): its GPUs' positive free milli summed, and how many of its
+        #: GPUs are whole free (all milli and memory), healthy or not (gpupool.scheduler.balance)
+        self.node_free_milli: list[int] = [0] * len(self.nodes)
+        self.node_whole_free: list[int] = [0] * len(self.nodes)
         #: what each running workload takes (in snapshot order; at construction only)
         self.running_takes: list[Takes] = [self.takes_of(rw) for rw in running]
         for t in self.running_takes:
@@ -287,8 +292,23 @@ class CapacityIndex:
     def is_whole_free(self, g: int) -> bool:
         return self.free_milli[g] >= MILLI_PER_GPU and self.free_gmem[g] >= self.gpu_total_mem[g]
 
+    def _sum_node(self, n: int) -> None:
+        """`node_free_milli[n]` and `node_whole_free[n]` from the GPUs' free resources."""
+        free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
+        milli = whole = 0
+        for g in self.node_gpus[n]:
+            fm = free_milli[g]
+            if fm > 0:
+                milli += fm
+                if fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
+                    whole += 1
+        self.node_free_milli[n] = milli
+        self.node_whole_free[n] = whole
+
     def _load_indexes(self) -> None:
         """Build the indexes for all nodes at once (what `_refile` does node by node)."""
+        for n in range(len(self.nodes)):
+            self._sum_node(n)
         free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
         ok, shared, gmodel = self.gpu_ok, self.gpu_shared, self.gpu_model
         whole: dict[str, list] = {m: [] for m in self.models}
@@ -326,9 +346,14 @@ class CapacityIndex:
         ok, shared, gmodel = self.gpu_ok, self.gpu_shared, self.gpu_model
         models = self.node_models[n]
         counts = {m: [0, 0] for m in models}
+        node_milli = node_whole = 0
         for g in self.node_gpus[n]:
             good = usable and ok[g]
             fm = free_milli[g]
+            if fm > 0:
+                node_milli += fm
+                if fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
+                    node_whole += 1
             if shared[g]:
                 key = (fm, max(free_gmem[g], 0)) if good and fm > 0 else None
                 self.frac[gmodel[g]].set(g, key)
@@ -337,6 +362,8 @@ class CapacityIndex:
                 c[0] += 1
                 if not shared[g]:
                     c[1] += 1
+        self.node_free_milli[n] = node_milli
+        self.node_whole_free[n] = node_whole
         for model, (every, unshared) in counts.items():
             self.whole[model].set(n, every or None)
             self.whole_unshared[model].set(n, unshared or None)

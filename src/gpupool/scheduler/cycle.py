@@ -73,6 +73,7 @@ from gpupool.scheduler.types import (
     RunningWorkload,
     SchedulerConfig,
     Snapshot,
+    pending_info,
 )
 from gpupool.scheduler.waits import Waits
 
@@ -238,7 +239,7 @@ class _Cycle(ReclaimSteps):
         k = (why, position, tenant_position)
         pi = self.infos.get(k)
         if pi is None:
-            pi = self.infos[k] = PendingInfo(why, position, tenant_position)
+            pi = self.infos[k] = pending_info(why, position, tenant_position)
         return pi
 
     def _cap_reached(self) -> bool:
@@ -333,7 +334,7 @@ class _Cycle(ReclaimSteps):
                     try_tail = True
                     if t in self.stopped_tenants:
                         n += 1
-                        info[w.id] = PendingInfo(why, n, r)
+                        info[w.id] = pending_info(why, n, r)
                         break
                 n += 1
                 info[w.id] = self._info(why, n, r)
@@ -373,7 +374,7 @@ class _Cycle(ReclaimSteps):
         infos = self.infos
         keys = list(zip(whys, range(n + 1, n + 1 + m), repeat(r, m), strict=True))
         for k in list(filterfalse(infos.__contains__, keys)):
-            infos[k] = PendingInfo(*k)
+            infos[k] = pending_info(*k)
         self.info.update(zip(islice(tl.ids, i, None), map(infos.__getitem__, keys), strict=True))
         return n + m
 
@@ -575,7 +576,7 @@ class _Cycle(ReclaimSteps):
             )
             for _, w, _, _ in q[i:]:
                 n += 1
-                info[w.id] = PendingInfo(why, n, r)
+                info[w.id] = pending_info(why, n, r)
         self.waits.apply(info)
         self._say_requeued(info)
         return Decisions(

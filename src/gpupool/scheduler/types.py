@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Node, TenantTree, Workload
 
@@ -179,6 +180,26 @@ class PendingInfo:
     position: int
     tenant_position: int
     wait: Wait | None = None
+
+
+_PI: Any = PendingInfo
+_new = object.__new__
+_set_reason = _PI.reason.__set__
+_set_position = _PI.position.__set__
+_set_tenant_position = _PI.tenant_position.__set__
+_set_wait = _PI.wait.__set__
+
+
+def pending_info(reason: str, position: int, tenant_position: int) -> PendingInfo:
+    """`PendingInfo(reason, position, tenant_position)` (no wait), built through its slots
+    rather than the frozen dataclass's __init__: the same object, about twice as cheap (a
+    cycle makes one per waiting workload)."""
+    pi = _new(PendingInfo)
+    _set_reason(pi, reason)
+    _set_position(pi, position)
+    _set_tenant_position(pi, tenant_position)
+    _set_wait(pi, None)
+    return pi
 
 
 @dataclass(frozen=True, slots=True)
