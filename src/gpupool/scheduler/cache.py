@@ -13,9 +13,10 @@ What it keeps:
 
 * the capacity index (free resources and the placement indexes) as of the last cycle. The
   next cycle first undoes the last one's own `assume`s and `hold`s, then applies the
-  difference between the two snapshots: allocations gone and new (matched by workload id; one
-  whose allocation changed counts as gone and new), and nodes whose state, GPU health, CPUs or
-  memory changed; only the nodes touched are refiled. What it cannot diff cheaply — nodes
+  difference between the two snapshots: running workloads gone and new (by object identity,
+  so work that stayed the same object costs nothing; a new object for a workload id already
+  held is matched by id: one whose allocation changed counts as gone and new), and nodes whose
+  state, GPU health, CPUs or memory changed; only the nodes touched are refiled. What it cannot diff cheaply — nodes
   added, removed, renamed or reordered, GPUs changed, a workload listed twice — rebuilds it;
 * the `Hardware` summary (what nodes could ever hold), while the nodes' hardware is the same;
 * per pending workload object (by identity): its shape, order key and unschedulable reason,
@@ -84,6 +85,8 @@ class SchedulerCache:
         """Forget everything (the next cycle works everything out afresh)."""
         self._cap: CapacityIndex | None = None
         self._taken: dict[str, _Entry] = {}
+        #: id(running workload) -> it, as of the last `capacity` call (the diff's other side)
+        self._objs: dict[int, RunningWorkload] = {}
         #: the running ids where `_taken` cannot hold them (a workload listed twice)
         self._running_ids: frozenset[str] | None = None
         self._held: dict[tuple[str, str], int] = {}
@@ -114,28 +117,31 @@ class SchedulerCache:
                 return self._rebuild(nodes, running)
             self.stats.nodes_changed += len(changed)
             touched |= changed
-        old = self._taken
-        new: dict[str, _Entry] = {}
+        # only the running work that is new or gone (by identity) is looked at
+        cur = dict(zip(map(id, running), running, strict=True))
+        if len(cur) != len(running):
+            return self._rebuild(nodes, running)  # listed twice: no diff by id
+        prev = self._objs
+        taken = self._taken
+        gone: dict[str, _Entry] = {}
+        for k in prev.keys() - cur.keys():
+            wid = prev[k].workload.id
+            gone[wid] = taken.pop(wid)
         added = removed = 0
-        for rw in running:
+        for k in cur.keys() - prev.keys():
+            rw = cur[k]
             w = rw.workload
             wid = w.id
-            e = old.pop(wid, None)
-            if e is None:
-                if wid in new:
-                    return self._rebuild(nodes, running)  # listed twice: no diff by id
-            elif e[0] is rw:
-                new[wid] = e
-                continue
-            else:
+            if wid in taken:
+                return self._rebuild(nodes, running)  # listed twice: no diff by id
+            e = gone.pop(wid, None)
+            if e is not None:
                 a = rw.allocation
                 self._count(e, -1)
-                if (
-                    e[1] is a or e[1] == a
-                ):  # the same allocation (tenant, user or stopping may differ)
-                    e = (rw, a, e[2], (w.tenant, w.owner), rw.stopping)
+                # the same allocation (tenant, user or stopping may differ): nothing moves
+                if e[1] is a or e[1] == a:
+                    e = taken[wid] = (rw, a, e[2], (w.tenant, w.owner), rw.stopping)
                     self._count(e, 1)
-                    new[wid] = e
                     continue
                 cap.apply_takes(e[2], 1)  # its allocation changed: give the old one back
                 touched.add(e[2][0])
@@ -146,17 +152,17 @@ class SchedulerCache:
             touched.add(t[0])
             touched.update(t[5])
             added += 1
-            e = new[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+            e = taken[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
             self._count(e, 1)
-        for e in old.values():
+        for e in gone.values():
             cap.apply_takes(e[2], 1)
             touched.add(e[2][0])
             touched.update(e[2][5])
             self._count(e, -1)
             removed += 1
+        self._objs = cur
         touched.discard(-1)
         cap.refile(touched)
-        self._taken = new
         self.stats.diffs += 1
         self.stats.allocations_added += added
         self.stats.allocations_removed += removed
@@ -220,6 +226,7 @@ class SchedulerCache:
     ) -> CapacityIndex:
         cap = CapacityIndex(tuple(nodes), running)
         self._taken = {}
+        self._objs = dict(zip(map(id, running), running, strict=True))
         self._running_ids = None
         self._held = {}
         self._staying = {}
