@@ -1,0 +1,2 @@
+"""The kubernetes engine (`gpupool up --engine kubernetes`): see `engine`, and
+docs/kubernetes.md."""
