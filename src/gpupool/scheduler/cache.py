@@ -16,8 +16,9 @@ What it keeps:
   difference between the two snapshots: running workloads gone and new (by object identity,
   so work that stayed the same object costs nothing; a new object for a workload id already
   held is matched by id: one whose allocation changed counts as gone and new), and nodes whose
-  state, GPU health, CPUs or memory changed; only the nodes touched are refiled. What it cannot diff cheaply — nodes
-  added, removed, renamed or reordered, GPUs changed, a workload listed twice — rebuilds it;
+  state, GPU health, CPUs or memory changed; only the nodes touched are refiled. What it
+  cannot diff cheaply — nodes added, removed, renamed or reordered, GPUs changed, a workload
+  listed twice — rebuilds it;
 * the `Hardware` summary (what nodes could ever hold), while the nodes' hardware is the same;
 * per pending workload object (by identity): its shape, order key and unschedulable reason,
   and per tenant its sorted queue while its run of pending work is the same workloads; kept

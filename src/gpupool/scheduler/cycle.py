@@ -21,7 +21,7 @@ import dataclasses
 import gc
 import heapq
 from collections.abc import Iterable, Sequence
-from itertools import filterfalse, islice, repeat
+from itertools import islice, repeat
 
 from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -371,11 +371,10 @@ class _Cycle(ReclaimSteps):
             if not all(map(failed_shape.__contains__, tl.shapes_from(i))):
                 return None
             whys = map(failed_shape.__getitem__, islice(tl.shapes, i, None))
-        infos = self.infos
-        keys = list(zip(whys, range(n + 1, n + 1 + m), repeat(r, m), strict=True))
-        for k in list(filterfalse(infos.__contains__, keys)):
-            infos[k] = pending_info(*k)
-        self.info.update(zip(islice(tl.ids, i, None), map(infos.__getitem__, keys), strict=True))
+        # fresh PendingInfos, not the shared pool's: a tail's reasons carry live numbers ("960
+        # GPUs in use") and positions, so they seldom repeat, and building beats looking up
+        pis = map(pending_info, whys, range(n + 1, n + 1 + m), repeat(r, m))
+        self.info.update(zip(islice(tl.ids, i, None), pis, strict=True))
         return n + m
 
     def _consider(self, w: Workload, shape: Shape) -> bool:

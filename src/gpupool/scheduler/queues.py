@@ -89,22 +89,44 @@ def _changed_queue(
 class Tail:
     """Per position of a sorted queue: the workload ids, the shapes, the smallest GPU milli
     from there to the end, and where each shape last occurs (used by the cycle to answer the
-    rest of a queue at once). Built with C-level loops: it is rebuilt whenever a queue
-    changes."""
+    rest of a queue at once). Each part is built on first use, with C-level loops: a queue
+    that changed gets a new Tail every cycle."""
 
-    __slots__ = ("ids", "shapes", "min_milli", "last")
+    __slots__ = ("_q", "_ids", "_shapes", "_min_milli", "_last")
 
     def __init__(self, q: list[Candidate]):
-        self.ids: list[str] = list(map(_id_of, map(itemgetter(1), q)))
-        self.shapes: list[Shape] = list(map(itemgetter(2), q))
-        self.min_milli: list[int] = list(accumulate(reversed(list(map(itemgetter(3), q))), min))
-        self.min_milli.reverse()
-        #: shape -> the last position it occurs at
-        self.last: dict[Shape, int] = dict(zip(self.shapes, range(len(q)), strict=True))
+        self._q = q
+        self._ids: list[str] | None = None
+        self._shapes: list[Shape] | None = None
+        self._min_milli: list[int] | None = None
+        self._last: dict[Shape, int] | None = None
+
+    @property
+    def ids(self) -> list[str]:
+        if self._ids is None:
+            self._ids = list(map(_id_of, map(itemgetter(1), self._q)))
+        return self._ids
+
+    @property
+    def shapes(self) -> list[Shape]:
+        if self._shapes is None:
+            self._shapes = list(map(itemgetter(2), self._q))
+        return self._shapes
+
+    @property
+    def min_milli(self) -> list[int]:
+        """Per position, the smallest GPU milli from there to the end."""
+        if self._min_milli is None:
+            low = list(accumulate(reversed(list(map(itemgetter(3), self._q))), min))
+            low.reverse()
+            self._min_milli = low
+        return self._min_milli
 
     def shapes_from(self, i: int) -> list[Shape]:
         """The distinct shapes of the queue from position `i` on."""
-        return [s for s, j in self.last.items() if j >= i]
+        if self._last is None:  # shape -> the last position it occurs at
+            self._last = dict(zip(self.shapes, range(len(self._q)), strict=True))
+        return [s for s, j in self._last.items() if j >= i]
 
 
 class Queues:
