@@ -273,7 +273,14 @@ def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
         kube.stop()
 
 
-@pytest.mark.parametrize(("flags", "blocked"), [([], True), (["--no-block-cloud-metadata"], False)])
+@pytest.mark.parametrize(
+    ("flags", "blocked"),
+    [
+        ([], True),
+        (["--no-block-cloud-metadata"], False),
+        (["--no-block-cloud-metadata", "--block-cloud-metadata"], True),  # hidden, for scripts
+    ],
+)
 def test_up_kubernetes_block_cloud_metadata_flag(monkeypatch, flags, blocked):
     pytest.importorskip("kubernetes")
     from typer.testing import CliRunner
@@ -285,8 +292,8 @@ def test_up_kubernetes_block_cloud_metadata_flag(monkeypatch, flags, blocked):
     monkeypatch.setattr(up_module, "serve", lambda **kw: seen.update(kw))
     r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", *flags])
     assert r.exit_code == 0, r.output
-    engine = up_module._engine("kubernetes", kube=seen["kube"])
-    assert engine.options.tenancy.block_cloud_metadata is blocked
+    assert seen["engine"] == "kubernetes"
+    assert seen["options"].tenancy.block_cloud_metadata is blocked
 
 
 def test_up_kubernetes_pod_security_flags(monkeypatch):
@@ -302,17 +309,18 @@ def test_up_kubernetes_pod_security_flags(monkeypatch):
     monkeypatch.setattr(up_module, "serve", lambda **kw: seen.update(kw))
     r = CliRunner().invoke(app, ["up", "--engine", "kubernetes"])
     assert r.exit_code == 0, r.output
-    pods = up_module._engine("kubernetes", kube=seen["kube"]).options.pods
+    pods = seen["options"].pods
     assert (pods.pod_security, pods.run_as_user, pods.run_as_group) == ("restricted", 1000, 1000)
     flags = ["--pod-security", "baseline", "--run-as-user", "4242"]
     r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", *flags])
     assert r.exit_code == 0, r.output
-    pods = up_module._engine("kubernetes", kube=seen["kube"]).options.pods
+    pods = seen["options"].pods
     assert (pods.pod_security, pods.run_as_user, pods.run_as_group) == ("baseline", 4242, 4242)
     r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", "--run-as-user", "0"])
     assert r.exit_code == 2  # root is never a job's uid
-    with pytest.raises(up_module.typer.Exit):
-        up_module._engine("kubernetes", kube={**seen["kube"], "pod_security": "privileged"})
+    r = CliRunner().invoke(app, ["up", "--engine", "kubernetes", "--pod-security", "privileged"])
+    assert r.exit_code == 2
+    assert "--pod-security must be one of restricted, baseline, not 'privileged'" in r.output
 
 
 def test_up_kubernetes_without_a_cluster_says_what_to_do(data_dir, tmp_path):

@@ -33,14 +33,23 @@ from gpupool.engines.kubernetes.watch import Informer
 
 @dataclass(frozen=True)
 class KubeOptions:
-    """`gpupool up --engine kubernetes` options. `kubeconfig`: None -> in-cluster, then
-    $KUBECONFIG; `pending_timeout_s`: a pod still Pending this long after its start is
-    requeued; `inventory_interval_s`: how often the nodes are re-read; `tenancy`: the
-    per-tenant objects' settings (notebook homes, cloud metadata); `watch`: follow pods and
-    nodes through watches (re-listed every `resync_s`, each watch re-opened after
-    `watch_timeout_s`) instead of listing them every pass."""
+    """`gpupool up --engine kubernetes` options; fields with help are its flags, and so are
+    those of `pods` (`PodSettings`) and `tenancy` (`TenancySettings`). `kubeconfig`: None ->
+    in-cluster, then $KUBECONFIG; `pending_timeout_s`: a pod still Pending this long after
+    its start is requeued; `inventory_interval_s`: how often the nodes are re-read;
+    `tenancy`: the per-tenant objects' settings (notebook homes, cloud metadata); `watch`:
+    follow pods and nodes through watches (re-listed every `resync_s`, each watch re-opened
+    after `watch_timeout_s`) instead of listing them every pass."""
 
-    kubeconfig: str | None = None
+    kubeconfig: str | None = field(
+        default=None,
+        metadata={
+            "flag": "--kubeconfig",
+            "metavar": "FILE",
+            "help": "The kubeconfig to use (default: the pod's service account in a cluster, "
+            "else $KUBECONFIG or ~/.kube/config).",
+        },
+    )
     context: str | None = None
     pods: PodSettings = field(default_factory=PodSettings)
     pending_timeout_s: float = 30.0

@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Workload, WorkloadKind
@@ -72,15 +72,50 @@ class PodSettings:
     hatch for images that need root: pods run as the image's user with the runtime's default
     capabilities, still without privilege escalation, seccomp `RuntimeDefault`)."""
 
-    image: str = "python:3.12-slim"
-    namespace_prefix: str = "gpupool-"
+    namespace_prefix: str = field(
+        default="gpupool-",
+        metadata={
+            "flag": "--namespace-prefix",
+            "metavar": "TEXT",
+            "help": "Tenant a/b runs in namespace <prefix>a-b.",
+        },
+    )
+    image: str = field(
+        default="python:3.12-slim",
+        metadata={
+            "flag": "--image",
+            "metavar": "IMAGE",
+            "help": "The container image jobs run in.",
+        },
+    )
     grace_s: int = 30
     pull_policy: str = "IfNotPresent"
     #: PriorityClasses and RuntimeClasses a notebook's pod template may name (others dropped)
     priority_classes: tuple[str, ...] = ()
     runtime_classes: tuple[str, ...] = ()
-    pod_security: str = "restricted"
-    run_as_user: int = 1000
+    pod_security: str = field(
+        default="restricted",
+        metadata={
+            "flag": "--pod-security",
+            "metavar": "LEVEL",
+            "choices": PSA_LEVELS,
+            "help": "The Pod Security level of tenant namespaces and pods. restricted: pods run "
+            "as --run-as-user, non-root, all capabilities dropped. baseline: the escape hatch "
+            "for images that must run as root (as the image's user, with the runtime's "
+            "default capabilities).",
+        },
+    )
+    run_as_user: int = field(
+        default=1000,
+        metadata={
+            "flag": "--run-as-user",
+            "metavar": "UID",
+            "min": 1,
+            "also": ("run_as_group",),
+            "help": "The uid (and gid) of job pods under --pod-security restricted (a "
+            "notebook's pod keeps the hub's non-root user).",
+        },
+    )
     run_as_group: int = 1000
 
     def __post_init__(self) -> None:

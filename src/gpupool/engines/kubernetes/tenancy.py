@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.domain import Membership, Role, TenantTree
@@ -88,9 +88,35 @@ class TenancySettings:
     cloud metadata server (the `gpupool-block-cloud-metadata` NetworkPolicy; off: gpupool
     removes its policy, e.g. for workload identity through the metadata server)."""
 
-    home_size: str = "10Gi"
-    home_storage_class: str | None = None
-    block_cloud_metadata: bool = True
+    home_size: str = field(
+        default="10Gi",
+        metadata={
+            "flag": "--home-size",
+            "metavar": "SIZE",
+            "help": "Size of each member's notebook-home PVC (home-<user> in the tenant's "
+            "namespace).",
+        },
+    )
+    home_storage_class: str | None = field(
+        default=None,
+        metadata={
+            "flag": "--home-storage-class",
+            "metavar": "NAME",
+            "help": "StorageClass of the notebook homes (default: the cluster's default).",
+        },
+    )
+    block_cloud_metadata: bool = field(
+        default=True,
+        metadata={
+            "flag": "--no-block-cloud-metadata",
+            "negate": True,
+            "positive": "--block-cloud-metadata",
+            "help": "Let tenant pods reach the cloud metadata server 169.254.169.254 (node "
+            "credentials), for workloads that need it (workload identity). By default a "
+            "NetworkPolicy in every tenant namespace keeps them from it (needs a CNI that "
+            "enforces NetworkPolicy).",
+        },
+    )
 
 
 @dataclass(frozen=True)

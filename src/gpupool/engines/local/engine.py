@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.domain import Enforcement, Node, Share
@@ -52,21 +53,75 @@ def account_of(name: str) -> Account:
 
 @dataclass(frozen=True)
 class LocalOptions:
-    """`gpupool up`'s choices for this host (see `gpupool up --help`).
+    """`gpupool up --engine local`'s choices for this host: each field with help is a flag
+    (`gpupool.engines.common.options`; `gpupool up --help`)."""
 
-    node: this machine's name in gpupool. simulate: a spec of simulated GPUs, or None for
-    the real ones. user_mode: per-user, single-user or auto. jobs_account: one account all
-    single-user jobs share when gpupool runs as root (None: each user's own account). mps:
-    on, off or auto.
-    """
-
-    node: str
-    simulate: str | None = None
-    user_mode: str = "auto"
-    jobs_account: str | None = None
-    mps: str = "auto"
-    mps_binary: str = "nvidia-cuda-mps-control"
-    mps_service_account: str | None = None
+    simulate: str | None = field(
+        default=None,
+        metadata={
+            "flag": "--simulate",
+            "metavar": "SPEC",
+            "general": True,
+            "help": "Use simulated GPUs, e.g. 4xH100-80GB or 2xH100-80GB,2xA100-40GB; "
+            "H100-80GB:mig=all-1g.10gb has MIG mode on with that layout (docs/mig.md).",
+        },
+    )
+    user_mode: str = field(
+        default="auto",
+        metadata={
+            "flag": "--user-mode",
+            "metavar": "MODE",
+            "general": True,
+            "help": "Who jobs and notebooks run as: per-user (each owner's existing Unix "
+            "account; needs root), single-user (no directory of accounts: as root, an account "
+            "gpupool makes for each user, gp-<name>; else the server's own, and JupyterHub "
+            "serves the first admin only), or auto (per-user when root on real GPUs). Never "
+            "root. See docs/security.md.",
+        },
+    )
+    jobs_account: str | None = field(
+        default=None,
+        metadata={
+            "flag": "--jobs-account",
+            "metavar": "NAME",
+            "general": True,
+            "help": "Single-user mode as root: run every member's plain jobs as this one "
+            "unprivileged account (created if missing; nobody if it cannot be) instead of "
+            "each user's own. Members' jobs can then reach each other; notebooks keep their "
+            "own accounts. Not recommended.",
+        },
+    )
+    node: str = field(
+        default_factory=socket.gethostname,
+        metadata={
+            "flag": "--node-name",
+            "metavar": "NAME",
+            "general": True,
+            "show_default": False,
+            "help": "Name of this machine in gpupool (default: the host name).",
+        },
+    )
+    mps: str = field(
+        default="auto",
+        metadata={
+            "flag": "--mps",
+            "metavar": "on|off|auto",
+            "help": "CUDA MPS for fractional shares on shared GPUs (auto: on when "
+            "nvidia-cuda-mps-control exists and the GPUs are real).",
+        },
+    )
+    mps_binary: str = field(
+        default="nvidia-cuda-mps-control",
+        metadata={"flag": "--mps-binary", "metavar": "PATH", "help": "The MPS control program."},
+    )
+    mps_service_account: str | None = field(
+        default=None,
+        metadata={
+            "flag": "--mps-service-account",
+            "metavar": "NAME",
+            "help": "Run every job on shared GPUs as this Unix account so all of them get MPS.",
+        },
+    )
 
 
 def _open_gpus(simulate: str | None, node: str, env: EngineEnv) -> tuple[GPUSource, str | None]:

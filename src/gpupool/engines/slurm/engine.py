@@ -22,7 +22,7 @@ import logging
 import os
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.domain import Enforcement, Node, Tenant
@@ -46,17 +46,32 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SlurmOptions:
-    """conf: slurm.conf (default $SLURM_CONF). output_dir: where jobs' output files go (must
-    be on a file system the compute nodes share, reachable by the jobs' accounts; default
-    `output.default_output_dir`: /var/lib/gpupool-slurm/output as root).
-    partition: submit there (default: Slurm's default). account_prefix: see `accounts`.
-    pending_timeout_s: a job still pending this long after its start is requeued in gpupool.
-    notebook_command: the single-user notebook server on the compute nodes (with JupyterHub).
+    """`gpupool up --engine slurm`'s choices; fields with help are its flags
+    (``--slurm-<field>``). conf: slurm.conf (default $SLURM_CONF). output_dir: where jobs'
+    output files go (must be on a file system the compute nodes share, reachable by the
+    jobs' accounts; default `output.default_output_dir`: /var/lib/gpupool-slurm/output as
+    root). partition: submit there (default: Slurm's default). account_prefix: see
+    `accounts`. pending_timeout_s: a job still pending this long after its start is requeued
+    in gpupool. notebook_command: the single-user notebook server on the compute nodes (with
+    JupyterHub).
     """
 
     conf: str | None = None
-    output_dir: Path | None = None
-    partition: str | None = None
+    partition: str | None = field(
+        default=None,
+        metadata={
+            "metavar": "NAME",
+            "help": "Submit to this partition (default: Slurm's default).",
+        },
+    )
+    output_dir: Path | None = field(
+        default=None,
+        metadata={
+            "metavar": "DIR",
+            "help": "Jobs' output files, on a file system the compute nodes share (default: "
+            "/var/lib/gpupool-slurm/output as root, else <data dir>/../gpupool-slurm-output).",
+        },
+    )
     account_prefix: str = DEFAULT_PREFIX
     pending_timeout_s: float = 30.0
     inventory_interval_s: float = 5.0
@@ -64,7 +79,15 @@ class SlurmOptions:
     default_gpu_memory_mib: int = 16384
     per_user: bool | None = None
     #: the single-user notebook server on the compute nodes (a shell-style command line)
-    notebook_command: str | None = None
+    notebook_command: str | None = field(
+        default=None,
+        metadata={
+            "metavar": "CMD",
+            "help": "With JupyterHub: the single-user notebook server as the compute nodes run "
+            "it (default: this Python's jupyterhub-singleuser, which must then exist at the "
+            "same path there).",
+        },
+    )
 
 
 class SlurmEngine(Engine):
