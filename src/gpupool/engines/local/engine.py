@@ -22,6 +22,7 @@ from gpupool.engines.common.engine import Engine, EngineEnv, EngineError, NodeTe
 from gpupool.engines.common.executor import Executor
 from gpupool.engines.common.jobenv import job_environment
 from gpupool.engines.local.executor import LocalExecutor
+from gpupool.engines.local.inventory import host_node, open_gpus
 from gpupool.engines.local.isolation import (
     check_user_accounts,
     choose_jobs_account,
@@ -31,7 +32,6 @@ from gpupool.engines.local.mps import MPSManager
 from gpupool.engines.local.reach import RunAs, can_run, fix, which
 from gpupool.telemetry import GPUSource
 
-DEFAULT_SIMULATION = "4xH100-80GB"
 #: the account the start-up check runs as for accounts made on demand or not known here
 ORDINARY_ACCOUNT = "nobody"
 
@@ -124,26 +124,6 @@ class LocalOptions:
     )
 
 
-def _open_gpus(simulate: str | None, node: str, env: EngineEnv) -> tuple[GPUSource, str | None]:
-    from gpupool.telemetry import NoGPUError, SpecError, open_source
-
-    if simulate:
-        try:
-            return open_source(simulate, hostname=node), simulate
-        except SpecError as e:
-            raise EngineError(f"--simulate {simulate!r}: {e}") from None
-    try:
-        return open_source(None, hostname=node), None
-    except NoGPUError as e:
-        env.say(
-            f"gpupool: no NVIDIA GPU found ({e.reason}); starting on simulated GPUs, as "
-            f"--simulate {DEFAULT_SIMULATION} would: jobs run for real but see fake GPU "
-            "UUIDs. Pass --simulate SPEC to choose others (e.g. --simulate 2xA100-40GB).",
-            loud=True,
-        )
-        return open_source(DEFAULT_SIMULATION, hostname=node), DEFAULT_SIMULATION
-
-
 def _choose_user_mode(requested: str, simulated: bool) -> str:
     from gpupool.engines.local.executor import UserMode
 
@@ -205,7 +185,7 @@ class LocalEngine(Engine):
         o = self.options
         if env.data_dir is None:
             raise EngineError("the local engine needs a data directory (--data-dir)")
-        self.source, self.spec = _open_gpus(o.simulate, o.node, env)
+        self.source, self.spec = open_gpus(o.simulate, o.node, env)
         self.simulated = self.source.simulated
         self.user_mode = _choose_user_mode(o.user_mode, self.simulated)
         self.use_mps = _choose_mps(o.mps, o.mps_binary, self.simulated)
@@ -262,18 +242,8 @@ class LocalEngine(Engine):
         return None
 
     def inventory(self) -> list[Node]:
-        import psutil
-
         assert self.source is not None, "open the engine first"
-        snap = self.source.snapshot()
-        self._nodes = [
-            Node(
-                self.options.node,
-                tuple(g.to_domain() for g in snap.gpus),
-                cpu_milli=(os.cpu_count() or 1) * 1000,
-                memory_mib=psutil.virtual_memory().total // (1024 * 1024),
-            )
-        ]
+        self._nodes = [host_node(self.options.node, self.source)]
         return self._nodes
 
     def telemetry(self) -> list[NodeTelemetry]:
