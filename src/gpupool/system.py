@@ -136,7 +136,7 @@ class System:
         admin = s.admin or "admin"
         self.say(
             f"gpupool: serving on {self.url}  (log in: gpupool login --url {self.url} "
-            f"--user {admin})"
+            f"--user {admin}; dashboard: {self.url}/dashboard)"
         )
         if self.hub is not None:
             self.hub_keeper = _start_hub(self, admin)

@@ -54,3 +54,10 @@ def test_a_first_start_prints_no_migrations_and_one_clean_no_gpu_notice(tmp_path
     assert "--simulate 4xH100-80GB" in notice and "2xH100" not in notice
     assert ".)." not in notice and ". ." not in notice and ".;" not in notice
     assert "with 4 GPU(s)" in out  # as the notice said
+
+
+def test_a_first_start_says_where_the_dashboard_is(tmp_path):
+    out = _first_start(tmp_path)
+    (line,) = [x for x in out.splitlines() if "gpupool: serving on" in x]
+    url = line.split("serving on ")[1].split()[0]
+    assert f"dashboard: {url}/dashboard" in line, line

@@ -275,6 +275,7 @@ def test_the_first_hour_as_the_tutorial_says(tmp_path, browser, terminal_env):
         wait_for(lambda: "JupyterHub on" in up.output, "the hub's address", 60)
         assert f"JupyterHub on {hub}" in up.output, up.output
         assert f"serving on {up.url}" in up.output, up.output
+        assert f"dashboard: {up.url}/dashboard)" in up.output, up.output
         wait_for(lambda: _answers(f"{hub}/hub/api/"), f"JupyterHub\n{up.output}", 120, 0.5)
         walk = Walk(up, term, steps)
 
