@@ -82,3 +82,9 @@ def test_another_tenants_workload_is_a_404_like_a_missing_one(world, suffix):
         assert _same(world, outsider, "DELETE", f"/workloads/{wid}", f"/workloads/{missing}") == 404
     # its owner still reads it
     assert world.get("member", f"/workloads/{wid}{suffix}").status_code == 200
+
+
+def test_another_users_token_answers_as_a_missing_one(world, nora):
+    tid = issue_token(world.ctx, "ann", "t", None).id
+    assert _same(world, nora, "DELETE", f"/tokens/{tid}", "/tokens/no-such-token") == 404
+    assert world.client.get(API + "/auth/me", headers=world.h("member")).status_code == 200

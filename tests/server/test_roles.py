@@ -82,7 +82,7 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("GET", "/api/v1/tokens"): Probe(API + "/tokens", ANY_USER),
     ("POST", "/api/v1/tokens"): Probe(API + "/tokens", ANY_USER, {"name": "x"}),
     ("DELETE", "/api/v1/tokens/{token_id}"): Probe(
-        API + "/tokens/{tid}", {"admin", "member"}, setup=_ann_token
+        API + "/tokens/{tid}", {"admin", "member"}, setup=_ann_token, hides=True
     ),
     ("GET", "/api/v1/users"): Probe(API + "/users", MANAGERS),
     ("POST", "/api/v1/users"): Probe(API + "/users", ADMIN, {"name": "probe-user"}),
