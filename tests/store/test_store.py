@@ -3,6 +3,7 @@ and the no-double-allocation guard. Runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -40,6 +41,7 @@ from gpupool.store import (
     WorkloadRepo,
     new_workload_id,
     open_store,
+    record_of,
     role_in,
 )
 
@@ -361,3 +363,23 @@ def test_checkpointing_is_stored(store):
     with store.read() as s:
         assert WorkloadRepo(s).get(on.id).checkpointing is True
         assert WorkloadRepo(s).get(off.id).checkpointing is False
+
+
+def test_placement_pins_are_stored(store):
+    """An engine pin and node labels survive the store, in the ORM and the plain-row paths."""
+    seed(store)
+    pinned = Request(gpus=1, engine="slurm", node_labels=(("zone", "a"), ("rack", "r1")))
+    on, off = workload(), workload()
+    on = dataclasses.replace(on, request=pinned)
+    with store.write() as s:
+        WorkloadRepo(s).add(on)
+        WorkloadRepo(s).add(off)
+    with store.read() as s:
+        got = WorkloadRepo(s).get(on.id).request
+        assert (got.engine, got.node_labels) == ("slurm", (("rack", "r1"), ("zone", "a")))
+        plain = WorkloadRepo(s).get(off.id).request
+        assert (plain.engine, plain.node_labels) == (None, ())
+        rows = {
+            record_of(r).workload.id: record_of(r).workload.request for r in WorkloadRepo(s).rows()
+        }
+        assert rows[on.id] == got

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpupool.domain.errors import IllegalTransition, ValidationError
 from gpupool.domain.events import Event
+from gpupool.domain.placement import check_engine_name, normalize_labels
 from gpupool.domain.resources import MILLI_PER_GPU, Share
 
 
@@ -73,6 +74,10 @@ class Request:
     A multi-node request (a gang) has `nodes` > 1: `gpus` whole GPUs in all, the same number
     (`gpus_per_node`) on each of `nodes` distinct nodes, all admitted at once or not at all;
     its `cpu_milli` and `memory_mib` are per node.
+
+    Placement pins (gpupool.domain.placement): `engine` names the one engine whose nodes may
+    run it (None: any); every (key, value) of `node_labels` must be among a node's labels
+    (kept sorted by key). Nodes without an engine label match any engine.
     """
 
     gpus: int = 0
@@ -85,8 +90,18 @@ class Request:
     mig: str | None = None
     #: nodes a multi-node request spans (1: one node)
     nodes: int = 1
+    #: the engine whose nodes may run it (None: the scheduler chooses)
+    engine: str | None = None
+    #: labels a node must have, sorted by key
+    node_labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.engine is not None:
+            check_engine_name(self.engine)
+        if self.node_labels:
+            labels = normalize_labels(self.node_labels)
+            if labels != self.node_labels:
+                object.__setattr__(self, "node_labels", labels)
         if self.mig is not None:
             if not re.match(r"^[0-9]g\.[0-9]+gb$", self.mig):
                 raise ValidationError(

@@ -21,8 +21,9 @@ from gpupool.scheduler.reasons import Hardware
 @dataclass(frozen=True, slots=True)
 class NeverRuns:
     """Why a request can never run. `field`: the request field at fault (`gpus`,
-    `gpu_fraction`, `cpus`, `memory_mib`); `why`: the scheduler's own reason for hardware no
-    node has; `limit`: the limit or cap that forbids it (then `why` is empty)."""
+    `gpu_fraction`, `cpus`, `memory_mib`, `engine`, `node_labels`, `nodes`); `why`: the
+    scheduler's own reason for hardware no node has; `limit`: the limit or cap that forbids
+    it (then `why` is empty)."""
 
     field: str
     why: str = ""
@@ -41,6 +42,10 @@ def never_runs(
         profiles = hardware.profiles
         if not any(p.cpu >= shape.cpu_milli and p.mem >= shape.memory_mib for p in profiles):
             field = "memory_mib" if any(p.cpu >= shape.cpu_milli for p in profiles) else "cpus"
+        elif shape.where is not None and hardware.never_fits(shape._replace(where=None)) is None:
+            # it would fit somewhere: the pins leave out every node that could hold it
+            where = shape.where
+            field = "engine" if where.engine else "node_labels" if where.labels else "nodes"
         else:
             field = {FRACTION: "gpu_fraction", MIG: "mig"}.get(shape.kind, "gpus")
         return NeverRuns(field, why)

@@ -19,7 +19,8 @@ What it keeps:
   state, GPU health, CPUs or memory changed; only the nodes touched are refiled. What it
   cannot diff cheaply — nodes added, removed, renamed or reordered, GPUs changed, a workload
   listed twice — rebuilds it;
-* the `Hardware` summary (what nodes could ever hold), while the nodes' hardware is the same;
+* the `Hardware` summary (what nodes could ever hold), while the nodes' hardware and labels
+  are the same (labels decide which nodes pinned work may use);
 * per pending workload object (by identity): its shape, order key and unschedulable reason,
   and per tenant its sorted queue while its run of pending work is the same workloads; kept
   while the hardware, the tenant tree (the same object) and the config are the same; pruned
@@ -258,7 +259,12 @@ class SchedulerCache:
             return self._hardware
         hw = Hardware(nodes)
         old = self._hardware
-        if old is not None and old.empty == hw.empty and old.profiles == hw.profiles:
+        if (
+            old is not None
+            and old.empty == hw.empty
+            and old.profiles == hw.profiles
+            and old.labels == hw.labels
+        ):
             hw = old  # e.g. only heartbeats or states changed
         self._hw_nodes = nodes
         self._hardware = hw

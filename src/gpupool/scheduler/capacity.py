@@ -22,8 +22,13 @@ from typing import NamedTuple
 
 from gpupool.domain import GPU, MILLI_PER_GPU, Node, OutsideUse, Share, SharingMode
 from gpupool.domain.mig import instances_of
+from gpupool.domain.placement import ENGINE_LABEL, enforces_mps
 from gpupool.scheduler.buckets import BucketIndex
+from gpupool.scheduler.constraints import Where, node_allows
+from gpupool.scheduler.fragmentation import ShapeMix, class_key
 from gpupool.scheduler.types import RunningWorkload
+
+_ANY = Where()
 
 WHOLE = "whole"
 FRACTION = "fraction"
@@ -41,6 +46,7 @@ class Shape(NamedTuple):
     of the share (0: proportional to `milli`).
     nodes: for a multi-node request (a gang, gpupool.scheduler.gangs) the number of nodes,
     each taking `count` GPUs and `cpu_milli`/`memory_mib`; 1 otherwise.
+    where: the nodes it may use at all (gpupool.scheduler.constraints); None: any.
     """
 
     kind: str
@@ -52,6 +58,7 @@ class Shape(NamedTuple):
     memory_mib: int = 0
     mig: str | None = None
     nodes: int = 1
+    where: Where | None = None
 
     @property
     def gpu_milli(self) -> int:
@@ -119,6 +126,24 @@ class _Static:
         self.node_models = [
             tuple(sorted({self.gpu_model[g] for g in ids})) for ids in self.node_gpus
         ]
+        self.labels_changed()
+
+    def labels_changed(self) -> None:
+        """Forget what was derived from the nodes' labels (after `nodes` changed)."""
+        #: where -> (per node: may it be used, the ids that may, in order)
+        self.where_memo: dict[Where, tuple[list[bool], list[int]]] = {}
+        #: per node: its engine label (None: unlabelled, counts as any)
+        self.node_engine: list[str | None] = [n.label_map.get(ENGINE_LABEL) for n in self.nodes]
+        #: per node: may fractions there be recorded as MPS-enforced
+        self.node_mps: list[bool] = [enforces_mps(n.label_map) for n in self.nodes]
+
+    def where(self, where: Where) -> tuple[list[bool], list[int]]:
+        """(per node: may work constrained by `where` use it, the ids that may), memoized."""
+        hit = self.where_memo.get(where)
+        if hit is None:
+            mask = [node_allows(n.label_map, where) for n in self.nodes]
+            hit = self.where_memo[where] = (mask, [n for n, ok in enumerate(mask) if ok])
+        return hit
 
     def _add(
         self, n: int, gpu: GPU, mem: int, milli: int, mig: tuple[str, int] | None, node: Node
@@ -228,6 +253,9 @@ class CapacityIndex:
         self.node_free_milli: list[int] = [0] * len(self.nodes)
         self.node_whole_free: list[int] = [0] * len(self.nodes)
         #: what each running workload takes (in snapshot order; at construction only)
+        #: the running work by shape class (gpupool.scheduler.fragmentation), kept by
+        #: `apply_takes`
+        self.mix = ShapeMix()
         self.running_takes: list[Takes] = [self.takes_of(rw) for rw in running]
         for t in self.running_takes:
             self.apply_takes(t, -1)
@@ -276,6 +304,8 @@ class CapacityIndex:
         n = t[0]
         if n < 0:
             return
+        if not t[5]:  # gangs (on several nodes) are not in the mix
+            self.mix.add(class_key(t[1], t[2], t[3], t[4]), t[4], t[2], t[3], -sign)
         self.free_cpu[n] += sign * t[2]
         self.free_mem[n] += sign * t[3]
         for m in t[5]:
@@ -433,7 +463,10 @@ class CapacityIndex:
                 o = by_index[st.gpu_index[g]].outside
                 if o is not None and st.gpu_mig[g] is None:
                     st.outside[g] = o
+        relabelled = any(old[i].labels != nodes[i].labels for i in changed)
         st.nodes = self.nodes = nodes
+        if relabelled:
+            st.labels_changed()
         st.total_gpu_milli = st.count_gpu_milli()
         st.whole_gpus = st.count_whole_gpus()
         return set(changed)
@@ -480,6 +513,28 @@ class CapacityIndex:
             self._refile(n)
 
     # -- queries ----------------------------------------------------------------------------
+
+    def where_mask(self, where: Where | None) -> list[bool]:
+        """Per node: may work constrained by `where` use it (gpupool.scheduler.constraints)."""
+        return self._st.where(where or _ANY)[0]
+
+    def where_nodes(self, where: Where | None) -> list[int]:
+        """The ids of the nodes work constrained by `where` may use, in id order."""
+        return self._st.where(where or _ANY)[1]
+
+    def unrestricted(self, where: Where) -> bool:
+        """True if `where` leaves out no node (then the unconstrained indexes serve)."""
+        return len(self._st.where(where)[1]) == len(self.nodes)
+
+    @property
+    def node_engine(self) -> list[str | None]:
+        """Per node: its engine label (None: unlabelled)."""
+        return self._st.node_engine
+
+    @property
+    def node_mps(self) -> list[bool]:
+        """Per node: may fractions there be recorded as MPS-enforced."""
+        return self._st.node_mps
 
     def node_fits_host(self, n: int, shape: Shape) -> bool:
         return self.free_cpu[n] >= shape.cpu_milli and self.free_mem[n] >= shape.memory_mib

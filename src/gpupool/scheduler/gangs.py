@@ -4,6 +4,9 @@ Rules:
 * a gang of N nodes x G GPUs lands on N distinct usable (ready, not held) nodes, G whole GPUs
   of one model on each (the same model on every node), plus its CPUs and memory per node;
   all N are taken in one admission, or none;
+* engines (gpupool.scheduler.constraints): only nodes whose engine runs multi-node work, and
+  all N on one engine (nodes without an engine label go with any); engines are tried like
+  models, the closer domain winning, then the engine first by name;
 * topology: nodes close together are preferred. `topology_keys` are node label keys, closest
   first (e.g. `nvidia.com/gpu.clique`, a switch, a rack, `topology.kubernetes.io/zone`): for
   the closest key under which some label value has N nodes that fit now, the gang goes into
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 
 from gpupool.domain import MILLI_PER_GPU, Allocation, Enforcement
 from gpupool.scheduler.capacity import WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.constraints import engine_groups, where_text
 from gpupool.scheduler.placement import Placement, place_on_node, to_allocation
 from gpupool.scheduler.reservations import could_ever_fit
 from gpupool.scheduler.types import DEFAULT_TOPOLOGY_KEYS
@@ -111,15 +115,16 @@ def find_gang(
         def whole_free(n: int, m: str = model) -> int:
             return _whole_free(cap, n, m)
 
-        picked = pick_nodes(cap, list(fits), shape.nodes, keys, whole_free)
-        if picked is None:
-            continue
-        nodes, domain = picked
-        level = keys.index(domain.split("=", 1)[0]) if domain else len(keys)
-        gp = GangPlacement(tuple(fits[n] for n in nodes), domain)
-        rank = (level, model)
-        if best is None or rank < best[0]:
-            best = (rank, gp)
+        for gi, group in enumerate(engine_groups(cap.node_engine, list(fits))):
+            picked = pick_nodes(cap, group, shape.nodes, keys, whole_free)
+            if picked is None:
+                continue
+            nodes, domain = picked
+            level = keys.index(domain.split("=", 1)[0]) if domain else len(keys)
+            gp = GangPlacement(tuple(fits[n] for n in nodes), domain)
+            rank = (level, model, gi)
+            if best is None or rank < best[0]:
+                best = (rank, gp)
     return None if best is None else best[1]
 
 
@@ -166,15 +171,16 @@ def gang_reservation(
             best = sorted((free_of(n) for n in ns), reverse=True)[: shape.nodes]
             return (-sum(best), len(ns))
 
-        picked = pick_nodes(cap, cands, shape.nodes, keys, lambda n: -free_of(n), closest)
-        if picked is None:
-            continue
-        nodes, domain = picked
-        level = keys.index(domain.split("=", 1)[0]) if domain else len(keys)
-        free = sum(min(_whole_free(cap, n, model), one.count) for n in nodes)
-        rank = (level, -free, model)
-        if best is None or rank < best[0]:
-            best = (rank, nodes)
+        for gi, group in enumerate(engine_groups(cap.node_engine, cands)):
+            picked = pick_nodes(cap, group, shape.nodes, keys, lambda n: -free_of(n), closest)
+            if picked is None:
+                continue
+            nodes, domain = picked
+            level = keys.index(domain.split("=", 1)[0]) if domain else len(keys)
+            free = sum(min(_whole_free(cap, n, model), one.count) for n in nodes)
+            rank = (level, -free, model, gi)
+            if best is None or rank < best[0]:
+                best = (rank, nodes)
     return None if best is None else best[1]
 
 
@@ -193,21 +199,30 @@ def gang_reason(cap: CapacityIndex, shape: Shape) -> str:
     model = f"{shape.model} " if shape.model else ""
     gpus = f"{one.count} free {model}GPU{'s' if one.count != 1 else ''}"
     best = best_gpus = 0
+    engines = cap.node_engine
     for m in _models(cap, shape):
         s = one._replace(model=m)
         bare = s._replace(cpu_milli=0, memory_mib=0)
-        have = have_gpus = 0
+        with_gpus: list[int] = []
+        fit: set[int] = set()
         for n in range(len(cap.nodes)):
             if not cap.node_ready[n] or cap.node_held[n]:
                 continue
             if place_on_node(cap, n, bare) is not None:
-                have_gpus += 1
-                have += cap.node_fits_host(n, s)
-        best, best_gpus = max(best, have), max(best_gpus, have_gpus)
+                with_gpus.append(n)
+                if cap.node_fits_host(n, s):
+                    fit.add(n)
+        for group in engine_groups(engines, with_gpus):  # counted on one engine
+            have = sum(1 for n in group if n in fit)
+            best, best_gpus = max(best, have), max(best_gpus, len(group))
     verb = "has" if best == 1 else "have"
-    text = f"needs {shape.nodes} nodes with {gpus} each; {best} {verb} them now"
+    several = len(set(engines) - {None}) > 1
+    on = " on one engine" if several else ""
+    text = f"needs {shape.nodes} nodes{on} with {gpus} each; {best} {verb} them now"
     if best_gpus > best:
         text += f" ({best_gpus - best} more without the CPUs or memory asked for)"
+    if shape.where is not None and not cap.unrestricted(shape.where):
+        text = f"{where_text(cap.nodes, shape.where)}; {text}"
     return text
 
 

@@ -31,6 +31,7 @@ from gpupool.scheduler.balance import (
 )
 from gpupool.scheduler.buckets import BucketIndex, probe_ranges
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.constraints import find_pinned, shared_enforcement_on, where_of
 from gpupool.scheduler.mig import find_mig, mig_on_node
 
 #: (gpu id, milli, memory MiB) taken on one GPU
@@ -45,6 +46,12 @@ class Placement:
 
 def shape_of(request: Request, whole_gpus_only: bool = False) -> Shape:
     """Normalize a request. With `whole_gpus_only` a fraction becomes one whole GPU."""
+    if request.engine is not None or request.node_labels or request.nodes > 1:
+        return _shape_of(request, whole_gpus_only)._replace(where=where_of(request))
+    return _shape_of(request, whole_gpus_only)
+
+
+def _shape_of(request: Request, whole_gpus_only: bool) -> Shape:
     cpu, mem, model = request.cpu_milli, request.memory_mib, request.gpu_model
     if request.mig:
         return Shape(MIG, 0, request.total_gpu_milli, 0, model, cpu, mem, request.mig)
@@ -78,8 +85,11 @@ def place_on_node(
     freed_mem: int = 0,
     freed_gpu: dict[int, tuple[int, int]] | None = None,
 ) -> Placement | None:
-    """Fit `shape` on node `n` as if `freed_*` were free too; ignores holds. None if no fit."""
+    """Fit `shape` on node `n` as if `freed_*` were free too; ignores holds. None if no fit
+    (also where `shape.where` leaves `n` out: gpupool.scheduler.constraints)."""
     if not cap.node_ready[n]:
+        return None
+    if shape.where is not None and not cap.where_mask(shape.where)[n]:
         return None
     if cap.free_cpu[n] + freed_cpu < shape.cpu_milli:
         return None
@@ -167,7 +177,12 @@ def _fraction_on_node(
 def find_placement(cap: CapacityIndex, shape: Shape) -> Placement | None:
     """The best placement for `shape` on usable (ready, not held) nodes, or None.
 
-    Whole GPUs are looked for first among non-shared GPUs, then among all of them."""
+    Whole GPUs are looked for first among non-shared GPUs, then among all of them. Work
+    constrained to some nodes is placed among those (constraints.find_pinned)."""
+    if shape.where is not None:
+        if not cap.unrestricted(shape.where):
+            return find_pinned(cap, shape, place_on_node)
+        shape = shape._replace(where=None)
     if shape.kind == CPU_ONLY:
         return _find_cpu_only(cap, shape)
     if shape.kind == WHOLE:
@@ -360,6 +375,9 @@ def to_allocation(
     shared_enforcement: Enforcement,
 ) -> Allocation:
     node = cap.nodes[placement.node]
+    shared = shared_enforcement
+    if shared_enforcement is Enforcement.MPS and not cap.node_mps[placement.node]:
+        shared = shared_enforcement_on(node.label_map, shared_enforcement)
     shares = tuple(
         Share(
             node=node.name,
@@ -367,7 +385,7 @@ def to_allocation(
             gpu_uuid=cap.gpu_uuid[g],
             milli=milli,
             memory_mib=mem,
-            enforcement=_enforcement(cap.gpu_sharing[g], milli, shared_enforcement),
+            enforcement=_enforcement(cap.gpu_sharing[g], milli, shared),
             mig_profile=None if cap.gpu_mig[g] is None else cap.gpu_mig[g][0],  # type: ignore[index]
             mig_start=None if cap.gpu_mig[g] is None else cap.gpu_mig[g][1],  # type: ignore[index]
         )

@@ -357,13 +357,16 @@ class Reclaimer:
         return chosen
 
     def could_host(self, n: int, shape: Shape) -> bool:
-        """Could node `n` hold `shape` if everything on it stopped? (memoized)"""
+        """Could node `n` hold `shape` if everything on it stopped (and may `shape` use it:
+        gpupool.scheduler.constraints)? (memoized)"""
         k = (n, shape)
         r = self._hosts.get(k)
         if r is None:
             cap = self.cap
             node = cap.nodes[n]
             ok = node.cpu_milli >= shape.cpu_milli and node.memory_mib >= shape.memory_mib
+            if shape.where is not None:
+                ok = ok and cap.where_mask(shape.where)[n]
             if ok and shape.kind == WHOLE:
                 counts: dict[str, int] = {}
                 for g in cap.node_gpus[n]:

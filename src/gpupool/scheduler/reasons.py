@@ -12,7 +12,15 @@ from datetime import UTC, datetime
 
 from gpupool.domain import MILLI_PER_GPU, Node, SharingMode
 from gpupool.domain.mig import find_model, model_for
+from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.constraints import (
+    engine_groups,
+    no_fit_text,
+    node_allows,
+    none_match_text,
+    where_text,
+)
 from gpupool.scheduler.limits import gpus_text
 from gpupool.scheduler.mig import mig_no_fit_reason
 
@@ -66,6 +74,10 @@ class Hardware:
     def __init__(self, nodes: tuple[Node, ...]):
         #: profile -> how many nodes have it (multi-node requests need several)
         self.node_counts: dict[_Profile, int] = {}
+        self.nodes = nodes
+        #: per constraint (gpupool.scheduler.constraints.Where): the summary of its nodes
+        self._subsets: dict = {}
+        labels = []
         for n in nodes:
             p = _Profile(
                 n.cpu_milli,
@@ -73,6 +85,10 @@ class Hardware:
                 tuple(sorted((g.model, g.memory_mib, g.sharing) for g in n.gpus)),
             )
             self.node_counts[p] = self.node_counts.get(p, 0) + 1
+            labels.append((n.labels, p))
+        #: each node's labels and profile, in order: a summary with other labels answers
+        #: pinned work differently (gpupool.scheduler.cache keeps one while these are equal)
+        self.labels = tuple(labels)
         self.profiles = sorted(self.node_counts, key=lambda p: (p.cpu, p.mem, p.gpus))
         self.empty = not nodes
         self._memo: dict[Shape, str | None] = {}
@@ -88,6 +104,8 @@ class Hardware:
         return r
 
     def _never_fits(self, shape: Shape) -> str | None:
+        if shape.where is not None:
+            return self._never_fits_where(shape)
         if shape.nodes > 1:
             return self._gang_never_fits(shape)
         host_ok = [
@@ -134,6 +152,46 @@ class Hardware:
             return f"needs {need}; the largest shared GPU has {gib(best)}"
         model = f"{shape.model} " if shape.model else ""
         return f"needs {need}; no node has shared {model}GPUs (an admin sets GPUs to 'shared')"
+
+    def _subset(self, key: object, nodes: tuple[Node, ...]) -> Hardware:
+        sub = self._subsets.get(key)
+        if sub is None:
+            sub = self._subsets[key] = self if len(nodes) == len(self.nodes) else Hardware(nodes)
+        return sub
+
+    def _never_fits_where(self, shape: Shape) -> str | None:
+        """Constrained work (gpupool.scheduler.constraints): on the nodes it may use only;
+        a gang on the nodes of one engine."""
+        where = shape.where
+        assert where is not None
+        free = shape._replace(where=None)
+        allowed = tuple(n for n in self.nodes if node_allows(n.label_map, where))
+        if not allowed:
+            return none_match_text(self.nodes, where)
+        sub = self._subset(where, allowed)
+        head = where_text(self.nodes, where)
+        if shape.nodes > 1:
+            engines = [n.label_map.get(ENGINE_LABEL) for n in allowed]
+            groups = engine_groups(engines, list(range(len(allowed))))
+            if len(groups) == 1 and sub is self:
+                return self._never_fits(free)
+            whys = []
+            for i, ids in enumerate(groups):
+                part = self._subset((where, i), tuple(allowed[n] for n in ids))
+                why = part.never_fits(free)
+                if why is None:
+                    return None
+                whys.append((len(ids), why))
+            why = max(whys)[1]
+            if len(groups) > 1:
+                why = "all of its nodes must run on one engine; " + why
+        elif sub is self:
+            return self._never_fits(free)
+        else:
+            why = sub.never_fits(free)
+            if why is None:
+                return None
+        return f"{head}; {why}" if head else why
 
     def _gang_never_fits(self, shape: Shape) -> str | None:
         """A gang: `shape.nodes` nodes that could each hold `shape.count` GPUs of one model
@@ -226,7 +284,10 @@ def _never_mig(profiles: list[_Profile], shape: Shape) -> str | None:
 
 def no_fit_reason(cap: CapacityIndex, shape: Shape) -> str:
     """Why `shape` does not fit on the free capacity right now (naming the GPUs it could
-    use that are used outside gpupool, if any)."""
+    use that are used outside gpupool, if any). Work constrained to some nodes is told
+    about those (gpupool.scheduler.constraints)."""
+    if shape.where is not None and not cap.unrestricted(shape.where):
+        return no_fit_text(cap, shape, what(shape), host_text(shape) or "room")
     return _no_fit_reason(cap, shape) + outside_text(cap, shape)
 
 

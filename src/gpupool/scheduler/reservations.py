@@ -58,7 +58,9 @@ def reservation_node(cap: CapacityIndex, shape: Shape) -> int | None:
 
 
 def could_ever_fit(cap: CapacityIndex, n: int, shape: Shape) -> bool:
-    """Could node `n` hold `shape` with nothing running on it?"""
+    """Could node `n` hold `shape` with nothing running on it (and may `shape` use it)?"""
+    if shape.where is not None and not cap.where_mask(shape.where)[n]:
+        return False
     node = cap.nodes[n]
     if node.cpu_milli < shape.cpu_milli or node.memory_mib < shape.memory_mib:
         return False

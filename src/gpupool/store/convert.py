@@ -56,12 +56,29 @@ def request_of(row: WorkloadRow | ProfileRow) -> Request:
         memory_mib=row.memory_mib,
         mig=row.mig,
         nodes=getattr(row, "nodes", None) or 1,  # profiles are one node
+        # profiles carry no pins (a submit adds them to the profile's request)
+        engine=getattr(row, "engine", None),
+        node_labels=labels_from_text(getattr(row, "node_labels", None)),
     )
+
+
+def labels_from_text(text: str | None) -> tuple[tuple[str, str], ...]:
+    """A request's node labels from their stored JSON object text (NULL: none)."""
+    if not text:
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in json.loads(text).items()))
+
+
+def labels_to_text(labels: tuple[tuple[str, str], ...]) -> str | None:
+    """A request's node labels as stored: a JSON object text sorted by key, NULL if none."""
+    return json.dumps(dict(labels), sort_keys=True, separators=(",", ":")) if labels else None
 
 
 def set_request(row: WorkloadRow | ProfileRow, r: Request) -> None:
     if isinstance(row, WorkloadRow):
         row.nodes = r.nodes
+        row.engine = r.engine
+        row.node_labels = labels_to_text(r.node_labels)
     row.gpus = r.gpus
     row.gpu_milli = r.gpu_milli
     row.gpu_memory_mib = r.gpu_memory_mib

@@ -155,6 +155,11 @@ class WorkloadRow(Base):
     mig: Mapped[str | None] = mapped_column(String(32))
     # Nodes a multi-node request spans (`gpus` in all, gpus / nodes on each); 1: one node.
     nodes: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # Placement pins (gpupool.domain.placement): the engine whose nodes may run it (NULL:
+    # any), and the labels a node must have as a JSON object text sorted by key (NULL: none;
+    # text, not JSON, so a row's values stay hashable for the API's JSON memo).
+    engine: Mapped[str | None] = mapped_column(String(64))
+    node_labels: Mapped[str | None] = mapped_column(Text)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     preemptible: Mapped[bool] = mapped_column(Boolean, default=True)
     requeue_on_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
