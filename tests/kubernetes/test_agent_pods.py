@@ -1,5 +1,5 @@
 """The agent DaemonSet on Kubernetes: processes reported with a pod UID are attributed, by the
-kubernetes executor's `pod_workloads`, to the workload whose pod has that UID; processes in
+kubernetes executor's `owners("pod", ...)`, to the workload whose pod has that UID; processes in
 pods gpupool did not create show as outside gpupool (with the pod's name when the inventory
 listed it). gpupool's API and loops run with the kubernetes engine against the fake API
 server; the report is built by the agent's own code from a simulated GPU source."""
@@ -16,8 +16,8 @@ from rich.console import Console
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
 from gpupool.cli import cluster_view
-from gpupool.engines.common.executor import PodRef
 from gpupool.engines.fake.executor import FakeExecutor
+from gpupool.engines.kubernetes.attribution import PodRef
 from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.server.services.accounts import issue_token
@@ -193,23 +193,25 @@ def test_the_executor_maps_pod_uids_from_start_list_and_inventory(api, kube, clo
     (pod,) = kube.pods_of("gpupool.dev/workload=w-1")
     uid = pod["metadata"]["uid"]
     # known from the create answer, before any list
-    assert ex.pod_workloads() == {uid: PodRef("gpupool-physics", pod["metadata"]["name"], "w-1")}
+    assert ex.owners("pod", [uid, STRANGER_UID]) == {uid: "w-1"}  # a stranger: left out
+    name = pod["metadata"]["name"]
+    assert ex.container_names("pod", [uid]) == {uid: PodRef("gpupool-physics", name).ref}
     foreign = _foreign_pod(kube)
     ex.note_cluster_pods(api.list_pods())  # the inventory's list of every namespace
-    pods = ex.pod_workloads()
-    assert pods[uid].workload_id == "w-1"  # gpupool's own pod keeps its workload
-    assert pods[foreign] == PodRef("ml", "notebook-x", None)
+    assert ex.owners("pod", [uid, foreign]) == {uid: "w-1", foreign: None}
+    assert ex.container_names("pod", [foreign]) == {foreign: "ml/notebook-x"}
+    assert ex.owners("slurm-job", [uid]) == {}  # a kind it runs none of
     kube.vanish("gpupool-physics", pod["metadata"]["name"])
     ex.tick()
-    assert uid not in ex.pod_workloads()
+    assert uid not in ex.owners("pod", [uid])
 
 
 def test_executors_without_pods_map_none_and_reports_are_unchanged(clock):
-    from gpupool.server.services.agents import attribute_pods
+    from gpupool.server.services.agents import attribute_containers
 
-    assert FakeExecutor(clock).pod_workloads() == {}
+    assert FakeExecutor(clock).owners("pod", [STRANGER_UID]) == {}
     procs = [{"pid": 1, "pod_uid": STRANGER_UID, "workload_id": "w-9", "unix_user": "bob"}]
-    attribute_pods({}, procs)
+    attribute_containers(FakeExecutor(clock), procs)
     assert procs[0]["workload_id"] == "w-9" and "via" not in procs[0]
 
 

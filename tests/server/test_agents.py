@@ -12,7 +12,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
 from gpupool.domain import Node, NodeState
-from gpupool.engines.common.executor import PodRef
 from gpupool.server.loops.nodewatch import NodeWatchLoop
 from gpupool.server.routes import iter_routes
 from gpupool.server.services.agents import LOST_AFTER_REPORTS
@@ -62,8 +61,7 @@ POD_UID = "6b1f0a2e-1111-4222-8333-944455550001"
 
 def own_pod(world, monkeypatch, workload_id: str) -> None:
     """The executor runs `workload_id` in pod POD_UID (as the kubernetes engine tells)."""
-    pods = {POD_UID: PodRef("gpupool-lab", "gp-w", workload_id)}
-    monkeypatch.setattr(world.ctx.executor, "pod_workloads", lambda: pods)
+    world.executor.containers["pod"] = {POD_UID: workload_id}
 
 
 def test_report_registers_the_node_with_its_gpus_and_attributed_processes(world, sim, monkeypatch):

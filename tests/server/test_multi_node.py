@@ -5,6 +5,8 @@ nodes, notebooks, an engine that runs on one node)."""
 from __future__ import annotations
 
 from gpupool.domain import GPU, Node, Quota, Tenant
+from gpupool.engines.common.executor import ExecutorWithMultiNode
+from gpupool.engines.fake.executor import OneNodeExecutor
 from gpupool.engines.local.executor import LocalExecutor
 from gpupool.store import NodeRepo, TenantRepo
 
@@ -74,13 +76,14 @@ def test_bad_multi_node_input_is_a_clear_422(world):
 
 
 def test_an_engine_that_runs_on_one_node_refuses_multi_node_at_submit(world):
-    assert LocalExecutor.multi_node is False  # the local engine's executor
-    world.ctx.executor.multi_node = False
+    assert not issubclass(LocalExecutor, ExecutorWithMultiNode)  # the local engine's executor
+    world.ctx.executor = OneNodeExecutor(world.clock, world=world.executor.world)
     _second_node(world)
     r = world.post("member", "/workloads", json={"command": ["x"], "nodes": 2, "gpus_per_node": 1})
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
-    assert "on one node" in detail and "slurm or kubernetes engine" in detail
+    assert "with the fake engine, on one node" in detail
+    assert "needs an engine that runs one workload across several nodes" in detail
     ok = world.post("member", "/workloads", json={"command": ["x"], "gpus": 1})
     assert ok.status_code == 201
 

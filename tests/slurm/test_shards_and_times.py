@@ -76,8 +76,10 @@ def test_slurm_job_ids_map_to_workloads_and_other_jobs_to_none(tmp_path):
     start(ex, "w-1", gpus=1)
     slurm.jobs["other"] = {"job_id": 7, "name": "not-gpupool", "job_state": "RUNNING"}
     ex.refresh()
-    jobs = ex.slurm_job_workloads()
-    assert jobs[ex._jobs["w-1"].job_id] == "w-1" and jobs["7"] is None
+    mine = ex._jobs["w-1"].job_id
+    jobs = ex.owners("slurm-job", [mine, "7", "8"])
+    assert jobs == {mine: "w-1", "7": None}  # job 8: unknown, left out
+    assert ex.owners("pod", [mine]) == {}  # a kind it runs none of
 
 
 def test_prune_removes_old_output_of_ended_jobs_only(tmp_path):

@@ -96,11 +96,17 @@ def test_logs_capability():
     assert ex.logs("w1", tail=2) == "b\nc\n"
 
 
-def test_base_capability_defaults():
-    """An executor that implements only the four required methods answers every optional
-    capability with its documented default (no caller has to probe for it)."""
+def test_the_base_has_no_capability_and_the_fake_declares_its_own():
+    """An executor that implements only the four required methods has none of the capability
+    mixins (callers check them with isinstance); the fake declares those it scripts."""
     from gpupool.domain import Enforcement, Share
-    from gpupool.engines.common.executor import Executor
+    from gpupool.engines.common.executor import (
+        CAPABILITIES,
+        Executor,
+        ExecutorWithMultiNode,
+        logs_of,
+    )
+    from gpupool.engines.fake.executor import OneNodeExecutor
 
     class Bare(Executor):
         def start(self, workload, allocation, *, env=None, unix_user=None):
@@ -116,11 +122,20 @@ def test_base_capability_defaults():
             return []
 
     bare = Bare()
-    with pytest.raises(NotSupported):
-        bare.logs("x")
-    assert bare.enforcement_of("x") is None  # applies what it is asked: nothing to correct
-    assert bare.mps_enforcement("GPU-1") is Enforcement.POLICED
-    assert bare.mps_env(Share("n", 0, "GPU-1", 500, 1024, Enforcement.MPS)) == {}
-    assert bare.process_map() == {}
-    assert bare.prune(0.0) == []
-    assert bare.adopts_work is False
+    assert not any(isinstance(bare, cap) for cap in CAPABILITIES)
+    with pytest.raises(NotSupported, match="does not keep logs"):
+        logs_of(bare)  # what the API turns into its 404
+    assert bare.tick() is None and bare.close() is None  # no-op defaults of the base
+    fake = FakeExecutor(ManualClock())
+    assert {c.__name__ for c in CAPABILITIES if isinstance(fake, c)} == {
+        "ExecutorWithLogs",
+        "ExecutorWithAdoption",
+        "ExecutorWithMultiNode",
+        "ExecutorWithSharedGPUs",
+        "ExecutorWithAttribution",
+        "ExecutorWithRunTimes",
+    }
+    assert not isinstance(OneNodeExecutor(ManualClock()), ExecutorWithMultiNode)
+    assert fake.mps_enforcement("GPU-1") is Enforcement.POLICED  # the mixin's defaults
+    assert fake.mps_env(Share("n", 0, "GPU-1", 500, 1024, Enforcement.MPS)) == {}
+    assert fake.process_map() == {} and fake.container_names("pod", ["x"]) == {}

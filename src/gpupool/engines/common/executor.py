@@ -1,8 +1,8 @@
 """The executor contract: where work runs.
 
 An executor runs a workload's command on the resources of its allocation and reports what
-happened. The server talks to every executor (local processes, Kubernetes pods, Slurm jobs,
-the fakes used in tests) only through this contract:
+happened. The server talks to every executor (each engine's, and the fakes used in tests)
+only through this contract, which names no engine:
 
 - ``start(workload, allocation)`` launches the work and returns a `Handle` at once (it never
   waits for the work to run). It raises `StartError` when the work could not be launched; the
@@ -15,54 +15,50 @@ the fakes used in tests) only through this contract:
   escalation happens in a later ``tick()`` (the reconciler calls it every pass). Stopping
   unknown or finished work is a no-op.
 - ``poll`` may answer ``ExecState.REJECTED`` for work it launched but could not get running
-  (a Kubernetes pod still Pending 30 s after its start): nothing of it runs any more, and
+  (still pending in the engine 30 s after its start): nothing of it runs any more, and
   the caller requeues the workload with the status's message (the start "did not take"
   after `start` had already returned, so a `StartError` could not say it).
 - ``list_running()`` lists the work the executor sees alive right now, including work started
   by an earlier server process; the reconciler uses it to adopt jobs after a restart.
-Optional capabilities are methods of `Executor` too, each with a documented default that
-is the honest answer of an executor without the capability; callers call them directly
-(no attribute probing, no type checks), and a wrapping executor forwards each one by name:
 
-- ``log_chunks(workload_id, offset)`` and ``log_tail(workload_id, lines, max_bytes)`` read
-  the work's output with bounded memory (default: `NotSupported`): the first as a lazy
-  iterator of byte chunks from a byte offset, the second as the last lines, read from the
-  end, at most `max_bytes` of them (gpupool.engines.common.logread). Both raise when they are
-  called, not while iterating, so the caller can still answer with an error; ``logs`` is
-  text built from them for tests and tools (the server never holds a whole log);
-- ``enforcement_of(workload_id)`` tells the enforcement the executor really applied per GPU
-  (default: None, nothing to correct: the executor applies what the allocation asks);
-- ``mps_enforcement(gpu_uuid, unix_user)`` and ``mps_env(share)`` tell which enforcement a
-  new fractional share would get now and the environment its processes need for CUDA MPS
-  (default: ``policed`` and ``{}``, for executors that manage no MPS daemons);
-- ``process_map()`` maps host process ids to the workloads they belong to (default: ``{}``,
-  for executors whose work does not run on this host);
-- ``pod_workloads()`` maps Kubernetes pod UIDs to the pods the executor knows: its own, with
-  their workload, and others it listed, without one (default: ``{}``, for executors that run
-  no pods); the server attributes agent-reported processes through it;
-- ``run_times(workload_id)`` tells when the engine really started and ended the work (Slurm's
-  own start and end of the job), for accounting (default: None, the allocation's times are
-  the work's);
-- ``slurm_job_workloads()`` maps Slurm job ids to gpupool's workloads: its own jobs, with their
-  workload, and others it listed, without one (default: ``{}``, for executors that run no
-  Slurm jobs); the server attributes agent-reported processes through it;
-- ``prune(older_than_s)`` removes the kept state and logs of work that ended long ago
-  (default: nothing kept, nothing removed);
-- ``adopts_work``: whether work survives a server restart and ``list_running`` finds it
-  again (default: False);
-- ``refusal(workload)`` says why the executor would never run a workload, which the API then
-  refuses at submit (default: None, it runs anything the scheduler admits);
-- ``notebook_account(owner)`` names the Unix account and home a JupyterHub notebook of
-  `owner` runs as when gpupool picks it (default: None, the hub's spawner decides), and
-  ``one_account`` tells whether every user's work runs as one Unix account (default: False).
+Optional powers are capability mixins (ABCs) an executor declares in its class bases; callers
+check them with ``isinstance`` and, for an executor without one, fall back to the honest answer
+of an engine without that power (no attribute probing). Each mixin's docstring is its contract
+(`scripts/contract_table.py` renders the table of engines and their capabilities in
+docs/executors.md from them):
+
+- `ExecutorWithLogs`: keeps the work's output (``log_chunks``, ``log_tail``; ``logs`` for tests
+  and tools). Without it the API answers that the engine keeps no logs (404).
+- `ExecutorWithAdoption`: work survives a server restart and ``list_running`` finds it.
+- `ExecutorWithMultiNode`: runs one workload across several nodes; without it the API refuses
+  such requests at submit (422).
+- `ExecutorWithSharedGPUs`: runs fractional shares of GPUs and tells the enforcement each got
+  (``enforcement_of``; ``mps_enforcement``, ``mps_env`` where CUDA MPS serves them). Without
+  it the executor applies exactly what the allocation asks (``policed`` for a fraction).
+- `ExecutorWithNotebooks`: runs notebook workloads itself (the hub's single-user server
+  command, as the account its rules pick) and reports where each listens
+  (`ExecStatus.endpoint`); ``one_account`` tells whether every user's work shares one Unix
+  account (the hub then serves one user only). Without it notebooks run as plain work.
+- `ExecutorWithSubmitChecks`: refuses at submit what it would never run (``refusal``) and
+  checks a notebook's engine template (``template_problem``). Without it nothing is refused
+  and no template is taken.
+- `ExecutorWithAttribution`: says who owns the containers the node agents saw
+  (``owners(container_kind, ids)``, ``container_names``) and the processes of its work on this
+  host (``process_map``). Without it a reported process is attributed by nothing but its
+  Unix user.
+- `ExecutorWithRunTimes`: tells when the engine really started and ended the work
+  (``run_times``); without it accounting takes the allocation's times.
+- `ExecutorWithPruning`: removes the kept state and logs of work that ended long ago
+  (``prune``); without it nothing is kept, nothing removed.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Share, Workload
 from gpupool.engines.common import logread
@@ -71,12 +67,12 @@ from gpupool.engines.common import logread
 class ExecState(StrEnum):
     """What an executor knows of one workload."""
 
-    STARTING = "starting"  # launched, not yet confirmed running (pod pulling, job queued)
+    STARTING = "starting"  # launched, not yet confirmed running (image pulling, queued)
     RUNNING = "running"
     SUCCEEDED = "succeeded"  # exited with code 0
     FAILED = "failed"  # exited non-zero or was killed by a signal
     LOST = "lost"  # known, but it vanished without a trace of how it ended
-    #: the engine gave up starting it (a pod still Pending long after its start): nothing of
+    #: the engine gave up starting it (still pending there long after its start): nothing of
     #: it runs any more; the caller requeues the workload with `message` as the reason
     REJECTED = "rejected"
     UNKNOWN = "unknown"  # the executor has never heard of this workload
@@ -114,7 +110,7 @@ class NotSupported(ExecutorError):
 class Handle:
     """What `start` returns: the executor's own reference to the launched work.
 
-    `ref` is executor specific: a process id, a pod name, a Slurm job id.
+    `ref` is executor specific: a process id, a container's name, a cluster's job id.
     """
 
     workload_id: str
@@ -140,7 +136,7 @@ class ExecStatus:
     #: The reason given to `stop`, once stop was asked for (None otherwise).
     stop_reason: str | None = None
     #: Where the workload's server listens ("http://host:port") once alive, for work run away
-    #: from the hub (a notebook in a pod or a Slurm job); None where not known or not served.
+    #: from the hub (a notebook on a cluster node); None where not known or not served.
     endpoint: str | None = None
 
     @staticmethod
@@ -157,31 +153,18 @@ class RunningProcess:
     workload_id: str
     ref: str
     started_at: float | None = None
-    #: Unix user (local), namespace (Kubernetes) or account (Slurm) the work runs as.
+    #: who the work runs as, in the engine's terms (a Unix user, a namespace, an account).
     user: str | None = None
     gpu_uuids: tuple[str, ...] = ()
-    #: Process ids of the work on this host (local executor); empty elsewhere.
+    #: Process ids of the work on this host (work run here); empty elsewhere.
     pids: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class PodRef:
-    """A Kubernetes pod an executor knows, by UID: `workload_id` None means a pod gpupool
-    did not create (its processes are outside gpupool)."""
-
-    namespace: str
-    name: str
-    workload_id: str | None = None
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
 class Executor(ABC):
-    """Runs workloads. See the module docstring for the contract of each method."""
+    """Runs workloads: the methods every executor has (see the module docstring). Optional
+    powers are the `ExecutorWith*` mixins below, declared in the executor's class bases."""
 
-    #: Short name recorded in handles and events: "local", "kubernetes", "slurm", "fake".
+    #: Short name recorded in handles and events: the engine's name.
     name: str = "executor"
 
     @abstractmethod
@@ -217,26 +200,29 @@ class Executor(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release executor resources on server shutdown. Running work keeps running."""
 
-    # -- optional capabilities: each default is what an executor without it answers -------
-    #: Work survives a server restart and `list_running` finds it again (to be adopted).
-    adopts_work: bool = False
-    #: Runs one workload across several nodes (a multi-node Allocation, `Request.nodes` > 1);
-    #: without it the API refuses such requests at submit.
-    multi_node: bool = False
 
+# -- capabilities: each an ABC mixin an executor declares in its bases ---------------------
+
+
+class ExecutorWithLogs(ABC):
+    """Keeps each workload's output and reads it back with bounded memory.
+
+    ``log_chunks`` streams it from a byte offset, ``log_tail`` reads its last lines from the
+    end (`gpupool.engines.common.logread`); both raise `ExecutorError` when called, never
+    while iterating, so the caller can still answer with an error. The server never holds a
+    whole log; ``logs`` is text for tests and tools."""
+
+    @abstractmethod
     def log_chunks(self, workload_id: str, offset: int = 0) -> Iterator[bytes]:
         """The workload's output from byte `offset` on, up to its size when called, lazily in
-        chunks of at most `logread.CHUNK_BYTES` (no output yet: no chunks). Errors are raised
-        by the call, not by the iteration. Default: `NotSupported`."""
-        raise NotSupported(f"the {self.name} executor does not keep logs")
+        chunks of at most `logread.CHUNK_BYTES` (no output yet: no chunks)."""
 
+    @abstractmethod
     def log_tail(
         self, workload_id: str, lines: int, max_bytes: int = logread.TAIL_MAX_BYTES
     ) -> bytes:
         """The last `lines` lines of the workload's output, reading at most about `max_bytes`
-        from its end; long lines cut with a marker (`logread.tail_of`). Default:
-        `NotSupported`."""
-        raise NotSupported(f"the {self.name} executor does not keep logs")
+        from its end; long lines cut with a marker (`logread.tail_of`)."""
 
     def logs(self, workload_id: str, tail: int | None = None) -> str:
         """The output as text: the last `tail` lines (`log_tail`), or all of it, whole in
@@ -247,15 +233,39 @@ class Executor(ABC):
             data = b"".join(self.log_chunks(workload_id))
         return data.decode("utf-8", errors="replace")
 
+
+def logs_of(executor: Executor) -> ExecutorWithLogs:
+    """`executor` as one that keeps logs; `NotSupported` (the API's 404) if it keeps none."""
+    if isinstance(executor, ExecutorWithLogs):
+        return executor
+    raise NotSupported(f"the {executor.name} executor does not keep logs")
+
+
+class ExecutorWithAdoption(ABC):  # noqa: B024 - a promise about the base's methods
+    """Work survives a restart of the server: a new executor's ``list_running`` and ``poll``
+    find the work an earlier one started, so the reconciler adopts it instead of losing it."""
+
+
+class ExecutorWithMultiNode(ABC):  # noqa: B024 - a promise about `start`
+    """Runs one workload across several nodes: ``start`` takes a multi-node `Allocation`
+    (`Request.nodes` > 1, a gang) and runs the command once per node; its state is the
+    whole gang's. Without it the API refuses such requests at submit."""
+
+
+class ExecutorWithSharedGPUs(ABC):
+    """Runs fractional shares of GPUs and tells the enforcement each really got, which may be
+    weaker than the allocation asked (`policed` when no healthy MPS daemon serves a GPU).
+
+    Without it the executor applies exactly what it is asked: nothing to correct."""
+
+    @abstractmethod
     def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
-        """Enforcement applied per GPU UUID when the work was launched (may be weaker than
-        the allocation asked); empty while the work is unknown (not launched yet). None (the
-        default): this executor always applies exactly what it is asked, nothing to correct."""
-        return None
+        """Enforcement applied per GPU UUID when the work was launched; empty while the work
+        is unknown (not launched yet); None: nothing to correct for this workload."""
 
     def mps_enforcement(self, gpu_uuid: str, unix_user: str | None = None) -> Enforcement:
         """The enforcement a new fractional share on `gpu_uuid` would get right now (`mps`
-        only while a healthy daemon can serve `unix_user`). Default: `policed`."""
+        only while a healthy daemon can serve `unix_user`). Default: `policed` (no daemons)."""
         return Enforcement.POLICED
 
     def mps_env(self, share: Share) -> Mapping[str, str]:
@@ -263,47 +273,114 @@ class Executor(ABC):
         (pipe and log directories, thread and memory limits). Default: none (no daemons)."""
         return {}
 
+
+class ExecutorWithNotebooks(ABC):
+    """Runs JupyterHub's notebooks: a `notebook` workload's command (the hub's single-user
+    server, its environment in the workload's `env`) runs on the granted GPUs as the account
+    the engine's rules pick, never root, and `poll` reports where it listens
+    (`ExecStatus.endpoint`, ``http://host:port``) once it does; the hub's spawner waits for
+    that over the API (gpupool.jupyterhub.spawner).
+
+    Without it a notebook runs as plain work and reports no endpoint."""
+
+    @property
+    @abstractmethod
+    def one_account(self) -> bool:
+        """Whether every user's work, notebooks included, runs as one Unix account (the hub
+        then serves one user only: gpupool.server.services.notebooks)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateProblem:
+    """Why a notebook's engine template cannot run: `message` says what to change, `field`
+    is the request field (a dotted path into the template) it is about."""
+
+    message: str
+    field: str
+
+
+class ExecutorWithSubmitChecks(ABC):
+    """Refuses at submit what it would never run, with a reason the API returns (4xx).
+
+    Without it the executor runs whatever the scheduler admits and takes no template."""
+
+    @abstractmethod
+    def refusal(self, workload: Workload) -> str | None:
+        """Why this executor will never run `workload` (the API refuses it at submit with
+        this text, 403), or None."""
+
+    def template_problem(self, template: Mapping[str, Any], owner: str) -> TemplateProblem | None:
+        """What is wrong with `template`, the engine's own description of a notebook of
+        `owner` sent by the hub's spawner (the API refuses it, 422), or None: it runs as
+        given. Default: this executor takes no template."""
+        return TemplateProblem(
+            "this executor takes no notebook template; leave it out",
+            "template",
+        )
+
+
+class ExecutorWithAttribution(ABC):
+    """Says whose the processes on its nodes are, from what the hosts observe.
+
+    The node agents report, per GPU process, the container the host saw it run in: its
+    ``container_kind`` (the kinds are `gpupool.telemetry.containers.CONTAINER_KINDS`) and id.
+    ``owners`` maps those ids to workloads; a process in a container gpupool did not start is
+    outside gpupool, whatever its environment claims. Without it a reported process is
+    attributed by nothing but its Unix user."""
+
+    @abstractmethod
+    def owners(self, container_kind: str, ids: Collection[str]) -> Mapping[str, str | None]:
+        """For each of `ids` (containers of `container_kind`) this executor knows: the
+        workload it runs, or None for a container gpupool did not start. Ids it does not
+        know (and kinds it runs none of) are left out: they change nothing."""
+
+    def container_names(self, container_kind: str, ids: Collection[str]) -> Mapping[str, str]:
+        """A readable name (``namespace/name``) of each of `ids` it knows, shown with the
+        processes in it. Default: none."""
+        return {}
+
     def process_map(self) -> Mapping[int, str]:
         """Host process id -> workload id for every process of running work on this host.
         Default: empty (the executor's work does not run on this host)."""
         return {}
 
-    def pod_workloads(self) -> Mapping[str, PodRef]:
-        """Pod UID -> the pod and the workload it runs (None for pods gpupool did not
-        create), as of the executor's last list. Default: empty (the executor runs no pods)."""
-        return {}
 
+class ExecutorWithRunTimes(ABC):
+    """Tells when the engine really started and ended the work (a cluster's own start and
+    end of a queued job), which accounting takes over the allocation's times.
+
+    Without it the allocation's times are the work's."""
+
+    @abstractmethod
     def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:
         """(start, end) of the work as the engine ran it (end None while it runs, start None
-        while it has not started); None (the default): this executor does not tell, the
-        allocation's times are the work's."""
-        return None
+        while it has not started); None: not known here, the allocation's times hold."""
 
-    def slurm_job_workloads(self) -> Mapping[str, str | None]:
-        """Slurm job id -> the workload it runs (None: a Slurm job gpupool did not submit).
-        Default: none (this executor runs no Slurm jobs)."""
-        return {}
 
+class ExecutorWithPruning(ABC):
+    """Keeps state and logs of ended work, and removes them once they are old.
+
+    Without it nothing is kept, so nothing is removed."""
+
+    @abstractmethod
     def prune(self, older_than_s: float, now: float | None = None) -> list[str]:
-        """Remove the kept state (and logs) of work that ended more than `older_than_s` ago;
-        live work is kept. Returns the workload ids removed. Default: nothing is kept."""
-        return []
+        """Remove the kept state (and logs) of work that ended more than `older_than_s` ago
+        on the executor's clock (`now` instead, for tests); live work is kept. Returns the
+        workload ids removed."""
 
-    @property
-    def one_account(self) -> bool:
-        """Whether every user's work, notebooks included, runs as one Unix account (the
-        local executor in single-user mode without root). Default: False."""
-        return False
 
-    def refusal(self, workload: Workload) -> str | None:
-        """Why this executor will never run `workload` (the API refuses it at submit with
-        this text, 403), or None. Default: None."""
-        return None
-
-    def notebook_account(self, owner: str) -> tuple[str, str] | None:
-        """(Unix account, home) a JupyterHub notebook of `owner` runs as, when gpupool picks
-        it (`StartError` if it cannot be had). Default: None, the hub's spawner decides."""
-        return None
+#: every capability mixin, in the order docs/executors.md shows them
+CAPABILITIES: tuple[type, ...] = (
+    ExecutorWithLogs,
+    ExecutorWithAdoption,
+    ExecutorWithMultiNode,
+    ExecutorWithSharedGPUs,
+    ExecutorWithNotebooks,
+    ExecutorWithSubmitChecks,
+    ExecutorWithAttribution,
+    ExecutorWithRunTimes,
+    ExecutorWithPruning,
+)
 
 
 def exec_state_for_exit(exit_code: int | None) -> ExecState:

@@ -1,6 +1,9 @@
 """The fake executor family, for tests and the simulator. Deterministic, no processes, no sleeps.
 
 - `FakeExecutor`: work runs at once; tests script its end with `finish()`, `lose()`, `forget()`.
+  It has the capabilities a cluster engine has (logs, adoption, multi-node, shared GPUs,
+  attribution, run times), each scriptable: `downgrade`, `containers`, `times`.
+- `OneNodeExecutor`: the same on one node only (no `ExecutorWithMultiNode`).
 - `SlowExecutor`: work stays `starting` until `release(workload_id)`.
 - `NeverStarts`: work stays `starting` forever.
 - `FailingExecutor`: `start` raises `StartError` (always, or the first `failures` times).
@@ -13,8 +16,9 @@ running until `tick()` runs after `grace_s` on the injected clock, then is kille
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Self
 
 from gpupool.clock import Clock
 from gpupool.domain import Allocation, Enforcement, Workload
@@ -23,6 +27,12 @@ from gpupool.engines.common.executor import (
     ExecState,
     ExecStatus,
     Executor,
+    ExecutorWithAdoption,
+    ExecutorWithAttribution,
+    ExecutorWithLogs,
+    ExecutorWithMultiNode,
+    ExecutorWithRunTimes,
+    ExecutorWithSharedGPUs,
     Handle,
     RunningProcess,
     StartError,
@@ -64,12 +74,17 @@ class FakeWorld:
     next_ref: int = 1000
 
 
-class FakeExecutor(Executor):
+class _Fake(
+    Executor,
+    ExecutorWithLogs,
+    ExecutorWithAdoption,
+    ExecutorWithSharedGPUs,
+    ExecutorWithAttribution,
+    ExecutorWithRunTimes,
+):
     """Scriptable in-memory executor. Work is `running` as soon as it is started."""
 
     name = "fake"
-    multi_node = True  # stands in for a cluster engine in the server tests
-    adopts_work = True
     start_state = ExecState.RUNNING
 
     def __init__(
@@ -84,6 +99,11 @@ class FakeExecutor(Executor):
         #: GPU uuid -> enforcement to apply instead of the share's (a weaker fallback, as
         #: the local executor does when no healthy MPS daemon can serve a job).
         self.downgrade: dict[str, Enforcement] = {}
+        #: container kind -> container id -> the workload it runs (None: not gpupool's), as
+        #: a cluster engine knows the containers the node agents report (`owners`)
+        self.containers: dict[str, dict[str, str | None]] = {}
+        #: workload id -> (start, end) as the engine ran it (`run_times`; absent: not told)
+        self.times: dict[str, tuple[float | None, float | None]] = {}
 
     # -- contract ------------------------------------------------------------------------
     def start(
@@ -194,6 +214,13 @@ class FakeExecutor(Executor):
         p = self.world.processes.get(workload_id)
         return dict(p.enforcement) if p is not None else {}
 
+    def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
+        known = self.containers.get(container_kind, {})
+        return {i: known[i] for i in ids if i in known}
+
+    def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:
+        return self.times.get(workload_id)
+
     # -- scripting for tests ---------------------------------------------------------------
     def process(self, workload_id: str) -> FakeProcess:
         return self.world.processes[workload_id]
@@ -224,7 +251,7 @@ class FakeExecutor(Executor):
         """How many times `workload_id` was launched (a restart must not relaunch work)."""
         return self.world.launches.count(workload_id)
 
-    def reborn(self) -> FakeExecutor:
+    def reborn(self) -> Self:
         """A new executor of the same kind over the same world (a restarted server)."""
         return type(self)(self.clock, world=self.world, ignores_term=self.ignores_term)
 
@@ -234,6 +261,14 @@ class FakeExecutor(Executor):
         p.exit_code = exit_code
         p.state = exec_state_for_exit(exit_code)
         p.finished_at = self.clock.now()
+
+
+class FakeExecutor(_Fake, ExecutorWithMultiNode):
+    """The fake of a cluster engine: it also runs work across several nodes."""
+
+
+class OneNodeExecutor(_Fake):
+    """The fake of an engine that runs work on one node only (no multi-node)."""
 
 
 class SlowExecutor(FakeExecutor):

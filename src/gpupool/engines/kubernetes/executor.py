@@ -30,16 +30,18 @@
 - A multi-node allocation (a gang) is one pod per node plus a headless Service
   (`gang.build_gang`, which says why not an Indexed Job); its state is all its pods' together
   (`gang.gang_view`), and stop, reject and prune act on all of them and the Service.
-- `pod_workloads` maps pod UIDs to gpupool's pods (from `start` and the last list) and to
-  the other pods the engine's inventory listed in every namespace (`note_cluster_pods`), so
-  the server attributes the processes the agents report per pod.
+- `owners` (and `container_names`) map pod UIDs to gpupool's pods (from `start` and the
+  last list) and to the other pods the engine's inventory listed in every namespace
+  (`note_cluster_pods`, `attribution`), so the server attributes the processes the agents
+  report per pod.
+- a notebook's pod template is checked at submit (`template_problem`, `notebooks`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,17 +53,27 @@ from gpupool.engines.common.executor import (
     ExecStatus,
     Executor,
     ExecutorError,
+    ExecutorWithAdoption,
+    ExecutorWithAttribution,
+    ExecutorWithLogs,
+    ExecutorWithMultiNode,
+    ExecutorWithNotebooks,
+    ExecutorWithPruning,
+    ExecutorWithSharedGPUs,
+    ExecutorWithSubmitChecks,
     Handle,
-    PodRef,
     RunningProcess,
     StartError,
+    TemplateProblem,
 )
 from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebooks as nb
 from gpupool.engines.kubernetes import pod_logs
+from gpupool.engines.kubernetes.attribution import PodRef, other_pods
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.env_secrets import EnvSecrets
+from gpupool.engines.kubernetes.pod_security import TemplateError
 from gpupool.engines.kubernetes.podstatus import (
     config_failure,
     node_of,
@@ -70,6 +82,7 @@ from gpupool.engines.kubernetes.podstatus import (
     status_of,
 )
 from gpupool.engines.kubernetes.tenancy_sync import ensure_namespace_of
+from gpupool.telemetry.containers import POD
 
 log = logging.getLogger(__name__)
 
@@ -118,13 +131,21 @@ class _Known:
         return [(n, self.member_pods.get(n)) for n in self.members]
 
 
-class KubernetesExecutor(Executor):
+class KubernetesExecutor(
+    Executor,
+    ExecutorWithLogs,
+    ExecutorWithAdoption,
+    ExecutorWithMultiNode,
+    ExecutorWithSharedGPUs,
+    ExecutorWithNotebooks,
+    ExecutorWithSubmitChecks,
+    ExecutorWithAttribution,
+    ExecutorWithPruning,
+):
     """Pods through `api` (see the module docstring). `on_rejected(node)` is called when a
     pod that stayed Pending is given up (the engine re-reads that node's capacity)."""
 
-    name = "kubernetes"
-    multi_node = True  # one pod per node, a headless Service (engines.kubernetes.gang)
-    adopts_work = True
+    name = "kubernetes"  # multi-node: one pod per node, a headless Service (gang.py)
 
     def __init__(
         self,
@@ -439,18 +460,40 @@ class KubernetesExecutor(Executor):
     def note_cluster_pods(self, pods: list[dict[str, Any]]) -> None:
         """Remember the pods of every namespace (the inventory's list) by UID, so a process
         the agent finds in a pod gpupool did not create is shown with that pod's name."""
-        other: dict[str, PodRef] = {}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            if (meta.get("labels") or {}).get(m.MANAGED_BY) == "gpupool":
-                continue  # gpupool's own: mapped from its own list, with their workload
-            if meta.get("uid") and meta.get("name"):
-                other[meta["uid"]] = PodRef(meta.get("namespace", ""), meta["name"])
-        self._other_pods = other
+        self._other_pods = other_pods(pods)
 
-    def pod_workloads(self) -> Mapping[str, PodRef]:
+    def _pods(self, container_kind: str, ids: Collection[str]) -> dict[str, PodRef]:
         """gpupool's pods (with their workload) over the other pods last listed (without)."""
-        return {**self._other_pods, **self._own_pods}
+        if container_kind != POD.name:
+            return {}
+        own, other = self._own_pods, self._other_pods
+        return {i: own.get(i) or other[i] for i in ids if i in own or i in other}
+
+    def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
+        """Pod UID -> the workload of gpupool's pod, None for a pod it did not create."""
+        return {i: p.workload_id for i, p in self._pods(container_kind, ids).items()}
+
+    def container_names(self, container_kind: str, ids: Collection[str]) -> dict[str, str]:
+        """Pod UID -> `namespace/name`, gpupool's pods and the others listed."""
+        return {i: p.ref for i, p in self._pods(container_kind, ids).items()}
+
+    @property
+    def one_account(self) -> bool:
+        """False: every tenant's work runs in its own namespace, as its pod says."""
+        return False
+
+    def refusal(self, workload: Workload) -> str | None:
+        """None: what the scheduler admits, a pod can run."""
+        return None
+
+    def template_problem(self, template: Mapping[str, Any], owner: str) -> TemplateProblem | None:
+        """A notebook's pod template (`pod_spec`) must be one `notebooks.check_template`
+        accepts for `owner`."""
+        try:
+            nb.check_template(template, owner)
+        except TemplateError as e:
+            return TemplateProblem(str(e), e.field or "pod_spec")
+        return None
 
     def _vanished(self, wid: str, k: _Known) -> ExecStatus:
         last = status_of(wid, k.pod or {})

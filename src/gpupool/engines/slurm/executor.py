@@ -25,7 +25,7 @@ fraction of one GPU is submitted as ``--gres=shard:<n>`` where the node has ``gr
 (`shards`; enforcement `none`), and refused with what to do where it has none.
 
 Slurm's own start and end of each job (`run_times`) are what accounting counts, not when
-gpupool noticed; `slurm_job_workloads` maps job ids to workloads for the agents' reports;
+gpupool noticed; `owners` maps job ids to workloads for the agents' reports;
 `prune` removes the output files of jobs that ended long ago. Notebooks (with a command) run
 wrapped so that gpupool learns their endpoint (`notebooks`).
 
@@ -51,7 +51,7 @@ import math
 import os
 import shlex
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,14 @@ from gpupool.engines.common.executor import (
     ExecState,
     ExecStatus,
     Executor,
+    ExecutorWithAdoption,
+    ExecutorWithAttribution,
+    ExecutorWithLogs,
+    ExecutorWithMultiNode,
+    ExecutorWithNotebooks,
+    ExecutorWithPruning,
+    ExecutorWithRunTimes,
+    ExecutorWithSharedGPUs,
     Handle,
     RunningProcess,
     StartError,
@@ -87,6 +95,7 @@ from gpupool.engines.slurm.jobscript import EXPORT, gang_script, stop_comment, w
 from gpupool.engines.slurm.notebooks import notebook_script, port_file, serving
 from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure, prune_outputs
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
+from gpupool.telemetry.containers import SLURM_JOB
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +143,17 @@ def workload_of(job: Mapping[str, Any]) -> str | None:
     return name[len(PREFIX) :] if name.startswith(PREFIX) else None
 
 
-class SlurmExecutor(Executor):
+class SlurmExecutor(
+    Executor,
+    ExecutorWithLogs,
+    ExecutorWithAdoption,
+    ExecutorWithMultiNode,
+    ExecutorWithSharedGPUs,
+    ExecutorWithNotebooks,
+    ExecutorWithAttribution,
+    ExecutorWithRunTimes,
+    ExecutorWithPruning,
+):
     """Runs workloads as Slurm batch jobs (see the module docstring).
 
     account_of(tenant) -> Slurm account; ensure_user(unix_user, account) makes the
@@ -142,9 +161,7 @@ class SlurmExecutor(Executor):
     owners' accounts (needs root); else as the server's account.
     """
 
-    name = "slurm"
-    multi_node = True  # sbatch --nodes=N --nodelist=<the nodes gpupool chose>
-    adopts_work = True
+    name = "slurm"  # multi-node: sbatch --nodes=N --nodelist=<the nodes gpupool chose>
 
     def __init__(
         self,
@@ -309,7 +326,7 @@ class SlurmExecutor(Executor):
     @property
     def one_account(self) -> bool:
         """Every user's work shares one account unless jobs run as their owners (`_account`);
-        the hub then serves the first admin only (`engines.common.hub_launch`)."""
+        the hub then serves the first admin only (`server.services.notebooks`)."""
         return not self.per_user
 
     def poll(self, workload_id: str) -> ExecStatus:
@@ -518,12 +535,14 @@ class SlurmExecutor(Executor):
             return (None, None)
         return (job.started, job.ended)
 
-    def slurm_job_workloads(self) -> dict[str, str | None]:
-        """Slurm job id -> workload of every job in the last `squeue` read and every job
-        this process submitted (None: not gpupool's)."""
-        out = dict(self._snap.by_job)
-        out.update({j.job_id: wid for wid, j in self._jobs.items()})
-        return out
+    def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
+        """Slurm jobs (`SLURM_JOB`) -> their workloads, for every job in the last `squeue`
+        read and every job this process submitted (None: a job gpupool did not submit)."""
+        if container_kind != SLURM_JOB.name:
+            return {}
+        jobs = dict(self._snap.by_job)
+        jobs.update({j.job_id: wid for wid, j in self._jobs.items()})
+        return {i: jobs[i] for i in ids if i in jobs}
 
     def enforcement_of(self, workload_id: str) -> dict[str, Enforcement] | None:
         """Shares run on gres/shard: `none` (Slurm only counts shards); whole GPUs:

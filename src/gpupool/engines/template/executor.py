@@ -5,9 +5,11 @@ returns at once (raise `StartError`, `permanent=True` when retrying cannot help)
 answers from the engine's own record of the work (`ExecState.UNKNOWN` for work it never
 started), so that a new executor after a restart of `gpupool up` finds the same work;
 `stop` never blocks (escalate the forced kill in `tick`, on the injected clock);
-`list_running` lists live work, including work an earlier server started. Optional
-capabilities (logs, multi-node, enforcement, ...) are methods of `Executor` with honest
-defaults: override the ones the engine has.
+`list_running` lists live work, including work an earlier server started. Optional powers
+are the capability mixins of the same module (`ExecutorWithLogs`, `ExecutorWithAdoption`,
+`ExecutorWithMultiNode`, ...): add to the class's bases the ones the engine has and fill in
+their methods; callers check them with `isinstance` and treat an executor without one as an
+engine without that power. This one has none yet.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from gpupool.engines.common.executor import (
 )
 
 
-class TemplateExecutor(Executor):
+class TemplateExecutor(Executor):  # + the ExecutorWith* mixins of the engine's powers
     """Runs nothing yet: `start` refuses, every workload is unknown."""
 
     name = "template"

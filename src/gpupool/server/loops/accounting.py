@@ -7,8 +7,8 @@ MiB-seconds and the maximum seen. Work that ended since the last pass is account
 release of its allocation. Intervals that cross midnight UTC are split between the days. Rollups per
 user, tenant and day are queries over these rows (`UsageRepo.rollup`).
 
-Engines that know when they really ran the work (Slurm: the job's own start and end,
-`Executor.run_times`) are taken at their word: a workload is accounted from that start
+Engines that know when they really ran the work (a cluster's own start and end of a job,
+`ExecutorWithRunTimes.run_times`) are taken at their word: a workload is accounted from that start
 (nothing while it waits in the engine's queue) to that end, not from admission to when
 gpupool noticed the end, so per-tenant GPU-hours agree with the engine's own accounting.
 Time accounted while the work looked alive but had already ended (the engine's end, learnt
@@ -30,6 +30,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from gpupool.domain import Allocation, Workload
+from gpupool.engines.common.executor import Executor, ExecutorWithRunTimes
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.store import AllocationRepo, UsageRepo, WorkloadRepo
@@ -48,6 +49,13 @@ def split_by_day(t0: float, t1: float) -> list[tuple[str, float]]:
         out.append((datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d"), end - t))
         t = end
     return out
+
+
+def run_times(executor: Executor, workload_id: str) -> tuple[float | None, float | None] | None:
+    """The engine's own (start, end) of the work; None where it does not tell."""
+    if isinstance(executor, ExecutorWithRunTimes):
+        return executor.run_times(workload_id)
+    return None
 
 
 class AccountingLoop(Loop):
@@ -111,7 +119,7 @@ class AccountingLoop(Loop):
             end = now
             if last is not None and last[1] is not None:
                 end = last[1]
-            ran = executor.run_times(wid)
+            ran = run_times(executor, wid)
             engine_end = ran is not None and ran[1] is not None
             if engine_end:
                 end = ran[1]  # the engine's end, not when gpupool noticed it
@@ -119,12 +127,12 @@ class AccountingLoop(Loop):
                 writes.append((w, a, t0, end))  # taken back
         for w, a, released in unseen:
             self._closed[(w.id, a.since)] = now
-            ran = executor.run_times(w.id)
+            ran = run_times(executor, w.id)
             begin, end = (a.since, released) if ran is None else ran
             if begin is not None and (end if end is not None else released) > begin:
                 writes.append((w, a, begin, end if end is not None else released))
         for wid, (w, a) in running.items():
-            ran = executor.run_times(wid)
+            ran = run_times(executor, wid)
             begin, end = (a.since, now) if ran is None else ran
             if begin is None:
                 continue  # not started in the engine (yet): nothing to account

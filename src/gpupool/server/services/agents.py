@@ -5,14 +5,14 @@
   user routes look tokens up among user tokens, where it is not (`node_credential`).
 - `accept_report` registers or refreshes the node and its GPUs (the admin's sharing modes and
   the node's state and labels are kept) and keeps the report, with workload owners resolved.
-  A node the server's engine registers itself (Kubernetes) keeps the engine's GPUs: the
+  A node the server's engine registers itself (a cluster's) keeps the engine's GPUs: the
   report is re-keyed to them by index (`to_engine_gpus`).
   Only what the node observes decides whose a process is, never the process's own claim
   (its environment's `GPUPOOL_WORKLOAD_ID`, which the report may carry and the server
-  drops): on Kubernetes the pod it runs in (its cgroup's pod UID; `attribute_pods`, from the
-  executor's `pod_workloads`), on Slurm the job it runs in (its cgroup, or the root-owned
-  `slurmstepd` above it; `attribute_slurm_jobs`, from the executor's `slurm_job_workloads`).
-  Anything else is no workload's (`via` `unix-user` or `none`).
+  drops): the container the host saw it run in (`gpupool.telemetry.containers`), whose
+  owner the executor names (`ExecutorWithAttribution.owners`; `attribute_containers`, one
+  path for every kind of container). Anything else is no workload's (`via` `unix-user` or
+  `none`).
   A report whose `timestamp` is more than `skew_allowed_s` off the server's clock (a replay,
   a long-delayed report, a node without NTP) is refused (422) and changes nothing.
 - `mark_lost` turns a node whose agent missed `LOST_AFTER_REPORTS` reports `unknown`; the
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.domain import GPU, Event, GPUHealth, Node, NodeState
-from gpupool.engines.common.executor import PodRef
+from gpupool.engines.common.executor import Executor, ExecutorWithAttribution
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import NotAuthenticated, PermissionDenied
@@ -53,6 +53,7 @@ from gpupool.store import (
 )
 from gpupool.store.nodeagents import NodeReportRow, NodeTokenRow
 from gpupool.telemetry.attribution import Attribution, Via
+from gpupool.telemetry.containers import CONTAINER_KINDS, ContainerKind
 from gpupool.telemetry.sampler import Frame
 from gpupool.telemetry.snapshots import MIB, GPUSnapshot, HostSnapshot, ProcessKind, ProcessSnapshot
 
@@ -159,41 +160,44 @@ def node_credential(ctx: AppContext, node: str, secret: str | None) -> str:
 # -- reports ------------------------------------------------------------------------------------
 
 
-def attribute_pods(pods: Mapping[str, PodRef], procs: list[dict[str, Any]]) -> None:
-    """Attribute reported processes (dicts, changed in place) by the pod they run in.
+def attribute(
+    kind: ContainerKind,
+    owners: Mapping[str, str | None],
+    names: Mapping[str, str],
+    procs: list[dict[str, Any]],
+) -> None:
+    """Attribute reported processes (dicts, changed in place) by the container of `kind`
+    they run in, from the executor's `owners` (and `names`) of those containers.
 
-    A process in a pod gpupool created belongs to that pod's workload (`via` pod), even over
-    an environment marker, which any process can set; one in a pod gpupool did not create is
-    outside gpupool (no workload, whatever its environment says) and keeps the pod's
-    `namespace/name`. A pod UID the executor does not know changes nothing."""
+    A process in a container gpupool started belongs to that container's workload (`via`
+    the kind's), even over an environment marker, which any process can set; one in a
+    container gpupool did not start is outside gpupool (no workload, whatever its
+    environment says) and keeps the container's readable name where the kind has one. A
+    container the executor does not know changes nothing."""
     for p in procs:
-        ref = pods.get(p.get("pod_uid") or "")
-        if ref is None:
+        cid = p.get(kind.field) or ""
+        if cid not in owners:
             continue
-        p["pod"] = ref.ref
-        p["workload_id"] = ref.workload_id
-        if ref.workload_id:
-            p["via"] = "pod"
+        if kind.name_field is not None and cid in names:
+            p[kind.name_field] = names[cid]
+        p["workload_id"] = owners[cid]
+        if owners[cid]:
+            p["via"] = str(kind.via)
         else:
             p["via"] = "unix-user" if p.get("unix_user") else "none"
 
 
-def attribute_slurm_jobs(jobs: Mapping[str, str | None], procs: list[dict[str, Any]]) -> None:
-    """Attribute reported processes (dicts, changed in place) by the Slurm job they run in.
-
-    A process in a job gpupool submitted belongs to that job's workload (`via` slurm), even
-    over an environment marker, which any process can set; one in a Slurm job gpupool did
-    not submit is outside gpupool (no workload, whatever its environment says). A job id the
-    executor does not know changes nothing."""
-    for p in procs:
-        job = p.get("slurm_job_id") or ""
-        if job not in jobs:
-            continue
-        p["workload_id"] = jobs[job]
-        if jobs[job]:
-            p["via"] = "slurm"
-        else:
-            p["via"] = "unix-user" if p.get("unix_user") else "none"
+def attribute_containers(executor: Executor, procs: list[dict[str, Any]]) -> None:
+    """Ask `executor` who owns the containers of every kind the processes were seen in, and
+    attribute them (`attribute`); an executor without `ExecutorWithAttribution` owns none."""
+    if not isinstance(executor, ExecutorWithAttribution):
+        return
+    for kind in CONTAINER_KINDS:
+        ids = {str(p[kind.field]) for p in procs if p.get(kind.field)}
+        if ids:
+            owners = executor.owners(kind.name, ids)
+            names = executor.container_names(kind.name, ids) if kind.name_field else {}
+            attribute(kind, owners, names, procs)
 
 
 def _owners(ctx: AppContext, procs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
@@ -215,9 +219,9 @@ def _owners(ctx: AppContext, procs: list[dict[str, Any]]) -> dict[str, tuple[str
 
 def to_engine_gpus(engine_node: Node, stored: dict[str, Any]) -> None:
     """Re-key a report (changed in place) to the GPUs of a node the server's engine
-    registers (Kubernetes: `k8s:<node>:<index>`), by GPU index, so readings and processes
-    land on the GPUs work is allocated on. The engine keeps the node's GPUs, capacity and
-    health; the agent's own GPU UUID stays as `device_uuid`."""
+    registers (with GPU uuids of its own), by GPU index, so readings and processes land on
+    the GPUs work is allocated on. The engine keeps the node's GPUs, capacity and health;
+    the agent's own GPU UUID stays as `device_uuid`."""
     by_index = {g.index: g.uuid for g in engine_node.gpus}
     renamed: dict[str, str] = {}
     for g in stored["gpus"]:
@@ -255,10 +259,7 @@ def accept_report(ctx: AppContext, node: str, token_id: str, report: NodeReportI
     for proc in stored["processes"]:  # the process's own claim: never trusted
         proc["workload_id"] = None
         proc["via"] = "unix-user" if proc.get("unix_user") else "none"
-    if any(p.pod_uid for p in report.processes):
-        attribute_pods(ctx.executor.pod_workloads(), stored["processes"])
-    if any(p.slurm_job_id for p in report.processes):
-        attribute_slurm_jobs(ctx.executor.slurm_job_workloads(), stored["processes"])
+    attribute_containers(ctx.executor, stored["processes"])
     owners = _owners(ctx, stored["processes"])
     for proc in stored["processes"]:
         user, tenant = owners.get(proc["workload_id"] or "", (None, None))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpupool.domain import Workload, WorkloadState
 from gpupool.engines.common import logread, reruns
-from gpupool.engines.common.executor import ExecutorError, NotSupported
+from gpupool.engines.common.executor import ExecutorError, NotSupported, logs_of
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied
@@ -135,7 +135,7 @@ def tail(ctx: AppContext, p: Principal, workload_id: str, lines: int) -> LogsOut
     data = b""
     if lg.has_output:
         with _engine_errors(lg) as box:
-            data = ctx.executor.log_tail(workload_id, lines)
+            data = logs_of(ctx.executor).log_tail(workload_id, lines)
         lg = box[0]
     return _out(lg, data.decode("utf-8", errors="replace"))
 
@@ -147,7 +147,7 @@ def page(ctx: AppContext, p: Principal, workload_id: str, offset: int, limit: in
     data = b""
     if lg.has_output:
         with _engine_errors(lg) as box:
-            chunks = ctx.executor.log_chunks(workload_id, offset)
+            chunks = logs_of(ctx.executor).log_chunks(workload_id, offset)
             data = _take(chunks, min(limit, PAGE_MAX_BYTES))
         lg = box[0]
     n = logread.utf8_prefix(data)
@@ -177,7 +177,7 @@ def stream(ctx: AppContext, p: Principal, workload_id: str) -> Iterator[bytes]:
     chunks: Iterator[bytes] = iter(())
     if lg.has_output:
         with _engine_errors(lg) as box:
-            chunks = ctx.executor.log_chunks(workload_id)
+            chunks = logs_of(ctx.executor).log_chunks(workload_id)
         lg = box[0]
     return _json_text(json.dumps(lg.head()), chunks)
 
