@@ -363,6 +363,9 @@ def print_workload(w: dict[str, Any]) -> None:
         ("exit code", w["exit_code"]),
         ("attained", _attained(w)),
     ]
+    pins = _pins_text(w["request"])
+    if pins:
+        rows.insert(4, ("runs on", pins))
     if w.get("pending"):
         p = w["pending"]
         rows.append(("waiting", f"#{p['position']} in the queue: {p['reason']}"))
@@ -395,6 +398,17 @@ def print_workload(w: dict[str, Any]) -> None:
     for e in w["events"]:
         events.add_row(Text(_when(e["at"])), Text(e["kind"]), Text(e["message"]))
     out.print(Padding(events, (0, 0, 0, 4)), soft_wrap=False)
+
+
+def _pins_text(r: dict[str, Any]) -> str:
+    """Where a request is pinned: 'engine slurm; nodes labelled zone=a' ('' if nowhere)."""
+    parts = []
+    if r.get("engine"):
+        parts.append(f"engine {r['engine']}")
+    labels = r.get("node_labels") or {}
+    if labels:
+        parts.append("nodes labelled " + ", ".join(f"{k}={v}" for k, v in labels.items()))
+    return "; ".join(parts)
 
 
 def _fields(rows: list[tuple[str, Any]], indent: int, key_width: int = 0) -> Padding:

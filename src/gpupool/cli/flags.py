@@ -58,6 +58,8 @@ RUN_FLAGS: Mapping[str, Flag] = {
     "gpu_memory_mib": Flag("--gpu-memory", mib_text),
     "gpu_model": Flag("--gpu-model"),
     "mig": Flag("--mig"),
+    "engine": Flag("--engine"),
+    "node_labels": Flag("--node-label"),
     "tenant": Flag("--tenant"),
     "name": Flag("--name"),
     "priority": Flag("--priority"),

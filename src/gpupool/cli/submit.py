@@ -25,6 +25,8 @@ from gpupool.cli.client import (
     out,
     parse_mib,
 )
+from gpupool.domain.errors import ValidationError
+from gpupool.domain.placement import parse_label
 
 
 def whole_gpus(text: str) -> int:
@@ -68,6 +70,12 @@ def run(
     mig: str = typer.Option(
         None, "--mig", help="one MIG instance of this profile, e.g. 1g.10gb (hardware-isolated)"
     ),
+    engine: str = typer.Option(
+        None, "--engine", help="run it on this engine's nodes only, e.g. slurm (default: any)"
+    ),
+    node_label: list[str] = typer.Option(
+        None, "--node-label", help="KEY=VALUE a node must have (repeatable)"
+    ),
     tenant: str = typer.Option(None, "--tenant", "-t", help="tenant (if you have several)"),
     priority: int = typer.Option(0, "--priority", "-p", help="higher runs first in a tenant"),
     name: str = typer.Option(None, "--name", help="a label for the job"),
@@ -91,7 +99,10 @@ def run(
     """Submit a job: gpupool run --gpus 1 -- python3 train.py
 
     Across nodes: gpupool run --nodes 2 --gpus-per-node 8 -- torchrun ... (all nodes start
-    together; --cpus and --memory are per node)."""
+    together; --cpus and --memory are per node).
+
+    On one engine or on labelled nodes: gpupool run --gpus 1 --engine slurm --node-label
+    zone=a -- python3 train.py."""
 
     @handled
     def go() -> None:
@@ -129,8 +140,11 @@ def run(
             body["gpu_memory_mib"] = parse_mib(gpu_memory)
         if memory:
             body["memory_mib"] = parse_mib(memory, "--memory")
+        if node_label:
+            body["node_labels"] = parse_node_labels(node_label)
         for key, value in (
             ("gpu_model", gpu_model),
+            ("engine", engine),
             ("mig", mig),
             ("tenant", tenant),
             ("name", name),
@@ -173,6 +187,20 @@ def run(
         raise typer.Exit(_wait(c, w["id"], poll))
 
     go()
+
+
+def parse_node_labels(pairs: list[str]) -> dict[str, str]:
+    """`--node-label KEY=VALUE` options as a mapping, each checked as the server does."""
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        try:
+            key, value = parse_label(pair)
+        except ValidationError as e:
+            raise CliError(f"--node-label: {e}", 2) from None
+        if labels.get(key, value) != value:
+            raise CliError(f"--node-label {key} is given twice with different values", 2)
+        labels[key] = value
+    return labels
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:

@@ -85,6 +85,8 @@ def request_out(r: Request) -> RequestOut:
         cpus=r.cpu_milli / 1000,
         memory_mib=r.memory_mib,
         mig=r.mig,
+        engine=r.engine,
+        node_labels=dict(r.node_labels),
         description=r.describe(),
     )
 

@@ -47,6 +47,12 @@ class ResourcesIn(In):
 
 class WorkloadIn(ResourcesIn):
     kind: Kind = "job"
+    #: the engine whose nodes may run it (`local`, `slurm`, `kubernetes`, ...); null: the
+    #: scheduler chooses. One this pool has no node of is refused, naming the ones it has.
+    engine: str | None = Field(default=None, min_length=1, max_length=63)
+    #: labels a node must have, every one (e.g. {"topology.kubernetes.io/zone": "a"}); with
+    #: a profile too, they narrow where the profile's request runs
+    node_labels: dict[str, str] = Field(default_factory=dict, max_length=32)
     tenant: str | None = Field(default=None, min_length=1, max_length=255)
     name: str | None = Field(default=None, max_length=128)
     command: list[Arg] = Field(default_factory=list, max_length=1024)
@@ -78,6 +84,10 @@ class RequestOut(Out):
     cpus: float
     memory_mib: int
     mig: str | None = None
+    #: the engine it is pinned to (null: any)
+    engine: str | None = None
+    #: labels a node must have
+    node_labels: dict[str, str] = Field(default_factory=dict)
     description: str
 
 

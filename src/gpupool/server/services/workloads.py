@@ -3,6 +3,7 @@ show, cancel, and the queue (their logs: services.logs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -30,6 +31,7 @@ from gpupool.domain.commands import (
     check_command,
     check_declared_env,
 )
+from gpupool.domain.placement import normalize_labels
 from gpupool.domain.profiles import Profile
 from gpupool.engines.common.handoff import is_hub_launched
 from gpupool.engines.common.hub_launch import HubLaunchExecutor
@@ -166,6 +168,16 @@ def _pick_tenant(p: Principal, tree: TenantTree, asked: str | None) -> str:
 
 
 def _resolve_request(body: WorkloadIn, profile: Profile | None) -> tuple[Request, WorkloadKind]:
+    """The request and kind of a submit: its resources, or its profile's; either way with
+    the placement pins it gives (`engine`, `node_labels`)."""
+    req, kind = _resources(body, profile)
+    if body.engine is None and not body.node_labels:
+        return req, kind
+    pins = normalize_labels(body.node_labels)
+    return dataclasses.replace(req, engine=body.engine, node_labels=pins), kind
+
+
+def _resources(body: WorkloadIn, profile: Profile | None) -> tuple[Request, WorkloadKind]:
     if profile is None:
         return request_from_in(body), WorkloadKind(body.kind)
     if body.model_fields_set & RESOURCE_FIELDS:
