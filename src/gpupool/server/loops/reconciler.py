@@ -15,7 +15,8 @@ Each pass:
    stopped: gpupool never leaves unaccounted work on a GPU;
 6. once an hour, the executor's state and logs of work that ended `keep_finished_s` ago
    (30 days) are removed;
-7. with the engine's MPS daemons (`MPSDaemons`), those of this node's `shared` GPUs are kept up;
+7. with the engines' MPS daemons (`MPSDaemons`, one set per node), those of each node's
+   `shared` GPUs are kept up;
 8. the enforcement the executor really applied (e.g. `policed` instead of `mps` when no
    healthy daemon could serve the job's Unix user) replaces what the scheduler asked for on
    the allocation's shares, with a `workload.enforcement` event: never claim more than is
@@ -28,11 +29,17 @@ is neither restarted (the scheduler only starts `pending` work) nor lost.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpupool.domain import Enforcement, Event, SharingMode, WorkloadState
 from gpupool.engines.common.engine import MPSDaemons
-from gpupool.engines.common.executor import ExecState, ExecutorError
+from gpupool.engines.common.executor import (
+    ExecState,
+    ExecutorError,
+    ExecutorWithPruning,
+    ExecutorWithSharedGPUs,
+)
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle
@@ -74,14 +81,16 @@ class ReconcilerLoop(Loop):
         keep_finished_s: float = 30 * 86400.0,
         mps: MPSDaemons | None = None,
         node: str | None = None,
+        daemons: Sequence[tuple[MPSDaemons, str | None]] = (),
     ):
+        """`daemons`: each engine's MPS daemons with the node they serve (None: every
+        node); `mps` and `node` are one more of them."""
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
         self.ctx = ctx
         self.launch_grace_s = launch_grace_s
         self.keep_finished_s = keep_finished_s
         self._last_prune: float | None = None
-        self.mps = mps
-        self.node = node
+        self.daemons = list(daemons) + ([(mps, node)] if mps is not None else [])
         self._seen_running: set[str] = set()
         #: workload id -> its admitted_at when its enforcement was last synced (no re-reads)
         self._synced_at: dict[str, float | None] = {}
@@ -99,7 +108,7 @@ class ReconcilerLoop(Loop):
         for rec in records:
             self._reconcile_one(rec, report)
         self._stop_orphans(active, report)
-        if self.mps is not None:
+        if self.daemons:
             report.mps = self._keep_mps()
         self._prune()
         self._runs += 1
@@ -172,7 +181,10 @@ class ReconcilerLoop(Loop):
     def _sync_enforcement(self, workload_id: str, report: ReconcileReport) -> bool:
         """Record on the allocation the enforcement the executor really applied. True when
         that is settled for the current allocation (no need to look again)."""
-        applied = self.ctx.executor.enforcement_of(workload_id)
+        executor = self.ctx.executor
+        if not isinstance(executor, ExecutorWithSharedGPUs):
+            return True  # the executor applies what the allocation asks
+        applied = executor.enforcement_of(workload_id)
         if applied is None:
             return True  # the executor applies what the allocation asks
         with self.ctx.store.read() as s:
@@ -250,18 +262,23 @@ class ReconcilerLoop(Loop):
         if self._last_prune is not None and now - self._last_prune < 3600:
             return
         self._last_prune = now
+        if not isinstance(self.ctx.executor, ExecutorWithPruning):
+            return  # it keeps nothing of ended work
         removed = self.ctx.executor.prune(self.keep_finished_s)
         if removed:
             log.info("reconciler: removed the state and logs of %d old jobs", len(removed))
 
     def _keep_mps(self) -> dict[str, bool]:
-        """Keep a daemon for each `shared` GPU of this node; stop the others'."""
-        assert self.mps is not None
+        """Keep a daemon for each `shared` GPU of each daemons' node; stop the others'."""
         with self.ctx.store.read() as s:
+            gpus = NodeRepo(s).gpus()
+        healthy: dict[str, bool] = {}
+        for daemons, only in self.daemons:
             shared = [
                 g.uuid
-                for node, g in NodeRepo(s).gpus()
-                if g.sharing is SharingMode.SHARED and (self.node is None or node == self.node)
+                for node, g in gpus
+                if g.sharing is SharingMode.SHARED and (only is None or node == only)
             ]
-        self.mps.manage(shared)
-        return self.mps.ensure_all()
+            daemons.manage(shared)
+            healthy.update(daemons.ensure_all())
+        return healthy
