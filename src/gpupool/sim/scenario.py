@@ -31,6 +31,14 @@ from gpupool.domain import (
 )
 from gpupool.domain.errors import ValidationError as DomainValidationError
 from gpupool.domain.mig import instances_of, layout_for_gpu
+from gpupool.domain.placement import ENGINE_LABEL, MPS_LABEL, MULTI_NODE_LABEL
+from gpupool.scheduler.constraints import (
+    engine_groups,
+    node_allows,
+    none_match_text,
+    where_of,
+    where_text,
+)
 from gpupool.scheduler.types import Policy, SchedulerConfig
 from gpupool.sim.scenario_errors import ScenarioError, validate
 
@@ -58,6 +66,11 @@ class NodeSpec(_Strict):
     #: with sharing `mig`: the MIG layout its GPUs are cut into (docs/mig.md), e.g. all-1g.10gb
     mig_layout: str | None = Field(default=None, min_length=1, max_length=255)
     labels: dict[str, str] = Field(default_factory=dict)
+    #: the engine that runs it (label gpupool.io/engine); None: unlabelled, counts as any
+    engine: str | None = Field(default=None, min_length=1, max_length=63)
+    #: (with `engine`) its engine runs multi-node work / enforces fractions with CUDA MPS
+    multi_node: bool = False
+    mps: bool = False
 
 
 class ClusterSpec(_Strict):
@@ -94,6 +107,9 @@ class WorkloadSpec(_Strict):
     gpu_model: str | None = None
     #: one MIG instance of this profile (e.g. 1g.10gb) on a node with a MIG layout
     mig: str | None = None
+    #: run it on this engine's nodes only (None: any), and only on nodes with these labels
+    engine: str | None = None
+    node_labels: dict[str, str] = Field(default_factory=dict)
     cpus: float = Field(default=0, ge=0)
     memory_gib: float = Field(default=0, ge=0)
     kind: WorkloadKind = WorkloadKind.JOB
@@ -285,12 +301,24 @@ def build_nodes(cluster: ClusterSpec) -> tuple[Node, ...]:
                     gpus=gpus,
                     cpu_milli=int(round(spec.cpus * 1000)),
                     memory_mib=int(round(spec.memory_gib * MIB_PER_GIB)),
-                    labels=tuple(sorted(spec.labels.items())),
+                    labels=_node_labels(spec),
                 )
             )
     if problems:
         raise ScenarioError(problems)
     return tuple(nodes)
+
+
+def _node_labels(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
+    """A node's labels: its own, and those its engine sets (gpupool.domain.placement)."""
+    labels = dict(spec.labels)
+    if spec.engine is not None:
+        labels[ENGINE_LABEL] = spec.engine
+        if spec.multi_node:
+            labels[MULTI_NODE_LABEL] = "true"
+        if spec.mps:
+            labels[MPS_LABEL] = "true"
+    return tuple(sorted(labels.items()))
 
 
 def _layout_problem(spec: NodeSpec, memory_mib: int) -> str | None:
@@ -337,10 +365,30 @@ def _field_name(name: str | None) -> str:
 
 def unfit_reason(request: Request, nodes: Sequence[Node]) -> str | None:
     """Why no node could ever hold `request`, even with the cluster empty; None if one can.
-    A multi-node request needs `request.nodes` nodes that could each hold its part."""
+    A multi-node request needs `request.nodes` nodes that could each hold its part, all on one
+    engine. Pinned work (`engine`, `node_labels`) counts only the nodes it may use."""
+    where = where_of(request)
+    if where is not None:
+        allowed = [n for n in nodes if node_allows(n.label_map, where)]
+        if not allowed:
+            return none_match_text(nodes, where)
+        engines = [n.label_map.get(ENGINE_LABEL) for n in allowed]
+        free = dataclasses.replace(request, engine=None, node_labels=())
+        whys = [
+            _unfit(free, [allowed[i] for i in ids])
+            for ids in engine_groups(engines, list(range(len(allowed))))
+        ]
+        if any(why is None for why in whys):
+            return None
+        return f"{where_text(nodes, where) or 'on one engine'}: {whys[0]}"
+    return _unfit(request, nodes)
+
+
+def _unfit(request: Request, nodes: Sequence[Node]) -> str | None:
+    """`unfit_reason` on `nodes`, whatever their labels."""
     if request.nodes > 1:
         part = dataclasses.replace(request, gpus=request.gpus_per_node, nodes=1)
-        able = sum(1 for n in nodes if unfit_reason(part, [n]) is None)
+        able = sum(1 for n in nodes if _unfit(part, [n]) is None)
         if able >= request.nodes:
             return None
         return (
@@ -427,6 +475,8 @@ def build_workloads(
                 cpu_milli=int(round(w.cpus * 1000)),
                 memory_mib=int(round(w.memory_gib * MIB_PER_GIB)),
                 mig=w.mig,
+                engine=w.engine,
+                node_labels=tuple(w.node_labels.items()),
             )
         except DomainValidationError as exc:
             problems.append(f"{where}: {exc.field or 'request'}: {exc}")
