@@ -51,14 +51,14 @@ def test_processes_are_tagged_with_workload_slurm_job_and_pod(tmp_path):
     assert tags[151] == ProcessTags(
         151,
         workload_id="w-1",
-        slurm_job_id="4242",
         unix_user=tags[151].unix_user,
         command="python3",
+        containers={"slurm-job": "4242"},
     )
-    assert tags[160].slurm_job_id is None and tags[160].workload_id is None
-    assert tags[180].slurm_job_id == "77"
-    assert tags[190].slurm_job_id is None
-    assert tags[170].pod_uid == POD and tags[170].slurm_job_id is None
+    assert tags[160].containers == {} and tags[160].workload_id is None
+    assert tags[180].containers == {"slurm-job": "77"}
+    assert tags[190].containers == {}  # its step daemon does not run as root
+    assert tags[170].containers == {"pod": POD}
     assert tags[999] == ProcessTags(999)  # vanished
 
 
@@ -66,7 +66,9 @@ def test_the_report_passes_the_servers_schema():
     sim = SimulatedSource("2xH100-80GB,1xA100-40GB", hostname="gpu-a")
     sim.add_process(0, 10, memory_mib=100, sm_util=5.0)
     sim.add_process(2, 11, memory_mib=200, mps=True)
-    tags = {10: ProcessTags(10, workload_id="w-1", slurm_job_id="7", command="x" * 999)}
+    tags = {
+        10: ProcessTags(10, workload_id="w-1", containers={"slurm-job": "7"}, command="x" * 999)
+    }
     body = build_report(sim.snapshot(), tags, interval_s=5.0, cpu_milli=1000, memory_mib=2048)
     got = NodeReportIn.model_validate(body)
     assert [g.uuid for g in got.gpus] == [sim.uuid(i) for i in range(3)]

@@ -72,9 +72,11 @@ def _report(own_uid: str, foreign_uid: str, spoofed_wid: str, clock) -> dict:
     sim.add_process(1, 404, memory_mib=1000, sm_util=5.0)  # no pod at all
     sim.add_process(1, 505, memory_mib=1000, sm_util=5.0)  # no pod, env spoofed
     tags = {
-        101: ProcessTags(101, pod_uid=own_uid, unix_user="root", command="python"),
-        202: ProcessTags(202, workload_id=spoofed_wid, pod_uid=foreign_uid, unix_user="1000"),
-        303: ProcessTags(303, pod_uid=STRANGER_UID),
+        101: ProcessTags(101, containers={"pod": own_uid}, unix_user="root", command="python"),
+        202: ProcessTags(
+            202, workload_id=spoofed_wid, containers={"pod": foreign_uid}, unix_user="1000"
+        ),
+        303: ProcessTags(303, containers={"pod": STRANGER_UID}),
         404: ProcessTags(404, unix_user="bob"),
         505: ProcessTags(505, workload_id=spoofed_wid, unix_user="mallory"),
     }

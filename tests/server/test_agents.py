@@ -73,8 +73,8 @@ def test_report_registers_the_node_with_its_gpus_and_attributed_processes(world,
     sim.add_process(0, pid, memory_mib=2048, sm_util=40.0)
     sim.add_process(1, stray, memory_mib=100)
     tags = {
-        pid: ProcessTags(pid, pod_uid=POD_UID, unix_user="ann", command="python"),
-        stray: ProcessTags(stray, slurm_job_id="4242", unix_user="bob"),
+        pid: ProcessTags(pid, containers={"pod": POD_UID}, unix_user="ann", command="python"),
+        stray: ProcessTags(stray, containers={"slurm-job": "4242"}, unix_user="bob"),
     }
     r = send(world, token, report_of(sim, tags))
     assert r.status_code == 200, r.text
@@ -107,7 +107,7 @@ def test_agent_gpus_are_in_metrics_with_their_owners(world, sim, monkeypatch):
     sim.set_utilization(1, 55.0)
     pid = 4300
     sim.add_process(1, pid, memory_mib=512)
-    tags = {pid: ProcessTags(pid, pod_uid=POD_UID)}
+    tags = {pid: ProcessTags(pid, containers={"pod": POD_UID})}
     assert send(world, token, report_of(sim, tags)).status_code == 200
     m = metrics(world)
     util = {s.labels["UUID"]: s for s in m["DCGM_FI_DEV_GPU_UTIL"]}
@@ -314,7 +314,7 @@ def test_a_process_claiming_another_tenants_workload_is_not_attributed_to_it(
     sim.add_process(0, 5200, memory_mib=100)  # in a foreign pod
     tags = {
         5100: ProcessTags(5100, workload_id=theirs["id"], unix_user="mallory"),
-        5200: ProcessTags(5200, workload_id=theirs["id"], pod_uid=POD_UID),
+        5200: ProcessTags(5200, workload_id=theirs["id"], containers={"pod": POD_UID}),
     }
     assert send(world, token, report_of(sim, tags)).status_code == 200
     procs = {p["pid"]: p for p in node_of(world)["telemetry"]["processes"]}

@@ -57,8 +57,10 @@ def test_agent_processes_are_attributed_by_their_slurm_job(make_world):
         theirs = job_pid(plain, "sleep")
         w.reconcile()  # one squeue read: the executor knows both jobs
         tags = HostAttributor().tag([mine, theirs])
-        assert tags[mine].slurm_job_id == w.job_id(wid) and tags[mine].workload_id is None
-        assert tags[theirs].slurm_job_id == plain and tags[theirs].workload_id == wid  # a claim
+        assert tags[mine].containers == {"slurm-job": w.job_id(wid)}
+        assert tags[mine].workload_id is None
+        assert tags[theirs].containers == {"slurm-job": plain}
+        assert tags[theirs].workload_id == wid  # a claim
         sim = SimulatedSource("4xH100-80GB", clock=w.clock, hostname=NODE)
         sim.add_process(0, mine, memory_mib=1000)
         sim.add_process(1, theirs, memory_mib=500)

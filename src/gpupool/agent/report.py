@@ -11,6 +11,7 @@ from typing import Any
 
 from gpupool import __version__
 from gpupool.agent.attribute import ProcessTags
+from gpupool.telemetry.containers import CONTAINER_KINDS
 from gpupool.telemetry.snapshots import HostSnapshot
 
 _COMMAND_MAX = 256
@@ -60,8 +61,7 @@ def build_report(
                     "command": (t.command or None) and t.command[:_COMMAND_MAX],
                     "unix_user": t.unix_user,
                     "workload_id": t.workload_id,
-                    "slurm_job_id": t.slurm_job_id,
-                    "pod_uid": t.pod_uid,
+                    **{k.field: t.containers.get(k.name) for k in CONTAINER_KINDS},
                 }
             )
     return {
