@@ -1,8 +1,9 @@
-"""Real-GPU check of hub-launched notebooks' GPU environment (issue 5).
+"""Real-GPU check of notebooks' GPU environment on the local engine (issue 5, issue 31).
 
-The notebook's process gets the environment `HubLaunchExecutor` grants (what GpupoolSpawner
-adds to JupyterHub's own environment). On a machine with NVIDIA GPUs this checks, with a
-CUDA probe process started exactly as the spawner starts the notebook server:
+The local engine runs a notebook's server itself (`gpupool.engines.local.notebooks`): the
+account, the GPU binding and the MPS variables are those of any local job. On a machine
+with NVIDIA GPUs this checks, with a CUDA probe run as a `notebook` workload's command in
+the server's place:
 
 1. whole GPU: the process sees exactly the granted GPU (count 1, its UUID);
 2. fractional profile under gpupool-managed CUDA MPS (a 1/4 share with 4 GiB): allocating
@@ -11,13 +12,14 @@ CUDA probe process started exactly as the spawner starts the notebook server:
     PYTHONPATH=src python3 bench/hub_gpu_check.py OUT_DIR
 
 JupyterHub itself is not needed here (the probe stands in for the kernel); the hub flow is
-covered by tests/jupyterhub on simulated GPUs. Writes OUT_DIR/hub_gpu_check.json.
+covered by tests/jupyterhub on simulated GPUs. As root the probe runs as the account gpupool
+makes for its owner, which must be able to run this Python. Writes
+OUT_DIR/hub_gpu_check.json.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 
 from gpupool.domain import Allocation, Enforcement, Request, Share, Workload, WorkloadKind
-from gpupool.engines.common.hub_launch import HubLaunchExecutor
+from gpupool.engines.common.executor import ExecState
 from gpupool.engines.local.executor import LocalExecutor
 from gpupool.engines.local.mps import MPSManager
 
@@ -45,25 +47,28 @@ def gpus() -> list[tuple[int, str, int]]:
     return [(int(i), u, int(m)) for i, u, m in rows]
 
 
-def notebook(wid: str, req: Request) -> Workload:
-    return Workload(id=wid, tenant="lab", owner="alice", kind=WorkloadKind.NOTEBOOK, request=req)
-
-
-def probe_with_grant(ex: HubLaunchExecutor, wid: str, *args: str) -> dict:
-    """Start the probe the way GpupoolSpawner starts the notebook: hub env + grant env."""
-    grant = ex.dir.grant(wid)
-    assert grant is not None
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "GPUPOOL_"))}
-    env.update(grant.env)
-    proc = subprocess.run(
-        [sys.executable, PROBE, *args], env=env, capture_output=True, text=True, timeout=300
+def probe_notebook(
+    ex: LocalExecutor, wid: str, req: Request, allocation: Allocation, *args: str
+) -> dict:
+    """Run the probe as notebook `wid`'s server, as the local engine runs notebooks."""
+    command = (sys.executable, PROBE, *args)
+    ex.start(
+        Workload(wid, "lab", "alice", req, kind=WorkloadKind.NOTEBOOK, command=command),
+        allocation,
     )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    deadline = time.monotonic() + 300
+    while (st := ex.poll(wid)).state in (ExecState.RUNNING, ExecState.STARTING):
+        if time.monotonic() > deadline:
+            ex.stop(wid, "timed out", 0)
+            break
+        time.sleep(0.2)  # a real process on a real GPU: bounded by the deadline
+    log = ex.logs(wid)
+    lines = [ln for ln in log.splitlines() if ln.startswith("{")]
+    spec = json.loads((ex.state_dir / wid / "spec.json").read_text())
     return {
-        "grant_env": grant.env,
-        "enforcement": grant.enforcement,
-        "exit_code": proc.returncode,
-        "probe": json.loads(lines[-1]) if lines else {"stderr": proc.stderr[-2000:]},
+        "enforcement": spec["enforcement"],
+        "exit_code": st.exit_code,
+        "probe": json.loads(lines[-1]) if lines else {"log": log[-2000:]},
     }
 
 
@@ -74,15 +79,12 @@ def main(out_dir: Path) -> int:
     found = gpus()
     result: dict[str, object] = {"host": socket.gethostname(), "gpus": found, "at": time.time()}
 
-    ex = HubLaunchExecutor(LocalExecutor(work / "jobs", user_mode="single-user"), work / "launch")
+    ex = LocalExecutor(work / "jobs", user_mode="single-user")
     binding = []
     for i, uuid, mem in found:
         wid = f"nb-bind-{i}"
-        ex.start(
-            notebook(wid, Request(gpus=1)),
-            Allocation(wid, "n", (Share("n", i, uuid, 1000, mem),), 0),
-        )
-        r = probe_with_grant(ex, wid)
+        alloc = Allocation(wid, "n", (Share("n", i, uuid, 1000, mem),), 0)
+        r = probe_notebook(ex, wid, Request(gpus=1), alloc)
         r["ok"] = r["probe"].get("device_count") == 1 and r["probe"].get("uuids") == [uuid]
         binding.append(r)
     result["binding"] = binding
@@ -90,22 +92,23 @@ def main(out_dir: Path) -> int:
 
     i, uuid, _ = found[0]
     mgr = MPSManager(work / "mps")
-    mps_ex = HubLaunchExecutor(
-        LocalExecutor(work / "mps-jobs", user_mode="single-user", mps=mgr), work / "mps-launch"
-    )
+    mps_ex = LocalExecutor(work / "mps-jobs", user_mode="single-user", mps=mgr)
     try:
         result["mps_daemon_healthy"] = mgr.ensure(uuid)
         share = Share("n", i, uuid, 250, SHARE_MIB, Enforcement.MPS)
         req = Request(gpu_milli=250, gpu_memory_mib=SHARE_MIB)
-        mps_ex.start(notebook("nb-over", req), Allocation("nb-over", "n", (share,), 0))
-        over = probe_with_grant(mps_ex, "nb-over", "--alloc-mib", str(2 * SHARE_MIB))
-        mps_ex.start(notebook("nb-within", req), Allocation("nb-within", "n", (share,), 0))
-        within = probe_with_grant(mps_ex, "nb-within", "--alloc-mib", str(SHARE_MIB - 1024))
+        over = probe_notebook(
+            mps_ex, "nb-over", req, Allocation("nb-over", "n", (share,), 0),
+            "--alloc-mib", str(2 * SHARE_MIB),
+        )  # fmt: skip
+        within = probe_notebook(
+            mps_ex, "nb-within", req, Allocation("nb-within", "n", (share,), 0),
+            "--alloc-mib", str(SHARE_MIB - 1024),
+        )  # fmt: skip
         result["mps"] = {"share_mib": SHARE_MIB, "over": over, "within": within}
         over_mib = over["probe"].get("allocated_mib", -1)
         result["mps_limit_holds"] = (
             over["enforcement"].get(uuid) == "mps"
-            and "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" in over["grant_env"]
             and over["probe"].get("alloc_error") is not None
             and 0 < over_mib <= SHARE_MIB
         )

@@ -1,28 +1,31 @@
-"""The whole gpupool system, assembled in one place from settings and an engine.
+"""The whole gpupool system, assembled in one place from settings and its engines.
 
-`build_system(settings, engine)` opens the store, opens the engine (its executor, its nodes
-and GPUs, its telemetry), registers the engine's nodes, creates the first admin when asked,
-wraps the executor for JupyterHub notebooks when the hub runs, builds the API app with the
-dashboard, and adds every background loop: scheduler, checkpoint (SQLite), reconciler,
-telemetry (one per sampled node), culler and accounting. `System.serve()` then starts the
+`build_system(settings, engines)` opens the store, opens each engine (its executor, its
+nodes and GPUs, its telemetry; several engines are one pool: `gpupool.engines.common.engineset`),
+registers the engines' nodes, each labelled with its engine, creates the first admin when
+asked, builds the API app with the dashboard (and, when JupyterHub runs, the hub's settings:
+its notebooks are run by the engine like any work, see gpupool.server.services.notebooks),
+and adds every background loop: scheduler, checkpoint (SQLite), reconciler, telemetry (one
+per sampled node), culler and accounting. `System.serve()` then starts the
 hub keeper and the API worker processes and serves until SIGINT/SIGTERM; `System.stop()`
 releases what was opened (running jobs keep running and are adopted on the next start).
 
-`gpupool up` only turns its flags into `SystemSettings` and an engine and calls this; the
+`gpupool up` only turns its flags into `SystemSettings` and engines and calls this; the
 tests and benchmarks build their servers here too (with the fake engine), so they run the
 system `gpupool up` runs. This is the composition root: it sits above the server, the
-dashboard (`gpupool.web`) and the hub's launcher, which do not import each other downwards
+dashboard (`gpupool.web`) and the hub's settings, which do not import each other downwards
 (the layers in pyproject.toml), and only the CLI sits above it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -32,20 +35,22 @@ from fastapi import FastAPI
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Event, Tenant
+from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.engines.common.datadir import secure_data_dir
 from gpupool.engines.common.engine import Engine, EngineEnv, EngineError
-from gpupool.engines.common.executor import Executor
+from gpupool.engines.common.engineset import EngineSet
+from gpupool.engines.common.executor import Executor, ExecutorWithNotebooks
 from gpupool.server.app import create_app
 from gpupool.server.context import AppContext
-from gpupool.server.loops.base import Loop
 from gpupool.server.settings import Settings
 from gpupool.store import (
     AllocationRepo,
     EventRepo,
+    NodeRepo,
+    NotFound,
     Store,
     StoreError,
     TenantRepo,
-    UserRepo,
     WorkloadRepo,
     open_store,
 )
@@ -102,7 +107,7 @@ class SystemSettings:
 @dataclass
 class System:
     """A built system (see the module docstring). `app` is its ASGI app, `ctx` the context
-    its requests and loops share."""
+    its requests and loops share; `engine` is the default (first) engine, `engines` all."""
 
     settings: SystemSettings
     engine: Engine
@@ -117,6 +122,7 @@ class System:
     hub_keeper: Supervisor | None = None
     pool: WorkerPool | None = None
     server: uvicorn.Server | None = None  # once started
+    engines: EngineSet | None = None
 
     @property
     def ctx(self) -> AppContext:
@@ -179,7 +185,10 @@ class System:
         if self.hub_keeper is not None:
             self.hub_keeper.stop()
             self.hub_keeper = None
-        self.engine.close()
+        if self.engines is not None:
+            self.engines.close()
+        else:
+            self.engine.close()
         if self.own_store:
             self.store.close()
             self.own_store = False
@@ -190,7 +199,7 @@ class System:
 
 def build_system(
     settings: SystemSettings,
-    engine: Engine,
+    engines: Engine | Sequence[Engine],
     *,
     clock: Clock | None = None,
     store: Store | None = None,
@@ -198,7 +207,9 @@ def build_system(
 ) -> System:
     """Assemble the system (see the module docstring). `store` may be given (tests share
     one; it is then not closed here), else it is opened from `settings.server.database_url`.
-    `say(message, loud=False)` tells the operator what was decided. Raises `SetupError`."""
+    `engines`: one engine, or several run as one pool (the first is the default: the hub's
+    notebooks and work no node places run there). `say(message, loud=False)` tells the
+    operator what was decided. Raises `SetupError`."""
     clock = clock or SystemClock()
     s = settings
     data_dir = s.data_dir.expanduser().resolve() if s.data_dir is not None else None
@@ -230,7 +241,11 @@ def build_system(
                 store = open_store(s.server.database_url, wal_autocheckpoint=False)
             except StoreError as e:
                 raise SetupError(str(e)) from None
-        system = _assemble(s, engine, clock, store, say)
+        try:
+            chosen = EngineSet([engines] if isinstance(engines, Engine) else list(engines))
+        except EngineError as e:
+            raise SetupError(str(e)) from None
+        system = _assemble(s, chosen, clock, store, say)
     except BaseException:
         if own_store and store is not None:
             store.close()
@@ -243,7 +258,7 @@ def build_system(
 
 
 def _assemble(
-    s: SystemSettings, engine: Engine, clock: Clock, store: Store, say: Callable[..., None]
+    s: SystemSettings, engines: EngineSet, clock: Clock, store: Store, say: Callable[..., None]
 ) -> System:
     from gpupool.server.bootstrap import (
         ensure_admin,
@@ -251,6 +266,7 @@ def _assemble(
         ensure_tenant,
         register_node,
     )
+    from gpupool.server.loops.inventory import sync_tenants
     from gpupool.web import create_router
 
     def record(kind: str, message: str, data: Mapping[str, object]) -> None:
@@ -271,20 +287,37 @@ def _assemble(
         with store.read() as tx:
             return {u for a in AllocationRepo(tx).active() for u in a.gpu_uuids}
 
+    def locate(workload_id: str) -> str | None:
+        """The engine of the node of the workload's last allocation (after a restart)."""
+        with store.read() as tx:
+            last = AllocationRepo(tx).last_for(workload_id)
+            if last is None:
+                return None
+            node = last[0].node
+            if node in engines.owner:
+                return engines.owner[node]
+            try:
+                return NodeRepo(tx).get(node).label_map.get(ENGINE_LABEL)
+            except NotFound:
+                return None
+
+    engine = engines.default  # the hub's notebooks run on the default engine
     try:
-        executor = engine.open(
-            EngineEnv(clock, s.data_dir, record, say, tenants, held, pod_spec=pod_spec)
+        executor = engines.open(
+            EngineEnv(clock, s.data_dir, record, say, tenants, held, pod_spec=pod_spec), locate
         )
+        nodes = engines.inventory()
     except EngineError as e:
+        engines.close()
         raise SetupError(str(e)) from None
     server = dataclasses.replace(
         s.server,
         scheduler=dataclasses.replace(
-            s.server.scheduler, shared_enforcement=engine.shared_enforcement
+            s.server.scheduler, shared_enforcement=engines.shared_enforcement
         ),
     )
     now = clock.now()
-    nodes = [dataclasses.replace(n, last_heartbeat=now) for n in engine.inventory()]
+    nodes = [dataclasses.replace(n, last_heartbeat=now) for n in nodes]
     for node in nodes:
         register_node(store, node)
     password = None
@@ -293,33 +326,30 @@ def _assemble(
         ensure_tenant(store, DEFAULT_TENANT, now, members=(s.admin,))
         if nodes:
             ensure_default_profiles(store, nodes[0])
-    _sync_tenants(store, engine)
+    for one in engines.engines:
+        sync_tenants(store, one)
 
     hub = None
     if s.jupyterhub:
-        from gpupool.engines.common.hub_launch import HubLaunchExecutor
-
-        hub = s.hub or _hub_settings(
-            s, engine.single_user, engine.jobs_account, engine.notebook_spawner
-        )
+        hub = s.hub or _hub_settings(s)
         if s.hub is None and engine.notebook_command:
             hub = dataclasses.replace(hub, singleuser_command=tuple(engine.notebook_command))
-        # where all work shares one account, the hub serves the first admin only
-        executor = HubLaunchExecutor(executor, hub.launch_dir, clock=clock, only_owner=s.admin)
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())
     ctx: AppContext = app.state.ctx
     # the scheduler places work only on the engine's nodes (agents' nodes are watched); an
     # engine that brings no nodes (the tests' fake one) runs work on every registered node
     ctx.work_nodes = frozenset(n.name for n in nodes) if nodes else None
-    _add_loops(ctx, engine)
-    system = System(s, engine, app, store, executor, say, hub, password)
+    if hub is not None:  # notebooks come from the hub; where all work shares one account,
+        ctx.hub, ctx.notebook_owner = True, s.admin  # the first admin's only
+    _add_loops(ctx, engines)
+    system = System(s, engine, app, store, executor, say, hub, password, engines=engines)
 
     if s.data_dir is not None:
         say(f"gpupool: data in {s.data_dir}")
-    for line, loud in engine.describe():
+    for line, loud in engines.describe():
         say(line, loud=loud)
-    if hub is not None and executor.one_account:
+    if hub is not None and isinstance(executor, ExecutorWithNotebooks) and executor.one_account:
         say(
             f"gpupool: JupyterHub serves {s.admin!r} only: without root every notebook would "
             "run as this server's account, where one user's notebook or job could change "
@@ -332,7 +362,7 @@ def _assemble(
         from gpupool.server.hub.config import _singleuser_command
 
         notebooks = list(hub.singleuser_command or _singleuser_command())
-    for problem in engine.reach_problems(notebooks):
+    for problem in engines.reach_problems(notebooks):
         say(f"gpupool: warning: {problem}", loud=True)
     if password is not None:
         shown = "from GPUPOOL_ADMIN_PASSWORD" if s.admin_password else password
@@ -349,58 +379,19 @@ def _assemble(
     return system
 
 
-def _sync_tenants(store: Store, engine: Engine) -> None:
-    """Hand the engine the tenants and memberships (it applies its per-tenant objects)."""
-    with store.read() as tx:
-        tree = TenantRepo(tx).tree()
-        memberships = UserRepo(tx).memberships()
-    engine.sync_tenants(tree, memberships)
+def _inventory_loop_name(engines: EngineSet, engine: Engine, name: str = "inventory") -> str:
+    """An engine's own loop (``inventory``) is ``inventory-<engine>`` when there are several."""
+    return f"{name}-{engine.name}" if name == "inventory" and engines.several else name
 
 
-class InventoryLoop(Loop):
-    """Re-reads an engine's nodes (every `engine.inventory_interval_s`, or at the next pass
-    once `engine.inventory_due()`) and registers them: capacity, state, health. New nodes
-    join the nodes work may be placed on; nodes that disappear are kept as registered."""
-
-    name = "inventory"
-
-    def __init__(self, ctx: AppContext, engine: Engine):
-        every = engine.inventory_interval_s or 10.0
-        super().__init__(
-            min(every, ctx.settings.reconciler_interval_s),
-            on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc(),
-        )
-        self.ctx, self.engine, self.every = ctx, engine, every
-        self._last: float | None = None
-
-    def run_once(self) -> list[str]:
-        """Re-read the nodes when due; returns the names registered (empty: not due)."""
-        from gpupool.server.bootstrap import register_node
-
-        _sync_tenants(self.ctx.store, self.engine)
-        now = self.ctx.clock.now()
-        fresh = self._last is not None and now - self._last < self.every
-        if fresh and not self.engine.inventory_due():
-            return []
-        self._last = now
-        try:
-            nodes = self.engine.inventory()
-        except EngineError as e:
-            log.warning("re-reading the nodes failed: %s", e)
-            return []
-        for node in nodes:
-            register_node(self.ctx.store, dataclasses.replace(node, last_heartbeat=now))
-        if self.ctx.work_nodes is not None:
-            self.ctx.work_nodes = self.ctx.work_nodes | {n.name for n in nodes}
-        return [n.name for n in nodes]
-
-
-def _add_loops(ctx: AppContext, engine: Engine) -> None:
-    """Every background loop, in the order they start."""
+def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
+    """Every background loop, in the order they start; each engine keeps its own inventory
+    loop, telemetry and MPS daemons."""
     from gpupool.server.loops.accounting import AccountingLoop
     from gpupool.server.loops.checkpoint import CheckpointLoop
     from gpupool.server.loops.culler import CullerLoop
     from gpupool.server.loops.history import HistoryLoop
+    from gpupool.server.loops.inventory import InventoryLoop
     from gpupool.server.loops.nodewatch import NodeWatchLoop
     from gpupool.server.loops.reconciler import ReconcilerLoop
     from gpupool.server.loops.scheduler import SchedulerLoop
@@ -412,22 +403,19 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     if ctx.settings.mig_relayout:
         from gpupool.server.loops.mig_relayout import MigRelayoutLoop
 
-        ctx.loops.add(MigRelayoutLoop(ctx, engine.apply_mig_layout))
-    if engine.inventory_interval_s is not None:
-        ctx.loops.add(InventoryLoop(ctx, engine))
+        ctx.loops.add(MigRelayoutLoop(ctx, engines.apply_mig_layout))
+    for engine in engines.engines:
+        if engine.inventory_interval_s is not None:
+            name = _inventory_loop_name(engines, engine)
+            read = functools.partial(engines.nodes_of, engine)
+            ctx.loops.add(InventoryLoop(ctx, engine, read=read, name=name))
     if ctx.store.dialect == "sqlite":
         ctx.loops.add(CheckpointLoop(ctx))
-    mps = engine.mps()
     ctx.loops.add(
-        ReconcilerLoop(
-            ctx,
-            interval_s=ctx.settings.reconciler_interval_s,
-            mps=mps[0] if mps else None,
-            node=mps[1] if mps else None,
-        )
+        ReconcilerLoop(ctx, interval_s=ctx.settings.reconciler_interval_s, daemons=engines.mps())
     )
     by_node = {}
-    for tl in node_loops(ctx, engine.telemetry()):
+    for tl in node_loops(ctx, engines.telemetry()):
         ctx.loops.add(tl)  # its sampler is in ctx.samplers: /metrics and the dashboard read it
         by_node[tl.node] = tl
     joined = AllocationTelemetry(by_node)  # a multi-node allocation: every node's loop
@@ -435,7 +423,7 @@ def _add_loops(ctx: AppContext, engine: Engine) -> None:
     ctx.loops.add(AccountingLoop(ctx, joined.busy_fraction, joined.memory_mib))
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
     if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken
-        engine.follow(ctx.loops.wake)
+        engines.follow(ctx.loops.wake, functools.partial(_inventory_loop_name, engines))
 
 
 def _start_workers(system: System) -> WorkerPool:
@@ -515,28 +503,16 @@ def _hub_available(say: Callable[..., None]) -> bool:
     return True
 
 
-def _hub_settings(
-    s: SystemSettings, single_user: bool, run_as: str | None, spawner: str | None = None
-) -> HubSettings:
-    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub).
-    Single-user mode under root: the grant names each notebook's account and home (the
-    owner's own, `Executor.notebook_account`); `run_as` and its homes are the spawner's
-    fallback for a grant without one (the data dir is private to the server)."""
-    import pwd
-
+def _hub_settings(s: SystemSettings) -> HubSettings:
+    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub). The
+    hub only talks to gpupool's API: the engine runs its notebooks, as the account the
+    engine's rules pick."""
     from gpupool.server.hub.config import HubSettings
 
     assert s.data_dir is not None, "JupyterHub needs a data directory"
-    homes = None
-    if run_as is not None:
-        base = pwd.getpwnam(run_as).pw_dir
-        homes = f"{base}/{{username}}" if os.path.isdir(base) else None
-        homes = homes or "/var/lib/gpupool-notebooks/{username}"
-
     api = f"http://{'127.0.0.1' if s.host in ('0.0.0.0', '::') else s.host}:{s.port}"
     return HubSettings(
         data_dir=s.data_dir / "hub",
-        launch_dir=s.data_dir / "hub-launch",
         api_url=api,
         dashboard_url=api,
         ip=s.host,
@@ -544,10 +520,6 @@ def _hub_settings(
         # JupyterHub's defaults for a public port of 8000 (proxy API 8001, hub API 8081)
         proxy_api_port=s.hub_port + 1,
         hub_port=s.hub_port + 81,
-        single_user_mode=single_user,
-        jobs_account=run_as,
-        home_dir_template=homes,
-        **({"spawner_class": spawner} if spawner else {}),
     )
 
 

@@ -1,10 +1,13 @@
-"""A real gpupool server + a real JupyterHub (+ configurable-http-proxy) on loopback, over a
-store seeded with 2 simulated GPUs. Used by the end-to-end tests and bench/spawn_latency.py.
+"""A real gpupool server + a real JupyterHub (+ configurable-http-proxy) on loopback, with
+the local engine on 2 simulated GPUs. Used by the end-to-end tests and the spawn benchmarks.
 
-The gpupool server runs in a thread of this process (uvicorn, its real loops, the
-HubLaunchExecutor over the fake executor: notebooks are started by the hub, never by the
-executor). JupyterHub runs as a child process with the config `gpupool.server.hub.config`
-generates, plus a `driver` service whose admin token the tests use for the hub's REST API.
+The gpupool server is the system `gpupool up` builds (gpupool.system), run in a thread of
+this process (uvicorn, its real loops): its local engine runs each notebook (the hub's
+jupyterhub-singleuser) as the owner's own account (single-user mode as root: throwaway
+accounts made for the test) on the notebook's GPUs, and reports where it listens.
+JupyterHub runs as a child process with the config `gpupool.server.hub.config` generates,
+plus a `driver` service whose admin token the tests use for the hub's REST API. The
+notebooks' Python is `tests.notebook_env` (one every account can run).
 """
 
 from __future__ import annotations
@@ -23,23 +26,27 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
+import pytest
 
 from gpupool.clock import SystemClock
-from gpupool.domain import GPU, Membership, Node, Quota, Request, Role, Tenant, User
+from gpupool.domain import Membership, Quota, Request, Role, Tenant, User
 from gpupool.domain.profiles import Profile
-from gpupool.engines.common.hub_launch import HubLaunchExecutor
-from gpupool.engines.fake.engine import FakeEngine
-from gpupool.engines.fake.executor import FakeExecutor
+from gpupool.engines.local.engine import LocalEngine, LocalOptions
+from gpupool.engines.local.executor import LocalExecutor
 from gpupool.server.hub.config import HubSettings, start_hub, wait_hub_ready
 from gpupool.server.security import hash_password
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.store import NodeRepo, ProfileRepo, TenantRepo, UserRepo, open_store
-from gpupool.system import SystemSettings, build_system
+from gpupool.store import ProfileRepo, TenantRepo, UserRepo, open_store
+from gpupool.system import System, SystemSettings, build_system
+from tests.engines.conftest import end_all, throwaway_accounts
+from tests.notebook_env import singleuser
 from tests.support import ServedApp, free_port, wait_for
 
 PASSWORD = "hub-test-password-1"
-GPU_UUIDS = ("GPU-sim-0000", "GPU-sim-0001")
+#: the local engine's GPUs: two simulated ones of this model, on node `NODE`
+SIMULATE, NODE = "2xA100-40GB", "gpu-box"
 MEMBERS = ("alice", "bob", "carol", "dave")
 
 
@@ -47,14 +54,6 @@ def seed(db_url: str) -> None:
     store = open_store(db_url)
     now = time.time()
     with store.write() as s:
-        NodeRepo(s).upsert(
-            Node(
-                "gpu-box",
-                tuple(GPU(i, u, "SimGPU-16G", 16384) for i, u in enumerate(GPU_UUIDS)),
-                cpu_milli=16000,
-                memory_mib=65536,
-            )
-        )
         tenants = TenantRepo(s)
         tenants.save(Tenant("lab", Quota.gpus(guaranteed=2, limit=2, max_per_user=1)), now)
         tenants.save(Tenant("other", Quota.gpus(guaranteed=0, limit=2)), now)
@@ -80,12 +79,34 @@ class Stack:
     hub: HubSettings
     admin_token: str
     driver_token: str
-    app: Any
+    system: System
     server: ServedApp
     #: the API worker processes in front of `server` (a gpupool.server.workers.WorkerPool)
     pool: Any = None
     hub_proc: subprocess.Popen | None = None
     cookies: dict[str, httpx.Client] = field(default_factory=dict)
+    #: undoes the throwaway accounts (as root)
+    accounts: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def app(self) -> Any:
+        return self.system.app
+
+    @property
+    def executor(self) -> LocalExecutor:
+        ex = self.system.executor
+        assert isinstance(ex, LocalExecutor)
+        return ex
+
+    @property
+    def gpu_uuids(self) -> tuple[str, ...]:
+        r = self.gpupool("GET", "/gpus")
+        r.raise_for_status()
+        return tuple(g["uuid"] for g in r.json())
+
+    @property
+    def gpu_model(self) -> str:
+        return str(self.gpupool("GET", "/gpus").json()[0]["model"])
 
     # -- processes -----------------------------------------------------------------------
     def start_hub(self) -> None:
@@ -98,7 +119,8 @@ class Stack:
         assert self.pool is None, "restart_gpupool is for stacks without API workers"
         port = int(self.api_url.rsplit(":", 1)[1])
         self.server.stop()
-        self.app = make_app(f"sqlite:///{self.root / 'gpupool.db'}", self.hub)
+        self.system.stop()  # the engine and the data dir's lock; notebooks keep running
+        self.system = make_system(self.root, self.hub)
         self.server = ServedApp(self.app, port)
         self.server.start()
 
@@ -129,6 +151,9 @@ class Stack:
         self.server.stop()
         if self.pool is not None:
             self.pool.close()
+        end_all(self.executor)  # nothing of the test is left running
+        self.system.stop()
+        self.accounts.close()
 
     # -- hub REST API (as the driver service, an admin) ----------------------------------
     def hub_api(self, method: str, path: str, **kw: Any) -> httpx.Response:
@@ -163,12 +188,24 @@ class Stack:
             wait_for(lambda u=user: self.ready(u), f"{user}'s notebook", timeout, 0.5)
         return {user: self.notebook_env(user) for user in users}
 
+    def notebook_pid(self, user: str) -> int:
+        """The pid of `user`'s running notebook server (jupyterhub-singleuser), found by the
+        local engine's tracking of the notebook's workload."""
+        assert self.ready(user), f"{user} has no running notebook"
+        active = [w for w in self.notebooks(user) if w["state"] == "running"]
+        assert len(active) == 1, active
+        for pid in sorted(self.executor.job_pids(active[0]["id"])):
+            try:
+                cmd = " ".join(psutil.Process(pid).cmdline())
+            except psutil.NoSuchProcess:
+                continue
+            if "jupyterhub-singleuser" in cmd and "gpupool.engines.local.launcher" not in cmd:
+                return pid
+        raise AssertionError(f"no notebook server among {user}'s processes")
+
     def notebook_env(self, user: str) -> dict[str, str]:
         """The environment of `user`'s running notebook process (from /proc)."""
-        m = self.ready(user)
-        assert m, f"{user} has no running notebook"
-        pid = m["state"]["pid"]
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{self.notebook_pid(user)}/environ").read_bytes().split(b"\0")
         return dict(x.decode().split("=", 1) for x in raw if b"=" in x)
 
     # -- gpupool API ---------------------------------------------------------------------
@@ -203,31 +240,40 @@ class Stack:
         return c
 
 
-def make_app(db_url: str, hub: HubSettings) -> Any:
-    """The gpupool server as `gpupool up --jupyterhub` builds it (gpupool.system): the
-    hub launch executor over the fake engine's executor, every loop, the dashboard under the
-    hub prefix with hub sign-on. The stack starts the hub itself (`Stack.start_hub`)."""
+def make_system(root: Path, hub: HubSettings) -> System:
+    """The gpupool server as `gpupool up --jupyterhub --simulate 2xA100-40GB` builds it
+    (gpupool.system): the local engine in single-user mode (as root: an account per user),
+    every loop, the dashboard under the hub prefix with hub sign-on. The stack starts the
+    hub itself (`Stack.start_hub`)."""
     settings = Settings(
-        database_url=db_url,
+        database_url=f"sqlite:///{root / 'gpupool.db'}",
         scheduler_interval_s=0.5,
         reconciler_interval_s=0.5,
         stop_grace_s=5.0,
     )
-    system = build_system(
-        SystemSettings(server=settings, jupyterhub=True, hub=hub),
-        FakeEngine(FakeExecutor(SystemClock())),
+    engine = LocalEngine(
+        LocalOptions(simulate=SIMULATE, node=NODE, user_mode="single-user", mps="off")
+    )
+    return build_system(
+        SystemSettings(server=settings, data_dir=root / "data", jupyterhub=True, hub=hub),
+        engine,
         clock=SystemClock(),
     )
-    assert isinstance(system.executor, HubLaunchExecutor)
-    return system.app
 
 
 def build(root: Path, *, hub_poll_s: int = 1, extra_config: str = "", workers: int = 0) -> Stack:
     """The stack, started. With `workers`, gpupool serves as `gpupool up --workers N` does:
     N API worker processes on the public port in front of this process's app."""
+    notebook, why = singleuser()
+    if notebook is None:
+        pytest.skip(why)
     root.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{root / 'gpupool.db'}"
     seed(db_url)
+    accounts = contextlib.ExitStack()
+    if os.geteuid() == 0:  # an account per user: throwaway ones, deleted by Stack.close
+        patch = accounts.enter_context(pytest.MonkeyPatch.context())
+        accounts.enter_context(throwaway_accounts(patch))
     port = free_port()
     api_url = f"http://127.0.0.1:{port}"
     driver_token = secrets.token_hex(16)
@@ -243,17 +289,17 @@ c.JupyterHub.last_activity_interval = 5
 """
     hub = HubSettings(
         data_dir=root / "hub",
-        launch_dir=root / "hub-launch",
         api_url=api_url,
         dashboard_url=api_url,
         port=free_port(),
         hub_port=free_port(),
         proxy_api_port=free_port(),
         poll_interval_s=hub_poll_s,
-        home_dir_template=str(root / "homes" / "{username}"),
         extra_config=driver + extra_config,
+        singleuser_command=(str(notebook),),
     )
-    app = make_app(db_url, hub)
+    system = make_system(root, hub)
+    app = system.app
     admin_token = issue_token(app.state.ctx, "root", "jupyterhub", None).token
     pool = None
     if workers:
@@ -266,7 +312,8 @@ c.JupyterHub.last_activity_interval = 5
     server.start()
     if workers:
         wait_for(lambda: _worker_answers(api_url), "an API worker", timeout=60)
-    stack = Stack(root, api_url, hub, admin_token, driver_token, app, server, pool)
+    stack = Stack(root, api_url, hub, admin_token, driver_token, system, server, pool)
+    stack.accounts = accounts
     stack.start_hub()
     return stack
 

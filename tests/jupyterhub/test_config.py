@@ -24,7 +24,6 @@ from gpupool.server.hub.config import (
 def hub(tmp_path) -> HubSettings:
     return HubSettings(
         data_dir=tmp_path / "hub",
-        launch_dir=tmp_path / "launch",
         api_url="http://127.0.0.1:8080",
         proxy_command="/opt/chp/bin/configurable-http-proxy",
     )
@@ -47,7 +46,8 @@ def test_config_loads_and_sets_what_queueing_needs(hub, monkeypatch):
     assert c.JupyterHub.cleanup_servers is False  # hub restarts keep notebooks
     assert c.JupyterHub.spawner_class.endswith("GpupoolSpawner")
     assert c.GpupoolSpawner.gpupool_token == "gp_secret_token"
-    assert c.GpupoolSpawner.launch_dir == str(hub.launch_dir.resolve())
+    # a plain API client: no hand-off directory, no accounts, no homes of its own
+    assert not {"launch_dir", "jobs_account", "home_dir_template"} & set(c.GpupoolSpawner)
     assert c.Authenticator.enable_auth_state is True
     (svc,) = c.JupyterHub.services
     assert svc["name"] == "gpupool" and svc["url"] == "http://127.0.0.1:8080"
@@ -78,38 +78,26 @@ def test_command_and_missing_proxy(hub, monkeypatch):
         find_proxy()
 
 
-def test_jobs_account_reaches_the_spawner(hub, monkeypatch):
-    import dataclasses
-
-    path = write_hub_config(dataclasses.replace(hub, jobs_account="gpupool-jobs"))
-    c = _load(path, hub_env(hub, "t", base={}), monkeypatch)
-    assert c.GpupoolSpawner.jobs_account == "gpupool-jobs"
-    path = write_hub_config(hub)  # tests' own hubs: none named
-    assert _load(path, hub_env(hub, "t", base={}), monkeypatch).GpupoolSpawner.jobs_account == ""
-
-
-def test_an_engine_that_runs_notebooks_gets_the_remote_spawner_and_its_command(
+def test_every_engine_gets_the_one_spawner_and_the_engine_s_notebook_command(
     hub, monkeypatch, tmp_path
 ):
     from dataclasses import replace
 
     from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
-    from gpupool.system import _hub_settings
+    from gpupool.system import SystemSettings, _hub_settings
 
     engine = SlurmEngine(SlurmOptions(notebook_command="/shared/venv/bin/jupyterhub-singleuser -y"))
-    remote = replace(
-        hub,
-        spawner_class=engine.notebook_spawner,
-        singleuser_command=tuple(engine.notebook_command),
-    )
-    cfg = _load(write_hub_config(remote), hub_env(remote, "gp_x", base={}), monkeypatch)
-    assert cfg.JupyterHub.spawner_class == "gpupool.jupyterhub.remote.RemoteNotebookSpawner"
+    slurm = replace(hub, singleuser_command=tuple(engine.notebook_command or ()))
+    cfg = _load(write_hub_config(slurm), hub_env(slurm, "gp_x", base={}), monkeypatch)
+    assert cfg.JupyterHub.spawner_class == "gpupool.jupyterhub.spawner.GpupoolSpawner"
     assert cfg.GpupoolSpawner.cmd == ["/shared/venv/bin/jupyterhub-singleuser", "-y"]
-    from gpupool.system import SystemSettings
-
-    s = SystemSettings(data_dir=tmp_path / "data")
-    plain = _hub_settings(s, True, None)
+    plain = _hub_settings(SystemSettings(data_dir=tmp_path / "data"))
     assert plain.spawner_class == "gpupool.jupyterhub.spawner.GpupoolSpawner"
-    assert _hub_settings(s, True, None, engine.notebook_spawner).spawner_class.endswith(
-        "RemoteNotebookSpawner"
-    )
+
+
+def test_configs_that_name_the_remote_spawner_keep_working():
+    from gpupool.jupyterhub.remote import RemoteNotebookSpawner
+    from gpupool.jupyterhub.spawner import GpupoolSpawner
+
+    assert issubclass(RemoteNotebookSpawner, GpupoolSpawner)
+    assert RemoteNotebookSpawner.start is GpupoolSpawner.start

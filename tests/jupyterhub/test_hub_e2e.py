@@ -1,19 +1,24 @@
-"""End to end: a real gpupool server, a real JupyterHub with configurable-http-proxy, real
-notebook servers (jupyterhub-singleuser + JupyterLab), 2 simulated GPUs, driven through the
-hub's REST API. The tests share one stack and run in order (each leaves a known state).
+"""End to end: a real gpupool server (the system `gpupool up` builds, the local engine on 2
+simulated GPUs), a real JupyterHub with configurable-http-proxy, real notebook servers
+(jupyterhub-singleuser + JupyterLab) that the local engine runs as their owners' accounts,
+driven through the hub's REST API. The tests share one stack and run in order (each leaves a
+known state).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 
 import httpx
+import psutil
 import pytest
 
+from gpupool.engines.local.user_accounts import UserAccounts
 from gpupool.server.hub.config import service_secret
 from gpupool.server.loops.culler import CullerLoop
-from tests.jupyterhub.stack import GPU_UUIDS, Stack, build, events, wait_for
+from tests.jupyterhub.stack import Stack, build, events, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -82,10 +87,20 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
     envs = stack.spawn_all_ready(("alice", "bob"), {"profile": "gpu"}, SPAWN_S)
     env_a, env_b = envs["alice"], envs["bob"]
     gpus = {env_a["CUDA_VISIBLE_DEVICES"], env_b["CUDA_VISIBLE_DEVICES"]}
-    assert gpus == set(GPU_UUIDS)
+    assert gpus == set(stack.gpu_uuids)
     (wa,) = _active(stack, "alice")
     assert env_a["GPUPOOL_WORKLOAD_ID"] == wa["id"]
     assert wa["allocation"]["gpu_uuids"] == [env_a["CUDA_VISIBLE_DEVICES"]]
+    # the local engine runs each notebook as its owner's own account (never root), listening
+    # on 127.0.0.1 at the endpoint it reported, which the hub's proxy routes to
+    pid_a = stack.notebook_pid("alice")
+    uid_a = os.stat(f"/proc/{pid_a}").st_uid
+    if os.geteuid() == 0:
+        assert pwd.getpwuid(uid_a).pw_name == UserAccounts.default().name("alice")
+        assert uid_a != os.stat(f"/proc/{stack.notebook_pid('bob')}").st_uid
+    assert uid_a != 0
+    assert wa["endpoint"].startswith("http://127.0.0.1:")
+    assert env_a["JUPYTERHUB_SERVICE_URL"] == wa["endpoint"] + "/user/alice/"
 
     # carol waits, and sees where she stands
     assert stack.spawn("carol", {"profile": "gpu"}).status_code == 202
@@ -109,8 +124,10 @@ def test_two_users_get_different_gpus_the_third_waits_and_starts_by_itself(stack
     dave = stack.login("dave")
     wait_for(lambda: not _banner(dave), "the queue banner to leave dave's page", 30)
 
-    # alice stops: her GPU goes to carol, whose notebook starts by itself
+    # alice stops: her notebook server ends, her GPU goes to carol, whose notebook starts
+    # by itself
     assert stack.hub_api("DELETE", "/users/alice/server").status_code in (202, 204)
+    wait_for(lambda: not psutil.pid_exists(pid_a), "alice's notebook process to end", 60)
     wait_for(lambda: stack.ready("carol"), "carol's notebook", SPAWN_S, 0.5)
     assert stack.notebook_env("carol")["CUDA_VISIBLE_DEVICES"] == env_a["CUDA_VISIBLE_DEVICES"]
     assert _banner(carol) == ""  # no longer queued
@@ -153,7 +170,7 @@ def test_dashboard_single_sign_on_through_the_hub(stack):
 
 
 def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
-    before = {u: stack.ready(u)["state"]["pid"] for u in ("bob", "carol")}
+    before = {u: stack.notebook_pid(u) for u in ("bob", "carol")}
     allocs = {u: _active(stack, u)[0] for u in ("bob", "carol")}
     # dave's spawn is queued when the hub goes down: it must not come back as a phantom
     # server, nor stay in gpupool's queue
@@ -164,8 +181,8 @@ def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
         os.kill(pid, 0)  # still alive while the hub is down
     stack.start_hub()
     for user, pid in before.items():
-        m = wait_for(lambda u=user: stack.ready(u), f"{user} after the restart", 60)
-        assert m["state"]["pid"] == pid
+        wait_for(lambda u=user: stack.ready(u), f"{user} after the restart", 60)
+        assert stack.notebook_pid(user) == pid
         (w,) = _active(stack, user)
         assert w["id"] == allocs[user]["id"]
         assert w["allocation"]["gpu_uuids"] == allocs[user]["allocation"]["gpu_uuids"]
@@ -190,7 +207,9 @@ def test_hub_restart_keeps_running_notebooks_and_their_allocations(stack):
 
 
 def test_gpupool_restart_keeps_notebooks_and_their_allocations(stack):
-    before = {u: (stack.ready(u)["state"]["pid"], _active(stack, u)[0]) for u in ("bob", "carol")}
+    """The primary restarts (a new system over the same data dir): its local engine adopts
+    the running notebook servers, which keep their endpoints and GPUs."""
+    before = {u: (stack.notebook_pid(u), _active(stack, u)[0]) for u in ("bob", "carol")}
     stack.restart_gpupool()
     for user, (pid, w) in before.items():
         os.kill(pid, 0)
@@ -201,7 +220,8 @@ def test_gpupool_restart_keeps_notebooks_and_their_allocations(stack):
         )
         assert now["id"] == w["id"]
         assert now["allocation"]["gpu_uuids"] == w["allocation"]["gpu_uuids"]
-        assert stack.ready(user)["state"]["pid"] == pid
+        assert now["endpoint"] == w["endpoint"]
+        assert stack.notebook_pid(user) == pid
 
 
 def test_culling_warns_then_stops_an_idle_gpu_notebook_and_leaves_a_busy_one(stack):
@@ -256,7 +276,7 @@ def test_browser_spawn_form_queue_and_start(stack, browser):
         form = page.locator("#spawn_form")
         assert "One whole GPU" in form.inner_text()
         badge = page.locator("#gpupool-profile-gpu + label .gpupool-availability")
-        assert badge.inner_text() == "0 of 2 SimGPU-16G free"
+        assert badge.inner_text() == f"0 of 2 {stack.gpu_model} free"
         assert "lab uses 2 of its 2 guaranteed GPUs (limit 2)" in form.inner_text()
         services = page.locator("a.dropdown-item", has_text="gpupool")
         assert services.get_attribute("href") == "/services/gpupool/"

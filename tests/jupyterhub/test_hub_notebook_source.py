@@ -1,8 +1,7 @@
-"""While JupyterHub runs, the hub starts the notebooks that have no command of their own: a
-notebook submitted anywhere else (the dashboard's old "Start notebook", the API) would be
-granted its GPUs and sit in `starting` with nothing to start it until the launch timed out
-(issue 30, item 3). gpupool takes such a notebook only from the hub (its admin token vouches,
-as the spawner sends it); anywhere else it is refused before it enters the queue."""
+"""While JupyterHub runs, its spawner submits every notebook with its single-user server's
+command, which gpupool's engine runs (issue 31, item 3). A notebook without a command (the
+dashboard's old "Start notebook", a bare API call) has nothing to run: it is refused before
+it enters the queue, so it never holds a GPU (issue 30, item 3), whoever vouches for it."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def _system(tmp_path, executor: FakeExecutor, *, hub: bool):
     settings = SystemSettings(
         server=Settings(database_url=store.url, start_loops=False),
         jupyterhub=hub,
-        hub=HubSettings(data_dir=tmp_path / "hub", launch_dir=tmp_path / "launch") if hub else None,
+        hub=HubSettings(data_dir=tmp_path / "hub") if hub else None,
         admin="root",
     )
     return build_system(settings, FakeEngine(executor), clock=executor.clock, store=store)
@@ -47,15 +46,16 @@ def test_with_the_hub_a_notebook_from_outside_it_is_refused_before_it_holds_a_gp
         detail = r.json()["detail"]
         assert "start yours from the hub's spawn page (/hub/spawn" in detail
         assert "would hold its GPUs with nothing to start it" in detail
+        # the hub's admin token does not make it runnable either
+        assert _submit(w, NOTEBOOK, w.tokens["admin"]).status_code == 403
         # nothing entered the queue, so nothing can be granted a GPU
         assert w.get("admin", "/workloads", params={"kind": "notebook"}).json() == []
         # a service token that is not an admin's does not vouch
         assert _submit(w, NOTEBOOK, w.tokens["member"]).status_code == 403
         assert _submit(w, NOTEBOOK, "not-a-token").status_code == 401
-        # the hub's spawner sends its admin token: taken, queued as before
-        r = _submit(w, NOTEBOOK, w.tokens["admin"])
-        assert r.status_code == 201, r.text
-        # a notebook with its own command is not the hub's to start: taken as before
+        # with its server's command (as the hub's spawner sends it): taken, queued
+        server = NOTEBOOK | {"command": ["jupyterhub-singleuser"]}
+        assert _submit(w, server, w.tokens["admin"]).status_code == 201
         r = _submit(w, NOTEBOOK | {"command": ["jupyter", "lab"]})
         assert r.status_code == 201, r.text
         # and jobs, of course

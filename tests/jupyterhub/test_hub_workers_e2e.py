@@ -1,7 +1,8 @@
 """End to end with API workers (`gpupool up --workers 2`): a real JupyterHub spawns real
 notebooks through gpupool's worker processes. Submissions and queue reads are answered by
-the workers, the scheduler and the launch hand-off run in the primary, and notebooks still
-get their own GPUs, queue when none is free and start by themselves when one frees up.
+the workers, the scheduler and the local engine (which runs the notebooks) run in the
+primary, and notebooks still get their own GPUs, queue when none is free and start by
+themselves when one frees up.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import shutil
 import httpx
 import pytest
 
-from tests.jupyterhub.stack import GPU_UUIDS, Stack, build, events, wait_for
+from tests.jupyterhub.stack import Stack, build, events, wait_for
 from tests.jupyterhub.test_hub_e2e import SPAWN_S
 
 pytestmark = [
@@ -36,7 +37,7 @@ def test_notebooks_spawn_queue_and_start_through_api_workers(stack):
     for user in ("alice", "bob", "carol"):
         stack.login(user)
     envs = stack.spawn_all_ready(("alice", "bob"), {"profile": "gpu"}, SPAWN_S)
-    assert {e["CUDA_VISIBLE_DEVICES"] for e in envs.values()} == set(GPU_UUIDS)
+    assert {e["CUDA_VISIBLE_DEVICES"] for e in envs.values()} == set(stack.gpu_uuids)
 
     assert stack.spawn("carol", {"profile": "gpu"}).status_code == 202
     seen = events(stack, "carol", lambda ev: "in line" in ev.get("message", ""))

@@ -55,32 +55,27 @@ def test_the_spawner_knows_every_workload_state_by_the_domains_names():
     assert set(STOPPED_BECAUSE) <= set(ENDED)
 
 
-def test_notebooks_under_root_run_as_the_jobs_account(job_tmp):
-    import os
-    import pwd
-    import stat
-    import subprocess
+def test_the_spawner_is_a_plain_api_client_and_sends_the_hub_env_without_host_names():
+    """It starts no process (not a LocalProcessSpawner) and shares no directory with
+    gpupool; the hub's variables go with the submission, less gpupool's and the host's."""
+    from jupyterhub.spawner import LocalProcessSpawner
 
-    import pytest
+    from gpupool.jupyterhub.spawner import GpupoolSpawner, remote_env
 
-    from gpupool.jupyterhub.spawner import as_account
-
-    if os.geteuid() != 0:
-        pytest.skip("switching accounts needs root")
-    job_tmp.chmod(0o755)
-    base = job_tmp / "homes"
-    home = base / "eve"
-    out = subprocess.run(
-        ["sh", "-c", "id -u; pwd"],
-        preexec_fn=as_account("nobody", str(home)),
-        capture_output=True,
-        text=True,
-        check=True,
+    assert not issubclass(GpupoolSpawner, LocalProcessSpawner)
+    assert not {"launch_dir", "jobs_account", "home_dir_template"} & set(
+        GpupoolSpawner.class_trait_names()
     )
-    nobody = pwd.getpwnam("nobody").pw_uid
-    assert out.stdout.split() == [str(nobody), str(home)]
-    st = home.stat()
-    assert st.st_uid == nobody and stat.S_IMODE(st.st_mode) == 0o700
-    assert stat.S_IMODE(base.stat().st_mode) == 0o711
-    with pytest.raises(Exception, match="never runs notebooks as root"):
-        as_account("root", str(job_tmp / "r"))
+    env = {
+        "JUPYTERHUB_API_TOKEN": "t",
+        "JUPYTERHUB_SERVICE_URL": "http://:0/user/eve/",
+        "CUDA_VISIBLE_DEVICES": "GPU-x",
+        "GPUPOOL_WORKLOAD_ID": "w",
+        "HOME": "/root",
+        "PATH": "/root/bin",
+        "USER": "root",
+    }
+    assert remote_env(env) == {
+        "JUPYTERHUB_API_TOKEN": "t",
+        "JUPYTERHUB_SERVICE_URL": "http://:0/user/eve/",
+    }

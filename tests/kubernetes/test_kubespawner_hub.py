@@ -76,7 +76,6 @@ c.JupyterHub.load_roles.append({{
 """
     hub = HubSettings(
         data_dir=tmp_path / "hub",
-        launch_dir=tmp_path / "hub-launch",
         api_url=api_url,
         dashboard_url=api_url,
         port=free_port(),

@@ -23,7 +23,6 @@ from tests.support import free_hub_port, wait_for
 def settings(tmp_path: Path, port: int) -> HubSettings:
     return HubSettings(
         data_dir=tmp_path / "hub",
-        launch_dir=tmp_path / "launch",
         port=port,
         proxy_api_port=port + 1,
         hub_port=port + 81,

@@ -277,15 +277,18 @@ def test_a_gang_jobs_state_is_the_whole_jobs(tmp_path):
 
 def test_where_every_job_shares_one_account_the_hub_serves_the_first_admin_only(tmp_path):
     """Review F2b on Slurm: jobs and notebooks of all users as one account (not per-user)
-    could change each other's notebook homes, so other users' hub notebooks are refused."""
-    from gpupool.engines.common.hub_launch import HubLaunchExecutor
+    could change each other's notebook homes, so other users' hub notebooks are refused
+    (gpupool.server.services.notebooks, which reads `one_account`)."""
+    from types import SimpleNamespace
+
+    from gpupool.server.services.notebooks import one_account_refusal
 
     _, clock, ex = make(tmp_path)
     assert ex.one_account
-    hub = HubLaunchExecutor(ex, tmp_path / "launch", clock=clock, only_owner="admin")
+    ctx = SimpleNamespace(executor=ex, hub=True, notebook_owner="admin")
     nb = Workload("w-1", "lab", "ann", Request(gpus=1), kind=WorkloadKind.NOTEBOOK)
-    assert "serves only 'admin'" in (hub.refusal(nb) or "")
-    assert hub.refusal(dataclasses.replace(nb, owner="admin")) is None
+    assert "serves only 'admin'" in (one_account_refusal(ctx, nb) or "")  # type: ignore[arg-type]
+    assert one_account_refusal(ctx, dataclasses.replace(nb, owner="admin")) is None  # type: ignore[arg-type]
     per_user = SlurmExecutor(
         SlurmCLI("/dev/null", runner=FakeSlurm()),
         clock,

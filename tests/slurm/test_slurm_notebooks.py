@@ -96,16 +96,13 @@ c.RemoteNotebookSpawner.endpoint_wait_s = 120
 """
         self.hub = HubSettings(
             data_dir=root / "hub",
-            launch_dir=root / "hub-launch",
             api_url=self.api_url,
             dashboard_url=None,
             port=free_port(),
             hub_port=free_port(),
             proxy_api_port=free_port(),
             poll_interval_s=1,
-            single_user_mode=False,
             extra_config=driver,
-            spawner_class=SlurmEngine.notebook_spawner or "",
         )
         settings = Settings(
             database_url=db, scheduler_interval_s=0.5, reconciler_interval_s=0.5, stop_grace_s=5

@@ -31,7 +31,7 @@ def hub_live(tmp_path_factory):
     store = open_store(db_url)
     seeded = seed(store, now=time.time(), gpus=4, workloads=0)
     store.close()
-    hub = HubSettings(data_dir=root / "hub", launch_dir=root / "launch", port=HUB_PORT)
+    hub = HubSettings(data_dir=root / "hub", port=HUB_PORT)
     settings = SystemSettings(
         server=Settings(database_url=db_url, start_loops=False), jupyterhub=True, hub=hub
     )

@@ -50,6 +50,12 @@ class AppContext:
     #: registered node. Nodes only an agent reports (see gpupool.server.services.agents)
     #: are watched, but the scheduler places nothing there unless they are in this set.
     work_nodes: frozenset[str] | None = None
+    #: JupyterHub runs beside this server (`gpupool up --jupyterhub`): notebooks come from
+    #: its spawner, with their server's command (gpupool.server.services.notebooks)
+    hub: bool = False
+    #: with the hub, where every user's work shares one Unix account (the executor's
+    #: `one_account`): the one user whose notebooks run (the first admin; None: nobody's)
+    notebook_owner: str | None = None
     #: failed logins per account and client (gpupool.server.throttle); made from the store
     login_throttle: LoginThrottle = None  # type: ignore[assignment]
     #: the bounded pool that checks and hashes passwords (gpupool.server.security)

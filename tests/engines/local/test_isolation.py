@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pwd
 import stat
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Allocation, Share, Workload
+from gpupool.domain import Allocation, Share, Workload, WorkloadKind
 from gpupool.engines.common.accounts import (
     UserMode,
     ensure_jobs_account,
@@ -148,15 +149,17 @@ def test_single_user_mode_as_root_runs_each_users_jobs_as_their_own_account(
     assert (na, nb) == (user_accounts.name("alice"), user_accounts.name("Bob.Lab@x"))
     assert int(ua) != int(ub) and 0 not in (int(ua), int(ub))
     # the notebooks of a user run as the same account, in its home
-    assert ex.notebook_account("alice") == (na, str(user_accounts.home("alice")))
+    nb = dataclasses.replace(wl("id -un; pwd", "wn", owner="alice"), kind=WorkloadKind.NOTEBOOK)
+    ex.start(nb, None)
+    wait_job(ex, "wn")
+    assert ex.logs("wn").split() == [na, str(user_accounts.home("alice"))]
 
 
 @root_only
 def test_a_members_job_cannot_touch_another_users_notebook_home(tmp_path, executors, user_accounts):
     ex = make(tmp_path)
     executors.append(ex)
-    account, home = ex.notebook_account("admin") or ("", "")
-    assert account == user_accounts.name("admin")
+    account, home = user_accounts.name("admin"), str(user_accounts.ensure("admin").home)
     plant = (
         f"mkdir -p {home}/.jupyter && echo planted > {home}/.jupyter/jupyter_server_config.py; "
         f"ls {home}; echo rc=$?"

@@ -11,7 +11,7 @@
   members' plain jobs run as that one account (notebooks still get their own accounts).
   When the server does not run as root it cannot switch users: every job and notebook runs
   as the server's own account, and JupyterHub serves the first admin only
-  (`gpupool.engines.common.hub_launch`).
+  (`gpupool.server.services.notebooks`).
 
 No job ever runs as root (uid 0): any mode, any mapping, any MPS service account.
 

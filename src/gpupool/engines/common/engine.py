@@ -97,10 +97,6 @@ class Engine(ABC):
     #: Re-read `inventory()` this often (seconds) and register what changed; None: the
     #: nodes are read once at start (the local engine: this host does not change).
     inventory_interval_s: float | None = None
-    #: The JupyterHub spawner class of this engine's notebooks: None, the hub's host runs
-    #: them (`GpupoolSpawner`); else one that has the engine run them (Slurm:
-    #: `gpupool.jupyterhub.remote.RemoteNotebookSpawner`).
-    notebook_spawner: str | None = None
 
     def inventory_due(self) -> bool:
         """Whether the inventory should be re-read now, before its interval is up (e.g. a
@@ -144,8 +140,8 @@ class Engine(ABC):
 
     @property
     def notebook_command(self) -> list[str] | None:
-        """The single-user notebook server as the engine's nodes run it (with
-        `notebook_spawner`); None: the hub's own (`jupyterhub-singleuser` of this Python)."""
+        """The single-user notebook server as the engine's nodes run it (the command the
+        hub's spawner submits); None: the hub's own (`jupyterhub-singleuser` of this Python)."""
         return None
 
     @property

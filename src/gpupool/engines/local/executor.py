@@ -46,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
@@ -62,6 +62,12 @@ from gpupool.engines.common.executor import (
     ExecState,
     ExecStatus,
     Executor,
+    ExecutorWithAdoption,
+    ExecutorWithAttribution,
+    ExecutorWithLogs,
+    ExecutorWithNotebooks,
+    ExecutorWithPruning,
+    ExecutorWithSharedGPUs,
     Handle,
     RunningProcess,
     StartError,
@@ -69,6 +75,7 @@ from gpupool.engines.common.executor import (
 )
 from gpupool.engines.common.files import write_atomic
 from gpupool.engines.common.jobenv import PASS_SETTING, job_environment, passed_names
+from gpupool.engines.local import notebooks
 from gpupool.engines.local.binding import GPUBinding
 from gpupool.engines.local.launcher import (
     ENV_FILE,
@@ -104,7 +111,15 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _LAUNCHER_ENV = ("PATH", "PYTHONPATH", "LANG")
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(
+    Executor,
+    ExecutorWithLogs,
+    ExecutorWithAdoption,
+    ExecutorWithSharedGPUs,
+    ExecutorWithNotebooks,
+    ExecutorWithAttribution,
+    ExecutorWithPruning,
+):
     """Runs workloads as local processes. See the module docstring.
 
     `state_dir` holds one directory per workload. `resolve_unix_user(owner)` maps a gpupool
@@ -117,7 +132,6 @@ class LocalExecutor(Executor):
     """
 
     name = "local"
-    adopts_work = True
 
     def __init__(
         self,
@@ -180,7 +194,8 @@ class LocalExecutor(Executor):
         if self.user_mode is UserMode.SINGLE_USER and os.geteuid() != 0:
             return server_account()
         if self.user_mode is UserMode.SINGLE_USER:
-            if service or self.jobs_account:
+            # a notebook is its owner's session: never the shared jobs account
+            if service or (self.jobs_account and not notebooks.is_notebook(workload)):
                 return unprivileged(str(service or self.jobs_account), why="cannot run the job")
             return self.accounts.ensure(workload.owner)
         name = service or unix_user or self.resolve_unix_user(workload.owner) or workload.owner
@@ -206,17 +221,6 @@ class LocalExecutor(Executor):
         """True when every user's work, notebooks included, runs as one Unix account: the
         server's own (single-user mode, not root)."""
         return self.user_mode is UserMode.SINGLE_USER and os.geteuid() != 0
-
-    def notebook_account(self, owner: str) -> tuple[str, str] | None:
-        """(account, home) a JupyterHub notebook of `owner` runs as, when gpupool picks it:
-        in single-user mode under root, the owner's own account (made if missing; never the
-        shared jobs account). None where the hub decides: per-user mode (the owner's Unix
-        account) and not root (the hub's own account, see `one_account`). `StartError`
-        (permanent) when the account cannot be had."""
-        if self.user_mode is UserMode.SINGLE_USER and os.geteuid() == 0:
-            account = self.accounts.ensure(owner)
-            return account.name, account.home
-        return None
 
     def _tracking(self, workload_id: str) -> tuple[int | None, str | None, Path | None]:
         """(leader pid while the launcher lives, marker, cgroup) of the job's latest start."""
@@ -298,10 +302,16 @@ class LocalExecutor(Executor):
             )
         if self._alive(workload.id):
             raise StartError(f"workload {workload.id} is already running on this host")
-        account = self._account(workload, unix_user, self.binding.service_account(allocation))
+        notebook = notebooks.is_notebook(workload)  # its own account, a port: notebooks.py
+        service = None if notebook else self.binding.service_account(allocation)
+        account = self._account(workload, unix_user, service)
         injected, enforcement, notes = self.binding.environment(workload, allocation, account.name)
         marker = new_marker(workload.id)
         injected[MARKER_ENV] = marker
+        port = notebooks.free_port() if notebook else None
+        if port is not None:
+            env = notebooks.service_env(env, port)
+            injected[notebooks.PORT_ENV] = str(port)
         job_env = job_environment(
             os.environ, account, declared=env, injected=injected, passed=self.env_pass
         )
@@ -329,6 +339,7 @@ class LocalExecutor(Executor):
             "started_at": now,
             "marker": marker,
             "cgroup": str(cgroup) if cgroup else None,
+            "notebook_port": port,
         }
         write_atomic(d / SPEC_FILE, json.dumps(spec, indent=1))
         write_atomic(d / ENV_FILE, json.dumps(job_env))
@@ -420,7 +431,11 @@ class LocalExecutor(Executor):
         reason = stop.get("reason")
         if self._alive(workload_id):
             return ExecStatus(
-                workload_id, ExecState.RUNNING, started_at=started, stop_reason=reason
+                workload_id,
+                ExecState.RUNNING,
+                started_at=started,
+                stop_reason=reason,
+                endpoint=notebooks.serving(spec.get("notebook_port")),
             )
         try:
             code_s, at_s = (d / EXIT_FILE).read_text().split()[:2]
@@ -553,6 +568,10 @@ class LocalExecutor(Executor):
                 )
             )
         return out
+
+    def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
+        """None: jobs run as processes of this host, in no container an agent reports."""
+        return {}
 
     def process_map(self) -> dict[int, str]:
         """pid -> workload id for every process of every running job (one /proc scan)."""

@@ -92,7 +92,6 @@ class SlurmOptions:
 
 class SlurmEngine(Engine):
     name = "slurm"
-    notebook_spawner = "gpupool.jupyterhub.remote.RemoteNotebookSpawner"
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ Fill in:
 - `TemplateEngine.inventory`: the nodes and GPUs work may run on (`inventory.py`).
 - Optional hooks of `gpupool.engines.common.engine.Engine` where the engine has them:
   `telemetry()` (GPUs sampled in this process), `inventory_interval_s` (re-read the nodes),
-  `sync_tenants`, `describe`, `notebook_spawner`, `follow`, `close`.
+  `sync_tenants`, `describe`, `notebook_command`, `follow`, `close`.
 """
 
 from __future__ import annotations

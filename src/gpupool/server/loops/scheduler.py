@@ -31,7 +31,7 @@ from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import PendingInfo
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
-from gpupool.server.services import lifecycle
+from gpupool.server.services import lifecycle, notebooks
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -296,6 +296,9 @@ class SchedulerLoop(Loop):
         its admission back (see the module docstring for what becomes of it)."""
         ctx = self.ctx
         try:
+            refused = notebooks.one_account_refusal(ctx, w)  # queued before the rule applied
+            if refused is not None:
+                raise StartError(refused, permanent=True)
             return ctx.executor.start(
                 w, alloc if alloc.shares else None, env=env or None, unix_user=unix_user
             )

@@ -48,16 +48,14 @@ def submit(
     service_token: str | None = Header(
         None,
         alias="X-Gpupool-Service-Token",
-        description="an admin's token (JupyterHub's): required with pod_spec, and for a "
-        "notebook without a command while JupyterHub runs (the hub starts those)",
+        description="an admin's token (JupyterHub's): required with pod_spec",
     ),
     p: Principal = Depends(authenticated),
     ctx: AppContext = Depends(get_ctx),
 ) -> WorkloadOut:
-    from_hub = body.pod_spec is not None or service_token is not None
-    if from_hub:
+    if body.pod_spec is not None or service_token is not None:
         workloads.check_vouched(ctx, service_token)
-    out, created = idempotency.submit(ctx, p, body, idempotency_key, from_hub=from_hub)
+    out, created = idempotency.submit(ctx, p, body, idempotency_key)
     if not created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"

@@ -74,12 +74,11 @@ def _replay(ctx: AppContext, idem: Idempotency) -> WorkloadOut | None:
 
 
 def submit(
-    ctx: AppContext, p: Principal, body: WorkloadIn, key: str | None, *, from_hub: bool = False
+    ctx: AppContext, p: Principal, body: WorkloadIn, key: str | None
 ) -> tuple[WorkloadOut, bool]:
-    """Submit `body` once per key: (the workload, whether it was made by this request).
-    `from_hub`: JupyterHub vouched for it (workloads.check_hub_starts_it)."""
+    """Submit `body` once per key: (the workload, whether it was made by this request)."""
     if key is None:
-        return workloads.submit(ctx, p, body, from_hub=from_hub), True
+        return workloads.submit(ctx, p, body), True
     idem = parse(p.name, key, body)
     found = _replay(ctx, idem)
     if found is not None:
@@ -89,7 +88,7 @@ def submit(
         IdempotencyRepo(s).add(idem.user, idem.key, idem.request_hash, w.id, ctx.clock.now())
 
     try:
-        return workloads.submit(ctx, p, body, on_insert=bind, from_hub=from_hub), True
+        return workloads.submit(ctx, p, body, on_insert=bind), True
     except IntegrityError:
         found = _replay(ctx, idem)  # a concurrent request with this key came first
         if found is None:

@@ -33,8 +33,12 @@ from gpupool.domain.commands import (
 )
 from gpupool.domain.placement import normalize_labels
 from gpupool.domain.profiles import Profile
-from gpupool.engines.common.handoff import is_hub_launched
-from gpupool.engines.common.hub_launch import HubLaunchExecutor
+from gpupool.engines.common.executor import (
+    Executor,
+    ExecutorWithMultiNode,
+    ExecutorWithSubmitChecks,
+    TemplateProblem,
+)
 from gpupool.scheduler.admissible import never_runs
 from gpupool.scheduler.limits import TENANT
 from gpupool.scheduler.waits import PlannedPreemption, planned_preemptions
@@ -54,7 +58,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadIn,
     WorkloadOut,
 )
-from gpupool.server.services import lifecycle
+from gpupool.server.services import lifecycle, notebooks
 from gpupool.server.workload_json import JSONObject, queue_entry, with_preemption
 from gpupool.store import (
     AllocationRepo,
@@ -130,8 +134,8 @@ def check_multi_node(req: Request, kind: WorkloadKind, supported: bool, engine: 
     if not supported:
         raise ValidationError(
             f"this gpupool runs work with the {engine} engine, on one node; a request across "
-            f"{req.nodes} nodes needs the slurm or kubernetes engine — ask for nodes: 1 "
-            "(at most one node's GPUs)",
+            f"{req.nodes} nodes needs an engine that runs one workload across several nodes "
+            "(docs/executors.md lists them) — ask for nodes: 1 (at most one node's GPUs)",
             "nodes",
         )
 
@@ -195,26 +199,11 @@ def check_vouched(ctx: AppContext, service_token: str | None) -> None:
     pod template (`pod_spec`) accepted."""
     if not service_token:
         raise PermissionDenied(
-            "pod_spec is accepted only from JupyterHub's gpupool KubeSpawner: send the hub's "
+            "pod_spec is accepted only from JupyterHub's gpupool spawner: send the hub's "
             "admin token in X-Gpupool-Service-Token"
         )
     if not principal_for_token(ctx, service_token).admin:
         raise PermissionDenied("X-Gpupool-Service-Token must be an admin's token (the hub's)")
-
-
-def check_hub_starts_it(ctx: AppContext, w: Workload, from_hub: bool) -> None:
-    """While JupyterHub runs beside gpupool (its launcher wraps the executor), a notebook the
-    hub starts (no command) is taken only from the hub (`from_hub`: its admin token vouched in
-    X-Gpupool-Service-Token). From anywhere else nobody would start it: it would hold its GPUs
-    until the launch timed out. Raise PermissionDenied saying where to start it instead."""
-    if from_hub or not isinstance(ctx.executor, HubLaunchExecutor) or not is_hub_launched(w):
-        return
-    raise PermissionDenied(
-        "JupyterHub runs beside this gpupool and starts its notebooks: start yours from the "
-        "hub's spawn page (/hub/spawn, or the dashboard's 'Start notebook', which opens it), "
-        "where it waits in this queue; a notebook submitted here would hold its GPUs with "
-        "nothing to start it"
-    )
 
 
 def submit(
@@ -222,13 +211,10 @@ def submit(
     p: Principal,
     body: WorkloadIn,
     on_insert: Callable[[Session, Workload], None] | None = None,
-    *,
-    from_hub: bool = False,
 ) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
     are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
-    the insert's transaction (services.idempotency binds its key there). `from_hub`: JupyterHub
-    vouched for it (`check_hub_starts_it`)."""
+    the insert's transaction (services.idempotency binds its key there)."""
     now = ctx.clock.now()
     check_command(body.command, os_arg_limits(), env=body.env)  # what nothing could launch
     check_declared_env(body.env)
@@ -245,12 +231,13 @@ def submit(
                 raise PermissionDenied(f"profile {profile.name!r} is not offered to {tenant!r}")
         req, kind = _resolve_request(body, profile)
         if body.pod_spec is not None:
-            _check_pod_spec(body.pod_spec, kind, body.command, p.name)
+            _check_template(ctx.executor, body.pod_spec, kind, body.command, p.name)
         if kind is WorkloadKind.JOB and not body.command:
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
             )
-        check_multi_node(req, kind, ctx.executor.multi_node, ctx.executor.name)
+        multi = isinstance(ctx.executor, ExecutorWithMultiNode)
+        check_multi_node(req, kind, multi, ctx.executor.name)
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
         check_can_ever_run(req, tenant, tree, nodes)
     w = Workload(
@@ -268,10 +255,14 @@ def submit(
         command=tuple(body.command),
         profile=body.profile,
     )
-    refused = ctx.executor.refusal(w)  # e.g. a notebook JupyterHub must not run (hub_launch)
+    refused = notebooks.one_account_refusal(ctx, w)
     if refused is not None:
         raise PermissionDenied(refused)
-    check_hub_starts_it(ctx, w, from_hub)
+    if isinstance(ctx.executor, ExecutorWithSubmitChecks):
+        refused = ctx.executor.refusal(w)  # e.g. a notebook JupyterHub must not run
+        if refused is not None:
+            raise PermissionDenied(refused)
+    notebooks.check_has_server(ctx, w, body.pod_spec is not None)
     with ctx.store.write() as s:
         repo = WorkloadRepo(s)
         if not TenantRepo(s).exists(tenant):
@@ -306,17 +297,23 @@ def check_pending_cap(repo: WorkloadRepo, owner: str, cap: int) -> None:
         )
 
 
-def _check_pod_spec(spec: dict, kind: WorkloadKind, command: list[str], owner: str) -> None:
-    """A pod template comes only with a notebook without a command (its pod says what runs),
-    and mounts no PVC but `owner`'s home."""
-    from gpupool.engines.kubernetes.notebooks import TemplateError, check_template
-
+def _check_template(
+    executor: Executor, spec: dict, kind: WorkloadKind, command: list[str], owner: str
+) -> None:
+    """A notebook's engine template (`pod_spec`) comes only with a notebook without a
+    command (the template says what runs), to an engine that takes one
+    (`ExecutorWithSubmitChecks.template_problem`: e.g. it mounts no volume but `owner`'s)."""
     if kind is not WorkloadKind.NOTEBOOK or command:
         raise ValidationError("pod_spec is for a notebook without a command", "pod_spec")
-    try:
-        check_template(spec, owner)
-    except TemplateError as e:
-        raise ValidationError(str(e), e.field or "pod_spec") from None
+    problem: TemplateProblem | None = TemplateProblem(
+        f"this gpupool's {executor.name} engine takes no notebook template (pod_spec); "
+        "leave pod_spec out",
+        "pod_spec",
+    )
+    if isinstance(executor, ExecutorWithSubmitChecks):
+        problem = executor.template_problem(spec, owner)
+    if problem is not None:
+        raise ValidationError(problem.message, problem.field)
 
 
 def visible_or_404(p: Principal, w: Workload) -> Workload:
