@@ -304,7 +304,8 @@ def _assemble(
     engine = engines.default  # the hub's notebooks run on the default engine
     try:
         executor = engines.open(
-            EngineEnv(clock, s.data_dir, record, say, tenants, held, pod_spec=pod_spec), locate
+            EngineEnv(clock, s.data_dir, record, say, tenants, held, notebook_template=pod_spec),
+            locate,
         )
         nodes = engines.inventory()
     except EngineError as e:

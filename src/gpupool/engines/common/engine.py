@@ -62,7 +62,8 @@ class EngineEnv:
     say(message, loud=False): tell the operator (`gpupool up` prints it).
     tenants(): the tenants as stored now (an engine that mirrors them, e.g. as Slurm accounts).
     held(): the GPU uuids gpupool's active allocations hold now.
-    pod_spec(workload_id): the pod template a notebook was submitted with (Kubernetes).
+    notebook_template(workload_id): the engine's own template a notebook was submitted with
+        (checked by `ExecutorWithSubmitChecks.template_problem`; None: none).
     """
 
     clock: Clock
@@ -71,8 +72,8 @@ class EngineEnv:
     say: Callable[..., None] = _print
     tenants: Callable[[], Sequence[Tenant]] = lambda: ()
     held: Callable[[], Collection[str]] = lambda: ()
-    #: a notebook's pod template as its spawner submitted it (None: none), by workload id
-    pod_spec: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
+    #: a notebook's engine template as its spawner submitted it (None: none), by workload id
+    notebook_template: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ class KubernetesEngine(Engine):
             allocatable=self._node_allocatable,
             on_rejected=rejected,
             cache=own.snapshot if own is not None else None,
-            pod_spec=env.pod_spec,
+            pod_spec=env.notebook_template,
         )
         return self.executor
 
