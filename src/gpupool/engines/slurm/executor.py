@@ -470,11 +470,17 @@ class SlurmExecutor(
             if raw is None or state_of(raw.get("job_state")) not in _ALIVE:
                 return
             job = self._adopt(workload_id, raw)
-        if job.stop_reason is not None:
+        if job.stop_reason is not None or job.rejected is not None:
             return
+        # squeue now, not the pass's snapshot: a job listed pending a moment ago may run by
+        # now, and cancelling it outright would skip the polite signal
+        raw = self.refresh().jobs.get(workload_id)
+        if raw is not None and str(raw.get("job_id")) != job.job_id:
+            raw = None  # an earlier job of the workload
+        if raw is not None and state_of(raw.get("job_state")) not in _ALIVE:
+            return  # it ended: stopping finished work changes nothing
         job.stop_reason = reason
         job.stop_at = self.clock.now() + grace_s
-        raw = self._queue().jobs.get(workload_id)
         pending = raw is not None and state_of(raw.get("job_state")) in _PENDING
         if not pending:  # a script that has not started yet stops when it does (`jobscript`)
             with contextlib.suppress(SlurmError):
