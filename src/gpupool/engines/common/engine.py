@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from gpupool.clock import Clock
 from gpupool.domain import Enforcement, Membership, Node, Tenant, TenantTree
@@ -95,6 +95,9 @@ class Engine(ABC):
 
     #: What `gpupool up --engine` calls it.
     name: str = "engine"
+    #: The class of the executor `open` returns: its `ExecutorWith*` mixins are the engine's
+    #: powers (scripts/contract_table.py renders them into docs/executors.md).
+    executor_class: ClassVar[type[Executor]] = Executor
     #: Re-read `inventory()` this often (seconds) and register what changed; None: the
     #: nodes are read once at start (the local engine: this host does not change).
     inventory_interval_s: float | None = None

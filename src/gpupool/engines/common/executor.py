@@ -242,21 +242,26 @@ def logs_of(executor: Executor) -> ExecutorWithLogs:
 
 
 class ExecutorWithAdoption(ABC):  # noqa: B024 - a promise about the base's methods
-    """Work survives a restart of the server: a new executor's ``list_running`` and ``poll``
-    find the work an earlier one started, so the reconciler adopts it instead of losing it."""
+    """Work survives a restart of the server, to be adopted.
+
+    A new executor's ``list_running`` and ``poll`` find the work an earlier one started, so
+    the reconciler adopts it instead of losing it."""
 
 
 class ExecutorWithMultiNode(ABC):  # noqa: B024 - a promise about `start`
-    """Runs one workload across several nodes: ``start`` takes a multi-node `Allocation`
-    (`Request.nodes` > 1, a gang) and runs the command once per node; its state is the
-    whole gang's. Without it the API refuses such requests at submit."""
+    """Runs one workload across several nodes (a gang).
+
+    ``start`` takes a multi-node `Allocation` (`Request.nodes` > 1) and runs the command
+    once per node; its state is the whole gang's. Without it the API refuses such requests
+    at submit."""
 
 
 class ExecutorWithSharedGPUs(ABC):
-    """Runs fractional shares of GPUs and tells the enforcement each really got, which may be
-    weaker than the allocation asked (`policed` when no healthy MPS daemon serves a GPU).
+    """Runs fractional shares of GPUs and tells the enforcement each really got.
 
-    Without it the executor applies exactly what it is asked: nothing to correct."""
+    That may be weaker than the allocation asked (`policed` when no healthy MPS daemon
+    serves a GPU). Without it the executor applies exactly what it is asked: nothing to
+    correct."""
 
     @abstractmethod
     def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
@@ -275,11 +280,12 @@ class ExecutorWithSharedGPUs(ABC):
 
 
 class ExecutorWithNotebooks(ABC):
-    """Runs JupyterHub's notebooks: a `notebook` workload's command (the hub's single-user
-    server, its environment in the workload's `env`) runs on the granted GPUs as the account
-    the engine's rules pick, never root, and `poll` reports where it listens
-    (`ExecStatus.endpoint`, ``http://host:port``) once it does; the hub's spawner waits for
-    that over the API (gpupool.jupyterhub.spawner).
+    """Runs JupyterHub's notebooks itself and reports where each listens.
+
+    A `notebook` workload's command (the hub's single-user server, its environment in the
+    workload's `env`) runs on the granted GPUs as the account the engine's rules pick, never
+    root, and `poll` reports where it listens (`ExecStatus.endpoint`, ``http://host:port``)
+    once it does; the hub's spawner waits for that over the API (gpupool.jupyterhub.spawner).
 
     Without it a notebook runs as plain work and reports no endpoint."""
 
@@ -346,10 +352,10 @@ class ExecutorWithAttribution(ABC):
 
 
 class ExecutorWithRunTimes(ABC):
-    """Tells when the engine really started and ended the work (a cluster's own start and
-    end of a queued job), which accounting takes over the allocation's times.
+    """Tells when the engine really started and ended the work, for accounting.
 
-    Without it the allocation's times are the work's."""
+    A cluster's own start and end of a queued job count, not the allocation's. Without it
+    the allocation's times are the work's."""
 
     @abstractmethod
     def run_times(self, workload_id: str) -> tuple[float | None, float | None] | None:

@@ -18,6 +18,7 @@ class FakeEngine(Engine):
     telemetry loops run in the system (none: no telemetry)."""
 
     name = "fake"
+    executor_class = FakeExecutor
 
     def __init__(
         self,

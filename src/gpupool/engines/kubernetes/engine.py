@@ -68,6 +68,7 @@ class KubernetesEngine(Engine):
     `kubernetes.client.ApiClient`) is built from `options` when not given."""
 
     name = "kubernetes"
+    executor_class = KubernetesExecutor
 
     def __init__(self, options: KubeOptions | None = None, *, api_client: Any = None):
         self.options = options or KubeOptions()

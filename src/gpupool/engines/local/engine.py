@@ -168,6 +168,7 @@ class LocalEngine(Engine):
     """This host: NVML (or simulated) GPUs, the local executor, MPS. See the module."""
 
     name = "local"
+    executor_class = LocalExecutor
 
     def __init__(self, options: LocalOptions) -> None:
         self.options = options

@@ -92,6 +92,7 @@ class SlurmOptions:
 
 class SlurmEngine(Engine):
     name = "slurm"
+    executor_class = SlurmExecutor
 
     def __init__(
         self,

@@ -39,6 +39,7 @@ class TemplateEngine(Engine):
     """Fill in `open` and `inventory`; override the optional hooks the engine has."""
 
     name = "template"
+    executor_class = TemplateExecutor
 
     def __init__(self, options: TemplateOptions | None = None) -> None:
         self.options = options or TemplateOptions()
