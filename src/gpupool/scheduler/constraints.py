@@ -157,10 +157,9 @@ def no_fit_text(cap: CapacityIndex, shape: Shape, what: str, host: str) -> str:
     assert where is not None
     head = where_text(cap.nodes, where)
     noun = _nodes_noun(where)
-    ids = [n for n in cap.where_nodes(where) if cap.node_ready[n] and not cap.node_held[n]]
     model = f"{shape.model} " if shape.model else ""
     if shape.kind == WHOLE:
-        most = max((_most_whole(cap, n, shape) for n in ids), default=0)
+        most = _most_whole(cap, shape, cap.where_mask(where))
         s = "s" if shape.count != 1 else ""
         if most < shape.count:
             return f"{head}: {noun} has {shape.count} free {model}GPU{s} (the most is {most})"
@@ -170,16 +169,22 @@ def no_fit_text(cap: CapacityIndex, shape: Shape, what: str, host: str) -> str:
     return f"{head}: {noun} has room for {what} now"
 
 
-def _most_whole(cap: CapacityIndex, n: int, shape: Shape) -> int:
-    """The most whole free GPUs of one model (`shape.model` if given) on node `n`."""
-    counts: dict[str, int] = {}
-    for g in cap.node_gpus[n]:
-        if not cap.gpu_ok[g] or cap.gpu_mig[g] is not None or not cap.is_whole_free(g):
+def _most_whole(cap: CapacityIndex, shape: Shape, allowed: list[bool]) -> int:
+    """The most whole free GPUs of one model (`shape.model` if given) on one usable node
+    that `allowed` lets it use: from the top of the whole-GPU index down, the first
+    allowed node's count (as `CapacityIndex.most_whole_free`, on the allowed nodes)."""
+    most = 0
+    for m in [shape.model] if shape.model is not None else cap.models:
+        idx = cap.whole.get(m)
+        if idx is None:
             continue
-        m = cap.gpu_model[g]
-        if shape.model in (None, m) and cap.gpu_total_mem[g] >= shape.gpu_memory_mib:
-            counts[m] = counts.get(m, 0) + 1
-    return max(counts.values(), default=0)
+        for key in reversed(idx.keys()):
+            if key <= most:
+                break
+            if any(allowed[n] for n in idx.items_under(key)):
+                most = key
+                break
+    return most
 
 
 # -- placement on the allowed nodes ----------------------------------------------------------
