@@ -100,3 +100,30 @@ def test_up_hands_the_chosen_engines_options_to_serve(monkeypatch):
     assert r.exit_code == 0, r.output
     assert seen["engine"] == "slurm"
     assert seen["options"] == ENGINES["slurm"].options_class()(partition="gpu")
+
+
+def test_up_takes_several_engines_each_with_its_own_options(monkeypatch):
+    from gpupool.cli import up as up_module
+    from gpupool.cli.main import app
+
+    seen: dict = {}
+    monkeypatch.setattr(up_module, "serve", lambda **kw: seen.update(kw))
+    args = ["up", "--engine", "local", "--engine", "slurm", "--simulate", "2xH100-80GB"]
+    r = CliRunner().invoke(app, [*args, "--slurm-partition", "gpu"])
+    assert r.exit_code == 0, r.output
+    names = [name for name, _ in seen["engines"]]
+    assert names == ["local", "slurm"] and seen["engine"] == "local"  # the first: default
+    local, slurm = (opts for _, opts in seen["engines"])
+    assert local.simulate == "2xH100-80GB"
+    assert slurm == ENGINES["slurm"].options_class()(partition="gpu")
+
+
+def test_up_refuses_an_engine_named_twice(tmp_path):
+    import typer
+
+    from gpupool.cli.up import engine_options, serve
+
+    twice = [("local", engine_options("local", {}))] * 2
+    with pytest.raises(typer.Exit) as e:
+        serve(data_dir=tmp_path, host="127.0.0.1", port=1, log_level="info", engines=twice)
+    assert e.value.exit_code == 2

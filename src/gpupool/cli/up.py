@@ -1,19 +1,20 @@
 """`gpupool up`: the whole single-machine system in one command.
 
-Parses the flags, turns them into `SystemSettings` and an engine (`--engine local`: this
-host's GPUs through NVML, or simulated ones when asked or when none exist, said loudly), and
-hands them to `gpupool.system.build_system`, which opens the store, registers this
-machine and its GPUs, creates the first admin and a `default` tenant, and serves the API and
-dashboard with every background loop (scheduler, reconciler, telemetry, culler, accounting)
-until Ctrl-C. On shutdown the MPS daemons stop; running jobs keep running and are adopted by
-the next `gpupool up`.
+Parses the flags, turns them into `SystemSettings` and the engines (`--engine local`: this
+host's GPUs through NVML, or simulated ones when asked or when none exist, said loudly;
+`--engine local --engine slurm`: both in one pool, docs/engines.md), and hands them to
+`gpupool.system.build_system`, which opens the store, registers this machine and its GPUs
+(and each engine's nodes), creates the first admin and a `default` tenant, and serves the
+API and dashboard with every background loop (scheduler, reconciler, telemetry, culler,
+accounting) until Ctrl-C. On shutdown the MPS daemons stop; running jobs keep running and
+are adopted by the next `gpupool up`.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,10 @@ def _param(name: str, annotation: Any, option: Any) -> inspect.Parameter:
 def _engine_help() -> str:
     named = [f"{s.name} ({s.description})" for s in ENGINES.values()]
     listed = ", ".join(named[:-1]) + " or " + named[-1] if len(named) > 1 else named[0]
-    return f"Where work runs: {listed}. Each has its own options below."
+    return (
+        f"Where work runs: {listed}. Each has its own options below. Repeat it to run "
+        "several engines in one pool (the first is the default; docs/engines.md)."
+    )
 
 
 def _flag_param(flag: Flag, panel: str) -> inspect.Parameter:
@@ -94,8 +98,14 @@ def _parameters() -> list[inspect.Parameter]:
     return [
         _param(
             "engine",
-            str,
-            typer.Option("local", "--engine", metavar="NAME", help=_engine_help()),
+            list[str] | None,
+            typer.Option(
+                None,
+                "--engine",
+                metavar="NAME",
+                help=_engine_help() + " Default: local.",
+                show_default=False,
+            ),
         ),
         _param(
             "data_dir",
@@ -191,10 +201,12 @@ def register(app: typer.Typer) -> None:
 
     def up(**values: Any) -> None:
         """Start gpupool on this machine: API, dashboard and background loops."""
-        engine = values["engine"]
+        names = values["engine"] or ["local"]
+        chosen = [(name, engine_options(name, values)) for name in names]
         serve(
-            engine=engine,
-            options=engine_options(engine, values),
+            engine=chosen[0][0],
+            options=chosen[0][1],
+            engines=chosen,
             data_dir=values["data_dir"] or default_data_dir(),
             host=values["host"],
             port=values["port"],
@@ -234,17 +246,25 @@ def serve(
     workers: int = 0,
     engine: str = "local",
     options: object | None = None,
+    engines: Sequence[tuple[str, object]] = (),
 ) -> None:
     """Build the system from the flags and serve until interrupted (see the module):
-    `engine` names an engine of `ENGINES`, `options` are its options (None: defaults)."""
+    `engine` names an engine of `ENGINES`, `options` are its options (None: defaults);
+    `engines`, when given, are every engine to run in one pool, (name, options) each, the
+    default first (`engine` and `options` are then ignored)."""
     import logging
 
     from gpupool.server.settings import Settings
     from gpupool.system import SetupError, SystemSettings, build_system
 
-    if options is None:
-        options = engine_options(engine, {})
-    chosen = ENGINES[engine].create(options)
+    if not engines:
+        engines = [(engine, options if options is not None else engine_options(engine, {}))]
+    names = [name for name, _ in engines]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        _say(f"error: --engine {', '.join(twice)} is given twice; name each engine once")
+        raise typer.Exit(2)
+    chosen = [ENGINES[name].create(opts) for name, opts in engines]
     level = getattr(logging, log_level.upper(), logging.INFO)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level > logging.DEBUG:  # one line per schema migration is noise before the password

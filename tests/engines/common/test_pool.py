@@ -171,3 +171,20 @@ def test_two_engines_offering_one_node_name_are_refused():
 def test_an_engine_named_twice_is_refused():
     with pytest.raises(EngineError, match="--engine a given twice"):
         EngineSet([Named("a", []), Named("a", [])])
+
+
+class WithMPS(Named):
+    @property
+    def shared_enforcement(self) -> Enforcement:
+        return Enforcement.MPS
+
+
+def test_fractions_are_recorded_as_the_strongest_engine_enforces_and_its_nodes_say_so():
+    from gpupool.engines.common.engine import EngineEnv
+
+    engines = EngineSet([Named("slurmish", [Node("s1")]), WithMPS("localish", [Node("ws")])])
+    engines.open(EngineEnv(ManualClock()))
+    labels = {n.name: n.label_map for n in engines.inventory()}
+    # the scheduler records `mps` only on nodes labelled for it, `policed` elsewhere
+    assert engines.shared_enforcement is Enforcement.MPS
+    assert labels["ws"][MPS_LABEL] == "true" and MPS_LABEL not in labels["s1"]

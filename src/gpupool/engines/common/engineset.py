@@ -28,7 +28,7 @@ from gpupool.engines.common.executor import Executor
 from gpupool.engines.common.pool import Locate, PoolExecutor, pool_executor, runs_multi_node
 
 log = logging.getLogger(__name__)
-#: weakest last: a pool claims no more for a fraction than its weakest engine enforces
+#: the strongest first
 _STRENGTH = list(Enforcement)
 
 
@@ -121,9 +121,10 @@ class EngineSet:
 
     @property
     def shared_enforcement(self) -> Enforcement:
-        """The weakest engine's: what a fractional share is labelled at admission (the
-        reconciler then records what its engine really applied)."""
-        return max((e.shared_enforcement for e in self.engines), key=_STRENGTH.index)
+        """The strongest engine's (`mps` where one enforces fractions with CUDA MPS): the
+        scheduler records it only on nodes labelled for it (`gpupool.io/mps`) and `policed`
+        on the others; the reconciler then records what each engine really applied."""
+        return min((e.shared_enforcement for e in self.engines), key=_STRENGTH.index)
 
     def apply_mig_layout(self, node: str, gpu_uuid: str, layout: str) -> str | None:
         engine = self.engine_of_node(node)
