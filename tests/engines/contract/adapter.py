@@ -271,7 +271,7 @@ class EngineUnderTest(ABC):
             return st if st.state in states else None
 
         what = f"{self.name}: {wid} to become one of {[s.value for s in states]}"
-        return wait_for(reached, what, timeout=timeout or self.timeout, every=self.every)  # type: ignore[no-any-return]
+        return wait_for(reached, what, timeout=timeout or self.timeout, every=self.every)
 
     def wait_ready(self, wid: str) -> None:
         """Until the work is running past its setup (it printed `READY`)."""

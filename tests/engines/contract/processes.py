@@ -112,7 +112,7 @@ class LocalUnderTest(_Gated):
 
     def privileged_envs(self) -> list[Mapping[str, str]]:
         """The environment of each live launcher (it runs as the server's account)."""
-        out = []
+        out: list[Mapping[str, str]] = []
         for s in self.started.values():
             raw = _read(f"/proc/{s.handle.ref}/environ")
             if raw:

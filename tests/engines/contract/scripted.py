@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from gpupool.domain import Node
 from gpupool.engines.common.engine import EngineEnv
-from gpupool.engines.common.executor import Executor
+from gpupool.engines.common.executor import Executor, Handle
 from gpupool.engines.fake.engine import FakeEngine
 from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.engines.kubernetes import manifests as m
@@ -63,7 +63,7 @@ class FakeUnderTest(EngineUnderTest):
         self._ex = self._open(self._ex.reborn())
         return self._ex
 
-    def start(self, wid: str, behaviour: Behaviour | None = None, **kw: Any):  # type: ignore[override]  # noqa: ANN201
+    def start(self, wid: str, behaviour: Behaviour | None = None, **kw: Any) -> Handle:
         # the fake's work dies of the polite signal unless it "ignores" it (the trap is
         # played by `progress`: the work then ends with 0 before the forced end)
         self._ex.ignores_term = behaviour is not None and behaviour.on_term != "die"
@@ -149,7 +149,7 @@ class KubernetesUnderTest(EngineUnderTest):
         self._sticking = False
         self._stuck.clear()
 
-    def start(self, wid: str, behaviour: Behaviour | None = None, **kw: Any):  # type: ignore[override]  # noqa: ANN201
+    def start(self, wid: str, behaviour: Behaviour | None = None, **kw: Any) -> Handle:
         if self._sticking:
             self._stuck.add(wid)
         return super().start(wid, behaviour, **kw)
