@@ -9,8 +9,8 @@ Each side is the stack of its own tree's tests/jupyterhub/stack.py (a real gpupo
 real JupyterHub + configurable-http-proxy, 2 simulated GPUs), run in a child process with
 that tree first on the path; both run the same jupyterhub-singleuser (tests/notebook_env.py:
 the system Python's, which every account can run). A spawn is timed from the hub's spawn
-request (REST) to the hub reporting the server ready (it answered through the proxy), on a
-free GPU, one at a time; the notebook is then stopped and gone before the next spawn.
+request (REST) to the hub reporting the server ready (it answered the hub's check at its
+URL), on a free GPU, one at a time; the notebook is then stopped and gone before the next spawn.
 
     python bench/notebook_spawn.py [--old /tmp/gpupool-old] [--spawns 5] [--repeat 1]
         [--out bench/results/notebook_spawn]
@@ -36,21 +36,16 @@ NEW = Path(__file__).resolve().parents[1]
 USERS = ("alice", "bob")
 
 
-def side(tree: Path, spawns: int) -> dict:
-    """Run in the child: `spawns` spawns on `tree`'s stack; their seconds, as JSON."""
+def side(tree: Path, spawns: int, exe: str) -> dict:
+    """Run in the child: `spawns` spawns on `tree`'s stack with jupyterhub-singleuser `exe`;
+    their seconds, as JSON."""
     sys.path[:0] = [str(tree), str(tree / "src")]
     from tests.jupyterhub import stack as st
 
     import gpupool
 
     assert Path(gpupool.__file__).is_relative_to(tree), gpupool.__file__
-    sys.path.insert(0, str(NEW))  # the notebooks' Python: the same for both sides
-    from tests.notebook_env import singleuser
-
-    exe, why = singleuser()
-    if exe is None:
-        raise SystemExit(why)
-    extra = f"c.GpupoolSpawner.cmd = [{str(exe)!r}]\n"
+    extra = f"c.GpupoolSpawner.cmd = [{exe!r}]\n"
     times = []
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-spawn-") as tmp:
         stack = st.build(Path(tmp), extra_config=extra)
@@ -71,10 +66,10 @@ def side(tree: Path, spawns: int) -> dict:
     return {"tree": str(tree), "spawn_to_ready_s": times}
 
 
-def run_side(tree: Path, spawns: int) -> dict:
+def run_side(tree: Path, spawns: int, exe: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}:{tree}")
     out = subprocess.run(
-        [sys.executable, __file__, "--side", str(tree), "--spawns", str(spawns)],
+        [sys.executable, __file__, "--side", str(tree), "--spawns", str(spawns), "--exe", str(exe)],
         env=env,
         cwd=tree,
         capture_output=True,
@@ -96,7 +91,7 @@ def report(rows: dict[str, list[float]], machine: dict, args: argparse.Namespace
         f"on {machine['host']} ({machine['cpus']} CPUs, {machine['platform']}, Python "
         f"{machine['python']}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
         f"old = {args.old}, new = this tree. A spawn: the hub's REST spawn request until the "
-        "hub reports the server ready (JupyterLab answered through the proxy), free GPU, "
+        "hub reports the server ready (it answered the hub's check at its URL), free GPU, "
         "one at a time. Both sides run the same jupyterhub-singleuser (tests/notebook_env.py).",
         "",
         "| side | spawns | median s | min s | max s |",
@@ -115,10 +110,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--out", default="bench/results/notebook_spawn")
     ap.add_argument("--side", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--exe", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side is not None:
-        print(json.dumps(side(args.side, args.spawns)))
+        print(json.dumps(side(args.side, args.spawns, args.exe)))
         return
+    sys.path.insert(0, str(NEW))  # the notebooks' Python: the same for both sides
+    from tests.notebook_env import singleuser
+
+    exe, why = singleuser()
+    if exe is None:
+        raise SystemExit(why)
     machine = {
         "host": platform.node(),
         "cpus": os.cpu_count(),
@@ -128,7 +130,7 @@ def main() -> None:
     rows: dict[str, list[float]] = {"old": [], "new": []}
     for _ in range(args.repeat):
         for name, tree in (("old", args.old), ("new", NEW)):
-            got = run_side(tree, args.spawns)
+            got = run_side(tree, args.spawns, exe)
             rows[name] += got["spawn_to_ready_s"]
             print(name, [f"{t:.2f}" for t in got["spawn_to_ready_s"]], flush=True)
     out = Path(args.out)

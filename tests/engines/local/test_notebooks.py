@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -74,7 +75,7 @@ def test_a_notebook_runs_as_its_owners_account_on_its_gpus_and_reports_where_it_
     tmp_path: Path, user_accounts
 ):
     ex = LocalExecutor(tmp_path / "jobs", clock=ManualClock(1000), user_mode="single-user")
-    handle = ex.start(notebook(), one_gpu(), env=HUB_ENV)
+    ex.start(notebook(), one_gpu(), env=HUB_ENV)
     st = served(ex, "nb1")
     port = int(st.endpoint.rsplit(":", 1)[1])  # type: ignore[union-attr]
     assert st.endpoint == f"http://127.0.0.1:{port}"
@@ -101,7 +102,6 @@ def test_a_notebook_runs_as_its_owners_account_on_its_gpus_and_reports_where_it_
     )
     assert ended.state is ExecState.FAILED and ended.endpoint is None
     assert all(not psutil_alive(p) for p in pids)
-    assert handle.ref
 
 
 def psutil_alive(pid: int) -> bool:
@@ -148,6 +148,17 @@ def test_the_service_url_moves_to_the_chosen_port_and_nothing_else_changes():
     env = notebooks.service_env({"JUPYTERHUB_SERVICE_URL": "http://:0/user/a%20b/", "X": "1"}, 4)
     assert env == {"JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:4/user/a%20b/", "X": "1"}
     assert notebooks.service_env({"X": "1"}, 4) == {"X": "1"}  # no hub: nothing to move
+
+
+def test_only_a_listener_of_the_notebooks_own_account_is_its_endpoint():
+    """A program of another account that took the port first would get the owner's
+    requests through the hub's proxy: it is never reported as the notebook's endpoint."""
     assert notebooks.serving(None) is None
     port = notebooks.free_port()
-    assert notebooks.serving(port) is None  # nothing listens there
+    assert notebooks.serving({"port": port, "uid": os.geteuid()}) is None  # nobody listens
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        mine = {"port": port, "uid": os.geteuid()}
+        assert notebooks.serving(mine) == f"http://127.0.0.1:{port}"
+        assert notebooks.serving({"port": port, "uid": os.geteuid() + 4242}) is None

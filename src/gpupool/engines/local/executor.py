@@ -339,7 +339,7 @@ class LocalExecutor(
             "started_at": now,
             "marker": marker,
             "cgroup": str(cgroup) if cgroup else None,
-            "notebook_port": port,
+            "notebook": {"port": port, "uid": account.uid} if port is not None else None,
         }
         write_atomic(d / SPEC_FILE, json.dumps(spec, indent=1))
         write_atomic(d / ENV_FILE, json.dumps(job_env))
@@ -435,7 +435,7 @@ class LocalExecutor(
                 ExecState.RUNNING,
                 started_at=started,
                 stop_reason=reason,
-                endpoint=notebooks.serving(spec.get("notebook_port")),
+                endpoint=notebooks.serving(spec.get("notebook")),
             )
         try:
             code_s, at_s = (d / EXIT_FILE).read_text().split()[:2]

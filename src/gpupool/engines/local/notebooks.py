@@ -18,8 +18,10 @@ stopped with grace, adopted after a restart, its output in its log. What differs
   executor after a restart knows it too. As with JupyterHub's own local spawner, another
   program may take the port between its choice and the server's bind: the notebook then
   fails to start and says so in its log;
-- **its endpoint**: ``http://127.0.0.1:<port>``, reported by `poll` once something accepts
-  connections there (`serving`), so a server that dies at once is never offered to the hub.
+- **its endpoint**: ``http://127.0.0.1:<port>``, reported by `poll` once a socket of the
+  notebook's own account listens there (`serving`, from the kernel's table of TCP sockets):
+  a server that dies at once is never offered to the hub, and neither is a program of
+  another account that took the port in between (it would receive the owner's requests).
 
 Only the hub's proxy, on this host, reaches the port; the hub's OAuth lets only the
 notebook's owner in.
@@ -30,12 +32,18 @@ from __future__ import annotations
 import socket
 import urllib.parse
 from collections.abc import Mapping
+from pathlib import Path
 
 from gpupool.domain import Workload, WorkloadKind
 
 HOST = "127.0.0.1"
 PORT_ENV = "GPUPOOL_NOTEBOOK_PORT"
 SERVICE_URL = "JUPYTERHUB_SERVICE_URL"
+#: the kernel's TCP sockets (IPv4): local address, state and owner of each
+TCP_TABLE = Path("/proc/net/tcp")
+_LISTEN = "0A"
+#: where a listener serves 127.0.0.1: there, or every address (as /proc/net/tcp spells them)
+_LOCAL = ("0100007F", "00000000")
 
 
 def is_notebook(workload: Workload) -> bool:
@@ -64,13 +72,28 @@ def endpoint(port: int) -> str:
     return f"http://{HOST}:{port}"
 
 
-def serving(port: int | None, timeout_s: float = 0.2) -> str | None:
-    """The notebook's endpoint once something accepts connections on its port; None before
-    (and for work without a port)."""
-    if not port:
-        return None
+def listeners(port: int, table: Path = TCP_TABLE) -> set[int]:
+    """The uids whose TCP sockets listen on 127.0.0.1:`port` (or on every address)."""
+    want = f"{port:04X}"
+    uids = set()
     try:
-        with socket.create_connection((HOST, port), timeout=timeout_s):
-            return endpoint(port)
+        lines = table.read_text().splitlines()[1:]
     except OSError:
+        return uids
+    for line in lines:
+        f = line.split()
+        if len(f) > 7 and f[3] == _LISTEN:
+            addr, _, hex_port = f[1].partition(":")
+            if hex_port == want and addr in _LOCAL:
+                uids.add(int(f[7]))
+    return uids
+
+
+def serving(notebook: Mapping[str, int] | None, table: Path = TCP_TABLE) -> str | None:
+    """The endpoint of a notebook started with `notebook` (its ``port`` and its account's
+    ``uid``) once a socket of that account listens there; None before (and for work that is
+    no notebook)."""
+    if not notebook:
         return None
+    port = int(notebook["port"])
+    return endpoint(port) if int(notebook["uid"]) in listeners(port, table) else None
