@@ -10,12 +10,14 @@ engine's is `--node-name mixed-ws`; the Slurm node is this host's name).
   after a restart every workload still runs, and each started exactly once (every job
   appends a line to its own marker file at each start).
 
-Notebooks on each engine are not here yet (the one notebook protocol is landing beside).
+- a notebook on each engine (the one notebook protocol: the engine runs the server and
+  reports where it listens), reached at the endpoint each engine reported.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,6 +206,46 @@ def test_one_tenant_runs_on_both_engines_and_a_guarantee_reclaims_on_each(mixed,
         assert w.engine_of(wid) == engine
     wait_for(lambda: all(starts(markers, wid) == 1 for wid in ann.values()), "lab's starts")
     assert all(starts(markers, wid) == 1 for wid in bob)  # the victims ran once so far
+
+
+#: a stand-in for jupyterhub-singleuser: listens where JUPYTERHUB_SERVICE_URL says (each
+#: engine points it at the port it chose); the system's Python, which every account can run
+SERVER = r"""
+import os, http.server, urllib.parse as up
+u = up.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
+http.server.HTTPServer((u.hostname, u.port), http.server.BaseHTTPRequestHandler).serve_forever()
+"""
+PYTHON = shutil.which("python3", path="/usr/bin:/usr/local/bin")
+
+
+@pytest.mark.skipif(PYTHON is None, reason="no system python3 for the notebook's accounts")
+def test_a_notebook_on_each_engine_reports_where_it_listens(mixed):
+    w = mixed()
+    hub_env = {"JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:0/user/slann/"}
+    nbs = {
+        engine: w.submit(
+            "slann", kind="notebook", gpus=1, command=[PYTHON, "-c", SERVER], env=hub_env,
+            engine=engine,
+        )
+        for engine in ("local", "slurm")
+    }  # fmt: skip
+    w.schedule()
+
+    def endpoint(wid: str) -> str | None:
+        w.reconcile()
+        got = w.get("slann", wid)
+        assert got["state"] in ("admitted", "starting", "running"), got
+        return got["endpoint"] if got["state"] == "running" else None
+
+    for engine, wid in nbs.items():
+        url = wait_for(lambda wid=wid: endpoint(wid), f"the {engine} notebook's endpoint")
+        assert w.engine_of(wid) == engine
+        # the server answers there (BaseHTTPRequestHandler: 501 to a GET, an answer all the same)
+        assert httpx.get(url, timeout=10).status_code == 501, url
+    for wid in nbs.values():
+        r = w.client.delete(f"{API}/workloads/{wid}", headers=w.h("slann"))
+        assert r.status_code in (200, 202), r.text
+        w.settle("slann", wid, {"cancelled"})
 
 
 def _nodes(w: Mixed) -> list:
