@@ -277,3 +277,24 @@ def test_a_kept_cache_decides_as_a_fresh_cycle_with_engines(scenario, steps):
             snap = dataclasses.replace(snap, running=snap.running[1:])
         snap = dataclasses.replace(snap, nodes=tuple(nodes))
         now += 100.0
+
+
+def test_a_gang_reclaims_borrowed_gpus_on_the_nodes_of_one_engine():
+    # three multi-node nodes of one GPU each, all borrowed by lab-b; kube-1's work is the
+    # newest (the cheapest victim), but a gang of 2 x 1 runs on one engine: the slurm pair
+    slurm = [on(node(f"s{i}", gpus=1), "slurm", multi=True) for i in range(2)]
+    kube = on(node("k", gpus=1), "kubernetes", multi=True)
+    tenants = [tenant("lab-a", 2), tenant("lab-b", 0)]
+    run = [
+        running(job("bs0", "lab-b", "bob", gpus=1), slurm[0], [0], since=100.0),
+        running(job("bs1", "lab-b", "bob", gpus=1), slurm[1], [0], since=200.0),
+        running(job("bk", "lab-b", "bob", gpus=1), kube, [0], since=900.0),
+    ]
+    config = SchedulerConfig(reclaim_after_s=0, min_runtime_s=0)
+    gang = pin(job("g", gpus=2), nodes=2)
+    snap = snapshot([*slurm, kube], tenants, run)
+    d = cycle(snap, [gang], NOW, config)
+    assert sorted(p.workload_id for p in d.preemptions) == ["bs0", "bs1"]
+    snap, pending = apply(snap, [gang], d, NOW)
+    d = cycle(snap, pending, NOW + 1, config)
+    assert sorted(where(d, "g")) == ["s0", "s1"]

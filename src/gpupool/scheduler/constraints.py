@@ -83,6 +83,19 @@ def engine_groups(engines: Sequence[str | None], ids: list[int]) -> list[list[in
     return [[n for n in ids if engines[n] in (e, None)] for e in names]
 
 
+def one_engine_parts(cap: CapacityIndex, one: Shape) -> list[Shape]:
+    """A gang member's part `one`, once per engine of the pool (name order), pinned to it:
+    what makes room for a gang on one engine (`gangreclaim`). `[one]` when no node has an
+    engine label, or the gang is pinned to an engine already."""
+    where = one.where or Where(multi_node=True)
+    if where.engine is not None:
+        return [one]
+    names = sorted({e for e in cap.node_engine if e is not None})
+    if not names:
+        return [one]
+    return [one._replace(where=where._replace(engine=e)) for e in names]
+
+
 # -- reasons ---------------------------------------------------------------------------------
 
 

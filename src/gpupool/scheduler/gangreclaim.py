@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import Shape
+from gpupool.scheduler.constraints import one_engine_parts
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.preemption import borrowing_branch, guaranteed, reclaim_due
@@ -45,7 +46,14 @@ def reclaim_for_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
         return False
     if not c.cache.stopping() and not borrowing_branch(c.tree, c.effective, w.tenant):
         return False
-    cap, one = c.cap, per_node(shape)
+    parts = one_engine_parts(c.cap, per_node(shape))
+    return any(_reclaim_on(c, w, shape, one) for one in parts)
+
+
+def _reclaim_on(c: _Cycle, w: Workload, shape: Shape, one: Shape) -> bool:
+    """`reclaim_for_gang` with each member's part `one` (pinned to one engine where the
+    pool has several: a gang runs on one engine)."""
+    cap = c.cap
     mine = {n for n, h in c.holds.items() if h.workload_id == w.id}
     chosen: list[int] = [
         n

@@ -233,10 +233,14 @@ const GP = (() => {
     return "CPU only";
   }
 
-  /** "2 GPUs", "0.25 GPU, 20 GiB", "CPU only" from an API request object. */
+  /** "2 GPUs", "0.25 GPU, 20 GiB", "CPU only" from an API request object; its placement
+   * pins after it: "1 GPU on slurm, zone=a". */
   function describeRequest(req) {
     if (!req) return "—";
-    if (req.description) return req.description + (req.gpu_fraction && req.gpu_memory_mib && !/GiB/.test(req.description) ? `, ${gib(req.gpu_memory_mib)}` : "");
+    const labels = Object.entries(req.node_labels || {}).map(([k, v]) => `${k}=${v}`);
+    const pins = [req.engine, ...labels].filter(Boolean);
+    const on = pins.length ? ` on ${pins.join(", ")}` : "";
+    if (req.description) return req.description + (req.gpu_fraction && req.gpu_memory_mib && !/GiB/.test(req.description) ? `, ${gib(req.gpu_memory_mib)}` : "") + on;
     const model = req.gpu_model ? ` ${req.gpu_model}` : "";
     if (req.gpus) return `${req.gpus}${model} GPU${req.gpus > 1 ? "s" : ""}`;
     const frac = req.gpu_fraction ?? (req.gpu_milli ? req.gpu_milli / 1000 : 0);
