@@ -95,9 +95,9 @@ class Engine(ABC):
 
     #: What `gpupool up --engine` calls it.
     name: str = "engine"
-    #: The class of the executor `open` returns: its `ExecutorWith*` mixins are the engine's
-    #: powers (scripts/contract_table.py renders them into docs/executors.md).
-    executor_class: ClassVar[type[Executor]] = Executor
+    #: The class of the executor `open` returns (every engine sets it): its `ExecutorWith*`
+    #: mixins are the engine's powers (scripts/contract_table.py renders them).
+    executor_class: ClassVar[type[Executor]]
     #: Re-read `inventory()` this often (seconds) and register what changed; None: the
     #: nodes are read once at start (the local engine: this host does not change).
     inventory_interval_s: float | None = None

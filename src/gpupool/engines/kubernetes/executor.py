@@ -70,10 +70,9 @@ from gpupool.engines.kubernetes import gang as g
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import notebooks as nb
 from gpupool.engines.kubernetes import pod_logs
-from gpupool.engines.kubernetes.attribution import PodRef, other_pods
+from gpupool.engines.kubernetes.attribution import PodDirectory, PodRef, other_pods
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.env_secrets import EnvSecrets
-from gpupool.engines.kubernetes.pod_security import TemplateError
 from gpupool.engines.kubernetes.podstatus import (
     config_failure,
     node_of,
@@ -82,7 +81,6 @@ from gpupool.engines.kubernetes.podstatus import (
     status_of,
 )
 from gpupool.engines.kubernetes.tenancy_sync import ensure_namespace_of
-from gpupool.telemetry.containers import POD
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +175,7 @@ class KubernetesExecutor(
         self._namespaces: set[str] = set()
         self._listed = False
         #: pod UID -> pod, rebuilt whole (never mutated: request threads read it)
-        self._own_pods: dict[str, PodRef] = {}
-        self._other_pods: dict[str, PodRef] = {}
+        self._pods = PodDirectory()
         self._objects: ObjectApi | None = None
 
     @property
@@ -310,12 +307,7 @@ class KubernetesExecutor(
     def _note_own(self, workload_id: str, ns: str, pods: list[dict[str, Any]]) -> None:
         """`pods` were just made for `workload_id`: no stop pending, their UIDs are ours."""
         self._stops.pop(workload_id, None)
-        own = dict(self._own_pods)
-        for p in pods:
-            uid = (p.get("metadata") or {}).get("uid")
-            if uid:
-                own[uid] = PodRef(ns, p["metadata"]["name"], workload_id)
-        self._own_pods = own  # rebuilt whole: request threads read it
+        self._pods.add_own(workload_id, ns, pods)
 
     def _delete_all(self, k: _Known, grace: int) -> None:
         """Delete its pod (a gang: every pod and the Service) and its env Secret; raises
@@ -402,7 +394,7 @@ class KubernetesExecutor(
                 uid = ((member or {}).get("metadata") or {}).get("uid")
                 if uid and member is not None:
                     own[uid] = PodRef(k.namespace, name, wid)
-        self._own_pods = own
+        self._pods.own = own
 
     def _note_gang(self, wid: str, members: list[dict[str, Any]], now: float) -> None:
         """Take in a gang's listed pods (adopting it if new); once one pod failed, the
@@ -460,22 +452,15 @@ class KubernetesExecutor(
     def note_cluster_pods(self, pods: list[dict[str, Any]]) -> None:
         """Remember the pods of every namespace (the inventory's list) by UID, so a process
         the agent finds in a pod gpupool did not create is shown with that pod's name."""
-        self._other_pods = other_pods(pods)
-
-    def _pods(self, container_kind: str, ids: Collection[str]) -> dict[str, PodRef]:
-        """gpupool's pods (with their workload) over the other pods last listed (without)."""
-        if container_kind != POD.name:
-            return {}
-        own, other = self._own_pods, self._other_pods
-        return {i: own.get(i) or other[i] for i in ids if i in own or i in other}
+        self._pods.other = other_pods(pods)
 
     def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
         """Pod UID -> the workload of gpupool's pod, None for a pod it did not create."""
-        return {i: p.workload_id for i, p in self._pods(container_kind, ids).items()}
+        return {i: p.workload_id for i, p in self._pods.of(container_kind, ids).items()}
 
     def container_names(self, container_kind: str, ids: Collection[str]) -> dict[str, str]:
         """Pod UID -> `namespace/name`, gpupool's pods and the others listed."""
-        return {i: p.ref for i, p in self._pods(container_kind, ids).items()}
+        return {i: p.ref for i, p in self._pods.of(container_kind, ids).items()}
 
     @property
     def one_account(self) -> bool:
@@ -487,13 +472,8 @@ class KubernetesExecutor(
         return None
 
     def template_problem(self, template: Mapping[str, Any], owner: str) -> TemplateProblem | None:
-        """A notebook's pod template (`pod_spec`) must be one `notebooks.check_template`
-        accepts for `owner`."""
-        try:
-            nb.check_template(template, owner)
-        except TemplateError as e:
-            return TemplateProblem(str(e), e.field or "pod_spec")
-        return None
+        """A notebook's pod template (`pod_spec`): `notebooks.template_problem`."""
+        return nb.template_problem(template, owner)
 
     def _vanished(self, wid: str, k: _Known) -> ExecStatus:
         last = status_of(wid, k.pod or {})

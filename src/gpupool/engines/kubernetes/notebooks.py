@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Workload
+from gpupool.engines.common.executor import TemplateProblem
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes.pod_security import TemplateError, check_pod_security, strip
 from gpupool.engines.kubernetes.tenancy import home_claim_name
@@ -71,6 +72,15 @@ def check_template(template: Mapping[str, Any], owner: str | None = None) -> Non
         annotations=(meta or {}).get("annotations") if isinstance(meta, Mapping) else None,
         home_claim=home_claim_name(owner) if owner else None,
     )
+
+
+def template_problem(template: Mapping[str, Any], owner: str) -> TemplateProblem | None:
+    """`check_template`'s refusal as the contract's `TemplateProblem` (None: accepted)."""
+    try:
+        check_template(template, owner)
+    except TemplateError as e:
+        return TemplateProblem(str(e), e.field or "pod_spec")
+    return None
 
 
 def port_of(template: Mapping[str, Any], default: int = 8888) -> int:
