@@ -188,3 +188,7 @@ def test_fractions_are_recorded_as_the_strongest_engine_enforces_and_its_nodes_s
     # the scheduler records `mps` only on nodes labelled for it, `policed` elsewhere
     assert engines.shared_enforcement is Enforcement.MPS
     assert labels["ws"][MPS_LABEL] == "true" and MPS_LABEL not in labels["s1"]
+
+
+def test_the_pool_is_named_after_its_engines():
+    assert Two().pool.name == "a+b"

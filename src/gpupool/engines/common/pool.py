@@ -73,6 +73,8 @@ class PoolExecutor(Executor):
             raise ValueError("a pool needs at least one engine's executor")
         self.executors = dict(executors)
         self.default = next(iter(self.executors))
+        #: the engines' names ("local+slurm"), as messages about "the ... engine" name it
+        self.name = "+".join(self.executors)
         self.nodes: dict[str, str] = {}
         self.gpus: dict[str, str] = {}
         self._locate = locate
