@@ -54,3 +54,24 @@ def test_the_generator_ends_on_a_larger_cluster():
         work = packing.workload_mix(random.Random(seed), cap, 0.6, 1.2)
         asked = sum(w.get("gpus", 0) + w.get("gpu_fraction", 0) for w in work)
         assert abs(asked - cap) < 1e-6 and len(work) < 2 * cap
+
+
+def test_the_hard_mix_has_its_own_cluster_and_strands_gpus_by_cpus():
+    # issue #32: GPU generations whose CPUs per GPU differ 6.5-fold, fractions asking for GPU
+    # memory, whole and multi-GPU work asking several CPUs per GPU, CPU-only work
+    nodes = packing.cluster(0.2, "hard")
+    per_gpu = {n["cpus"] / n["gpus"] for n in nodes}
+    assert max(per_gpu) / min(per_gpu) > 6 and len({n["gpu_model"] for n in nodes}) > 3
+    cap = sum(n["count"] * n["gpus"] for n in nodes)
+    work = packing.hard_mix(random.Random(3), cap)
+    asked = sum(w.get("gpus", 0) + w.get("gpu_fraction", 0) for w in work)
+    assert abs(asked - cap) < 1e-6
+    fractions = [w for w in work if "gpu_fraction" in w]
+    assert len(fractions) > len(work) / 2
+    assert any("gpu_memory_gib" in w for w in fractions)
+    assert any(w.get("gpus", 0) >= 4 for w in work) and any(
+        "gpus" not in w and "gpu_fraction" not in w for w in work
+    )
+    assert work == packing.hard_mix(random.Random(3), cap)
+    r = packing.run_one(seed=1, scale=0.2, mix="hard", cpu_scale=0.8)
+    assert r["mix"] == "hard" and r["capacity_gpus"] == cap and 0.8 < r["allocation_ratio"] <= 1

@@ -25,7 +25,7 @@ from gpupool.domain.mig import instances_of
 from gpupool.domain.placement import ENGINE_LABEL, enforces_mps
 from gpupool.scheduler.buckets import BucketIndex
 from gpupool.scheduler.constraints import Where, node_allows
-from gpupool.scheduler.fragmentation import ShapeMix, class_key
+from gpupool.scheduler.mix import ShapeMix, class_key
 from gpupool.scheduler.types import RunningWorkload
 
 _ANY = Where()
@@ -252,10 +252,9 @@ class CapacityIndex:
         #: GPUs are whole free (all milli and memory), healthy or not (gpupool.scheduler.balance)
         self.node_free_milli: list[int] = [0] * len(self.nodes)
         self.node_whole_free: list[int] = [0] * len(self.nodes)
-        #: what each running workload takes (in snapshot order; at construction only)
-        #: the running work by shape class (gpupool.scheduler.fragmentation), kept by
-        #: `apply_takes`
+        #: the running work by shape class (gpupool.scheduler.mix), kept by `apply_takes`
         self.mix = ShapeMix()
+        #: what each running workload takes (in snapshot order; at construction only)
         self.running_takes: list[Takes] = [self.takes_of(rw) for rw in running]
         for t in self.running_takes:
             self.apply_takes(t, -1)

@@ -32,6 +32,7 @@ from gpupool.scheduler.balance import (
 from gpupool.scheduler.buckets import BucketIndex, probe_ranges
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.constraints import find_pinned, shared_enforcement_on, where_of
+from gpupool.scheduler.fragmentation import least_fragmenting
 from gpupool.scheduler.mig import find_mig, mig_on_node
 
 #: (gpu id, milli, memory MiB) taken on one GPU
@@ -201,6 +202,9 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
     """Per model, the best node (whole) or GPU (fraction) from the index; the best of those."""
     models = [shape.model] if shape.model is not None else cap.models
     best: tuple | None = None  # (key, item, shape with its model)
+    mix = cap.mix.active(cap)
+    if mix:  # CPUs or memory can strand GPUs here: gpupool.scheduler.fragmentation
+        return _least_fragmenting(cap, shape, indexes, models, mix)
     for model in models:
         idx = indexes.get(model)
         if idx is None:
@@ -223,6 +227,36 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
         return place_on_node(cap, item, mshape)
     mem = share_memory(cap, item, shape)
     return Placement(cap.gpu_node[item], ((item, shape.milli, mem),))
+
+
+def _least_fragmenting(
+    cap: CapacityIndex, shape: Shape, indexes: dict, models: list[str], mix: tuple
+) -> Placement | None:
+    """Per model, the candidate that grows fragmentation least (then is best balanced, then
+    fits tightest: `fragmentation.least_fragmenting`); the least of those."""
+    cpu, mem = shape.cpu_milli, shape.memory_mib
+    free_cpu, free_mem = cap.free_cpu, cap.free_mem
+    best: tuple | None = None  # (growth, key, item, shape with its model)
+    for model in models:
+        idx = indexes.get(model)
+        if idx is None:
+            continue
+        mshape = shape if shape.kind != WHOLE or shape.model else _with_model(shape, model)
+
+        def fits(n: int, s: Shape = mshape) -> bool:
+            if free_cpu[n] < cpu or free_mem[n] < mem:
+                return False
+            return not s.gpu_memory_mib or s.kind != WHOLE or place_on_node(cap, n, s) is not None
+
+        hit = least_fragmenting(cap, mshape, idx, mix, fits)
+        if hit is not None and (best is None or hit < best[:3]):
+            best = (*hit, mshape)
+    if best is None:
+        return None
+    _, _, item, mshape = best
+    if shape.kind == WHOLE:
+        return place_on_node(cap, item, mshape)
+    return Placement(cap.gpu_node[item], ((item, shape.milli, share_memory(cap, item, shape)),))
 
 
 def _spread_whole(cap: CapacityIndex, idx: BucketIndex, s: Shape) -> tuple[int, int] | None:
