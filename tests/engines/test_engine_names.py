@@ -36,9 +36,6 @@ KNOWN = {
     # the hub's KubeSpawner-based spawner: builds the notebook's pod template (`pod_spec`)
     # from KubeSpawner's own settings for engines that take one
     "jupyterhub/kubespawner.py": "the KubeSpawner-based spawner for pod templates",
-    # a new tenant is refused when its name in an engine (namespace, account) would clash:
-    # the external names come from gpupool.domain.external_names (to become an engine hook)
-    "server/services/tenants.py": "tenants' external names per engine",
 }
 
 

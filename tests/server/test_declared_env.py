@@ -48,7 +48,8 @@ def test_a_tenant_whose_slurm_account_would_be_taken_is_a_422(world, monkeypatch
     def clashing(path: str, prefix: str = "gp.") -> str:
         return real("lab", prefix) if path == "Lab-2" else real(path, prefix)
 
-    monkeypatch.setattr(tenant_service, "slurm_account_name", clashing)
+    names = (("Kubernetes namespace", external_names.namespace_name), ("Slurm account", clashing))
+    monkeypatch.setattr(tenant_service, "TENANT_NAMES", names)
     before = _state(world)
     p = _problem(world.post("admin", "/tenants", json={"name": "Lab-2"}), 422)
     assert "Slurm account 'gp.lab'" in p["detail"] and "choose another name" in p["detail"]
@@ -63,7 +64,11 @@ def test_a_tenant_whose_namespace_would_be_taken_is_a_422(world, monkeypatch):
     def clashing(path: str, prefix: str = "gpupool-") -> str:
         return real("other", prefix) if path == "lab/other" else real(path, prefix)
 
-    monkeypatch.setattr(tenant_service, "namespace_name", clashing)
+    names = (
+        ("Kubernetes namespace", clashing),
+        ("Slurm account", external_names.slurm_account_name),
+    )
+    monkeypatch.setattr(tenant_service, "TENANT_NAMES", names)
     p = _problem(world.post("tenant-admin", "/tenants", json={"name": "lab/other"}), 422)
     assert "Kubernetes namespace 'gpupool-other'" in p["detail"]
 

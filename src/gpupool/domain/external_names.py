@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpupool.domain.tenancy import SEPARATOR
@@ -82,3 +83,11 @@ def namespace_name(path: str, prefix: str = "gpupool-") -> str:
 def slurm_account_name(path: str, prefix: str = "gp.") -> str:
     """The Slurm account of tenant `path`."""
     return external_name(path, prefix, SLURM_ACCOUNT)
+
+
+#: (what the name is, in words; tenant path -> that name) for every system that names
+#: tenants: a new tenant may take none of an existing tenant's names (`POST /tenants`)
+TENANT_NAMES: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("Kubernetes namespace", namespace_name),
+    ("Slurm account", slurm_account_name),
+)

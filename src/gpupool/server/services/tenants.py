@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpupool.domain import Tenant, TenantTree, ValidationError
-from gpupool.domain.external_names import namespace_name, slurm_account_name
+from gpupool.domain.external_names import TENANT_NAMES
 from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
@@ -96,16 +96,14 @@ def _require_configure(p: Principal, name: str, what: str) -> None:
 
 
 def _external_names(name: str) -> dict[str, str]:
-    return {
-        "Kubernetes namespace": namespace_name(name),
-        "Slurm account": slurm_account_name(name),
-    }
+    return {what: name_of(name) for what, name_of in TENANT_NAMES}
 
 
 def _check_external_names(tree: TenantTree, name: str) -> None:
-    """Refuse a new tenant whose Kubernetes namespace or Slurm account would be an existing
-    tenant's (security review F3, F12). The mappings are injective up to a 40-bit hash, so
-    this is a backstop; the other tenant is not named (no existence oracle)."""
+    """Refuse a new tenant whose name in another system (`TENANT_NAMES`: a namespace, an
+    account) would be an existing tenant's (security review F3, F12). The mappings are
+    injective up to a 40-bit hash, so this is a backstop; the other tenant is not named (no
+    existence oracle)."""
     mine = _external_names(name)
     for t in tree:
         if t.name == name:
