@@ -16,6 +16,7 @@ out in `progress`. No test sleeps for timing: waits are bounded polls for a stat
 from __future__ import annotations
 
 import shlex
+import urllib.request
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Allocation, Request, Share, Workload
+from gpupool.domain import Allocation, Request, Share, Workload, WorkloadKind
 from gpupool.engines.common.executor import ExecState, ExecStatus, Executor, Handle, logs_of
 from tests.support import wait_for
 
@@ -31,6 +32,20 @@ from tests.support import wait_for
 READY = "contract-ready"
 #: the line a behaviour that traps SIGTERM prints when the polite signal comes
 GOT_TERM = "contract-got-term"
+#: a notebook server's stand-in: it binds where the hub's JUPYTERHUB_SERVICE_URL says (as
+#: jupyterhub-singleuser does, after the engine pointed it at the port it chose) and answers
+NOTEBOOK_SERVER = """
+import http.server, os, urllib.parse
+url = urllib.parse.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"contract-notebook")
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer((url.hostname, url.port or 80), Hello)
+print("contract-ready", flush=True)
+server.serve_forever()
+"""
 
 
 @dataclass(frozen=True)
@@ -198,6 +213,26 @@ class EngineUnderTest(ABC):
         """The nodes the work really runs on, as the engine placed it (None: not told)."""
         return None
 
+    def notebook(self, wid: str, tenant: str = "lab") -> Workload:
+        """A notebook workload as the hub's spawner submits it: the single-user server's
+        command (here `NOTEBOOK_SERVER`), its environment given to `start`."""
+        return Workload(
+            wid,
+            tenant,
+            self.members[tenant],
+            Request(gpus=1),
+            command=("python3", "-c", NOTEBOOK_SERVER),
+            kind=WorkloadKind.NOTEBOOK,
+        )
+
+    def answers(self, endpoint: str) -> bool | None:
+        """Whether something answers HTTP at `endpoint` (None: not reachable from here)."""
+        try:
+            with urllib.request.urlopen(endpoint, timeout=5) as r:  # noqa: S310 - http only
+                return bool(r.status == 200 and r.read() == b"contract-notebook")
+        except OSError:
+            return False
+
     def stick(self) -> None:
         """From now on, work started stays waiting in the engine (REJECTED tests)."""
         raise NotImplementedError
@@ -259,6 +294,13 @@ class EngineUnderTest(ABC):
         alloc = self.allocation(wid, gpus=gpus, milli=milli, nodes=nodes, first=first)
         handle = self.executor.start(workload, alloc, env=env)
         self.started[wid] = Started(workload, alloc, behaviour, handle, dict(env or {}))
+        return handle
+
+    def start_notebook(self, wid: str, env: Mapping[str, str]) -> Handle:
+        """Start `notebook(wid)` on one GPU of the first node with the hub's `env`."""
+        workload, alloc = self.notebook(wid), self.allocation(wid)
+        handle = self.executor.start(workload, alloc, env=env)
+        self.started[wid] = Started(workload, alloc, Behaviour(until="stopped"), handle, dict(env))
         return handle
 
     def settle(self, wid: str, *states: ExecState, timeout: float | None = None) -> ExecStatus:

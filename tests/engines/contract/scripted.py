@@ -5,11 +5,12 @@ engine (it runs nothing yet)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from gpupool.domain import Node
+from gpupool.domain import Node, Workload
 from gpupool.engines.common.engine import EngineEnv
 from gpupool.engines.common.executor import Executor, Handle
 from gpupool.engines.fake.engine import FakeEngine
@@ -23,6 +24,22 @@ from tests.engines.contract.adapter import GOT_TERM, Behaviour, EngineUnderTest
 from tests.kubernetes.fakeapi import FakeKube
 from tests.kubernetes.rbac_rules import allowed
 
+#: the pod template of a notebook as the hub's KubeSpawner sends it
+NOTEBOOK_TEMPLATE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "jupyter-ann", "labels": {"component": "singleuser-server"}},
+    "spec": {
+        "containers": [
+            {
+                "name": "notebook",
+                "image": "quay.io/jupyter/base-notebook:2026-11-01",
+                "args": ["jupyterhub-singleuser"],
+                "ports": [{"name": "notebook-port", "containerPort": 8890}],
+            }
+        ]
+    },
+}
 GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
 
 
@@ -118,12 +135,15 @@ class KubernetesUnderTest(EngineUnderTest):
             self.kube.add_node(name, 4, labels=GFD, extra={"nvidia.com/gpu.shared": "16"})
         self._stuck: set[str] = set()
         self._sticking = False
+        #: notebooks' pod templates, as the hub's KubeSpawner sends them (by workload id)
+        self.templates: dict[str, dict[str, Any]] = {}
         self._written: set[tuple[str, str]] = set()
         self._open()
 
     def _open(self) -> None:
         self.engine = KubernetesEngine(KubeOptions(watch=False), api_client=self.kube.client())
-        self._ex = self.engine.open(EngineEnv(self.clock))
+        env = EngineEnv(self.clock, notebook_template=self.templates.get)
+        self._ex = self.engine.open(env)
         self._nodes = self.engine.inventory()
 
     @property
@@ -186,6 +206,14 @@ class KubernetesUnderTest(EngineUnderTest):
             elif phase == "Running" and (b.until == "end" or (b.until == "release" and s.released)):
                 ended = "Succeeded" if b.exit_code == 0 else "Failed"
                 self.kube.set_phase(ns, name, ended, exit_code=b.exit_code)
+
+    def notebook(self, wid: str, tenant: str = "lab") -> Workload:
+        """A notebook as the hub's KubeSpawner submits it: no command, its pod template."""
+        self.templates[wid] = NOTEBOOK_TEMPLATE
+        return dataclasses.replace(super().notebook(wid, tenant), command=())
+
+    def answers(self, endpoint: str) -> bool | None:
+        return None  # the pod's IP is the fake's own: nothing listens there
 
     def uid_of(self, wid: str) -> int | None:
         uids = {_uid(p) for p in self._pods(wid)}
