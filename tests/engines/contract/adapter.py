@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Request, Share, Workload, WorkloadKind
@@ -232,6 +233,10 @@ class EngineUnderTest(ABC):
                 return bool(r.status == 200 and r.read() == b"contract-notebook")
         except OSError:
             return False
+
+    def templates(self) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+        """(a notebook template the engine takes, one it must refuse) where it takes any."""
+        return None
 
     def stick(self) -> None:
         """From now on, work started stays waiting in the engine (REJECTED tests)."""

@@ -15,6 +15,7 @@ from gpupool.engines.common.executor import (
     ExecutorWithPruning,
     ExecutorWithRunTimes,
     ExecutorWithSharedGPUs,
+    ExecutorWithSubmitChecks,
 )
 from tests.engines.contract.adapter import EngineUnderTest
 
@@ -24,6 +25,7 @@ CAPABILITIES: dict[str, type] = {
     "multi-node": ExecutorWithMultiNode,
     "shared GPUs": ExecutorWithSharedGPUs,
     "notebooks": ExecutorWithNotebooks,
+    "submit checks": ExecutorWithSubmitChecks,
     "attribution": ExecutorWithAttribution,
     "run times": ExecutorWithRunTimes,
     "pruning": ExecutorWithPruning,

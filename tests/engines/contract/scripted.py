@@ -5,6 +5,7 @@ engine (it runs nothing yet)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -136,13 +137,13 @@ class KubernetesUnderTest(EngineUnderTest):
         self._stuck: set[str] = set()
         self._sticking = False
         #: notebooks' pod templates, as the hub's KubeSpawner sends them (by workload id)
-        self.templates: dict[str, dict[str, Any]] = {}
+        self.sent: dict[str, dict[str, Any]] = {}
         self._written: set[tuple[str, str]] = set()
         self._open()
 
     def _open(self) -> None:
         self.engine = KubernetesEngine(KubeOptions(watch=False), api_client=self.kube.client())
-        env = EngineEnv(self.clock, notebook_template=self.templates.get)
+        env = EngineEnv(self.clock, notebook_template=self.sent.get)
         self._ex = self.engine.open(env)
         self._nodes = self.engine.inventory()
 
@@ -209,8 +210,13 @@ class KubernetesUnderTest(EngineUnderTest):
 
     def notebook(self, wid: str, tenant: str = "lab") -> Workload:
         """A notebook as the hub's KubeSpawner submits it: no command, its pod template."""
-        self.templates[wid] = NOTEBOOK_TEMPLATE
+        self.sent[wid] = NOTEBOOK_TEMPLATE
         return dataclasses.replace(super().notebook(wid, tenant), command=())
+
+    def templates(self) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+        bad = copy.deepcopy(NOTEBOOK_TEMPLATE)
+        bad["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+        return NOTEBOOK_TEMPLATE, bad
 
     def answers(self, endpoint: str) -> bool | None:
         return None  # the pod's IP is the fake's own: nothing listens there

@@ -1,7 +1,8 @@
 """Each capability an executor declares does something: multi-node work runs on every node it
 was given (and an executor without it never runs such work in part), a fraction of a GPU
 runs with the enforcement and environment the executor tells, attribution names the work of
-its containers and processes, run times are the engine's own, prune removes ended work only."""
+its containers and processes, run times are the engine's own, prune removes ended work only,
+submit checks refuse only what the engine would never run."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gpupool.engines.common.executor import (
     ExecutorWithPruning,
     ExecutorWithRunTimes,
     ExecutorWithSharedGPUs,
+    ExecutorWithSubmitChecks,
     StartError,
     logs_of,
 )
@@ -126,3 +128,20 @@ def test_prune_removes_the_state_and_logs_of_ended_work_only(engine_under_test):
     assert READY in eut.logs(live)
     eut.release(live)
     eut.settle(live, *ENDED)
+
+
+def test_submit_checks_refuse_only_what_the_engine_would_never_run(engine_under_test):
+    eut = engine_under_test
+    need(eut, "submit checks")
+    ex = cast(ExecutorWithSubmitChecks, eut.executor)
+    wid = eut.id("checked")
+    assert ex.refusal(eut.workload(wid, Behaviour())) is None
+    templates = eut.templates()
+    if templates is not None:
+        good, bad = templates
+        assert ex.template_problem(good, "ann") is None
+        problem = ex.template_problem(bad, "ann")
+        assert problem is not None and problem.message and problem.field
+    eut.start(wid, Behaviour())  # what it does not refuse, it runs
+    st = eut.settle(wid, *ENDED)
+    assert (st.state, st.exit_code) == (ExecState.SUCCEEDED, 0)
