@@ -75,7 +75,7 @@ def endpoint(port: int) -> str:
 def listeners(port: int, table: Path = TCP_TABLE) -> set[int]:
     """The uids whose TCP sockets listen on 127.0.0.1:`port` (or on every address)."""
     want = f"{port:04X}"
-    uids = set()
+    uids: set[int] = set()
     try:
         lines = table.read_text().splitlines()[1:]
     except OSError:
