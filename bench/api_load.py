@@ -15,6 +15,11 @@ and submit -> admitted delay (server side: admitted_at - submitted_at) while GPU
 Targets: p99 <= 100 ms, no errors, admitted <= 1 s.
 
     python bench/api_load.py [--clients 200] [--rate 20] [--duration 20] [--out FILE.md]
+
+`--baseline SRC` compares with other code (e.g. /tmp/gpupool-old/src, the server run with
+that on PYTHONPATH) in one run: `--rounds` rounds of the same load against each, in ABBA
+order, then the ratio after/before of the server's CPU per request and of the median
+latencies (best round of each side; the median of the rounds' ratios beside it).
 """
 
 from __future__ import annotations
@@ -338,24 +343,45 @@ def main() -> None:
         "--server-cpus",
         help="pin the server process(es) to these CPUs, e.g. 0-3 (Linux; default: no pinning)",
     )
+    ap.add_argument(
+        "--baseline", type=Path, help="compare with the gpupool source in this src directory"
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per side with --baseline")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.workers, args.scheduler_interval)
         return
+    if args.baseline:
+        text = compare(args)
+    else:
+        res, wall = run_once(args)
+        text = report(res, args, wall)
+    print(text)
+    if args.out:
+        with args.out.open("a") as f:
+            f.write(text + "\n")
+
+
+def _free_port() -> int:
     import socket
 
-    port = args.port
-    if not port:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_once(args: argparse.Namespace, src: Path | None = None) -> tuple[dict, float]:
+    """One load against a fresh server (its gpupool from `src` when given); (result, wall)."""
+    port = args.port or _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         cmd = [sys.executable, __file__, "--serve", str(data), "--port", str(port)]
         cmd += ["--scheduler-interval", str(args.scheduler_interval)]
         cmd += ["--workers", str(args.workers)]
         env = os.environ | {"PYTHONUNBUFFERED": "1"}
+        if src is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
         pin = None
         if args.server_cpus:
             lo, _, hi = args.server_cpus.partition("-")
@@ -365,11 +391,49 @@ def main() -> None:
             tokens = json.loads((data / "tokens.json").read_text())
             t0 = time.monotonic()
             res = server.measure(lambda: asyncio.run(load(server.url, tokens, args)))
-            text = report(res, args, time.monotonic() - t0)
-    print(text)
-    if args.out:
-        with args.out.open("a") as f:
-            f.write(text + "\n")
+            return res, time.monotonic() - t0
+
+
+def _summary(res: dict) -> dict[str, float]:
+    """Server CPU ms per request and median latencies (ms) of one run."""
+    total = sum(len(v) for v in res["latency"].values())
+    out = {"cpu_ms_per_request": res["server_cpu_s"] / max(1, total) * 1000}
+    for label, v in res["latency"].items():
+        out[f"p50 {label} ms"] = pct([x * 1000 for x in v], 50)
+    out["errors"] = len(res["errors"])
+    return out
+
+
+def compare(args: argparse.Namespace) -> str:
+    """`--rounds` rounds against the baseline and this code, ABBA order; a markdown report."""
+    sides: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for side in order:
+            res, _ = run_once(args, args.baseline if side == "before" else None)
+            sides[side].append(_summary(res))
+            print(f"round {r + 1} {side}: {sides[side][-1]}", file=sys.stderr)
+    keys = [k for k in sides["after"][0] if k != "errors"]
+    lines = [
+        f"| measure | before (best of {args.rounds}) | after (best of {args.rounds}) | "
+        "ratio after/before | median of the rounds' ratios |",
+        "|---|---|---|---|---|",
+    ]
+    for k in keys:
+        b = min(x[k] for x in sides["before"])
+        a = min(x[k] for x in sides["after"])
+        ratios = [x[k] / y[k] for x, y in zip(sides["after"], sides["before"], strict=True)]
+        lines.append(f"| {k} | {b:.2f} | {a:.2f} | {a / b:.3f} | {statistics.median(ratios):.3f} |")
+    errors = sum(x["errors"] for side in sides.values() for x in side)
+    lines += [
+        "",
+        f"- before: {args.baseline}; after: this checkout; errors in all runs: {errors:.0f}",
+        f"- each run: {args.clients} clients, one poll per {args.poll_interval:g} s each, "
+        f"{args.rate:g} submissions/s, {args.duration:g} s, {args.workers} API worker(s), "
+        f"{NODES * GPUS_PER_NODE} simulated GPUs (the fake engine), load average "
+        f"{os.getloadavg()[0]:.1f} at the end on {os.cpu_count()} CPUs",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
