@@ -6,10 +6,11 @@ its work holds. A node's *fragmentation* for the mix is the free GPU (milli) its
 not use there, weighted: for one class, the free GPU less what it could take — whole GPUs in
 multiples of its count, fractions on GPUs with at least its size free — and no more than the
 node's free CPUs and memory allow at the class's CPUs and memory per GPU. A placement's score
-is how much it grows the fragmentation of its node; ties go to the better balanced node
-(gpupool.scheduler.balance), then to the tighter fit. (FGD, USENIX ATC'23, showed the
-direction: score a placement by what it takes from the typical work. The measure here also
-counts GPUs stranded by CPUs and memory, and weights classes by GPUs, not tasks.)
+is how much it grows the fragmentation of its node; ties go to the tighter fit, then to the
+better balanced node (placement.py's order without this; gpupool.scheduler.balance). (FGD,
+USENIX ATC'23, showed the direction: score a placement by what it takes from the typical
+work. The measure here also counts GPUs stranded by CPUs and memory, and weights classes by
+GPUs, not tasks.)
 
 Used only where CPUs or memory can strand GPUs (`ShapeMix.active`): where every node has at
 least the CPUs and memory per GPU of the hungriest class, GPU best fit (placement.py) is what
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gpupool.domain import MILLI_PER_GPU
-from gpupool.scheduler.balance import imbalance
+from gpupool.scheduler.balance import fraction_score, whole_imbalance
 from gpupool.scheduler.buckets import BucketIndex, probe_ranges
 from gpupool.scheduler.mix import MixClass
 
@@ -172,21 +173,23 @@ def least_fragmenting(
     idx: BucketIndex,
     mix: tuple[MixClass, ...],
     fits: Callable[[int], bool],
-) -> tuple[tuple[int, float], Any, int] | None:
-    """((growth, imbalance), key, item) of the candidate of index `idx` that grows
-    fragmentation least (`growth`, in whole milli), then is best balanced
-    (`balance.imbalance`), then comes first (the smaller key, then the lower rank): a node
-    for whole GPUs (`shape.count` whole free GPUs, filed by whole free GPUs), a GPU for a
-    fraction (filed by free milli and memory). `fits(node)`: whether the node has what the
-    index does not say (CPUs, memory, GPUs big enough)."""
+) -> tuple[tuple[int, Any, float], Any, int] | None:
+    """((growth, key, balance), key, item) of the candidate of index `idx` that grows
+    fragmentation least (`growth`, in whole milli), then fits tightest (the smallest key),
+    then is best balanced (`balance.whole_imbalance`, `balance.fraction_score`: the order
+    placement.py uses without this), then comes first: a node for whole GPUs (`shape.count`
+    whole free GPUs, filed by whole free GPUs), a GPU for a fraction (filed by free milli and
+    memory). `fits(node)`: whether the node has what the index does not say (CPUs, memory,
+    GPUs big enough)."""
     cpu, mem = shape.cpu_milli, shape.memory_mib
-    best: tuple[tuple[int, float], Any, int] | None = None
+    best: tuple[tuple[int, Any, float], Any, int] | None = None
     if shape.count:  # whole GPUs
-        milli = shape.count * MILLI_PER_GPU
-        for key, n in _candidates(idx, shape.count, fits, _same):
+        count = shape.count
+        for key, n in _candidates(idx, count, fits, _same):
             sc = (
-                round(_whole_growth(cap, n, mix, shape.count, cpu, mem)),
-                imbalance(cap, n, milli, cpu, mem),
+                round(_whole_growth(cap, n, mix, count, cpu, mem)),
+                key,
+                whole_imbalance(cap, n, key - count, cpu, mem),
             )
             if best is None or sc < best[0]:
                 best = (sc, key, n)
@@ -199,11 +202,11 @@ def least_fragmenting(
         return free_gmem[g] >= need and fits(gpu_node[g])
 
     for key, g in _candidates(idx, (milli, lo_mem), passes, gpu_node.__getitem__):
-        n = gpu_node[g]
         need = lo_mem if lo_mem else total[g] * milli // MILLI_PER_GPU
         sc = (
-            round(growth(cap, n, mix, ((g, milli, need),), cpu, mem)),
-            imbalance(cap, n, milli, cpu, mem),
+            round(growth(cap, gpu_node[g], mix, ((g, milli, need),), cpu, mem)),
+            key,
+            fraction_score(cap, g, milli, cpu, mem),
         )
         if best is None or sc < best[0]:
             best = (sc, key, g)

@@ -232,8 +232,8 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
 def _least_fragmenting(
     cap: CapacityIndex, shape: Shape, indexes: dict, models: list[str], mix: tuple
 ) -> Placement | None:
-    """Per model, the candidate that grows fragmentation least (then is best balanced, then
-    fits tightest: `fragmentation.least_fragmenting`); the least of those."""
+    """Per model, the candidate that grows fragmentation least (then fits tightest, then is
+    best balanced: `fragmentation.least_fragmenting`); the least of those."""
     cpu, mem = shape.cpu_milli, shape.memory_mib
     free_cpu, free_mem = cap.free_cpu, cap.free_mem
     best: tuple | None = None  # (growth, key, item, shape with its model)
