@@ -237,3 +237,23 @@ def test_would_change_mirrors_apply_status(monkeypatch):
                 assert bool(calls) == expect, (state, st, stopping, calls)
                 seen.add(expect)
     assert seen == {True, False}
+
+
+def test_a_starting_notebook_server_is_looked_at_often_until_it_reports_its_endpoint(world):
+    """The hub's spawner waits for a notebook's endpoint: while its server runs without one,
+    passes come every `endpoint_interval_s`, for at most `endpoint_watch_s`; then (and for
+    other work) at the usual pace."""
+    rec = ReconcilerLoop(world.ctx, interval_s=2.0)
+    running(world)
+    rec.run_once()
+    assert rec.interval_s == 2.0  # plain work: the usual pace
+    nb = running(world, kind="notebook", gpus=1, command=["jupyterhub-singleuser"])
+    assert rec.run_once().awaiting_endpoint == [nb] and rec.interval_s == 0.25
+    world.executor.process(nb).endpoint = "http://127.0.0.1:41234"
+    assert rec.run_once().awaiting_endpoint == [] and rec.interval_s == 2.0
+    assert state(world, nb)["endpoint"] == "http://127.0.0.1:41234"
+    # a notebook that never listens is watched closely for a while only
+    quiet = running(world, kind="notebook", gpus=1, command=["sleep", "1000"])
+    assert rec.run_once().awaiting_endpoint == [quiet]
+    world.clock.advance(rec.endpoint_watch_s + 1)
+    assert rec.run_once().awaiting_endpoint == [] and rec.interval_s == 2.0

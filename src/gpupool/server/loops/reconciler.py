@@ -32,7 +32,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpupool.domain import Enforcement, Event, SharingMode, WorkloadState
+from gpupool.domain import Enforcement, Event, SharingMode, WorkloadKind, WorkloadState
 from gpupool.engines.common.engine import MPSDaemons
 from gpupool.engines.common.executor import (
     ExecState,
@@ -67,10 +67,18 @@ class ReconcileReport:
     orphans_stopped: list[str] = field(default_factory=list)
     mps: dict[str, bool] = field(default_factory=dict)
     enforcement_corrected: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: notebooks whose server runs but reported no endpoint yet (the hub waits for it)
+    awaiting_endpoint: list[str] = field(default_factory=list)
 
 
 class ReconcilerLoop(Loop):
     name = "reconciler"
+    #: while a notebook's server runs without a reported endpoint (it is starting, and the
+    #: hub's spawner waits for it: gpupool.jupyterhub.spawner), passes come this often, for
+    #: at most `endpoint_watch_s` after its start (a notebook that never listens is watched
+    #: at the usual pace)
+    endpoint_interval_s = 0.25
+    endpoint_watch_s = 120.0
 
     def __init__(
         self,
@@ -87,6 +95,7 @@ class ReconcilerLoop(Loop):
         node); `mps` and `node` are one more of them."""
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
         self.ctx = ctx
+        self.base_interval_s = interval_s
         self.launch_grace_s = launch_grace_s
         self.keep_finished_s = keep_finished_s
         self._last_prune: float | None = None
@@ -112,6 +121,8 @@ class ReconcilerLoop(Loop):
             report.mps = self._keep_mps()
         self._prune()
         self._runs += 1
+        soon = min(self.base_interval_s, self.endpoint_interval_s)
+        self.interval_s = soon if report.awaiting_endpoint else self.base_interval_s
         if report.adopted:
             log.info("reconciler: adopted running work %s", ", ".join(report.adopted))
         if report.changed or report.requeued or report.orphans_stopped:
@@ -139,6 +150,13 @@ class ReconcilerLoop(Loop):
             self._seen_running.add(w.id)
             if self._runs == 0:
                 report.adopted.append(w.id)
+        if (
+            w.kind is WorkloadKind.NOTEBOOK
+            and status.state is ExecState.RUNNING
+            and not (status.endpoint or rec.endpoint)
+            and now - (status.started_at or w.admitted_at or now) < self.endpoint_watch_s
+        ):
+            report.awaiting_endpoint.append(w.id)
         if rec.stopping is not None and status.state.alive and status.stop_reason is None:
             try:
                 ctx.executor.stop(w.id, rec.stopping[1], ctx.settings.stop_grace_s)
