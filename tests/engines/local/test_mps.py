@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.domain import Allocation, Enforcement, Share, Workload, WorkloadKind
 from gpupool.engines.local.executor import LocalExecutor
 from gpupool.engines.local.mps import MPSError, MPSManager, limits_for, thread_percentage
 from tests.engines.conftest import release, wait_exit, wait_job, wait_ready
@@ -229,3 +229,22 @@ def test_a_pipe_other_accounts_cannot_reach_is_refused(tmp_path, fake_mps_binary
     with pytest.raises(MPSError, match="closed to other accounts"):
         m.start("GPU-x")  # a job as another account would run without MPS limits
     assert not m.healthy("GPU-x")
+
+
+@root_only
+def test_a_notebook_on_a_shared_gpu_keeps_its_owners_account(shared_tmp, fake_mps_binary):
+    """--mps-service-account runs every shared *job* as one account; a notebook is its
+    owner's session (issue 31: the local engine runs notebooks) and never runs as it: it
+    keeps its owner's account, and MPS is decided for that account."""
+    tmp_path = shared_tmp
+    m = MPSManager(tmp_path / "mps", binary=fake_mps_binary, service_account="nobody")
+    ex = LocalExecutor(tmp_path / "jobs", user_mode="per-user", mps=m)
+    try:
+        nb = Workload(
+            id="n", tenant="t", owner="daemon", kind=WorkloadKind.NOTEBOOK, command=("id", "-un")
+        )
+        ex.start(nb, Allocation("n", "n1", (share(),), 0), unix_user="daemon")
+        wait_job(ex, "n")
+        assert ex.logs("n").strip() == "daemon"
+    finally:
+        m.stop_all()
