@@ -315,7 +315,7 @@ def test_run_env_reaches_the_job_and_bad_pairs_are_refused(env):
     assert r.exit_code == 0, r.output
     wid = r.output.strip()
     executor = ctx.executor
-    while not isinstance(executor, ScriptedExecutor):  # unwrap the hub hand-off wrapper
+    while not isinstance(executor, ScriptedExecutor):  # unwrap a wrapping executor, if any
         executor = executor.inner  # type: ignore[attr-defined]
     wait_for(lambda: wid in executor.world.processes, f"{wid}'s process", timeout=30, every=0.05)
     got = executor.world.processes[wid].env

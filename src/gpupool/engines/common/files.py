@@ -1,5 +1,5 @@
 """Files written whole or not at all, for state that other processes read while it is
-written (the local engine's job files, the hand-off of notebooks to JupyterHub)."""
+written (the local engine's job files)."""
 
 from __future__ import annotations
 
