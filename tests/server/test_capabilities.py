@@ -11,7 +11,12 @@ import pytest
 from gpupool.agent.attribute import ProcessTags
 from gpupool.agent.report import build_report
 from gpupool.domain import Enforcement
-from gpupool.engines.common.executor import CAPABILITIES, Executor, ExecutorWithLogs
+from gpupool.engines.common.executor import (
+    CAPABILITIES,
+    Executor,
+    ExecutorWithLogs,
+    ExecutorWithSubmitChecks,
+)
 from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.loops.reconciler import ReconcilerLoop
 from gpupool.store import AllocationRepo
@@ -80,6 +85,24 @@ def test_an_engine_without_multi_node_or_templates_refuses_them_at_submit(world,
     r = world.client.post(f"{API}/workloads", json=nb, headers=_vouched(world))
     assert r.status_code == 422, r.text
     assert "bare engine takes no notebook template (pod_spec)" in r.json()["detail"]
+
+
+class Refuses(Bare, ExecutorWithSubmitChecks):
+    """Refuses notebooks at submit, and takes no template (the mixin's default)."""
+
+    def refusal(self, workload):
+        return "this engine runs no notebooks" if workload.kind == "notebook" else None
+
+
+def test_submit_checks_refuse_with_the_executors_reason(world):
+    world.ctx.executor = Refuses(world.executor)
+    world.submit(gpus=1)  # a job: no refusal
+    r = world.post("member", "/workloads", json={"kind": "notebook", "command": ["lab"]})
+    assert r.status_code == 403 and r.json()["detail"] == "this engine runs no notebooks"
+    nb = {"kind": "notebook", "tenant": "lab", "pod_spec": {"spec": {"containers": []}}}
+    r = world.client.post(f"{API}/workloads", json=nb, headers=_vouched(world))
+    assert r.status_code == 422 and "takes no notebook template" in r.json()["detail"]
+    assert [e["field"] for e in r.json()["errors"]] == ["pod_spec"]
 
 
 def _vouched(world) -> dict[str, str]:

@@ -299,10 +299,11 @@ class ExecutorWithNotebooks(ABC):
 @dataclass(frozen=True, slots=True)
 class TemplateProblem:
     """Why a notebook's engine template cannot run: `message` says what to change, `field`
-    is the request field (a dotted path into the template) it is about."""
+    the part of the request it is about (a dotted path into the template; "": the template
+    as a whole)."""
 
     message: str
-    field: str
+    field: str = ""
 
 
 class ExecutorWithSubmitChecks(ABC):
@@ -319,10 +320,7 @@ class ExecutorWithSubmitChecks(ABC):
         """What is wrong with `template`, the engine's own description of a notebook of
         `owner` sent by the hub's spawner (the API refuses it, 422), or None: it runs as
         given. Default: this executor takes no template."""
-        return TemplateProblem(
-            "this executor takes no notebook template; leave it out",
-            "template",
-        )
+        return TemplateProblem("this executor takes no notebook template; leave it out")
 
 
 class ExecutorWithAttribution(ABC):

@@ -259,9 +259,7 @@ class PoolExecutor(Executor):
         return (
             problems[0]
             if problems
-            else TemplateProblem(
-                "no engine of this pool takes a notebook template; leave it out", "template"
-            )
+            else TemplateProblem("no engine of this pool takes a notebook template; leave it out")
         )
 
     def owners(self, container_kind: str, ids: Collection[str]) -> Mapping[str, str | None]:

@@ -313,7 +313,7 @@ def _check_template(
     if isinstance(executor, ExecutorWithSubmitChecks):
         problem = executor.template_problem(spec, owner)
     if problem is not None:
-        raise ValidationError(problem.message, problem.field)
+        raise ValidationError(problem.message, problem.field or "pod_spec")
 
 
 def visible_or_404(p: Principal, w: Workload) -> Workload:
