@@ -8,8 +8,8 @@ release of its allocation. Intervals that cross midnight UTC are split between t
 user, tenant and day are queries over these rows (`UsageRepo.rollup`).
 
 Engines that know when they really ran the work (a cluster's own start and end of a job,
-`ExecutorWithRunTimes.run_times`) are taken at their word: a workload is accounted from that start
-(nothing while it waits in the engine's queue) to that end, not from admission to when
+`ExecutorWithRunTimes.run_times`) are taken at their word: a workload is accounted from that
+start (nothing while it waits in the engine's queue) to that end, not from admission to when
 gpupool noticed the end, so per-tenant GPU-hours agree with the engine's own accounting.
 Time accounted while the work looked alive but had already ended (the engine's end, learnt
 later, is earlier) is taken back from the same rows.
@@ -51,11 +51,17 @@ def split_by_day(t0: float, t1: float) -> list[tuple[str, float]]:
     return out
 
 
-def run_times(executor: Executor, workload_id: str) -> tuple[float | None, float | None] | None:
-    """The engine's own (start, end) of the work; None where it does not tell."""
-    if isinstance(executor, ExecutorWithRunTimes):
-        return executor.run_times(workload_id)
+RunTimes = Callable[[str], tuple[float | None, float | None] | None]
+
+
+def _not_told(workload_id: str) -> None:
     return None
+
+
+def run_times_of(executor: Executor) -> RunTimes:
+    """workload id -> the engine's own (start, end) of the work; None where it does not
+    tell (an executor without `ExecutorWithRunTimes`: the allocation's times hold)."""
+    return executor.run_times if isinstance(executor, ExecutorWithRunTimes) else _not_told
 
 
 class AccountingLoop(Loop):
@@ -112,14 +118,14 @@ class AccountingLoop(Loop):
                 and a.workload_id not in done_before
             ]
         writes: list[tuple[Workload, Allocation, float, float]] = []
-        executor = ctx.executor
+        run_times = run_times_of(ctx.executor)
         for wid, last in ended.items():
             w, a, t0 = self._open.pop(wid)
             self._closed[(wid, a.since)] = now
             end = now
             if last is not None and last[1] is not None:
                 end = last[1]
-            ran = run_times(executor, wid)
+            ran = run_times(wid)
             engine_end = ran is not None and ran[1] is not None
             if engine_end:
                 end = ran[1]  # the engine's end, not when gpupool noticed it
@@ -127,12 +133,12 @@ class AccountingLoop(Loop):
                 writes.append((w, a, t0, end))  # taken back
         for w, a, released in unseen:
             self._closed[(w.id, a.since)] = now
-            ran = run_times(executor, w.id)
+            ran = run_times(w.id)
             begin, end = (a.since, released) if ran is None else ran
             if begin is not None and (end if end is not None else released) > begin:
                 writes.append((w, a, begin, end if end is not None else released))
         for wid, (w, a) in running.items():
-            ran = run_times(executor, wid)
+            ran = run_times(wid)
             begin, end = (a.since, now) if ran is None else ran
             if begin is None:
                 continue  # not started in the engine (yet): nothing to account
