@@ -10,7 +10,8 @@ clock; integers kept, floats only derived.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_left
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpupool.domain import MILLI_PER_GPU
@@ -29,16 +30,16 @@ MixClass = tuple[float, int, int, float, float]
 _FRACTION_SIZES = (100, 250, 500, 750, MILLI_PER_GPU - 1)
 
 
-def class_key(gpu_takes: Iterable[tuple[int, int, int]], cpu: int, mem: int, milli: int) -> tuple:
-    """The class of one running workload from what it takes; () for no GPU."""
-    takes = tuple(gpu_takes)
-    if not takes or milli <= 0:
+def class_key(gpu_takes: Sequence[tuple[int, int, int]], cpu: int, mem: int, milli: int) -> tuple:
+    """The class of one running workload from what it takes (`milli`: its GPU milli in all);
+    () for no GPU. Called for every start and end: kept cheap."""
+    n = len(gpu_takes)
+    if not n or milli <= 0:
         return ()
-    if all(t[1] >= MILLI_PER_GPU for t in takes):
-        g = len(takes)
-    else:
-        g = -next(s for s in _FRACTION_SIZES if milli <= s)
-    return (g, max(cpu, 1).bit_length(), max(mem, 1).bit_length(), 0)
+    if milli >= n * MILLI_PER_GPU:  # whole GPUs (a take is at most one GPU)
+        return (n, cpu.bit_length(), mem.bit_length())
+    size = _FRACTION_SIZES[min(bisect_left(_FRACTION_SIZES, milli), len(_FRACTION_SIZES) - 1)]
+    return (-size, cpu.bit_length(), mem.bit_length())
 
 
 class ShapeMix:
@@ -50,22 +51,25 @@ class ShapeMix:
         self._sums: _Sums = {}
         self._version = 0
         self._memo: tuple[int, tuple[MixClass, ...]] | None = None
-        #: (version, the nodes, `strands` of them)
-        self._strands: tuple[int, object, bool] | None = None
+        #: (version, the nodes, what `active` answers for them)
+        self._strands: tuple[int, object, tuple[MixClass, ...]] | None = None
         #: (the nodes, `leanest` of them)
         self._lean: tuple[object, tuple[tuple[int, int], tuple[int, int]]] | None = None
 
     def active(self, cap: CapacityIndex) -> tuple[MixClass, ...]:
-        """The classes if fragmentation scoring applies to `cap` (`strands`), else ()."""
-        mix = self.classes()
+        """The classes if fragmentation scoring applies to `cap` (`strands`), else (). Called
+        for every placement: one comparison while the mix and the nodes are the same."""
         memo = self._strands
-        if memo is None or memo[0] != self._version or memo[1] is not cap.nodes:
-            lean = self._lean
-            if lean is None or lean[0] is not cap.nodes:
-                lean = self._lean = (cap.nodes, leanest(cap))
-            top = [self._sums[k] for k in self._top()]
-            memo = self._strands = (self._version, cap.nodes, bool(mix) and strands(lean[1], top))
-        return mix if memo[2] else ()
+        if memo is not None and memo[0] == self._version and memo[1] is cap.nodes:
+            return memo[2]
+        mix = self.classes()
+        lean = self._lean
+        if lean is None or lean[0] is not cap.nodes:
+            lean = self._lean = (cap.nodes, leanest(cap))
+        top = [self._sums[k] for k in self._top()]
+        on = bool(mix) and strands(lean[1], top)
+        self._strands = (self._version, cap.nodes, mix if on else ())
+        return self._strands[2]
 
     def add(self, key: tuple, milli: int, cpu: int, mem: int, sign: int) -> None:
         """Count one workload in (`sign` 1) or out (-1)."""
