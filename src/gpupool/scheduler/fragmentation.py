@@ -72,6 +72,23 @@ def fragmentation(
     return out
 
 
+#: node states whose fragmentation one mix remembers (`ShapeMix.memo`) before starting over
+MEMO_LIMIT = 1 << 16
+
+
+def _frag(
+    memo: dict, mix: tuple[MixClass, ...], free: list[int], whole: int, cpu: int, mem: int
+) -> float:
+    """`fragmentation`, remembered per node state (the order of `free` does not matter)."""
+    key = (tuple(sorted(free)), whole, cpu, mem)
+    v = memo.get(key)
+    if v is None:
+        if len(memo) >= MEMO_LIMIT:
+            memo.clear()
+        v = memo[key] = fragmentation(mix, free, whole, cpu, mem)
+    return v
+
+
 def growth(
     cap: CapacityIndex,
     n: int,
@@ -79,17 +96,16 @@ def growth(
     takes: Iterable[tuple[int, int, int]],
     cpu: int,
     mem: int,
+    memo: dict | None = None,
 ) -> float:
     """How much taking `takes` ((GPU, milli, memory)), `cpu` and `mem` on node `n` grows its
-    fragmentation for `mix` (negative: it shrinks)."""
+    fragmentation for `mix` (negative: it shrinks). `memo`: see `_frag`."""
     taken = {g: (m, gm) for g, m, gm in takes}
     fm, fg, tot = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
     before: list[int] = []
     after: list[int] = []
     whole_before = whole_after = 0
-    for g in cap.node_gpus[n]:
-        if not cap.gpu_ok[g]:
-            continue
+    for g in cap.node_gpus[n]:  # healthy or not, as the index counts them
         m, gm = taken.get(g, (0, 0))
         f = fm[g]
         before.append(f)
@@ -99,33 +115,50 @@ def growth(
             if m == 0:
                 whole_after += 1
     free_cpu, free_mem = cap.free_cpu[n], cap.free_mem[n]
-    return fragmentation(mix, after, whole_after, free_cpu - cpu, free_mem - mem) - (
-        fragmentation(mix, before, whole_before, free_cpu, free_mem)
+    memo = {} if memo is None else memo
+    return _frag(memo, mix, after, whole_after, free_cpu - cpu, free_mem - mem) - _frag(
+        memo, mix, before, whole_before, free_cpu, free_mem
     )
 
 
 def _whole_growth(
-    cap: CapacityIndex, n: int, mix: tuple[MixClass, ...], count: int, cpu: int, mem: int
+    cap: CapacityIndex,
+    n: int,
+    mix: tuple[MixClass, ...],
+    count: int,
+    cpu: int,
+    mem: int,
+    memo: dict,
 ) -> float:
-    """`growth` of taking `count` whole free GPUs (and `cpu`, `mem`) on node `n`."""
-    fm, fg, tot = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
-    before: list[int] = []
-    whole = 0
-    for g in cap.node_gpus[n]:
-        if cap.gpu_ok[g]:
-            f = fm[g]
-            before.append(f)
-            if f >= MILLI_PER_GPU and fg[g] >= tot[g]:
-                whole += 1
+    """`growth` of taking `count` whole free GPUs (and `cpu`, `mem`) on node `n`. GPUs as the
+    index counts them (`node_free_milli`, `node_whole_free`: healthy or not); a node whose
+    free GPUs are all whole is read from those two numbers alone."""
+    whole = cap.node_whole_free[n]
+    free_cpu, free_mem = cap.free_cpu[n], cap.free_mem[n]
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    if cap.node_free_milli[n] == whole * MILLI_PER_GPU:  # no partly used GPU
+        key = (whole, free_cpu, free_mem)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = fragmentation(mix, [MILLI_PER_GPU] * whole, whole, free_cpu, free_mem)
+        left = whole - count
+        key = (left, free_cpu - cpu, free_mem - mem)
+        w = memo.get(key)
+        if w is None:
+            w = memo[key] = fragmentation(
+                mix, [MILLI_PER_GPU] * left, left, free_cpu - cpu, free_mem - mem
+            )
+        return w - v
+    before = [f for f in (cap.free_milli[g] for g in cap.node_gpus[n]) if f > 0]
     after = list(before)
     left = count
     for i, f in enumerate(after):  # which whole GPUs go does not change the measure
         if left and f >= MILLI_PER_GPU:
             after[i] = f - MILLI_PER_GPU
             left -= 1
-    free_cpu, free_mem = cap.free_cpu[n], cap.free_mem[n]
-    return fragmentation(mix, after, whole - count, free_cpu - cpu, free_mem - mem) - (
-        fragmentation(mix, before, whole, free_cpu, free_mem)
+    return _frag(memo, mix, after, whole - count, free_cpu - cpu, free_mem - mem) - _frag(
+        memo, mix, before, whole, free_cpu, free_mem
     )
 
 
@@ -173,6 +206,7 @@ def least_fragmenting(
     idx: BucketIndex,
     mix: tuple[MixClass, ...],
     fits: Callable[[int], bool],
+    memo: dict,
 ) -> tuple[tuple[int, Any, float], Any, int] | None:
     """((growth, key, balance), key, item) of the candidate of index `idx` that grows
     fragmentation least (`growth`, in whole milli), then fits tightest (the smallest key),
@@ -180,14 +214,14 @@ def least_fragmenting(
     placement.py uses without this), then comes first: a node for whole GPUs (`shape.count`
     whole free GPUs, filed by whole free GPUs), a GPU for a fraction (filed by free milli and
     memory). `fits(node)`: whether the node has what the index does not say (CPUs, memory,
-    GPUs big enough)."""
+    GPUs big enough). `memo`: fragmentation by node state for `mix` (`ShapeMix.memo`)."""
     cpu, mem = shape.cpu_milli, shape.memory_mib
     best: tuple[tuple[int, Any, float], Any, int] | None = None
     if shape.count:  # whole GPUs
         count = shape.count
         for key, n in _candidates(idx, count, fits, _same):
             sc = (
-                round(_whole_growth(cap, n, mix, count, cpu, mem)),
+                round(_whole_growth(cap, n, mix, count, cpu, mem, memo)),
                 key,
                 whole_imbalance(cap, n, key - count, cpu, mem),
             )
@@ -204,7 +238,7 @@ def least_fragmenting(
     for key, g in _candidates(idx, (milli, lo_mem), passes, gpu_node.__getitem__):
         need = lo_mem if lo_mem else total[g] * milli // MILLI_PER_GPU
         sc = (
-            round(growth(cap, gpu_node[g], mix, ((g, milli, need),), cpu, mem)),
+            round(growth(cap, gpu_node[g], mix, ((g, milli, need),), cpu, mem, memo)),
             key,
             fraction_score(cap, g, milli, cpu, mem),
         )

@@ -45,7 +45,7 @@ def class_key(gpu_takes: Sequence[tuple[int, int, int]], cpu: int, mem: int, mil
 class ShapeMix:
     """The running work by class (`class_key`), kept by `CapacityIndex.apply_takes`."""
 
-    __slots__ = ("_sums", "_version", "_memo", "_strands", "_lean")
+    __slots__ = ("_sums", "_version", "_memo", "_strands", "_lean", "memo")
 
     def __init__(self) -> None:
         self._sums: _Sums = {}
@@ -55,6 +55,9 @@ class ShapeMix:
         self._strands: tuple[int, object, tuple[MixClass, ...]] | None = None
         #: (the nodes, `leanest` of them)
         self._lean: tuple[object, tuple[tuple[int, int], tuple[int, int]]] | None = None
+        #: fragmentation by node state for what `active` answers (gpupool.scheduler
+        #: .fragmentation), emptied when that changes
+        self.memo: dict = {}
 
     def active(self, cap: CapacityIndex) -> tuple[MixClass, ...]:
         """The classes if fragmentation scoring applies to `cap` (`strands`), else (). Called
@@ -69,6 +72,7 @@ class ShapeMix:
         top = [self._sums[k] for k in self._top()]
         on = bool(mix) and strands(lean[1], top)
         self._strands = (self._version, cap.nodes, mix if on else ())
+        self.memo = {}
         return self._strands[2]
 
     def add(self, key: tuple, milli: int, cpu: int, mem: int, sign: int) -> None:

@@ -248,7 +248,7 @@ def _least_fragmenting(
                 return False
             return not s.gpu_memory_mib or s.kind != WHOLE or place_on_node(cap, n, s) is not None
 
-        hit = least_fragmenting(cap, mshape, idx, mix, fits)
+        hit = least_fragmenting(cap, mshape, idx, mix, fits, cap.mix.memo)
         if hit is not None and (best is None or hit < best[:3]):
             best = (*hit, mshape)
     if best is None:
