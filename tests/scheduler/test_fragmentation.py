@@ -3,7 +3,7 @@ strand GPUs, work goes where it leaves the most free GPU usable by the work that
 
 from gpupool.scheduler import cycle
 from gpupool.scheduler.capacity import CapacityIndex
-from gpupool.scheduler.fragmentation import fragmentation
+from gpupool.scheduler.fragmentation import _whole_growth, fragmentation, growth
 from gpupool.scheduler.mix import ShapeMix, class_key
 from tests.scheduler.builders import job, node, running, snapshot, tenant
 
@@ -80,3 +80,25 @@ def test_fragmentation_counts_gpus_the_cpus_cannot_feed():
     assert fragmentation(whole_8cpu, [1000, 500], 1, 64000, 0) == 500.0  # half a GPU
     halves = ((1.0, 0, 500, 0.0, 0.0),)
     assert fragmentation(halves, [1000, 400], 1, 0, 0) == 400.0
+
+
+def test_remembered_fragmentation_is_the_fragmentation_of_the_node_state():
+    # the memo (kept for a cycle's mix) answers what a fresh computation answers, whole GPUs
+    # read from the index's counts or partly used GPUs listed one by one
+    nodes, run = _cpu_hungry_cluster()
+    cap = CapacityIndex(tuple(nodes), tuple(run))
+    mix = cap.mix.active(cap)
+    assert mix
+    memo: dict = {}
+    for n in range(len(nodes)):
+        for count in (1, 2):
+            if cap.node_whole_free[n] >= count:
+                first = _whole_growth(cap, n, mix, count, 2000, GIB, memo)
+                assert first == _whole_growth(cap, n, mix, count, 2000, GIB, memo)
+                assert first == _whole_growth(cap, n, mix, count, 2000, GIB, {})
+        for g in cap.node_gpus[n]:
+            if cap.free_milli[g] >= 250:
+                take = ((g, 250, GIB),)
+                assert growth(cap, n, mix, take, 6000, GIB, memo) == growth(
+                    cap, n, mix, take, 6000, GIB
+                )

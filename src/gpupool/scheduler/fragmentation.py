@@ -16,7 +16,8 @@ Used only where CPUs or memory can strand GPUs (`ShapeMix.active`): where every 
 least the CPUs and memory per GPU of the hungriest class, GPU best fit (placement.py) is what
 this would pick, and the scoring is skipped at no cost. Candidates are bounded
 (`CANDIDATES`, spread over the first buckets of the capacity index), so the cost per
-placement is bounded too. Pure and deterministic.
+placement is bounded too, and a node state's fragmentation is remembered while the mix is the
+same (`ShapeMix.memo`). Pure and deterministic.
 """
 
 from __future__ import annotations
