@@ -11,10 +11,10 @@ import pytest
 from gpupool.agent.attribute import HostAttributor, ProcessTags
 from gpupool.agent.loop import Agent, AgentError, AgentRefused, HttpReporter
 from gpupool.agent.report import build_report
+from gpupool.api.agents import NodeReportIn
 from gpupool.clock import SystemClock
 from gpupool.engines.fake.engine import FakeEngine
 from gpupool.engines.fake.executor import FakeExecutor
-from gpupool.server.schemas.agents import NodeReportIn
 from gpupool.server.settings import Settings
 from gpupool.system import SystemSettings, build_system
 from gpupool.telemetry.simulated import SimulatedSource

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from gpupool.cli import client as cli_client
 from gpupool.cli import submit
+from gpupool.client import sync as sdk_sync
 from gpupool.store import WorkloadRepo
 from tests.cli.test_client import as_, env, gp, server  # noqa: F401 - fixtures
 
@@ -33,9 +33,9 @@ def test_run_retries_a_cut_submission_with_the_same_key(env, monkeypatch):  # no
     _, ctx = env
     CutsFirstSubmission.seen = []
     monkeypatch.setattr(
-        cli_client.httpx,
+        sdk_sync.httpx,
         "Client",
-        lambda **kw: REAL_CLIENT(transport=CutsFirstSubmission(), **kw),
+        lambda **kw: REAL_CLIENT(**(kw | {"transport": CutsFirstSubmission()})),
     )
     monkeypatch.setattr(submit, "SUBMIT_MAX_WAIT_S", 0.0)
     r = gp("run", "--gpus", "1", "--", "sleep", "100", token=as_(ctx, "ann"))
@@ -52,9 +52,9 @@ def test_each_run_uses_a_new_key(env, monkeypatch):  # noqa: F811
     _, ctx = env
     CutsFirstSubmission.seen = ["-"]  # nothing is cut
     monkeypatch.setattr(
-        cli_client.httpx,
+        sdk_sync.httpx,
         "Client",
-        lambda **kw: REAL_CLIENT(transport=CutsFirstSubmission(), **kw),
+        lambda **kw: REAL_CLIENT(**(kw | {"transport": CutsFirstSubmission()})),
     )
     t = as_(ctx, "ann")
     for _ in range(2):

@@ -118,7 +118,7 @@ def test_up_serves_runs_jobs_and_adopts_them_after_kill_9(data_dir, job_tmp):
     up = Up(data_dir, port)
     try:
         up.wait_ready()
-        assert httpx.get(f"{up.url}/healthz").json() == {"status": "ok", "process": "primary"}
+        assert httpx.get(f"{up.url}/healthz").json()["process"] == "primary"
         assert "SIMULATED GPUs" in up.output
         assert "single-user mode" in up.output and "never as root" in up.output
         if os.geteuid() == 0:

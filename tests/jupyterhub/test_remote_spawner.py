@@ -21,13 +21,7 @@ from tests.server.conftest import world  # noqa: F401  (the real app over a real
 
 
 def client_of(w, role: str = "member") -> GpupoolClient:  # noqa: ANN001
-    c = GpupoolClient("http://gpupool", w.tokens[role])
-    c._http = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=w.app),
-        base_url="http://gpupool/api/v1",
-        headers={"Authorization": f"Bearer {w.tokens[role]}"},
-    )
-    return c
+    return GpupoolClient("http://gpupool", w.tokens[role], transport=httpx.ASGITransport(app=w.app))
 
 
 def wait(w, wid: str, timeout_s: float = 5.0):  # noqa: ANN001, ANN201

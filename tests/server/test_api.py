@@ -3,6 +3,7 @@ and the fake executor, tenants, GPUs, usage, events, profiles, metrics."""
 
 from __future__ import annotations
 
+import gpupool
 from gpupool.store import UsageRepo
 from tests.server.conftest import API, PASSWORD
 
@@ -230,7 +231,11 @@ def test_metrics_health_ready(world):
     assert 'gpupool_workloads{state="running",tenant="lab"} 1.0' in text
     assert 'gpupool_allocated_gpus{tenant="lab"} 1.0' in text
     assert "gpupool_scheduler_cycle_seconds_count" in text
-    assert world.client.get("/healthz").json() == {"status": "ok", "process": "primary"}
+    assert world.client.get("/healthz").json() == {
+        "status": "ok",
+        "process": "primary",
+        "version": gpupool.__version__,
+    }
     assert world.client.get("/readyz").status_code == 200
 
 

@@ -14,15 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
-
 from gpupool.agent.attribute import HostAttributor
 from gpupool.agent.report import build_report
+from gpupool.client import (
+    ApiError,
+    Client,
+    GpupoolError,
+    ServerError,
+    Transport,
+    Unreachable,
+)
 from gpupool.clock import Clock, SystemClock
 from gpupool.telemetry.source import GPUSource
 
 log = logging.getLogger(__name__)
-#: the report intervals the server accepts (gpupool.server.schemas.agents.NodeReportIn)
+#: the report intervals the server accepts (gpupool.api.agents.NodeReportIn)
 MIN_INTERVAL_S, MAX_INTERVAL_S = 0.1, 3600.0
 
 
@@ -41,7 +47,8 @@ class Reporter(Protocol):
 
 
 class HttpReporter:
-    """Posts reports to `{url}/api/v1/nodes/{node}/report` with the node credential."""
+    """Posts reports to `{url}/api/v1/nodes/{node}/report` with the node credential, through
+    gpupool.client."""
 
     def __init__(
         self,
@@ -50,41 +57,29 @@ class HttpReporter:
         token: str,
         *,
         timeout_s: float = 10.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: Transport | None = None,
     ):
-        self.url = url.rstrip("/")
+        self.client = Client(url, token, timeout_s=timeout_s, transport=transport)
+        self.url = self.client.url
         self.node = node
-        self.http = httpx.Client(
-            base_url=self.url + "/api/v1",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout_s,
-            transport=transport,
-        )
 
     def send(self, report: dict[str, Any]) -> dict[str, Any]:
         try:
-            r = self.http.post(f"/nodes/{self.node}/report", json=report)
-        except httpx.HTTPError as e:
-            raise AgentError(f"cannot reach the gpupool server at {self.url}: {e}") from None
-        if r.status_code >= 500:
-            raise AgentError(f"the server at {self.url} answered {r.status_code}: {_detail(r)}")
-        if r.status_code >= 400:
+            ack = self.client.report_node(self.node, report)
+        except Unreachable as e:
+            raise AgentError(f"cannot reach the gpupool server at {self.url}: {e.why}") from None
+        except ServerError as e:
+            raise AgentError(f"the server at {self.url} answered {e.status}: {e.message}") from None
+        except ApiError as e:
             raise AgentRefused(
-                f"the server refused the report: {_detail(r)} (HTTP {r.status_code})"
-            )
-        ack: dict[str, Any] = r.json()
-        return ack
+                f"the server refused the report: {e.message} (HTTP {e.status})"
+            ) from None
+        except GpupoolError as e:
+            raise AgentRefused(f"the server's answer is not understood: {e}") from None
+        return ack.model_dump(mode="json")
 
     def close(self) -> None:
-        self.http.close()
-
-
-def _detail(r: httpx.Response) -> str:
-    try:
-        body = r.json()
-        return str(body.get("detail") or body.get("title") or r.text)
-    except ValueError:
-        return r.text or r.reason_phrase
+        self.client.close()
 
 
 @dataclass

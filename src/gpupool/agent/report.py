@@ -1,6 +1,6 @@
 """A sample of the host's GPUs -> the body of `POST /api/v1/nodes/{name}/report`.
 
-The server validates it with its `NodeReportIn` schema (gpupool.server.schemas.agents);
+The server validates it with its `NodeReportIn` schema (gpupool.api.agents);
 `tests/agent` checks the two agree. Memory in bytes, utilization in percent.
 """
 

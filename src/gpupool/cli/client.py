@@ -8,34 +8,32 @@ printed as their problem detail; exit code 1 for refused requests and unreachabl
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from gpupool import client as sdk
 from gpupool.cli import tables
 from gpupool.cli.tables import Col, Output
-from gpupool.domain import TERMINAL_STATES, WorkloadState
+from gpupool.domain import WorkloadState
 
 S = WorkloadState
-DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_URL = sdk.DEFAULT_URL
 #: states in which a followed workload has ended for the caller (preempted work may be
 #: requeued, but this run of it is over)
-TERMINAL = TERMINAL_STATES | {S.PREEMPTED}
+TERMINAL = sdk.ENDED
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -59,70 +57,40 @@ class CliError(Exception):
         self.problem = problem
 
 
-# -- configuration and HTTP ---------------------------------------------------------------
+# -- configuration and HTTP (both gpupool.client's) ------------------------------------
 
 
 def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "gpupool" / "config.toml"
+    return sdk.config_path()
 
 
 def load_config() -> dict[str, str]:
-    cfg: dict[str, str] = {}
-    p = config_path()
-    if p.exists():
-        try:
-            cfg = {k: str(v) for k, v in tomllib.loads(p.read_text()).items()}
-        except (tomllib.TOMLDecodeError, OSError) as e:
-            raise CliError(f"cannot read {p}: {e}; fix or delete it and run gpupool login") from e
-    if os.environ.get("GPUPOOL_URL"):
-        cfg["url"] = os.environ["GPUPOOL_URL"]
-    if os.environ.get("GPUPOOL_TOKEN"):
-        cfg["token"] = os.environ["GPUPOOL_TOKEN"]
-    cfg.setdefault("url", DEFAULT_URL)
-    return cfg
+    """The URL and token in effect (gpupool.client.load_config), as a dict."""
+    try:
+        cfg = sdk.load_config()
+    except sdk.ConfigError as e:
+        raise CliError(str(e)) from None
+    return {"url": cfg.url} | ({"token": cfg.token} if cfg.token else {})
 
 
 def save_config(url: str, token: str) -> Path:
-    p = config_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(f"url = {json.dumps(url)}\ntoken = {json.dumps(token)}\n")
-    p.chmod(0o600)
-    return p
+    return sdk.save_config(url, token)
 
 
 class Api:
-    """A thin httpx client of /api/v1 that turns problem+json answers into CliError."""
+    """The CLI's use of `gpupool.client.Client`: JSON as the server sent it (tables and
+    `--json` print it as is), and refusals as CliError (a message and an exit code)."""
 
     def __init__(self, url: str, token: str | None, timeout: float = 30.0):
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url + "/api/v1", headers=headers, timeout=timeout)
+        try:
+            self.client = sdk.Client(url, token or "", timeout_s=timeout)
+        except sdk.GpupoolError as e:
+            raise CliError(str(e), 2) from None
+        self.url = self.client.url
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
-        try:
-            r = self.http.request(method, path, **kw)
-        except httpx.HTTPError as e:
-            raise CliError(
-                f"cannot reach the gpupool server at {self.url} ({e.__class__.__name__}: {e}); "
-                "is it running? Set GPUPOOL_URL or run gpupool login --url URL",
-                retry_after=1.0,
-            ) from None
-        if r.status_code >= 400:
-            body = None
-            try:
-                body = r.json()
-                detail = body.get("detail") or body.get("title") or r.text
-            except (ValueError, AttributeError):
-                body, detail = None, r.text or r.reason_phrase
-            hint = "; run gpupool login" if r.status_code == 401 else ""
-            retry = _retry_after(r) if r.status_code in (502, 503) else None
-            raise CliError(
-                f"{detail}{hint} (HTTP {r.status_code})", retry_after=retry, problem=body
-            )
-        if r.status_code == 204 or not r.content:
-            return None
-        return r.json()
+        with cli_errors(self.url):
+            return self.client.request(method, path, **kw)
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.call("GET", path, **kw)
@@ -131,11 +99,29 @@ class Api:
         return self.call("POST", path, json=body, headers=headers)
 
 
-def _retry_after(r: httpx.Response) -> float:
+def cli_error(e: sdk.GpupoolError, url: str) -> CliError:
+    """What the CLI prints for an error of the client (exit code 1)."""
+    if isinstance(e, sdk.Unreachable):
+        return CliError(
+            f"cannot reach the gpupool server at {url} ({e.why}); "
+            "is it running? Set GPUPOOL_URL or run gpupool login --url URL",
+            retry_after=e.retry_after,
+        )
+    if isinstance(e, sdk.ApiError):
+        hint = "; run gpupool login" if e.status == 401 else ""
+        return CliError(
+            f"{e.message}{hint} (HTTP {e.status})", retry_after=e.retry_after, problem=e.problem
+        )
+    return CliError(str(e))
+
+
+@contextmanager
+def cli_errors(url: str) -> Iterator[None]:
+    """Turn the client's errors into CliError inside the block."""
     try:
-        return max(0.0, float(r.headers.get("retry-after", "1")))
-    except ValueError:
-        return 1.0
+        yield
+    except sdk.GpupoolError as e:
+        raise cli_error(e, url) from None
 
 
 def api() -> Api:
@@ -161,15 +147,13 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 # -- parsing and printing -------------------------------------------------------------------
 
-_UNITS = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-
 
 def parse_mib(text: str, what: str = "--gpu-memory") -> int:
-    """'20G', '512M', '1.5GiB' -> MiB."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT])(?:i?[bB])?\s*", text)
-    if not m:
-        raise CliError(f"{what} {text!r}: give a size with a unit, e.g. 20G or 512M", 2)
-    return int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    """'20G', '512M', '1.5GiB' -> MiB (gpupool.client.parse_mib)."""
+    try:
+        return sdk.parse_mib(text, what)
+    except sdk.InvalidInput:
+        raise CliError(f"{what} {text!r}: give a size with a unit, e.g. 20G or 512M", 2) from None
 
 
 def _when(t: float | None) -> str:

@@ -196,7 +196,7 @@ def check_run_body(body: Mapping[str, Any], given: Mapping[str, str]) -> str | N
     gpupool sets itself."""
     import pydantic
 
-    from gpupool.server.schemas.workloads import WorkloadIn
+    from gpupool.api.workloads import WorkloadIn
 
     command = body.get("command") or []
     if not command or not command[0]:

@@ -6,12 +6,11 @@ key while the server cannot be reached (`submit_once`); `--wait` follows it to i
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any
 
 import typer
 
+from gpupool import client as sdk
 from gpupool.cli import flags
 from gpupool.cli.client import (
     TERMINAL,
@@ -20,6 +19,8 @@ from gpupool.cli.client import (
     S,
     _follow,
     api,
+    cli_error,
+    cli_errors,
     err,
     handled,
     out,
@@ -220,20 +221,19 @@ SUBMIT_MAX_WAIT_S = 5.0
 
 
 def submit_once(c: Api, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /workloads with one Idempotency-Key for this invocation, reused on its retries
-    (the server unreachable, a cut connection, 502/503): a submission whose answer was lost
-    is answered with the workload already made, never submitted twice."""
-    headers = {"Idempotency-Key": str(uuid.uuid4())}
-    for attempt in range(1, SUBMIT_TRIES + 1):
-        try:
-            return c.post("/workloads", body, headers=headers)  # type: ignore[no-any-return]
-        except CliError as e:
-            if e.retry_after is None or attempt == SUBMIT_TRIES:
-                raise
-            wait = min(SUBMIT_MAX_WAIT_S, e.retry_after * attempt)
-            err.print(f"submission not confirmed ({e}); retrying in {wait:g} s")
-            time.sleep(wait)
-    raise AssertionError("unreachable")
+    """Submit with gpupool.client, which sends one Idempotency-Key for this invocation and
+    reuses it on its retries (the server unreachable, a cut connection, 502/503): a
+    submission whose answer was lost is answered with the workload already made, never
+    submitted twice. Each retry is said on stderr."""
+
+    def said(e: sdk.ApiError, wait: float) -> None:
+        err.print(f"submission not confirmed ({cli_error(e, c.url)}); retrying in {wait:g} s")
+
+    c.client.submit_tries = SUBMIT_TRIES
+    c.client.retry_max_wait_s = SUBMIT_MAX_WAIT_S
+    with cli_errors(c.url):
+        w = c.client.submit(body, on_retry=said)
+    return w.model_dump(mode="json")
 
 
 def _wait(c: Api, wid: str, poll: float) -> int:

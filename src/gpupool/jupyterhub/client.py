@@ -1,77 +1,47 @@
-"""The hub side's client of the gpupool REST API (``/api/v1``), async, on httpx.
+"""The hub side's client of the gpupool REST API (``/api/v1``): `gpupool.client.AsyncClient`
+with the answers as JSON dicts, as the spawner and authenticator read them.
 
-Errors come back as `GpupoolAPIError` carrying the server's problem+json `detail` (a message
-that says what to change), so the spawner and authenticator can show it to the user as is.
-`GpupoolUnavailable` means the server could not be reached at all.
+Errors come back as `GpupoolAPIError` (`gpupool.client.ApiError`) carrying the server's
+problem+json `detail` in `message` (a message that says what to change), so the spawner and
+authenticator can show it to the user as is. `GpupoolUnavailable`
+(`gpupool.client.Unreachable`) means the server could not be reached at all.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx
+from gpupool.client import ApiError, AsyncClient, AsyncTransport, InvalidInput, Unreachable
 
-
-class GpupoolAPIError(Exception):
-    """The gpupool server refused a request. `status` is the HTTP status."""
-
-    def __init__(self, status: int, message: str, title: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.title = title
-        self.message = message
-
-
-class GpupoolUnavailable(GpupoolAPIError):
-    """The gpupool server did not answer."""
-
-    def __init__(self, url: str, why: str) -> None:
-        super().__init__(
-            503,
-            f"the gpupool server at {url} is not reachable ({why}); "
-            "check that gpupool is running, then try again",
-        )
-
-
-def _message(resp: httpx.Response) -> tuple[str, str]:
-    try:
-        body = resp.json()
-    except ValueError:
-        return (resp.text.strip()[:300] or resp.reason_phrase), ""
-    if isinstance(body, dict):
-        return str(body.get("detail") or body.get("title") or body), str(body.get("title", ""))
-    return str(body), ""
+GpupoolAPIError = ApiError
+GpupoolUnavailable = Unreachable
 
 
 class GpupoolClient:
     """Calls the gpupool API with one bearer token. Cheap to create; share one per token."""
 
-    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 10.0):
-        self.base_url = base_url.rstrip("/")
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        transport: AsyncTransport | None = None,
+    ):
+        self.api = AsyncClient(base_url, token or "", timeout_s=timeout, transport=transport)
+        self.base_url = self.api.url
         self.token = token
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url + "/api/v1",
-            timeout=timeout,
-            headers={"Authorization": f"Bearer {token}"} if token else {},
-        )
+        self._timeout = timeout
+        self._transport = transport
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self.api.aclose()
 
     def with_token(self, token: str) -> GpupoolClient:
-        return GpupoolClient(self.base_url, token, timeout=self._http.timeout.read or 10.0)
+        return GpupoolClient(self.base_url, token, timeout=self._timeout, transport=self._transport)
 
     async def _call(self, method: str, path: str, **kw: Any) -> Any:
-        try:
-            resp = await self._http.request(method, path, **kw)
-        except httpx.HTTPError as e:
-            raise GpupoolUnavailable(self.base_url, str(e) or type(e).__name__) from None
-        if resp.status_code >= 400:
-            msg, title = _message(resp)
-            raise GpupoolAPIError(resp.status_code, msg, title)
-        if resp.status_code == 204 or not resp.content:
-            return None
-        return resp.json()
+        return await self.api.request(method, path, **kw)
 
     # -- identity ------------------------------------------------------------------------
     async def login(
@@ -118,10 +88,14 @@ class GpupoolClient:
 
     # -- workloads -----------------------------------------------------------------------
     async def submit(self, body: dict, service_token: str | None = None) -> dict:
-        """POST the workload; `service_token` (the hub's admin token) vouches for a
-        `pod_spec` in it (X-Gpupool-Service-Token)."""
-        headers = {"X-Gpupool-Service-Token": service_token} if service_token else None
-        return await self._call("POST", "/workloads", json=body, headers=headers)
+        """Submit the workload (`AsyncClient.submit`: one Idempotency-Key, reused on its
+        retries); `service_token` (the hub's admin token) vouches for a `pod_spec` in it
+        (X-Gpupool-Service-Token). A body the API's model refuses is a 422 here too."""
+        try:
+            w = await self.api.submit(body, service_token=service_token)
+        except InvalidInput as e:
+            raise GpupoolAPIError(422, str(e), "Invalid workload") from None
+        return w.model_dump(mode="json")
 
     async def workload(self, workload_id: str) -> dict:
         return await self._call("GET", f"/workloads/{workload_id}")

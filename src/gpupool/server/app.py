@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
@@ -85,16 +86,7 @@ def create_app(
             if own_store:
                 store.close()
 
-    app = FastAPI(
-        title="gpupool",
-        version=__version__,
-        description="Pool GPUs and share them fairly among users and teams.",
-        openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
-        redoc_url=None,
-        swagger_ui_oauth2_redirect_url=None,
-        lifespan=lifespan,
-    )
+    app = FastAPI(**APP_INFO, lifespan=lifespan)
     app.state.ctx = ctx
     problems.install(app)
     if forward_to is not None:
@@ -106,6 +98,24 @@ def create_app(
         app.add_middleware(ClientFromWorker)
     app.add_middleware(problems.BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(problems.RefuseNul)
+    add_routes(app)
+    return app
+
+
+#: the app's title, version and documentation URLs (also docs/openapi.json's)
+APP_INFO: dict[str, Any] = {
+    "title": "gpupool",
+    "version": __version__,
+    "description": "Pool GPUs and share them fairly among users and teams.",
+    "openapi_url": f"{API_PREFIX}/openapi.json",
+    "docs_url": f"{API_PREFIX}/docs",
+    "redoc_url": None,
+    "swagger_ui_oauth2_redirect_url": None,
+}
+
+
+def add_routes(app: FastAPI) -> None:
+    """Every endpoint: the API under /api/v1, probes and metrics at the root."""
     for r in (
         accounts.router,
         tenants.router,
@@ -117,4 +127,3 @@ def create_app(
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(system.router)
-    return app

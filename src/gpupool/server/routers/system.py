@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from gpupool import __version__
 from gpupool.server.context import AppContext, get_ctx
 from gpupool.server.problems import problem
 
@@ -15,8 +16,8 @@ router = APIRouter(tags=["system"])
 @router.get("/healthz", summary="The process is alive")
 async def healthz(ctx: AppContext = Depends(get_ctx)) -> dict[str, str]:
     """`process` names the server process that answered: `primary`, or `worker-N` with
-    `gpupool up --workers N`."""
-    return {"status": "ok", "process": ctx.process}
+    `gpupool up --workers N`; `version`: gpupool's (clients check it, gpupool.client)."""
+    return {"status": "ok", "process": ctx.process, "version": __version__}
 
 
 @router.get("/readyz", summary="The database answers and the loops run", response_model=None)
