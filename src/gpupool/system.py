@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,7 +37,13 @@ from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Event, Tenant
 from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.engines.common.datadir import secure_data_dir
-from gpupool.engines.common.engine import Engine, EngineEnv, EngineError
+from gpupool.engines.common.engine import (
+    Engine,
+    EngineEnv,
+    EngineError,
+    ExternalAnswer,
+    ExternalWork,
+)
 from gpupool.engines.common.engineset import EngineSet
 from gpupool.engines.common.executor import Executor, ExecutorWithNotebooks
 from gpupool.server.app import create_app
@@ -301,12 +307,23 @@ def _assemble(
             except NotFound:
                 return None
 
+    from gpupool.server.services.external import submit_external, waiting_reasons
+
+    late: list[AppContext] = []  # the app's context, made once the engines are open
+
+    def submit(work: ExternalWork) -> ExternalAnswer:
+        if not late:
+            raise EngineError("gpupool is still starting; try again")
+        return submit_external(late[0], work)
+
+    def waiting(ids: Collection[str]) -> Mapping[str, str]:
+        return waiting_reasons(late[0], ids) if late else {}
+
     engine = engines.default  # the hub's notebooks run on the default engine
     try:
-        executor = engines.open(
-            EngineEnv(clock, s.data_dir, record, say, tenants, held, notebook_template=pod_spec),
-            locate,
-        )
+        env = EngineEnv(clock, s.data_dir, record, say, tenants, held, notebook_template=pod_spec)
+        env = dataclasses.replace(env, submit=submit, waiting=waiting)
+        executor = engines.open(env, locate)
         nodes = engines.inventory()
     except EngineError as e:
         engines.close()
@@ -338,6 +355,7 @@ def _assemble(
     app = create_app(server, executor=executor, clock=clock, store=store)
     app.include_router(create_router())
     ctx: AppContext = app.state.ctx
+    late.append(ctx)
     # the scheduler places work only on the engine's nodes (agents' nodes are watched); an
     # engine that brings no nodes (the tests' fake one) runs work on every registered node
     ctx.work_nodes = frozenset(n.name for n in nodes) if nodes else None

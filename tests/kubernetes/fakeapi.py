@@ -17,6 +17,11 @@ Pods and nodes can be watched (`?watch=true`, `fakeapi_watch.py`): every change 
 recorded with its resourceVersion; `kube.watch` scripts 410 Gone, dropped and failing
 streams and a watcher left behind (see there).
 
+Kubernetes-native work (`fakeapi_native.py`, `FakeKube.native`): Pod and Job creates go
+through gpupool's admission webhook over HTTPS once registered, a gated pod is never bound,
+Jobs (batch/v1) are stored, watched, suspended and resumed (`native.job_controller`), and
+Events gpupool writes are kept in `events`.
+
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
 """
@@ -35,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from tests.kubernetes.fakeapi_native import NativeFake
 from tests.kubernetes.fakeapi_objects import object_routes
 from tests.kubernetes.fakeapi_watch import WatchHub
 from tests.support import ServedApp
@@ -163,10 +169,12 @@ class FakeKube:
             "secrets": {},
         }
         self.logs: dict[tuple[str, str], str] = {}
-        self.requests: list[tuple[str, str]] = []  # (method, path) of every request
+        self.requests: list[tuple[str, str]] = []  # (method, path) of the engine's requests
+        self.user_requests: list[tuple[str, str]] = []  # those made as a user (kubectl --as)
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
         self._rv = itertools.count(1)
         self.watch = WatchHub(self)
+        self.native = NativeFake(self)
         self.port = 0
         self._served: ServedApp | None = None
 
@@ -317,6 +325,8 @@ class FakeKube:
             p = self.pods[(namespace, name)]
             before = copy.deepcopy(p)
             if node is not None:
+                gates = p["spec"].get("schedulingGates")
+                assert not gates, f"kube-scheduler never binds a gated pod ({gates})"
                 p["spec"]["nodeName"] = node
             st = p.setdefault("status", {})
             st["phase"] = phase
@@ -430,7 +440,11 @@ class FakeKube:
     def app(self) -> Starlette:
         def record(request: Request) -> None:
             watch = request.query_params.get("watch") in ("true", "True", "1")
-            self.requests.append(("WATCH" if watch else request.method, request.url.path))
+            seen = ("WATCH" if watch else request.method, request.url.path)
+            if "impersonate-user" in request.headers:  # a user's kubectl, not the engine
+                self.user_requests.append(seen)
+            else:
+                self.requests.append(seen)
 
         def node_matches(n: dict[str, Any], q: Any) -> bool:
             return _match_labels(n["metadata"].get("labels") or {}, q.get("labelSelector"))
@@ -521,6 +535,14 @@ class FakeKube:
                 return list_pods(ns, request)
             body = await request.json()
             name = body.get("metadata", {}).get("name")
+            user = request.headers.get("impersonate-user", "kubernetes-admin")
+            with self.lock:
+                known = ns in self.namespaces and (ns, name) not in self.pods
+            if known:  # admission (the webhook) before storing, as kube-apiserver does
+                admitted, refused = self.native.admit("Pod", ns, body, user)
+                if refused is not None:
+                    return refused
+                body = admitted or body
             with self.lock:
                 if ns not in self.namespaces:
                     return _status(404, "NotFound", f'namespaces "{ns}" not found')
@@ -634,6 +656,7 @@ class FakeKube:
                 Route("/api/v1/namespaces/{ns}/pods/{name}/log", pod_log),
                 Route("/api/v1/namespaces/{ns}/events", events),
                 Route("/api/v1/namespaces/{ns}/resourcequotas", quotas, methods=["GET"]),
+                *self.native.routes(record),
                 *object_routes(self, record),
             ]
         )

@@ -156,7 +156,11 @@ class WatchHub:
                 yield _line("ERROR", status)
                 return
             if not since:  # "any": the current objects as ADDED, then the changes
-                store = self.kube.pods if resource == "pods" else self.kube.nodes
+                store = {
+                    "pods": self.kube.pods,
+                    "nodes": self.kube.nodes,
+                    "jobs": self.kube.native.jobs,
+                }[resource]
                 first = [copy.deepcopy(o) for o in store.values() if matches(o, q)]
                 since = int(self.kube.rv())
             else:
@@ -190,7 +194,7 @@ class WatchHub:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     if newest is not None:
-                        mark = {"kind": "Pod" if resource == "pods" else "Node"}
+                        mark = {"kind": {"pods": "Pod", "jobs": "Job"}.get(resource, "Node")}
                         mark["metadata"] = {"resourceVersion": newest}  # type: ignore[assignment]
                         mark["apiVersion"] = "v1"
                         yield _line("BOOKMARK", mark)

@@ -44,6 +44,28 @@ ENGINE_RULES = {
     ("workloads", "networking.k8s.io", "networkpolicies", "create", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "patch", ()),
     ("workloads", "networking.k8s.io", "networkpolicies", "delete", ()),
+    # Kubernetes-native work (native.py): queued Pods and Jobs are found by label across
+    # namespaces, released by a patch, stopped by delete or suspend; Events say why
+    ("cluster", "batch", "jobs", "list", ()),
+    ("cluster", "batch", "jobs", "watch", ()),
+    ("workloads", "", "pods", "patch", ()),
+    ("workloads", "batch", "jobs", "patch", ()),
+    ("workloads", "", "events", "create", ()),
+    # the caBundle of gpupool's own webhook, and no other (resourceNames)
+    (
+        "cluster",
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "get",
+        ("gpupool",),
+    ),
+    (
+        "cluster",
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "patch",
+        ("gpupool",),
+    ),
 }
 
 

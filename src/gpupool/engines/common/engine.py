@@ -53,6 +53,41 @@ def _print(message: str, loud: bool = False) -> None:
 
 
 @dataclass(frozen=True)
+class ExternalWork:
+    """Work submitted through an engine's own API (a `kubectl apply`d Pod or Job) that
+    gpupool queues like any other: `user` is who submitted it in the engine's terms
+    (`EngineEnv.submit` maps it to a gpupool user: the same name if that user may submit to
+    `tenant`, else the tenant's default submitter `<tenant's first segment>-default`),
+    `command` names the object (recorded as the workload's command), the rest is its request.
+    """
+
+    tenant: str
+    user: str
+    engine: str
+    name: str
+    command: tuple[str, ...]
+    gpus: int = 0
+    gpu_model: str | None = None
+    cpus: float = 0.0
+    memory_mib: int = 0
+    priority: int = 0
+    #: False: preemption ends it for good (a deleted Pod cannot come back)
+    requeue_on_preemption: bool = True
+
+
+@dataclass(frozen=True)
+class ExternalAnswer:
+    """What `EngineEnv.submit` decided: the workload's id and owner (the mapped user)."""
+
+    workload_id: str
+    owner: str
+
+
+def _no_submit(work: ExternalWork) -> ExternalAnswer:
+    raise EngineError("this server takes no work from the engine's own API")
+
+
+@dataclass(frozen=True)
 class EngineEnv:
     """What the system gives an engine when it opens it.
 
@@ -64,6 +99,9 @@ class EngineEnv:
     held(): the GPU uuids gpupool's active allocations hold now.
     notebook_template(workload_id): the engine's own template a notebook was submitted with
         (checked by `ExecutorWithSubmitChecks.template_problem`; None: none).
+    submit(work): queue `ExternalWork` as a workload, checked as the API checks a submission
+        (raises the API's own `ValidationError` / `PermissionDenied` with its reason).
+    waiting(ids): why each of these pending workloads waits, as `gpupool queue` says it.
     """
 
     clock: Clock
@@ -74,6 +112,8 @@ class EngineEnv:
     held: Callable[[], Collection[str]] = lambda: ()
     #: a notebook's engine template as its spawner submitted it (None: none), by workload id
     notebook_template: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
+    submit: Callable[[ExternalWork], ExternalAnswer] = _no_submit
+    waiting: Callable[[Collection[str]], Mapping[str, str]] = lambda ids: {}
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,14 @@ from gpupool.engines.common.engine import Engine, EngineEnv, EngineError
 from gpupool.engines.common.executor import Executor
 from gpupool.engines.kubernetes import inventory as inv
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi, load_api_client
-from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.engines.kubernetes.manifests import MANAGED_BY, SELECTOR, PodSettings
+from gpupool.engines.kubernetes.native import NATIVE_SELECTOR
+from gpupool.engines.kubernetes.native_api import NativeApi
+from gpupool.engines.kubernetes.native_executor import NativeKubernetesExecutor
 from gpupool.engines.kubernetes.tenancy import TenancySettings, fingerprint, tenant_specs
 from gpupool.engines.kubernetes.tenancy_sync import TenancySync
 from gpupool.engines.kubernetes.watch import Informer
+from gpupool.engines.kubernetes.webhook import Webhook, WebhookServer, WebhookSettings
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class KubeOptions:
     watch: bool = True
     resync_s: float = 600.0
     watch_timeout_s: int = 300
+    #: the admission webhook for kubectl-applied Pods and Jobs (webhook.py; off by default)
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
 
 
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"
@@ -68,13 +73,16 @@ class KubernetesEngine(Engine):
     `kubernetes.client.ApiClient`) is built from `options` when not given."""
 
     name = "kubernetes"
-    executor_class = KubernetesExecutor
+    executor_class = NativeKubernetesExecutor
 
     def __init__(self, options: KubeOptions | None = None, *, api_client: Any = None):
         self.options = options or KubeOptions()
         self._api_client = api_client
         self.api: KubeApi | None = None
-        self.executor: KubernetesExecutor | None = None
+        self.executor: NativeKubernetesExecutor | None = None
+        #: the admission webhook (`webhook.py`) and its HTTPS server, when enabled
+        self.webhook: Webhook | None = None
+        self.webhook_server: WebhookServer | None = None
         self._allocatable: dict[str, tuple[Mapping[str, str], int]] = {}
         self._lock = threading.Lock()
         self.inventory_interval_s: float | None = self.options.inventory_interval_s
@@ -82,6 +90,7 @@ class KubernetesEngine(Engine):
         self._tenancy_applied: str | None = None
         self._refused: list[str] = []
         self._record: Any = None
+        self._env: EngineEnv | None = None
         #: the watches (`follow`): gpupool's pods, every live pod, the nodes
         self.watches: dict[str, Informer] = {}
         self._wake: Callable[[str], None] = lambda loop: None
@@ -109,7 +118,8 @@ class KubernetesEngine(Engine):
         if self.options.watch:
             self.watches = self._informers(env)
         own = self.watches.get("pods")
-        self.executor = KubernetesExecutor(
+        native_pods, native_jobs = self.watches.get("native-pods"), self.watches.get("jobs")
+        self.executor = NativeKubernetesExecutor(
             self.api,
             env.clock,
             self.options.pods,
@@ -118,8 +128,48 @@ class KubernetesEngine(Engine):
             on_rejected=rejected,
             cache=own.snapshot if own is not None else None,
             pod_spec=env.notebook_template,
+            waiting=env.waiting,
+            native_pods=native_pods.snapshot if native_pods is not None else None,
+            native_jobs=native_jobs.snapshot if native_jobs is not None else None,
         )
+        self.webhook = Webhook(
+            env.submit, env.tenants, self.options.pods.namespace_prefix, engine=self.name
+        )
+        self._env = env
+        if self.options.webhook.port:
+            self.serve_webhook()
         return self.executor
+
+    def serve_webhook(self) -> int:
+        """Serve the webhook over HTTPS (`options.webhook`); the port it listens on. A
+        certificate gpupool makes itself goes into its own webhook's caBundle."""
+        from pathlib import Path
+
+        from gpupool.engines.kubernetes import webhook_tls
+
+        o, api, hook, env = self.options.webhook, self.api, self.webhook, self._env
+        assert api is not None and hook is not None and env is not None
+        if o.cert_dir:
+            cert_file, key_file = Path(o.cert_dir) / "tls.crt", Path(o.cert_dir) / "tls.key"
+        else:
+            if env.data_dir is None:
+                raise EngineError("the webhook's own certificate needs --data-dir")
+            names = list(dict.fromkeys([o.service, o.service.removesuffix(".svc")]))
+            cert = webhook_tls.ensure(env.data_dir / "webhook-tls", names, env.clock.now())
+            cert_file, key_file = cert.cert_file, cert.key_file
+            try:
+                NativeApi(api).set_ca_bundle(o.config, cert.ca_pem)
+            except KubeError as e:
+                env.record(
+                    "kubernetes.webhook_ca",
+                    f"writing the caBundle of MutatingWebhookConfiguration {o.config} "
+                    f"failed ({e}); kube-apiserver cannot call the webhook until it is set",
+                    {"config": o.config},
+                )
+        self.webhook_server = WebhookServer(
+            hook.app(), str(cert_file), str(key_file), o.host, o.port
+        )
+        return self.webhook_server.start()
 
     def _informers(self, env: EngineEnv) -> dict[str, Informer]:
         api = self.api
@@ -140,7 +190,7 @@ class KubernetesEngine(Engine):
             self._stale.set()
             self._wake("inventory")
 
-        core = api.core
+        core, native = api.core, NativeApi(api)
         return {
             "pods": Informer(
                 "pods",
@@ -163,6 +213,25 @@ class KubernetesEngine(Engine):
             "nodes": Informer(
                 "nodes", api.list_nodes_at, core.list_node, env.clock, on_change=nodes_changed, **kw
             ),
+            # Pods and Jobs queued through the webhook (native.py)
+            "native-pods": Informer(
+                "native-pods",
+                native.list_pods_at,
+                core.list_pod_for_all_namespaces,
+                env.clock,
+                selectors={"label_selector": NATIVE_SELECTOR},
+                on_change=own_changed,
+                **kw,
+            ),
+            "jobs": Informer(
+                "jobs",
+                native.list_jobs_at,
+                native.batch.list_job_for_all_namespaces,
+                env.clock,
+                selectors={"label_selector": NATIVE_SELECTOR},
+                on_change=own_changed,
+                **kw,
+            ),
         }
 
     def follow(self, wake: Callable[[str], None]) -> None:
@@ -175,6 +244,8 @@ class KubernetesEngine(Engine):
     def close(self) -> None:
         for informer in self.watches.values():
             informer.stop()
+        if self.webhook_server is not None:
+            self.webhook_server.stop()
 
     def _node_allocatable(self, node: str) -> tuple[Mapping[str, str], int]:
         with self._lock:

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, ValidationError
 from gpupool.domain.mig import layout_for_gpu
 from gpupool.engines.kubernetes import manifests as m
+from gpupool.engines.kubernetes.native import NATIVE
 
 PRODUCT = "nvidia.com/gpu.product"
 MEMORY = "nvidia.com/gpu.memory"
@@ -131,13 +132,14 @@ def _started(pod: Mapping[str, Any]) -> float | None:
 def outside_pods(
     pods: Iterable[Mapping[str, Any]], replicas: Mapping[str, int]
 ) -> dict[str, list[OutsidePod]]:
-    """Per node, the live pods gpupool did not create that request GPUs there (by namespace,
-    then name)."""
+    """Per node, the live pods gpupool did not create or queue that request GPUs there (by
+    namespace, then name)."""
     out: dict[str, list[OutsidePod]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if (meta.get("labels") or {}).get(m.MANAGED_BY) == "gpupool":
-            continue
+        labels = meta.get("labels") or {}
+        if labels.get(m.MANAGED_BY) == "gpupool" or labels.get(NATIVE):
+            continue  # gpupool's own, or queued through its webhook (its allocation holds it)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         node = (pod.get("spec") or {}).get("nodeName")

@@ -1,0 +1,256 @@
+"""The kubernetes executor with Kubernetes-native work (native.py): Pods and Jobs that
+`kubectl apply` made and the webhook queued. gpupool creates nothing for them:
+
+- `start` finds the object by its `gpupool.dev/native-workload` label, pins it to the
+  allocation's node and lets it run in one patch (`native.release_patch`), with an Event
+  "admitted on node ..."; kube-scheduler binds it. An object deleted while it waited is a
+  permanent start failure (nothing is half-admitted).
+- `poll` reads it: a Pod's phase (`podstatus`), a Job's conditions. A Pod still gated or a
+  Job still suspended that this process never released reads as not launched (`UNKNOWN`):
+  what a crash between gpupool's decision and the release leaves. The reconciler requeues
+  admitted work that stays unlaunched, and the next admission releases it, writing the
+  node affinity afresh (undone, never half-done).
+- `stop` (preemption, cancel) deletes the Pod or suspends the Job again (Kubernetes then
+  deletes its pods), with an Event saying why; a suspended Job resumes when re-admitted.
+- `tick` writes an Event on each waiting object whose queue reason changed, at most every
+  `events_every_s`: the text of `gpupool queue`.
+
+Every other workload is the plain `KubernetesExecutor`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from gpupool.domain import Allocation, Workload
+from gpupool.engines.common.executor import (
+    ExecState,
+    ExecStatus,
+    ExecutorError,
+    Handle,
+    RunningProcess,
+    StartError,
+)
+from gpupool.engines.kubernetes import native
+from gpupool.engines.kubernetes.client import KubeError
+from gpupool.engines.kubernetes.executor import KubernetesExecutor
+from gpupool.engines.kubernetes.native_api import NativeApi
+from gpupool.engines.kubernetes.podstatus import status_of
+
+#: the objects as the watches hold them (None: not listed yet)
+Snapshot = Callable[[], list[dict[str, Any]] | None]
+
+
+def _wid(obj: Mapping[str, Any]) -> str:
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(native.NATIVE, ""))
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{obj.get('kind')}/{meta.get('namespace')}/{meta.get('name')}"
+
+
+def job_status(wid: str, job: Mapping[str, Any]) -> ExecStatus:
+    """A released Job's state from its status (pure)."""
+    st = job.get("status") or {}
+    for c in st.get("conditions") or []:
+        if c.get("status") != "True":
+            continue
+        if c.get("type") == "Complete":
+            return ExecStatus(wid, ExecState.SUCCEEDED, exit_code=0)
+        if c.get("type") == "Failed":
+            why = f"{c.get('reason', 'Failed')}: {c.get('message', '')}".strip(": ")
+            return ExecStatus(wid, ExecState.FAILED, message=why)
+    if int(st.get("active") or 0) > 0:
+        return ExecStatus(wid, ExecState.RUNNING)
+    return ExecStatus(wid, ExecState.STARTING)
+
+
+class NativeKubernetesExecutor(KubernetesExecutor):
+    """`KubernetesExecutor` plus the native work (see the module docstring). `waiting(ids)`
+    says why pending workloads wait (`EngineEnv.waiting`); `native_pods` / `native_jobs`
+    are the watches' caches of the queued objects."""
+
+    def __init__(
+        self,
+        *args: Any,
+        waiting: Callable[[Collection[str]], Mapping[str, str]] | None = None,
+        native_pods: Snapshot | None = None,
+        native_jobs: Snapshot | None = None,
+        events_every_s: float = 15.0,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self.native = NativeApi(self.api)
+        self.waiting = waiting or (lambda ids: {})
+        self._caches = (native_pods, native_jobs)
+        self.events_every_s = events_every_s
+        #: workload id -> when this process released it / why it stopped it
+        self._released: dict[str, float] = {}
+        self._stopped: dict[str, str] = {}
+        self._said: dict[str, str] = {}  # object ref -> the last waiting message written
+        self._said_at = -math.inf
+
+    # -- finding the objects -------------------------------------------------------------
+    def native_objects(self) -> list[dict[str, Any]]:
+        """Every queued Pod and Job (from the watches, else listed now); not a Job's pods."""
+        pods, jobs = (c() if c is not None else None for c in self._caches)
+        if pods is None:
+            pods = self.native.list_pods_at()[0]
+        if jobs is None:
+            jobs = self.native.list_jobs_at()[0]
+        own = [{"kind": "Pod", **p} for p in pods]
+        return [p for p in own if not native.is_own(p)] + [{"kind": "Job", **j} for j in jobs]
+
+    def _find(self, wid: str, fresh: bool = False) -> dict[str, Any] | None:
+        if not fresh:
+            for obj in self.native_objects():
+                if _wid(obj) == wid:
+                    return obj
+            return None
+        sel = f"{native.NATIVE}={wid}"
+        pods = [p for p in self.api.list_pods(sel) if not native.is_own({"kind": "Pod", **p})]
+        if pods:
+            return {"kind": "Pod", **pods[0]}
+        body = self.native.api._call(
+            self.native.batch.list_job_for_all_namespaces, label_selector=sel
+        )
+        jobs = list(body["items"])
+        return {"kind": "Job", **jobs[0]} if jobs else None
+
+    # -- the contract --------------------------------------------------------------------
+    def start(
+        self,
+        workload: Workload,
+        allocation: Allocation | None,
+        *,
+        env: Mapping[str, str] | None = None,
+        unix_user: str | None = None,
+    ) -> Handle:
+        ref = native.native_ref(workload.command)
+        if ref is None:
+            return super().start(workload, allocation, env=env, unix_user=unix_user)
+        kind, ns = ref
+        try:
+            obj = self._find(workload.id, fresh=True)
+        except KubeError as e:
+            raise StartError(f"reading the {kind} of {workload.id} failed: {e}") from None
+        if obj is None:
+            raise StartError(
+                f"the {kind} in {ns} that was queued as {workload.id} is gone (deleted before "
+                "gpupool admitted it); nothing runs",
+                permanent=True,
+            )
+        node = allocation.node if allocation is not None else None
+        meta = obj["metadata"]
+        try:
+            if node is None:  # no GPU asked: nothing to pin
+                ops = [op for op in native.release_patch(obj, "-") if "affinity" not in op["path"]]
+            else:
+                ops = native.release_patch(obj, node)
+            self.native.patch(kind, ns, meta["name"], ops)
+        except KubeError as e:
+            raise StartError(f"releasing {_ref(obj)} failed: {e}") from None
+        now = self.clock.now()
+        self._released[workload.id] = now
+        self._stopped.pop(workload.id, None)
+        where = f"on node {node}" if node else "(no GPU: kube-scheduler places it)"
+        self._event(obj, "Admitted", f"admitted by gpupool {where} for {workload.tenant}")
+        return Handle(workload.id, self.name, _ref(obj), now)
+
+    def poll(self, workload_id: str) -> ExecStatus:
+        mine = workload_id in self._released or workload_id in self._stopped
+        if not mine:
+            st = super().poll(workload_id)
+            if st.state is not ExecState.UNKNOWN:
+                return st
+        obj = self._find(workload_id)
+        if obj is not None and native.held(obj) and workload_id in self._released:
+            obj = self._find(workload_id, fresh=True)  # the watch may not have seen it yet
+        stop = self._stopped.get(workload_id)
+        if obj is None:
+            if not mine:
+                return ExecStatus.unknown(workload_id)
+            if stop is not None:
+                return ExecStatus(
+                    workload_id, ExecState.FAILED, message=f"deleted: {stop}", stop_reason=stop
+                )
+            return ExecStatus(
+                workload_id, ExecState.LOST, message="the object was deleted outside gpupool"
+            )
+        if native.held(obj):
+            if stop is not None:  # a Job suspended again by `stop`
+                return ExecStatus(
+                    workload_id, ExecState.FAILED, message=f"suspended: {stop}", stop_reason=stop
+                )
+            if workload_id not in self._released:
+                # not launched (yet, or gpupool stopped between its decision and the
+                # release): the reconciler requeues admitted work that stays so
+                return ExecStatus.unknown(workload_id)
+        st = job_status(workload_id, obj) if obj["kind"] == "Job" else status_of(workload_id, obj)
+        if stop is not None:
+            st = ExecStatus(
+                st.workload_id, st.state, st.exit_code, message=st.message, stop_reason=stop
+            )
+        return st
+
+    def stop(self, workload_id: str, reason: str, grace_s: float = 30.0) -> None:
+        obj = self._find(workload_id)
+        if obj is None:
+            return super().stop(workload_id, reason, grace_s)
+        if workload_id in self._stopped:
+            return
+        meta = obj["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        try:
+            if obj["kind"] == "Job":
+                self.native.patch(
+                    "Job", ns, name, [{"op": "replace", "path": "/spec/suspend", "value": True}]
+                )
+            else:
+                self.api.delete_pod(ns, name, max(0, math.ceil(grace_s)))
+        except KubeError as e:
+            raise ExecutorError(f"stopping {_ref(obj)} failed: {e}") from None
+        self._stopped[workload_id] = reason
+        self._released.pop(workload_id, None)
+        what = "suspended again" if obj["kind"] == "Job" else "deleted"
+        self._event(obj, "Preempted", f"{what} by gpupool: {reason}", warning=True)
+
+    def list_running(self) -> list[RunningProcess]:
+        out = super().list_running()
+        for obj in self.native_objects():
+            wid = _wid(obj)
+            if not wid or native.held(obj):
+                continue
+            st = job_status(wid, obj) if obj["kind"] == "Job" else status_of(wid, obj)
+            if st.state.alive:
+                self._released.setdefault(wid, self.clock.now())  # adopted after a restart
+                out.append(RunningProcess(wid, _ref(obj), user=obj["metadata"]["namespace"]))
+        return out
+
+    def tick(self) -> None:
+        super().tick()
+        now = self.clock.now()
+        if now - self._said_at < self.events_every_s:
+            return
+        self._said_at = now
+        try:
+            held = [o for o in self.native_objects() if native.held(o) and _wid(o)]
+        except KubeError:
+            return
+        reasons = self.waiting([_wid(o) for o in held]) if held else {}
+        for obj in held:
+            why = reasons.get(_wid(obj))
+            if why is None or self._said.get(_ref(obj)) == why:
+                continue
+            self._said[_ref(obj)] = why
+            self._event(obj, "Queued", f"waiting: {why}")
+
+    def _event(
+        self, obj: Mapping[str, Any], reason: str, message: str, warning: bool = False
+    ) -> None:
+        with contextlib.suppress(KubeError):  # a courtesy: the work goes on without it
+            self.native.event(obj, reason, message, self.clock.now(), warning)
