@@ -228,11 +228,13 @@ def test_prometheus_sees_fairness_clocks_and_energy(scraped):
     assert value('gpupool_tenant_fair_share_gpus{tenant="lab-a"}') == 2.0
     assert value('gpupool_tenant_allocated_gpus{tenant="lab-a"}') == 2.0
     assert value('gpupool_tenant_pending_workloads{tenant="lab-a"}') == 0.0
+    # over the cumulative buckets, not a rate: a rate over scrapes taken between the three
+    # admissions extrapolates each bucket differently and moved p90 below 30 under load
     p90 = value(
         "histogram_quantile(0.9, sum by (le) "
-        '(rate(gpupool_workload_wait_seconds_bucket{tenant="lab-a"}[1m])))'
+        '(gpupool_workload_wait_seconds_bucket{tenant="lab-a"}))'
     )
-    assert not math.isnan(p90) and 30 <= p90 <= 120  # the third waited 60 s (injected clock)
+    assert not math.isnan(p90) and 30 <= p90 <= 60  # the third waited 60 s (injected clock)
     assert value(f'max(DCGM_FI_DEV_SM_CLOCK{{Hostname="{HOST}"}})') == 1980.0
     assert value(f'max(DCGM_FI_DEV_MEM_CLOCK{{Hostname="{HOST}"}})') == 2619.0
     assert value(f'max(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{Hostname="{HOST}"}})') > 0
