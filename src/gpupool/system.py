@@ -361,6 +361,8 @@ def _assemble(
     ctx.work_nodes = frozenset(n.name for n in nodes) if nodes else None
     if hub is not None:  # notebooks come from the hub; where all work shares one account,
         ctx.hub, ctx.notebook_owner = True, s.admin  # the first admin's only
+        if engines.several:  # the hub's notebook command is the default engine's nodes'
+            ctx.notebook_engine = engine.name
     _add_loops(ctx, engines)
     system = System(s, engine, app, store, executor, say, hub, password, engines=engines)
 

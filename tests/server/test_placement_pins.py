@@ -68,3 +68,19 @@ def test_malformed_pins_are_a_clear_422(world):
         r = world.post("member", "/workloads", json={"command": ["x"], "gpus": 1, **body})
         assert r.status_code == 422, r.text
         assert said in r.json()["detail"]
+
+
+def test_hub_notebooks_are_pinned_to_the_default_engine_of_a_mixed_pool(world):
+    """The hub's single-user command is the default engine's: its notebooks run there, unless
+    pinned otherwise; jobs stay free."""
+    _two_engines(world)
+    world.ctx.hub, world.ctx.notebook_engine = True, "fake"
+    world.ctx.notebook_owner = None
+    nb = world.submit(gpus=1, kind="notebook")
+    assert nb["request"]["engine"] == "fake"
+    pinned = world.submit(gpus=1, kind="notebook", engine="slurm")
+    assert pinned["request"]["engine"] == "slurm"
+    job = world.submit(gpus=1)
+    assert job["request"]["engine"] is None
+    world.ctx.notebook_engine = None  # one engine: nothing pinned
+    assert world.submit(gpus=1, kind="notebook")["request"]["engine"] is None

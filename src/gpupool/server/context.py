@@ -56,6 +56,9 @@ class AppContext:
     #: with the hub, where every user's work shares one Unix account (the executor's
     #: `one_account`): the one user whose notebooks run (the first admin; None: nobody's)
     notebook_owner: str | None = None
+    #: with the hub and several engines, the engine whose nodes run the hub's notebooks (the
+    #: default engine: the notebook command the hub gives is its nodes'); None: any node
+    notebook_engine: str | None = None
     #: failed logins per account and client (gpupool.server.throttle); made from the store
     login_throttle: LoginThrottle = None  # type: ignore[assignment]
     #: the bounded pool that checks and hashes passwords (gpupool.server.security)

@@ -13,11 +13,16 @@ single-user server's command and waits for the endpoint the engine reports
   user's notebook (``~/.jupyter``) and act in their hub session (review F2b of issue 29).
   There only the first admin's notebooks run (`AppContext.notebook_owner`): others are
   refused at submit (403) and, if queued before, fail at admission with the same reason.
+
+In a pool of several engines the hub's notebooks run on the default engine's nodes
+(`pin_to_hub_engine`): the single-user command the hub gives is that engine's.
 """
 
 from __future__ import annotations
 
-from gpupool.domain import Workload, WorkloadKind
+import dataclasses
+
+from gpupool.domain import Request, Workload, WorkloadKind
 from gpupool.engines.common.executor import ExecutorWithNotebooks
 from gpupool.server.context import AppContext
 from gpupool.server.problems import PermissionDenied
@@ -53,3 +58,11 @@ def one_account_refusal(ctx: AppContext, w: Workload) -> str | None:
         "in their session. Ask the admin to run gpupool as root so that each user's work "
         "runs as a Unix account of their own"
     )
+
+
+def pin_to_hub_engine(ctx: AppContext, req: Request, kind: WorkloadKind) -> Request:
+    """`req` pinned to the engine that runs the hub's notebooks (`AppContext.notebook_engine`)
+    when it is a notebook without a pin of its own; else `req` unchanged."""
+    if not ctx.notebook_engine or kind is not WorkloadKind.NOTEBOOK or req.engine is not None:
+        return req
+    return dataclasses.replace(req, engine=ctx.notebook_engine)

@@ -230,6 +230,7 @@ def submit(
             if not profile.allows(tenant):
                 raise PermissionDenied(f"profile {profile.name!r} is not offered to {tenant!r}")
         req, kind = _resolve_request(body, profile)
+        req = notebooks.pin_to_hub_engine(ctx, req, kind)
         if body.pod_spec is not None:
             _check_template(ctx.executor, body.pod_spec, kind, body.command, p.name)
         if kind is WorkloadKind.JOB and not body.command:
