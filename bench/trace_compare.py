@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from gpupool.scheduler.types import Policy, SchedulerConfig
+from gpupool.sim.burst import burst_jobs
 from gpupool.sim.engine import simulate
 from gpupool.sim.metrics import compute_metrics, percentile, waits
 from gpupool.sim.trace import filter_jobs, read_trace, trace_scenario
@@ -50,12 +51,31 @@ WEEK = ("2017-10-23", "2017-10-30")  # a busy week; see report
 WEEKS = [str(datetime.date(2017, 10, 2) + datetime.timedelta(days=7 * k)) for k in range(9)]
 
 
+#: `--trace burst`: the synthetic workload of gpupool.sim.burst (issue 32); scope `seeds`
+#: stands for `seed1`..`seed5`, scope `full` is seed 1
+BURST = "burst"
+SEEDS = 5
+
+
 def expand_scopes(which: list[str]) -> list[str]:
-    """`weeks` stands for the nine scopes `w<monday>`."""
+    """`weeks` stands for the nine scopes `w<monday>`, `seeds` for `seed1`..`seed5`."""
     out: list[str] = []
     for s in which:
-        out += [f"w{d}" for d in WEEKS] if s == "weeks" else [s]
+        if s == "weeks":
+            out += [f"w{d}" for d in WEEKS]
+        elif s == "seeds":
+            out += [f"seed{k}" for k in range(1, SEEDS + 1)]
+        else:
+            out.append(s)
     return out
+
+
+def scope_jobs(trace: str, scope: str) -> list:
+    """The jobs of `scope`: a window of the CSV trace, or (`--trace burst`) the synthetic
+    workload of the scope's seed."""
+    if trace == BURST:
+        return burst_jobs(int(scope[4:]) if scope.startswith("seed") else 1)
+    return scopes(read_trace(trace), [scope])[scope]
 
 
 def scopes(jobs, which: list[str]) -> dict:
@@ -144,7 +164,7 @@ def run_one(
     same_cluster: bool = False,
     checkpointing: bool = False,
 ) -> dict:
-    jobs = scopes(read_trace(trace), [scope])[scope]
+    jobs = scope_jobs(trace, scope)
     scen = trace_scenario(
         jobs,
         policy=Policy(policy),
@@ -280,9 +300,10 @@ def goals(out_dir: Path) -> str:
         "min guarantee kept (≥ 95%) | GPU-h lost ÷ delivered (≤ 5%) |",
         "|---|---|---|---|---|---|---|",
     ]
-    week_ratios: dict[tuple[float, str], list[float]] = {}
-    week_worst: dict[tuple[float, str], list[float]] = {}
-    week_kept: dict[tuple[float, str], list[str]] = {}
+    # (kind, load, name): kind `weeks` (w<monday>) or `seeds` (burst seeds)
+    week_ratios: dict[tuple[str, float, str], list[float]] = {}
+    week_worst: dict[tuple[str, float, str], list[float]] = {}
+    week_kept: dict[tuple[str, float, str], list[str]] = {}
     for (scope, load, pol, tag), r in sorted(runs.items()):
         if pol == "fifo" or (scope, load, "fifo", "") not in runs:
             continue
@@ -295,22 +316,23 @@ def goals(out_dir: Path) -> str:
         lost = r.get("lost_gpu_hours", 0.0) / max(r.get("delivered_gpu_hours") or 1e-9, 1e-9)
         worst = 100 * min(att) if att else float("nan")
         kept = _worst_kept(m["per_tenant"])
-        if scope.startswith("w2"):
-            week_ratios.setdefault((load, name), []).append(ratio)
-            week_worst.setdefault((load, name), []).append(worst)
-            week_kept.setdefault((load, name), []).append(kept)
+        if scope.startswith(("w2", "seed")):
+            key = ("seeds" if scope.startswith("seed") else "weeks", load, name)
+            week_ratios.setdefault(key, []).append(ratio)
+            week_worst.setdefault(key, []).append(worst)
+            week_kept.setdefault(key, []).append(kept)
         lines.append(
             f"| {scope} | {load:g} | {name} | {ratio:.2f} | {worst:.1f}% | {kept} | "
             f"{100 * lost:.1f}% |"
         )
-    for (load, name), rs in sorted(week_ratios.items()):
+    for (kind, load, name), rs in sorted(week_ratios.items()):
         ok = [x for x in rs if x > 0 and x == x]
         if ok:
-            lo = min(week_worst[(load, name)])
-            ks = [float(k[:-1]) for k in week_kept[(load, name)] if k != "–"]
+            lo = min(week_worst[(kind, load, name)])
+            ks = [float(k[:-1]) for k in week_kept[(kind, load, name)] if k != "–"]
             lo_kept = f"lowest {min(ks):.1f}%" if ks else "–"
             lines.append(
-                f"| weeks (geometric mean of {len(ok)}) | {load:g} | {name} | "
+                f"| {kind} (geometric mean of {len(ok)}) | {load:g} | {name} | "
                 f"{statistics.geometric_mean(ok):.2f} | lowest {lo:.1f}% | {lo_kept} | |"
             )
     return "\n".join(lines)
@@ -318,7 +340,11 @@ def goals(out_dir: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", default="../shared/data/philly/philly.csv")
+    ap.add_argument(
+        "--trace",
+        default="../shared/data/philly/philly.csv",
+        help="a CSV trace, or `burst` (gpupool.sim.burst; scopes `seeds` or `seedN`)",
+    )
     ap.add_argument("--out", default="bench/results/trace_philly")
     ap.add_argument("--scopes", default="week,full")
     ap.add_argument("--loads", default="0.8,1.2")

@@ -1,0 +1,81 @@
+"""Sweep SchedulerConfig variants of `fair` on the synthetic burst workload (issue 32).
+
+    python bench/burst_sweep.py --seeds 1,2,3 --gap 60 --jobs 16 \\
+        'base' 'levels:service_levels_s=180,1800,18000,180000'
+
+Each variant is NAME or NAME:KEY=VALUE;KEY=VALUE (SchedulerConfig fields, as
+`trace_compare.py --set`); `fifo` is always run. Prints per variant the geometric mean over
+seeds of avg wait ÷ fifo's, the lowest guarantee kept, preemptions and GPU-hours lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from trace_compare import config_overrides, lost_gpu_hours  # noqa: E402
+
+from gpupool.scheduler.types import Policy  # noqa: E402
+from gpupool.sim.burst import burst_jobs  # noqa: E402
+from gpupool.sim.engine import simulate  # noqa: E402
+from gpupool.sim.metrics import compute_metrics  # noqa: E402
+from gpupool.sim.trace import trace_scenario  # noqa: E402
+
+
+def one(variant: str, seed: int, gap: float, load: float) -> tuple[str, int, dict]:
+    name, _, sets = variant.partition(":")
+    policy = Policy.FIFO if name == "fifo" else Policy.FAIR
+    scen = trace_scenario(burst_jobs(seed), policy=policy, load=load, checkpointing=True)
+    scen.min_cycle_gap_s = gap
+    if sets:
+        scen.config = dataclasses.replace(scen.config, **config_overrides(sets.split(";")))
+    r = simulate(scen)
+    m = compute_metrics(r)
+    kept = [v["guarantee_kept"] for v in m["per_tenant"].values() if v["guarantee_kept"]]
+    return (
+        name,
+        seed,
+        {
+            "wait": m["avg_wait"],
+            "kept": min(kept),
+            "pre": m["preemptions"],
+            "lost": lost_gpu_hours(r),
+        },
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("variants", nargs="*", default=["base"])
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--gap", type=float, default=60.0)
+    ap.add_argument("--load", type=float, default=1.2)
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    seeds = [int(s) for s in a.seeds.split(",")]
+    variants = ["fifo", *a.variants]
+    args = [(v, s, a.gap, a.load) for v in variants for s in seeds]
+    with ProcessPoolExecutor(a.jobs) as pool:
+        res = list(pool.map(one, *zip(*args, strict=True)))
+    by = {(n, s): m for n, s, m in res}
+    for v in variants:
+        n = v.partition(":")[0]
+        ratios = [by[(n, s)]["wait"] / by[("fifo", s)]["wait"] for s in seeds]
+        print(
+            f"{v}: wait/fifo {statistics.geometric_mean(ratios):.3f} "
+            f"({', '.join(f'{x:.2f}' for x in ratios)}), kept "
+            f"{min(by[(n, s)]['kept'] for s in seeds):.3f}, preemptions "
+            f"{sum(by[(n, s)]['pre'] for s in seeds)}, lost GPU-h "
+            f"{sum(by[(n, s)]['lost'] for s in seeds):.0f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
