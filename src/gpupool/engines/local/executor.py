@@ -35,7 +35,6 @@ reused pid, not the job.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import pwd
@@ -51,7 +50,7 @@ from pathlib import Path
 
 from gpupool.clock import Clock, SystemClock
 from gpupool.domain import Allocation, Enforcement, Share, Workload
-from gpupool.engines.common import logread, reruns
+from gpupool.engines.common import logread
 from gpupool.engines.common.accounts import (
     Account,
     UserMode,
@@ -85,6 +84,7 @@ from gpupool.engines.local.launcher import (
     proc_starttime,
 )
 from gpupool.engines.local.mps import MPSManager
+from gpupool.engines.local.process import LOG_FILE, spawn_launcher
 from gpupool.engines.local.tracking import (
     MARKER_ENV,
     all_sessions,
@@ -103,12 +103,9 @@ __all__ = ["Account", "LocalExecutor", "UserMode"]
 
 SPEC_FILE = "spec.json"
 STOP_FILE = "stop.json"
-LOG_FILE = "output.log"
 SIGKILL_EXIT = 128 + signal.SIGKILL
 SIGTERM_EXIT = 128 + signal.SIGTERM
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-#: variables the launcher itself needs (to import gpupool); the job gets its own environment
-_LAUNCHER_ENV = ("PATH", "PYTHONPATH", "LANG")
 
 
 class LocalExecutor(
@@ -343,45 +340,16 @@ class LocalExecutor(
         }
         write_atomic(d / SPEC_FILE, json.dumps(spec, indent=1))
         write_atomic(d / ENV_FILE, json.dumps(job_env))
-        switch = account.uid != os.geteuid()
-        ids: list[str] = []
-        if switch:
-            groups = ",".join(str(g) for g in os.getgrouplist(account.name, account.gid))
-            ids = ["--uid", str(account.uid), "--gid", str(account.gid), "--groups", groups]
-        if cgroup is not None:
-            ids += ["--cgroup", str(cgroup)]
-        # the log is private to the job's owner (and the server); a rerun is appended
-        fd = os.open(d / LOG_FILE, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-        if switch:
-            os.fchown(fd, account.uid, account.gid)
-        reruns.mark_new_run(fd, reruns.separator(workload, now, stopped_at))
-        log = os.fdopen(fd, "ab")
-        argv = [self.python, "-m", "gpupool.engines.local.launcher", str(d), *ids, "--"]
-        argv += list(workload.command)
-        cwd = account.home if os.path.isdir(account.home) else "/"
-        launcher_env = {k: os.environ[k] for k in _LAUNCHER_ENV if k in os.environ}
-        launcher_env.update(GPUPOOL_WORKLOAD_ID=workload.id, **{MARKER_ENV: marker})
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=launcher_env,
-                cwd=cwd,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except ValueError as e:  # e.g. an embedded NUL byte: no retry can help
-            remove_cgroup(cgroup)
-            raise StartError(f"could not start workload {workload.id}: {e}", permanent=True) from e
-        except OSError as e:  # E2BIG (arguments too long) cannot change; others may
-            remove_cgroup(cgroup)
-            raise StartError(
-                f"could not start workload {workload.id}: {e}", permanent=e.errno == errno.E2BIG
-            ) from e
-        finally:
-            log.close()
+        proc = spawn_launcher(
+            self.python,
+            d,
+            workload,
+            account,
+            marker=marker,
+            cgroup=cgroup,
+            now=now,
+            stopped_at=stopped_at,
+        )
         self._children[workload.id] = proc
         info = proc_starttime(proc.pid)
         if info is not None and not (d / PID_FILE).exists():
