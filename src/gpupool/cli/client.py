@@ -535,6 +535,26 @@ def usage(
     go()
 
 
+def mcp(
+    allow_submit: bool = typer.Option(
+        False, "--allow-submit", help="also the submit and cancel tools (as you)"
+    ),
+) -> None:
+    """Serve gpupool's tools to an AI assistant: the Model Context Protocol on stdio, as you
+    (your gpupool login or GPUPOOL_TOKEN). Read-only unless --allow-submit."""
+
+    @handled
+    def go() -> None:
+        from gpupool.cli.assistant import build_server  # the mcp package loads only here
+
+        cfg = load_config()
+        if not cfg.get("token"):
+            raise CliError("not logged in: run gpupool login (or set GPUPOOL_TOKEN)")
+        build_server(cfg["url"], cfg["token"], allow_submit=allow_submit).run("stdio")
+
+    go()
+
+
 def register(app: typer.Typer) -> None:
     """Add the client commands (user and admin) to the root app."""
     from gpupool.cli import client_admin  # admin commands live beside these
@@ -551,4 +571,5 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
     app.command()(queue)
     app.command()(usage)
+    app.command()(mcp)
     client_admin.register(app)

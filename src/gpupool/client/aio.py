@@ -38,7 +38,6 @@ from gpupool.client import calls, wire
 from gpupool.client.config import load_config
 from gpupool.client.errors import ApiError, InvalidInput, Unreachable, WaitTimeout
 from gpupool.client.wire import API_PREFIX, ENDED, Call
-from gpupool.domain import WorkloadState
 
 T = TypeVar("T")
 #: called before a submission is sent again: (the error, seconds until it is)
@@ -298,8 +297,8 @@ class AsyncClient:
         deadline = self._monotonic() + timeout_s
         while True:
             w = await self.workload(workload_id)
-            if w.state != WorkloadState.PENDING or w.pending is not None:
-                return w.pending if w.state == WorkloadState.PENDING else None
+            if w.state != "pending" or w.pending is not None:
+                return w.pending if w.state == "pending" else None
             if self._monotonic() >= deadline:
                 raise WaitTimeout(
                     f"the scheduler has not said why {workload_id} waits within "
