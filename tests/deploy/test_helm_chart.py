@@ -39,6 +39,8 @@ COMBOS = {
     "tenant-namespaces": {"rbac.tenantNamespaces[0]": "gpupool-team-a"},
     "no-persistence": {"postgresql.persistence.enabled": "false"},
     "cloud-metadata-open": {"server.blockCloudMetadata": "false"},
+    "webhook-ignore": {"webhook.failurePolicy": "Ignore"},
+    "webhook-off": {"webhook.enabled": "false"},
 }
 
 #: What the kubernetes engine does through the API (tests/kubernetes checks every request of
@@ -93,9 +95,10 @@ def test_defaults(helm):
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(
         ["ServiceAccount", "Secret", "Secret", "ClusterRole", "ClusterRole",
-         "ClusterRoleBinding", "ClusterRoleBinding", "Service", "Service", "Deployment",
-         "StatefulSet", "DaemonSet", "NetworkPolicy", "NetworkPolicy",
-         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+         "ClusterRoleBinding", "ClusterRoleBinding", "Service", "Service", "Service",
+         "Deployment", "StatefulSet", "DaemonSet", "NetworkPolicy", "NetworkPolicy",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+         "MutatingWebhookConfiguration"]
     )  # fmt: skip
     dep = one(objs, "Deployment")
     pod = dep["spec"]["template"]["spec"]
