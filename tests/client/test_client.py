@@ -12,6 +12,7 @@ import pytest
 import gpupool
 from gpupool.api.workloads import WorkloadDetailOut, WorkloadIn, WorkloadOut
 from gpupool.client import (
+    ApiError,
     AsyncClient,
     BadRequest,
     Client,
@@ -208,3 +209,12 @@ def test_the_async_client_is_the_same_api(server):  # noqa: F811
 
     state, text, missing = asyncio.run(go())
     assert (state, text) == ("succeeded", "async\n") and "no workload" in missing
+
+
+def test_an_unknown_tenant_is_refused_with_what_to_do(ann):
+    with pytest.raises(ApiError) as e:
+        ann.submit(gpus=1, tenant="no-such-lab", command=["x"])
+    assert "no-such-lab" in e.value.message and e.value.status in (403, 404, 422)
+    with pytest.raises(NotFound) as e:
+        ann.tenant("no-such-lab")
+    assert "no-such-lab" in e.value.message
