@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -205,35 +204,23 @@ def login(
 def _log_pages(c: Api, wid: str, offset: int = 0) -> Iterator[dict]:
     """The log from byte `offset` on, page by page (`?offset=`: at most 1 MiB each), until
     a page brings nothing new, which comes last (its `note` is the latest); neither side
-    holds the whole log."""
-    while True:
-        page = c.get(f"/workloads/{wid}/logs", params={"offset": offset})
-        yield page
-        if page["next_offset"] == offset:
-            return
-        offset = page["next_offset"]
+    holds the whole log (gpupool.client's `log_pages`)."""
+    with cli_errors(c.url):
+        for page in c.client.log_pages(wid, offset):
+            yield page.model_dump(mode="json")
 
 
 def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, str]]:
-    """Yield (state, note, new log text) until the workload ends."""
-    printed = 0
-    while True:
-        w = c.get(f"/workloads/{wid}")
-        state = w["state"]
-        note = None
-        if state == S.PENDING and w.get("pending"):
-            p = w["pending"]
-            note = f"waiting (#{p['position']} in the queue): {p['reason']}"
-            if w.get("preemptions"):  # its earlier run's output stays; the next run follows
-                note = "requeued after preemption; " + note
-        text = ""
-        for page in _log_pages(c, wid, printed):  # pending: an earlier run's output, if any
-            text += page["text"]
-            printed = page["next_offset"]
-        yield state, note, text
-        if state in TERMINAL:
-            return
-        time.sleep(poll)
+    """Yield (state, note, new log text) until the workload ends (gpupool.client's
+    `follow`)."""
+    with cli_errors(c.url):
+        for w, text in c.client.follow(wid, poll_s=poll):
+            note = None
+            if w.state == S.PENDING and w.pending:
+                note = f"waiting (#{w.pending.position} in the queue): {w.pending.reason}"
+                if w.preemptions:  # its earlier run's output stays; the next run follows
+                    note = "requeued after preemption; " + note
+            yield w.state, note, text
 
 
 def asks_text(r: dict[str, Any]) -> str:
