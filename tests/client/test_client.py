@@ -173,9 +173,16 @@ def test_newer_servers_fields_are_ignored_and_older_servers_named(ann):
     with pytest.raises(IncompatibleServer, match="does not answer like a gpupool server"):
         other.check_server()
     assert ann.check_server() == gpupool.__version__
-    odd = Client("http://odd", "t", transport=_answers({"/api/v1/auth/me": (200, {"nom": "x"})}))
+    healthy = {"/healthz": (200, {"status": "ok", "version": gpupool.__version__})}
+    odd = Client("http://odd", "t", transport=_answers(healthy | {"/api/v1/auth/me": (200, {})}))
     with pytest.raises(IncompatibleServer, match="does not fit gpupool client"):
         odd.me()
+    # the symptoms of a server that is not gpupool are said as such
+    with pytest.raises(IncompatibleServer, match="does not answer like a gpupool server"):
+        other.workload("w-1")
+    gone = Client("http://old", "t", transport=_answers({"/healthz": (200, {"status": "ok"})}))
+    with pytest.raises(IncompatibleServer, match="older than this client supports"):
+        gone.me()
 
 
 def test_url_and_token_come_from_the_environment_or_the_login_file(server, tmp_path, monkeypatch):  # noqa: F811

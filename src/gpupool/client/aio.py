@@ -36,7 +36,14 @@ from gpupool.api.workloads import (
 )
 from gpupool.client import calls, wire
 from gpupool.client.config import load_config
-from gpupool.client.errors import ApiError, InvalidInput, Unreachable, WaitTimeout
+from gpupool.client.errors import (
+    ApiError,
+    IncompatibleServer,
+    InvalidInput,
+    NotFound,
+    Unreachable,
+    WaitTimeout,
+)
 from gpupool.client.wire import API_PREFIX, ENDED, Call
 
 T = TypeVar("T")
@@ -119,10 +126,21 @@ class AsyncClient:
         return r.json()
 
     async def _run(self, call: Call[T]) -> T:
-        data = await self.request(
-            call.method, call.path, params=call.params, json=call.json, headers=call.headers
-        )
-        return call.parse(data)
+        """Send `call` and read its answer. An answer that does not fit, or a 404 that is no
+        problem+json, asks /healthz once: a server that is not gpupool, or an older one,
+        is said as such (IncompatibleServer) rather than as the symptom."""
+        try:
+            data = await self.request(
+                call.method, call.path, params=call.params, json=call.json, headers=call.headers
+            )
+            return call.parse(data)
+        except IncompatibleServer:
+            await self.check_server()
+            raise
+        except NotFound as e:
+            if e.problem is None:
+                await self.check_server()
+            raise
 
     async def check_server(self) -> str:
         """The server's version; IncompatibleServer if it is not gpupool or too old."""
