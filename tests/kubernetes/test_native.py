@@ -179,7 +179,8 @@ def test_a_waiting_pod_gets_the_queue_reason_as_an_event(system, kube, clock):
     queue = _api(system).get("/api/v1/queue").json()
     (entry,) = [e for e in queue if e["workload"]["id"] == wid]
     reason, message = _events(kube, "small")[-1]
-    assert reason == "Queued" and message == f"waiting: {entry['reason']}"
+    assert reason == "Queued"
+    assert message == f"waiting: 1st in line for default; {entry['reason']}"
     assert "GPU" in message
 
 
@@ -328,3 +329,61 @@ def test_the_webhook_certificate_is_renewed_before_it_expires(tmp_path):
     late = first.not_after - webhook_tls.RENEW_BEFORE_S + 1
     renewed = webhook_tls.ensure(tmp_path, ["gpupool-webhook.gpupool.svc"], late)
     assert renewed.made and renewed.not_after > first.not_after
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.34.0"])
+def test_every_object_on_the_path_is_valid_kubernetes(system, kube, version):
+    """The gated Pod, the suspended Job, both once released, and gpupool's Events, as the
+    fake stored them, against the official schemas (kubernetes-validate --strict)."""
+    kv = pytest.importorskip("kubernetes_validate")
+    core, batch = _kubectl(kube)
+    pod = _pod("vector-add", 1)
+    pod["spec"]["affinity"] = {  # the user's own affinity: gpupool adds to its terms
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+    kube.nodes["gpu-1"]["metadata"]["labels"]["zone"] = "a"
+    core.create_namespaced_pod(NS, pod)
+    batch.create_namespaced_job(NS, _job("train", 1, 1))
+
+    def strip(obj: dict) -> dict:  # what the fake adds that a client never sends
+        return {k: v for k, v in obj.items() if k != "status"}
+
+    held = [strip(kube.pod(NS, "vector-add")), strip(kube.native.job(NS, "train"))]
+    system.ctx.loops.get("scheduler").run_once()
+    system.ctx.loops.get("reconciler").run_once()
+    released = [strip(kube.pod(NS, "vector-add")), strip(kube.native.job(NS, "train"))]
+    (term,) = released[0]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert [e["key"] for e in term["matchExpressions"]] == ["zone", HOST]
+    events = [e for e in kube.events if e.get("source", {}).get("component") == "gpupool"]
+    assert events
+    for obj in [*held, *released, *events]:
+        kv.validate(obj, version, strict=True)
+
+
+def test_an_emptied_ca_bundle_is_restored_and_a_due_certificate_renewed(system, kube, clock):
+    from gpupool.engines.kubernetes.engine import CERT_CHECK_S
+
+    engine = system.engines.engines[0]
+    cfg = kube.native.webhook_configs["gpupool"]
+    first = cfg["webhooks"][0]["clientConfig"]["caBundle"]
+    cfg["webhooks"][0]["clientConfig"]["caBundle"] = ""  # helm upgrade re-applied it
+    assert not engine.check_webhook_cert()  # not due yet: nothing read
+    clock.advance(CERT_CHECK_S)
+    assert not engine.check_webhook_cert()  # the same certificate, its CA written back
+    assert (
+        kube.native.webhook_configs["gpupool"]["webhooks"][0]["clientConfig"]["caBundle"] == first
+    )
+    clock.advance(webhook_tls.VALID_S - webhook_tls.RENEW_BEFORE_S)
+    assert engine.check_webhook_cert()  # renewed: a new CA, the server restarted with it
+    now = kube.native.webhook_configs["gpupool"]["webhooks"][0]["clientConfig"]["caBundle"]
+    assert now != first
+    # (the fake cannot call it now: the manual clock made it valid a year from today)
+    assert engine.webhook_server is not None and engine.webhook_server.port

@@ -66,6 +66,8 @@ class KubeOptions:
 
 
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"
+#: how often gpupool's own webhook certificate and caBundle are checked (seconds)
+CERT_CHECK_S = 300.0
 
 
 class KubernetesEngine(Engine):
@@ -91,6 +93,7 @@ class KubernetesEngine(Engine):
         self._refused: list[str] = []
         self._record: Any = None
         self._env: EngineEnv | None = None
+        self._cert_checked = 0.0
         #: the watches (`follow`): gpupool's pods, every live pod, the nodes
         self.watches: dict[str, Informer] = {}
         self._wake: Callable[[str], None] = lambda loop: None
@@ -145,31 +148,54 @@ class KubernetesEngine(Engine):
         certificate gpupool makes itself goes into its own webhook's caBundle."""
         from pathlib import Path
 
-        from gpupool.engines.kubernetes import webhook_tls
-
-        o, api, hook, env = self.options.webhook, self.api, self.webhook, self._env
-        assert api is not None and hook is not None and env is not None
+        o, hook = self.options.webhook, self.webhook
+        assert hook is not None
         if o.cert_dir:
             cert_file, key_file = Path(o.cert_dir) / "tls.crt", Path(o.cert_dir) / "tls.key"
         else:
-            if env.data_dir is None:
-                raise EngineError("the webhook's own certificate needs --data-dir")
-            names = list(dict.fromkeys([o.service, o.service.removesuffix(".svc")]))
-            cert = webhook_tls.ensure(env.data_dir / "webhook-tls", names, env.clock.now())
+            cert = self._own_cert()
             cert_file, key_file = cert.cert_file, cert.key_file
-            try:
-                NativeApi(api).set_ca_bundle(o.config, cert.ca_pem)
-            except KubeError as e:
-                env.record(
-                    "kubernetes.webhook_ca",
-                    f"writing the caBundle of MutatingWebhookConfiguration {o.config} "
-                    f"failed ({e}); kube-apiserver cannot call the webhook until it is set",
-                    {"config": o.config},
-                )
         self.webhook_server = WebhookServer(
             hook.app(), str(cert_file), str(key_file), o.host, o.port
         )
         return self.webhook_server.start()
+
+    def _own_cert(self) -> Any:
+        """gpupool's own webhook certificate (made or renewed when due, webhook_tls.py), its
+        CA written into the webhook's caBundle when that differs (a `helm upgrade` empties
+        it); a failed write is recorded as an event and retried at the next check."""
+        from gpupool.engines.kubernetes import webhook_tls
+
+        o, api, env = self.options.webhook, self.api, self._env
+        assert api is not None and env is not None
+        if env.data_dir is None:
+            raise EngineError("the webhook's own certificate needs --data-dir")
+        names = list(dict.fromkeys([o.service, o.service.removesuffix(".svc")]))
+        cert = webhook_tls.ensure(env.data_dir / "webhook-tls", names, env.clock.now())
+        self._cert_checked = env.clock.now()
+        try:
+            NativeApi(api).set_ca_bundle(o.config, cert.ca_pem)
+        except KubeError as e:
+            env.record(
+                "kubernetes.webhook_ca",
+                f"writing the caBundle of MutatingWebhookConfiguration {o.config} failed "
+                f"({e}); kube-apiserver cannot call the webhook until it is set",
+                {"config": o.config},
+            )
+        return cert
+
+    def check_webhook_cert(self) -> bool:
+        """Every `CERT_CHECK_S` (from the inventory loop): renew gpupool's own certificate
+        when due (the server restarts with it) and restore the caBundle. True: renewed."""
+        env, server = self._env, self.webhook_server
+        if server is None or self.options.webhook.cert_dir or env is None:
+            return False
+        if env.clock.now() - self._cert_checked < CERT_CHECK_S:
+            return False
+        cert = self._own_cert()
+        if cert.made:
+            server.restart()
+        return bool(cert.made)
 
     def _informers(self, env: EngineEnv) -> dict[str, Informer]:
         api = self.api
@@ -260,6 +286,7 @@ class KubernetesEngine(Engine):
         """Every GPU node, with GPUs used by pods gpupool did not create marked as taken."""
         if self.api is None:
             raise EngineError("open the engine first")
+        self.check_webhook_cert()
         nodes, pods = self._cached("nodes"), self._cached("live-pods")
         try:
             nodes = nodes if nodes is not None else self.api.list_nodes()

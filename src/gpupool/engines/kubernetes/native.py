@@ -82,7 +82,8 @@ def pod_spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def parallelism(job: Mapping[str, Any]) -> int:
     spec = job.get("spec") or {}
-    p = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
+    raw = spec.get("parallelism")
+    p = int(raw) if raw is not None else 1
     completions = spec.get("completions")
     return max(1, min(p, int(completions)) if completions is not None else p)
 

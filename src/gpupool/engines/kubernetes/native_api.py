@@ -86,14 +86,16 @@ class NativeApi:
 
     def set_ca_bundle(self, webhook_config: str, ca_pem: bytes) -> None:
         """Write `ca_pem` into every webhook of gpupool's own MutatingWebhookConfiguration
-        (the only one the chart's RBAC lets it patch, by resourceNames)."""
+        (the only one the chart's RBAC lets it patch, by resourceNames) whose caBundle
+        differs; no patch when none does."""
         import base64
 
         current = self.api._call(self.admission.read_mutating_webhook_configuration, webhook_config)
         bundle = base64.b64encode(ca_pem).decode()
         ops = [
-            {"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-            for i, _ in enumerate(current.get("webhooks") or [])
+            {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+            for i, w in enumerate(current.get("webhooks") or [])
+            if (w.get("clientConfig") or {}).get("caBundle") != bundle
         ]
         if ops:
             self.api._call(

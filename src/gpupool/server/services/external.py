@@ -70,7 +70,8 @@ def submit_external(ctx: AppContext, work: ExternalWork) -> ExternalAnswer:
 
 
 def waiting_reasons(ctx: AppContext, ids: Collection[str]) -> dict[str, str]:
-    """Why each pending workload of `ids` waits, the text of `gpupool queue`."""
+    """Why each pending workload of `ids` waits: its place in its tenant's line and the
+    reason `gpupool queue` shows."""
     want = set(ids)
     if not want:
         return {}
@@ -78,6 +79,14 @@ def waiting_reasons(ctx: AppContext, ids: Collection[str]) -> dict[str, str]:
         rows = WorkloadRepo(s).rows(states={WorkloadState.PENDING}, newest_first=False)
     out = {}
     for r in rows:
-        if r.id in want:
-            out[r.id] = r.pending_reason or "waiting for the next scheduling cycle"
+        if r.id not in want:
+            continue
+        why = r.pending_reason or "waiting for the next scheduling cycle"
+        pos = r.tenant_position
+        out[r.id] = f"{_ordinal(pos)} in line for {r.tenant}; {why}" if pos else why
     return out
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
