@@ -49,6 +49,7 @@ ENGINE_RULES = {
     ("cluster", "batch", "jobs", "list", ()),
     ("cluster", "batch", "jobs", "watch", ()),
     ("workloads", "", "pods", "patch", ()),
+    ("workloads", "batch", "jobs", "get", ()),
     ("workloads", "batch", "jobs", "patch", ()),
     ("workloads", "", "events", "create", ()),
     # the caBundle of gpupool's own webhook, and no other (resourceNames)

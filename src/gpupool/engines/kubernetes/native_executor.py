@@ -105,7 +105,15 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         own = [{"kind": "Pod", **p} for p in pods]
         return [p for p in own if not native.is_own(p)] + [{"kind": "Job", **j} for j in jobs]
 
-    def _find(self, wid: str, fresh: bool = False) -> dict[str, Any] | None:
+    def _find(
+        self, wid: str, fresh: bool = False, named: tuple[str, str, str] | None = None
+    ) -> dict[str, Any] | None:
+        """The object queued as `wid`: from the watches' caches, or (`fresh`) from the API,
+        by its name first when `named` (kind, namespace, name) is known."""
+        if fresh and named is not None:
+            got = self.native.get(*named)
+            if got is not None and _wid(got) == wid:
+                return {"kind": named[0], **got}
         if not fresh:
             for obj in self.native_objects():
                 if _wid(obj) == wid:
@@ -135,7 +143,8 @@ class NativeKubernetesExecutor(KubernetesExecutor):
             return super().start(workload, allocation, env=env, unix_user=unix_user)
         kind, ns = ref
         try:
-            obj = self._find(workload.id, fresh=True)
+            named = (kind, ns, workload.command[3])
+            obj = self._find(workload.id, fresh=True, named=named)
         except KubeError as e:
             raise StartError(f"reading the {kind} of {workload.id} failed: {e}") from None
         if obj is None:
