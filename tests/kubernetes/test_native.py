@@ -26,9 +26,9 @@ NS = "gpupool-default"
 HOST = "kubernetes.io/hostname"
 
 
-def _build(kube, clock, tmp_path):
+def _build(kube, clock, tmp_path, watch: bool = False):
     hook = WebhookSettings(host="127.0.0.1", service="127.0.0.1")
-    engine = KubernetesEngine(KubeOptions(watch=False, webhook=hook), api_client=kube.client())
+    engine = KubernetesEngine(KubeOptions(watch=watch, webhook=hook), api_client=kube.client())
     db = f"sqlite:///{tmp_path / 'gpupool.db'}"
     s = SystemSettings(
         server=Settings(database_url=db, start_loops=False),

@@ -93,6 +93,8 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         self._stopped: dict[str, str] = {}
         self._said: dict[str, str] = {}  # object ref -> the last waiting message written
         self._said_at = -math.inf
+        #: workload id -> queued object, as the watches held it at the start of this pass
+        self._index: dict[str, dict[str, Any]] | None = None
 
     # -- finding the objects -------------------------------------------------------------
     def native_objects(self) -> list[dict[str, Any]]:
@@ -115,10 +117,9 @@ class NativeKubernetesExecutor(KubernetesExecutor):
             if got is not None and _wid(got) == wid:
                 return {"kind": named[0], **got}
         if not fresh:
-            for obj in self.native_objects():
-                if _wid(obj) == wid:
-                    return obj
-            return None
+            if self._index is None:  # once per reconcile pass (`tick` clears it)
+                self._index = {_wid(o): o for o in self.native_objects()}
+            return self._index.get(wid)
         sel = f"{native.NATIVE}={wid}"
         pods = [p for p in self.api.list_pods(sel) if not native.is_own({"kind": "Pod", **p})]
         if pods:
@@ -164,6 +165,7 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         except KubeError as e:
             raise StartError(f"releasing {_ref(obj)} failed: {e}") from None
         now = self.clock.now()
+        self._index = None
         self._released[workload.id] = now
         self._stopped.pop(workload.id, None)
         where = f"on node {node}" if node else "(no GPU: kube-scheduler places it)"
@@ -225,6 +227,7 @@ class NativeKubernetesExecutor(KubernetesExecutor):
             raise ExecutorError(f"stopping {_ref(obj)} failed: {e}") from None
         self._stopped[workload_id] = reason
         self._released.pop(workload_id, None)
+        self._index = None
         what = "suspended again" if obj["kind"] == "Job" else "deleted"
         self._event(obj, "Preempted", f"{what} by gpupool: {reason}", warning=True)
 
@@ -242,6 +245,7 @@ class NativeKubernetesExecutor(KubernetesExecutor):
 
     def tick(self) -> None:
         super().tick()
+        self._index = None
         now = self.clock.now()
         if now - self._said_at < self.events_every_s:
             return
