@@ -107,7 +107,7 @@ def kubelet(kube: FakeKube) -> None:
             kube.vanish(meta["namespace"], meta["name"])
         elif pod["status"].get("phase") == "Pending" and not spec.get("schedulingGates"):
             node = node_of(pod)
-            assert node in K8S_NODES, pod
+            assert node in kube.nodes, pod
             kube.set_phase(meta["namespace"], meta["name"], "Running", node=node)
 
 
