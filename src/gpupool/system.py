@@ -307,7 +307,11 @@ def _assemble(
             except NotFound:
                 return None
 
-    from gpupool.server.services.external import submit_external, waiting_reasons
+    from gpupool.server.services.external import (
+        submit_external,
+        waiting_reasons,
+        withdraw_external,
+    )
 
     late: list[AppContext] = []  # the app's context, made once the engines are open
 
@@ -319,10 +323,14 @@ def _assemble(
     def waiting(ids: Collection[str]) -> Mapping[str, str]:
         return waiting_reasons(late[0], ids) if late else {}
 
+    def withdraw(workload_id: str, reason: str) -> None:
+        if late:
+            withdraw_external(late[0], workload_id, reason)
+
     engine = engines.default  # the hub's notebooks run on the default engine
     try:
         env = EngineEnv(clock, s.data_dir, record, say, tenants, held, notebook_template=pod_spec)
-        env = dataclasses.replace(env, submit=submit, waiting=waiting)
+        env = dataclasses.replace(env, submit=submit, waiting=waiting, withdraw=withdraw)
         executor = engines.open(env, locate)
         nodes = engines.inventory()
     except EngineError as e:

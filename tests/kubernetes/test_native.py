@@ -387,3 +387,21 @@ def test_an_emptied_ca_bundle_is_restored_and_a_due_certificate_renewed(system, 
     assert now != first
     # (the fake cannot call it now: the manual clock made it valid a year from today)
     assert engine.webhook_server is not None and engine.webhook_server.port
+
+
+def test_a_pod_deleted_while_it_waits_withdraws_its_workload(system, kube, clock):
+    core, _ = _kubectl(kube)
+    core.create_namespaced_pod(NS, _pod("first", 2))
+    ctx = system.ctx
+    ctx.loops.get("scheduler").run_once()  # it takes both GPUs: the next one waits
+    core.create_namespaced_pod(NS, _pod("changed-mind", 1))
+    ctx.loops.get("scheduler").run_once()
+    wid = kube.pod(NS, "changed-mind")["metadata"]["labels"][native.NATIVE]
+    ctx.loops.get("reconciler").run_once()  # seen waiting
+    assert _workload(system, wid).state == "pending"
+    core.delete_namespaced_pod("changed-mind", NS)
+    clock.advance(60)
+    ctx.loops.get("reconciler").run_once()
+    w = _workload(system, wid)
+    assert w.state == "cancelled"
+    assert w.reason == f"Pod/{NS}/changed-mind was deleted before gpupool admitted it"

@@ -102,6 +102,8 @@ class EngineEnv:
     submit(work): queue `ExternalWork` as a workload, checked as the API checks a submission
         (raises the API's own `ValidationError` / `PermissionDenied` with its reason).
     waiting(ids): why each of these pending workloads waits, as `gpupool queue` says it.
+    withdraw(id, reason): cancel submitted work that is gone from the engine's API before it
+        was admitted (a queued Pod deleted with kubectl); nothing when it is no longer pending.
     """
 
     clock: Clock
@@ -114,6 +116,7 @@ class EngineEnv:
     notebook_template: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
     submit: Callable[[ExternalWork], ExternalAnswer] = _no_submit
     waiting: Callable[[Collection[str]], Mapping[str, str]] = lambda ids: {}
+    withdraw: Callable[[str, str], None] = lambda workload_id, reason: None
 
 
 @dataclass(frozen=True)

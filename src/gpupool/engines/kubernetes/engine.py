@@ -132,6 +132,7 @@ class KubernetesEngine(Engine):
             cache=own.snapshot if own is not None else None,
             pod_spec=env.notebook_template,
             waiting=env.waiting,
+            withdraw=env.withdraw,
             native_pods=native_pods.snapshot if native_pods is not None else None,
             native_jobs=native_jobs.snapshot if native_jobs is not None else None,
         )

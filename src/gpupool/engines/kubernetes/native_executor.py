@@ -13,7 +13,8 @@
 - `stop` (preemption, cancel) deletes the Pod or suspends the Job again (Kubernetes then
   deletes its pods), with an Event saying why; a suspended Job resumes when re-admitted.
 - `tick` writes an Event on each waiting object whose queue reason changed, at most every
-  `events_every_s`: the text of `gpupool queue`.
+  `events_every_s`: the text of `gpupool queue`; a waiting object deleted since the last
+  check has its workload withdrawn (`EngineEnv.withdraw`: cancelled if still pending).
 
 Every other workload is the plain `KubernetesExecutor`'s.
 """
@@ -78,6 +79,7 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         self,
         *args: Any,
         waiting: Callable[[Collection[str]], Mapping[str, str]] | None = None,
+        withdraw: Callable[[str, str], None] | None = None,
         native_pods: Snapshot | None = None,
         native_jobs: Snapshot | None = None,
         events_every_s: float = 15.0,
@@ -86,6 +88,8 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         super().__init__(*args, **kwargs)
         self.native = NativeApi(self.api)
         self.waiting = waiting or (lambda ids: {})
+        self.withdraw = withdraw or (lambda workload_id, reason: None)
+        self._held: dict[str, str] = {}  # workload id -> ref of the objects held last check
         self._caches = (native_pods, native_jobs)
         self.events_every_s = events_every_s
         #: workload id -> when this process released it / why it stopped it
@@ -251,9 +255,15 @@ class NativeKubernetesExecutor(KubernetesExecutor):
             return
         self._said_at = now
         try:
-            held = [o for o in self.native_objects() if native.held(o) and _wid(o)]
+            objects = self.native_objects()
         except KubeError:
             return
+        held = [o for o in objects if native.held(o) and _wid(o)]
+        present = {_wid(o) for o in objects}
+        for wid, ref in self._held.items():  # deleted while it waited: withdrawn
+            if wid not in present and wid not in self._released:
+                self.withdraw(wid, f"{ref} was deleted before gpupool admitted it")
+        self._held = {_wid(o): _ref(o) for o in held}
         reasons = self.waiting([_wid(o) for o in held]) if held else {}
         for obj in held:
             why = reasons.get(_wid(obj))

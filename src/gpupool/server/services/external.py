@@ -19,7 +19,7 @@ from gpupool.engines.common.engine import ExternalAnswer, ExternalWork
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.server.services import workloads
-from gpupool.store.errors import Conflict
+from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.tenancy import UserRepo
 from gpupool.store.workloads import WorkloadRepo
 
@@ -90,3 +90,15 @@ def waiting_reasons(ctx: AppContext, ids: Collection[str]) -> dict[str, str]:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+def withdraw_external(ctx: AppContext, workload_id: str, reason: str) -> None:
+    """Cancel `workload_id` if it is still pending (its object is gone from the engine)."""
+    try:
+        with ctx.store.write() as s:
+            repo = WorkloadRepo(s)
+            if repo.get(workload_id).state is WorkloadState.PENDING:
+                repo.change_state(workload_id, WorkloadState.CANCELLED, ctx.clock.now(), reason)
+    except (Conflict, NotFound):
+        return  # admitted or gone meanwhile: the executor's start and poll handle it
+    ctx.wake_scheduler()
