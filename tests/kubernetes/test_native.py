@@ -405,3 +405,17 @@ def test_a_pod_deleted_while_it_waits_withdraws_its_workload(system, kube, clock
     w = _workload(system, wid)
     assert w.state == "cancelled"
     assert w.reason == f"Pod/{NS}/changed-mind was deleted before gpupool admitted it"
+
+
+def test_the_agents_pods_of_queued_work_are_attributed_to_it(system, kube):
+    core, batch = _kubectl(kube)
+    core.create_namespaced_pod(NS, _pod("solo", 1))
+    batch.create_namespaced_job(NS, _job("train", 1, 1))
+    system.ctx.loops.get("scheduler").run_once()
+    kube.native.job_controller(NS, "train")
+    solo, child = kube.pod(NS, "solo"), kube.pod(NS, "train-0")
+    uids = [solo["metadata"]["uid"], child["metadata"]["uid"], "someone-else"]
+    owners = system.ctx.executor.owners("pod", uids)
+    assert owners[uids[0]] == solo["metadata"]["labels"][native.NATIVE]
+    assert owners[uids[1]] == kube.native.job(NS, "train")["metadata"]["labels"][native.NATIVE]
+    assert not owners.get("someone-else")

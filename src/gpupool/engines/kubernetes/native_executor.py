@@ -247,6 +247,23 @@ class NativeKubernetesExecutor(KubernetesExecutor):
                 out.append(RunningProcess(wid, _ref(obj), user=obj["metadata"]["namespace"]))
         return out
 
+    def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
+        """Pod UID -> workload, a queued Pod's (and a queued Job's pods') included."""
+        out = super().owners(container_kind, ids)
+        if container_kind != "pod" or all(out.get(i) for i in ids):
+            return out
+        cached = self._caches[0]() if self._caches[0] is not None else None
+        try:
+            pods = cached if cached is not None else self.native.list_pods_at()[0]
+        except KubeError:
+            return out
+        want = set(ids)
+        for p in pods:
+            uid = (p.get("metadata") or {}).get("uid")
+            if uid in want and not out.get(uid) and _wid(p):
+                out[uid] = _wid(p)
+        return out
+
     def tick(self) -> None:
         super().tick()
         self._index = None
