@@ -63,6 +63,10 @@ def _wait_synced(engine, timeout: float = 120.0) -> float:  # noqa: ANN001
     return time.perf_counter() - t0
 
 
+def _say(what: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
 def run(nodes: int, pods: int, queued: int, tmp: Path) -> dict:
     kube = FakeKube().start()
     try:
@@ -70,14 +74,18 @@ def run(nodes: int, pods: int, queued: int, tmp: Path) -> dict:
         _fill(kube, nodes, pods)
         fill_s = time.perf_counter() - t0
         clock = ManualClock(1_780_000_000.0)
+        _say(f"filled: {nodes} nodes, {pods} pods")
         system, engine = _build(kube, clock, tmp, watch=True)
+        _say("system built")
         sync_s = _wait_synced(engine)
+        _say(f"synced in {sync_s:.2f} s")
         core, _ = _kubectl(kube)
         applies = []
         for i in range(queued):
             t = time.perf_counter()
             core.create_namespaced_pod(NS, _pod(f"q-{i}", 1))
             applies.append(time.perf_counter() - t)
+        _say(f"{queued} applied")
         ex = engine.executor
         starts: list[float] = []
         inner = ex.start
@@ -100,6 +108,7 @@ def run(nodes: int, pods: int, queued: int, tmp: Path) -> dict:
             and time.perf_counter() < deadline
         ):
             time.sleep(0.01)  # the watch catches up with the releases
+        _say("admitted")
         rec = system.ctx.loops.get("reconciler")
         rec.run_once()
         kube.set_phase(
@@ -118,6 +127,7 @@ def run(nodes: int, pods: int, queued: int, tmp: Path) -> dict:
         t = time.perf_counter()
         rec.run_once()
         one_change_s = time.perf_counter() - t
+        _say("one change")
         before = len(kube.requests)
         inv = system.ctx.loops.get("inventory")
         for i in range(30):

@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from gpupool.domain import Allocation, Workload
+from gpupool.domain import Allocation, Enforcement, Workload
 from gpupool.engines.common.executor import (
     ExecState,
     ExecStatus,
@@ -246,6 +246,13 @@ class NativeKubernetesExecutor(KubernetesExecutor):
                 self._released.setdefault(wid, self.clock.now())  # adopted after a restart
                 out.append(RunningProcess(wid, _ref(obj), user=obj["metadata"]["namespace"]))
         return out
+
+    def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
+        """A queued object's GPUs are whole (`nvidia.com/gpu: N`, the device plugin's): what
+        the allocation asks (None); gpupool's own pods as the plain executor says."""
+        if workload_id in self._released or workload_id in self._stopped:
+            return None
+        return super().enforcement_of(workload_id)
 
     def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
         """Pod UID -> workload, a queued Pod's (and a queued Job's pods') included."""
