@@ -342,3 +342,21 @@ def test_a_running_gang_with_a_max_runtime_dates_a_reservation_on_its_second_nod
     snap = snapshot(n, [tenant("lab-a", 16), tenant("lab-b", 0)], [rg])
     d = cycle(snap, [gang("w", 2, 8)], 100.0, SchedulerConfig(preemption=False))
     assert d.pending["w"].wait is not None and d.pending["w"].wait.expected_start == 1000.0
+
+
+def test_under_fair_the_gang_waiting_longest_holds_nodes_whatever_the_tenant_order():
+    # lab-a comes first in the tenant order (a tie broken by name), but lab-b's gang was
+    # submitted first: it holds the nodes, as under fifo, so the hold does not move from
+    # gang to gang as the tenant order changes between cycles (issue 32)
+    n = nodes("n", 2)
+    run = [
+        running(job("r0", tenant="lab-c", gpus=4, preemptible=False), n[0], range(4)),
+        running(job("r1", tenant="lab-c", gpus=4, preemptible=False), n[1], range(4)),
+    ]
+    snap = snapshot(n, [tenant("lab-a", 8), tenant("lab-b", 8), tenant("lab-c", 0)], run)
+    pend = [gang("new", 2, 8, tenant="lab-a", submit=5), gang("old", 2, 8, tenant="lab-b")]
+    for config in (FAIR, SchedulerConfig(policy=Policy.FIFO)):
+        d = cycle(snap, pend, 10.0, config)
+        assert d.admissions == ()
+        assert "held for it" in d.pending["old"].reason, config.policy
+        assert "held for it" not in d.pending["new"].reason, config.policy

@@ -137,3 +137,27 @@ def test_by_default_only_work_two_levels_up_is_preempted():
     huge = [mid[0], running(ckpt(job("huge", gpus=1)), N, [1], since=NOW - 60 * 3600)]
     snap = snapshot([N], TENANTS, huge, attained={"back": 3600 * 1000.0})
     assert victims(cycle(snap, [back], NOW, cfg)) == ["huge"]
+
+
+def test_a_running_gang_is_never_stopped_for_levels():
+    # lab-a's 2 x 2 gang has run for hours (level 2); lab-a's new 1-GPU job waits for it
+    # rather than stop it (a gang stopped must find N whole nodes again)
+    n2 = [node("n1", gpus=2), node("n2", gpus=2)]
+    g = ckpt(job("gang", gpus=4))
+    g = dataclasses.replace(g, request=dataclasses.replace(g.request, nodes=2))
+    shares = [
+        *running(g, n2[0], [0, 1]).allocation.shares,
+        *running(g, n2[1], [0, 1]).allocation.shares,
+    ]
+    alloc = dataclasses.replace(
+        running(g, n2[0], [0, 1], since=NOW - 7200).allocation, shares=tuple(shares)
+    )
+    run = [dataclasses.replace(running(g, n2[0], [0, 1], since=NOW - 7200), allocation=alloc)]
+    snap = snapshot(n2, [tenant("lab-a", 4)], run)
+    d = cycle(snap, [job("short", gpus=1, submit=NOW)], NOW, CFG)
+    assert victims(d) == []
+    # the same work on one node is stopped for it (the rule the gang is exempt from)
+    one = [running(ckpt(job("long", gpus=2)), n2[0], [0, 1], since=NOW - 7200)]
+    full = [running(ckpt(job("long2", gpus=2)), n2[1], [0, 1], since=NOW - 7200)]
+    d = cycle(snapshot(n2, [tenant("lab-a", 4)], one + full), [job("short", gpus=1)], NOW, CFG)
+    assert victims(d) != []

@@ -159,6 +159,8 @@ class _Cycle(ReclaimSteps):
         self.reserved_by_tenant: set[str] = set()
         #: nodes held for blocked multi-node requests (gpupool.scheduler.gangwalk)
         self.gang_holds: list[GangHold] = []
+        #: (fair) ids of the gangs that may hold nodes this cycle (gangwalk.may_hold)
+        self.gang_turn: frozenset[str] | None = None
         #: tenants with blocked work that did not reclaim: no reclaim for work behind it
         self.no_reclaim: set[str] = set()
         #: workload id -> node index kept for it this cycle (Snapshot.nominated), and their

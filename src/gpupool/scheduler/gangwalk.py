@@ -69,7 +69,7 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
         if reclaim_due(w, c.now, c.config.reclaim_after_s):
             c.no_reclaim.add(w.tenant)
     c.reasons[w.id] = why = c._blocked_reason(shape)
-    if len(c.gang_holds) < c.config.gang_reservations:
+    if len(c.gang_holds) < c.config.gang_reservations and may_hold(c, w):
         nodes = gang_reservation(c.cap, shape, c.config.topology_keys)
         if nodes is not None:
             one = per_node(shape)
@@ -89,6 +89,22 @@ def place_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
     if c.policy.value == "fair" and not c.config.backfill:
         c.stopped_tenants[w.tenant] = w.id
     return False
+
+
+def may_hold(c: _Cycle, w: Workload) -> bool:
+    """Whether blocked gang `w` may hold nodes: under `fair`, only the `gang_reservations`
+    waiting gangs submitted first (in whatever tenant), as under `fifo`. The queue order
+    between tenants changes from cycle to cycle; a hold that went to whichever gang came
+    first would move between gangs and nodes, and no node would drain for any of them
+    (issue 32)."""
+    if c.policy.value != "fair":
+        return True
+    if c.gang_turn is None:
+        gangs = sorted(
+            (e[1].submitted_at, e[1].id) for q in c.queues.values() for e in q if e[2].nodes > 1
+        )
+        c.gang_turn = frozenset(wid for _, wid in gangs[: c.config.gang_reservations])
+    return w.id in c.gang_turn
 
 
 def backfill_gang_nodes(c: _Cycle, w: Workload, shape: Shape) -> Placement | None:

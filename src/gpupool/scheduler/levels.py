@@ -13,6 +13,8 @@ tenants; inside a tenant:
   it stopped and keeps its service), is preemptible, not stopping, has run at least
   `min_runtime_s` and has no higher priority. So the tenant's usage is unchanged and no
   other tenant's share or guarantee moves; short work no longer waits behind long work.
+  Multi-node work (a gang) is never such a victim: a gang stopped for one-node work must
+  find N whole nodes again, which on a busy cluster of small jobs takes hours (issue 32).
 
 Victims on one node, highest level then most attained service first, only until the
 candidate fits; the node needing the fewest victims (then the least GPU milli) wins. Pure.
@@ -64,8 +66,8 @@ class LevelPreemptor:
         self._failed: set[tuple[str, int, int, Shape]] = set()
         for rw in running:
             w = rw.workload
-            if not w.checkpointing or not w.preemptible or rw.stopping:
-                continue
+            if not w.checkpointing or not w.preemptible or rw.stopping or w.request.nodes > 1:
+                continue  # a gang is never a victim here: see the module docstring
             a = rw.allocation
             if now - a.since < min_runtime_s:
                 continue
