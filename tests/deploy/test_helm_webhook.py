@@ -41,7 +41,7 @@ def test_the_webhook_sees_only_tenant_namespaces_and_fails_closed(helm):
     args = _args(objs)
     assert args[args.index("--kubernetes-webhook-port") + 1] == "8443"
     assert args[args.index("--kubernetes-webhook-service") + 1] == "gp-gpupool-webhook.gpupool.svc"
-    assert "--kubernetes-webhook-cert-dir" not in args
+    assert "--kubernetes-webhook-tls" not in args
 
 
 def test_failure_policy_ignore_and_off(helm):
@@ -64,7 +64,7 @@ def test_cert_manager_issues_the_certificate_and_injects_the_ca(helm):
     assert cert["spec"]["dnsNames"] == ["gp-gpupool-webhook.gpupool.svc"]
     assert cert["spec"]["secretName"] == "gp-gpupool-webhook-tls"
     args = _args(objs)
-    assert args[args.index("--kubernetes-webhook-cert-dir") + 1] == "/etc/gpupool/webhook-tls"
+    assert args[args.index("--kubernetes-webhook-tls") + 1] == "/etc/gpupool/webhook-tls"
     pod = one(objs, "Deployment")["spec"]["template"]["spec"]
     assert {"name": "webhook-tls", "secret": {"secretName": "gp-gpupool-webhook-tls"}} in pod[
         "volumes"

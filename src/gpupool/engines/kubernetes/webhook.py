@@ -55,7 +55,7 @@ class WebhookSettings:
     cert_dir: str = field(
         default="",
         metadata={
-            "flag": "--kubernetes-webhook-cert-dir",
+            "flag": "--kubernetes-webhook-tls",
             "metavar": "DIR",
             "help": "tls.crt and tls.key of the webhook (cert-manager's Secret); empty: "
             "gpupool makes and renews its own and patches its webhook's caBundle.",
@@ -75,7 +75,8 @@ class WebhookSettings:
         metadata={
             "flag": "--kubernetes-webhook-config",
             "metavar": "NAME",
-            "help": "gpupool's MutatingWebhookConfiguration, whose caBundle it keeps.",
+            "help": "The name of gpupool's mutating webhook configuration, whose caBundle "
+            "it keeps.",
         },
     )
 
