@@ -198,8 +198,14 @@ def test_one_tenant_runs_on_both_engines_and_a_guarantee_reclaims_on_each(mixed,
         back = w.settle("slbob", v, {"pending"})  # ended on its engine, back in the queue
         assert back["preemptions"] == 1
     slurm_victim = next(v for v in victims if w.engine_of(v) == "slurm")
-    job = sh("sacct", "-n", "-X", "-P", "--name", f"gpupool-{slurm_victim}", "-o", "JobID")
-    assert sacct(job.split()[0])["state"]["current"] in ("CANCELLED", "FAILED")
+    # slurmdbd records a job a moment after slurmctld ends it: poll, bounded
+    job = wait_for(
+        lambda: sh(
+            "sacct", "-a", "-n", "-X", "-P", "--name", f"gpupool-{slurm_victim}", "-o", "JobID"
+        ).split(),
+        "slurmdbd to record the cancelled job",
+    )
+    assert sacct(job[0])["state"]["current"] in ("CANCELLED", "FAILED")
     w.schedule()
     for engine, wid in ann.items():
         w.settle("slann", wid, {"running"})

@@ -80,8 +80,10 @@ class Behaviour:
         if self.until == "release":
             assert gate is not None
             parts.append(f"read _ < {shlex.quote(str(gate))}")
-        elif self.until == "stopped":  # `wait` returns at once when a trapped signal comes
-            parts.append("sleep 600 & wait $!")
+        elif self.until == "stopped":  # `wait` returns at once when a trapped signal comes;
+            # in a loop: the engine may signal the sleep before the shell, and a shell whose
+            # wait returned then must still be there for its own signal (and its trap)
+            parts.append("while :; do sleep 600 & wait $!; done")
         parts.append(f"exit {self.exit_code}")
         return "; ".join(parts)
 
