@@ -32,7 +32,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpupool.engines.local.executor import LocalExecutor
 from tests.cli.test_up import PASSWORD, Up
+from tests.engines.conftest import end_all
 from tests.support import free_hub_port, free_port, wait_for
 
 pexpect = pytest.importorskip("pexpect", reason="pexpect drives the tutorial's terminal")
@@ -396,6 +398,9 @@ def test_the_first_hour_as_the_tutorial_says(tmp_path, browser, terminal_env):
     finally:
         term.close()
         up.stop()
+        # work outlives its server by design (adopted at the next start): end what the
+        # walk left running (the tutorial's sleep 3600 jobs, run as nobody)
+        end_all(LocalExecutor(tmp_path / "data" / "jobs", user_mode="single-user"))
         TRANSCRIPT.parent.mkdir(parents=True, exist_ok=True)
         TRANSCRIPT.write_text("".join(log) + "\n--- gpupool up:\n" + up.output)
 
