@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.domain.errors import ValidationError
+from gpupool.domain.tenancy import check_runtime_policy
 from gpupool.domain.workloads import Request, WorkloadKind
 
 
@@ -19,8 +20,13 @@ class Profile:
     kind: WorkloadKind = WorkloadKind.NOTEBOOK
     image: str | None = None
     tenants: tuple[str, ...] = ()
+    #: runtime policy of the work started from it (notebooks): the max runtime given when
+    #: none is declared, and the most one may declare; None: the tenant's (domain.runtime)
+    default_runtime_s: float | None = None
+    max_runtime_s: float | None = None
 
     def __post_init__(self) -> None:
+        check_runtime_policy(self.default_runtime_s, self.max_runtime_s)
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
             raise ValidationError(
                 f"profile name {self.name!r} may only use letters, digits, '-', '_' and '.'",

@@ -147,6 +147,20 @@ def validate_tenant_path(path: str) -> str:
     return path
 
 
+def check_runtime_policy(default_s: float | None, max_s: float | None) -> None:
+    """Raise ValidationError unless both are None or > 0 and the default is at most the
+    maximum."""
+    for value, what in ((default_s, "default_runtime"), (max_s, "max_runtime")):
+        if value is not None and not value > 0:
+            raise ValidationError(f"{what} must be > 0 seconds, got {value:g}", what)
+    if default_s is not None and max_s is not None and default_s > max_s:
+        raise ValidationError(
+            f"the default runtime ({default_s:g} s) is above the maximum ({max_s:g} s); "
+            "lower the default or raise the maximum",
+            "default_runtime",
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Tenant:
     """A team or project. `name` is its full path, e.g. `physics/lab-a`."""
@@ -154,9 +168,14 @@ class Tenant:
     name: str
     quota: Quota = field(default_factory=Quota)
     idle_timeout_s: float | None = None  # culling policy for idle GPU holders; None = never
+    #: runtime policy (`gpupool.domain.runtime`): the max runtime given to work that declares
+    #: none, and the most a workload may declare; None = none (inherited, nearest first)
+    default_runtime_s: float | None = None
+    max_runtime_s: float | None = None
 
     def __post_init__(self) -> None:
         validate_tenant_path(self.name)
+        check_runtime_policy(self.default_runtime_s, self.max_runtime_s)
 
     @property
     def parent(self) -> str | None:

@@ -172,6 +172,8 @@ def tenant_to_domain(row: TenantRow) -> Tenant:
             ),
         ),
         idle_timeout_s=row.idle_timeout_s,
+        default_runtime_s=row.default_runtime_s,
+        max_runtime_s=row.max_runtime_s,
     )
 
 
@@ -185,6 +187,8 @@ def tenant_to_row(tenant: Tenant, row: TenantRow | None = None) -> TenantRow:
     row.max_milli_per_user = q.max_milli_per_user
     row.guaranteed_by_model = dict(q.guaranteed_by_model)
     row.idle_timeout_s = tenant.idle_timeout_s
+    row.default_runtime_s = tenant.default_runtime_s
+    row.max_runtime_s = tenant.max_runtime_s
     return row
 
 
@@ -374,6 +378,8 @@ def profile_to_domain(row: ProfileRow) -> Profile:
         image=row.image,
         tenants=tuple(str(t) for t in row.tenants or ()),
         request=request_of(row),
+        default_runtime_s=row.default_runtime_s,
+        max_runtime_s=row.max_runtime_s,
     )
 
 
@@ -383,5 +389,7 @@ def profile_to_row(p: Profile, row: ProfileRow | None = None) -> ProfileRow:
     row.kind = str(p.kind)
     row.image = p.image
     row.tenants = list(p.tenants)
+    row.default_runtime_s = p.default_runtime_s
+    row.max_runtime_s = p.max_runtime_s
     set_request(row, p.request)
     return row

@@ -88,6 +88,8 @@ class TenantRow(Base):
     max_milli_per_user: Mapped[int | None] = mapped_column(Integer)
     guaranteed_by_model: Mapped[dict[str, Any]] = mapped_column(default=dict)
     idle_timeout_s: Mapped[float | None] = mapped_column(Float)
+    default_runtime_s: Mapped[float | None] = mapped_column(Float)
+    max_runtime_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
@@ -179,6 +181,8 @@ class WorkloadRow(Base):
     # Its structured part (scheduler.Wait as JSON text; see store.convert.wait_to_json), for
     # waits that end at a known time or event; NULL otherwise.
     pending_wait: Mapped[str | None] = mapped_column(Text)
+    #: the start-time forecast of pending work (gpupool.sim.forecast.Forecast as JSON)
+    pending_forecast: Mapped[str | None] = mapped_column(Text)
     queue_position: Mapped[int | None] = mapped_column(Integer)
     tenant_position: Mapped[int | None] = mapped_column(Integer)
     # The executor's reference to the launched work (pid, pod, Slurm job id).
@@ -339,6 +343,8 @@ class ProfileRow(Base):
     mig: Mapped[str | None] = mapped_column(String(32))
     image: Mapped[str | None] = mapped_column(String(512))
     tenants: Mapped[list[Any]] = mapped_column(default=list)
+    default_runtime_s: Mapped[float | None] = mapped_column(Float)
+    max_runtime_s: Mapped[float | None] = mapped_column(Float)
 
 
 class LoginThrottleRow(Base):
