@@ -11,6 +11,7 @@ from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.events import EventRepo
 from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
 from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
+from gpupool.store.nodepools import NodePoolRepo
 from gpupool.store.profiles import ProfileRepo
 from gpupool.store.tenancy import TenantRepo, Token, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
@@ -30,6 +31,7 @@ __all__ = [
     "EventRepo",
     "GpuPeriod",
     "HistoryRepo",
+    "NodePoolRepo",
     "NodeRepo",
     "NodeReportRepo",
     "NodeTokenRepo",
