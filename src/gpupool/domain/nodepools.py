@@ -22,6 +22,9 @@ from gpupool.domain.errors import IllegalTransition, ValidationError
 from gpupool.domain.placement import check_engine_name, normalize_labels
 from gpupool.domain.resources import MILLI_PER_GPU
 
+#: the label an engine's inventory puts on each node of a pool: its pool's name
+POOL_LABEL = "gpupool.io/node-pool"
+
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 

@@ -50,17 +50,21 @@ docs/executors.md from them):
   (``run_times``); without it accounting takes the allocation's times.
 - `ExecutorWithPruning`: removes the kept state and logs of work that ended long ago
   (``prune``); without it nothing is kept, nothing removed.
+- `ExecutorWithNodePools`: adds nodes to node pools when asked and gives idle ones back
+  (``request_nodes``, ``withdraw``, ``release_node``, ``pool_states``). Without it node pools
+  are not grown or shrunk by gpupool: their powered-down capacity is not counted as reachable.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.domain.nodepools import NodePool, PoolNodeState, RequestState
 from gpupool.engines.common import logread
 
 
@@ -373,6 +377,75 @@ class ExecutorWithPruning(ABC):
         workload ids removed."""
 
 
+@dataclass(frozen=True, slots=True)
+class PoolNodeStatus:
+    """A node of a node pool as the engine sees it: its name (as the inventory names it once
+    it is up), its pool, its state and the request (`request_nodes`'s id) it came for ("")."""
+
+    name: str
+    pool: str
+    state: PoolNodeState
+    request: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRequestStatus:
+    """Where one request for nodes stands: `open` (its nodes are on their way),
+    `fulfilled` (every node it asked for is up) or `withdrawn` (the engine gave up: `message`
+    says why, e.g. "the cloud has no capacity for p5.48xlarge")."""
+
+    request: str
+    pool: str
+    state: RequestState
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStates:
+    """What `pool_states` answers: the pools' nodes and the requests the engine still knows."""
+
+    nodes: tuple[PoolNodeStatus, ...] = ()
+    requests: tuple[NodeRequestStatus, ...] = ()
+
+
+class ExecutorWithNodePools(ABC):
+    """Grows and shrinks node pools (issue 34): asks the cluster's autoscaler (or power
+    saving) for nodes of a pool and gives idle ones back. gpupool decides when and how many
+    (gpupool.scheduler.autoscale); the engine only carries it out.
+
+    A node belongs to pool P when the engine's inventory labels it `POOL_LABEL=P`
+    (gpupool.domain.nodepools). Every method returns at once (no waiting for nodes to boot);
+    the server loop (gpupool.server.loops.autoscale) calls ``pool_states`` every pass and
+    withdraws requests that stay open past the pool's ``request_timeout_seconds``.
+
+    Without it node pools are not grown or shrunk by gpupool."""
+
+    @abstractmethod
+    def request_nodes(
+        self, pool: NodePool, count: int, for_workloads: Sequence[Workload], *, atomic: bool
+    ) -> str:
+        """Ask for `count` more nodes of `pool` for the waiting `for_workloads` (their
+        requests are the shapes to serve; `atomic`: all `count` or none, for a gang). Returns
+        the request's id (unique, stable across a restart of the server). Raises
+        `ExecutorError` when the engine cannot ask (the caller retries next pass)."""
+
+    @abstractmethod
+    def withdraw(self, request: str) -> None:
+        """Withdraw request `request` (it timed out, or the work no longer waits). Nodes that
+        already came stay (they are given back through `release_node` when idle). Unknown or
+        ended requests are a no-op."""
+
+    @abstractmethod
+    def release_node(self, node: str) -> None:
+        """Give node `node` back (power it down, or let the autoscaler remove it); gpupool
+        only asks for nodes it runs no work on. Unknown nodes are a no-op."""
+
+    @abstractmethod
+    def pool_states(self, pools: Sequence[NodePool]) -> PoolStates:
+        """The nodes of `pools` the engine knows and their states, and the requests it still
+        knows (open or ended recently)."""
+
+
 #: every capability mixin, in the order docs/executors.md shows them
 CAPABILITIES: tuple[type, ...] = (
     ExecutorWithLogs,
@@ -384,6 +457,7 @@ CAPABILITIES: tuple[type, ...] = (
     ExecutorWithAttribution,
     ExecutorWithRunTimes,
     ExecutorWithPruning,
+    ExecutorWithNodePools,
 )
 
 

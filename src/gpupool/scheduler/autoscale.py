@@ -1,0 +1,402 @@
+"""Node pools (issue 34): which waiting work needs new nodes, how many of which pool, which
+idle nodes go back, which requests for nodes are withdrawn. Pure: no I/O, the clock given.
+
+Two steps, both fed by narrow inputs so that the server loops and the simulator share them:
+
+1. `capacity_bound(snapshot, pending, decisions)`: the pending workloads that wait for
+   capacity, and for nothing else. Work the cycle admitted, work that can never run, work at
+   its tenant's (or user's) limit, work held by the caller for another reason (`held`: a
+   budget, a failed start backing off), work that waits for preempted work to end, and work
+   that would fit the capacity left free after the cycle (it waits for its place in line, not
+   for a node) are left out.
+2. `plan(pools, waiting, busy, now)`: per pool, the nodes to ask for (the fewest that hold the
+   waiting shapes, cheapest pool first, a gang's nodes in one atomic request), the open
+   requests to withdraw (not fulfilled within the pool's `request_timeout_seconds`), the idle
+   nodes to give back (idle for `idle_seconds`, never below `min_nodes`), and the reason each
+   waiting workload it concerns gets ("waiting for a node of pool gpu-h100 (booting, ~4
+   min)").
+
+A pool whose request was withdrawn for its timeout gets no new request for the same time
+again (`PoolView.withdrawn_at`): work that could only use it then says so in its reason and
+waits for capacity like any other; nothing waits on a node that does not come.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from gpupool.domain import MILLI_PER_GPU, Allocation, Workload
+from gpupool.domain.nodepools import (
+    POOL_LABEL,
+    NodePool,
+    NodeRequest,
+    PoolNode,
+    PoolNodeState,
+    RequestState,
+)
+from gpupool.domain.placement import ENGINE_LABEL
+from gpupool.scheduler.limits import Usage, limit_check
+from gpupool.scheduler.types import Decisions, Snapshot, WaitKind
+
+UP = PoolNodeState.UP
+BOOTING = PoolNodeState.BOOTING
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pool as `plan` sees it: its definition, its nodes (any state) and its open
+    requests; `withdrawn_at`: when its last request was withdrawn for its timeout (None:
+    never, or long ago)."""
+
+    pool: NodePool
+    nodes: tuple[PoolNode, ...] = ()
+    requests: tuple[NodeRequest, ...] = ()
+    withdrawn_at: float | None = None
+
+    def count(self, state: PoolNodeState) -> int:
+        return sum(1 for n in self.nodes if n.state is state)
+
+    def en_route(self) -> int:
+        """Nodes asked for and not yet up: the open requests' counts."""
+        return sum(r.count for r in self.requests if r.state is RequestState.OPEN)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    """Ask pool `pool` for `nodes` nodes for `for_workloads` (all or none when `atomic`)."""
+
+    pool: str
+    nodes: int
+    for_workloads: tuple[str, ...]
+    atomic: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDown:
+    """Give node `node` of pool `pool` back: idle since `idle_since`."""
+
+    pool: str
+    node: str
+    idle_since: float
+
+
+@dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """Withdraw request `request` of pool `pool`; `reason` says why."""
+
+    request: str
+    pool: str
+    reason: str
+    for_workloads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AutoscalePlan:
+    scale_up: tuple[ScaleUp, ...] = ()
+    scale_down: tuple[ScaleDown, ...] = ()
+    withdrawals: tuple[Withdrawal, ...] = ()
+    #: waiting workload id -> its reason, for the work that waits for a pool's node
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def request_milli(w: Workload) -> int:
+    """GPU milli a workload holds once admitted (a MIG instance counts as its GPU)."""
+    r = w.request
+    if r.gpus:
+        return r.gpus * MILLI_PER_GPU
+    if r.mig:
+        return MILLI_PER_GPU
+    return r.gpu_milli
+
+
+# -- 1. which waiting work waits for capacity -----------------------------------------------
+
+
+def capacity_bound(
+    snapshot: Snapshot,
+    pending: Sequence[Workload],
+    decisions: Decisions,
+    held: Collection[str] = (),
+) -> list[Workload]:
+    """The workloads of `pending` (in their order) that wait for capacity and nothing else
+    after the cycle that made `decisions` (see the module's docstring)."""
+    admitted = {a.workload_id: a.allocation for a in decisions.admissions}
+    usage = Usage(snapshot.tenants)
+    free = _Free(snapshot)
+    for r in snapshot.running:
+        usage.add(r.workload.tenant, r.workload.owner, r.allocation.gpu_milli)
+    by_id = {w.id: w for w in pending}
+    for wid, alloc in admitted.items():
+        w = by_id.get(wid)
+        if w is not None:
+            usage.add(w.tenant, w.owner, alloc.gpu_milli)
+        free.take(alloc)
+    out: list[Workload] = []
+    for w in pending:
+        info = decisions.pending.get(w.id)
+        if info is None or w.id in held or w.id in decisions.unschedulable:
+            continue
+        if info.wait is not None and info.wait.kind is WaitKind.RECLAIMING:
+            continue  # preempted work is ending for it
+        if limit_check(usage, w.tenant, w.owner, request_milli(w)) is not None:
+            continue  # waits on its quota or limit: a node would not let it run
+        if free.fits(w):
+            continue  # it fits what is free: it waits for its turn, not for a node
+        out.append(w)
+    return out
+
+
+class _Free:
+    """Free whole GPUs, GPU milli, CPUs and memory per schedulable node after the cycle."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.nodes = {n.name: n for n in snapshot.nodes if n.schedulable}
+        self.gpu: dict[tuple[str, int], int] = {}
+        self.cpu: dict[str, int] = {}
+        self.mem: dict[str, int] = {}
+        for n in self.nodes.values():
+            self.cpu[n.name], self.mem[n.name] = n.cpu_milli, n.memory_mib
+            for g in n.gpus:
+                if g.schedulable:
+                    self.gpu[(n.name, g.index)] = MILLI_PER_GPU
+        for r in snapshot.running:
+            self.take(r.allocation)
+
+    def take(self, a: Allocation) -> None:
+        for s in a.shares:
+            key = (s.node, s.gpu_index)
+            if key in self.gpu:
+                self.gpu[key] -= s.milli
+        for node in a.nodes:
+            if node in self.cpu:
+                self.cpu[node] -= a.cpu_milli
+                self.mem[node] -= a.memory_mib
+
+    def fits(self, w: Workload) -> bool:
+        """Whether `w` would fit on the free capacity (a gang: on `nodes` distinct nodes)."""
+        r = w.request
+        per_node_gpus = r.gpus // r.nodes if r.gpus else 0
+        room = 0
+        for n in self.nodes.values():
+            if self.cpu[n.name] < r.cpu_milli or self.mem[n.name] < r.memory_mib:
+                continue
+            if r.engine is not None and n.label_map.get(ENGINE_LABEL, r.engine) != r.engine:
+                continue
+            labels = n.label_map
+            if any(labels.get(k) != v for k, v in r.node_labels):
+                continue
+            gpus = [
+                (g, self.gpu.get((n.name, g.index), 0))
+                for g in n.gpus
+                if (r.gpu_model is None or g.model == r.gpu_model)
+                and g.memory_mib >= r.gpu_memory_mib
+            ]
+            if per_node_gpus:
+                ok = sum(1 for _, m in gpus if m == MILLI_PER_GPU) >= per_node_gpus
+            elif r.gpu_milli or r.mig:
+                need = r.gpu_milli or MILLI_PER_GPU
+                ok = any(m >= need for _, m in gpus)
+            else:
+                ok = True
+            if ok:
+                room += 1
+                if room >= r.nodes:
+                    return True
+        return False
+
+
+# -- 2. the plan ----------------------------------------------------------------------------
+
+
+def serves(pool: NodePool, w: Workload) -> bool:
+    """Whether one node of `pool` (or `nodes` of them, for a gang) could hold `w`."""
+    r = w.request
+    if r.mig is not None:
+        return False  # pool nodes come without a MIG layout
+    per_node = r.gpus // r.nodes if r.gpus else 0
+    if per_node > pool.gpus or (r.gpu_milli and not pool.gpus):
+        return False
+    if r.gpu_model is not None and (per_node or r.gpu_milli) and r.gpu_model != pool.gpu_model:
+        return False
+    if r.gpu_memory_mib and pool.gpu_memory_mib and r.gpu_memory_mib > pool.gpu_memory_mib:
+        return False
+    if r.cpu_milli > pool.cpu_milli or r.memory_mib > pool.memory_mib:
+        return False
+    if r.engine is not None and pool.engine is not None and r.engine != pool.engine:
+        return False
+    labels = {**pool.label_map, POOL_LABEL: pool.name}
+    return all(labels.get(k) == v for k, v in r.node_labels)
+
+
+def _minutes(seconds: float) -> int:
+    return max(1, math.ceil(seconds / 60))
+
+
+def waiting_reason(pool: NodePool, state: PoolNodeState, ready_in_s: float, nodes: int) -> str:
+    """'waiting for a node of pool gpu-h100 (booting, ~4 min): 1 node of 8 H100 requested'."""
+    what = f"{pool.gpus} {pool.gpu_model}" if pool.gpus else f"{pool.cpu_milli // 1000} CPUs"
+    n = f"{nodes} node" + ("" if nodes == 1 else "s")
+    return (
+        f"waiting for a node of pool {pool.name} ({state}, ~{_minutes(ready_in_s)} min): "
+        f"{n} of {what} requested"
+    )
+
+
+class _Bin:
+    """A new node being filled with waiting work in `plan`."""
+
+    __slots__ = ("gpus", "milli", "cpu", "mem")
+
+    def __init__(self, pool: NodePool) -> None:
+        self.gpus = pool.gpus
+        self.milli = 0  # milli left on the fraction GPU opened last (0: none open)
+        self.cpu = pool.cpu_milli
+        self.mem = pool.memory_mib
+
+    def add(self, w: Workload) -> bool:
+        r = w.request
+        if r.cpu_milli > self.cpu or r.memory_mib > self.mem:
+            return False
+        if r.gpus:
+            if r.gpus > self.gpus:
+                return False
+            self.gpus -= r.gpus
+        elif r.gpu_milli:
+            if self.milli < r.gpu_milli:
+                if not self.gpus:
+                    return False
+                self.gpus -= 1
+                self.milli = MILLI_PER_GPU
+            self.milli -= r.gpu_milli
+        self.cpu -= r.cpu_milli
+        self.mem -= r.memory_mib
+        return True
+
+
+def plan(
+    pools: Sequence[PoolView],
+    waiting: Sequence[Workload],
+    busy: Collection[str],
+    now: float,
+) -> AutoscalePlan:
+    """What to ask for, withdraw and give back (see the module's docstring). `waiting` is
+    `capacity_bound`'s answer, in queue order; `busy` the nodes that hold gpupool work."""
+    withdrawals: list[Withdrawal] = []
+    reasons: dict[str, str] = {}
+    waiting_ids = {w.id for w in waiting}
+    covered: set[str] = set()
+    headroom: dict[str, int] = {}
+    blocked: dict[str, float] = {}
+    for v in pools:
+        p = v.pool
+        open_reqs = []
+        for r in v.requests:
+            if r.state is not RequestState.OPEN:
+                continue
+            if now >= r.deadline(p):
+                why = (
+                    f"the request for {r.count} node(s) of pool {p.name} was not fulfilled "
+                    f"within {_minutes(p.request_timeout_seconds)} min and was withdrawn"
+                )
+                withdrawals.append(Withdrawal(r.id, p.name, why, r.for_workloads))
+                blocked[p.name] = now
+                for wid in r.for_workloads:
+                    if wid in waiting_ids:
+                        reasons[wid] = f"waiting for capacity: {why}"
+                continue
+            open_reqs.append(r)
+            booting = any(n.state is BOOTING for n in v.nodes)
+            state = BOOTING if booting else PoolNodeState.REQUESTED
+            for wid in r.for_workloads:
+                if wid in waiting_ids:
+                    covered.add(wid)
+                    ready = r.requested_at + p.boot_seconds - now
+                    reasons[wid] = waiting_reason(p, state, ready, r.count)
+        if v.withdrawn_at is not None and now - v.withdrawn_at < p.request_timeout_seconds:
+            blocked.setdefault(p.name, v.withdrawn_at)
+        en_route = sum(r.count for r in open_reqs)
+        headroom[p.name] = max(0, p.max_nodes - v.count(UP) - en_route)
+    order = sorted(
+        pools, key=lambda v: (v.pool.cost_per_gpu_hour, v.pool.boot_seconds, v.pool.name)
+    )
+    bins: dict[str, list[_Bin]] = {}
+    loose: dict[str, list[str]] = {}
+    ups: list[ScaleUp] = []
+    for w in waiting:
+        if w.id in covered:
+            continue
+        fits = [v.pool for v in order if serves(v.pool, w)]
+        usable = [p for p in fits if p.name not in blocked]
+        placed = False
+        for p in usable:
+            if w.request.nodes > 1:
+                if headroom[p.name] >= w.request.nodes:
+                    headroom[p.name] -= w.request.nodes
+                    ups.append(ScaleUp(p.name, w.request.nodes, (w.id,), atomic=True))
+                    reasons[w.id] = waiting_reason(
+                        p, PoolNodeState.REQUESTED, p.boot_seconds, w.request.nodes
+                    )
+                    placed = True
+                    break
+                continue
+            open_bins = bins.setdefault(p.name, [])
+            target = next((b for b in open_bins if b.add(w)), None)
+            if target is None and headroom[p.name] >= 1:
+                b = _Bin(p)
+                if b.add(w):
+                    headroom[p.name] -= 1
+                    open_bins.append(b)
+                    target = b
+            if target is not None:
+                loose.setdefault(p.name, []).append(w.id)
+                placed = True
+                break
+        if not placed and fits and not usable:
+            p = fits[0]
+            m = _minutes(p.request_timeout_seconds)
+            reasons.setdefault(
+                w.id,
+                f"waiting for capacity: the last request for nodes of pool {p.name} was not "
+                f"fulfilled within {m} min and was withdrawn; gpupool asks again {m} min after",
+            )
+        elif not placed and fits:
+            p = fits[0]
+            reasons.setdefault(
+                w.id,
+                f"waiting for capacity: pool {p.name} is at its maximum of {p.max_nodes} "
+                "nodes (up or on their way)",
+            )
+    pool_of = {v.pool.name: v.pool for v in pools}
+    for name, ids in loose.items():
+        n = len(bins[name])
+        ups.append(ScaleUp(name, n, tuple(ids)))
+        for wid in ids:
+            reasons[wid] = waiting_reason(
+                pool_of[name], PoolNodeState.REQUESTED, pool_of[name].boot_seconds, n
+            )
+    wanted = {u.pool for u in ups} | {
+        p.name for w in waiting for p in (v.pool for v in pools) if serves(p, w)
+    }
+    downs = [d for v in pools if v.pool.name not in wanted for d in _idle(v, busy, now)]
+    return AutoscalePlan(tuple(ups), tuple(downs), tuple(withdrawals), reasons)
+
+
+def _idle(v: PoolView, busy: Collection[str], now: float) -> list[ScaleDown]:
+    """The up nodes of `v` idle for its idle_seconds, oldest idle first, above min_nodes."""
+    p = v.pool
+    spare = v.count(UP) - p.min_nodes
+    idle = sorted(
+        (n for n in v.nodes if n.state is UP and n.idle_since is not None and n.name not in busy),
+        key=lambda n: (n.idle_since or 0.0, n.name),
+    )
+    out = []
+    for n in idle:
+        if spare <= 0:
+            break
+        assert n.idle_since is not None
+        if now - n.idle_since >= p.idle_seconds:
+            out.append(ScaleDown(p.name, n.name, n.idle_since))
+            spare -= 1
+    return out
