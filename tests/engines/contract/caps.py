@@ -11,6 +11,7 @@ from gpupool.engines.common.executor import (
     ExecutorWithAttribution,
     ExecutorWithLogs,
     ExecutorWithMultiNode,
+    ExecutorWithNodePools,
     ExecutorWithNotebooks,
     ExecutorWithPruning,
     ExecutorWithRunTimes,
@@ -29,6 +30,7 @@ CAPABILITIES: dict[str, type] = {
     "attribution": ExecutorWithAttribution,
     "run times": ExecutorWithRunTimes,
     "pruning": ExecutorWithPruning,
+    "node pools": ExecutorWithNodePools,
 }
 
 

@@ -134,6 +134,7 @@ def test_the_base_has_no_capability_and_the_fake_declares_its_own():
         "ExecutorWithSharedGPUs",
         "ExecutorWithAttribution",
         "ExecutorWithRunTimes",
+        "ExecutorWithNodePools",
     }
     assert not isinstance(OneNodeExecutor(ManualClock()), ExecutorWithMultiNode)
     assert fake.mps_enforcement("GPU-1") is Enforcement.POLICED  # the mixin's defaults

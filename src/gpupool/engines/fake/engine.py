@@ -49,7 +49,11 @@ class FakeEngine(Engine):
         return self.executor
 
     def inventory(self) -> list[Node]:
-        return list(self.nodes)
+        """The given nodes, and the nodes of node pools that are up in the fake cloud."""
+        pooled: list[Node] = []
+        if isinstance(self.executor, FakeExecutor):
+            pooled = self.executor.cloud.up_nodes()
+        return list(self.nodes) + pooled
 
     def telemetry(self) -> list[NodeTelemetry]:
         return [NodeTelemetry(s.hostname, s) for s in self.sources]

@@ -2,7 +2,8 @@
 
 - `FakeExecutor`: work runs at once; tests script its end with `finish()`, `lose()`, `forget()`.
   It has the capabilities a cluster engine has (logs, adoption, multi-node, shared GPUs,
-  attribution, run times), each scriptable: `downgrade`, `containers`, `times`.
+  attribution, run times, node pools), each scriptable: `downgrade`, `containers`, `times`,
+  `cloud` (gpupool.engines.fake.nodepools).
 - `OneNodeExecutor`: the same on one node only (no `ExecutorWithMultiNode`).
 - `SlowExecutor`: work stays `starting` until `release(workload_id)`.
 - `NeverStarts`: work stays `starting` forever.
@@ -38,6 +39,7 @@ from gpupool.engines.common.executor import (
     StartError,
     exec_state_for_exit,
 )
+from gpupool.engines.fake.nodepools import FakeCloud, FakeNodePools
 
 SIGTERM_EXIT = 128 + 15
 SIGKILL_EXIT = 128 + 9
@@ -72,6 +74,8 @@ class FakeWorld:
     #: Every start call that launched work, in order (workload ids); duplicates show here.
     launches: list[str] = field(default_factory=list)
     next_ref: int = 1000
+    #: the node pools' nodes and requests (gpupool.engines.fake.nodepools)
+    cloud: FakeCloud = field(default_factory=FakeCloud)
 
 
 class _Fake(
@@ -104,6 +108,11 @@ class _Fake(
         self.containers: dict[str, dict[str, str | None]] = {}
         #: workload id -> (start, end) as the engine ran it (`run_times`; absent: not told)
         self.times: dict[str, tuple[float | None, float | None]] = {}
+
+    @property
+    def cloud(self) -> FakeCloud:
+        """The world's node pools (`FakeNodePools` acts on them)."""
+        return self.world.cloud
 
     # -- contract ------------------------------------------------------------------------
     def start(
@@ -263,7 +272,7 @@ class _Fake(
         p.finished_at = self.clock.now()
 
 
-class FakeExecutor(_Fake, ExecutorWithMultiNode):
+class FakeExecutor(_Fake, ExecutorWithMultiNode, FakeNodePools):
     """The fake of a cluster engine: it also runs work across several nodes."""
 
 
