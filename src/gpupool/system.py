@@ -419,6 +419,7 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     from gpupool.server.loops.accounting import AccountingLoop
     from gpupool.server.loops.checkpoint import CheckpointLoop
     from gpupool.server.loops.culler import CullerLoop
+    from gpupool.server.loops.forecast import ForecastLoop
     from gpupool.server.loops.history import HistoryLoop
     from gpupool.server.loops.inventory import InventoryLoop
     from gpupool.server.loops.nodewatch import NodeWatchLoop
@@ -428,6 +429,7 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     from gpupool.server.loops.telemetry_join import AllocationTelemetry
 
     ctx.loops.add(SchedulerLoop(ctx))
+    ctx.loops.add(ForecastLoop(ctx))  # start-time forecasts, on their own cadence
     ctx.loops.add(NodeWatchLoop(ctx))
     if ctx.settings.mig_relayout:
         from gpupool.server.loops.mig_relayout import MigRelayoutLoop

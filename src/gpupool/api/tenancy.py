@@ -46,6 +46,8 @@ UNIX_USER_PATTERN = r"^[a-z_][a-z0-9_.-]*\$?$"
 TenantRole = Literal["tenant-admin", "member", "viewer"]
 #: Longest idle timeout a tenant may set (a year); finite, above 0.
 MAX_IDLE_TIMEOUT_S = 366 * 86400.0
+#: Longest default or maximum runtime a tenant or profile may set: a workload's own bound
+MAX_RUNTIME_POLICY_S = 366 * 86400.0
 
 
 class LoginIn(In):
@@ -140,12 +142,20 @@ class TenantCreateIn(In):
     name: TenantName
     quota: QuotaIO = Field(default_factory=QuotaIO)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_IDLE_TIMEOUT_S)
+    #: the max runtime given to work that declares none (seconds); null: inherited
+    default_runtime_s: float | None = Field(default=None, gt=0, le=MAX_RUNTIME_POLICY_S)
+    #: the most a workload may declare (longer requests are refused); null: inherited
+    max_runtime_s: float | None = Field(default=None, gt=0, le=MAX_RUNTIME_POLICY_S)
 
 
 class TenantUpdateIn(In):
     quota: QuotaIO | None = None
     idle_timeout_s: float | None = Field(default=None, gt=0, le=MAX_IDLE_TIMEOUT_S)
     clear_idle_timeout: bool = False
+    default_runtime_s: float | None = Field(default=None, gt=0, le=MAX_RUNTIME_POLICY_S)
+    clear_default_runtime: bool = False
+    max_runtime_s: float | None = Field(default=None, gt=0, le=MAX_RUNTIME_POLICY_S)
+    clear_max_runtime: bool = False
 
 
 class TenantOut(Out):
@@ -155,6 +165,9 @@ class TenantOut(Out):
     leaf: bool
     quota: QuotaIO
     idle_timeout_s: float | None
+    #: runtime policy set on this tenant (null: none here; its ancestors' may apply)
+    default_runtime_s: float | None = None
+    max_runtime_s: float | None = None
     #: GPUs held right now by the tenant's subtree, and pending demand.
     allocated_gpus: float
     pending_gpus: float

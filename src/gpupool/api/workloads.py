@@ -134,11 +134,34 @@ class WaitOut(Out):
     expected_start: str | None = None
 
 
+class ForecastOut(Out):
+    """When pending work is expected to start: the scheduler run forward on a copy of the
+    cluster with estimated run times (docs/scheduler.md, "Forecasts"). `expected`: with
+    typical (p50) run times; `latest`: with long (p90) ones; null: not before `until`, the
+    end of the forecast's horizon. Renewed every 30 s or so (`made_at`: when it last
+    changed)."""
+
+    #: ISO 8601 UTC
+    expected: str | None = None
+    latest: str | None = None
+    until: str
+    made_at: str
+    #: "expected to start around 12:28 UTC, by 12:40 UTC at the latest (p90)"
+    text: str
+    #: what the forecast rests on: how the run times of the work ahead were estimated
+    basis: str
+    #: how long this workload is expected to run once started (seconds), and from what
+    runtime_s: float
+    runtime_basis: str
+
+
 class PendingOut(Out):
     reason: str
     position: int
     tenant_position: int
     wait: WaitOut | None = None
+    #: when it is expected to start (null until the forecast loop has seen it)
+    forecast: ForecastOut | None = None
 
 
 class PreemptionOut(Out):
@@ -210,6 +233,8 @@ class QueueEntryOut(Out):
     reason: str
     #: the structured part of `reason` (as `workload.pending.wait`), or null
     wait: WaitOut | None = None
+    #: when it is expected to start (as `workload.pending.forecast`), or null
+    forecast: ForecastOut | None = None
     workload: WorkloadOut
 
 
@@ -259,6 +284,11 @@ class ProfileSpecIn(ResourcesIn):
     kind: Kind = "notebook"
     image: str | None = Field(default=None, max_length=512)
     tenants: list[str] = Field(default_factory=list, max_length=256)
+    #: the max runtime of work started from it that declares none (seconds); null: the
+    #: tenant's policy
+    default_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400)
+    #: the most such work may declare; null: the tenant's policy
+    max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400)
 
 
 class ProfileIn(ProfileSpecIn):
@@ -272,3 +302,5 @@ class ProfileOut(Out):
     image: str | None
     tenants: list[str]
     request: RequestOut
+    default_runtime_s: float | None = None
+    max_runtime_s: float | None = None

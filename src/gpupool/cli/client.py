@@ -544,7 +544,10 @@ def mcp(
 
 def register(app: typer.Typer) -> None:
     """Add the client commands (user and admin) to the root app."""
-    from gpupool.cli import client_admin  # admin commands live beside these
+    from gpupool.cli import (
+        client_admin,  # admin commands live beside these
+        runtime_policy,  # noqa: F401  (adds `tenant set`)
+    )
     from gpupool.cli.submit import run
 
     app.command()(login)

@@ -420,11 +420,17 @@ def profile_create(
     kind: str = typer.Option("notebook", "--kind", help="notebook or job"),
     image: str = typer.Option(None, "--image", help="container image (Kubernetes)"),
     tenant: list[str] = typer.Option(None, "--tenant", "-t", help="offered to (repeat); all"),
+    default_runtime: str = typer.Option(
+        None, "--default-runtime", help="runtime of its work that gives none, e.g. 8h"
+    ),
+    max_runtime: str = typer.Option(None, "--max-runtime", help="longest allowed, e.g. 48h"),
 ) -> None:
     """Define a profile (admins)."""
 
     @handled
     def go() -> None:
+        from gpupool.cli.runtime_policy import parse_duration  # it imports this module
+
         body: dict[str, Any] = {
             "name": name,
             "gpus": gpus,
@@ -442,6 +448,10 @@ def profile_create(
             body["mig"] = mig
         if image:
             body["image"] = image
+        if default_runtime is not None:
+            body["default_runtime_s"] = parse_duration(default_runtime, "--default-runtime")
+        if max_runtime is not None:
+            body["max_runtime_s"] = parse_duration(max_runtime, "--max-runtime")
         p = api().post("/profiles", body)
         out.print(f"created profile {p['name']}: {p['request']['description']}")
 

@@ -48,7 +48,7 @@ QUEUED_PROGRESS = 0
 ENDED = TERMINAL_STATES | {S.PREEMPTED}
 #: Why-stopped messages, by final state, for the page banner.
 STOPPED_BECAUSE = {
-    S.CULLED: "Your notebook was stopped because its GPU sat idle",
+    S.CULLED: "Your notebook was stopped by its tenant's policy (idle GPU or runtime)",
     S.PREEMPTED: "Your notebook was stopped to give a GPU back to a team within its guarantee",
     S.CANCELLED: "Your notebook was stopped by gpupool",
     S.LOST: "gpupool lost track of your notebook",

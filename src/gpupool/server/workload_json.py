@@ -119,6 +119,7 @@ def queue_entry(position: int, tenant_position: int, reason: str, obj: JSONObjec
         "tenant_position": tenant_position,
         "reason": reason,
         "wait": pending.get("wait") if pending else None,
+        "forecast": pending.get("forecast") if pending else None,
         "workload": obj,
     }
 

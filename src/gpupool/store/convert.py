@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -30,6 +31,7 @@ from gpupool.domain import (
 )
 from gpupool.domain.profiles import Profile
 from gpupool.scheduler.types import Wait, WaitKind
+from gpupool.sim.forecast import Forecast
 from gpupool.store.rows import (
     AllocationRow,
     EventRow,
@@ -393,3 +395,18 @@ def profile_to_row(p: Profile, row: ProfileRow | None = None) -> ProfileRow:
     row.max_runtime_s = p.max_runtime_s
     set_request(row, p.request)
     return row
+
+
+def forecast_to_json(f: Forecast) -> str:
+    """A start-time forecast as the JSON text stored in `workloads.pending_forecast`."""
+    return json.dumps(dataclasses.asdict(f), separators=(",", ":"))
+
+
+def forecast_from_json(text: str | None) -> Forecast | None:
+    """The Forecast stored by `forecast_to_json` (None for NULL or an unreadable one)."""
+    if not text:
+        return None
+    try:
+        return Forecast(**json.loads(text))
+    except (TypeError, ValueError):
+        return None

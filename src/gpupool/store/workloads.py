@@ -9,6 +9,7 @@ the committed allocations while holding the GPUs' row locks (see `store.db`).
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,11 +31,15 @@ from gpupool.domain import (
     transition,
 )
 from gpupool.scheduler.types import PendingInfo, RunningWorkload, Wait
+from gpupool.sim.forecast import Forecast
+from gpupool.sim.runtimes import PastRun
 from gpupool.store.convert import (
     OWED_WAIT_PREFIX,
     allocation_to_domain,
     allocation_to_row,
     event_to_row,
+    forecast_from_json,
+    forecast_to_json,
     share_to_domain,
     wait_from_json,
     wait_to_json,
@@ -53,6 +58,13 @@ from gpupool.store.rows import (
 from gpupool.store.scoping import in_subtree, in_subtrees, starts_with
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+#: ended states whose run time says how long such work runs (forecasts learn from them)
+_RAN_STATES = (
+    WorkloadState.SUCCEEDED,
+    WorkloadState.FAILED,
+    WorkloadState.CANCELLED,
+    WorkloadState.CULLED,
+)
 
 
 def new_workload_id() -> str:
@@ -72,6 +84,8 @@ class WorkloadRecord:
     stopping: tuple[WorkloadState, str] | None = None
     #: Where the workload's server listens ("http://host:port"), as its executor reported.
     endpoint: str | None = None
+    #: pending work: when it is expected to start (the forecast loop's latest pass)
+    forecast: Forecast | None = None
 
 
 #: Every column of the workloads table: `select(*_COLUMNS)` gives rows with the same attribute
@@ -104,8 +118,17 @@ def _record(row: WorkloadRow) -> WorkloadRecord:
     stopping = None
     if row.stop_state is not None:
         stopping = (WorkloadState(row.stop_state), row.stop_reason or "")
+    forecast = None
+    if pending is not None:
+        forecast = forecast_from_json(row.pending_forecast)
     return WorkloadRecord(
-        workload_to_domain(row), row.name, pending, row.executor_ref, stopping, row.endpoint
+        workload_to_domain(row),
+        row.name,
+        pending,
+        row.executor_ref,
+        stopping,
+        row.endpoint,
+        forecast,
     )
 
 
@@ -259,7 +282,7 @@ class WorkloadRepo:
         workload_to_row(new, row)
         if to is not WorkloadState.PENDING:
             row.pending_reason = row.queue_position = row.tenant_position = None
-            row.pending_wait = None
+            row.pending_wait = row.pending_forecast = None
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
             AllocationRepo(self.s).release(workload_id, now, to)
             row.stop_state = row.stop_reason = row.stop_requested_at = None
@@ -317,6 +340,54 @@ class WorkloadRepo:
                 )
         if params:
             self.s.execute(update(WorkloadRow), params)
+
+    def set_forecasts(self, forecasts: Mapping[str, Forecast]) -> int:
+        """Store the forecast of each listed (still pending) workload; only rows whose stored
+        forecast differs other than in `made_at` are written (their `made_at`: when it last
+        changed). Returns how many were written."""
+        if not forecasts:
+            return 0
+        ids = list(forecasts)
+        stored: dict[str, Forecast | None] = {}
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            q = select(WorkloadRow.id, WorkloadRow.pending_forecast).where(
+                WorkloadRow.id.in_(ids[i : i + 500]),
+                WorkloadRow.state == str(WorkloadState.PENDING),
+            )
+            stored.update((wid, forecast_from_json(text)) for wid, text in self.s.execute(q))
+        params = []
+        for wid, f in forecasts.items():
+            if wid not in stored:
+                continue
+            old = stored[wid]
+            if old is not None and dataclasses.replace(old, made_at=f.made_at) == f:
+                continue
+            params.append({"id": wid, "pending_forecast": forecast_to_json(f)})
+        if params:
+            self.s.execute(update(WorkloadRow), params)
+        return len(params)
+
+    def past_runs(self, limit: int = 5000) -> list[PastRun]:
+        """The last `limit` finished runs (started and finished), oldest first: what start-time
+        forecasts learn run times from (gpupool.sim.runtimes)."""
+        q = (
+            select(*_COLUMNS)
+            .where(
+                WorkloadRow.finished_at.is_not(None),
+                WorkloadRow.started_at.is_not(None),
+                WorkloadRow.state.in_([str(s) for s in _RAN_STATES]),
+            )
+            .order_by(WorkloadRow.finished_at.desc())
+            .limit(limit)
+        )
+        out = []
+        for r in self.s.execute(q):
+            w = workload_to_domain(_plain(r))
+            ran = (w.finished_at or 0.0) - (w.started_at or 0.0)
+            if ran > 0:
+                out.append(PastRun(w.owner, w.tenant, w.kind, w.request.total_gpu_milli, ran))
+        out.reverse()
+        return out
 
     def request_stop(
         self, workload_id: str, to: WorkloadState, reason: str, now: float

@@ -3,7 +3,10 @@
 Rules, per running workload (work being stopped already is skipped):
 
 - max runtime: once it has run `max_runtime_s`, it is stopped and becomes `culled`; a
-  `workload.cull_warning` event comes `warn_before_s` earlier.
+  `workload.cull_warning` event comes `warn_before_s` earlier (a notebook's user sees it on
+  the hub's pages). The max runtime is the declared one or the runtime policy's
+  (`domain.runtime`, applied at submission). The stop is the polite signal, then
+  `stop_grace_s` before the kill (the grace, docs/admin-guide.md "Runtime policy").
 - idle: a workload holding GPUs whose tenant (or nearest ancestor) sets `idle_timeout_s`
   is culled once all of its GPUs have been idle that long, with a warning `warn_before_s`
   earlier. Idleness comes from telemetry (`idle_seconds(allocation)`); no telemetry means
@@ -47,6 +50,14 @@ def idle_timeout(tree: TenantTree, tenant: str) -> float | None:
         if t is not None:
             return t
     return None
+
+
+def _warned_before(events: EventRepo, w: Workload) -> bool:
+    """Whether this run of `w` already got its runtime warning (one stored since it started)."""
+    for _, ev in events.list(workload_id=w.id, kind="workload.cull_warning", limit=20):
+        if ev.data.get("why") == "runtime" and ev.at >= (w.started_at or 0.0):
+            return True
+    return False
 
 
 @dataclass
@@ -141,6 +152,8 @@ class CullerLoop(Loop):
             return
         self._warned.add((w.id, why))
         with self.ctx.store.write() as s:
+            if why == "runtime" and _warned_before(EventRepo(s), w):
+                return  # warned before a restart: the runtime's end has not moved
             EventRepo(s).add(
                 Event(
                     at=now,

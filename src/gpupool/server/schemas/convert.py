@@ -23,6 +23,7 @@ from gpupool.server.schemas.tenancy import MembershipOut, QuotaIO, UserOut
 from gpupool.server.schemas.workloads import (
     AllocationOut,
     EventOut,
+    ForecastOut,
     PendingOut,
     PreemptionOut,
     ProfileOut,
@@ -32,6 +33,7 @@ from gpupool.server.schemas.workloads import (
     WaitOut,
     WorkloadOut,
 )
+from gpupool.sim.forecast import Forecast, forecast_text
 from gpupool.store import WorkloadRecord, gpu_hours
 from gpupool.store import attained_milli_s as store_attained_milli_s
 
@@ -156,6 +158,7 @@ def workload_out(
             position=rec.pending.position,
             tenant_position=rec.pending.tenant_position,
             wait=None if rec.pending.wait is None else wait_out(rec.pending.wait),
+            forecast=None if rec.forecast is None else forecast_out(rec.forecast),
         ),
         allocation=allocation,
         endpoint=rec.endpoint,
@@ -175,6 +178,19 @@ def preemption_out(p: PlannedPreemption) -> PreemptionOut:
         for_tenant=p.for_tenant,
         for_workload=p.for_workload,
         reason=p.reason,
+    )
+
+
+def forecast_out(f: Forecast) -> ForecastOut:
+    return ForecastOut(
+        expected=iso_time(f.expected),
+        latest=iso_time(f.latest),
+        until=iso_time(f.until) or "",
+        made_at=iso_time(f.made_at) or "",
+        text=forecast_text(f),
+        basis=f.basis,
+        runtime_s=round(f.runtime_s),
+        runtime_basis=f.runtime_basis,
     )
 
 
@@ -255,4 +271,6 @@ def profile_out(p: Profile) -> ProfileOut:
         image=p.image,
         tenants=list(p.tenants),
         request=request_out(p.request),
+        default_runtime_s=p.default_runtime_s,
+        max_runtime_s=p.max_runtime_s,
     )

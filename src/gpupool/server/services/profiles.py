@@ -49,6 +49,8 @@ def save_profile(
         kind=WorkloadKind(body.kind),
         image=body.image,
         tenants=tuple(body.tenants),
+        default_runtime_s=body.default_runtime_s,
+        max_runtime_s=body.max_runtime_s,
     )
     with ctx.store.write() as s:
         tree = TenantRepo(s).tree()

@@ -55,6 +55,8 @@ def list_tenants(ctx: AppContext, p: Principal) -> list[TenantOut]:
             leaf=tree.is_leaf(t.name),
             quota=quota_out(t.quota),
             idle_timeout_s=t.idle_timeout_s,
+            default_runtime_s=t.default_runtime_s,
+            max_runtime_s=t.max_runtime_s,
             allocated_gpus=total(held, t.name) / 1000,
             pending_gpus=total(waiting, t.name) / 1000,
             running=total(nrun, t.name),
@@ -120,7 +122,13 @@ def _check_external_names(tree: TenantTree, name: str) -> None:
 
 def create_tenant(ctx: AppContext, p: Principal, body: TenantCreateIn) -> TenantOut:
     _require_configure(p, body.name, "create it")
-    tenant = Tenant(body.name, quota_from_in(body.quota), body.idle_timeout_s)
+    tenant = Tenant(
+        body.name,
+        quota_from_in(body.quota),
+        body.idle_timeout_s,
+        default_runtime_s=body.default_runtime_s,
+        max_runtime_s=body.max_runtime_s,
+    )
     with ctx.store.write() as s:
         repo = TenantRepo(s)
         _check_external_names(repo.tree(), body.name)
@@ -142,9 +150,26 @@ def update_tenant(ctx: AppContext, p: Principal, name: str, body: TenantUpdateIn
             changed = dataclasses.replace(changed, idle_timeout_s=None)
         elif body.idle_timeout_s is not None:
             changed = dataclasses.replace(changed, idle_timeout_s=body.idle_timeout_s)
+        changed = _runtime_changed(changed, body)
         repo.save(changed, ctx.clock.now(), create=False)
     ctx.wake_scheduler()
     return get_tenant(ctx, p, name)
+
+
+def _runtime_changed(t: Tenant, body: TenantUpdateIn) -> Tenant:
+    """`t` with the runtime policy `body` sets or clears (the domain checks the default is
+    not above the maximum: a 422 naming both)."""
+    for field, value, clear in (
+        ("default_runtime_s", body.default_runtime_s, body.clear_default_runtime),
+        ("max_runtime_s", body.max_runtime_s, body.clear_max_runtime),
+    ):
+        if clear and value is not None:
+            raise ValidationError(f"give {field} or clear it, not both", field)
+        if clear:
+            t = dataclasses.replace(t, **{field: None})
+        elif value is not None:
+            t = dataclasses.replace(t, **{field: value})
+    return t
 
 
 def delete_tenant(ctx: AppContext, p: Principal, name: str) -> None:

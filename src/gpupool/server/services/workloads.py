@@ -33,6 +33,7 @@ from gpupool.domain.commands import (
 )
 from gpupool.domain.placement import normalize_labels
 from gpupool.domain.profiles import Profile
+from gpupool.domain.runtime import runtime_policy
 from gpupool.engines.common.executor import (
     Executor,
     ExecutorWithMultiNode,
@@ -230,6 +231,7 @@ def submit(
             if not profile.allows(tenant):
                 raise PermissionDenied(f"profile {profile.name!r} is not offered to {tenant!r}")
         req, kind = _resolve_request(body, profile)
+        max_runtime_s = runtime_policy(tree, tenant, profile).apply(body.max_runtime_s)
         req = notebooks.pin_to_hub_engine(ctx, req, kind)
         if body.pod_spec is not None:
             _check_template(ctx.executor, body.pod_spec, kind, body.command, p.name)
@@ -251,7 +253,7 @@ def submit(
         preemptible=body.preemptible,
         requeue_on_preemption=body.requeue_on_preemption,
         checkpointing=body.checkpointing,
-        max_runtime_s=body.max_runtime_s,
+        max_runtime_s=max_runtime_s,
         submitted_at=now,
         command=tuple(body.command),
         profile=body.profile,

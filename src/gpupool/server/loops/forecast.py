@@ -1,0 +1,130 @@
+"""The forecast loop: a start-time forecast for every pending workload (gpupool.sim.forecast),
+stored beside its why-pending (`workloads.pending_forecast`) for the API, the CLI, the
+dashboard and the hub to show.
+
+It runs on its own, never inside a scheduler cycle: every `interval_s` (30 s), or less often
+when a pass is costly: after a pass of `c` seconds the next waits at least `c / max_share`
+(with the default share of 5%, a 2 s pass runs at most every 40 s), so forecasting never
+takes more than that share of the server's time. Each pass reads the same snapshot the
+scheduler reads, learns run times from the last `history_runs` finished runs (re-read every
+`history_every_s`), runs the bounded forward replay (`limits`) and writes the forecasts
+that changed. A restart loses nothing: forecasts are stored, and the next pass renews them.
+`tenant_holds` and `capacity_holds` (callables, e.g. budgets on hold and advance
+reservations) are passed to the forward run when given.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpupool.scheduler import Snapshot
+from gpupool.server.context import AppContext
+from gpupool.server.loops.base import Loop
+from gpupool.sim.forecast import CapacityHold, ForecastLimits, forecast
+from gpupool.sim.runtimes import RuntimeEstimator
+from gpupool.store import (
+    AllocationRepo,
+    NodeRepo,
+    TenantRepo,
+    UsageRepo,
+    WorkloadRepo,
+    kept_service,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ForecastReport:
+    """What one pass did (tests, logs, the bench)."""
+
+    pending: int = 0
+    written: int = 0
+    seconds: float = 0.0
+    next_in_s: float = 0.0
+
+
+class ForecastLoop(Loop):
+    name = "forecast"
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        *,
+        interval_s: float = 30.0,
+        max_share: float = 0.05,
+        limits: ForecastLimits = ForecastLimits(),
+        history_runs: int = 5000,
+        history_every_s: float = 300.0,
+        tenant_holds: Callable[[float], Mapping[str, float]] | None = None,
+        capacity_holds: Callable[[float], Sequence[CapacityHold]] | None = None,
+    ):
+        super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
+        self.ctx = ctx
+        self.base_interval_s = interval_s
+        self.max_share = max_share
+        self.limits = limits
+        self.history_runs = history_runs
+        self.history_every_s = history_every_s
+        self.tenant_holds = tenant_holds
+        self.capacity_holds = capacity_holds
+        self._estimator: RuntimeEstimator | None = None
+        self._learned_at = float("-inf")
+        self.last: ForecastReport | None = None
+
+    def estimator(self, now: float) -> RuntimeEstimator:
+        """Run-time estimates from the stored history, re-read every `history_every_s`."""
+        if self._estimator is None or now - self._learned_at >= self.history_every_s:
+            with self.ctx.store.read() as s:
+                runs = WorkloadRepo(s).past_runs(self.history_runs)
+            self._estimator = RuntimeEstimator(runs)
+            self._learned_at = now
+        return self._estimator
+
+    def snapshot(self) -> tuple[Snapshot, list]:
+        """The scheduler's view: nodes that run work, tenants, active and pending work."""
+        ctx = self.ctx
+        with ctx.store.read() as s:
+            nodes = tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
+            tree = TenantRepo(s).tree()
+            running = tuple(AllocationRepo(s).running())
+            pending = WorkloadRepo(s).pending()
+            attained = UsageRepo(s).attained_by_tenant()
+            attained.update(kept_service(s))
+        return Snapshot(nodes, tree, running, attained), pending
+
+    def run_once(self) -> ForecastReport:
+        t0 = time.perf_counter()
+        now = self.ctx.clock.now()
+        report = ForecastReport()
+        snap, pending = self.snapshot()
+        report.pending = len(pending)
+        if pending:
+            found = forecast(
+                snap,
+                pending,
+                now,
+                self.ctx.settings.scheduler,
+                self.estimator(now),
+                limits=self.limits,
+                tenant_holds=self.tenant_holds(now) if self.tenant_holds else None,
+                capacity_holds=self.capacity_holds(now) if self.capacity_holds else (),
+            )
+            with self.ctx.store.write() as s:
+                report.written = WorkloadRepo(s).set_forecasts(found)
+        report.seconds = time.perf_counter() - t0
+        self.interval_s = max(self.base_interval_s, report.seconds / self.max_share)
+        report.next_in_s = self.interval_s
+        self.last = report
+        if report.seconds > 1.0:
+            log.info(
+                "forecast: %d pending, %d changed, %.1f s; next in %.0f s",
+                report.pending,
+                report.written,
+                report.seconds,
+                report.next_in_s,
+            )
+        return report
