@@ -25,6 +25,7 @@ from rich.text import Text
 
 from gpupool import client as sdk
 from gpupool.cli import tables
+from gpupool.cli.forecasts import starts_cell, starts_line
 from gpupool.cli.tables import Col, Output
 from gpupool.domain import WorkloadState
 
@@ -340,6 +341,8 @@ def print_workload(w: dict[str, Any]) -> None:
     if w.get("pending"):
         p = w["pending"]
         rows.append(("waiting", f"#{p['position']} in the queue: {p['reason']}"))
+        if p.get("forecast"):
+            rows.append(("starts", starts_line(p["forecast"])))
     if w.get("preemption"):  # a reclaim will take it
         plan = w["preemption"]
         rows.append(("preemption", f"{plan['reason']} (for {plan['for_workload']})"))
@@ -456,6 +459,7 @@ QUEUE_COLUMNS = (
     Col("PRIORITY", lambda e: e["workload"]["priority"], wide=True, right=True),
     Col("ASKS", lambda e: asks_text(e["workload"]["request"])),
     Col("AGE", lambda e: tables.age(e["workload"]["submitted_at"]), wide=True),
+    Col("STARTS", lambda e: starts_cell(e.get("forecast"))),
     Col("WHY IT WAITS", lambda e: e["reason"], wrap=True),
 )
 
