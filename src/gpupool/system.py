@@ -417,6 +417,7 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     """Every background loop, in the order they start; each engine keeps its own inventory
     loop, telemetry and MPS daemons."""
     from gpupool.server.loops.accounting import AccountingLoop
+    from gpupool.server.loops.autoscale import AutoscaleLoop
     from gpupool.server.loops.checkpoint import CheckpointLoop
     from gpupool.server.loops.culler import CullerLoop
     from gpupool.server.loops.forecast import ForecastLoop
@@ -429,6 +430,7 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     from gpupool.server.loops.telemetry_join import AllocationTelemetry
 
     ctx.loops.add(SchedulerLoop(ctx))
+    ctx.loops.add(AutoscaleLoop(ctx))  # node pools (issue 34): a no-op without them
     ctx.loops.add(ForecastLoop(ctx))  # start-time forecasts, on their own cadence
     ctx.loops.add(NodeWatchLoop(ctx))
     if ctx.settings.mig_relayout:

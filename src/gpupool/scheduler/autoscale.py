@@ -247,9 +247,11 @@ def waiting_reason(pool: NodePool, state: PoolNodeState, ready_in_s: float, node
 class _Bin:
     """A new node being filled with waiting work in `plan`."""
 
-    __slots__ = ("gpus", "milli", "cpu", "mem")
+    __slots__ = ("gpus", "milli", "cpu", "mem", "joining")
 
-    def __init__(self, pool: NodePool) -> None:
+    def __init__(self, pool: NodePool, joining: str = "") -> None:
+        #: the up node it stands for that the scheduler has not seen yet ("": a new node)
+        self.joining = joining
         self.gpus = pool.gpus
         self.milli = 0  # milli left on the fraction GPU opened last (0: none open)
         self.cpu = pool.cpu_milli
@@ -280,9 +282,12 @@ def plan(
     waiting: Sequence[Workload],
     busy: Collection[str],
     now: float,
+    seen: Collection[str] | None = None,
 ) -> AutoscalePlan:
     """What to ask for, withdraw and give back (see the module's docstring). `waiting` is
-    `capacity_bound`'s answer, in queue order; `busy` the nodes that hold gpupool work."""
+    `capacity_bound`'s answer, in queue order; `busy` the nodes that hold gpupool work;
+    `seen` the nodes the cycle that found `waiting` saw: up nodes of a pool that it did not
+    see are joining, and hold waiting work before new nodes are asked for (None: all seen)."""
     withdrawals: list[Withdrawal] = []
     reasons: dict[str, str] = {}
     waiting_ids = {w.id for w in waiting}
@@ -321,7 +326,14 @@ def plan(
     order = sorted(
         pools, key=lambda v: (v.pool.cost_per_gpu_hour, v.pool.boot_seconds, v.pool.name)
     )
-    bins: dict[str, list[_Bin]] = {}
+    bins: dict[str, list[_Bin]] = {
+        v.pool.name: [
+            _Bin(v.pool, n.name)
+            for n in v.nodes
+            if n.state is UP and seen is not None and n.name not in seen
+        ]
+        for v in pools
+    }
     loose: dict[str, list[str]] = {}
     ups: list[ScaleUp] = []
     for w in waiting:
@@ -349,6 +361,13 @@ def plan(
                     headroom[p.name] -= 1
                     open_bins.append(b)
                     target = b
+            if target is not None and target.joining:
+                reasons[w.id] = (
+                    f"waiting for a node of pool {p.name}: {target.joining} is up and joins "
+                    "the pool's nodes at the next pass"
+                )
+                placed = True
+                break
             if target is not None:
                 loose.setdefault(p.name, []).append(w.id)
                 placed = True
@@ -370,7 +389,7 @@ def plan(
             )
     pool_of = {v.pool.name: v.pool for v in pools}
     for name, ids in loose.items():
-        n = len(bins[name])
+        n = sum(1 for b in bins[name] if not b.joining)
         ups.append(ScaleUp(name, n, tuple(ids)))
         for wid in ids:
             reasons[wid] = waiting_reason(

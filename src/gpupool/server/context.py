@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 
 from gpupool.clock import Clock
+from gpupool.domain import Workload
 from gpupool.engines.common.executor import Executor
 from gpupool.server.bus import AUTH_CHANGED, PRIMARY, wake
 from gpupool.server.settings import Settings
@@ -50,6 +51,11 @@ class AppContext:
     #: registered node. Nodes only an agent reports (see gpupool.server.services.agents)
     #: are watched, but the scheduler places nothing there unless they are in this set.
     work_nodes: frozenset[str] | None = None
+    #: node pools (issue 34): the pending work that waits for a pool's node, as the
+    #: scheduler's last cycle found it (gpupool.server.loops.autoscale)
+    node_pool_waiting: tuple[Workload, ...] = ()
+    #: and the nodes that cycle saw (None: no cycle looked at node pools yet)
+    node_pool_seen: frozenset[str] | None = None
     #: JupyterHub runs beside this server (`gpupool up --jupyterhub`): notebooks come from
     #: its spawner, with their server's command (gpupool.server.services.notebooks)
     hub: bool = False

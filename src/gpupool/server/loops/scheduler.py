@@ -30,6 +30,7 @@ from gpupool.scheduler import Decisions, SchedulerCache, Snapshot, cycle
 from gpupool.scheduler.preemption import nominations
 from gpupool.scheduler.types import PendingInfo
 from gpupool.server.context import AppContext
+from gpupool.server.loops.autoscale import node_pool_demand
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import lifecycle, notebooks
 from gpupool.store import (
@@ -127,6 +128,8 @@ class SchedulerLoop(Loop):
             report.backing_off = [w.id for w in waiting]
         if pending or waiting or any(r.stopping for r in snap.running):
             decisions = cycle(snap, pending, now, self.ctx.settings.scheduler, self.cache)
+            # node pools (issue 34): work waiting for a pool's node, its reasons; see autoscale
+            decisions = node_pool_demand(self.ctx, snap, pending, decisions, now)
             self.apply(decisions, snap, now, report, pending, waiting)
         report.seconds = time.perf_counter() - t0
         self.ctx.metrics.cycle_seconds.observe(report.seconds)
