@@ -17,11 +17,9 @@ The steps (see docs/scheduler.md):
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import heapq
-from collections.abc import Iterable, Sequence
-from itertools import islice, repeat
+from collections.abc import Sequence
 
 from gpupool.domain import Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -68,6 +66,7 @@ from gpupool.scheduler.types import (
     CycleStats,
     Decisions,
     PendingInfo,
+    PendingInfos,
     Policy,
     Preemption,
     RunningWorkload,
@@ -197,7 +196,7 @@ class _Cycle(ReclaimSteps):
         #: tenant -> how many of its queue were walked / how many of those still wait
         self.walked = dict.fromkeys(self.queues, 0)
         self.waiting = dict.fromkeys(self.queues, 0)
-        self.info: dict[str, PendingInfo] = {}
+        self.info = PendingInfos()
         if self.policy is Policy.FIFO:
             self._walk_fifo()
         else:
@@ -262,7 +261,7 @@ class _Cycle(ReclaimSteps):
     def _walk_fifo(self) -> None:
         """One global queue in submit order, greedy: what does not fit is skipped."""
         merged = sorted(c for q in self.queues.values() for c in q)
-        walked, waiting, info, rank = self.walked, self.waiting, self.info, self.rank
+        walked, waiting, put, rank = self.walked, self.waiting, self.info.put, self.rank
         cap = self.config.max_admissions_per_cycle
         for _, w, shape, _ in merged:
             if cap is not None and len(self.admissions) >= cap:
@@ -276,7 +275,7 @@ class _Cycle(ReclaimSteps):
             else:
                 why = self.reasons[w.id]
             n = waiting[t] = waiting[t] + 1
-            info[w.id] = self._info(why, n, rank[t])
+            put(w.id, self._info(why, n, rank[t]))
         self.considered = sum(walked.values())
 
     def _walk_tenants(self) -> None:
@@ -285,7 +284,7 @@ class _Cycle(ReclaimSteps):
         same tenant goes on without touching the heap."""
         heap = [(self._tenant_key(t), t) for t in self.queues]
         heapq.heapify(heap)
-        walked, waiting, info = self.walked, self.waiting, self.info
+        walked, waiting, put = self.walked, self.waiting, self.info.put
         reasons = self.reasons
         consider = self._consider
         while heap and not self._cap_reached():
@@ -336,10 +335,10 @@ class _Cycle(ReclaimSteps):
                     try_tail = True
                     if t in self.stopped_tenants:
                         n += 1
-                        info[w.id] = pending_info(why, n, r)
+                        put(w.id, pending_info(why, n, r))
                         break
                 n += 1
-                info[w.id] = self._info(why, n, r)
+                put(w.id, self._info(why, n, r))
             self.considered += i - start
             walked[t] = i
             waiting[t] = n
@@ -363,20 +362,19 @@ class _Cycle(ReclaimSteps):
         if tail is None or tail[0] is not q:
             tail = self._tails[id(q)] = (q, Tail(q))
         tl = tail[1]
-        m = len(q) - i
-        whys: Iterable[str]
+        why: str | dict[Shape, str]
         if tfail is not None:
             if tl.min_milli[i] < tfail[0]:
                 return None
-            whys = repeat(tfail[1], m)
+            why = tfail[1]
         else:
             if not all(map(failed_shape.__contains__, tl.shapes_from(i))):
                 return None
-            whys = map(failed_shape.__getitem__, islice(tl.shapes, i, None))
-        # fresh PendingInfos, not the shared pool's: a tail's reasons carry live numbers ("960
-        # GPUs in use") and positions, so they seldom repeat, and building beats looking up
-        pis = map(pending_info, whys, range(n + 1, n + 1 + m), repeat(r, m))
-        self.info.update(zip(islice(tl.ids, i, None), pis, strict=True))
+            why = dict(failed_shape)  # a snapshot: holds clear the memo in place
+        # built when the decisions are read (gpupool.scheduler.types.PendingInfos): a tail's
+        # reasons carry live numbers ("960 GPUs in use") and positions, so they seldom repeat
+        m = len(q) - i
+        self.info.add_run(q, i, why, n + 1, r)
         return n + m
 
     def _consider(self, w: Workload, shape: Shape) -> bool:
@@ -549,15 +547,12 @@ class _Cycle(ReclaimSteps):
 
     # -- 5. decisions ----------------------------------------------------------------------
 
-    def _say_requeued(self, info: dict[str, PendingInfo]) -> None:
+    def _say_requeued(self, info: PendingInfos) -> None:
         """Work requeued after a preemption kept its submit time, so it may stand ahead of
         work that has waited longer in the queue: its reason says so."""
         for w in self.pending:
             if w.preemptions:
-                pi = info.get(w.id)
-                if pi is not None:
-                    why = pi.reason + requeued_text(w.submitted_at)
-                    info[w.id] = dataclasses.replace(pi, reason=why)
+                info.add_to_reason(w.id, requeued_text(w.submitted_at))
 
     def _decisions(self) -> Decisions:
         """Reasons for what was never walked (admission cap, a blocked head without
@@ -575,9 +570,7 @@ class _Cycle(ReclaimSteps):
                 self.config.max_admissions_per_cycle if capped else None,
                 self.stopped_tenants.get(t),
             )
-            for _, w, _, _ in q[i:]:
-                n += 1
-                info[w.id] = pending_info(why, n, r)
+            info.add_run(q, i, why, n + 1, r)
         self.waits.apply(info)
         self._say_requeued(info)
         return Decisions(

@@ -6,8 +6,12 @@ and everything that calls it (server loop, simulator, tests).
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import islice, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Node, TenantTree, Workload
@@ -202,6 +206,127 @@ def pending_info(reason: str, position: int, tenant_position: int) -> PendingInf
     return pi
 
 
+_id_of = attrgetter("id")
+_workload_of = itemgetter(1)
+_shape_of = itemgetter(2)
+
+
+class PendingInfos(MutableMapping[str, PendingInfo]):
+    """Workload id -> `PendingInfo` of one cycle's waiting work (`Decisions.pending`).
+
+    A cycle answers most of a queue at once: from some position on, every entry waits for
+    one reason (its tenant at its limit) or for the reason its shape already failed with.
+    Such a run is kept as (queue, first index, reason or reason per shape, first position,
+    tenant position), and its `PendingInfo`s are built on the first read of the mapping,
+    all at once (the cycle itself does not pay for the ~50,000 of a big queue; whoever
+    reads them all, as the server loop and the simulator do, pays the same as before). The
+    values are the same as if each one had been built in the walk. Writes (the cycle's
+    waits and requeue notes) replace an entry."""
+
+    __slots__ = ("_one", "_runs", "_count", "_suffix")
+
+    def __init__(self, one: dict[str, PendingInfo] | None = None):
+        #: entries built one by one (and, once read, every entry)
+        self._one: dict[str, PendingInfo] = one if one is not None else {}
+        #: runs not built yet: (queue, start, stop, one reason | reason per shape, first
+        #: position, tenant position)
+        self._runs: list[tuple[Sequence[Any], int, int, Any, int, int]] = []
+        self._count = 0
+        #: text to add to the reason of entries of runs not built yet (`add_to_reason`)
+        self._suffix: dict[str, str] = {}
+
+    def put(self, wid: str, info: PendingInfo) -> None:
+        """The cycle's own write of one entry (no run holds `wid`)."""
+        self._one[wid] = info
+
+    def add_run(
+        self,
+        queue: Sequence[Any],
+        start: int,
+        why: str | Mapping[Any, str],
+        position: int,
+        tenant_position: int,
+        stop: int | None = None,
+    ) -> None:
+        """Entries `queue[start:stop]` (queue entries are (key, workload, shape, ...); the
+        queue is never changed afterwards) wait for `why` (one reason, or the reason per
+        shape: a snapshot), at positions `position`, `position` + 1, ...; none of them is
+        in the mapping yet."""
+        stop = len(queue) if stop is None else stop
+        if stop > start:
+            self._runs.append((queue, start, stop, why, position, tenant_position))
+            self._count += stop - start
+
+    def add_to_reason(self, wid: str, text: str) -> None:
+        """Add `text` to the reason of `wid`'s entry, if it has one (without building runs)."""
+        pi = self._one.get(wid)
+        if pi is not None:
+            self._one[wid] = _with_reason(pi, pi.reason + text)
+        elif self._runs:
+            self._suffix[wid] = self._suffix.get(wid, "") + text
+
+    def _built(self) -> dict[str, PendingInfo]:
+        if self._runs:
+            was_enabled = gc.isenabled()
+            gc.disable()  # as in cycle(): many small objects at once
+            try:
+                self._build()
+            finally:
+                if was_enabled:
+                    gc.enable()
+        return self._one
+
+    def _build(self) -> None:
+        if self._runs:
+            one = self._one
+            for q, i, j, why, pos, rank in self._runs:
+                m = j - i
+                ids = map(_id_of, map(_workload_of, islice(q, i, j)))
+                whys = (
+                    repeat(why, m)
+                    if isinstance(why, str)
+                    else map(why.__getitem__, map(_shape_of, islice(q, i, j)))
+                )
+                infos = map(pending_info, whys, range(pos, pos + m), repeat(rank, m))
+                one.update(zip(ids, infos, strict=True))
+            self._runs = []
+            self._count = 0
+            for wid, text in self._suffix.items():
+                pi = one.get(wid)
+                if pi is not None:
+                    one[wid] = _with_reason(pi, pi.reason + text)
+            self._suffix = {}
+
+    def __getitem__(self, wid: str) -> PendingInfo:
+        pi = self._one.get(wid)
+        return pi if pi is not None else self._built()[wid]
+
+    def __setitem__(self, wid: str, info: PendingInfo) -> None:
+        if wid in self._one:
+            self._one[wid] = info
+        else:
+            self._built()[wid] = info
+
+    def __delitem__(self, wid: str) -> None:
+        del self._built()[wid]
+
+    def __contains__(self, wid: object) -> bool:
+        return wid in self._one or wid in self._built()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._one) + self._count
+
+    def __repr__(self) -> str:
+        return f"PendingInfos({self._built()!r})"
+
+
+def _with_reason(pi: PendingInfo, reason: str) -> PendingInfo:
+    return PendingInfo(reason, pi.position, pi.tenant_position, pi.wait)
+
+
 @dataclass(frozen=True, slots=True)
 class CycleStats:
     candidates_considered: int = 0
@@ -213,8 +338,9 @@ class CycleStats:
 class Decisions:
     admissions: tuple[Admission, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    #: workload id -> why it still waits (every pending workload not admitted is here)
-    pending: dict[str, PendingInfo] = field(default_factory=dict)
+    #: workload id -> why it still waits (every pending workload not admitted is here;
+    #: a `PendingInfos` from `cycle()`, whose entries are built on first read)
+    pending: Mapping[str, PendingInfo] = field(default_factory=dict)
     #: workload id -> why it can never run (no node could ever hold it); callers fail these
     unschedulable: dict[str, str] = field(default_factory=dict)
     #: tenant -> fair share in milli-GPU computed this cycle

@@ -16,7 +16,7 @@ Pure: no I/O; times are on the scheduler's clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 
 from gpupool.domain import Workload
@@ -106,7 +106,7 @@ class Waits:
         names = tuple(v.workload.id for v in victims)
         self._by_id[w.id] = _Entry(Wait(WaitKind.RECLAIMING, victims=names), reason=reason)
 
-    def apply(self, info: dict[str, PendingInfo]) -> None:
+    def apply(self, info: MutableMapping[str, PendingInfo]) -> None:
         """Give each collected wait to its workload's PendingInfo (in place)."""
         for wid, e in self._by_id.items():
             pi = info.get(wid)

@@ -304,7 +304,7 @@ class WorkloadRepo:
         self.s.flush()
         return new
 
-    def set_pending_info(self, infos: dict[str, PendingInfo]) -> None:
+    def set_pending_info(self, infos: Mapping[str, PendingInfo]) -> None:
         """Store the latest why-pending of each listed (still pending) workload. Only rows
         whose stored reason or positions differ are written."""
         if not infos:
