@@ -131,12 +131,33 @@ start_slurm() {
   # GPUPOOL_TEST_SLURM_NODES=N (default 1): N slurmd on this host (Debian's Slurm is built
   # with multiple-slurmd), nodes $H, $H-2 ... $H-N, each with its own port, spool and log,
   # for the multi-node tests (tests/slurm/test_slurm_gang.py)
-  local nodes=${GPUPOOL_TEST_SLURM_NODES:-1} _SUFFIX= _PORT0= _MORE_NODES= k
+  local nodes=${GPUPOOL_TEST_SLURM_NODES:-1} _SUFFIX= _PORT0= _MORE_NODES= k _POWER= _CLOUD=
+  # GPUPOOL_TEST_SLURM_CLOUD=1 (with 2 nodes): the last node is a power-saving cloud node of
+  # gpupool's node pool "cloud" (State=CLOUD Features=gpupool-pool:cloud, powered down at
+  # start; PrivateData=cloud shows it in sinfo); Slurm's ResumeProgram starts its slurmd, its
+  # SuspendProgram stops it after SuspendTime idle (tests/slurm/test_slurm_power.py); each
+  # run appends "<node>" to $S/resumed or $S/suspended
+  [ "$nodes" -gt 1 ] && [ -n "${GPUPOOL_TEST_SLURM_CLOUD:-}" ] && _CLOUD="$H-$nodes"
   if [ "$nodes" -gt 1 ]; then
     _SUFFIX=-%n; _PORT0=" Port=$pd"
     for k in $(seq 2 "$nodes"); do
-      _MORE_NODES+="NodeName=$H-$k NodeHostname=$H NodeAddr=127.0.0.1 Port=$(_free_port) CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4,shard:16 State=UNKNOWN"$'\n'
+      local st=UNKNOWN; [ "$H-$k" = "$_CLOUD" ] && st="CLOUD Features=gpupool-pool:cloud"
+      _MORE_NODES+="NodeName=$H-$k NodeHostname=$H NodeAddr=127.0.0.1 Port=$(_free_port) CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4,shard:16 State=$st"$'\n'
     done
+  fi
+  if [ -n "$_CLOUD" ]; then
+    printf '#!/bin/sh\nexec </dev/null >/dev/null 2>&1  # no stderr from slurmctld: slurmd would take fd 2; -b: a fresh boot\nfor n in $(SLURM_CONF=%s/slurm.conf scontrol show hostnames "$1"); do\n  echo "$n" >> %s/resumed\n  mkdir -p %s/spool-$n; SLURM_CONF=%s/slurm.conf slurmd -b -N "$n"\ndone\n' "$S" "$S" "$S" "$S" > "$S/resume.sh"
+    printf '#!/bin/sh\nfor n in $(SLURM_CONF=%s/slurm.conf scontrol show hostnames "$1"); do\n  echo "$n" >> %s/suspended\n  [ -f %s/run/slurmd-$n.pid ] && kill "$(cat %s/run/slurmd-$n.pid)"\ndone\nexit 0\n' "$S" "$S" "$S" "$S" > "$S/suspend.sh"
+    chmod 755 "$S/resume.sh" "$S/suspend.sh"
+    _POWER="ResumeProgram=$S/resume.sh
+SuspendProgram=$S/suspend.sh
+SuspendTime=${GPUPOOL_TEST_SLURM_SUSPEND_S:-10}
+SuspendTimeout=3
+ResumeTimeout=30
+SuspendExcNodes=$H
+SlurmctldParameters=power_save_interval=1,power_save_min_interval=0
+PrivateData=cloud
+TreeWidth=65533"
   fi
   # munge: our own key and socket, so that a site's munged is neither used nor disturbed
   dd if=/dev/urandom of="$S/munge.key" bs=1024 count=1 status=none; chmod 600 "$S/munge.key"
@@ -178,6 +199,7 @@ PriorityType=priority/multifactor
 MinJobAge=600
 KillWait=2
 Prolog=$S/prolog.sh
+$_POWER
 NodeName=$H NodeAddr=127.0.0.1$_PORT0 CPUs=$(nproc) RealMemory=1000 Gres=gpu:fake:4,shard:16 State=UNKNOWN
 $_MORE_NODES
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
@@ -230,12 +252,14 @@ EOF
     local nd
     for nd in "$H" $(for k in $(seq 2 "$nodes"); do echo "$H-$k"; done); do
       mkdir -p "$S/spool-$nd"
+      [ "$nd" = "$_CLOUD" ] && continue  # powered down: its ResumeProgram starts it
       slurmd -N "$nd" >/dev/null 2>&1 || { _slurm_fail "slurmd $nd did not start" "$S/log/slurmd-$nd.log"; return; }
       _wait_for 10 test -s "$S/run/slurmd-$nd.pid"; _slurm_pid "$S/run/slurmd-$nd.pid"
     done
-    _slurm_all_idle() { [ "$(sinfo -h -N -o '%t' | grep -cx idle)" -ge "$nodes" ]; }
+    _slurm_all_idle() { [ "$(sinfo -h -N -o '%t' | grep -cx 'idle~*')" -ge "$nodes" ]; }
     _wait_for 30 _slurm_all_idle || { _slurm_fail "not all $nodes nodes became idle ($(sinfo -h -N -o '%N %t' 2>&1))" "$S/log/slurmd-$H.log"; return; }
     export GPUPOOL_TEST_SLURM=1 GPUPOOL_TEST_SLURM_HOLD="$S/hold"
+    [ -n "$_CLOUD" ] && export GPUPOOL_TEST_SLURM_POWER="$S"
     return
   fi
   slurmd -N "$H" >/dev/null 2>&1 || { _slurm_fail "slurmd did not start" "$S/log/slurmd.log"; return; }
@@ -250,6 +274,9 @@ stop_slurm() {
   if [ -n "${GPUPOOL_TEST_SLURM:-}" ]; then  # the tests' leftover jobs, then the daemons
     squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null || true
   fi
+  if [ -n "${_SLURM_TMP:-}" ]; then  # slurmd a ResumeProgram started (cloud nodes)
+    for p in "$_SLURM_TMP"/run/slurmd-*.pid; do _slurm_pid "$p"; done
+  fi
   for p in "${_SLURM_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${_SLURM_PIDS[@]}"; do
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
@@ -260,7 +287,7 @@ stop_slurm() {
   _SLURM_DEVS=()
   [ -n "${_SLURM_TMP:-}" ] && rm -rf "$_SLURM_TMP"
   _SLURM_TMP=
-  unset GPUPOOL_TEST_SLURM GPUPOOL_TEST_SLURM_HOLD
+  unset GPUPOOL_TEST_SLURM GPUPOOL_TEST_SLURM_HOLD GPUPOOL_TEST_SLURM_POWER
 }
 
 stop_services() {

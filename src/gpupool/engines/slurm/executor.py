@@ -94,6 +94,7 @@ from gpupool.engines.slurm.gres import gres_option
 from gpupool.engines.slurm.jobscript import EXPORT, gang_script, stop_comment, with_environment
 from gpupool.engines.slurm.notebooks import notebook_script, port_file, serving
 from gpupool.engines.slurm.output import LAUNCH_FAILURE, launch_failure, prune_outputs
+from gpupool.engines.slurm.power import SlurmNodePools
 from gpupool.engines.slurm.shards import SHARD_ENFORCEMENT
 from gpupool.telemetry.containers import SLURM_JOB
 
@@ -153,6 +154,7 @@ class SlurmExecutor(
     ExecutorWithAttribution,
     ExecutorWithRunTimes,
     ExecutorWithPruning,
+    SlurmNodePools,
 ):
     """Runs workloads as Slurm batch jobs (see the module docstring).
 

@@ -11,7 +11,10 @@ work gpupool did not submit holds).
   MIG model with that profile. Such a GPU's `model` is the type's prefix (``gpu_types``
   names it for the executor's ``--gres=gpu:<prefix>_<profile>:1``).
 - Node state: ``DRAIN``/``DRAINING``/``DRAINED`` → draining; ``DOWN``/``FAIL``/``NOT_RESPONDING``
-  (or a state flag saying so) → down; anything else (idle, mixed, allocated) → ready.
+  (or a state flag saying so) → down; anything else (idle, mixed, allocated) → ready. A node
+  in Slurm's power saving (``POWERED_DOWN``, ``CLOUD``, ``POWERING_UP``…) is labelled
+  ``slurm.power=<state>``, and with its node pool (feature ``gpupool-pool:<pool>``) where it
+  has one: `power` says which state such a node has.
 - GPUs held by Slurm jobs that gpupool did not submit (their name lacks gpupool's prefix) are
   **used outside gpupool**: healthy, with `GPU.outside` naming the job and its user ("slurm
   job 4711", "bob", since its start), so the scheduler places nothing there; which ones: the
@@ -29,7 +32,12 @@ from typing import Any
 from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, ValidationError
 from gpupool.domain.mig import MODELS as MIG_MODELS
 from gpupool.domain.mig import MigModel, parse_layout
+from gpupool.domain.nodepools import POOL_LABEL
 from gpupool.engines.slurm.cli import number, state_of
+from gpupool.engines.slurm.power import pool_of, power_state, saving_power
+
+#: the label of a node in Slurm's power saving: its state (powered_down, requested, booting)
+POWER_LABEL = "slurm.power"
 
 #: GPU memory (MiB) of common Slurm GPU type names; others get `default_memory_mib`.
 MEMORY_BY_TYPE = {
@@ -46,7 +54,7 @@ MEMORY_BY_TYPE = {
 _GRES = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)")
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 _DRAIN = {"DRAIN", "DRAINING", "DRAINED"}
-_DOWN = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "POWERED_DOWN", "FUTURE"}
+_DOWN = {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "FUTURE"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,11 @@ def parse_indices(detail: Iterable[str]) -> tuple[int, ...]:
 
 
 def node_state(raw: Mapping[str, Any]) -> NodeState:
+    """Draining or down as Slurm says; a node in power saving (`power`): down while not up
+    when it belongs to a gpupool node pool (the pool's autoscaling asks for it), else ready
+    (reachable: a job placed there makes Slurm resume it)."""
+    if saving_power(raw):
+        return NodeState.DOWN if pool_of(raw) else NodeState.READY
     words = {state_of(raw.get("state"))}
     flags = raw.get("state_flags") or []
     words |= {str(f).upper() for f in (flags if isinstance(flags, list) else [flags])}
@@ -193,12 +206,18 @@ def to_node(raw: Mapping[str, Any], default_memory_mib: int) -> Node:
             gpus.append(GPU(i, gpu_uuid(name, i), model, mem, SharingMode.MIG, mig_layout=layout))
     cpus = number(raw.get("cpus")) or 0
     mem_mib = number(raw.get("real_memory")) or 0
+    labels: tuple[tuple[str, str], ...] = (("engine", "slurm"),)
+    pool = pool_of(raw)
+    if pool:
+        labels = (*labels, (POOL_LABEL, pool))
+    if saving_power(raw):
+        labels = (*labels, (POWER_LABEL, str(power_state(raw))))
     return Node(
         name,
         tuple(gpus),
         cpu_milli=cpus * 1000,
         memory_mib=mem_mib,
-        labels=(("engine", "slurm"),),
+        labels=labels,
         state=node_state(raw),
     )
 
