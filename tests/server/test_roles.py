@@ -56,6 +56,21 @@ def _profile(w) -> dict[str, str]:
     return {}
 
 
+def _budget(w) -> dict[str, str]:
+    r = w.put("admin", "/budgets", json={"tenant": "lab", "gpu_hours": 10})
+    assert r.status_code == 200, r.text
+    return {"bid": str(r.json()["id"])}
+
+
+BOOKING = {"tenant": "lab", "gpus": 1, "start": 1_780_100_000.0, "end": 1_780_103_600.0}
+
+
+def _reservation(w) -> dict[str, str]:
+    r = w.post("admin", "/reservations", json=BOOKING)
+    assert r.status_code == 201, r.text
+    return {"rid": r.json()["id"]}
+
+
 @dataclass
 class Probe:
     path: str  # concrete path; {placeholders} are filled from setup's result
@@ -134,6 +149,17 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("GET", "/api/v1/queue"): Probe(API + "/queue", ANY_USER),
     ("GET", "/api/v1/usage"): Probe(API + "/usage", ANY_USER),
     ("GET", "/api/v1/events"): Probe(API + "/events", ANY_USER),
+    ("GET", "/api/v1/usage/chargeback"): Probe(API + "/usage/chargeback", ANY_USER),
+    ("GET", "/api/v1/budgets"): Probe(API + "/budgets", ANY_USER),
+    ("PUT", "/api/v1/budgets"): Probe(API + "/budgets", ADMIN, {"tenant": "lab", "gpu_hours": 5}),
+    ("DELETE", "/api/v1/budgets/{budget_id}"): Probe(
+        API + "/budgets/{bid}", ADMIN, setup=_budget
+    ),
+    ("GET", "/api/v1/reservations"): Probe(API + "/reservations", ANY_USER),
+    ("POST", "/api/v1/reservations"): Probe(API + "/reservations", MANAGERS, BOOKING),
+    ("DELETE", "/api/v1/reservations/{reservation_id}"): Probe(
+        API + "/reservations/{rid}", MANAGERS, setup=_reservation, hides=True
+    ),
     ("GET", "/api/v1/profiles"): Probe(API + "/profiles", ANY_USER),
     ("POST", "/api/v1/profiles"): Probe(API + "/profiles", ADMIN, {"name": "p2", "gpus": 1}),
     ("GET", "/api/v1/profiles/{name}"): Probe(API + "/profiles/p1", LAB_READERS, setup=_profile),
@@ -219,6 +245,12 @@ def _cleanup(world, method: str, path: str) -> None:
         world.tokens["member"] = issue_token(world.ctx, "ann", "test", None).token
     elif path.endswith("/gpus/GPU-n1-0"):
         c.patch(path, headers=h, json={"sharing": "exclusive"})
+    elif "/budgets" in path:
+        for b in c.get(API + "/budgets", headers=h).json():
+            c.delete(API + f"/budgets/{b['id']}", headers=h)
+    elif "/reservations" in path:
+        for r in c.get(API + "/reservations", headers=h).json():
+            c.delete(API + f"/reservations/{r['id']}", headers=h)
     elif path.endswith("/users") and method == "POST":
         with world.ctx.store.write() as s:
             from gpupool.store.rows import UserRow

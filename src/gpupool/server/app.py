@@ -22,6 +22,7 @@ from gpupool.clock import Clock
 from gpupool.engines.common.executor import Executor
 from gpupool.server import problems
 from gpupool.server.agentmetrics import AgentTelemetryCollector
+from gpupool.server.budgetmetrics import BudgetCollector
 from gpupool.server.context import AppContext
 from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
@@ -29,6 +30,7 @@ from gpupool.server.metrics import Metrics
 from gpupool.server.routers import (
     accounts,
     agents,
+    budgets,
     cluster,
     profiles,
     reports,
@@ -70,6 +72,7 @@ def create_app(
     )
     # node agents' GPU series are merged with the local telemetry's (one family per name)
     ctx.metrics.add_collector(AgentTelemetryCollector(ctx, telemetry))
+    ctx.metrics.add_collector(BudgetCollector(store, clock.now))  # issue 35: budgets
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -124,6 +127,7 @@ def add_routes(app: FastAPI) -> None:
         workloads.router,
         reports.router,
         profiles.router,
+        budgets.router,  # budgets, reservations, chargeback (issue 35)
     ):
         app.include_router(r, prefix=API_PREFIX)
     app.include_router(system.router)

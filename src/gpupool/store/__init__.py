@@ -5,6 +5,8 @@ repositories (`TenantRepo(session)`, `WorkloadRepo(session)`, ...).
 """
 
 from gpupool.store.attained import attained_milli_s, attempt_milli_s, gpu_hours, kept_service
+from gpupool.store.budgets import BudgetRepo
+from gpupool.store.chargeback import ChargebackRepo, ChargeRow
 from gpupool.store.cluster import NodeRepo
 from gpupool.store.db import Store, StoreError, open_store
 from gpupool.store.errors import Conflict, NotFound
@@ -13,6 +15,7 @@ from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
 from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
 from gpupool.store.nodepools import NodePoolRepo
 from gpupool.store.profiles import ProfileRepo
+from gpupool.store.reservations import ReservationRepo, new_reservation_id
 from gpupool.store.tenancy import TenantRepo, Token, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
 from gpupool.store.workloads import (
@@ -27,6 +30,9 @@ from gpupool.store.workloads import (
 __all__ = [
     "ROW_KEYS",
     "AllocationRepo",
+    "BudgetRepo",
+    "ChargeRow",
+    "ChargebackRepo",
     "Conflict",
     "EventRepo",
     "GpuPeriod",
@@ -37,6 +43,7 @@ __all__ = [
     "NodeTokenRepo",
     "NotFound",
     "ProfileRepo",
+    "ReservationRepo",
     "Retention",
     "Store",
     "StoreError",
@@ -52,6 +59,7 @@ __all__ = [
     "attempt_milli_s",
     "gpu_hours",
     "kept_service",
+    "new_reservation_id",
     "new_workload_id",
     "open_store",
     "record_of",

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.domain.retries import backing_off, retry_reason
 from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError, Handle, StartError
-from gpupool.scheduler import Decisions, SchedulerCache, Snapshot, cycle
+from gpupool.scheduler import Decisions, SchedulerCache, Snapshot
 from gpupool.scheduler.preemption import nominations
+from gpupool.scheduler.timed import cycle_timed
+from gpupool.scheduler.timerules import TimeRules
 from gpupool.scheduler.types import PendingInfo
 from gpupool.server.context import AppContext
 from gpupool.server.loops.autoscale import node_pool_demand
 from gpupool.server.loops.base import Loop
-from gpupool.server.services import lifecycle, notebooks
+from gpupool.server.services import budgets, lifecycle, notebooks
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -99,6 +101,8 @@ class SchedulerLoop(Loop):
         self.nominated: dict[str, tuple[str, ...]] = {}
         #: workloads whose start failed in the current pass and that will retry
         self._retrying: list[Workload] = []
+        #: (budget id, period) spent and announced (the store remembers across restarts)
+        self._announced: set[tuple[int, str]] = set()
 
     def snapshot(self) -> tuple[Snapshot, list[Workload]]:
         with self.ctx.store.read() as s:
@@ -116,6 +120,18 @@ class SchedulerLoop(Loop):
         snap = Snapshot(nodes, tree, running, attained, nominated=dict(self.nominated))
         return snap, pending
 
+    def time_rules(self, now: float) -> TimeRules:
+        """Budgets (where each stands this period) and the reservations not yet over, from
+        the store; a budget spent this period is announced once (`budget.spent` event)."""
+        with self.ctx.store.read() as s:
+            rules, states = budgets.time_rules(s, now)
+        spent = {(i, st.period.label) for i, st in states if st.over} - self._announced
+        if spent:
+            with self.ctx.store.write() as s:
+                budgets.announce(s, states, now)
+            self._announced |= spent
+        return rules
+
     def run_once(self) -> CycleReport:
         t0 = time.perf_counter()
         now = self.ctx.clock.now()
@@ -126,8 +142,11 @@ class SchedulerLoop(Loop):
             later = {w.id for w in waiting}
             pending = [w for w in pending if w.id not in later]
             report.backing_off = [w.id for w in waiting]
-        if pending or waiting or any(r.stopping for r in snap.running):
-            decisions = cycle(snap, pending, now, self.ctx.settings.scheduler, self.cache)
+        rules = self.time_rules(now)  # issue 35: budgets and advance reservations
+        if pending or waiting or rules.reservations or any(r.stopping for r in snap.running):
+            decisions = cycle_timed(
+                snap, pending, now, self.ctx.settings.scheduler, self.cache, rules
+            )
             # node pools (issue 34): work waiting for a pool's node, its reasons; see autoscale
             decisions = node_pool_demand(self.ctx, snap, pending, decisions, now)
             self.apply(decisions, snap, now, report, pending, waiting)

@@ -1,0 +1,75 @@
+"""Chargeback: GPU-hours allocated and busy, memory GiB-hours and energy per tenant, user or
+GPU model over a range of UTC days, limited to what the caller may read.
+
+Energy: the accounting rows do not record the GPUs' energy counters yet, so `energy_kwh` is
+null ("n/a") on every row; nothing is estimated from power or time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gpupool.api.budgets import ChargebackOut, ChargeOut
+from gpupool.domain import ValidationError
+from gpupool.server.auth import Principal
+from gpupool.server.context import AppContext
+from gpupool.server.services.reports import _day
+from gpupool.store import ChargebackRepo, ChargeRow
+
+By = Literal["tenant", "user", "model"]
+
+
+def _out(key: str, a: float, b: float, m: float, mem: float, n: int) -> ChargeOut:
+    return ChargeOut(
+        key=key,
+        gpu_hours_allocated=a / 3600,
+        gpu_hours_busy=b / 3600,
+        gpu_hours_measured=m / 3600,
+        gpu_memory_gib_hours=mem / 1024 / 3600,
+        energy_kwh=None,
+        workloads=n,
+    )
+
+
+def report(
+    ctx: AppContext,
+    p: Principal,
+    by: By,
+    from_day: str | None,
+    to_day: str | None,
+    tenant: str | None,
+) -> ChargebackOut:
+    f, t = _day(from_day, "from"), _day(to_day, "to")
+    if f and t and f > t:
+        raise ValidationError(f"'from' ({f}) is after 'to' ({t}); swap them", "from")
+    roots = p.readable_roots()
+    user = None
+    if tenant is not None:
+        p.require_read(tenant)
+        roots = [tenant]
+    if roots is not None and not roots:
+        user, roots = p.name, None  # no tenant role: only your own usage
+    with ctx.store.read() as s:
+        rows: list[ChargeRow] = ChargebackRepo(s).report(
+            by, from_day=f, to_day=t, tenants=roots, user=user
+        )
+    out = [
+        _out(
+            r.key,
+            r.gpu_seconds_allocated,
+            r.gpu_seconds_busy,
+            r.gpu_seconds_measured,
+            r.gpu_memory_mib_seconds,
+            r.workloads,
+        )
+        for r in rows
+    ]
+    total = _out(
+        "total",
+        sum(r.gpu_seconds_allocated for r in rows),
+        sum(r.gpu_seconds_busy for r in rows),
+        sum(r.gpu_seconds_measured for r in rows),
+        sum(r.gpu_memory_mib_seconds for r in rows),
+        sum(r.workloads for r in rows),
+    )
+    return ChargebackOut(by=by, from_day=f, to_day=t, rows=out, total=total)

@@ -1,0 +1,184 @@
+"""Advance reservations: admins book GPUs for a tenant (or some of its users) over a window;
+a tenant-admin may book for its tenant too. Everyone sees the reservations of the tenants
+they have a role in."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from gpupool.api.budgets import ReservationIn, ReservationOut
+from gpupool.domain import MILLI_PER_GPU, Event, Node, TenantTree, ValidationError
+from gpupool.domain.budgets import utc_text
+from gpupool.domain.reservations import Reservation
+from gpupool.scheduler.advance import assign, shortfall
+from gpupool.scheduler.limits import gpus_text, never_within_limits
+from gpupool.server.auth import Principal
+from gpupool.server.context import AppContext
+from gpupool.store import (
+    Conflict,
+    EventRepo,
+    NodeRepo,
+    NotFound,
+    ReservationRepo,
+    TenantRepo,
+    UserRepo,
+    new_reservation_id,
+)
+
+#: a start this far in the past is still taken as "now" (clocks differ a little)
+PAST_SLACK_S = 60.0
+
+
+def _state(r: Reservation, now: float) -> str:
+    return "upcoming" if now < r.start else "active" if now < r.end else "over"
+
+
+def reservation_out(
+    r: Reservation, kept: tuple[tuple[str, int], ...], now: float
+) -> ReservationOut:
+    return ReservationOut(
+        id=r.id,
+        name=r.name,
+        tenant=r.tenant,
+        users=list(r.users),
+        model=r.model,
+        gpus=r.gpus,
+        nodes=list(r.nodes),
+        start=r.start,
+        end=r.end,
+        created_by=r.created_by,
+        state=_state(r, now),  # type: ignore[arg-type]
+        kept=[f"{n}:{i}" for n, i in kept],
+    )
+
+
+def _nodes(ctx: AppContext, s: Session) -> tuple[Node, ...]:
+    return tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
+
+
+def _grant(
+    tree: TenantTree, nodes: tuple[Node, ...], tenant: str, gpus: int, model: str | None
+) -> tuple[str | None, str, int]:
+    """(why `gpus` GPUs of `model` could never be held by `tenant` at once, the field at
+    fault, the largest guarantee on its chain). A local check until the scheduler's one
+    feasibility home (gpupool.scheduler.feasibility.grant_problem) is in."""
+    if tenant not in tree:
+        return f"unknown tenant {tenant!r}; see `gpupool tenant ls`", "tenant", 0
+    if nodes:
+        have: dict[str, int] = {}
+        for n in nodes:
+            for g in n.gpus:
+                have[g.model] = have.get(g.model, 0) + 1
+        if model is not None and model not in have:
+            models = ", ".join(sorted(have))
+            return f"no node has {model} GPUs (the models here: {models})", "model", 0
+        most = have.get(model, 0) if model is not None else max(have.values(), default=0)
+        if most < gpus:
+            kind = f"{model} GPUs" if model else "GPUs of one model"
+            return f"asks for {gpus} GPUs but the pool has {most} {kind}", "gpus", 0
+    why = never_within_limits(tree, tenant, gpus * MILLI_PER_GPU)
+    if why is not None:
+        return why, "gpus", 0
+    return None, "", max(tree.get(a).quota.guaranteed_milli for a in tree.ancestors(tenant))
+
+
+def list_reservations(ctx: AppContext, p: Principal, past: bool) -> list[ReservationOut]:
+    now = ctx.clock.now()
+    with ctx.store.read() as s:
+        every = ReservationRepo(s).list()
+        nodes = _nodes(ctx, s)
+    live = [r for r in every if r.end > now]
+    kept = assign(live, nodes)
+    roots = p.readable_roots()
+    return [
+        reservation_out(r, kept.get(r.id, ()), now)
+        for r in every
+        if (past or r.end > now) and (roots is None or p.can_read(r.tenant))
+    ]
+
+
+def add_reservation(ctx: AppContext, p: Principal, body: ReservationIn) -> ReservationOut:
+    p.require_manage(body.tenant, "book GPUs for it")
+    now = ctx.clock.now()
+    r = Reservation(
+        id=new_reservation_id(),
+        tenant=body.tenant,
+        gpus=body.gpus,
+        start=body.start,
+        end=body.end,
+        model=body.model or None,
+        users=tuple(dict.fromkeys(body.users)),
+        nodes=tuple(dict.fromkeys(body.nodes)),
+        name=body.name,
+        created_by=p.name,
+    )
+    if r.start < now - PAST_SLACK_S:
+        raise ValidationError(
+            f"the window starts in the past ({utc_text(r.start)}; it is {utc_text(now)}); "
+            "give a start from now on",
+            "start",
+        )
+    with ctx.store.write() as s:
+        tree = TenantRepo(s).tree()
+        nodes = _nodes(ctx, s)
+        users = UserRepo(s)
+        for u in r.users:
+            if users.find(u) is None:
+                raise ValidationError(f"unknown user {u!r} in users", "users")
+        names = {n.name for n in nodes}
+        for n in r.nodes:
+            if n not in names:
+                raise ValidationError(f"unknown node {n!r}; see `gpupool nodes`", "nodes")
+        why, field, guaranteed = _grant(tree, nodes, r.tenant, r.gpus, r.model)
+        if why is not None:
+            raise ValidationError(why, field)
+        others = ReservationRepo(s).list(after=now)
+        mine = [o for o in others if o.tenant == r.tenant and o.start < r.end and r.start < o.end]
+        booked = sum(o.gpus for o in mine) * 1000
+        if r.gpus * 1000 + booked > guaranteed:
+            also = f" beside the {gpus_text(booked)} it has booked then" if mine else ""
+            raise ValidationError(
+                f"{gpus_text(r.gpus * 1000)}{also} is larger than tenant {r.tenant}'s "
+                f"guarantee ({gpus_text(guaranteed)}) allows; book fewer, or ask an "
+                "admin to raise its guarantee (`gpupool tenant set --guaranteed`)",
+                "gpus",
+            )
+        why = shortfall(r, others, nodes)
+        if why is not None:
+            raise Conflict(why)
+        ReservationRepo(s).add(r, now)
+        EventRepo(s).add(
+            Event(
+                now,
+                "reservation.added",
+                f"{p.name} booked {r.gpus}{' ' + r.model if r.model else ''} GPUs for "
+                f"{r.tenant} from {utc_text(r.start)} to {utc_text(r.end)} ({r.label})",
+                tenant=r.tenant,
+                user=p.name,
+                data={"reservation": r.id},
+            )
+        )
+        kept = assign([*others, r], nodes).get(r.id, ())
+    ctx.wake_scheduler()
+    return reservation_out(r, kept, now)
+
+
+def delete_reservation(ctx: AppContext, p: Principal, rid: str) -> None:
+    with ctx.store.write() as s:
+        repo = ReservationRepo(s)
+        r = repo.get(rid)
+        if not p.can_read(r.tenant):  # the same answer as for an unknown id
+            raise NotFound(f"no reservation {rid!r}; see `gpupool reservation ls`")
+        p.require_manage(r.tenant, "cancel its reservations")
+        repo.delete(rid)
+        EventRepo(s).add(
+            Event(
+                ctx.clock.now(),
+                "reservation.removed",
+                f"{p.name} cancelled reservation {r.label} of {r.tenant}",
+                tenant=r.tenant,
+                user=p.name,
+                data={"reservation": r.id},
+            )
+        )
+    ctx.wake_scheduler()
