@@ -50,6 +50,15 @@ def _node_token(w) -> dict[str, str]:
     return {"tid": r.json()["id"]}
 
 
+POOL_BODY = {"gpus": 8, "gpu_model": "H100", "cpus": 64, "memory_mib": 512000, "max_nodes": 2}
+
+
+def _pool(w) -> dict[str, str]:
+    r = w.post("admin", "/node-pools", json={"name": "pool1", **POOL_BODY})
+    assert r.status_code == 201, r.text
+    return {}
+
+
 def _profile(w) -> dict[str, str]:
     body = {"name": "p1", "gpus": 1, "tenants": ["lab"]}
     assert w.post("admin", "/profiles", json=body).status_code == 201
@@ -160,6 +169,15 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("DELETE", "/api/v1/reservations/{reservation_id}"): Probe(
         API + "/reservations/{rid}", MANAGERS, setup=_reservation, hides=True
     ),
+    ("GET", "/api/v1/node-pools"): Probe(API + "/node-pools", ANY_USER),
+    ("POST", "/api/v1/node-pools"): Probe(
+        API + "/node-pools", ADMIN, {"name": "pool2", **POOL_BODY}
+    ),
+    ("GET", "/api/v1/node-pools/{name}"): Probe(API + "/node-pools/pool1", ANY_USER, setup=_pool),
+    ("PATCH", "/api/v1/node-pools/{name}"): Probe(
+        API + "/node-pools/pool1", ADMIN, {"max_nodes": 3}, setup=_pool
+    ),
+    ("DELETE", "/api/v1/node-pools/{name}"): Probe(API + "/node-pools/pool1", ADMIN, setup=_pool),
     ("GET", "/api/v1/profiles"): Probe(API + "/profiles", ANY_USER),
     ("POST", "/api/v1/profiles"): Probe(API + "/profiles", ADMIN, {"name": "p2", "gpus": 1}),
     ("GET", "/api/v1/profiles/{name}"): Probe(API + "/profiles/p1", LAB_READERS, setup=_profile),
@@ -235,6 +253,9 @@ def _cleanup(world, method: str, path: str) -> None:
         c.delete(path, headers=h)
     elif path.endswith("/users/vic/memberships/lab"):
         c.put(path, headers=h, json={"role": "viewer"})
+    elif "/node-pools" in path:
+        for name in ("pool1", "pool2"):
+            c.delete(API + f"/node-pools/{name}", headers=h)
     elif "/profiles" in path:
         for name in ("p1", "p2"):
             c.delete(API + f"/profiles/{name}", headers=h)

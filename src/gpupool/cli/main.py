@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from gpupool import __version__
-from gpupool.cli import agent, client, k8s, simulate, telemetry, up
+from gpupool.cli import agent, client, k8s, nodepools, simulate, telemetry, up
 
 app = typer.Typer(
     name="gpupool",
@@ -31,7 +31,7 @@ def _root(
     """Pool GPUs and share them fairly among users and teams."""
 
 
-for module in (simulate, telemetry, client, up, agent, k8s):
+for module in (simulate, telemetry, client, up, agent, k8s, nodepools):
     module.register(app)
 
 

@@ -23,6 +23,7 @@ import httpx
 
 from gpupool.api.agents import NodeReportAck, NodeReportIn
 from gpupool.api.cluster import GpuOut, NodeOut
+from gpupool.api.nodepools import NodePoolIn, NodePoolOut, NodePoolPatchIn
 from gpupool.api.tenancy import LoginOut, MeOut, TenantOut, TokenSecretOut, UserOut
 from gpupool.api.workloads import (
     LogsOut,
@@ -358,6 +359,25 @@ class AsyncClient:
 
     async def profiles(self) -> list[ProfileOut]:
         return await self._run(calls.profiles())
+
+    async def node_pools(self) -> list[NodePoolOut]:
+        """Node pools with their nodes' states and the requests for nodes in flight."""
+        return await self._run(calls.node_pools())
+
+    async def node_pool(self, name: str) -> NodePoolOut:
+        return await self._run(calls.node_pool(name))
+
+    async def create_node_pool(self, body: NodePoolIn) -> NodePoolOut:
+        """Define a node pool (admins)."""
+        return await self._run(calls.create_node_pool(body))
+
+    async def update_node_pool(self, name: str, changes: NodePoolPatchIn) -> NodePoolOut:
+        """Change the given fields of a node pool (admins)."""
+        return await self._run(calls.update_node_pool(name, changes))
+
+    async def delete_node_pool(self, name: str) -> None:
+        """Delete a node pool whose nodes are all powered down (admins)."""
+        await self._run(calls.delete_node_pool(name))
 
     async def report_node(
         self, node: str, report: NodeReportIn | Mapping[str, Any]

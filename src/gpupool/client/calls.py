@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from gpupool.api.agents import NodeReportAck, NodeReportIn
 from gpupool.api.cluster import GpuOut, NodeOut
+from gpupool.api.nodepools import NodePoolIn, NodePoolOut, NodePoolPatchIn
 from gpupool.api.tenancy import LoginOut, MeOut, TenantOut, TokenSecretOut, UserOut
 from gpupool.api.workloads import (
     LogsOut,
@@ -153,6 +154,30 @@ def gpus() -> Call[list[GpuOut]]:
 
 def profiles() -> Call[list[ProfileOut]]:
     return Call("GET", "/profiles", model(list[ProfileOut], "GET /profiles"))
+
+
+def node_pools() -> Call[list[NodePoolOut]]:
+    return Call("GET", "/node-pools", model(list[NodePoolOut], "GET /node-pools"))
+
+
+def node_pool(name: str) -> Call[NodePoolOut]:
+    return Call("GET", f"/node-pools/{seg(name)}", model(NodePoolOut, "GET /node-pools/NAME"))
+
+
+def create_node_pool(body: NodePoolIn) -> Call[NodePoolOut]:
+    data = body.model_dump(mode="json", exclude_unset=True)
+    return Call("POST", "/node-pools", model(NodePoolOut, "POST /node-pools"), json=data)
+
+
+def update_node_pool(name: str, changes: NodePoolPatchIn) -> Call[NodePoolOut]:
+    data = changes.model_dump(mode="json", exclude_unset=True)
+    return Call(
+        "PATCH", f"/node-pools/{seg(name)}", model(NodePoolOut, "PATCH /node-pools/NAME"), json=data
+    )
+
+
+def delete_node_pool(name: str) -> Call[None]:
+    return Call("DELETE", f"/node-pools/{seg(name)}", lambda _: None)
 
 
 def report_node(node: str, report: NodeReportIn | Mapping[str, Any]) -> Call[NodeReportAck]:

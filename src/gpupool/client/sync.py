@@ -22,6 +22,7 @@ import httpx
 
 from gpupool.api.agents import NodeReportAck, NodeReportIn
 from gpupool.api.cluster import GpuOut, NodeOut
+from gpupool.api.nodepools import NodePoolIn, NodePoolOut, NodePoolPatchIn
 from gpupool.api.tenancy import LoginOut, MeOut, TenantOut, TokenSecretOut, UserOut
 from gpupool.api.workloads import (
     LogsOut,
@@ -357,6 +358,25 @@ class Client:
 
     def profiles(self) -> list[ProfileOut]:
         return self._run(calls.profiles())
+
+    def node_pools(self) -> list[NodePoolOut]:
+        """Node pools with their nodes' states and the requests for nodes in flight."""
+        return self._run(calls.node_pools())
+
+    def node_pool(self, name: str) -> NodePoolOut:
+        return self._run(calls.node_pool(name))
+
+    def create_node_pool(self, body: NodePoolIn) -> NodePoolOut:
+        """Define a node pool (admins)."""
+        return self._run(calls.create_node_pool(body))
+
+    def update_node_pool(self, name: str, changes: NodePoolPatchIn) -> NodePoolOut:
+        """Change the given fields of a node pool (admins)."""
+        return self._run(calls.update_node_pool(name, changes))
+
+    def delete_node_pool(self, name: str) -> None:
+        """Delete a node pool whose nodes are all powered down (admins)."""
+        self._run(calls.delete_node_pool(name))
 
     def report_node(self, node: str, report: NodeReportIn | Mapping[str, Any]) -> NodeReportAck:
         """A node agent's report (with the node's credential as the token)."""

@@ -32,6 +32,7 @@ from gpupool.server.routers import (
     agents,
     budgets,
     cluster,
+    nodepools,
     profiles,
     reports,
     system,
@@ -127,6 +128,7 @@ def add_routes(app: FastAPI) -> None:
         workloads.router,
         reports.router,
         profiles.router,
+        nodepools.router,  # node pools (issue 34)
         budgets.router,  # budgets, reservations, chargeback (issue 35)
     ):
         app.include_router(r, prefix=API_PREFIX)
