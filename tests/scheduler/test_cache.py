@@ -223,6 +223,46 @@ def test_a_cycles_own_assumptions_and_holds_are_undone():
     assert cache.stats.rebuilds == 1
 
 
+def test_admissions_that_run_as_admitted_stay_taken_the_others_are_undone():
+    """The last cycle's admissions that now run with their allocation (equal or the same
+    object) are not undone and applied again; one that runs elsewhere, or not at all, is."""
+    n0 = node("n0", gpus=4, model="A100", gpu_gib=40, cpus=16, memory_gib=64)
+    n1 = node("n1", gpus=2, model="H100", sharing="shared", cpus=8, memory_gib=64)
+    tenants = tree(tenant("t", guaranteed=6))
+    pending = [
+        job("a", tenant="t", gpus=2, model="A100", cpus=2),
+        job("b", tenant="t", fraction=0.5, gpu_gib=10),
+        job("c", tenant="t", gpus=1, model="A100"),
+    ]
+    cache = SchedulerCache()
+    snap = snapshot([n0, n1], tenants)
+    d = cycle(snap, pending, 0.0, SchedulerConfig(), cache)
+    assert len(d.admissions) == 3
+    snap, left = apply(snap, pending, d, 0.0)
+    run = list(snap.running)
+    by_id = {rw.workload.id: i for i, rw in enumerate(run)}
+    # a: an equal copy (as read from a store); b: as admitted; c: started somewhere else
+    ra = run[by_id["a"]]
+    run[by_id["a"]] = dataclasses.replace(ra, allocation=dataclasses.replace(ra.allocation))
+    rc = run[by_id["c"]]
+    other = 3 if rc.allocation.shares[0].gpu_index != 3 else 2
+    run[by_id["c"]] = running(rc.workload, n0, [other])
+    _synced(cache, (n0, n1), run)
+    assert cache.stats.admissions_kept == 2  # not c: undone, its new allocation applied
+    # the next cycle's admission does not start: undone
+    d = cycle(
+        dataclasses.replace(snap, running=tuple(run)),
+        [job("e", tenant="t", gpus=1)],
+        1.0,
+        SchedulerConfig(),
+        cache,
+    )
+    assert len(d.admissions) == 1
+    kept = cache.stats.admissions_kept
+    _synced(cache, (n0, n1), run)
+    assert cache.stats.admissions_kept == kept
+
+
 def test_an_allocation_that_changed_counts_as_removed_and_added():
     nodes, (ra, rb, rc) = _setup()
     cache = SchedulerCache()

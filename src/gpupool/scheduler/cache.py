@@ -12,13 +12,14 @@ Contract (`SchedulerCache`):
 What it keeps:
 
 * the capacity index (free resources and the placement indexes) as of the last cycle. The
-  next cycle first undoes the last one's own `assume`s and `hold`s, then applies the
-  difference between the two snapshots: running workloads gone and new (by object identity,
-  so work that stayed the same object costs nothing; a new object for a workload id already
-  held is matched by id: one whose allocation changed counts as gone and new), and nodes whose
-  state, GPU health, CPUs or memory changed; only the nodes touched are refiled. What it
-  cannot diff cheaply — nodes added, removed, renamed or reordered, GPUs changed, a workload
-  listed twice — rebuilds it;
+  next cycle first undoes the last one's own `assume`s and `hold`s (but the admissions
+  that run now with the allocation they were admitted with: those stay taken), then
+  applies the difference between the two snapshots: running workloads gone and new (by
+  object identity, so work that stayed the same object costs nothing; a new object for a
+  workload id already held is matched by id: one whose allocation changed counts as gone
+  and new), and nodes whose state, GPU health, CPUs or memory changed; only the nodes
+  touched are refiled. What it cannot diff cheaply — nodes added, removed, renamed or
+  reordered, GPUs changed, a workload listed twice — rebuilds it;
 * the `Hardware` summary (what nodes could ever hold), while the nodes' hardware and labels
   are the same (labels decide which nodes pinned work may use);
 * per pending workload object (by identity): its shape, order key and unschedulable reason,
@@ -53,6 +54,8 @@ class CacheStats:
     allocations_added: int = 0
     allocations_removed: int = 0
     nodes_changed: int = 0
+    #: admissions of the last cycle found running as admitted: kept taken, not re-applied
+    admissions_kept: int = 0
 
 
 def _standing() -> Any:
@@ -112,30 +115,62 @@ class SchedulerCache:
         cap = self._cap
         if cap is None:
             return self._rebuild(nodes, running)
-        touched = cap.revert_cycle()
+        # only the running work that is new or gone (by identity) is looked at
+        cur = dict(zip(map(id, running), running, strict=True))
+        prev = self._objs
+        new = cur.keys() - prev.keys()
+        # the last cycle's admissions that run now with the allocation they were admitted
+        # with stay taken (log entry -> what was assumed): not undone and applied again
+        kept: dict[str, tuple[int, list[tuple[int, int, int]], int, int]] = {}
+        admitted = cap.admitted()
+        if admitted and len(cur) == len(running):
+            keep: dict[str, int] = {}
+            for k in new:
+                rw = cur[k]
+                hit = admitted.get(rw.workload.id)
+                if hit is not None and (hit[1] is rw.allocation or hit[1] == rw.allocation):
+                    keep[rw.workload.id] = hit[0]
+            kept = {wid: cap.logged(i) for wid, i in keep.items()}
+            touched = cap.revert_cycle(set(keep.values()))
+        else:
+            touched = cap.revert_cycle()
         if nodes is not cap.nodes:
             changed = cap.update_nodes(nodes)
             if changed is None:
                 return self._rebuild(nodes, running)
             self.stats.nodes_changed += len(changed)
             touched |= changed
-        # only the running work that is new or gone (by identity) is looked at
-        cur = dict(zip(map(id, running), running, strict=True))
         if len(cur) != len(running):
             return self._rebuild(nodes, running)  # listed twice: no diff by id
-        prev = self._objs
         taken = self._taken
         gone: dict[str, _Entry] = {}
         for k in prev.keys() - cur.keys():
             wid = prev[k].workload.id
             gone[wid] = taken.pop(wid)
         added = removed = 0
-        for k in cur.keys() - prev.keys():
+        for k in new:
             rw = cur[k]
             w = rw.workload
             wid = w.id
             if wid in taken:
                 return self._rebuild(nodes, running)  # listed twice: no diff by id
+            was = kept.get(wid)
+            if was is not None:
+                t = cap.takes_of(rw)
+                n, takes, cpu, mem = was
+                if t[0] == n and not t[5] and t[2:4] == (cpu, mem) and t[1] == tuple(takes):
+                    cap.keep_running(t)  # taken since its admission
+                    self.stats.admissions_kept += 1
+                else:  # (not expected) it takes other than assumed: undo that, apply this
+                    cap.release(n, takes, cpu, mem)
+                    touched.add(n)
+                    cap.apply_takes(t, -1)
+                    touched.add(t[0])
+                    touched.update(t[5])
+                e = taken[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+                self._count(e, 1)
+                added += 1
+                continue
             e = gone.pop(wid, None)
             if e is not None:
                 a = rw.allocation

@@ -16,7 +16,7 @@ Nothing here mutates the snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -245,6 +245,8 @@ class CapacityIndex:
         #: keeps this index (None: not logged)
         self._assumed: list[tuple[int, list[tuple[int, int, int]], int, int]] | None = None
         self._held: list[int] = []
+        #: admitted workload id -> (its entry in `_assumed`, its allocation), while logging
+        self._admitted: dict[str, tuple[int, object]] = {}
         #: held node -> (CPU milli, memory MiB) its holder asks for: kept free on the node
         self.held_host: dict[int, tuple[int, int]] = {}
         #: per node, kept by `_refile` (every change of free GPU resources is refiled before
@@ -409,11 +411,31 @@ class CapacityIndex:
         self._assumed = []
         self._held = []
 
-    def revert_cycle(self) -> set[int]:
-        """Undo the logged `assume`s and `hold`s (newest first); returns the nodes touched,
+    def admitted(self) -> dict[str, tuple[int, object]]:
+        """The admissions logged since `start_cycle_log` or `revert_cycle`: workload id ->
+        (its entry in the log, its allocation) (`note_admission`). Read-only."""
+        return self._admitted
+
+    def note_admission(self, workload_id: str, allocation: object) -> None:
+        """The last `assume` was the admission of `workload_id` with `allocation`: if the next
+        snapshot runs it with that allocation, `revert_cycle` may keep it (`keep`)."""
+        if self._assumed:
+            self._admitted[workload_id] = (len(self._assumed) - 1, allocation)
+
+    def logged(self, entry: int) -> tuple[int, list[tuple[int, int, int]], int, int]:
+        """Entry `entry` of the log: (node, gpu takes, cpu, memory) of one `assume`."""
+        assert self._assumed is not None
+        return self._assumed[entry]
+
+    def revert_cycle(self, keep: Collection[int] = ()) -> set[int]:
+        """Undo the logged `assume`s and `hold`s (newest first) but the log entries `keep`
+        (admissions now running with what they were assumed to take: they stay taken, and
+        the caller files them as running work, `keep_running`); returns the nodes touched,
         which the caller refiles. Logging goes on."""
         touched: set[int] = set()
         log = self._assumed or []
+        if keep:
+            log = [e for i, e in enumerate(log) if i not in keep]
         free_milli, free_gmem = self.free_milli, self.free_gmem
         for n, takes, cpu, mem in reversed(log):
             self.free_cpu[n] += cpu
@@ -428,8 +450,25 @@ class CapacityIndex:
             touched.add(n)
         self._assumed = [] if self._assumed is not None else None
         self._held = []
+        self._admitted = {}
         self.held_host = {}
         return touched
+
+    def release(
+        self, n: int, gpu_takes: Iterable[tuple[int, int, int]], cpu: int, mem: int
+    ) -> None:
+        """Give back what one logged `assume` took, outside the log (the caller refiles)."""
+        self.free_cpu[n] += cpu
+        self.free_mem[n] += mem
+        for g, milli, gmem in gpu_takes:
+            self.free_milli[g] += milli
+            self.free_gmem[g] += gmem
+
+    def keep_running(self, t: Takes) -> None:
+        """What `apply_takes(t, -1)` does beyond taking the resources, for an admission kept
+        by `revert_cycle` (whose resources are taken already): count it in the mix."""
+        if t[0] >= 0 and not t[5]:
+            self.mix.add(class_key(t[1], t[2], t[3], t[4]), t[4], t[2], t[3], 1)
 
     def update_nodes(self, nodes: tuple[Node, ...]) -> set[int] | None:
         """Take in a new node list that differs from this index's only in node states, GPU

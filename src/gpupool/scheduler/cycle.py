@@ -497,6 +497,7 @@ class _Cycle(ReclaimSteps):
     def _admit(self, w: Workload, shape: Shape, p: Placement) -> None:
         alloc = to_allocation(self.cap, w.id, p, shape, self.now, self.config.shared_enforcement)
         self.cap.assume(p.node, list(p.takes), shape.cpu_milli, shape.memory_mib)
+        self.cap.note_admission(w.id, alloc)
         self.usage.add(w.tenant, w.owner, shape.gpu_milli)
         self.effective.add(w.tenant, w.owner, shape.gpu_milli)
         self.admissions.append(Admission(w.id, alloc))
