@@ -10,10 +10,10 @@ cache) for the next cycle. Pure: no I/O.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import accumulate
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -31,7 +31,6 @@ from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
 _NO_SERVICE: dict[str, float] = {}
-_id_of = attrgetter("id")
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
@@ -65,47 +64,48 @@ class _Standing:
 def _changed_queue(
     q: list[Candidate], drop: list[Candidate], add: list[Candidate]
 ) -> list[Candidate]:
-    """A new sorted queue: `q` without the entries `drop` (each in `q`), with `add`. Few
-    changes: binary searches on a copy; many (the cycle after a busy one): one filter and one
-    sort (of two sorted runs: a merge)."""
-    if (len(drop) + len(add)) * 16 <= len(q):
-        out = list(q)
-        for e in drop:
-            del out[bisect_left(out, e)]
-        for e in add:
-            insort(out, e)
-        return out
+    """A new sorted queue: `q` without the entries `drop` (each in `q`), with `add`. Entries
+    are unique (keys end with the workload id). The dropped ones are found by binary search
+    and the rest copied in slices; the added ones, sorted, are appended where they all sort
+    after the rest (new work is usually submitted last) or merged into the part of the queue
+    from the first of them on."""
     if drop:
-        gone = set(map(id, map(itemgetter(1), drop)))
-        out = [e for e in q if id(e[1]) not in gone]
+        cut = sorted(bisect_left(q, e) for e in drop)
+        out: list[Candidate] = []
+        prev = 0
+        for i in cut:
+            out += q[prev:i]
+            prev = i + 1
+        out += q[prev:]
     else:
         out = list(q)
-    add.sort()
-    out += add
-    out.sort()
+    if add:
+        add.sort()
+        if out and add[0] < out[-1]:
+            k = bisect_left(out, add[0])
+            rest = out[k:]
+            del out[k:]
+            rest += add
+            rest.sort()  # two sorted runs: a merge
+            out += rest
+        else:
+            out += add
     return out
 
 
 class Tail:
-    """Per position of a sorted queue: the workload ids, the shapes, the smallest GPU milli
-    from there to the end, and where each shape last occurs (used by the cycle to answer the
-    rest of a queue at once). Each part is built on first use, with C-level loops: a queue
+    """Per position of a sorted queue: the shapes, the smallest GPU milli from there to the
+    end, and where each shape last occurs (used by the cycle to answer the rest of a queue
+    at once). Each part is built on first use, with C-level loops: a queue
     that changed gets a new Tail every cycle."""
 
-    __slots__ = ("_q", "_ids", "_shapes", "_min_milli", "_last")
+    __slots__ = ("_q", "_shapes", "_min_milli", "_last")
 
     def __init__(self, q: list[Candidate]):
         self._q = q
-        self._ids: list[str] | None = None
         self._shapes: list[Shape] | None = None
         self._min_milli: list[int] | None = None
         self._last: dict[Shape, int] | None = None
-
-    @property
-    def ids(self) -> list[str]:
-        if self._ids is None:
-            self._ids = list(map(_id_of, map(itemgetter(1), self._q)))
-        return self._ids
 
     @property
     def shapes(self) -> list[Shape]:
