@@ -507,16 +507,23 @@ def usage_columns(by: str) -> tuple[Col, ...]:
 
 
 def usage(
-    by: str = typer.Option("tenant", "--by", help="user, tenant or day"),
+    by: str = typer.Option("tenant", "--by", help="user, tenant or day (export: or model)"),
     from_: str = typer.Option(None, "--from", help="first day, YYYY-MM-DD"),
     to: str = typer.Option(None, "--to", help="last day, YYYY-MM-DD"),
+    export: str = typer.Option(
+        None, "--export", help="csv or json: chargeback (GPU-h, memory, energy) on stdout"
+    ),
     as_json: bool = tables.json_option(),
     output: Output = tables.output_option(),
 ) -> None:
-    """GPU-hours allocated and busy, and efficiency."""
+    """GPU-hours allocated and busy, and efficiency; --export for chargeback."""
 
     @handled
     def go() -> None:
+        if export is not None:  # issue 35: chargeback (gpupool.cli.budgets)
+            from gpupool.cli.budgets import export_usage
+
+            return export_usage(export, by, from_, to)
         params = {"group_by": by} | {k: v for k, v in (("from", from_), ("to", to)) if v}
         rep = api().get("/usage", params=params)
         if tables.wants_json(output, as_json):
@@ -552,6 +559,7 @@ def register(app: typer.Typer) -> None:
         client_admin,  # admin commands live beside these
         runtime_policy,  # noqa: F401  (adds `tenant set`)
     )
+    from gpupool.cli.budgets import reservation_app  # also adds `tenant budget`
     from gpupool.cli.submit import run
 
     app.command()(login)
@@ -565,5 +573,6 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
     app.command()(queue)
     app.command()(usage)
+    app.add_typer(reservation_app, name="reservation")
     app.command()(mcp)
     client_admin.register(app)

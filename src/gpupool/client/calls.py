@@ -9,6 +9,13 @@ from datetime import date
 from typing import Any, Literal
 
 from gpupool.api.agents import NodeReportAck, NodeReportIn
+from gpupool.api.budgets import (
+    BudgetIn,
+    BudgetOut,
+    ChargebackOut,
+    ReservationIn,
+    ReservationOut,
+)
 from gpupool.api.cluster import GpuOut, NodeOut
 from gpupool.api.nodepools import NodePoolIn, NodePoolOut, NodePoolPatchIn
 from gpupool.api.tenancy import LoginOut, MeOut, TenantOut, TokenSecretOut, UserOut
@@ -187,4 +194,59 @@ def report_node(node: str, report: NodeReportIn | Mapping[str, Any]) -> Call[Nod
         f"/nodes/{seg(node)}/report",
         model(NodeReportAck, "POST /nodes/NAME/report"),
         json=body,
+    )
+
+
+# -- budgets, reservations, chargeback (issue 35) --------------------------------------------
+
+
+def budgets(tenant: str | None) -> Call[list[BudgetOut]]:
+    params = {"tenant": tenant} if tenant else {}
+    return Call("GET", "/budgets", model(list[BudgetOut], "GET /budgets"), params=params)
+
+
+def set_budget(body: BudgetIn) -> Call[BudgetOut]:
+    data = body.model_dump(mode="json", exclude_unset=True)
+    return Call("PUT", "/budgets", model(BudgetOut, "PUT /budgets"), json=data)
+
+
+def delete_budget(budget_id: int) -> Call[None]:
+    return Call("DELETE", f"/budgets/{int(budget_id)}", lambda _: None)
+
+
+def reservations(past: bool) -> Call[list[ReservationOut]]:
+    params = {"past": "true"} if past else {}
+    return Call(
+        "GET", "/reservations", model(list[ReservationOut], "GET /reservations"), params=params
+    )
+
+
+def add_reservation(body: ReservationIn) -> Call[ReservationOut]:
+    data = body.model_dump(mode="json", exclude_unset=True)
+    return Call("POST", "/reservations", model(ReservationOut, "POST /reservations"), json=data)
+
+
+def delete_reservation(reservation_id: str) -> Call[None]:
+    return Call("DELETE", f"/reservations/{seg(reservation_id)}", lambda _: None)
+
+
+def chargeback(
+    by: Literal["tenant", "user", "model"],
+    from_: date | str | None,
+    to: date | str | None,
+    tenant: str | None,
+) -> Call[ChargebackOut]:
+    if by not in ("tenant", "user", "model"):
+        raise InvalidInput(f"by={by!r}: give 'tenant', 'user' or 'model'", "by")
+    params: dict[str, str] = {"by": by}
+    for k, v in (("from", from_), ("to", to)):
+        if v is not None:
+            params[k] = _day(v, "from_" if k == "from" else k)
+    if tenant:
+        params["tenant"] = tenant
+    return Call(
+        "GET",
+        "/usage/chargeback",
+        model(ChargebackOut, "GET /usage/chargeback"),
+        params=params,
     )

@@ -21,6 +21,13 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from gpupool.api.agents import NodeReportAck, NodeReportIn
+from gpupool.api.budgets import (
+    BudgetIn,
+    BudgetOut,
+    ChargebackOut,
+    ReservationIn,
+    ReservationOut,
+)
 from gpupool.api.cluster import GpuOut, NodeOut
 from gpupool.api.nodepools import NodePoolIn, NodePoolOut, NodePoolPatchIn
 from gpupool.api.tenancy import LoginOut, MeOut, TenantOut, TokenSecretOut, UserOut
@@ -381,3 +388,38 @@ class Client:
     def report_node(self, node: str, report: NodeReportIn | Mapping[str, Any]) -> NodeReportAck:
         """A node agent's report (with the node's credential as the token)."""
         return self._run(calls.report_node(node, report))
+
+    # -- budgets, reservations, chargeback (issue 35) ----------------------------------------
+
+    def budgets(self, tenant: str | None = None) -> list[BudgetOut]:
+        """GPU-hour budgets and their use this period (admins; tenant-admins their own)."""
+        return self._run(calls.budgets(tenant))
+
+    def set_budget(self, body: BudgetIn) -> BudgetOut:
+        """Set or replace the budget of (tenant, period, model) (admins)."""
+        return self._run(calls.set_budget(body))
+
+    def delete_budget(self, budget_id: int) -> None:
+        self._run(calls.delete_budget(budget_id))
+
+    def reservations(self, past: bool = False) -> list[ReservationOut]:
+        """Advance reservations of the tenants you have a role in."""
+        return self._run(calls.reservations(past))
+
+    def add_reservation(self, body: ReservationIn) -> ReservationOut:
+        """Book GPUs over a window (admins; tenant-admins within the guarantee)."""
+        return self._run(calls.add_reservation(body))
+
+    def delete_reservation(self, reservation_id: str) -> None:
+        self._run(calls.delete_reservation(reservation_id))
+
+    def chargeback(
+        self,
+        by: Literal["tenant", "user", "model"] = "tenant",
+        *,
+        from_: date | str | None = None,
+        to: date | str | None = None,
+        tenant: str | None = None,
+    ) -> ChargebackOut:
+        """GPU-hours allocated and busy, memory GiB-hours and energy per tenant, user or model."""
+        return self._run(calls.chargeback(by, from_, to, tenant))
