@@ -1,7 +1,9 @@
 """Small builders for scheduler scenarios: a node, a tenant, a workload in a line each.
 
-Also `apply()`, which plays the caller's part between cycles: admissions start running,
-preempted work goes back to the pending queue, finished work leaves.
+Also `apply()`, which plays the caller's part between cycles as the server loop and the
+simulator do (gpupool.scheduler.followup): admissions start running, preempted work goes
+back to the pending queue, nodes preempted for work are nominated to it, finished work
+leaves.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from gpupool.domain import (
     TenantTree,
     Workload,
     WorkloadState,
+    transition,
 )
 from gpupool.scheduler import Decisions, RunningWorkload, Snapshot
+from gpupool.scheduler.followup import Nominations, requeued
 
 GIB = 1024
 
@@ -139,29 +143,30 @@ def snapshot(
 def apply(
     snap: Snapshot, pending: Sequence[Workload], d: Decisions, now: float
 ) -> tuple[Snapshot, list[Workload]]:
-    """The caller's part: admitted work runs, preempted work is requeued, failed work leaves."""
+    """The caller's part, as the server loop and the simulator play it
+    (gpupool.scheduler.followup): admitted work runs, preempted work is requeued (if it asked
+    to be) and the nodes preempted for work are nominated to it, failed work leaves."""
     by_id = {w.id: w for w in pending}
     admitted = {a.workload_id: a for a in d.admissions}
-    victims = {p.workload_id for p in d.preemptions}
+    victims = {p.workload_id: p for p in d.preemptions}
+    noms = Nominations()
+    noms.nodes = dict(snap.nominated)
+    noms.record(d, snap.running)
     run = [rw for rw in snap.running if rw.workload.id not in victims]
     for wid, a in admitted.items():
         w = dataclasses.replace(
             by_id[wid], state=WorkloadState.RUNNING, admitted_at=now, started_at=now
         )
         run.append(RunningWorkload(w, a.allocation))
-    requeued = [
-        dataclasses.replace(
-            rw.workload,
-            state=WorkloadState.PENDING,
-            admitted_at=None,
-            started_at=None,
-            preemptions=rw.workload.preemptions + 1,
-        )
+    back = [
+        requeued(transition(rw.workload, WorkloadState.PREEMPTED, now, p.reason)[0], now)
         for rw in snap.running
-        if rw.workload.id in victims
+        if (p := victims.get(rw.workload.id)) is not None
     ]
-    left = [w for w in pending if w.id not in admitted and w.id not in d.unschedulable] + requeued
-    return dataclasses.replace(snap, running=tuple(run)), left
+    left = [w for w in pending if w.id not in admitted and w.id not in d.unschedulable]
+    left += [w for w in back if w is not None]
+    nominated = noms.for_snapshot({w.id for w in left})
+    return dataclasses.replace(snap, running=tuple(run), nominated=nominated), left
 
 
 def finish(snap: Snapshot, *ids: str) -> Snapshot:

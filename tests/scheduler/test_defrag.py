@@ -5,7 +5,7 @@ free places on other nodes; nothing else changes."""
 import dataclasses
 
 from gpupool.scheduler import SchedulerConfig, cycle
-from gpupool.scheduler.preemption import nominations
+from gpupool.scheduler.followup import nominations
 from tests.scheduler.builders import apply, job, node, placed, running, snapshot, tenant
 
 NOW = 100_000.0

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from gpupool.domain import Enforcement, Node, ValidationError
 from gpupool.domain.placement import ENGINE_LABEL, MPS_LABEL, MULTI_NODE_LABEL
-from gpupool.scheduler import SchedulerConfig, cycle
-from gpupool.scheduler.admissible import never_runs
+from gpupool.scheduler import Policy, SchedulerConfig, cycle
 from gpupool.scheduler.cache import SchedulerCache
+from gpupool.scheduler.feasibility import never_runs
 from tests.scheduler.builders import apply, job, node, running, snapshot, tenant, tree
 
 NOW = 10_000.0
@@ -90,12 +90,12 @@ def test_a_pin_no_node_could_ever_satisfy_never_runs():
 
 def test_never_runs_names_the_pin_as_the_field_at_fault():
     t = tree(*TENANTS)
-    never = never_runs(pin(job("x", gpus=1), "nomad").request, "lab-a", t, POOL)
+    never = never_runs(pin(job("x", gpus=1), "nomad").request, "lab-a", t, POOL, Policy.FAIR)
     assert never is not None and never.field == "engine"
     assert "the engines here: kubernetes, local, slurm" in never.why
-    never = never_runs(pin(job("x", gpus=1), zone="b").request, "lab-a", t, POOL)
+    never = never_runs(pin(job("x", gpus=1), zone="b").request, "lab-a", t, POOL, Policy.FAIR)
     assert never is not None and never.field == "node_labels"
-    assert never_runs(pin(job("x", gpus=1), "slurm").request, "lab-a", t, POOL) is None
+    assert never_runs(pin(job("x", gpus=1), "slurm").request, "lab-a", t, POOL, Policy.FAIR) is None
 
 
 def test_a_gang_runs_only_on_nodes_whose_engine_runs_multi_node_work():

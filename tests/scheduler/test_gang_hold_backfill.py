@@ -7,7 +7,7 @@ import dataclasses
 
 from gpupool.domain import Workload
 from gpupool.scheduler import SchedulerConfig, cycle
-from gpupool.scheduler.preemption import nominations
+from gpupool.scheduler.followup import nominations
 from tests.scheduler.builders import apply, job, nodes, running, snapshot, tenant
 
 FAIR = SchedulerConfig(min_runtime_s=0, reclaim_after_s=0)

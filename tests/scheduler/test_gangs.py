@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gpupool.domain import MILLI_PER_GPU, Node, Request, ValidationError, Workload
 from gpupool.scheduler import Policy, SchedulerCache, SchedulerConfig, Snapshot, cycle
-from gpupool.scheduler.preemption import nominations
+from gpupool.scheduler.followup import nominations
 from tests.scheduler.builders import apply, job, node, nodes, running, snapshot, tenant
 
 FAIR = SchedulerConfig(min_runtime_s=0, reclaim_after_s=0)

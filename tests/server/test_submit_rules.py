@@ -1,11 +1,17 @@
-"""Submit refuses exactly what the scheduler could never run: both use one rule
-(gpupool.scheduler.admissible.never_runs), so they cannot disagree."""
+"""Submit refuses exactly what the scheduler could never run, under the policy the
+scheduler runs: both use one rule (gpupool.scheduler.feasibility.never_runs), so they cannot
+disagree. The simulator's side is tests/sim/test_one_rule.py."""
 
 from __future__ import annotations
 
-from gpupool.domain import Membership, Quota, Role, Tenant
-from gpupool.scheduler import cycle
-from gpupool.store import TenantRepo, UserRepo
+import dataclasses
+
+import pytest
+
+from gpupool.domain import Membership, Quota, Request, Role, SharingMode, Tenant, Workload
+from gpupool.scheduler import SchedulerConfig, cycle
+from gpupool.scheduler.types import Policy
+from gpupool.store import NodeRepo, TenantRepo, UserRepo
 
 
 def _dept_with_a_per_user_cap(world) -> None:
@@ -25,7 +31,10 @@ def test_a_per_user_cap_on_an_ancestor_refuses_the_submit(world):
         "member", "/workloads", json={"command": ["x"], "gpus": 2, "tenant": "dept/team"}
     )
     assert r.status_code == 422, r.text
-    assert "dept allows at most 1 GPU per user; ask for at most 1" in r.json()["detail"]
+    assert (
+        "asks for 2 GPUs but the per-user cap in dept is 1 GPU; ask for at most 1 GPU or ask an "
+        "admin to raise it" in r.json()["detail"]
+    )
     ok = world.post(
         "member", "/workloads", json={"command": ["x"], "gpus": 1, "tenant": "dept/team"}
     )
@@ -45,3 +54,36 @@ def test_hardware_no_node_has_is_refused_with_the_schedulers_reason(world):
     assert r.status_code == 422
     body = r.json()
     assert "can never run: needs 9 GPUs on one node; the most any node has is 4" in body["detail"]
+
+
+ASKS = {
+    "within the limit": {"gpus": 2},
+    "over lab's limit of 3": {"gpus": 4},
+    "a fraction, no shared GPU": {"gpu_fraction": 0.5},
+    "more than a node has": {"gpus": 9},
+}
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("ask", list(ASKS))
+def test_submit_refuses_what_the_cycle_would_fail_under_each_policy(world, policy, ask):
+    """Before, submit ignored the policy: under fifo it refused a fraction on exclusive GPUs
+    (the fifo cycle runs it on a whole GPU) and, under fifo and las, a request over its
+    tenant's limit (those policies apply no limits)."""
+    with world.ctx.store.write() as s:
+        NodeRepo(s).set_sharing("GPU-n1-3", SharingMode.EXCLUSIVE)  # no shared GPU left
+    world.ctx.settings = dataclasses.replace(
+        world.ctx.settings, scheduler=SchedulerConfig(policy=policy)
+    )
+    body = ASKS[ask]
+    r = world.post("member", "/workloads", json={"command": ["x"], "tenant": "lab", **body})
+    snap, _ = world.scheduler.snapshot()
+    milli = int(body.get("gpu_fraction", 0) * 1000)
+    probe = Workload("probe", "lab", "ann", Request(gpus=body.get("gpus", 0), gpu_milli=milli))
+    why = cycle(snap, [probe], world.clock.now(), world.ctx.settings.scheduler).unschedulable
+    if "probe" in why:
+        assert r.status_code == 422, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert r.json()["detail"] == f"this request can never run: {why['probe']}"
+    else:
+        assert r.status_code == 201, r.text

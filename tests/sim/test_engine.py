@@ -9,6 +9,7 @@ from gpupool.scheduler.types import Admission, Decisions, Policy
 from gpupool.sim.engine import SimulationError, simulate
 from gpupool.sim.metrics import to_json, waits
 from gpupool.sim.scenario import parse_scenario
+from gpupool.sim.scenario_errors import ScenarioError
 
 from .builders import by_id, job, node, run, scenario, tenant
 
@@ -141,15 +142,22 @@ def test_fifo_rounds_fractions_up_to_whole_gpus():
     assert sorted(rec.first_start for rec in fifo.records.values()) == [0, 10, 20, 30]
 
 
-def test_a_request_over_the_tenant_limit_fails_with_a_reason_instead_of_waiting_forever():
+def test_a_request_over_the_tenant_limit_is_refused_by_the_file_as_by_the_api():
+    """Before, it ran and the first cycle failed it; the submit API refuses it (one rule:
+    gpupool.scheduler.feasibility), and so does the scenario file now, naming what to change."""
     data = scenario(
         tenants=[tenant("a", limit_gpus=1)],
         workloads=[job("wide", gpus=2), job("ok", duration=5)],
     )
-    r = run(data)
-    wide = r.records["wide"]
-    assert wide.state is S.FAILED and "limit" in wide.reason
-    assert r.records["ok"].state is S.SUCCEEDED
+    with pytest.raises(ScenarioError) as err:
+        run(data)
+    assert str(err.value) == (
+        "workloads[0] (id wide): request can never run: asks for 2 GPUs but a's limit is "
+        "1 GPU; ask for at most 1 GPU or ask an admin to raise it; in a scenario: raise "
+        "limit_gpus of tenant a"
+    )
+    # under fifo no limit applies: it runs
+    assert run(data, Policy.FIFO).records["wide"].state is S.SUCCEEDED
 
 
 def test_no_spinning_while_work_is_blocked():

@@ -54,7 +54,10 @@ def _scenario(**workload) -> dict:
             {"nodes": 2, "gpus_per_node": 1},
             "needs several nodes at once: no engine here runs multi-node work",
         ),
-        ({"gpus": 3, "engine": "local"}, "pinned to engine local: no node can ever hold 3"),
+        (
+            {"gpus": 3, "engine": "local"},
+            "pinned to engine local; needs 3 GPUs on one node; the most any node has is 2",
+        ),
     ],
 )
 def test_a_pin_no_node_could_satisfy_is_a_scenario_error(workload, said):

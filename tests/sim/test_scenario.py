@@ -98,7 +98,7 @@ BAD = [
     ),
     pytest.param(
         scenario(workloads=[job("big", gpus=5)]),
-        ["workloads[0] (id big): request can never run", "the most on one node is 4"],
+        ["workloads[0] (id big): request can never run", "the most any node has is 4"],
         id="never-fits-gpus",
     ),
     pytest.param(
@@ -194,7 +194,9 @@ def test_multi_node_workloads_in_scenarios():
             job("h", tenant="lab", gpus=0, nodes=4, gpus_per_node=8),
         ],
     )
-    with pytest.raises(ScenarioError, match="needs 4 nodes that can each hold 8 GPUs"):
+    with pytest.raises(
+        ScenarioError, match="needs 4 nodes with 8 GPUs each; only 3 nodes could ever hold that"
+    ):
         parse_scenario(data)
     data["workloads"].pop()
     s = parse_scenario(data)

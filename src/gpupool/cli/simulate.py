@@ -113,9 +113,7 @@ def simulate_command(
             ):
                 if v is not None:
                     raise ScenarioError([f"{flag} only applies with --trace"])
-            scen = load_scenario(scenario)
-            if pol is not None:
-                scen.config = _with_policy(scen, pol)
+            scen = load_scenario(scenario, pol)
     except ScenarioError as exc:
         raise _fail(str(exc)) from None
 
@@ -146,12 +144,6 @@ def simulate_command(
         sys.stdout.write(json.dumps(out, indent=None if trace else 2) + "\n")
         return
     _print_summary(out, scen, show_workloads=trace is None)
-
-
-def _with_policy(scen: Scenario, pol: Policy):
-    import dataclasses
-
-    return dataclasses.replace(scen.config, policy=pol)
 
 
 def _trace_scenario(

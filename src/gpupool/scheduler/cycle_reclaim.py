@@ -10,7 +10,7 @@ from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import CapacityIndex, Shape
 from gpupool.scheduler.defrag import find_move
 from gpupool.scheduler.levels import LevelPreemptor, pending_level
-from gpupool.scheduler.limits import Usage, gpus_text
+from gpupool.scheduler.limits import Usage, at_limit_text
 from gpupool.scheduler.preemption import (
     Reclaim,
     Reclaimer,
@@ -221,8 +221,7 @@ class ReclaimSteps:
         self.effective.add(w.tenant, w.owner, milli)
         self._changed()
         self.reasons[w.id] = why = (
-            f"{limiting} is at its limit of {gpus_text(limit)}; "
-            + reclaim_text(len(victims), stopping)
+            f"{at_limit_text(limiting, limit)}; " + reclaim_text(len(victims), stopping)
         )
         self.waits.reclaiming(w, why, victims)
         return True

@@ -1,4 +1,6 @@
-"""Tenant limits over the whole ancestor chain, and per-user caps.
+"""Tenant limits over the whole ancestor chain, and per-user caps; and the one home of the
+texts that tell about them (`at_limit_text`, `user_cap_text`, `never_within_text`), which the
+cycle, the submit API and the simulator all use.
 
 `Usage` counts GPU milli held per tenant subtree and per (capping tenant, user); admissions in
 a cycle are added with `add`, preemptions taken back with `remove`.
@@ -83,14 +85,13 @@ def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> LimitHit | 
             continue
         lim = tree.get(a).quota.limit_milli
         if lim is not None and usage.of(a) + milli > lim:
-            used = gpus_text(usage.of(a))
-            return LimitHit(TENANT, a, f"{a} is at its limit of {gpus_text(lim)} ({used} in use)")
+            return LimitHit(TENANT, a, at_limit_text(a, lim, usage.of(a)))
     for a in usage.capping(tenant):
         cap = tree.get(a).quota.max_milli_per_user
         assert cap is not None
         held = usage.user.get((a, user), 0)
         if held + milli > cap:
-            return LimitHit(USER, a, f"{user} is at the per-user cap of {gpus_text(cap)} in {a}")
+            return LimitHit(USER, a, user_cap_text(user, a, cap))
     return None
 
 
@@ -118,8 +119,27 @@ def never_within(tree: TenantTree, tenant: str, milli: int) -> NeverWithin | Non
 def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:
     """Why `milli` can never be admitted for `tenant` even with nothing running, or None."""
     hit = never_within(tree, tenant, milli)
-    if hit is None:
-        return None
+    return None if hit is None else never_within_text(hit, milli)
+
+
+# -- the texts -------------------------------------------------------------------------------
+
+
+def at_limit_text(tenant: str, limit_milli: int, used_milli: int | None = None) -> str:
+    """'lab-a is at its limit of 4 GPUs (3 GPUs in use)' (without the use if not given)."""
+    used = "" if used_milli is None else f" ({gpus_text(used_milli)} in use)"
+    return f"{tenant} is at its limit of {gpus_text(limit_milli)}{used}"
+
+
+def user_cap_text(user: str, tenant: str, cap_milli: int) -> str:
+    """'alice is at the per-user cap of 2 GPUs in lab-a'."""
+    return f"{user} is at the per-user cap of {gpus_text(cap_milli)} in {tenant}"
+
+
+def never_within_text(hit: NeverWithin, milli: int) -> str:
+    """Why a request for `milli` can never be admitted under `hit`, and what to ask for:
+    "asks for 8 GPUs but lab-a's limit is 4 GPUs; ask for at most 4 GPUs or ask an admin to
+    raise it"."""
     if hit.scope == TENANT:
         return (
             f"asks for {gpus_text(milli)} but {hit.tenant}'s limit is "

@@ -25,7 +25,7 @@ the caller has stopped them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,7 +33,7 @@ from gpupool.domain import TenantTree, Workload
 from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.limits import Usage, gpus_text
 from gpupool.scheduler.placement import Placement, place_on_node
-from gpupool.scheduler.types import Preemption, RunningWorkload
+from gpupool.scheduler.types import RunningWorkload
 
 #: how many nodes where a candidate would fit are compared before victims are chosen
 NODES_COMPARED = 4
@@ -67,22 +67,6 @@ def reclaim_due(w: Workload, now: float, reclaim_after_s: float) -> bool:
     """True once `w` has waited `reclaim_after_s` since it was submitted (requeued work keeps
     its submit time, so work that was itself preempted may reclaim at once)."""
     return now - w.submitted_at >= reclaim_after_s
-
-
-def nominations(
-    preemptions: Iterable[Preemption], node_of: Mapping[str, str]
-) -> dict[str, tuple[str, ...]]:
-    """For `Snapshot.nominated`: per workload that work was preempted for in one cycle, the
-    nodes (sorted, distinct) its victims ran on (`node_of`: victim workload id -> node); per
-    workload moved (`Preemption.move_to`), the node it moves to."""
-    out: dict[str, set[str]] = {}
-    for p in preemptions:
-        node = node_of.get(p.workload_id)
-        if node is not None:
-            out.setdefault(p.for_workload, set()).add(node)
-        if p.move_to is not None:
-            out.setdefault(p.workload_id, set()).add(p.move_to)
-    return {w: tuple(sorted(nodes)) for w, nodes in out.items()}
 
 
 def within_some_guarantee(tree: TenantTree, usage: Usage, tenant: str, milli: int) -> bool:

@@ -18,8 +18,8 @@ from operator import itemgetter
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import Shape
+from gpupool.scheduler.feasibility import shape_never_runs, tenant_problem
 from gpupool.scheduler.levels import level_of
-from gpupool.scheduler.limits import never_within_limits
 from gpupool.scheduler.ordering import (
     fifo_key,
     in_tenant_key,
@@ -224,11 +224,9 @@ class Queues:
         hit = shapes.get(mk)
         if hit is None:
             if t not in tenant_why:
-                tenant_why[t] = self._tenant_problem(t)
-            shape = shape_of(w.request, whole_only)
-            why = tenant_why[t] or self.hardware.never_fits(shape)
-            if why is None and self.quotas:
-                why = never_within_limits(self.tree, t, shape.gpu_milli)
+                tenant_why[t] = tenant_problem(self.tree, t)
+            shape = shape_of(w.request, whole_only)  # = feasibility.request_shape
+            why = tenant_why[t] or shape_never_runs(self.hardware, self.tree, t, shape, self.policy)
             hit = shapes[mk] = (shape, why, shape.gpu_milli)
         if self.policy is Policy.FAIR and self.config.service_levels_s:
             key = leveled_in_tenant_key(w, 0)  # level added by the caller
@@ -395,15 +393,5 @@ class Queues:
         if st.unsched:
             self.unschedulable = dict(filter(None, map(st.unsched.get, map(id, pending))))
         return True
-
-    def _tenant_problem(self, t: str) -> str | None:
-        if t not in self.tree:
-            return f"unknown tenant {t!r}; ask an admin to add it"
-        if not self.tree.is_leaf(t):
-            return (
-                f"tenant {t} has sub-tenants; only leaf tenants hold work "
-                f"(submit to one of {', '.join(self.tree.children(t))})"
-            )
-        return None
 
     # -- 3. the walk -----------------------------------------------------------------------

@@ -32,7 +32,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.cycle import cycle
-from gpupool.scheduler.preemption import nominations
+from gpupool.scheduler.followup import Nominations, requeued
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
@@ -177,8 +177,9 @@ class Simulator(Wakeups):
         self.min_runtime_heap: list[tuple[float, str, int]] = []
         #: (time pending work may start to reclaim (`reclaim_after_s`), workload id)
         self.reclaim_due_heap: list[tuple[float, str]] = []
-        #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated)
-        self.nominated: dict[str, tuple[str, ...]] = {}
+        #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated),
+        #: kept as the server keeps them (gpupool.scheduler.followup)
+        self.nominations = Nominations()
         self.seq = 0
         self.last_t = 0.0
         self.cycle_ms: list[float] = []
@@ -202,6 +203,11 @@ class Simulator(Wakeups):
         )
 
     # ------------------------------------------------------------------ bookkeeping
+
+    @property
+    def nominated(self) -> dict[str, tuple[str, ...]]:
+        """The nominations kept now (workload id -> nodes; the dict itself)."""
+        return self.nominations.nodes
 
     def _push(self, t: float, kind: int, wid: str, epoch: int = 0) -> None:
         self.seq += 1
@@ -307,7 +313,6 @@ class Simulator(Wakeups):
         if wid not in self.pending:
             raise SimulationError(f"the scheduler admitted {wid}, which is not pending")
         w = self._remove_pending(wid)
-        self.nominated.pop(wid, None)
         self._take(alloc, +1)
         w, _ = transition(w, S.ADMITTED, t, "admitted by the scheduler")
         w, _ = transition(w, S.STARTING, t, "starting")
@@ -362,14 +367,9 @@ class Simulator(Wakeups):
             )
             rec.service += ran * milli
             self.workload_service[wid] = rec.service
-        if w.requeue_on_preemption:
-            w, _ = transition(
-                w,
-                S.PENDING,
-                t,
-                "requeued after preemption; "
-                + ("resumes from its checkpoint" if w.checkpointing else "restarts from scratch"),
-            )
+        back = requeued(w, t)
+        if back is not None:
+            w = back
             self._add_pending(w)
         rec.workload = w
 
@@ -380,7 +380,6 @@ class Simulator(Wakeups):
 
     def _fail(self, wid: str, reason: str, t: float) -> None:
         w = self._remove_pending(wid)
-        self.nominated.pop(wid, None)
         rec = self.records[wid]
         rec.workload, _ = transition(w, S.FAILED, t, reason)
         rec.reason = reason
@@ -395,20 +394,15 @@ class Simulator(Wakeups):
             attained_service={**self.attained, **self.workload_service}
             if self.workload_service
             else dict(self.attained),
-            nominated=dict(self.nominated),
+            nominated=self.nominations.for_snapshot(),
         )
         pending = self._pending_for_cycle()
         t0 = time.perf_counter()
         d = self.cycle_fn(snap, pending, t, self.s.config)
         self.cycle_ms.append((time.perf_counter() - t0) * 1000.0)
-        if d.preemptions:
-            running = self.running
-            node_of = {
-                p.workload_id: running[p.workload_id].allocation.node
-                for p in d.preemptions
-                if p.workload_id in running
-            }
-            self.nominated.update(nominations(d.preemptions, node_of))
+        running = self.running
+        victims = (running[p.workload_id] for p in d.preemptions if p.workload_id in running)
+        self.nominations.record(d, victims)
         for p in d.preemptions:
             self._preempt(p.workload_id, p.reason, t)
         for a in d.admissions:

@@ -30,15 +30,11 @@ from gpupool.domain import (
     WorkloadKind,
 )
 from gpupool.domain.errors import ValidationError as DomainValidationError
-from gpupool.domain.mig import instances_of, layout_for_gpu
+from gpupool.domain.mig import layout_for_gpu
 from gpupool.domain.placement import ENGINE_LABEL, MPS_LABEL, MULTI_NODE_LABEL
-from gpupool.scheduler.constraints import (
-    engine_groups,
-    node_allows,
-    none_match_text,
-    where_of,
-    where_text,
-)
+from gpupool.scheduler.feasibility import never_runs
+from gpupool.scheduler.limits import TENANT
+from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig
 from gpupool.sim.scenario_errors import ScenarioError, validate
 
@@ -256,11 +252,11 @@ def read_yaml(path: str | Path) -> Any:
         raise ScenarioError([f"YAML syntax error{where}: {problem}"], str(p)) from None
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file."""
+def load_scenario(path: str | Path, policy: Policy | None = None) -> Scenario:
+    """Read and validate a scenario file (under `policy`, if given, instead of its own)."""
     data = read_yaml(path)
     try:
-        return parse_scenario(data)
+        return parse_scenario(data, policy)
     except ScenarioError as exc:
         raise ScenarioError(exc.problems, str(path)) from None
 
@@ -363,90 +359,38 @@ def _field_name(name: str | None) -> str:
     return _FIELD_NAMES.get(name or "", name or "value")
 
 
-def unfit_reason(request: Request, nodes: Sequence[Node]) -> str | None:
-    """Why no node could ever hold `request`, even with the cluster empty; None if one can.
-    A multi-node request needs `request.nodes` nodes that could each hold its part, all on one
-    engine. Pinned work (`engine`, `node_labels`) counts only the nodes it may use."""
-    where = where_of(request)
-    if where is not None:
-        allowed = [n for n in nodes if node_allows(n.label_map, where)]
-        if not allowed:
-            return none_match_text(nodes, where)
-        engines = [n.label_map.get(ENGINE_LABEL) for n in allowed]
-        free = dataclasses.replace(request, engine=None, node_labels=())
-        whys = [
-            _unfit(free, [allowed[i] for i in ids])
-            for ids in engine_groups(engines, list(range(len(allowed))))
-        ]
-        if any(why is None for why in whys):
-            return None
-        return f"{where_text(nodes, where) or 'on one engine'}: {whys[0]}"
-    return _unfit(request, nodes)
+def never_runs_problem(
+    request: Request, tenant: str, tenants: TenantTree, hardware: Hardware, policy: Policy
+) -> str | None:
+    """Why `request` of `tenant` can never run under `policy`, or None: the scheduler's own
+    rule (`gpupool.scheduler.feasibility.never_runs`, with each GPU's MIG layout kept as
+    given: the simulator does not change layouts), with what to change in the file."""
+    never = never_runs(request, tenant, tenants, hardware, policy, fixed_mig_layouts=True)
+    if never is None:
+        return None
+    hint = _FILE_HINTS.get(never.field, "")
+    if never.limit is not None:
+        key = "limit_gpus" if never.limit.scope == TENANT else "max_gpus_per_user"
+        hint = f"; in a scenario: raise {key} of tenant {never.limit.tenant}"
+    return never.why + hint
 
 
-def _unfit(request: Request, nodes: Sequence[Node]) -> str | None:
-    """`unfit_reason` on `nodes`, whatever their labels."""
-    if request.nodes > 1:
-        part = dataclasses.replace(request, gpus=request.gpus_per_node, nodes=1)
-        able = sum(1 for n in nodes if _unfit(part, [n]) is None)
-        if able >= request.nodes:
-            return None
-        return (
-            f"needs {request.nodes} nodes that can each hold {request.gpus_per_node} GPUs "
-            f"(with the CPUs and memory asked for); {able} can"
-        )
-    if request.mig:
-        return _mig_unfit(request, nodes)
-    best_gpus = 0
-    for n in nodes:
-        if request.cpu_milli > n.cpu_milli or request.memory_mib > n.memory_mib:
-            continue
-        fitting = [
-            g
-            for g in n.gpus
-            if (request.gpu_model is None or g.model == request.gpu_model)
-            and g.memory_mib >= request.gpu_memory_mib
-        ]
-        if request.fractional:
-            if any(g.sharing is not SharingMode.EXCLUSIVE for g in fitting):
-                return None
-            continue
-        if len(fitting) >= request.gpus:
-            return None
-        best_gpus = max(best_gpus, len(fitting))
-    model = f" {request.gpu_model}" if request.gpu_model else ""
-    mem = f" with >= {request.gpu_memory_mib / MIB_PER_GIB:g} GiB" if request.gpu_memory_mib else ""
-    if request.fractional:
-        return (
-            f"no node has a shared{model} GPU{mem} (with the CPUs and memory asked for) that "
-            f"could hold a fraction; fractions need GPUs with sharing: shared"
-        )
-    if request.gpus:
-        return (
-            f"no node can ever hold {request.gpus}{model} GPUs{mem} on one host together with "
-            f"the CPUs and memory asked for; the most on one node is {best_gpus}"
-        )
-    return "no node has the CPUs and memory asked for"
-
-
-def _mig_unfit(request: Request, nodes: Sequence[Node]) -> str | None:
-    for n in nodes:
-        if request.cpu_milli > n.cpu_milli or request.memory_mib > n.memory_mib:
-            continue
-        for g in n.gpus:
-            if request.gpu_model not in (None, g.model) or not g.mig_layout:
-                continue
-            if any(p == request.mig for p, *_ in instances_of(g.model, g.memory_mib, g.mig_layout)):
-                return None
-    return (
-        f"no node has a GPU whose mig_layout has a {request.mig} instance (with the CPUs and "
-        "memory asked for); give a node sharing: mig and such a mig_layout"
-    )
+#: what to change in a scenario file, per request field at fault
+_FILE_HINTS = {
+    "gpu_fraction": "; in a scenario: give GPUs sharing: shared",
+    "mig": "; in a scenario: give a node sharing: mig and a mig_layout with that instance",
+}
 
 
 def build_workloads(
-    specs: Sequence[WorkloadSpec], tenants: TenantTree, nodes: Sequence[Node]
+    specs: Sequence[WorkloadSpec],
+    tenants: TenantTree,
+    nodes: Sequence[Node],
+    policy: Policy = Policy.FAIR,
 ) -> list[SimWorkload]:
+    """The workloads of a scenario file; refuses (ScenarioError) any that could never run
+    under `policy` (`never_runs_problem`)."""
+    hardware = Hardware(tuple(nodes))
     problems: list[str] = []
     out: list[SimWorkload] = []
     seen: dict[str, int] = {}
@@ -481,7 +425,7 @@ def build_workloads(
         except DomainValidationError as exc:
             problems.append(f"{where}: {exc.field or 'request'}: {exc}")
             continue
-        reason = unfit_reason(request, nodes)
+        reason = never_runs_problem(request, w.tenant, tenants, hardware, policy)
         if reason:
             problems.append(f"{where}: request can never run: {reason}")
             continue
@@ -539,7 +483,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
     f: ScenarioFile = validate(ScenarioFile, data)
     nodes = build_nodes(f.cluster)
     tenants = build_tenants(f.tenants)
-    workloads = build_workloads(f.workloads, tenants, nodes)
+    workloads = build_workloads(f.workloads, tenants, nodes, policy or f.scheduler.policy)
     return Scenario(
         nodes=nodes,
         tenants=tenants,

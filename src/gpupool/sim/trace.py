@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gpupool.domain import MILLI_PER_GPU, Request, Workload
 from gpupool.domain.errors import ValidationError as DomainValidationError
+from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy
 from gpupool.sim.scenario import (
     ClusterFile,
@@ -36,10 +37,10 @@ from gpupool.sim.scenario import (
     TenantSpec,
     build_nodes,
     build_tenants,
+    never_runs_problem,
     parse_cluster_file,
     read_yaml,
     scheduler_config,
-    unfit_reason,
 )
 
 GENERIC_REQUIRED = ("submit_time", "duration", "num_gpus", "tenant")
@@ -348,6 +349,8 @@ def trace_scenario(
             ]
         )
     tree = build_tenants(tenant_specs)
+    config = scheduler_config(cluster.scheduler, policy)
+    hardware = Hardware(nodes)
     origin = min((j.submit for j in jobs), default=0.0)
     workloads: list[SimWorkload] = []
     unschedulable: dict[str, str] = {}
@@ -386,6 +389,7 @@ def trace_scenario(
         except DomainValidationError as exc:
             raise ScenarioError([f"workload {j.id}: {exc}"]) from None
         key = (
+            j.tenant,
             req.gpus,
             req.nodes,
             req.gpu_milli,
@@ -395,7 +399,7 @@ def trace_scenario(
             req.memory_mib,
         )
         if key not in fit_cache:
-            fit_cache[key] = unfit_reason(req, nodes)
+            fit_cache[key] = never_runs_problem(req, j.tenant, tree, hardware, config.policy)
         if fit_cache[key]:
             unschedulable[j.id] = f"can never run: {fit_cache[key]}"
         workloads.append(SimWorkload(w, j.duration))
@@ -404,7 +408,7 @@ def trace_scenario(
         nodes=nodes,
         tenants=tree,
         workloads=workloads,
-        config=scheduler_config(spec, policy),
+        config=config,
         cycle_interval_s=spec.cycle_interval_s,
         min_cycle_gap_s=spec.min_cycle_gap_s,
         pending_window=spec.pending_window,

@@ -27,7 +27,7 @@ from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.domain.retries import backing_off, retry_reason
 from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError, Handle, StartError
 from gpupool.scheduler import Decisions, SchedulerCache, Snapshot
-from gpupool.scheduler.preemption import nominations
+from gpupool.scheduler.followup import Nominations
 from gpupool.scheduler.timed import cycle_timed
 from gpupool.scheduler.timerules import TimeRules
 from gpupool.scheduler.types import PendingInfo
@@ -96,13 +96,18 @@ class SchedulerLoop(Loop):
         self.last: CycleReport | None = None
         #: what the scheduler carries from one cycle to the next (see gpupool.scheduler.cache)
         self.cache = SchedulerCache()
-        #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated);
-        #: kept in memory like Kubernetes' nominatedNodeName (a restart forgets it: harmless)
-        self.nominated: dict[str, tuple[str, ...]] = {}
+        #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated),
+        #: kept as the simulator keeps them (gpupool.scheduler.followup)
+        self.nominations = Nominations()
         #: workloads whose start failed in the current pass and that will retry
         self._retrying: list[Workload] = []
         #: (budget id, period) spent and announced (the store remembers across restarts)
         self._announced: set[tuple[int, str]] = set()
+
+    @property
+    def nominated(self) -> dict[str, tuple[str, ...]]:
+        """The nominations kept now (workload id -> nodes)."""
+        return self.nominations.nodes
 
     def snapshot(self) -> tuple[Snapshot, list[Workload]]:
         with self.ctx.store.read() as s:
@@ -116,8 +121,8 @@ class SchedulerLoop(Loop):
             attained.update(kept_service(s))
         # a nomination lasts while its workload waits, or is still stopping to be moved
         waiting = {w.id for w in pending} | {r.workload.id for r in running if r.stopping}
-        self.nominated = {k: v for k, v in self.nominated.items() if k in waiting}
-        snap = Snapshot(nodes, tree, running, attained, nominated=dict(self.nominated))
+        nominated = self.nominations.for_snapshot(waiting)
+        snap = Snapshot(nodes, tree, running, attained, nominated=nominated)
         return snap, pending
 
     def time_rules(self, now: float) -> TimeRules:
@@ -186,8 +191,7 @@ class SchedulerLoop(Loop):
                 ctx.metrics.decisions.labels("unschedulable").inc()
             except Conflict:
                 pass  # cancelled meanwhile
-        nodes = {r.workload.id: r.allocation.node for r in snap.running}
-        self.nominated.update(nominations(d.preemptions, nodes))
+        self.nominations.record(d, snap.running)
         for p in d.preemptions:
             try:
                 lifecycle.request_stop(ctx, p.workload_id, S.PREEMPTED, p.reason)
@@ -195,8 +199,6 @@ class SchedulerLoop(Loop):
                 ctx.metrics.decisions.labels("preempted").inc()
             except Conflict:
                 pass  # it ended meanwhile
-        for a in d.admissions:
-            self.nominated.pop(a.workload_id, None)
         todo = [(a.workload_id, a.allocation) for a in d.admissions]
         self._retrying = []
         for i in range(0, len(todo), ADMIT_BATCH):  # short write transactions: API writes

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain import Workload, WorkloadState
 from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError
+from gpupool.scheduler.followup import requeue_reason
 from gpupool.server.context import AppContext
 from gpupool.store import WorkloadRecord, WorkloadRepo
 
@@ -58,7 +59,7 @@ def apply_status(s: Session, rec: WorkloadRecord, status: ExecStatus, now: float
             to = S.CANCELLED
         w = repo.change_state(w.id, to, now, reason, exit_code=status.exit_code)
         if to is S.PREEMPTED and w.requeue_on_preemption:
-            w = repo.change_state(w.id, S.PENDING, now, "requeued after preemption")
+            w = repo.change_state(w.id, S.PENDING, now, requeue_reason(w))
         return w
     if w.state is S.ADMITTED:
         w = repo.change_state(w.id, S.STARTING, now, "the executor launched it")

@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain import (
     ACTIVE_STATES,
-    MILLI_PER_GPU,
     Allocation,
     Node,
     Request,
@@ -40,8 +39,8 @@ from gpupool.engines.common.executor import (
     ExecutorWithSubmitChecks,
     TemplateProblem,
 )
-from gpupool.scheduler.admissible import never_runs
-from gpupool.scheduler.limits import TENANT
+from gpupool.scheduler.feasibility import never_runs
+from gpupool.scheduler.types import Policy
 from gpupool.scheduler.waits import PlannedPreemption, planned_preemptions
 from gpupool.server.auth import Principal, principal_for_token
 from gpupool.server.context import AppContext
@@ -82,11 +81,6 @@ RESOURCE_FIELDS = set(ResourcesIn.model_fields)
 _ACTIVE = frozenset(str(x) for x in ACTIVE_STATES)
 
 
-def _gpus(milli: int) -> str:
-    n = milli / MILLI_PER_GPU
-    return f"{n:g} GPU" + ("" if n == 1 else "s")
-
-
 @functools.cache
 def os_arg_limits() -> ArgLimits:
     """This host's limits on a new process's arguments (read once, on first use)."""
@@ -101,27 +95,16 @@ def os_arg_limits() -> ArgLimits:
     )
 
 
-def check_can_ever_run(req: Request, tenant: str, tree: TenantTree, nodes: list[Node]) -> None:
-    """Raise ValidationError if `req` could never run: the scheduler's own rule
-    (`gpupool.scheduler.admissible.never_runs`: hardware no node has, or a limit or per-user
-    cap anywhere on the tenant's chain), saying what to ask for instead."""
-    never = never_runs(req, tenant, tree, nodes)
-    if never is None:
-        return
-    hit = never.limit
-    if hit is None:
+def check_can_ever_run(
+    req: Request, tenant: str, tree: TenantTree, nodes: list[Node], policy: Policy
+) -> None:
+    """Raise ValidationError if `req` could never run under the scheduler's `policy`: its
+    own rule (`gpupool.scheduler.feasibility.never_runs`: hardware no node has, or, under
+    `fair`, a limit or per-user cap anywhere on the tenant's chain), in the words the
+    scheduler would fail it with, which say what to ask for instead."""
+    never = never_runs(req, tenant, tree, nodes, policy)
+    if never is not None:
         raise ValidationError(f"this request can never run: {never.why}", never.field)
-    want, most = req.total_gpu_milli, f"{hit.limit_milli / 1000:g}"
-    if hit.scope == TENANT:
-        raise ValidationError(
-            f"{hit.tenant}'s limit is {_gpus(hit.limit_milli)}, so a request for {_gpus(want)} "
-            f"can never run; ask for at most {most} or ask an admin to raise it",
-            "gpus",
-        )
-    raise ValidationError(
-        f"{hit.tenant} allows at most {_gpus(hit.limit_milli)} per user; ask for at most {most}",
-        "gpus",
-    )
 
 
 def check_multi_node(req: Request, kind: WorkloadKind, supported: bool, engine: str) -> None:
@@ -242,7 +225,7 @@ def submit(
         multi = isinstance(ctx.executor, ExecutorWithMultiNode)
         check_multi_node(req, kind, multi, ctx.executor.name)
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
-        check_can_ever_run(req, tenant, tree, nodes)
+        check_can_ever_run(req, tenant, tree, nodes, ctx.settings.scheduler.policy)
     w = Workload(
         id=new_workload_id(),
         tenant=tenant,
