@@ -97,9 +97,22 @@ def test_shapes_no_pool_serves_make_no_demand():
 def test_a_pool_at_its_maximum_asks_for_nothing_more():
     up = tuple(PoolNode(f"h{i}", "gpu-h100", P.UP) for i in range(3))
     req = NodeRequest("r1", "gpu-h100", 1, ("old",), requested_at=0.0)
-    p = plan([PoolView(H100, up, (req,))], [job("new", gpus=8)], (), 10.0)
+    waiting = [job("old", gpus=8), job("new", gpus=8)]
+    p = plan([PoolView(H100, up, (req,))], waiting, (), 10.0)
     assert p.scale_up == ()
     assert "at its maximum of 4 nodes" in p.reasons["new"]
+    # a node on its way that the work it was asked for no longer needs takes new work
+    p = plan([PoolView(H100, up, (req,))], waiting[1:], (), 10.0)
+    assert p.scale_up == ()
+    assert p.reasons["new"].startswith("waiting for a node of pool gpu-h100 (requested")
+
+
+def test_work_shares_a_node_on_its_way_before_another_is_asked_for():
+    req = NodeRequest("r1", "gpu-h100", 1, ("a",), requested_at=0.0)
+    waiting = [job("a", gpus=4), job("b", gpus=4), job("c", gpus=8)]
+    p = plan([PoolView(H100, (), (req,))], waiting, (), 60.0)
+    assert p.scale_up == (ScaleUp("gpu-h100", 1, ("c",)),)
+    assert "(requested, ~3 min)" in p.reasons["b"]
 
 
 def test_work_covered_by_an_open_request_says_booting_and_is_not_asked_for_again():

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpupool.cli.simulate_pools import has_pools, simulate_pools
 from gpupool.scheduler.types import Policy
 from gpupool.sim.scenario import Scenario, ScenarioError, load_scenario
 
@@ -113,6 +114,8 @@ def simulate_command(
             ):
                 if v is not None:
                     raise ScenarioError([f"{flag} only applies with --trace"])
+            if has_pools(scenario):  # node pools (issue 34): fixed against on demand
+                return simulate_pools(scenario, pol, as_json)
             scen = load_scenario(scenario, pol)
     except ScenarioError as exc:
         raise _fail(str(exc)) from None

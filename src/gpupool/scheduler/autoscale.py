@@ -23,11 +23,12 @@ waits for capacity like any other; nothing waits on a node that does not come.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from gpupool.domain import MILLI_PER_GPU, Allocation, Workload
+from gpupool.domain import MILLI_PER_GPU, Allocation, TenantTree, Workload
 from gpupool.domain.nodepools import (
     POOL_LABEL,
     NodePool,
@@ -37,8 +38,8 @@ from gpupool.domain.nodepools import (
     RequestState,
 )
 from gpupool.domain.placement import ENGINE_LABEL
-from gpupool.scheduler.limits import Usage, limit_check
-from gpupool.scheduler.types import Decisions, Snapshot, WaitKind
+from gpupool.scheduler.limits import Usage, limit_check, never_within_limits
+from gpupool.scheduler.types import Decisions, Snapshot, WaitKind, pending_info
 
 UP = PoolNodeState.UP
 BOOTING = PoolNodeState.BOOTING
@@ -207,6 +208,33 @@ class _Free:
         return False
 
 
+def rescue(
+    d: Decisions, pending: Sequence[Workload], pools: Sequence[NodePool], tree: TenantTree
+) -> Decisions:
+    """`d` with the work no present node could ever hold, but a node of one of `pools`
+    could (and no limit forbids), moved from `unschedulable` back to waiting."""
+    if not d.unschedulable or not pools:
+        return d
+    by_id = {w.id: w for w in pending}
+    saved = {
+        wid
+        for wid in d.unschedulable
+        if (w := by_id.get(wid)) is not None
+        and any(serves(p, w) for p in pools)
+        and never_within_limits(tree, w.tenant, request_milli(w)) is None
+    }
+    if not saved:
+        return d
+    return dataclasses.replace(
+        d,
+        unschedulable={k: v for k, v in d.unschedulable.items() if k not in saved},
+        pending={
+            **d.pending,
+            **{w: pending_info("waiting for a node of a pool", 0, 0) for w in saved},
+        },
+    )
+
+
 # -- 2. the plan ----------------------------------------------------------------------------
 
 
@@ -250,7 +278,8 @@ class _Bin:
     __slots__ = ("gpus", "milli", "cpu", "mem", "joining")
 
     def __init__(self, pool: NodePool, joining: str = "") -> None:
-        #: the up node it stands for that the scheduler has not seen yet ("": a new node)
+        #: the reason of work placed on it when it stands for a node on its way (an up node
+        #: the scheduler has not seen yet, or a node of an open request); "": a new node
         self.joining = joining
         self.gpus = pool.gpus
         self.milli = 0  # milli left on the fraction GPU opened last (0: none open)
@@ -290,7 +319,9 @@ def plan(
     see are joining, and hold waiting work before new nodes are asked for (None: all seen)."""
     withdrawals: list[Withdrawal] = []
     reasons: dict[str, str] = {}
-    waiting_ids = {w.id for w in waiting}
+    by_id = {w.id: w for w in waiting}
+    waiting_ids = set(by_id)
+    en_route_bins: dict[str, list[_Bin]] = {}
     covered: set[str] = set()
     headroom: dict[str, int] = {}
     blocked: dict[str, float] = {}
@@ -314,11 +345,15 @@ def plan(
             open_reqs.append(r)
             booting = any(n.state is BOOTING for n in v.nodes)
             state = BOOTING if booting else PoolNodeState.REQUESTED
+            why = waiting_reason(p, state, r.requested_at + p.boot_seconds - now, r.count)
+            coming = [_Bin(p, why) for _ in range(r.count)] if not r.atomic else []
             for wid in r.for_workloads:
                 if wid in waiting_ids:
                     covered.add(wid)
-                    ready = r.requested_at + p.boot_seconds - now
-                    reasons[wid] = waiting_reason(p, state, ready, r.count)
+                    reasons[wid] = why
+                    w = by_id[wid]
+                    next((b for b in coming if b.add(w)), None)
+            en_route_bins.setdefault(p.name, []).extend(coming)
         if v.withdrawn_at is not None and now - v.withdrawn_at < p.request_timeout_seconds:
             blocked.setdefault(p.name, v.withdrawn_at)
         en_route = sum(r.count for r in open_reqs)
@@ -328,10 +363,15 @@ def plan(
     )
     bins: dict[str, list[_Bin]] = {
         v.pool.name: [
-            _Bin(v.pool, n.name)
+            _Bin(
+                v.pool,
+                f"waiting for a node of pool {v.pool.name}: {n.name} is up and joins the "
+                "pool's nodes at the next pass",
+            )
             for n in v.nodes
             if n.state is UP and seen is not None and n.name not in seen
         ]
+        + en_route_bins.get(v.pool.name, [])
         for v in pools
     }
     loose: dict[str, list[str]] = {}
@@ -362,10 +402,7 @@ def plan(
                     open_bins.append(b)
                     target = b
             if target is not None and target.joining:
-                reasons[w.id] = (
-                    f"waiting for a node of pool {p.name}: {target.joining} is up and joins "
-                    "the pool's nodes at the next pass"
-                )
+                reasons[w.id] = target.joining
                 placed = True
                 break
             if target is not None:

@@ -39,11 +39,8 @@ from gpupool.scheduler.autoscale import (
     PoolView,
     capacity_bound,
     plan,
-    request_milli,
-    serves,
+    rescue,
 )
-from gpupool.scheduler.limits import never_within_limits
-from gpupool.scheduler.types import pending_info
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.store import AllocationRepo, NodePoolRepo, NodeRepo, NotFound, Store, WorkloadRepo
@@ -92,20 +89,7 @@ def node_pool_demand(
     if not views:
         ctx.node_pool_waiting = ()
         return d
-    pools = [v.pool for v in views]
-    by_id = {w.id: w for w in pending}
-    # work no registered node could ever hold, but a pool's node could: it waits
-    rescued = {
-        wid: w
-        for wid in d.unschedulable
-        if (w := by_id.get(wid)) is not None
-        and any(serves(p, w) for p in pools)
-        and never_within_limits(snap.tenants, w.tenant, request_milli(w)) is None
-    }
-    if rescued:
-        unsched = {k: v for k, v in d.unschedulable.items() if k not in rescued}
-        extra = {wid: pending_info("waiting for a node of a pool", 0, 0) for wid in rescued}
-        d = dataclasses.replace(d, unschedulable=unsched, pending={**d.pending, **extra})
+    d = rescue(d, pending, [v.pool for v in views], snap.tenants)
     waiting = capacity_bound(snap, pending, d)
     seen = frozenset(n.name for n in snap.nodes)
     ctx.node_pool_waiting, ctx.node_pool_seen = tuple(waiting), seen
