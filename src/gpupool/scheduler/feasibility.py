@@ -28,7 +28,13 @@ from gpupool.domain import MILLI_PER_GPU, Node, Request, SharingMode, TenantTree
 from gpupool.domain.mig import instances_of
 from gpupool.scheduler.capacity import FRACTION, MIG, Shape
 from gpupool.scheduler.constraints import node_allows
-from gpupool.scheduler.limits import NeverWithin, gpus_text, never_within, never_within_text
+from gpupool.scheduler.limits import (
+    TENANT,
+    NeverWithin,
+    gpus_text,
+    never_within,
+    never_within_text,
+)
 from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy
@@ -150,11 +156,11 @@ def _no_layout_has(nodes: Sequence[Node], shape: Shape) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """Could `milli` GPU milli (whole GPUs) of a model ever be given to a tenant at once?
-    `why` None: yes; else why never and the `field` at fault (`tenant`, `gpus`,
-    `gpu_model`). `guaranteed_milli`: the most any tenant on its chain is guaranteed (a
-    per-model guarantee is part of it), so `within_guarantee` says whether the grant could
-    be had without borrowing."""
+    """Could whole GPUs of a model ever be given to a tenant at once? `why` None: yes;
+    else why never and the `field` at fault (`tenant`, `gpus`, `model`).
+    `guaranteed_milli`: the most any tenant on its chain is guaranteed (a per-model
+    guarantee is part of it), so `within_guarantee` says whether the grant could be had
+    without borrowing."""
 
     why: str | None
     field: str = ""
@@ -173,13 +179,13 @@ def grant_problem(
     policy: Policy = Policy.FAIR,
 ) -> Grant:
     """Could `gpus` whole GPUs (of `model`; any model if None) ever be held by `tenant` at
-    once (on any nodes, all of them empty), under its limits and per-user caps (`fair`)?
-    For advance reservations: the same tenant and limit rules as `never_runs`; the GPUs are
-    counted over the whole cluster (a reservation may span nodes), whatever their health.
-    With no node registered yet only the tenant and its limits are checked."""
-    why = tenant_problem(tree, tenant)
-    if why is not None:
-        return Grant(why, "tenant")
+    once (on any nodes, all of them empty), under the limits on its chain (`fair`)?
+    For advance reservations: the same limit rules as `never_runs` (the tenant must be
+    known; it may be an inner one); the GPUs are counted over the whole cluster (a
+    reservation may span nodes), whatever their health. With no node registered yet only
+    the tenant and its limits are checked."""
+    if tenant not in tree:  # an inner tenant may book: its sub-tenants' users use it
+        return Grant(f"unknown tenant {tenant!r}; see `gpupool tenant ls`", "tenant")
     milli = gpus * MILLI_PER_GPU
     if gpus <= 0:
         return Grant("ask for at least 1 GPU", "gpus")
@@ -191,15 +197,16 @@ def grant_problem(
         if model is not None and model not in have:
             return Grant(
                 f"no node has {model} GPUs (the models here: {', '.join(sorted(have))})",
-                "gpu_model",
+                "model",
             )
         most = have.get(model, 0) if model is not None else max(have.values(), default=0)
         if most < gpus:
             kind = f"{model} GPUs" if model else "GPUs of one model"
-            return Grant(f"asks for {gpus_text(milli)} but the cluster has {most} {kind}", "gpus")
-    if applies_quotas(policy):
-        hit = never_within(tree, tenant, milli)
-        if hit is not None:
-            return Grant(never_within_text(hit, milli), "gpus")
+            return Grant(f"asks for {gpus_text(milli)} but the pool has {most} {kind}", "gpus")
+    if applies_quotas(policy):  # limits; not per-user caps: the tenant's users share them
+        for a in tree.ancestors(tenant):
+            limit = tree.get(a).quota.limit_milli
+            if limit is not None and milli > limit:
+                return Grant(never_within_text(NeverWithin(TENANT, a, limit), milli), "gpus")
     guaranteed = max(tree.get(a).quota.guaranteed_milli for a in tree.ancestors(tenant))
     return Grant(None, guaranteed_milli=guaranteed)

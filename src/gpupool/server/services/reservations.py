@@ -7,11 +7,12 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from gpupool.api.budgets import ReservationIn, ReservationOut
-from gpupool.domain import MILLI_PER_GPU, Event, Node, TenantTree, ValidationError
+from gpupool.domain import Event, Node, TenantTree, ValidationError
 from gpupool.domain.budgets import utc_text
 from gpupool.domain.reservations import Reservation
 from gpupool.scheduler.advance import assign, shortfall
-from gpupool.scheduler.limits import gpus_text, never_within_limits
+from gpupool.scheduler.feasibility import grant_problem
+from gpupool.scheduler.limits import gpus_text
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.store import (
@@ -60,26 +61,10 @@ def _grant(
     tree: TenantTree, nodes: tuple[Node, ...], tenant: str, gpus: int, model: str | None
 ) -> tuple[str | None, str, int]:
     """(why `gpus` GPUs of `model` could never be held by `tenant` at once, the field at
-    fault, the largest guarantee on its chain). A local check until the scheduler's one
-    feasibility home (gpupool.scheduler.feasibility.grant_problem) is in."""
-    if tenant not in tree:
-        return f"unknown tenant {tenant!r}; see `gpupool tenant ls`", "tenant", 0
-    if nodes:
-        have: dict[str, int] = {}
-        for n in nodes:
-            for g in n.gpus:
-                have[g.model] = have.get(g.model, 0) + 1
-        if model is not None and model not in have:
-            models = ", ".join(sorted(have))
-            return f"no node has {model} GPUs (the models here: {models})", "model", 0
-        most = have.get(model, 0) if model is not None else max(have.values(), default=0)
-        if most < gpus:
-            kind = f"{model} GPUs" if model else "GPUs of one model"
-            return f"asks for {gpus} GPUs but the pool has {most} {kind}", "gpus", 0
-    why = never_within_limits(tree, tenant, gpus * MILLI_PER_GPU)
-    if why is not None:
-        return why, "gpus", 0
-    return None, "", max(tree.get(a).quota.guaranteed_milli for a in tree.ancestors(tenant))
+    fault, the largest guarantee on its chain): the scheduler's one feasibility home
+    (gpupool.scheduler.feasibility.grant_problem)."""
+    g = grant_problem(tree, nodes, tenant, gpus, model)
+    return g.why, g.field, g.guaranteed_milli
 
 
 def list_reservations(ctx: AppContext, p: Principal, past: bool) -> list[ReservationOut]:
