@@ -308,42 +308,74 @@ class _Cycle(ReclaimSteps):
                             n = filled
                             i = end
                             break
-                _, w, shape, milli = q[i]
+                if tfail is not None or ufail or failed_shape:
+                    # fast path: the entries that already failed this cycle fail again (usage
+                    # only grows and capacity only shrinks within a cycle), up to the first
+                    # that needs a look: their reasons as one run
+                    j, whys = self._memo_run(q, i, tfail, ufail, failed_shape, t)
+                    if j > i:
+                        self.info.add_run(q, i, whys, n + 1, r, stop=j)
+                        n += j - i
+                        i = j
+                        if i == end:
+                            break
+                _, w, shape, _ = q[i]
                 i += 1
-                # fast paths: what already failed this cycle fails again (usage only grows
-                # and capacity only shrinks within a cycle)
-                why = None
-                if tfail is not None and milli >= tfail[0]:
-                    why = tfail[1]
-                elif ufail:
-                    uf = ufail.get(w.owner)
-                    if uf is not None and milli >= uf[0]:
-                        why = uf[1]
-                if why is None:
-                    why = failed_shape.get(shape)
-                    if (
-                        why is not None
-                        and shape in self._not_due.get(t, ())
-                        and reclaim_due(w, self.now, self.config.reclaim_after_s)
-                    ):
-                        why = None  # it failed for work not yet due; this one is
-                if why is None:
-                    if consider(w, shape):
-                        break  # admitted: re-rank the tenant
-                    why = reasons[w.id]
-                    tfail = self._tenant_fail.get(t)
-                    try_tail = True
-                    if t in self.stopped_tenants:
-                        n += 1
-                        put(w.id, pending_info(why, n, r))
-                        break
+                if consider(w, shape):
+                    break  # admitted: re-rank the tenant
+                why = reasons[w.id]
+                tfail = self._tenant_fail.get(t)
+                try_tail = True
                 n += 1
+                if t in self.stopped_tenants:
+                    put(w.id, pending_info(why, n, r))
+                    break
                 put(w.id, self._info(why, n, r))
             self.considered += i - start
             walked[t] = i
             waiting[t] = n
             if i < end and t not in self.stopped_tenants:
                 heapq.heappush(heap, (self._tenant_key(t), t))
+
+    def _memo_run(
+        self,
+        q: list[Candidate],
+        i: int,
+        tfail: tuple[int, str] | None,
+        ufail: dict[str, tuple[int, str]],
+        failed_shape: dict[Shape, str],
+        t: str,
+    ) -> tuple[int, list[str]]:
+        """From `q[i]` on, the entries that fail from the memos alone (tenant `t` at its limit
+        for their size, their user at a cap for it, or their shape failed already, but for
+        work that may reclaim now where the failure was work not yet due): (the index of the
+        first that does not, their reasons in order)."""
+        whys: list[str] = []
+        add = whys.append
+        t_milli, t_why = tfail if tfail is not None else (0, "")
+        user = ufail.get
+        shaped = failed_shape.get
+        not_due = self._not_due.get(t)
+        end = len(q)
+        while i < end:
+            _, w, shape, milli = q[i]
+            if tfail is not None and milli >= t_milli:
+                add(t_why)
+            else:
+                uf = user(w.owner) if ufail else None
+                if uf is not None and milli >= uf[0]:
+                    add(uf[1])
+                else:
+                    why = shaped(shape)
+                    if why is None or (
+                        not_due
+                        and shape in not_due
+                        and reclaim_due(w, self.now, self.config.reclaim_after_s)
+                    ):
+                        break  # it failed for work not yet due; this one is
+                    add(why)
+            i += 1
+        return i, whys
 
     def _fill_tail(
         self,

@@ -243,15 +243,15 @@ class PendingInfos(MutableMapping[str, PendingInfo]):
         self,
         queue: Sequence[Any],
         start: int,
-        why: str | Mapping[Any, str],
+        why: str | list[str] | Mapping[Any, str],
         position: int,
         tenant_position: int,
         stop: int | None = None,
     ) -> None:
         """Entries `queue[start:stop]` (queue entries are (key, workload, shape, ...); the
-        queue is never changed afterwards) wait for `why` (one reason, or the reason per
-        shape: a snapshot), at positions `position`, `position` + 1, ...; none of them is
-        in the mapping yet."""
+        queue is never changed afterwards) wait for `why` (one reason, the reason of each
+        entry, or the reason per shape: a snapshot), at positions `position`, `position` + 1,
+        ...; none of them is in the mapping yet."""
         stop = len(queue) if stop is None else stop
         if stop > start:
             self._runs.append((queue, start, stop, why, position, tenant_position))
@@ -282,11 +282,13 @@ class PendingInfos(MutableMapping[str, PendingInfo]):
             for q, i, j, why, pos, rank in self._runs:
                 m = j - i
                 ids = map(_id_of, map(_workload_of, islice(q, i, j)))
-                whys = (
-                    repeat(why, m)
-                    if isinstance(why, str)
-                    else map(why.__getitem__, map(_shape_of, islice(q, i, j)))
-                )
+                whys: Iterator[str]
+                if isinstance(why, str):
+                    whys = repeat(why, m)
+                elif isinstance(why, list):
+                    whys = iter(why)
+                else:
+                    whys = map(why.__getitem__, map(_shape_of, islice(q, i, j)))
                 infos = map(pending_info, whys, range(pos, pos + m), repeat(rank, m))
                 one.update(zip(ids, infos, strict=True))
             self._runs = []
