@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
-from gpupool.scheduler.cycle import cycle
 from gpupool.scheduler.followup import Nominations, requeued
+from gpupool.scheduler.timed import cycle_timed
+from gpupool.scheduler.timerules import TimeRules
 from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
@@ -125,11 +126,12 @@ class Simulator(Wakeups):
         self.cache: SchedulerCache | None = None
         if cycle_fn is None:
             cache = self.cache = SchedulerCache()
+            rules = TimeRules(reservations=scenario.reservations)  # issue 35: reservations
 
             def cycle_fn(
                 snap: Snapshot, pending: Sequence[Workload], now: float, config: SchedulerConfig
             ) -> Decisions:
-                return cycle(snap, pending, now, config, cache)
+                return cycle_timed(snap, pending, now, config, cache, rules)
 
         self.s = scenario
         self.cycle_fn = cycle_fn

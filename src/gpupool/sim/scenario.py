@@ -32,10 +32,12 @@ from gpupool.domain import (
 from gpupool.domain.errors import ValidationError as DomainValidationError
 from gpupool.domain.mig import layout_for_gpu
 from gpupool.domain.placement import ENGINE_LABEL, MPS_LABEL, MULTI_NODE_LABEL
+from gpupool.domain.reservations import Reservation
 from gpupool.scheduler.feasibility import never_runs
 from gpupool.scheduler.limits import TENANT
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig
+from gpupool.sim.bookings import ReservationSpec, build_reservations
 from gpupool.sim.scenario_errors import ScenarioError, validate
 
 MIB_PER_GIB = 1024
@@ -185,6 +187,8 @@ class ScenarioFile(_Strict):
     tenants: list[TenantSpec] = Field(min_length=1)
     workloads: list[WorkloadSpec] = Field(default_factory=list)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    #: advance reservations (gpupool.sim.bookings)
+    reservations: list[ReservationSpec] = Field(default_factory=list)
 
 
 class ClusterFile(_Strict):
@@ -225,6 +229,8 @@ class Scenario:
     unschedulable: dict[str, str] = field(default_factory=dict)
     #: run time a preempted checkpointing workload loses (the rest of its progress is kept)
     checkpoint_loss_s: float = 60.0
+    #: advance reservations kept during the replay (gpupool.sim.bookings)
+    reservations: tuple[Reservation, ...] = ()
 
     @property
     def capacity_milli(self) -> int:
@@ -493,6 +499,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
         min_cycle_gap_s=f.scheduler.min_cycle_gap_s,
         pending_window=f.scheduler.pending_window,
         checkpoint_loss_s=f.scheduler.checkpoint_loss_s,
+        reservations=build_reservations(f.reservations, tenants, nodes),
     )
 
 

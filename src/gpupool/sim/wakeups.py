@@ -3,7 +3,8 @@
 A mixin of `gpupool.sim.engine.Simulator` (it reads the simulator's state, changes none):
 time alone changes a cycle's outcome only when running work passes `min_runtime_s` (or, for
 checkpointing work, a service level) or waiting work passes `reclaim_after_s` — and only
-while a reclaim or a service-level preemption is possible at all.
+while a reclaim or a service-level preemption is possible at all — or when an advance
+reservation's window opens or closes while work waits.
 """
 
 from __future__ import annotations
@@ -80,6 +81,22 @@ class Wakeups:
 
     def _time_wakeup(self, t: float) -> float | None:
         """When time alone could change the next cycle's outcome; None if never."""
+        due = self._reclaim_wakeup(t)
+        booked = self._booking_wakeup(t)  # issue 35: a reservation's window opens or closes
+        if booked is None:
+            return due
+        return booked if due is None else min(due, booked)
+
+    def _booking_wakeup(self, t: float) -> float | None:
+        """The next start or end of an advance reservation after `t` while work waits (at
+        those times capacity is taken or comes back); None if none."""
+        if not self.pending or not self.s.reservations:
+            return None
+        edges = [x for r in self.s.reservations for x in (r.start, r.end) if x > t]
+        return min(edges, default=None)
+
+    def _reclaim_wakeup(self, t: float) -> float | None:
+        """When a reclaim or a service-level preemption could become possible; None if never."""
         if not self.pending or not self.preempting or not self.s.cycle_interval_s:
             return None
         h = self.min_runtime_heap
