@@ -65,3 +65,19 @@ def test_forecasts_learn_from_finished_runs(world):
     assert f["runtime_basis"] == "3 past runs of ann's 1-GPU jobs" and f["runtime_s"] == 1200
     assert "learned from the user's past runs" in f["basis"]
     assert len(blockers) == 3
+
+
+def test_a_costly_pass_runs_less_often(world):
+    loop = ForecastLoop(world.ctx, interval_s=30, of_scheduler=0.1, min_share=0.0025)
+    sched = world.scheduler
+    sched.run_once()
+    sched.last.seconds = 0.2  # the scheduler takes 10% of a core (every 2 s)
+    assert abs(loop.share() - 0.01) < 1e-12
+    world.submit(gpus=3)
+    world.submit(gpus=3)
+    world.scheduler.run_once()
+    world.scheduler.last.seconds = 0.2
+    report = loop.run_once()
+    assert abs(report.next_in_s - max(30.0, report.seconds / loop.share())) < 1e-9
+    world.scheduler.last.seconds = 0.0  # an idle scheduler: the floor
+    assert loop.share() == 0.0025

@@ -85,9 +85,9 @@ def test_estimates_fall_back_from_user_to_tenant_to_default():
     assert (e.source, e.typical_s, e.long_s) == ("declared", 900, 900)
     # work that has outlived every past run: a quarter of its time so far is left
     e = est.estimate(job("x", "a", owner="bob"), elapsed_s=8000)
-    assert e.typical_s == 2000 and "all shorter" in e.basis
+    assert e.typical_s == 2000 and e.long_s == 8000 and "all shorter" in e.basis
     # the last 50 runs only
-    est = RuntimeEstimator(runs("ann", "a", *([10.0] * 60 + [500.0] * 50)))
+    est = RuntimeEstimator(runs("ann", "a", *([10.0] * 60 + [500.0] * 50)), last_n=50)
     assert est.estimate(job("x", "a")).typical_s == 500
 
 

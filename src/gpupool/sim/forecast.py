@@ -11,9 +11,10 @@ arrives in a forward run, so work submitted later that goes first (a tenant belo
 guarantee, a higher priority) makes a start later than forecast.
 
 The work is bounded (`ForecastLimits`): each run stops at `horizon_s` of simulated time or
-after `max_cycles` scheduler cycles, cycles are at least `step_s` apart (completions in
-between are taken together), and each cycle sees at most `window` pending workloads per
-tenant and shape (gpupool.sim.window). Work that has not started when a run stops gets no
+after `max_cycles` scheduler cycles, cycles are at least `step_s` apart and at least
+`resolution` of the time ahead (completions in between are taken together: a start 10 h
+ahead is known to within an hour), and each cycle sees at most `window` pending workloads
+per tenant and shape (gpupool.sim.window). Work that has not started when a run stops gets no
 time from it (`None`: "not within the horizon", `until` says when that is).
 
 Inputs from other rules: `tenant_holds` (tenant -> time before which none of its pending
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpupool.domain import Request, Workload, WorkloadState
-from gpupool.scheduler.types import RunningWorkload, SchedulerConfig, Snapshot
+from gpupool.scheduler.types import Decisions, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.engine import _COMPLETE, _SUBMIT, Simulator, WorkloadRecord
 from gpupool.sim.runtimes import RuntimeEstimate, RuntimeEstimator
 from gpupool.sim.scenario import Scenario, SimWorkload
@@ -50,8 +51,12 @@ class ForecastLimits:
     """What one forecast may cost (see the module docstring)."""
 
     horizon_s: float = 24 * 3600.0
-    max_cycles: int = 200
+    max_cycles: int = 100
+    #: cycles at least this far apart (simulated seconds) ...
     step_s: float = 60.0
+    #: ... and at least this share of the time ahead apart: the far future is seen coarser
+    #: (0.1: around 10 h ahead, one cycle an hour), which bounds a day to ~60 cycles
+    resolution: float = 0.1
     window: int | None = 20
 
 
@@ -117,6 +122,10 @@ class _ForwardSim(Simulator):
         self.ends: list[tuple[float, str]] = []
         #: capacity holds (as work): when each ends, however late it got its GPUs
         self.hold_ends: dict[str, float] = {}
+        #: no cycle before this time (ForecastLimits.resolution); a cycle asked for earlier
+        #: is put off until then
+        self.next_cycle_at = now
+        self._put_off = False
 
     def _push(self, t: float, kind: int, wid: str, epoch: int = 0) -> None:
         if kind == _SUBMIT:  # pending work joins now (or when its hold lets it)
@@ -147,12 +156,24 @@ class _ForwardSim(Simulator):
             self.alloc[w.tenant] += rw.allocation.gpu_milli
         self._push(self.now + remaining, _COMPLETE, w.id, rec.epoch)
 
-    def _run_cycle(self, t: float):  # type: ignore[no-untyped-def]
+    def _run_cycle(self, t: float) -> Decisions:
         if t > self.until or self.cycles >= self.limits.max_cycles:
             self.until = min(self.until, t)
             raise _Stop
+        if t < self.next_cycle_at:  # too soon after the last one: at next_cycle_at instead
+            self._put_off = True
+            return Decisions()
         self.cycles += 1
+        lim = self.limits
+        self.next_cycle_at = t + max(lim.step_s, lim.resolution * (t - self.now))
         return super()._run_cycle(t)
+
+    def _time_wakeup(self, t: float) -> float | None:
+        due = super()._time_wakeup(t)
+        if self._put_off:
+            self._put_off = False
+            due = self.next_cycle_at if due is None else min(due, self.next_cycle_at)
+        return due
 
 
 def _holds_as_work(
@@ -237,25 +258,42 @@ def forward_run(
     return ForecastRun(starts, until, sim.cycles, sorted(sim.ends))
 
 
-def _basis(ends: list[tuple[float, str]], at: float | None, until: float) -> str:
-    """'rests on 9 ends of running work: 3 declared max runtimes, 5 learned, 1 default'."""
-    times = [t for t, _ in ends]
-    k = bisect_right(times, until if at is None else at)
-    if k == 0:
-        return "it needs no running work to end first"
-    counts: dict[str, int] = {}
-    for _, source in ends[:k]:
-        counts[source] = counts.get(source, 0) + 1
-    words = {
-        "declared": "from declared max runtimes",
-        "user": "learned from the user's past runs",
-        "tenant": "learned from the tenant's past runs",
-        "default": "default guesses",
-        "stopping": "being stopped",
-    }
-    parts = [f"{n} {words.get(s, s)}" for s, n in sorted(counts.items(), key=lambda x: -x[1])]
-    work = "workload" if k == 1 else "workloads"
-    return f"rests on when {k} {work} ahead of it end: " + ", ".join(parts)
+_SOURCE_WORDS = {
+    "declared": "from declared max runtimes",
+    "user": "learned from the user's past runs",
+    "tenant": "learned from the tenant's past runs",
+    "default": "default guesses",
+    "stopping": "being stopped",
+}
+
+
+class _Bases:
+    """'rests on when 9 workloads ahead of it end: 5 learned from ..., 3 from declared max
+    runtimes, 1 default guesses', for a start at any time: prefix counts of a run's ends."""
+
+    def __init__(self, ends: list[tuple[float, str]]):
+        self.times = [t for t, _ in ends]
+        self.prefix: list[dict[str, int]] = [{}]
+        for _, source in ends:
+            counts = dict(self.prefix[-1])
+            counts[source] = counts.get(source, 0) + 1
+            self.prefix.append(counts)
+        self._memo: dict[int, str] = {}
+
+    def at(self, t: float) -> str:
+        k = bisect_right(self.times, t)
+        text = self._memo.get(k)
+        if text is None:
+            text = self._memo[k] = self._text(k)
+        return text
+
+    def _text(self, k: int) -> str:
+        if k == 0:
+            return "it needs no running work to end first"
+        counts = sorted(self.prefix[k].items(), key=lambda x: -x[1])
+        parts = [f"{n} {_SOURCE_WORDS.get(s, s)}" for s, n in counts]
+        work = "workload" if k == 1 else "workloads"
+        return f"rests on when {k} {work} ahead of it end: " + ", ".join(parts)
 
 
 def _hhmm(t: float) -> str:
@@ -326,6 +364,7 @@ def forecast(
         capacity_holds=capacity_holds,
     )
     until = min(typical.until, long.until)
+    bases = _Bases(typical.ends)
     out: dict[str, Forecast] = {}
     for w in pending:
         exp = typical.starts.get(w.id)
@@ -337,7 +376,7 @@ def forecast(
             expected=exp,
             latest=late,
             until=until,
-            basis=_basis(typical.ends, exp, typical.until),
+            basis=bases.at(typical.until if exp is None else exp),
             runtime_s=own.typical_s,
             runtime_basis=own.basis,
             made_at=now,

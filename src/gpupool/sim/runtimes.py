@@ -3,7 +3,7 @@ workload will run, learned from past runs of the same shape.
 
 The estimate of a workload, in this order (docs/scheduler.md, "Forecasts"):
 
-1. the run times of the last `last_n` (50) finished runs of the same user and shape, if
+1. the run times of the last `last_n` (200) finished runs of the same user and shape, if
    there are at least `min_runs` (3) of them;
 2. else those of the same tenant and shape;
 3. else a default (`default_s`, 1 h typical, `default_long_s`, 4 h long).
@@ -12,13 +12,15 @@ A shape is the kind (job or notebook) and the GPUs asked for in all (1, 0.5, 2 x
 From the samples, `typical` is the median (p50) and `long` the p90 (nearest rank): robust
 to a few runs that hang for days. For running work that has run `elapsed` seconds, only
 the samples longer than that count (what is left of runs that lasted at least this long);
-if it has outlived all of them, what is left is taken as a quarter of its elapsed time
-(at least a minute). A declared max runtime bounds both: nothing runs past it.
+if fewer than `min_runs` are, what is left is taken as a quarter of its elapsed time
+(typical, at least a minute) to all of it again (long): the longer heavy-tailed work has
+run, the longer it goes on. A declared max runtime bounds both: nothing runs past it.
 Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -80,12 +82,14 @@ class RuntimeEstimator:
         self,
         history: Iterable[PastRun] = (),
         *,
-        last_n: int = 50,
+        last_n: int = 200,
         min_runs: int = 3,
         default_s: float = DEFAULT_TYPICAL_S,
         default_long_s: float = DEFAULT_LONG_S,
+        long_quantile: float = 0.9,
     ):
         self.last_n = last_n
+        self.long_quantile = long_quantile
         self.min_runs = min_runs
         self.default_s = default_s
         self.default_long_s = max(default_s, default_long_s)
@@ -125,13 +129,14 @@ class RuntimeEstimator:
         """What is left of `w`'s run after `elapsed_s` seconds (0: it has not started)."""
         samples, basis, source = self._samples(w)
         if samples:
-            longer = [x for x in samples if x > elapsed_s] if elapsed_s > 0 else samples
-            if longer:
+            longer = samples[bisect_right(samples, elapsed_s) :] if elapsed_s > 0 else samples
+            if len(longer) >= min(self.min_runs, len(samples)):
                 typical = _quantile(longer, 0.5) - elapsed_s
-                long = _quantile(longer, 0.9) - elapsed_s
+                long = _quantile(longer, self.long_quantile) - elapsed_s
             else:
-                typical = long = max(60.0, elapsed_s / 4)
-                basis += ", all shorter than it has run"
+                typical = max(60.0, elapsed_s / 4)
+                long = max(typical, elapsed_s)
+                basis += ", nearly all shorter than it has run"
         else:
             typical = max(60.0, self.default_s - elapsed_s) if elapsed_s else self.default_s
             long = max(typical, self.default_long_s - elapsed_s)
