@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpupool.domain import MILLI_PER_GPU, DomainError, Node, TenantTree
 from gpupool.domain.reservations import Reservation
 from gpupool.scheduler.advance import shortfall
+from gpupool.scheduler.feasibility import grant_problem
 from gpupool.sim.scenario_errors import ScenarioError
 
 
@@ -51,17 +52,18 @@ def build_reservations(
         except DomainError as e:
             problems.append(f"{where}: {e}")
             continue
-        if r.tenant not in tenants:
-            problems.append(f"{where}: unknown tenant {r.tenant!r}")
+        grant = grant_problem(tenants, nodes, r.tenant, r.gpus, r.model)
+        if grant.why is not None:
+            problems.append(f"{where}: {grant.why}")
             continue
-        g = max(tenants.get(a).quota.guaranteed_milli for a in tenants.ancestors(r.tenant))
         mine = sum(
             o.gpus for o in out if o.tenant == r.tenant and o.start < end and r.start < o.end
         )
-        if (r.gpus + mine) * MILLI_PER_GPU > g:
+        if not grant.within_guarantee((r.gpus + mine) * MILLI_PER_GPU):
+            g = grant.guaranteed_milli / MILLI_PER_GPU
             problems.append(
                 f"{where}: {r.gpus + mine} GPUs at once is larger than tenant {r.tenant}'s "
-                f"guarantee ({g / MILLI_PER_GPU:g} GPUs) allows"
+                f"guarantee ({g:g} GPUs) allows"
             )
             continue
         why = shortfall(r, out, nodes)

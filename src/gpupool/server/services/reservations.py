@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from gpupool.api.budgets import ReservationIn, ReservationOut
-from gpupool.domain import Event, Node, TenantTree, ValidationError
+from gpupool.domain import Event, Node, ValidationError
 from gpupool.domain.budgets import utc_text
 from gpupool.domain.reservations import Reservation
 from gpupool.scheduler.advance import assign, shortfall
@@ -57,16 +57,6 @@ def _nodes(ctx: AppContext, s: Session) -> tuple[Node, ...]:
     return tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
 
 
-def _grant(
-    tree: TenantTree, nodes: tuple[Node, ...], tenant: str, gpus: int, model: str | None
-) -> tuple[str | None, str, int]:
-    """(why `gpus` GPUs of `model` could never be held by `tenant` at once, the field at
-    fault, the largest guarantee on its chain): the scheduler's one feasibility home
-    (gpupool.scheduler.feasibility.grant_problem)."""
-    g = grant_problem(tree, nodes, tenant, gpus, model)
-    return g.why, g.field, g.guaranteed_milli
-
-
 def list_reservations(ctx: AppContext, p: Principal, past: bool) -> list[ReservationOut]:
     now = ctx.clock.now()
     with ctx.store.read() as s:
@@ -114,17 +104,17 @@ def add_reservation(ctx: AppContext, p: Principal, body: ReservationIn) -> Reser
         for n in r.nodes:
             if n not in names:
                 raise ValidationError(f"unknown node {n!r}; see `gpupool nodes`", "nodes")
-        why, field, guaranteed = _grant(tree, nodes, r.tenant, r.gpus, r.model)
-        if why is not None:
-            raise ValidationError(why, field)
+        grant = grant_problem(tree, nodes, r.tenant, r.gpus, r.model)
+        if grant.why is not None:
+            raise ValidationError(grant.why, grant.field or "gpus")
         others = ReservationRepo(s).list(after=now)
         mine = [o for o in others if o.tenant == r.tenant and o.start < r.end and r.start < o.end]
         booked = sum(o.gpus for o in mine) * 1000
-        if r.gpus * 1000 + booked > guaranteed:
+        if not grant.within_guarantee(r.gpus * 1000 + booked):
             also = f" beside the {gpus_text(booked)} it has booked then" if mine else ""
             raise ValidationError(
                 f"{gpus_text(r.gpus * 1000)}{also} is larger than tenant {r.tenant}'s "
-                f"guarantee ({gpus_text(guaranteed)}) allows; book fewer, or ask an "
+                f"guarantee ({gpus_text(grant.guaranteed_milli)}) allows; book fewer, or ask an "
                 "admin to raise its guarantee (`gpupool tenant set --guaranteed`)",
                 "gpus",
             )
