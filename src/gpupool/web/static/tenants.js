@@ -57,6 +57,23 @@
     live = lv.tenants || {};
     render();
     GP.stamp();
+    timeRules().catch(() => {});
+  }
+
+  /** Budgets (tenant-admins and admins see them) and reservations (issue 35). */
+  async function timeRules() {
+    const [bs, rs] = await Promise.all([GP.get("/budgets").catch(() => []), GP.get("/reservations")]);
+    const hrs = (x) => (Math.round(x * 10) / 10).toString();
+    document.getElementById("budgets-section").hidden = !bs.length;
+    GP.fillTable("budgets", bs.map((b) => h("tr", { class: b.over ? "over" : "" },
+      h("td", {}, b.tenant), h("td", {}, b.period_label), h("td", {}, b.model || "all"),
+      h("td", { class: "num" }, `${hrs(b.used_gpu_hours)} / ${hrs(b.gpu_hours)}`),
+      h("td", {}, b.over ? h("span", { class: "badge borrowing" }, `over: ${b.mode}`) : b.mode),
+      h("td", {}, GP.when(b.resets_at)))), "No budgets.");
+    GP.fillTable("reservations", rs.map((r) => h("tr", {},
+      h("td", {}, r.name || r.id), h("td", {}, r.users.length ? `${r.tenant} (${r.users.join(", ")})` : r.tenant),
+      h("td", { class: "num" }, `${r.gpus}${r.model ? " " + r.model : ""}`),
+      h("td", {}, GP.when(r.start)), h("td", {}, GP.when(r.end)), h("td", {}, r.state))), "No reservations.");
   }
 
   function setVal(id, v) { document.getElementById(id).value = v === null || v === undefined ? "" : String(v); }

@@ -120,6 +120,7 @@
       h("td", {}, r.key), h("td", { class: "num" }, r.a.toFixed(2)), h("td", { class: "num" }, r.b.toFixed(2)),
       h("td", { class: "num" }, r.a ? GP.pct((100 * r.b) / r.a) : "—"))), "No usage recorded in this range.");
     last = { tenants: t, users: u, from: day(from), to: day(now) };
+    chargeback().catch((e) => GP.fillTable("chargeback", [], `The chargeback could not be read: ${e.message}`));
     const hist = GP.get(`/dashboard/gpu-history?range_s=${rangeS}`);
     const t0 = performance.now();
     hist.then(rangeNote, () => {});
@@ -143,6 +144,36 @@
     GP.downloadCsv(`gpupool-usage-${last.from}-${last.to}.csv`, rows);
   }
 
+  /** Chargeback (issue 35): the server's sums per tenant, user or model, and its CSV. */
+  async function chargeback() {
+    const by = document.getElementById("charge-by").value;
+    document.getElementById("charge-key").textContent = { tenant: "Tenant", user: "User", model: "GPU model" }[by];
+    const q = `by=${by}&from=${last.from}&to=${last.to}`;
+    const rep = await GP.get(`/usage/chargeback?${q}`);
+    const f = (x) => x.toFixed(2);
+    const row = (r, cls) => h("tr", cls ? { class: cls } : {}, h("td", {}, r.key),
+      h("td", { class: "num" }, f(r.gpu_hours_allocated)), h("td", { class: "num" }, f(r.gpu_hours_busy)),
+      h("td", { class: "num" }, f(r.gpu_memory_gib_hours)),
+      h("td", { class: "num" }, r.energy_kwh === null ? "n/a" : f(r.energy_kwh)),
+      h("td", { class: "num" }, String(r.workloads)));
+    const rows = rep.rows.map((r) => row(r));
+    if (rep.rows.length) rows.push(row(rep.total, "total"));
+    GP.fillTable("chargeback", rows, "No usage recorded in this range.");
+    return q;
+  }
+
+  async function chargebackCsv() {
+    const q = await chargeback();
+    const text = await GP.get(`/usage/chargeback?${q}&format=csv`);
+    const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+    const by = document.getElementById("charge-by").value;
+    const a = h("a", { href: url, download: `gpupool-chargeback-${by}-${last.from}-${last.to}.csv` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  }
+
   GP.ready.then((u) => {
     if (!u) return;
     CHARTS.forEach((id) => placeholder(id, "Loading chart…"));
@@ -155,5 +186,7 @@
       stop = GP.poll(refresh, REFRESH_MS);
     }));
     document.getElementById("export-csv").addEventListener("click", exportCsv);
+    document.getElementById("charge-by").addEventListener("change", () => chargeback().catch(() => {}));
+    document.getElementById("charge-csv").addEventListener("click", () => chargebackCsv().catch((e) => GP.flash(e.message)));
   });
 })();
