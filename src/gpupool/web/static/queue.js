@@ -23,6 +23,21 @@
     }).join("; ");
   }
 
+  // The forecast as "in ~12 min, by 40 min at the latest" (its text and basis on hover);
+  // "—" until the forecast loop has seen it (docs/user-guide.md "When will it start?").
+  function starts(f, now) {
+    if (!f) return h("td", {}, "—");
+    const at = (iso) => (iso ? Date.parse(iso) / 1000 : null);
+    const exp = at(f.expected), late = at(f.latest);
+    let text;
+    if (exp === null) text = `after ${GP.duration(Math.max(0, at(f.until) - now))}`;
+    else {
+      text = exp - now < 60 ? "now" : `in ~${GP.duration(exp - now)}`;
+      if (late !== null && late - exp >= 60 && late - now >= 60) text += `, by ${GP.duration(late - now)} at the latest`;
+    }
+    return h("td", { title: `${f.text}; ${f.basis}` }, text);
+  }
+
   async function refresh() {
     const [queue, running] = await Promise.all([
       GP.get("/queue"),
@@ -30,7 +45,7 @@
     ]);
     const now = Date.now() / 1000;
     // Queue entries are {position, tenant_position, reason, workload}.
-    const pending = items(queue).map((e) => (e.workload ? { ...e.workload, position: e.position, tenant_position: e.tenant_position, why: e.reason } : e));
+    const pending = items(queue).map((e) => (e.workload ? { ...e.workload, position: e.position, tenant_position: e.tenant_position, why: e.reason, forecast: e.forecast } : e));
     GP.fillTable("pending", pending.map((w) => h("tr", {},
       h("td", { class: "num" }, w.position ?? (w.pending && w.pending.position) ?? "—"),
       h("td", { class: "id" }, wlink(w.id), w.name ? ` ${w.name}` : ""),
@@ -38,6 +53,7 @@
       h("td", { class: "asks", title: GP.describeRequest(w.request || w) }, GP.asks(w.request || w)),
       h("td", { class: "num" }, w.priority ?? 0),
       h("td", {}, GP.duration(now - (w.submitted_at || now))),
+      starts(w.forecast || (w.pending && w.pending.forecast), now),
       h("td", {}, w.why || (w.pending && w.pending.reason) || "waiting for the next scheduling cycle"))),
     "Nothing is waiting.");
     const run = items(running);
