@@ -4,11 +4,18 @@ answer is tests/sim/test_one_rule.py and tests/server/test_submit_rules.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from gpupool.domain import Quota, Request, Tenant, TenantTree
+from gpupool.domain import GPUHealth, Quota, Request, Tenant, TenantTree
 from gpupool.scheduler import Policy
-from gpupool.scheduler.feasibility import grant_problem, never_runs, request_shape
+from gpupool.scheduler.feasibility import (
+    grant_problem,
+    never_runs,
+    node_could_hold,
+    request_shape,
+)
 from tests.scheduler.builders import node, tenant
 
 NODES = [node("a", gpus=4), node("b", gpus=4), node("c", gpus=2, model="A100")]
@@ -87,3 +94,21 @@ def test_a_grant_says_whether_it_is_within_the_guarantee():
     assert g.within_guarantee(3000) and not g.within_guarantee(5000)
     under_fifo = grant_problem(TREE, NODES, "dept/team", 6, policy=Policy.FIFO)
     assert under_fifo.why is None  # fifo applies no limits
+
+
+def test_a_node_holds_whole_gpus_of_one_model_as_it_is_now():
+    """The node a cycle holds for blocked work (reservations, gangs) must be one that could
+    hold it: before, 2 H100s and 2 A100s counted as 4 GPUs of any model."""
+    gpus = (*node("h", gpus=2).gpus, *node("a", gpus=2, model="A100").gpus)
+    renumbered = tuple(dataclasses.replace(g, index=i) for i, g in enumerate(gpus))
+    mixed = dataclasses.replace(node("m", gpus=4), gpus=renumbered)
+    assert not node_could_hold(mixed, request_shape(Request(gpus=4), Policy.FAIR))
+    assert node_could_hold(mixed, request_shape(Request(gpus=2), Policy.FAIR))
+    sick = dataclasses.replace(
+        node("s", gpus=2),
+        gpus=(
+            node("s", gpus=2).gpus[0],
+            dataclasses.replace(node("s", gpus=2).gpus[1], health=GPUHealth.UNHEALTHY),
+        ),
+    )
+    assert not node_could_hold(sick, request_shape(Request(gpus=2), Policy.FAIR))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gpupool.domain import MILLI_PER_GPU, Node, Request, SharingMode, TenantTree
 from gpupool.domain.mig import instances_of
-from gpupool.scheduler.capacity import FRACTION, MIG, Shape
+from gpupool.scheduler.capacity import FRACTION, MIG, Shape, mig_instances
 from gpupool.scheduler.constraints import node_allows
 from gpupool.scheduler.limits import (
     TENANT,
@@ -149,6 +149,31 @@ def _no_layout_has(nodes: Sequence[Node], shape: Shape) -> str | None:
         f"needs a {shape.mig} MIG instance; no GPU's mig_layout has a {shape.mig} instance "
         "(with the CPUs and memory asked for), and layouts are kept as they are here"
     )
+
+
+# -- one node, as it is now -----------------------------------------------------------------
+
+
+def node_could_hold(node: Node, shape: Shape) -> bool:
+    """Could `node`, with nothing running on it and its GPUs as they are now (healthy, not
+    used outside gpupool, MIG layouts as laid out), hold (its part of) `shape`: the CPUs
+    and memory, and `shape.count` whole GPUs of one model? For the node a cycle holds for
+    blocked work (gpupool.scheduler.reservations, gangs). A fraction is taken to fit (the
+    caller asks only of nodes with a shared GPU for it); constraints are the caller's."""
+    if node.cpu_milli < shape.cpu_milli or node.memory_mib < shape.memory_mib:
+        return False
+    if shape.kind == FRACTION or shape.count <= 0:
+        return True
+    counts: dict[str, int] = {}
+    for g in node.gpus:
+        if (
+            g.schedulable
+            and shape.model in (None, g.model)
+            and g.memory_mib >= shape.gpu_memory_mib
+            and not mig_instances(g)
+        ):
+            counts[g.model] = counts.get(g.model, 0) + 1
+    return max(counts.values(), default=0) >= shape.count
 
 
 # -- advance reservations --------------------------------------------------------------------

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.capacity import CPU_ONLY, MIG, WHOLE, CapacityIndex, Shape
+from gpupool.scheduler.feasibility import node_could_hold
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.types import RunningWorkload
 
@@ -58,22 +59,11 @@ def reservation_node(cap: CapacityIndex, shape: Shape) -> int | None:
 
 
 def could_ever_fit(cap: CapacityIndex, n: int, shape: Shape) -> bool:
-    """Could node `n` hold `shape` with nothing running on it (and may `shape` use it)?"""
+    """Could node `n` hold `shape` with nothing running on it (and may `shape` use it)?
+    (`gpupool.scheduler.feasibility.node_could_hold`)"""
     if shape.where is not None and not cap.where_mask(shape.where)[n]:
         return False
-    node = cap.nodes[n]
-    if node.cpu_milli < shape.cpu_milli or node.memory_mib < shape.memory_mib:
-        return False
-    if shape.kind == FRACTION:
-        return True
-    ok = [
-        g
-        for g in node.gpus
-        if g.schedulable
-        and (shape.model is None or g.model == shape.model)
-        and g.memory_mib >= shape.gpu_memory_mib
-    ]
-    return len(ok) >= shape.count
+    return node_could_hold(cap.nodes[n], shape)
 
 
 def expected_start(
