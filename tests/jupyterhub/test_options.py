@@ -181,6 +181,31 @@ def test_pending_message():
     assert pending_message({**w, "pending": None}) == "Queued for a GPU in lab-a"
 
 
+def test_pending_message_says_when_it_is_expected_to_start():
+    now = 1_780_000_000.0  # 2026-05-28 20:26:40 UTC
+    w = {
+        "tenant": "lab-a",
+        "request": {"gpus": 1, "gpu_fraction": None},
+        "pending": {
+            "reason": "no GPU is free",
+            "position": 3,
+            "tenant_position": 1,
+            "forecast": {
+                "expected": "2026-05-28T20:38:40Z",
+                "latest": "2026-05-28T21:00:00Z",
+                "until": "2026-05-29T20:26:40Z",
+                "text": "expected to start around 20:38 UTC, by 21:00 UTC at the latest (p90)",
+            },
+        },
+    }
+    assert pending_message(w, now) == (
+        "Queued for a GPU: 3rd in line for lab-a (no GPU is free); expected to start in "
+        "about 12 min, by 21:00 UTC at the latest"
+    )
+    w["pending"]["forecast"] |= {"expected": None, "latest": None, "text": "not before 20:26"}
+    assert pending_message(w, now).endswith("; not before 20:26")
+
+
 def test_pending_message_of_a_cpu_only_notebook_says_what_it_waits_for():
     """Issue 17: a notebook that asks for no GPU was told it waited 'for a GPU'."""
     why = (

@@ -9,8 +9,10 @@ bypass the form, so nothing here is trusted by gpupool.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from html import escape
 
 ALLOWED_KEYS = frozenset({"profile", "tenant"})
@@ -233,10 +235,41 @@ def asks_gpu(workload: Mapping) -> bool:
     return bool(r.get("gpus") or r.get("gpu_fraction") or r.get("mig"))
 
 
-def pending_message(workload: Mapping) -> str:
+def _minutes(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{max(1, round(seconds / 60))} min"
+
+
+def expected_text(forecast: Mapping | None, now: float) -> str:
+    """'expected to start in about 12 min, by 12:40 UTC at the latest' (the forecast of the
+    API's `pending.forecast`, relative to `now`), or '' when there is none."""
+    if not forecast:
+        return ""
+
+    def at(key: str) -> float | None:
+        iso = forecast.get(key)
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() if iso else None
+
+    exp, late = at("expected"), at("latest")
+    if exp is None:
+        return str(forecast.get("text") or "")
+    text = (
+        "expected to start soon"
+        if exp - now < 60
+        else (f"expected to start in about {_minutes(exp - now)}")
+    )
+    if late is not None and late - exp >= 60 and late > now:
+        text += f", by {datetime.fromtimestamp(late, UTC):%H:%M} UTC at the latest"
+    return text
+
+
+def pending_message(workload: Mapping, now: float | None = None) -> str:
     """What a queued notebook waits for, and the scheduler's reason: 'Queued for a GPU: 3rd
     in line for lab-a (lab-a is at its limit of 2 GPUs)'; a notebook that asks for no GPU
-    waits for CPUs and memory ('Queued for CPUs and memory: 1st in line for lab-a (...)')."""
+    waits for CPUs and memory ('Queued for CPUs and memory: 1st in line for lab-a (...)').
+    With a forecast, when it is expected to start: '...; expected to start in about 12 min,
+    by 12:40 UTC at the latest' (`now`: the hub's clock, default time.time())."""
     info = workload.get("pending") or {}
     tenant = workload.get("tenant", "")
     what = "a GPU" if asks_gpu(workload) else "CPUs and memory"
@@ -247,4 +280,6 @@ def pending_message(workload: Mapping) -> str:
     pos = int(info.get("position") or 0)
     line = f"{_ordinal(pos)} in line for {tenant}" if pos else f"in line for {tenant}"
     reason = info.get("reason")
-    return f"Queued for {what}: {line}" + (f" ({reason})" if reason else "")
+    text = f"Queued for {what}: {line}" + (f" ({reason})" if reason else "")
+    expected = expected_text(info.get("forecast"), time.time() if now is None else now)
+    return text + (f"; {expected}" if expected else "")
