@@ -10,10 +10,10 @@ cache) for the next cycle. Pure: no I/O.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from itertools import accumulate
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -31,6 +31,8 @@ from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
 _NO_SERVICE: dict[str, float] = {}
+
+_tenant_of = attrgetter("tenant")
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
@@ -66,9 +68,8 @@ def _changed_queue(
 ) -> list[Candidate]:
     """A new sorted queue: `q` without the entries `drop` (each in `q`), with `add`. Entries
     are unique (keys end with the workload id). The dropped ones are found by binary search
-    and the rest copied in slices; the added ones, sorted, are appended where they all sort
-    after the rest (new work is usually submitted last) or merged into the part of the queue
-    from the first of them on."""
+    and the rest copied in slices; the added ones that sort after the rest (new work is
+    usually submitted last) are appended at once, the others inserted by binary search."""
     if drop:
         cut = sorted(bisect_left(q, e) for e in drop)
         out: list[Candidate] = []
@@ -81,15 +82,11 @@ def _changed_queue(
         out = list(q)
     if add:
         add.sort()
-        if out and add[0] < out[-1]:
-            k = bisect_left(out, add[0])
-            rest = out[k:]
-            del out[k:]
-            rest += add
-            rest.sort()  # two sorted runs: a merge
-            out += rest
-        else:
-            out += add
+        # those that sort before the last entry one by one, the others appended at once
+        inside = bisect_left(add, out[-1]) if out else 0
+        for e in add[:inside]:
+            insort(out, e)
+        out += add[inside:]
     return out
 
 
@@ -387,7 +384,10 @@ class Queues:
             del st.demand[t]
         # in the order a full classification gives: tenants, and unschedulable work, in the
         # order they first appear in `pending`
-        order = dict.fromkeys(filter(None, map(st.sched.get, map(id, pending))))
+        if st.unsched:
+            order = dict.fromkeys(filter(None, map(st.sched.get, map(id, pending))))
+        else:  # every workload is filed (none running: see above): their tenants, cheaper
+            order = dict.fromkeys(map(_tenant_of, pending))
         self.queues = {t: st.queues[t] for t in order}
         self.pending_demand = {t: st.demand[t] for t in order}
         if st.unsched:
