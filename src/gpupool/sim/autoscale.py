@@ -65,6 +65,8 @@ class PoolReport:
     #: jobs no node of the cluster or its pools could ever hold
     never_ran: int = 0
     gpu_hours_bought: float = 0.0
+    #: of them, those paid for up to `until` (the end of a trace's window; all: no window)
+    gpu_hours_bought_until: float = 0.0
     gpu_hours_used: float = 0.0
     cost: float = 0.0
     mean_wait_s: float = 0.0
@@ -107,8 +109,15 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 class _Replay:
-    def __init__(self, scen: Scenario, policy: PoolPolicy, config: SchedulerConfig | None) -> None:
-        self.scen, self.policy = scen, policy
+    def __init__(
+        self,
+        scen: Scenario,
+        policy: PoolPolicy,
+        config: SchedulerConfig | None,
+        until: float | None = None,
+    ) -> None:
+        self.scen, self.policy, self.until = scen, policy, until
+        self.paid_until_s: dict[str, float] = {p.name: 0.0 for p in policy.pools}
         self.config = config or scen.config
         self.pools = {p.name: p for p in policy.pools}
         self.fixed_nodes = list(scen.nodes)
@@ -248,7 +257,10 @@ class _Replay:
     def give_back(self, name: str, t: float, *, idle: bool = True) -> None:
         pn = self.pool_nodes.pop(name)
         self.node_objs.pop(name)
-        self.paid_s[pn.pool] += t - self.paid_since.pop(name)
+        since = self.paid_since.pop(name)
+        self.paid_s[pn.pool] += t - since
+        cut = t if self.until is None else min(t, self.until)
+        self.paid_until_s[pn.pool] += max(0.0, cut - since)
         self.report.nodes_given_back += int(idle)
 
     def finish(self, start: float, end: float) -> PoolReport:
@@ -258,9 +270,12 @@ class _Replay:
         r.span_s = end - start
         fixed_gpus = sum(len(n.gpus) for n in self.fixed_nodes)
         r.gpu_hours_bought = fixed_gpus * r.span_s / 3600
+        cut = end if self.until is None else min(end, self.until)
+        r.gpu_hours_bought_until = fixed_gpus * max(0.0, cut - start) / 3600
         for name, pool in self.pools.items():
             gpu_h = self.paid_s[name] * (pool.gpus or 1) / 3600
             r.gpu_hours_bought += gpu_h
+            r.gpu_hours_bought_until += self.paid_until_s[name] * (pool.gpus or 1) / 3600
             r.cost += gpu_h * pool.cost_per_gpu_hour
             r.by_pool[name] = {"gpu_hours": gpu_h, "cost": gpu_h * pool.cost_per_gpu_hour}
         if self.waits:
@@ -276,10 +291,14 @@ def _fields(w: Workload) -> dict[str, Any]:
 
 
 def replay_pools(
-    scen: Scenario, policy: PoolPolicy, config: SchedulerConfig | None = None
+    scen: Scenario,
+    policy: PoolPolicy,
+    config: SchedulerConfig | None = None,
+    until: float | None = None,
 ) -> PoolReport:
-    """Replay `scen`'s work on its fixed nodes and `policy`'s pools (see the module)."""
-    return _Replay(scen, policy, config).run()
+    """Replay `scen`'s work on its fixed nodes and `policy`'s pools (see the module).
+    `until`: also count what was paid up to that time (`gpu_hours_bought_until`)."""
+    return _Replay(scen, policy, config, until).run()
 
 
 # -- scenario files with node_pools ---------------------------------------------------------
