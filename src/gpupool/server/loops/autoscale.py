@@ -41,6 +41,8 @@ from gpupool.scheduler.autoscale import (
     plan,
     rescue,
 )
+from gpupool.scheduler.budgets import apply_budgets
+from gpupool.scheduler.timerules import TimeRules
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.store import AllocationRepo, NodePoolRepo, NodeRepo, NotFound, Store, WorkloadRepo
@@ -80,9 +82,15 @@ def pool_views(store: Store, now: float) -> tuple[list[PoolView], set[str]]:
 
 
 def node_pool_demand(
-    ctx: AppContext, snap: Snapshot, pending: list[Workload], d: Decisions, now: float
+    ctx: AppContext,
+    snap: Snapshot,
+    pending: list[Workload],
+    d: Decisions,
+    now: float,
+    rules: TimeRules | None = None,
 ) -> Decisions:
-    """`d` with the reasons of the work that waits for a pool's node (see the module)."""
+    """`d` with the reasons of the work that waits for a pool's node (see the module).
+    Work that `rules` hold back (a spent GPU-hour budget) makes no demand for nodes."""
     if not isinstance(ctx.executor, ExecutorWithNodePools):
         return d
     views, busy = pool_views(ctx.store, now)
@@ -90,7 +98,8 @@ def node_pool_demand(
         ctx.node_pool_waiting = ()
         return d
     d = rescue(d, pending, [v.pool for v in views], snap.tenants)
-    waiting = capacity_bound(snap, pending, d)
+    held = apply_budgets(rules.budgets, snap, pending).held if rules is not None else ()
+    waiting = capacity_bound(snap, pending, d, held)
     seen = frozenset(n.name for n in snap.nodes)
     ctx.node_pool_waiting, ctx.node_pool_seen = tuple(waiting), seen
     p = plan(views, waiting, busy, now, seen)

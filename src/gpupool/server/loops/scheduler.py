@@ -153,7 +153,7 @@ class SchedulerLoop(Loop):
                 snap, pending, now, self.ctx.settings.scheduler, self.cache, rules
             )
             # node pools (issue 34): work waiting for a pool's node, its reasons; see autoscale
-            decisions = node_pool_demand(self.ctx, snap, pending, decisions, now)
+            decisions = node_pool_demand(self.ctx, snap, pending, decisions, now, rules)
             self.apply(decisions, snap, now, report, pending, waiting)
         report.seconds = time.perf_counter() - t0
         self.ctx.metrics.cycle_seconds.observe(report.seconds)
