@@ -198,3 +198,21 @@ def test_reservation_for_named_users_only():
     yes = job("bob", "lab-b", "bob", gpus=2, preemptible=False)
     d = cycle_timed(snapshot([N], TENANTS, []), [yes], NOW, rules=rules)
     assert [a.workload_id for a in d.admissions] == ["bob"]
+
+
+def test_work_a_reservation_will_stop_is_known_ahead():
+    from gpupool.scheduler.advance import planned_stops
+
+    r = booking(gpus=2)  # GPUs 0 and 1 of n from NOW + 1h
+    pre = running(job("pre", "lab-a", gpus=1), N, [0], since=NOW - 60)
+    short = running(
+        dataclasses.replace(job("short", "lab-a", gpus=1), max_runtime_s=HOUR / 2),
+        N,
+        [1],
+        since=NOW,
+    )
+    fixed = running(job("fixed", "lab-a", gpus=1, preemptible=False), N, [2], since=NOW)
+    holder = running(job("mine", "lab-b", gpus=1), N, [3], since=NOW)
+    stops = planned_stops([r], [N], [pre, short, fixed, holder], NOW)
+    assert [(rw.workload.id, x.id) for rw, x in stops] == [("pre", "r1")]
+    assert planned_stops([r], [N], [pre], NOW, within_s=600) == []  # not within 10 min yet

@@ -84,9 +84,7 @@ def test_bad_budgets_and_reservations_get_a_clear_4xx(world):
 
 
 def test_hold_budget_holds_new_work_until_the_reset_across_a_restart(world):
-    r = world.put(
-        "admin", "/budgets", json={"tenant": "lab", "gpu_hours": 10, "mode": "hold"}
-    )
+    r = world.put("admin", "/budgets", json={"tenant": "lab", "gpu_hours": 10, "mode": "hold"})
     assert r.status_code == 200, r.text
     b = r.json()
     assert b["used_gpu_hours"] == 0 and not b["over"] and b["period_label"] == "2026-05"
@@ -147,8 +145,7 @@ def test_reservation_keeps_gpus_across_a_restart_and_holders_get_them_at_the_sta
     kept = r.json()["kept"]
     # other's work without a max runtime, not preemptible: it may not take the kept GPU
     ids = [
-        world.submit("outsider", tenant="other", gpus=1, preemptible=False)["id"]
-        for _ in range(4)
+        world.submit("outsider", tenant="other", gpus=1, preemptible=False)["id"] for _ in range(4)
     ]
     world.scheduler.run_once()
     states = [state(world, i)["state"] for i in ids]
@@ -210,3 +207,39 @@ def test_chargeback_sums_match_the_accounting_tables_exactly(world):
     assert lines[1].split(",")[5] == "n/a"
     bad = world.get("admin", "/usage/chargeback?from=2026-02-30")
     assert bad.status_code == 422
+
+
+def test_work_on_reserved_gpus_is_told_ahead_once_across_a_restart(world):
+    now = world.clock.now()
+    # other's preemptible work takes every whole GPU, then lab books 2 of them for later
+    ids = [world.submit("outsider", tenant="other", gpus=1)["id"] for _ in range(3)]
+    world.scheduler.run_once()
+    r = world.post(
+        "admin",
+        "/reservations",
+        json={"tenant": "lab", "gpus": 2, "start": now + HOUR, "end": now + 2 * HOUR},
+    )
+    assert r.status_code == 201, r.text
+    kept = set(r.json()["kept"])
+    on_kept = [
+        i
+        for i in ids
+        if {f"{s['node']}:{s['gpu_index']}" for s in state(world, i)["allocation"]["shares"]} & kept
+    ]
+
+    def notices():
+        return world.get("admin", "/events?kind=workload.reservation_notice").json()
+
+    world.scheduler.run_once()
+    assert notices() == []  # not within 10 minutes of the start yet
+    world.clock.set(now + HOUR - 300)
+    world.scheduler.run_once()
+    SchedulerLoop(world.ctx).run_once()  # a restart: told once all the same
+    got = notices()
+    assert sorted(e["workload_id"] for e in got) == sorted(on_kept) and len(on_kept) >= 1
+    assert "will be stopped at" in got[0]["message"] and "reservation" in got[0]["message"]
+    # at the start they are preempted, with the reservation as the reason
+    world.clock.set(now + HOUR + 1)
+    world.submit(gpus=1)  # lab's work waits for its reservation
+    rep = world.scheduler.run_once()
+    assert sorted(rep.preempted) == sorted(on_kept)

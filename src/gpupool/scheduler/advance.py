@@ -181,6 +181,48 @@ def _stops(
     return out
 
 
+def planned_stops(
+    reservations: Sequence[Reservation],
+    nodes: Sequence[Node],
+    running: Sequence[RunningWorkload],
+    now: float,
+    within_s: float = float("inf"),
+) -> list[tuple[RunningWorkload, Reservation]]:
+    """Running work of others on the GPUs of a reservation starting within `within_s` that
+    will be stopped at its start: it may be stopped (preemptible or checkpointing) and may
+    still run then (no max runtime, or one that ends later). For notices ahead; by start,
+    then workload id."""
+    upcoming = sorted(
+        (r for r in reservations if now < r.start <= now + within_s), key=lambda r: (r.start, r.id)
+    )
+    if not upcoming:
+        return []
+    got = assign([r for r in reservations if r.end > now], nodes)
+    out: list[tuple[RunningWorkload, Reservation]] = []
+    seen: set[str] = set()
+    for r in upcoming:
+        keep = set(got.get(r.id, ()))
+        for rw in sorted(running, key=lambda x: x.workload.id):
+            w = rw.workload
+            if w.id in seen or rw.stopping or r.holds(w) or not (w.preemptible or w.checkpointing):
+                continue
+            if not any((sh.node, sh.gpu_index) in keep for sh in rw.allocation.shares):
+                continue
+            started = w.started_at if w.started_at is not None else rw.allocation.since
+            if w.max_runtime_s is not None and started + w.max_runtime_s <= r.start:
+                continue
+            seen.add(w.id)
+            out.append((rw, r))
+    return out
+
+
+def stop_notice_text(r: Reservation) -> str:
+    return (
+        f"will be stopped at {utc_text(r.start)}: reservation {r.label} of tenant "
+        f"'{r.tenant}' starts on its GPUs (checkpointing work resumes from its checkpoint)"
+    )
+
+
 def _note(r: Reservation, n: int, now: float) -> str:
     of = f" {r.model}" if r.model else ""
     gpus = f"{n}{of} GPU{'s' if n != 1 else ''}"

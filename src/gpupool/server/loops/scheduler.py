@@ -27,6 +27,7 @@ from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.domain.retries import backing_off, retry_reason
 from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError, Handle, StartError
 from gpupool.scheduler import Decisions, SchedulerCache, Snapshot
+from gpupool.scheduler.advance import planned_stops
 from gpupool.scheduler.followup import Nominations
 from gpupool.scheduler.timed import cycle_timed
 from gpupool.scheduler.timerules import TimeRules
@@ -35,6 +36,7 @@ from gpupool.server.context import AppContext
 from gpupool.server.loops.autoscale import node_pool_demand
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import budgets, lifecycle, notebooks
+from gpupool.server.services.reservations import NOTICE_S, notify_stops
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -103,6 +105,8 @@ class SchedulerLoop(Loop):
         self._retrying: list[Workload] = []
         #: (budget id, period) spent and announced (the store remembers across restarts)
         self._announced: set[tuple[int, str]] = set()
+        #: (workload id, reservation id) told of a stop at the reservation's start
+        self._noticed: set[tuple[str, str]] = set()
 
     @property
     def nominated(self) -> dict[str, tuple[str, ...]]:
@@ -137,6 +141,19 @@ class SchedulerLoop(Loop):
             self._announced |= spent
         return rules
 
+    def reservation_notices(self, snap: Snapshot, rules: TimeRules, now: float) -> None:
+        """Tell running work a reservation starting soon will stop (once per workload and
+        reservation: `workload.reservation_notice`, gpupool.server.services.reservations)."""
+        live = rules.reservations
+        if not any(now < r.start <= now + NOTICE_S for r in live):
+            return
+        stops = planned_stops(live, snap.nodes, snap.running, now, NOTICE_S)
+        todo = {(rw.workload.id, r.id) for rw, r in stops} - self._noticed
+        if todo:
+            with self.ctx.store.write() as s:
+                notify_stops(s, live, snap.nodes, snap.running, now)
+            self._noticed |= todo
+
     def run_once(self) -> CycleReport:
         t0 = time.perf_counter()
         now = self.ctx.clock.now()
@@ -148,6 +165,7 @@ class SchedulerLoop(Loop):
             pending = [w for w in pending if w.id not in later]
             report.backing_off = [w.id for w in waiting]
         rules = self.time_rules(now)  # issue 35: budgets and advance reservations
+        self.reservation_notices(snap, rules, now)
         if pending or waiting or rules.reservations or any(r.stopping for r in snap.running):
             decisions = cycle_timed(
                 snap, pending, now, self.ctx.settings.scheduler, self.cache, rules

@@ -4,15 +4,18 @@ they have a role in."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
 from gpupool.api.budgets import ReservationIn, ReservationOut
 from gpupool.domain import Event, Node, ValidationError
 from gpupool.domain.budgets import utc_text
 from gpupool.domain.reservations import Reservation
-from gpupool.scheduler.advance import assign, shortfall
+from gpupool.scheduler.advance import assign, planned_stops, shortfall, stop_notice_text
 from gpupool.scheduler.feasibility import grant_problem
 from gpupool.scheduler.limits import gpus_text
+from gpupool.scheduler.types import RunningWorkload
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.store import (
@@ -157,3 +160,39 @@ def delete_reservation(ctx: AppContext, p: Principal, rid: str) -> None:
             )
         )
     ctx.wake_scheduler()
+
+
+#: how long before a reservation's start the work it will stop is told
+NOTICE_S = 600.0
+
+
+def notify_stops(
+    s: Session,
+    reservations: Sequence[Reservation],
+    nodes: Sequence[Node],
+    running: Sequence[RunningWorkload],
+    now: float,
+) -> int:
+    """A `workload.reservation_notice` event, once (the events table remembers across
+    restarts), for running work a reservation starting within `NOTICE_S` will stop; how
+    many were added."""
+    events = EventRepo(s)
+    added = 0
+    for rw, r in planned_stops(reservations, nodes, running, now, NOTICE_S):
+        w = rw.workload
+        told = events.list(workload_id=w.id, kind="workload.reservation_notice", limit=50)
+        if any(e.data.get("reservation") == r.id for _, e in told):
+            continue
+        events.add(
+            Event(
+                now,
+                "workload.reservation_notice",
+                stop_notice_text(r),
+                workload_id=w.id,
+                tenant=w.tenant,
+                user=w.owner,
+                data={"reservation": r.id, "at": r.start},
+            )
+        )
+        added += 1
+    return added
