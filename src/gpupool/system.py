@@ -308,6 +308,7 @@ def _assemble(
                 return None
 
     from gpupool.server.services.external import (
+        check_external,
         submit_external,
         waiting_reasons,
         withdraw_external,
@@ -320,6 +321,11 @@ def _assemble(
             raise EngineError("gpupool is still starting; try again")
         return submit_external(late[0], work)
 
+    def check(work: ExternalWork) -> None:
+        if not late:
+            raise EngineError("gpupool is still starting; try again")
+        check_external(late[0], work)
+
     def waiting(ids: Collection[str]) -> Mapping[str, str]:
         return waiting_reasons(late[0], ids) if late else {}
 
@@ -330,7 +336,9 @@ def _assemble(
     engine = engines.default  # the hub's notebooks run on the default engine
     try:
         env = EngineEnv(clock, s.data_dir, record, say, tenants, held, notebook_template=pod_spec)
-        env = dataclasses.replace(env, submit=submit, waiting=waiting, withdraw=withdraw)
+        env = dataclasses.replace(
+            env, submit=submit, check=check, waiting=waiting, withdraw=withdraw
+        )
         executor = engines.open(env, locate)
         nodes = engines.inventory()
     except EngineError as e:

@@ -1,7 +1,8 @@
 """The chart's admission webhook (docs/kubernetes.md, "Submitting with kubectl"): sent only
 tenant namespaces' Pods and Jobs, never gpupool's own pods, served by the server's webhook
 port behind its own Service, TLS by gpupool (which patches only its own caBundle) or by
-cert-manager. Rendered with helm; the objects' validity is test_helm_chart's."""
+cert-manager; a guard on every update of a marked object, failing closed; the webhook port's
+NetworkPolicy. Rendered with helm; the objects' validity is test_helm_chart's."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ def _args(objs: list[dict]) -> list[str]:
 def test_the_webhook_sees_only_tenant_namespaces_and_fails_closed(helm):
     objs = render(helm, {})
     cfg = one(objs, "MutatingWebhookConfiguration", "gpupool")
-    (hook,) = cfg["webhooks"]
-    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "NoneOnDryRun"
+    hook, guard = cfg["webhooks"]
+    assert hook["name"] == "admission.gpupool.dev"
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     assert hook["namespaceSelector"]["matchExpressions"] == [
         {"key": "gpupool.dev/tenant", "operator": "Exists"},
         {"key": "gpupool.dev/webhook", "operator": "NotIn", "values": ["disabled"]},
@@ -30,6 +32,20 @@ def test_the_webhook_sees_only_tenant_namespaces_and_fails_closed(helm):
         ("batch", "jobs"),
     }
     assert all(r["operations"] == ["CREATE"] for r in hook["rules"])
+    # the guard: updates of marked objects (not a queued Job's pods), always fail closed
+    assert guard["name"] == "guard.gpupool.dev" and guard["failurePolicy"] == "Fail"
+    assert guard["sideEffects"] == "None"
+    assert guard["objectSelector"]["matchExpressions"] == [
+        {"key": "gpupool.dev/native-workload", "operator": "Exists"}
+    ]
+    assert {(r["apiGroups"][0], r["resources"][0]) for r in guard["rules"]} == {
+        ("", "pods"),
+        ("batch", "jobs"),
+    }
+    assert all(r["operations"] == ["UPDATE"] for r in guard["rules"])
+    (cond,) = guard["matchConditions"]
+    assert "ownerReferences" in cond["expression"]
+    assert guard["clientConfig"] == hook["clientConfig"]
     assert "caBundle" not in hook["clientConfig"]  # gpupool writes it
     svc = hook["clientConfig"]["service"]
     assert (svc["name"], svc["namespace"], svc["path"]) == (
@@ -45,10 +61,10 @@ def test_the_webhook_sees_only_tenant_namespaces_and_fails_closed(helm):
 
 
 def test_failure_policy_ignore_and_off(helm):
-    (hook,) = one(
+    hook, guard = one(
         render(helm, {"webhook.failurePolicy": "Ignore"}), "MutatingWebhookConfiguration"
     )["webhooks"]
-    assert hook["failurePolicy"] == "Ignore"
+    assert hook["failurePolicy"] == "Ignore" and guard["failurePolicy"] == "Fail"
     objs = render(helm, {"webhook.enabled": "false"})
     assert not by_kind(objs, "MutatingWebhookConfiguration")
     assert "--kubernetes-webhook-port" not in _args(objs)
@@ -69,3 +85,18 @@ def test_cert_manager_issues_the_certificate_and_injects_the_ca(helm):
     assert {"name": "webhook-tls", "secret": {"secretName": "gp-gpupool-webhook-tls"}} in pod[
         "volumes"
     ]
+
+
+def _webhook_ingress(objs: list[dict]) -> list[dict]:
+    pol = one(objs, "NetworkPolicy", "gp-gpupool-server")
+    return [
+        r for r in pol["spec"]["ingress"] if {"port": "webhook", "protocol": "TCP"} in r["ports"]
+    ]
+
+
+def test_the_webhook_port_is_open_unless_its_peers_are_named(helm):
+    (rule,) = _webhook_ingress(render(helm, {}))
+    assert "from" not in rule  # kube-apiserver's address is the cluster's; a review queues nothing
+    objs = render(helm, {"networkPolicy.webhookFrom[0].ipBlock.cidr": "10.0.0.0/24"})
+    (rule,) = _webhook_ingress(objs)
+    assert rule["from"] == [{"ipBlock": {"cidr": "10.0.0.0/24"}}]

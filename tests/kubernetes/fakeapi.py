@@ -32,7 +32,9 @@ import copy
 import itertools
 import json
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -40,8 +42,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.kubernetes.fakeapi_native import NativeFake
+from tests.kubernetes.fakeapi_native import NativeFake, iso
 from tests.kubernetes.fakeapi_objects import object_routes
+from tests.kubernetes.fakeapi_provisioning import ProvisioningFake
 from tests.kubernetes.fakeapi_watch import WatchHub
 from tests.support import ServedApp
 
@@ -173,8 +176,12 @@ class FakeKube:
         self.user_requests: list[tuple[str, str]] = []  # those made as a user (kubectl --as)
         self.deletes: list[tuple[str, str, int | None]] = []  # (ns, name, grace seconds)
         self._rv = itertools.count(1)
+        #: the API server's clock: an object's creationTimestamp
+        self.now: Callable[[], float] = time.time
         self.watch = WatchHub(self)
         self.native = NativeFake(self)
+        #: ProvisioningRequests, PodTemplates, PriorityClasses (fakeapi_provisioning.py)
+        self.provisioning = ProvisioningFake(self)
         self.port = 0
         self._served: ServedApp | None = None
 
@@ -409,7 +416,7 @@ class FakeKube:
         meta["namespace"] = ns
         meta.setdefault("uid", str(uuid.uuid4()))
         meta["resourceVersion"] = self.rv()
-        meta.setdefault("creationTimestamp", "2026-11-25T10:00:00Z")
+        meta.setdefault("creationTimestamp", iso(self.now()))
         pod.setdefault("apiVersion", "v1")
         pod.setdefault("kind", "Pod")
         pod.setdefault("status", {}).setdefault("phase", "Pending")
@@ -565,24 +572,15 @@ class FakeKube:
                     return JSONResponse(copy.deepcopy(self.pods[key]))
             if request.method == "PATCH":
                 patch = await request.json()
+                user = request.headers.get("impersonate-user", "kubernetes-admin")
                 with self.lock:
-                    pod = self.pods[key]
-                    before = copy.deepcopy(pod)
-                    if isinstance(patch, list):  # JSON patch: the ops we need
-                        for op in patch:
-                            parts = [p for p in op["path"].split("/") if p]
-                            cur: Any = pod
-                            for part in parts[:-1]:
-                                cur = cur[int(part)] if isinstance(cur, list) else cur[part]
-                            if op["op"] == "remove":
-                                if isinstance(cur, list):
-                                    cur.pop(int(parts[-1]))
-                                else:
-                                    cur.pop(parts[-1], None)
-                            else:
-                                cur[parts[-1]] = op["value"]
-                    else:
-                        _merge(pod, patch)
+                    before = copy.deepcopy(self.pods[key])
+                # the update through admission (the webhook's UPDATE rule), then stored
+                pod, refused = self.native.update("Pod", ns, before, patch, user)
+                if refused is not None:
+                    return refused
+                with self.lock:
+                    self.pods[key] = pod
                     self.watch.touch_pod(key, before)
                     return JSONResponse(copy.deepcopy(pod))
             # DELETE
@@ -657,6 +655,7 @@ class FakeKube:
                 Route("/api/v1/namespaces/{ns}/events", events),
                 Route("/api/v1/namespaces/{ns}/resourcequotas", quotas, methods=["GET"]),
                 *self.native.routes(record),
+                *self.provisioning.routes(record),
                 *object_routes(self, record),
             ]
         )

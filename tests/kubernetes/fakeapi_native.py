@@ -2,14 +2,17 @@
 kube-apiserver, job controller and kube-scheduler do on the path of a `kubectl apply`d Pod
 or Job through gpupool's webhook.
 
-- **Admission**: with `register_webhook(url, ca_pem)` every Pod and Job create is sent to the
-  webhook first, over HTTPS verified against `ca_pem` (as kube-apiserver does with the
-  caBundle), as an `admission.k8s.io/v1` AdmissionReview with the requesting user
-  (`Impersonate-User` header, as `kubectl --as`, else `kubernetes-admin`); its JSON patch is
-  applied before storing, a denial answered with the webhook's code and message
-  (`admission webhook "..." denied the request: ...`). `failure_policy` decides what an
-  unreachable webhook does (Fail: 500 InternalError, Ignore: stored unchanged).
-- **Scheduling gates**: `FakeKube.set_phase(..., node=...)` refuses to bind a gated pod.
+- **Admission**: with `register_webhook(url, ca_pem)` every Pod and Job create and update
+  (`update`: a PATCH, with its `oldObject`) is sent to the webhook first, over HTTPS
+  verified against `ca_pem` (as kube-apiserver does with the caBundle), as an
+  `admission.k8s.io/v1` AdmissionReview with the requesting user (`Impersonate-User`
+  header, as `kubectl --as`, else `kubernetes-admin`); its JSON patch is applied before
+  storing, a denial answered with the webhook's code and message (`admission webhook "..."
+  denied the request: ...`). `failure_policy` decides what an unreachable webhook does
+  (Fail: 500 InternalError, Ignore: stored unchanged). The API server, not the client,
+  writes `creationTimestamp` (`FakeKube.now`).
+- **Scheduling gates**: `FakeKube.set_phase(..., node=...)` refuses to bind a gated pod, and
+  an update may remove gates, never add one (as Kubernetes).
 - **Jobs** (batch/v1): create/get/list/watch/patch (JSON and merge)/delete; `job_controller`
   does the job controller's part: an unsuspended Job gets its `parallelism` pods (created
   through admission as `system:serviceaccount:kube-system:job-controller`, owned by the
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import datetime
 import json
 import ssl
 import tempfile
@@ -38,6 +42,10 @@ if TYPE_CHECKING:
     from tests.kubernetes.fakeapi import FakeKube
 
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+
+def iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _unptr(part: str) -> str:
@@ -109,10 +117,40 @@ class NativeFake:
             self.webhook_configs[name]["webhooks"][0]["clientConfig"]["caBundle"]
         )
 
+    def update(
+        self, kind: str, ns: str, old: dict[str, Any], patch: Any, user: str
+    ) -> tuple[dict[str, Any], Response | None]:
+        """`old` with `patch` (a JSON patch, or a merge patch) applied and admitted as an
+        UPDATE: (the object to store, None) or (old, the refusal)."""
+        from tests.kubernetes.fakeapi import _merge, _status
+
+        try:
+            new = (
+                json_patch(old, patch)
+                if isinstance(patch, list)
+                else _merge(copy.deepcopy(old), patch)
+            )
+        except (KeyError, IndexError, ValueError) as e:
+            return old, _status(422, "Invalid", f"the patch does not apply: {e}")
+        if kind == "Pod":
+            was = (old.get("spec") or {}).get("schedulingGates") or []
+            now = (new.get("spec") or {}).get("schedulingGates") or []
+            if any(g not in was for g in now):
+                return old, _status(
+                    422, "Invalid", "spec.schedulingGates: Forbidden: only deletion is allowed"
+                )
+        admitted, refused = self.admit(kind, ns, new, user, old=old)
+        return (old, refused) if refused is not None else (admitted or new, None)
+
     def admit(
-        self, kind: str, ns: str, obj: dict[str, Any], user: str
+        self,
+        kind: str,
+        ns: str,
+        obj: dict[str, Any],
+        user: str,
+        old: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any] | None, Response | None]:
-        """(the object to store, None) or (None, the refusal)."""
+        """(the object to store, None) or (None, the refusal); `old`: an UPDATE of it."""
         from tests.kubernetes.fakeapi import _status
 
         if self.webhook_url is None:
@@ -126,9 +164,11 @@ class NativeFake:
                 "kind": {"group": group[0], "version": group[1], "kind": kind},
                 "resource": {"group": group[0], "version": group[1], "resource": group[2]},
                 "namespace": ns,
-                "operation": "CREATE",
+                "name": (obj.get("metadata") or {}).get("name", ""),
+                "operation": "CREATE" if old is None else "UPDATE",
                 "userInfo": {"username": user, "groups": ["system:authenticated"]},
                 "object": obj,
+                "oldObject": old,
                 "dryRun": False,
             },
         }
@@ -166,6 +206,7 @@ class NativeFake:
         meta = job.setdefault("metadata", {})
         meta["namespace"] = ns
         meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", iso(self.kube.now()))
         meta["resourceVersion"] = self.kube.rv()
         job.setdefault("apiVersion", "batch/v1")
         job.setdefault("kind", "Job")
@@ -259,7 +300,7 @@ class NativeFake:
 
     # -- routes --------------------------------------------------------------------------------
     def routes(self, record: Callable[[Request], None]) -> list[Route]:
-        from tests.kubernetes.fakeapi import _match_fields, _match_labels, _merge, _status
+        from tests.kubernetes.fakeapi import _match_fields, _match_labels, _status
 
         kube = self
 
@@ -322,7 +363,11 @@ class NativeFake:
                     del self.jobs[key]
                     self.kube.watch.changed("jobs", before, None)
                     return JSONResponse(before)
-                new = json_patch(job, patch) if isinstance(patch, list) else _merge(job, patch)
+            user = request.headers.get("impersonate-user", "kubernetes-admin")
+            new, refused = kube.update("Job", ns, before, patch, user)
+            if refused is not None:
+                return refused
+            with self.kube.lock:
                 new["metadata"]["resourceVersion"] = self.kube.rv()
                 self.jobs[key] = new
                 self.kube.watch.changed("jobs", before, new)

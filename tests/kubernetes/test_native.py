@@ -1,6 +1,7 @@
 """Kubernetes-native work end to end against the fake API server: `kubectl apply` of a Pod
 or Job in a tenant namespace goes through gpupool's webhook (served over HTTPS, called by
-the fake before it stores the object), waits gated or suspended with Events saying why, is
+the fake before it stores the object), is queued when the watch sees the stored object
+(`_intake`: a reconciler pass), waits gated or suspended with Events saying why, is
 admitted by gpupool's scheduler (node affinity written, gate removed or Job resumed in one
 patch; the fake's kube-scheduler binds), and is stopped by deleting or suspending it.
 Work that can never run is refused at the webhook with the API's own reason, and a crash
@@ -20,6 +21,7 @@ from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import WorkloadRepo
 from gpupool.system import SystemSettings, build_system
+from tests.kubernetes import fakeapi_native as native_fake
 
 GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
 NS = "gpupool-default"
@@ -37,6 +39,7 @@ def _build(kube, clock, tmp_path, watch: bool = False):
         jupyterhub=False,
     )
     system = build_system(s, engine, clock=clock)
+    kube.now = clock.now  # the API server's clock (creationTimestamp) agrees with gpupool's
     # the chart's MutatingWebhookConfiguration, its caBundle empty: gpupool sets it
     kube.native.register_webhook("https://127.0.0.1:0/mutate", b"")
     port = engine.serve_webhook()
@@ -96,6 +99,11 @@ def _job(name: str, gpus: int, parallelism: int) -> dict:
     }
 
 
+def _intake(system) -> None:
+    """A reconciler pass: what the watch shows held and signed is queued."""
+    system.ctx.loops.get("reconciler").run_once()
+
+
 def _workload(system, wid: str):
     with system.ctx.store.read() as s:
         return WorkloadRepo(s).get(wid)
@@ -131,6 +139,9 @@ def test_a_kubectl_pod_waits_gated_then_runs_where_gpupool_placed_it(system, kub
     assert pod["spec"]["schedulingGates"] == [{"name": native.GATE}]
     wid = pod["metadata"]["labels"][native.NATIVE]
     assert pod["metadata"]["annotations"][native.SUBMITTER] == "admin"
+    with system.ctx.store.read() as s:
+        assert WorkloadRepo(s).rows() == []  # the webhook queues nothing
+    _intake(system)  # the watch saw the stored, gated pod: queued
     w = _workload(system, wid)
     assert (w.state, w.owner, w.tenant) == ("pending", "admin", "default")
     assert w.command == ("kubectl", "Pod", NS, "vector-add")
@@ -138,7 +149,7 @@ def test_a_kubectl_pod_waits_gated_then_runs_where_gpupool_placed_it(system, kub
         kube.set_phase(NS, "vector-add", "Running", node="gpu-1")
 
     ctx = system.ctx
-    ctx.loops.get("reconciler").run_once()  # tick: an Event says why it waits
+    # the same pass wrote an Event saying why it waits
     assert _events(kube, "vector-add")[-1] == (
         "Queued",
         "waiting: waiting for the next scheduling cycle",
@@ -168,8 +179,10 @@ def test_a_waiting_pod_gets_the_queue_reason_as_an_event(system, kube, clock):
     core, _ = _kubectl(kube)
     core.create_namespaced_pod(NS, _pod("big", 2))
     ctx = system.ctx
+    _intake(system)
     ctx.loops.get("scheduler").run_once()
     core.create_namespaced_pod(NS, _pod("small", 1))
+    _intake(system)
     ctx.loops.get("scheduler").run_once()
     assert "schedulingGates" not in kube.pod(NS, "big")["spec"]
     assert kube.pod(NS, "small")["spec"]["schedulingGates"] == [{"name": native.GATE}]
@@ -191,6 +204,7 @@ def test_a_job_is_suspended_then_admitted_whole_and_its_pods_pass(system, kube, 
     assert job["spec"]["suspend"] is True
     wid = job["metadata"]["labels"][native.NATIVE]
     assert job["spec"]["template"]["metadata"]["labels"][native.NATIVE] == wid
+    _intake(system)
     w = _workload(system, wid)
     assert (w.owner, w.request.gpus) == ("default-default", 2)  # 2 pods x 1 GPU, whole
     assert kube.native.job_controller(NS, "train") == []  # suspended: no pods
@@ -203,7 +217,8 @@ def test_a_job_is_suspended_then_admitted_whole_and_its_pods_pass(system, kube, 
     pods = kube.native.job_controller(NS, "train")  # through the webhook, not gated again
     assert pods == ["train-0", "train-1"]
     assert all("schedulingGates" not in kube.pod(NS, p)["spec"] for p in pods)
-    assert len({r["request"]["userInfo"]["username"] for r in kube.native.reviews}) == 2
+    creates = [r["request"] for r in kube.native.reviews if r["request"]["operation"] == "CREATE"]
+    assert {r["userInfo"]["username"] for r in creates} == {"ann", native_fake.JOB_CONTROLLER}
     system.ctx.loops.get("reconciler").run_once()
     assert _workload(system, wid).state == "running"
     kube.native.finish_job(NS, "train")
@@ -216,6 +231,7 @@ def test_stopping_suspends_a_job_again_and_deletes_a_pod_with_an_event(system, k
     batch.create_namespaced_job(NS, _job("train", 1, 1))
     core.create_namespaced_pod(NS, _pod("solo", 1))
     ctx = system.ctx
+    _intake(system)
     ctx.loops.get("scheduler").run_once()
     kube.native.job_controller(NS, "train")
     kube.set_phase(NS, "solo", "Running", node="gpu-1")
@@ -281,6 +297,7 @@ def test_a_crash_between_decision_and_release_is_undone_on_restart(kube, clock, 
     core, _ = _kubectl(kube)
     core.create_namespaced_pod(NS, _pod("vector-add", 1))
     wid = kube.pod(NS, "vector-add")["metadata"]["labels"][native.NATIVE]
+    _intake(system)
 
     class Killed(BaseException):
         """kill -9: nothing after this point runs (no rollback, no cleanup)."""
@@ -350,6 +367,7 @@ def test_every_object_on_the_path_is_valid_kubernetes(system, kube, version):
     kube.nodes["gpu-1"]["metadata"]["labels"]["zone"] = "a"
     core.create_namespaced_pod(NS, pod)
     batch.create_namespaced_job(NS, _job("train", 1, 1))
+    _intake(system)
 
     def strip(obj: dict) -> dict:  # what the fake adds that a client never sends
         return {k: v for k, v in obj.items() if k != "status"}
@@ -393,8 +411,11 @@ def test_a_pod_deleted_while_it_waits_withdraws_its_workload(system, kube, clock
     core, _ = _kubectl(kube)
     core.create_namespaced_pod(NS, _pod("first", 2))
     ctx = system.ctx
+    _intake(system)
     ctx.loops.get("scheduler").run_once()  # it takes both GPUs: the next one waits
     core.create_namespaced_pod(NS, _pod("changed-mind", 1))
+    clock.advance(60)
+    _intake(system)
     ctx.loops.get("scheduler").run_once()
     wid = kube.pod(NS, "changed-mind")["metadata"]["labels"][native.NATIVE]
     ctx.loops.get("reconciler").run_once()  # seen waiting
@@ -411,6 +432,7 @@ def test_the_agents_pods_of_queued_work_are_attributed_to_it(system, kube):
     core, batch = _kubectl(kube)
     core.create_namespaced_pod(NS, _pod("solo", 1))
     batch.create_namespaced_job(NS, _job("train", 1, 1))
+    _intake(system)
     system.ctx.loops.get("scheduler").run_once()
     kube.native.job_controller(NS, "train")
     solo, child = kube.pod(NS, "solo"), kube.pod(NS, "train-0")

@@ -1,31 +1,43 @@
 """The webhook's decision and patches alone (pure; the HTTPS path is test_native.py's): what
-is queued, what passes unchanged, what is refused and why, a dry run, and JSON patches that
-keep what the object already had."""
+is held and marked, what passes unchanged, what is refused and why, a dry run, JSON patches
+that keep what the object already had, the signed mark, and the UPDATE guard."""
 
 from __future__ import annotations
 
 import base64
 import json
 
+import pytest
+
+from gpupool.clock import ManualClock
 from gpupool.domain import Tenant, ValidationError
-from gpupool.engines.common.engine import ExternalAnswer, ExternalWork
+from gpupool.engines.common.engine import ExternalWork
 from gpupool.engines.kubernetes import native
+from gpupool.engines.kubernetes.native_sign import Signer, Unsigned
 from gpupool.engines.kubernetes.webhook import Webhook
-from tests.kubernetes.fakeapi_native import json_patch
+from tests.kubernetes.fakeapi_native import iso, json_patch
 
 NS = "gpupool-lab-a"
+T0 = 1_780_000_000.0
+SIGNER = Signer(b"k" * 32)
 
 
 def _hook(refuse: str | None = None) -> tuple[Webhook, list[ExternalWork]]:
     seen: list[ExternalWork] = []
 
-    def submit(work: ExternalWork) -> ExternalAnswer:
+    def check(work: ExternalWork) -> None:
         seen.append(work)
         if refuse:
             raise ValidationError(refuse, "gpus")
-        return ExternalAnswer("w-abc", "ann")
 
-    return Webhook(submit, lambda: [Tenant("lab-a"), Tenant("lab-b")], "gpupool-"), seen
+    tenants = lambda: [Tenant("lab-a"), Tenant("lab-b")]  # noqa: E731
+    return Webhook(check, tenants, "gpupool-", SIGNER, ManualClock(T0)), seen
+
+
+def _stored(obj: dict, at: float = T0) -> dict:
+    """`obj` as the API server stores it: namespace and creationTimestamp its own."""
+    meta = {**obj["metadata"], "namespace": NS, "creationTimestamp": iso(at)}
+    return {**obj, "metadata": meta}
 
 
 def _review(obj: dict, ns: str = NS, op: str = "CREATE", dry: bool = False) -> dict:
@@ -58,14 +70,17 @@ def _patched(obj: dict, answer: dict) -> dict:
     return json_patch(obj, json.loads(base64.b64decode(resp["patch"])))
 
 
-def test_a_gpu_pod_is_gated_labelled_and_submitted_as_its_user():
+def test_a_gpu_pod_is_gated_marked_and_checked_as_its_user():
     hook, seen = _hook()
     pod = _pod(2, labels={"app": "x"}, annotations={"a/b": "c"})
     pod["spec"]["schedulingGates"] = [{"name": "other.io/gate"}]
     out = _patched(pod, hook.review(_review(pod)))
     assert out["spec"]["schedulingGates"] == [{"name": "other.io/gate"}, {"name": native.GATE}]
-    assert out["metadata"]["labels"] == {"app": "x", native.NATIVE: "w-abc"}
-    assert out["metadata"]["annotations"] == {"a/b": "c", native.SUBMITTER: "ann"}
+    wid = out["metadata"]["labels"][native.NATIVE]
+    assert out["metadata"]["labels"] == {"app": "x", native.NATIVE: wid}
+    notes = out["metadata"]["annotations"]
+    assert notes == {"a/b": "c", native.SUBMITTER: "ann", native.SIGNATURE: notes[native.SIGNATURE]}
+    assert SIGNER.verify(_stored(out)).submitter == "ann"
     (work,) = seen
     assert (work.tenant, work.user, work.gpus, work.command) == (
         "lab-a",
@@ -107,11 +122,13 @@ def test_the_apis_refusal_is_the_webhooks_answer():
     }
 
 
-def test_a_dry_run_is_answered_and_nothing_is_queued():
+def test_a_dry_run_is_checked_and_answered_like_any_review():
     hook, seen = _hook()
     pod = _pod(1)
     out = _patched(pod, hook.review(_review(pod, dry=True)))
-    assert out["spec"]["schedulingGates"] == [{"name": native.GATE}] and not seen
+    assert out["spec"]["schedulingGates"] == [{"name": native.GATE}] and len(seen) == 1
+    refused, _ = _hook(refuse="no node has that GPU")
+    assert refused.review(_review(pod, dry=True))["response"]["allowed"] is False
 
 
 def test_a_job_is_suspended_whole_and_its_pods_later_pass():
@@ -124,9 +141,10 @@ def test_a_job_is_suspended_whole_and_its_pods_later_pass():
     }
     out = _patched(job, hook.review(_review(job)))
     assert out["spec"]["suspend"] is True
-    assert out["spec"]["template"]["metadata"]["labels"] == {native.NATIVE: "w-abc"}
+    wid = out["metadata"]["labels"][native.NATIVE]
+    assert out["spec"]["template"]["metadata"]["labels"] == {native.NATIVE: wid}
     assert seen[0].gpus == 4  # min(parallelism, completions) = 2 pods x 2 GPUs
-    child = {**_pod(2, labels={native.NATIVE: "w-abc"})}
+    child = {**_pod(2, labels={native.NATIVE: wid})}
     child["metadata"]["ownerReferences"] = [{"kind": "Job", "controller": True, "name": "t"}]
     assert hook.review(_review(child))["response"] == {"uid": "u1", "allowed": True}
 
@@ -157,3 +175,105 @@ def test_release_adds_the_node_to_every_term_of_the_objects_own_affinity():
             "values": ["gpu-7"],
         }
     assert out["spec"]["affinity"]["podAntiAffinity"] == {"x": 1}
+
+
+def test_a_submitter_the_object_brought_is_overwritten_and_every_review_gets_a_new_id():
+    hook, _ = _hook()
+    forged = {native.SUBMITTER: "boss", native.SIGNATURE: "v1.1.00"}
+    pod = _pod(1, labels={native.NATIVE: "w-victim000"}, annotations=forged)
+    first = _patched(pod, hook.review(_review(pod)))
+    again = _patched(pod, hook.review(_review(pod)))
+    assert first["metadata"]["annotations"][native.SUBMITTER] == "ann"
+    ids = {o["metadata"]["labels"][native.NATIVE] for o in (first, again)}
+    assert len(ids) == 2 and "w-victim000" not in ids
+    assert SIGNER.verify(_stored(first)).submitter == "ann"
+
+
+def test_a_mark_verifies_only_on_the_object_and_at_the_time_it_was_written_for():
+    hook, _ = _hook()
+    out = _patched(_pod(1), hook.review(_review(_pod(1))))
+    assert SIGNER.verify(_stored(out, T0 + 60)).submitter == "ann"  # clock skew, timeout
+    edited = _stored(out)
+    edited["metadata"]["annotations"] = {
+        **edited["metadata"]["annotations"],
+        native.SUBMITTER: "boss",
+    }
+    renamed = {**_stored(out), "metadata": {**_stored(out)["metadata"], "name": "other"}}
+    elsewhere = {**_stored(out), "metadata": {**_stored(out)["metadata"], "namespace": "x"}}
+    for obj, why in [
+        (edited, "does not match"),
+        (renamed, "does not match"),  # copied onto another object
+        (elsewhere, "does not match"),
+        (_stored(out, T0 + 3600), "not written when the object was created"),  # kept for later
+        (_stored(_pod(1, labels={native.NATIVE: "w-x"})), "no signature"),
+    ]:
+        with pytest.raises(Unsigned, match=why):
+            SIGNER.verify(obj)
+    with pytest.raises(Unsigned, match="does not match"):  # another server's key
+        Signer(b"o" * 32).verify(_stored(out))
+
+
+def test_a_generated_name_is_signed_as_its_prefix():
+    hook, _ = _hook()
+    pod = _pod(1)
+    pod["metadata"] = {"generateName": "train-"}
+    out = _patched(pod, hook.review(_review(pod)))
+    out["metadata"]["name"] = "train-x7k2p"  # named by the API server after admission
+    assert SIGNER.verify(_stored(out)).submitter == "ann"
+    out["metadata"]["name"] = "other-x7k2p"
+    with pytest.raises(Unsigned):
+        SIGNER.verify(_stored(out))
+
+
+def _update(old: dict, new: dict, user: str = "ann") -> dict:
+    review = _review(new, op="UPDATE")
+    review["request"]["oldObject"] = old
+    review["request"]["userInfo"] = {"username": user}
+    return review
+
+
+def test_an_update_cannot_change_a_queued_objects_marks_or_release_it():
+    hook, _ = _hook()
+    held = _stored(_patched(_pod(1), hook.review(_review(_pod(1)))))
+    notes = held["metadata"]["annotations"]
+
+    def changed(**meta) -> dict:
+        return {**held, "metadata": {**held["metadata"], **meta}}
+
+    for new in (
+        changed(annotations={**notes, native.SUBMITTER: "boss"}),  # kubectl annotate
+        changed(annotations={k: v for k, v in notes.items() if k != native.SIGNATURE}),
+        changed(labels={native.NATIVE: "w-other00000"}),
+    ):
+        resp = hook.review(_update(held, new))["response"]
+        assert resp["allowed"] is False and resp["status"]["code"] == 403
+        assert "cannot be added, changed or removed" in resp["status"]["message"]
+    ungated = {**held, "spec": {**held["spec"], "schedulingGates": []}}
+    resp = hook.review(_update(held, ungated))["response"]
+    assert resp["allowed"] is False and "only gpupool releases it" in resp["status"]["message"]
+    with hook.releasing("Pod", NS, "p"):  # gpupool's own release patch
+        assert hook.review(_update(held, ungated))["response"]["allowed"] is True
+    other = changed(annotations={**notes, "note": "mine"})  # anything else may change
+    assert hook.review(_update(held, other))["response"]["allowed"] is True
+    # marks cannot be added to an object the webhook never marked either
+    plain = _stored(_pod(1))
+    resp = hook.review(_update(plain, {**plain, "metadata": held["metadata"]}))["response"]
+    assert resp["allowed"] is False
+
+
+def test_a_queued_job_cannot_be_resumed_or_widened_by_its_user():
+    hook, _ = _hook()
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {"parallelism": 1, "template": _pod(1)},
+    }
+    held = _stored(_patched(job, hook.review(_review(job))))
+    resumed = {**held, "spec": {**held["spec"], "suspend": False}}
+    assert hook.review(_update(held, resumed))["response"]["allowed"] is False
+    wider = {**held, "spec": {**held["spec"], "parallelism": 8}}
+    resp = hook.review(_update(held, wider))["response"]
+    assert resp["allowed"] is False and "parallelism" in resp["status"]["message"]
+    with hook.releasing("Job", NS, "train"):
+        assert hook.review(_update(held, resumed))["response"]["allowed"] is True

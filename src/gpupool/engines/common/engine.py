@@ -73,6 +73,9 @@ class ExternalWork:
     priority: int = 0
     #: False: preemption ends it for good (a deleted Pod cannot come back)
     requeue_on_preemption: bool = True
+    #: the id the engine chose (written on the object at admission); submitting it again
+    #: answers with the workload already made (None: a new id)
+    workload_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,10 @@ class ExternalAnswer:
 
 
 def _no_submit(work: ExternalWork) -> ExternalAnswer:
+    raise EngineError("this server takes no work from the engine's own API")
+
+
+def _no_check(work: ExternalWork) -> None:
     raise EngineError("this server takes no work from the engine's own API")
 
 
@@ -101,6 +108,7 @@ class EngineEnv:
         (checked by `ExecutorWithSubmitChecks.template_problem`; None: none).
     submit(work): queue `ExternalWork` as a workload, checked as the API checks a submission
         (raises the API's own `ValidationError` / `PermissionDenied` with its reason).
+    check(work): the same checks as `submit`, read-only: nothing is queued or made.
     waiting(ids): why each of these pending workloads waits, as `gpupool queue` says it.
     withdraw(id, reason): cancel submitted work that is gone from the engine's API before it
         was admitted (a queued Pod deleted with kubectl); nothing when it is no longer pending.
@@ -115,6 +123,7 @@ class EngineEnv:
     #: a notebook's engine template as its spawner submitted it (None: none), by workload id
     notebook_template: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
     submit: Callable[[ExternalWork], ExternalAnswer] = _no_submit
+    check: Callable[[ExternalWork], None] = _no_check
     waiting: Callable[[Collection[str]], Mapping[str, str]] = lambda ids: {}
     withdraw: Callable[[str, str], None] = lambda workload_id, reason: None
 

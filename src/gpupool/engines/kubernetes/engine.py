@@ -28,6 +28,9 @@ from gpupool.engines.kubernetes.manifests import MANAGED_BY, SELECTOR, PodSettin
 from gpupool.engines.kubernetes.native import NATIVE_SELECTOR
 from gpupool.engines.kubernetes.native_api import NativeApi
 from gpupool.engines.kubernetes.native_executor import NativeKubernetesExecutor
+from gpupool.engines.kubernetes.native_intake import Intake
+from gpupool.engines.kubernetes.native_sign import Signer, load_key
+from gpupool.engines.kubernetes.provisioning import ATOMIC
 from gpupool.engines.kubernetes.tenancy import TenancySettings, fingerprint, tenant_specs
 from gpupool.engines.kubernetes.tenancy_sync import TenancySync
 from gpupool.engines.kubernetes.watch import Informer
@@ -63,6 +66,9 @@ class KubeOptions:
     watch_timeout_s: int = 300
     #: the admission webhook for kubectl-applied Pods and Jobs (webhook.py; off by default)
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    #: node pools (issue 34, nodepools.py): the ProvisioningRequest class of a request that is
+    #: not a gang's (a gang's is always best-effort-atomic-scale-up)
+    provisioning_class: str = ATOMIC
 
 
 LIVE = "status.phase!=Succeeded,status.phase!=Failed"
@@ -136,9 +142,14 @@ class KubernetesEngine(Engine):
             native_pods=native_pods.snapshot if native_pods is not None else None,
             native_jobs=native_jobs.snapshot if native_jobs is not None else None,
         )
-        self.webhook = Webhook(
-            env.submit, env.tenants, self.options.pods.namespace_prefix, engine=self.name
+        self.executor.provisioning_class = self.options.provisioning_class
+        prefix = self.options.pods.namespace_prefix
+        signer = Signer(load_key(env.data_dir), self.options.webhook.sign_window_s)
+        self.webhook = Webhook(env.check, env.tenants, prefix, signer, env.clock, engine=self.name)
+        self.executor.intake = Intake(
+            env.submit, env.tenants, prefix, signer, self.executor.warn, env.clock, engine=self.name
         )
+        self.executor.releasing = self.webhook.releasing
         self._env = env
         if self.options.webhook.port:
             self.serve_webhook()

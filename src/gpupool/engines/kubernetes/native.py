@@ -8,8 +8,10 @@ tenant's namespace that gpupool queues (docs/kubernetes.md, "Submitting with kub
   admitted whole).
 - **What the webhook changes** (`hold_patch`, a JSON patch): a Pod gets the scheduling gate
   `gpupool.dev/admission`; a Job gets `spec.suspend: true`; both get the label
-  `gpupool.dev/native-workload: <workload id>` (a Job's pod template too) and the
-  annotation `gpupool.dev/submitter: <gpupool user>`.
+  `gpupool.dev/native-workload: <workload id>` (a fresh id; a Job's pod template too) and
+  the annotations `gpupool.dev/submitter: <Kubernetes user>` and `gpupool.dev/signature`
+  (native_sign.py), always overwritten. The webhook queues nothing: the workload is made
+  when the watch sees the stored object (native_intake.py).
 - **Admission** (`release_patch`): one request that pins the placement (a required node
   affinity on `kubernetes.io/hostname`, added to every existing term) and removes the gate
   or sets `suspend: false`. Kubernetes allows both in one update of a gated Pod or a
@@ -20,6 +22,7 @@ tenant's namespace that gpupool queues (docs/kubernetes.md, "Submitting with kub
 from __future__ import annotations
 
 import copy
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,11 +33,13 @@ GATE = "gpupool.dev/admission"
 QUEUE = "gpupool.dev/queue"
 NATIVE = "gpupool.dev/native-workload"
 SUBMITTER = "gpupool.dev/submitter"
+SIGNATURE = "gpupool.dev/signature"
 #: label selector of every object gpupool queued from the Kubernetes API
 NATIVE_SELECTOR = NATIVE
 PRODUCT = "nvidia.com/gpu.product"
 #: the first word of a native workload's command: ("kubectl", kind, namespace, name)
 COMMAND = "kubectl"
+_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # the store's (Crockford's base32)
 
 
 class Refusal(ValueError):
@@ -141,8 +146,16 @@ def _ptr(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def hold_patch(obj: Mapping[str, Any], workload_id: str, submitter: str) -> list[dict[str, Any]]:
-    """The webhook's JSON patch: gate or suspend, label and annotate (see the docstring)."""
+def new_workload_id() -> str:
+    """A fresh workload id (the store's format: `w-` and 10 base32 characters)."""
+    return "w-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+
+
+def hold_patch(
+    obj: Mapping[str, Any], workload_id: str, submitter: str, signature: str
+) -> list[dict[str, Any]]:
+    """The webhook's JSON patch: gate or suspend, label and annotate (see the docstring);
+    an `add` of a key the object already has replaces its value (RFC 6902)."""
     meta = obj.get("metadata") or {}
     ops: list[dict[str, Any]] = []
 
@@ -153,7 +166,9 @@ def hold_patch(obj: Mapping[str, Any], workload_id: str, submitter: str) -> list
             ops.append({"op": "add", "path": f"{path}/{_ptr(key)}", "value": value})
 
     put("/metadata/labels", meta.get("labels"), NATIVE, workload_id)
-    put("/metadata/annotations", meta.get("annotations"), SUBMITTER, submitter)
+    notes = meta.get("annotations")
+    put("/metadata/annotations", notes, SUBMITTER, submitter)
+    put("/metadata/annotations", {} if notes is None else notes, SIGNATURE, signature)
     if obj.get("kind") == "Job":
         ops.append({"op": "add", "path": "/spec/suspend", "value": True})
         tmeta = ((obj.get("spec") or {}).get("template") or {}).get("metadata")

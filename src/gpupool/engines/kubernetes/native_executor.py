@@ -1,5 +1,9 @@
 """The kubernetes executor with Kubernetes-native work (native.py): Pods and Jobs that
-`kubectl apply` made and the webhook queued. gpupool creates nothing for them:
+`kubectl apply` made and the webhook held. gpupool creates nothing for them:
+
+- `tick` first queues the held objects the watches show that carry a valid mark of the
+  webhook (native_intake.py: the workload is made from the stored object, never from a
+  review); only such objects are ever found, released or stopped as a workload's.
 
 - `start` finds the object by its `gpupool.dev/native-workload` label, pins it to the
   allocation's node and lets it run in one patch (`native.release_patch`), with an Event
@@ -39,10 +43,18 @@ from gpupool.engines.kubernetes import native
 from gpupool.engines.kubernetes.client import KubeError
 from gpupool.engines.kubernetes.executor import KubernetesExecutor
 from gpupool.engines.kubernetes.native_api import NativeApi
+from gpupool.engines.kubernetes.native_intake import Intake
 from gpupool.engines.kubernetes.podstatus import status_of
 
 #: the objects as the watches hold them (None: not listed yet)
 Snapshot = Callable[[], list[dict[str, Any]] | None]
+#: while gpupool's own release patch of (kind, namespace, name) is under way (the webhook
+#: refuses anyone else's)
+Releasing = Callable[[str, str, str], contextlib.AbstractContextManager[None]]
+
+
+def _not_guarded(kind: str, namespace: str, name: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 def _wid(obj: Mapping[str, Any]) -> str:
@@ -83,12 +95,16 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         native_pods: Snapshot | None = None,
         native_jobs: Snapshot | None = None,
         events_every_s: float = 15.0,
+        intake: Intake | None = None,
+        releasing: Releasing = _not_guarded,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.native = NativeApi(self.api)
+        self.intake = intake
+        self.releasing = releasing
         self.waiting = waiting or (lambda ids: {})
-        self.withdraw = withdraw or (lambda workload_id, reason: None)
+        self.withdraw_work = withdraw or (lambda workload_id, reason: None)
         self._held: dict[str, str] = {}  # workload id -> ref of the objects held last check
         self._caches = (native_pods, native_jobs)
         self.events_every_s = events_every_s
@@ -101,8 +117,14 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         self._index: dict[str, dict[str, Any]] | None = None
 
     # -- finding the objects -------------------------------------------------------------
+    def ours(self, obj: Mapping[str, Any]) -> bool:
+        """Whether `obj` is a workload's: its webhook mark verifies (a label alone, copied
+        or written by hand, names no workload)."""
+        return self.intake is None or self.intake.signer.valid(obj)
+
     def native_objects(self) -> list[dict[str, Any]]:
-        """Every queued Pod and Job (from the watches, else listed now); not a Job's pods."""
+        """Every labelled Pod and Job (from the watches, else listed now), whether or not
+        its mark verifies (`ours`); not a Job's pods."""
         pods, jobs = (c() if c is not None else None for c in self._caches)
         if pods is None:
             pods = self.native.list_pods_at()[0]
@@ -118,21 +140,22 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         by its name first when `named` (kind, namespace, name) is known."""
         if fresh and named is not None:
             got = self.native.get(*named)
-            if got is not None and _wid(got) == wid:
+            if got is not None and _wid(got) == wid and self.ours({"kind": named[0], **got}):
                 return {"kind": named[0], **got}
         if not fresh:
             if self._index is None:  # once per reconcile pass (`tick` clears it)
-                self._index = {_wid(o): o for o in self.native_objects()}
+                self._index = {_wid(o): o for o in self.native_objects() if self.ours(o)}
             return self._index.get(wid)
         sel = f"{native.NATIVE}={wid}"
-        pods = [p for p in self.api.list_pods(sel) if not native.is_own({"kind": "Pod", **p})]
+        pods = [{"kind": "Pod", **p} for p in self.api.list_pods(sel)]
+        pods = [p for p in pods if not native.is_own(p) and self.ours(p)]
         if pods:
-            return {"kind": "Pod", **pods[0]}
+            return pods[0]
         body = self.native.api._call(
             self.native.batch.list_job_for_all_namespaces, label_selector=sel
         )
-        jobs = list(body["items"])
-        return {"kind": "Job", **jobs[0]} if jobs else None
+        jobs = [j for j in ({"kind": "Job", **j} for j in body["items"]) if self.ours(j)]
+        return jobs[0] if jobs else None
 
     # -- the contract --------------------------------------------------------------------
     def start(
@@ -165,7 +188,8 @@ class NativeKubernetesExecutor(KubernetesExecutor):
                 ops = [op for op in native.release_patch(obj, "-") if "affinity" not in op["path"]]
             else:
                 ops = native.release_patch(obj, node)
-            self.native.patch(kind, ns, meta["name"], ops)
+            with self.releasing(kind, ns, meta["name"]):
+                self.native.patch(kind, ns, meta["name"], ops)
         except KubeError as e:
             raise StartError(f"releasing {_ref(obj)} failed: {e}") from None
         now = self.clock.now()
@@ -239,7 +263,7 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         out = super().list_running()
         for obj in self.native_objects():
             wid = _wid(obj)
-            if not wid or native.held(obj):
+            if not wid or native.held(obj) or not self.ours(obj):
                 continue
             st = job_status(wid, obj) if obj["kind"] == "Job" else status_of(wid, obj)
             if st.state.alive:
@@ -275,18 +299,28 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         super().tick()
         self._index = None
         now = self.clock.now()
+        objects: list[dict[str, Any]] | None = None
+        if self.intake is not None:
+            try:
+                objects = self.native_objects()
+                self.intake.run(objects)
+            except KubeError:
+                objects = None
         if now - self._said_at < self.events_every_s:
             return
         self._said_at = now
         try:
-            objects = self.native_objects()
+            objects = objects if objects is not None else self.native_objects()
         except KubeError:
             return
+        objects = [o for o in objects if self.ours(o)]
         held = [o for o in objects if native.held(o) and _wid(o)]
         present = {_wid(o) for o in objects}
-        for wid, ref in self._held.items():  # deleted while it waited: withdrawn
-            if wid not in present and wid not in self._released:
-                self.withdraw(wid, f"{ref} was deleted before gpupool admitted it")
+        gone = [w for w in self._held if w not in present and w not in self._released]
+        for wid in gone:  # deleted while it waited: withdrawn
+            self.withdraw_work(wid, f"{self._held[wid]} was deleted before gpupool admitted it")
+        if self.intake is not None:
+            self.intake.forget(gone)
         self._held = {_wid(o): _ref(o) for o in held}
         reasons = self.waiting([_wid(o) for o in held]) if held else {}
         for obj in held:
@@ -295,6 +329,10 @@ class NativeKubernetesExecutor(KubernetesExecutor):
                 continue
             self._said[_ref(obj)] = why
             self._event(obj, "Queued", f"waiting: {why}")
+
+    def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on `obj` (native_intake.py's)."""
+        self._event(obj, reason, message, warning=True)
 
     def _event(
         self, obj: Mapping[str, Any], reason: str, message: str, warning: bool = False

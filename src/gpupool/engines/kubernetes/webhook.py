@@ -1,39 +1,78 @@
 """gpupool's mutating admission webhook: `kubectl apply` of a Pod or Job in a tenant
 namespace goes through gpupool's queue (native.py says which objects and what changes).
 
-`Webhook.review(AdmissionReview)` is the decision (no I/O but `submit`): a candidate object
-is submitted to gpupool (`EngineEnv.submit`: the API's own checks, so work that can never
-run is refused here with the API's reason) and answered with a JSON patch that gates or
-suspends it; anything else is allowed unchanged. `app()` is the small ASGI app that serves
-it at `POST /mutate` (and `GET /healthz`); `WebhookServer` serves that app over HTTPS on
-its own port (kube-apiserver calls webhooks over TLS only; the API server's own port is
-not involved: the server names no engine).
+`Webhook.review(AdmissionReview)` is the decision. It creates nothing in gpupool: anyone who
+reaches its port can post a review, so its answer is only a JSON patch for the API server to
+apply, worth nothing to anyone else.
 
-A submitter is the admission request's user (`userInfo.username`), mapped to a gpupool user
-by `EngineEnv.submit` (same name and allowed to submit to the tenant, else the tenant's
-default submitter). A dry run (`kubectl apply --dry-run=server`) is answered with the patch
-and nothing is queued (the webhook declares `sideEffects: NoneOnDryRun`).
+- **CREATE** of a candidate object in a tenant namespace: the read-only checks of a
+  submission (`check`: the API's own, so work that can never run is refused here with the
+  API's reason), then a patch that gates or suspends it and writes a fresh workload id, the
+  requesting user (`userInfo.username`) and a signature over both (native_sign.py), always
+  overwriting what the object carried. The workload is made later, when the watch sees the
+  stored object (native_intake.py).
+- **UPDATE** of a queued object (it carries `gpupool.dev/native-workload`): refused when it
+  changes that label, the submitter or the signature, when it changes a queued Job's
+  parallelism, or when it removes the gate or unsuspends while gpupool holds it, unless
+  gpupool itself is releasing it (`releasing`).
+
+`app()` is the small ASGI app that serves it at `POST /mutate` (and `GET /healthz`);
+`WebhookServer` serves that app over HTTPS on its own port (kube-apiserver calls webhooks
+over TLS only; the API server's own port is not involved: the server names no engine).
+A dry run (`kubectl apply --dry-run=server`) is answered like any review (the webhook
+declares `sideEffects: None`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupool.clock import Clock
 from gpupool.domain import Tenant
 from gpupool.domain.errors import DomainError, ValidationError
-from gpupool.engines.common.engine import EngineError, ExternalAnswer, ExternalWork
+from gpupool.engines.common.engine import EngineError, ExternalWork
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes import native
+from gpupool.engines.kubernetes.native_sign import WINDOW_S, Signer
 
 log = logging.getLogger(__name__)
 
-Submit = Callable[[ExternalWork], ExternalAnswer]
+#: the API's read-only checks of a submission (raises its ValidationError / PermissionDenied)
+Check = Callable[[ExternalWork], None]
+
+
+def work_of(ask: native.Ask, tenant: str, user: str, engine: str) -> ExternalWork:
+    """What `ask` submits to gpupool as `user` (a Kubernetes user name)."""
+    return ExternalWork(
+        tenant=tenant,
+        user=user,
+        engine=engine,
+        name=f"{ask.kind.lower()}/{ask.name}",
+        command=native.command_of(ask),
+        gpus=ask.gpus,
+        gpu_model=ask.gpu_model,
+        # a deleted Pod cannot come back; a Job is suspended and resumed
+        requeue_on_preemption=ask.kind == "Job",
+    )
+
+
+def _marks(obj: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """What attributes a queued object: its workload label (a Job's template's too), its
+    submitter and signature annotations."""
+    meta = obj.get("metadata") or {}
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    out = [labels.get(native.NATIVE), notes.get(native.SUBMITTER), notes.get(native.SIGNATURE)]
+    if obj.get("kind") == "Job":
+        tmeta = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        out.append((tmeta.get("labels") or {}).get(native.NATIVE))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -70,6 +109,8 @@ class WebhookSettings:
             "certificate gpupool makes.",
         },
     )
+    #: how far an object's creationTimestamp may be from its review (native_sign.py)
+    sign_window_s: float = WINDOW_S
     config: str = field(
         default="gpupool",
         metadata={
@@ -100,31 +141,57 @@ def deny(uid: str, code: int, message: str) -> dict[str, Any]:
     return _answer(uid, allowed=False, status={"code": code, "message": f"gpupool: {message}"})
 
 
+def _patched(uid: str, patch: list[dict[str, Any]]) -> dict[str, Any]:
+    body = base64.b64encode(json.dumps(patch).encode()).decode()
+    return _answer(uid, allowed=True, patchType="JSONPatch", patch=body)
+
+
 class Webhook:
     """The admission decision (see the module docstring)."""
 
     def __init__(
         self,
-        submit: Submit,
+        check: Check,
         tenants: Callable[[], Sequence[Tenant]],
         prefix: str,
+        signer: Signer,
+        clock: Clock,
         *,
         engine: str = "kubernetes",
     ):
-        self.submit = submit
+        self.check = check
         self.tenants = tenants
         self.prefix = prefix
+        self.signer = signer
+        self.clock = clock
         self.engine = engine
         self.reviews = 0
-        self.queued = 0
+        self.held = 0
         self.refused = 0
+        self._releasing: set[str] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def releasing(self, kind: str, namespace: str, name: str) -> Iterator[None]:
+        """While gpupool's own release patch of this object is under way."""
+        ref = f"{kind}/{namespace}/{name}"
+        with self._lock:
+            self._releasing.add(ref)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._releasing.discard(ref)
 
     def review(self, body: Mapping[str, Any]) -> dict[str, Any]:
         req = body.get("request") or {}
         uid = str(req.get("uid", ""))
         self.reviews += 1
+        op = req.get("operation")
+        if op == "UPDATE":
+            return self._guard(uid, req)
         obj = req.get("object") or {}
-        if req.get("operation") != "CREATE" or not native.candidate(obj):
+        if op != "CREATE" or not native.candidate(obj):
             return _answer(uid, allowed=True)
         ns = str(req.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "")
         tenant = tenant_namespaces(self.tenants(), self.prefix).get(ns)
@@ -133,22 +200,7 @@ class Webhook:
         user = str((req.get("userInfo") or {}).get("username") or "")
         try:
             ask = native.ask_of(obj, ns, tenant)
-            if req.get("dryRun"):
-                answer = ExternalAnswer("dry-run", user)
-            else:
-                answer = self.submit(
-                    ExternalWork(
-                        tenant=tenant,
-                        user=user,
-                        engine=self.engine,
-                        name=f"{ask.kind.lower()}/{ask.name}",
-                        command=native.command_of(ask),
-                        gpus=ask.gpus,
-                        gpu_model=ask.gpu_model,
-                        # a deleted Pod cannot come back; a Job is suspended and resumed
-                        requeue_on_preemption=ask.kind == "Job",
-                    )
-                )
+            self.check(work_of(ask, tenant, user, self.engine))
         except (native.Refusal, ValidationError) as e:  # the API's own reasons
             self.refused += 1
             return deny(uid, 422, str(e))
@@ -157,14 +209,51 @@ class Webhook:
             return deny(uid, 403, str(e))
         except EngineError as e:
             return deny(uid, 503, str(e))
-        self.queued += 1
-        patch = native.hold_patch(obj, answer.workload_id, answer.owner)
-        return _answer(
-            uid,
-            allowed=True,
-            patchType="JSONPatch",
-            patch=base64.b64encode(json.dumps(patch).encode()).decode(),
-        )
+        self.held += 1
+        wid = native.new_workload_id()
+        signature = self.signer.sign(obj, ns, user, wid, self.clock.now())
+        return _patched(uid, native.hold_patch(obj, wid, user, signature))
+
+    def _guard(self, uid: str, req: Mapping[str, Any]) -> dict[str, Any]:
+        """An UPDATE: keep a queued object's marks and hold (see the module docstring)."""
+        old, new = req.get("oldObject") or {}, req.get("object") or {}
+        if new.get("kind") not in ("Pod", "Job") or native.is_own(old):
+            return _answer(uid, allowed=True)
+        if not (_marks(old)[0] or _marks(new)[0]):
+            return _answer(uid, allowed=True)  # never queued through gpupool
+        meta = new.get("metadata") or {}
+        ns = meta.get("namespace") or req.get("namespace")
+        ref = f"{new.get('kind')}/{ns}/{meta.get('name')}"
+        if _marks(old) != _marks(new):
+            self.refused += 1
+            return deny(
+                uid,
+                403,
+                f"the label {native.NATIVE} and the annotations {native.SUBMITTER} and "
+                f"{native.SIGNATURE} of work queued in gpupool cannot be added, changed or "
+                "removed; delete the object and create it again",
+            )
+        if new.get("kind") == "Job" and native.parallelism(old) != native.parallelism(new):
+            self.refused += 1
+            return deny(
+                uid,
+                403,
+                "gpupool queued this Job for its parallelism "
+                f"({native.parallelism(old)} pods); delete it and create it again to change it",
+            )
+        if native.held(old) and not native.held(new):
+            with self._lock:
+                ours = ref in self._releasing
+            if not ours:
+                self.refused += 1
+                return deny(
+                    uid,
+                    403,
+                    f"{ref} waits in gpupool's queue and only gpupool releases it (removes "
+                    f"the gate {native.GATE} or unsuspends it); `kubectl describe` shows why "
+                    "it waits, `gpupool queue` its place",
+                )
+        return _answer(uid, allowed=True)
 
     def app(self) -> Any:
         """The ASGI app: `POST /mutate` (an AdmissionReview), `GET /healthz`."""

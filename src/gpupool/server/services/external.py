@@ -1,12 +1,14 @@
-"""Work submitted through an engine's own API (`EngineEnv.submit`, `EngineEnv.waiting`): a
-`kubectl apply`d Pod or Job that the engine's admission webhook hands to gpupool.
+"""Work submitted through an engine's own API (`EngineEnv.submit`, `EngineEnv.check`,
+`EngineEnv.waiting`): a `kubectl apply`d Pod or Job that the engine's admission webhook
+checked and its watch then queues.
 
 It is submitted exactly as the API submits (`workloads.submit`: the same checks, the same
 refusals) on behalf of the mapped user: the engine's user name itself when a gpupool user of
 that name may submit to the tenant, else the tenant's default submitter
-`<first segment of the tenant>-default` (made on first use, without password or token:
-nobody logs in as it; a member of the tenant for this submission only; per-user caps count
-every unmapped submission of the tenant together).
+`<first segment of the tenant>-default` (made on its first submission, without password or
+token: nobody logs in as it; a member of the tenant for this submission only; per-user caps
+count every unmapped submission of the tenant together). `check_external` runs the same
+checks and stores nothing (not even the default submitter).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from gpupool.api.workloads import WorkloadIn
-from gpupool.domain import Membership, Role, User, WorkloadState
+from gpupool.domain import Membership, Role, User, ValidationError, WorkloadState
 from gpupool.engines.common.engine import ExternalAnswer, ExternalWork
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
@@ -29,8 +31,9 @@ def default_submitter(tenant: str) -> str:
     return f"{tenant.split('/')[0]}-default"
 
 
-def principal_of(ctx: AppContext, user: str, tenant: str) -> Principal:
-    """The gpupool principal `user` (an engine's user name) submits to `tenant` as."""
+def principal_of(ctx: AppContext, user: str, tenant: str, make: bool = True) -> Principal:
+    """The gpupool principal `user` (an engine's user name) submits to `tenant` as; the
+    default submitter is made when missing unless `make` is False."""
     with ctx.store.read() as s:
         users = UserRepo(s)
         found = users.find(user)
@@ -41,7 +44,7 @@ def principal_of(ctx: AppContext, user: str, tenant: str) -> Principal:
     name = default_submitter(tenant)
     with ctx.store.read() as s:
         exists = UserRepo(s).find(name) is not None
-    if not exists:  # a user without password or token: nobody logs in as it
+    if not exists and make:  # a user without password or token: nobody logs in as it
         try:
             with ctx.store.write() as s:
                 UserRepo(s).create(User(name), None, ctx.clock.now())
@@ -50,10 +53,8 @@ def principal_of(ctx: AppContext, user: str, tenant: str) -> Principal:
     return Principal(User(name), (Membership(name, tenant, Role.MEMBER),))
 
 
-def submit_external(ctx: AppContext, work: ExternalWork) -> ExternalAnswer:
-    """Queue `work`; raises the API's ValidationError / PermissionDenied with its reason."""
-    p = principal_of(ctx, work.user, work.tenant)
-    body = WorkloadIn(
+def _body(work: ExternalWork) -> WorkloadIn:
+    return WorkloadIn(
         tenant=work.tenant,
         name=work.name[:128],
         engine=work.engine,
@@ -65,7 +66,33 @@ def submit_external(ctx: AppContext, work: ExternalWork) -> ExternalAnswer:
         priority=work.priority,
         requeue_on_preemption=work.requeue_on_preemption,
     )
-    out = workloads.submit(ctx, p, body)
+
+
+def check_external(ctx: AppContext, work: ExternalWork) -> None:
+    """Raise what `submit_external` would raise for `work`; store nothing."""
+    p = principal_of(ctx, work.user, work.tenant, make=False)
+    workloads.submit(ctx, p, _body(work), dry_run=True)
+
+
+def submit_external(ctx: AppContext, work: ExternalWork) -> ExternalAnswer:
+    """Queue `work`; raises the API's ValidationError / PermissionDenied with its reason.
+    With `work.workload_id` it is queued once: again, it answers with the workload made
+    (ValidationError if that id is another object's)."""
+    if work.workload_id is not None:
+        with ctx.store.read() as s:
+            try:
+                made = WorkloadRepo(s).get(work.workload_id)
+            except NotFound:
+                made = None
+        if made is not None:
+            if made.command != work.command:
+                raise ValidationError(
+                    f"workload {work.workload_id} is another object's ({' '.join(made.command)})",
+                    "workload_id",
+                )
+            return ExternalAnswer(made.id, made.owner)
+    p = principal_of(ctx, work.user, work.tenant)
+    out = workloads.submit(ctx, p, _body(work), workload_id=work.workload_id)
     return ExternalAnswer(out.id, p.name)
 
 

@@ -68,6 +68,7 @@ from gpupool.store import (
     NotFound,
     ProfileRepo,
     TenantRepo,
+    WorkloadRecord,
     WorkloadRepo,
     attained_milli_s,
     kept_service,
@@ -195,10 +196,14 @@ def submit(
     p: Principal,
     body: WorkloadIn,
     on_insert: Callable[[Session, Workload], None] | None = None,
+    *,
+    workload_id: str | None = None,
+    dry_run: bool = False,
 ) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
     are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
-    the insert's transaction (services.idempotency binds its key there)."""
+    the insert's transaction (services.idempotency binds its key there). `workload_id`: the
+    id to use (an engine's, services.external); `dry_run`: check only, store nothing."""
     now = ctx.clock.now()
     check_command(body.command, os_arg_limits(), env=body.env)  # what nothing could launch
     check_declared_env(body.env)
@@ -227,7 +232,7 @@ def submit(
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
         check_can_ever_run(req, tenant, tree, nodes, ctx.settings.scheduler.policy)
     w = Workload(
-        id=new_workload_id(),
+        id=workload_id or new_workload_id(),
         tenant=tenant,
         owner=p.name,
         request=req,
@@ -249,6 +254,10 @@ def submit(
         if refused is not None:
             raise PermissionDenied(refused)
     notebooks.check_has_server(ctx, w, body.pod_spec is not None)
+    if dry_run:
+        with ctx.store.read() as s:
+            check_pending_cap(WorkloadRepo(s), p.name, ctx.settings.max_pending_per_user)
+        return workload_out(WorkloadRecord(w, name=body.name))
     with ctx.store.write() as s:
         repo = WorkloadRepo(s)
         if not TenantRepo(s).exists(tenant):
