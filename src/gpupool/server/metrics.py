@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -179,6 +179,19 @@ class Metrics:
         )
         self.loop_errors = Counter(
             "gpupool_loop_errors", "Errors in background loops", ["loop"], registry=self.registry
+        )
+        self.forecast_seconds = Histogram(
+            "gpupool_forecast_pass_seconds",
+            "Duration of a start-time forecast pass (server/loops/forecast.py)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+        self.expected_wait = Gauge(
+            "gpupool_tenant_expected_wait_seconds",
+            "Median forecast wait (expected start - now) of the tenant's pending workloads at "
+            "the last forecast pass; work not expected within the horizon counts as the horizon",
+            ["tenant"],
+            registry=self.registry,
         )
         if telemetry is not None:
             self.add_collector(telemetry)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from gpupool.domain import Request, Workload, WorkloadState
+from gpupool.domain import Allocation, Request, Workload, WorkloadState
 from gpupool.scheduler.types import Decisions, RunningWorkload, SchedulerConfig, Snapshot
 from gpupool.sim.engine import _COMPLETE, _SUBMIT, Simulator, WorkloadRecord
 from gpupool.sim.runtimes import RuntimeEstimate, RuntimeEstimator
@@ -132,7 +132,7 @@ class _ForwardSim(Simulator):
             t = max(t, self.now, self.release_at.get(wid, self.now))
         super()._push(t, kind, wid, epoch)
 
-    def _admit(self, wid: str, alloc, t: float) -> None:  # type: ignore[no-untyped-def]
+    def _admit(self, wid: str, alloc: Allocation, t: float) -> None:
         end = self.hold_ends.get(wid)
         if end is not None:
             self.records[wid].duration = max(1.0, end - t)

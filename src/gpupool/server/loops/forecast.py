@@ -20,6 +20,7 @@ reservations) are passed to the forward run when given.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from gpupool.scheduler import Snapshot
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.server.loops.scheduler import SchedulerLoop
-from gpupool.sim.forecast import CapacityHold, ForecastLimits, forecast
+from gpupool.sim.forecast import CapacityHold, Forecast, ForecastLimits, forecast
 from gpupool.sim.runtimes import RuntimeEstimator
 from gpupool.store import (
     AllocationRepo,
@@ -103,6 +104,19 @@ class ForecastLoop(Loop):
             attained.update(kept_service(s))
         return Snapshot(nodes, tree, running, attained), pending
 
+    def _expected_waits(self, pending: list, found: Mapping[str, Forecast], now: float) -> None:
+        """/metrics: each tenant's median expected wait (gpupool_tenant_expected_wait_seconds)."""
+        waits: dict[str, list[float]] = {}
+        for w in pending:
+            f = found.get(w.id)
+            if f is not None:
+                at = f.expected if f.expected is not None else f.until
+                waits.setdefault(w.tenant, []).append(max(0.0, at - now))
+        gauge = self.ctx.metrics.expected_wait
+        gauge.clear()
+        for tenant, xs in waits.items():
+            gauge.labels(tenant).set(statistics.median(xs))
+
     def share(self) -> float:
         """The share of a core forecasting may take (see the module docstring)."""
         loop = self.ctx.loops.get("scheduler")
@@ -130,7 +144,9 @@ class ForecastLoop(Loop):
             )
             with self.ctx.store.write() as s:
                 report.written = WorkloadRepo(s).set_forecasts(found)
+        self._expected_waits(pending, found if pending else {}, now)
         report.seconds = time.perf_counter() - t0
+        self.ctx.metrics.forecast_seconds.observe(report.seconds)
         self.interval_s = max(self.base_interval_s, report.seconds / self.share())
         report.next_in_s = self.interval_s
         self.last = report
