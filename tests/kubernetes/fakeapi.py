@@ -180,7 +180,7 @@ class FakeKube:
         self.now: Callable[[], float] = time.time
         self.watch = WatchHub(self)
         self.native = NativeFake(self)
-        #: ProvisioningRequests, PodTemplates, PriorityClasses (fakeapi_provisioning.py)
+        #: ProvisioningRequests and PodTemplates (fakeapi_provisioning.py)
         self.provisioning = ProvisioningFake(self)
         self.port = 0
         self._served: ServedApp | None = None

@@ -52,6 +52,14 @@ ENGINE_RULES = {
     ("workloads", "batch", "jobs", "get", ()),
     ("workloads", "batch", "jobs", "patch", ()),
     ("workloads", "", "events", "create", ()),
+    # node pools (issue 34, nodepools.py): ProvisioningRequests with their PodTemplates in
+    # the tenants' namespaces, found again in every namespace after a restart; without the
+    # API, placeholder pods (pods: create, delete above) of the chart's PriorityClass
+    ("cluster", "autoscaling.x-k8s.io", "provisioningrequests", "list", ()),
+    ("workloads", "autoscaling.x-k8s.io", "provisioningrequests", "create", ()),
+    ("workloads", "autoscaling.x-k8s.io", "provisioningrequests", "delete", ()),
+    ("workloads", "", "podtemplates", "create", ()),
+    ("workloads", "", "podtemplates", "delete", ()),
     # the caBundle of gpupool's own webhook, and no other (resourceNames)
     (
         "cluster",

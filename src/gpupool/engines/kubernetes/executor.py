@@ -73,6 +73,7 @@ from gpupool.engines.kubernetes import pod_logs
 from gpupool.engines.kubernetes.attribution import PodDirectory, PodRef, other_pods
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.env_secrets import EnvSecrets
+from gpupool.engines.kubernetes.nodepools import KubeNodePools
 from gpupool.engines.kubernetes.podstatus import (
     config_failure,
     node_of,
@@ -139,6 +140,7 @@ class KubernetesExecutor(
     ExecutorWithSubmitChecks,
     ExecutorWithAttribution,
     ExecutorWithPruning,
+    KubeNodePools,
 ):
     """Pods through `api` (see the module docstring). `on_rejected(node)` is called when a
     pod that stayed Pending is given up (the engine re-reads that node's capacity)."""
@@ -226,6 +228,7 @@ class KubernetesExecutor(
                 pod = nb.notebook_pod(template, workload, allocation, self.settings, **build)
             else:
                 pod = m.build_pod(workload, allocation, self.settings, **build)
+            pod["metadata"]["annotations"].update(self.consume_annotations(workload.id))
         except (m.ManifestError, nb.TemplateError) as e:
             raise StartError(str(e), permanent=True) from None
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]

@@ -34,8 +34,12 @@ from typing import Any, NamedTuple
 
 from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, ValidationError
 from gpupool.domain.mig import layout_for_gpu
+from gpupool.domain.nodepools import POOL_LABEL
 from gpupool.engines.kubernetes import manifests as m
 from gpupool.engines.kubernetes.native import NATIVE
+
+#: gpupool's placeholder pods (`provisioning`): capacity asked for, not used outside gpupool
+PLACEHOLDER = "gpupool.dev/placeholder"
 
 PRODUCT = "nvidia.com/gpu.product"
 MEMORY = "nvidia.com/gpu.memory"
@@ -138,7 +142,7 @@ def outside_pods(
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
-        if labels.get(m.MANAGED_BY) == "gpupool" or labels.get(NATIVE):
+        if labels.get(m.MANAGED_BY) == "gpupool" or labels.get(NATIVE) or labels.get(PLACEHOLDER):
             continue  # gpupool's own, or queued through its webhook (its allocation holds it)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
@@ -206,7 +210,7 @@ def to_node(
         for i in range(count)
     )
     extra = {OUTSIDE: str(n_outside)} if n_outside else {}
-    keep = {k: v for k, v in labels.items() if k.startswith("nvidia.com/")}
+    keep = {k: v for k, v in labels.items() if k.startswith("nvidia.com/") or k == POOL_LABEL}
     return Node(
         name,
         gpus,
