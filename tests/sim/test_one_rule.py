@@ -14,8 +14,12 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError as PydanticValidationError
 
 from gpupool.domain import Request, Workload
+from gpupool.domain.errors import ValidationError as DomainValidationError
 from gpupool.scheduler import SchedulerConfig, Snapshot, cycle
 from gpupool.scheduler.types import Policy
 from gpupool.sim.scenario import (
@@ -191,3 +195,50 @@ def test_a_profile_no_layout_has_waits_on_a_server_but_not_in_a_replay(policy):
     assert never_runs(request, "free", tree, nodes, policy) is None
     never = never_runs(request, "free", tree, nodes, policy, fixed_mig_layouts=True)
     assert never is not None and never.field == "mig"
+
+
+@st.composite
+def _specs(draw) -> dict[str, Any]:
+    """A scenario workload: whole GPUs (maybe over several nodes), a fraction or a MIG
+    instance, with or without GPU memory, a model, CPUs and memory."""
+    kind = draw(st.sampled_from(["gpus", "fraction", "gang", "mig", "cpu"]))
+    spec: dict[str, Any] = {}
+    if kind == "gpus":
+        spec["gpus"] = draw(st.integers(1, 9))
+    elif kind == "fraction":
+        spec["gpu_fraction"] = draw(st.sampled_from([0.1, 0.25, 0.5, 0.9]))
+    elif kind == "gang":
+        spec.update(nodes=draw(st.integers(2, 3)), gpus_per_node=draw(st.integers(1, 5)))
+    elif kind == "mig":
+        spec["mig"] = draw(st.sampled_from(["1g.10gb", "bad.profile"]))
+    if kind in ("gpus", "fraction", "gang") and draw(st.booleans()):
+        spec["gpu_memory_gib"] = draw(st.sampled_from([10, 80, 100]))
+    if kind != "cpu" and draw(st.booleans()):
+        spec["gpu_model"] = draw(st.sampled_from(["H100", "A100"]))
+    spec["cpus"] = draw(st.sampled_from([0, 4, 32, 40]))
+    spec["memory_gib"] = draw(st.sampled_from([0, 64, 300]))
+    return spec
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cluster=st.sampled_from(sorted(set(CLUSTERS) - {"mig"})),
+    tenant=st.sampled_from(["lim", "dept/team", "free"]),
+    spec=_specs(),
+    policy=st.sampled_from(list(Policy)),
+)
+def test_any_request_gets_the_same_answer_from_every_caller(cluster, tenant, spec, policy):
+    """Property: for any request, cluster, tenant and policy, the cycle fails it as
+    unschedulable iff a scenario file refuses it iff the rule says it never runs (clusters
+    without MIG: there the simulator's fixed layouts differ on purpose)."""
+    from gpupool.scheduler.feasibility import never_runs
+
+    try:
+        request = _request(spec)
+    except (DomainValidationError, PydanticValidationError):
+        return  # refused as bad input before any rule (a profile no GPU model has)
+    cf = parse_cluster_file({"cluster": {"nodes": CLUSTERS[cluster]}, "tenants": TENANTS})
+    nodes, tree = build_nodes(cf.cluster), build_tenants(cf.tenants)
+    never = never_runs(request, tenant, tree, nodes, policy) is not None
+    assert _cycle_says(cluster, tenant, spec, policy) == never
+    assert _scenario_says(cluster, tenant, spec, policy) == never
