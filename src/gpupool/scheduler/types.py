@@ -67,9 +67,9 @@ class Snapshot:
     attained_service: dict[str, float] = field(default_factory=dict)
     #: pending workload id -> the nodes where work was preempted for it in an earlier cycle
     #: (the nodes of the victims of the Preemptions with `for_workload` = the id; one node,
-    #: or N for a multi-node request; see `nominations`). `fair` keeps them for it (like
-    #: Kubernetes' nominatedNodeName), so the reclaimed capacity is not taken by other work
-    #: before it starts. Empty: no nominations.
+    #: or N for a multi-node request; callers keep them with `followup.Nominations`). `fair`
+    #: keeps them for it (like Kubernetes' nominatedNodeName), so the reclaimed capacity is
+    #: not taken by other work before it starts. Empty: no nominations.
     nominated: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
