@@ -453,7 +453,12 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     if ctx.store.dialect == "sqlite":
         ctx.loops.add(CheckpointLoop(ctx))
     ctx.loops.add(
-        ReconcilerLoop(ctx, interval_s=ctx.settings.reconciler_interval_s, daemons=engines.mps())
+        ReconcilerLoop(
+            ctx,
+            interval_s=ctx.settings.reconciler_interval_s,
+            launch_grace_s=ctx.settings.launch_grace_s,
+            daemons=engines.mps(),
+        )
     )
     by_node = {}
     for tl in node_loops(ctx, engines.telemetry()):

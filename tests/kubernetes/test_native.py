@@ -28,12 +28,12 @@ NS = "gpupool-default"
 HOST = "kubernetes.io/hostname"
 
 
-def _build(kube, clock, tmp_path, watch: bool = False):
+def _build(kube, clock, tmp_path, watch: bool = False, launch_grace_s: float = 60.0):
     hook = WebhookSettings(host="127.0.0.1", service="127.0.0.1")
     engine = KubernetesEngine(KubeOptions(watch=watch, webhook=hook), api_client=kube.client())
     db = f"sqlite:///{tmp_path / 'gpupool.db'}"
     s = SystemSettings(
-        server=Settings(database_url=db, start_loops=False),
+        server=Settings(database_url=db, start_loops=False, launch_grace_s=launch_grace_s),
         admin="admin",
         data_dir=tmp_path / "data",
         jupyterhub=False,
@@ -316,12 +316,15 @@ def test_a_crash_between_decision_and_release_is_undone_on_restart(kube, clock, 
     assert native.gated(kube.pod(NS, "vector-add"))
     system.stop()
 
-    system, engine = _build(kube, clock, tmp_path)
+    system, engine = _build(kube, clock, tmp_path, launch_grace_s=5)  # GPUPOOL_LAUNCH_GRACE_S
     try:
         ctx = system.ctx
         ctx.loops.get("reconciler").run_once()
         assert _workload(system, wid).state == "admitted"  # within the launch grace
-        clock.advance(ctx.loops.get("reconciler").launch_grace_s + 1)
+        clock.advance(4)
+        ctx.loops.get("reconciler").run_once()
+        assert _workload(system, wid).state == "admitted"
+        clock.advance(2)
         ctx.loops.get("reconciler").run_once()
         assert _workload(system, wid).state == "pending"
         ctx.loops.get("scheduler").run_once()

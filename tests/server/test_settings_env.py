@@ -67,3 +67,10 @@ def test_switches_read_on_as_on(value, on):
     # "on" used to read as off for the cookie's Secure flag, silently
     s = Settings.from_env({"GPUPOOL_COOKIE_SECURE": value, "GPUPOOL_MIG_RELAYOUT": value})
     assert s.cookie_secure is on and s.mig_relayout is on
+
+
+def test_the_launch_grace_comes_from_the_environment():
+    assert Settings().launch_grace_s == 60.0
+    assert Settings.from_env({"GPUPOOL_LAUNCH_GRACE_S": "5"}).launch_grace_s == 5.0
+    with pytest.raises(ValueError, match="GPUPOOL_LAUNCH_GRACE_S"):
+        Settings.from_env({"GPUPOOL_LAUNCH_GRACE_S": "soon"})

@@ -22,6 +22,10 @@ class Settings:
     scheduler_min_gap_s: passes woken by submissions start at least this far apart, so a
         burst of submissions is decided in one pass (it bounds the added admission delay).
     reconciler_interval_s: how often the reconciler compares the executor with the store.
+    launch_grace_s: admitted work the executor still does not know this long after its
+        admission was never launched (the server stopped between its decision and the start,
+        e.g. a kubectl-applied Pod still gated): it is requeued. Longer than one scheduler
+        pass's starts plus a reconciler interval (docs/admin-guide.md, "Restarts").
     start_loops: run the background loops while the app is serving (tests drive them by hand).
     stop_grace_s: time work gets between the polite stop signal and the forced kill.
     start_retry: what happens to admitted work the executor could not start: a permanent
@@ -49,6 +53,7 @@ class Settings:
     scheduler_min_gap_s: float = 0.1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     reconciler_interval_s: float = 2.0
+    launch_grace_s: float = 60.0
     start_loops: bool = True
     stop_grace_s: float = 30.0
     start_retry: StartRetryPolicy = field(default_factory=StartRetryPolicy)
@@ -67,6 +72,7 @@ class Settings:
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
         GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_MAX_PENDING_PER_USER, GPUPOOL_COOKIE_SECURE,
+        GPUPOOL_LAUNCH_GRACE_S,
         GPUPOOL_START_MAX_ATTEMPTS,
         GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S; the scheduler's
         GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, ..., see
@@ -87,6 +93,7 @@ class Settings:
             ("password_queue", int),
             ("password_wait_s", float),
             ("max_pending_per_user", int),
+            ("launch_grace_s", float),
         ):
             name = "GPUPOOL_" + key.upper()
             if name in env:
