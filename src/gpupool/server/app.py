@@ -27,6 +27,7 @@ from gpupool.server.context import AppContext
 from gpupool.server.forward import ClientFromWorker, ForwardToPrimary
 from gpupool.server.loops.base import LoopGroup
 from gpupool.server.metrics import Metrics
+from gpupool.server.poolmetrics import NodePoolCollector
 from gpupool.server.routers import (
     accounts,
     agents,
@@ -74,6 +75,7 @@ def create_app(
     # node agents' GPU series are merged with the local telemetry's (one family per name)
     ctx.metrics.add_collector(AgentTelemetryCollector(ctx, telemetry))
     ctx.metrics.add_collector(BudgetCollector(store, clock.now))  # issue 35: budgets
+    ctx.metrics.add_collector(NodePoolCollector(store))  # issue 34: node pools
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
