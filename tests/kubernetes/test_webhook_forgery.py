@@ -166,3 +166,24 @@ def test_an_object_that_bypassed_the_webhook_is_not_queued_and_says_why(system, 
     n = len(kube.events)
     _intake(system)
     assert len(kube.events) == n  # said once, not every pass
+
+
+def test_a_copied_label_hides_no_gpu_from_gpupool(system, kube):
+    """A pod that runs with a workload label it was not given (stored while the webhook was
+    down) counts as GPUs used outside gpupool; a queued Job's own pods do not."""
+    from tests.kubernetes.test_native import _job
+
+    core, batch = _kubectl(kube, "admin")
+    batch.create_namespaced_job(NS, _job("train", 1, 1))
+    _intake(system)
+    system.ctx.loops.get("scheduler").run_once()
+    kube.native.job_controller(NS, "train")
+    kube.set_phase(NS, "train-0", "Running", node="gpu-1")
+    _webhook_down(kube)
+    stolen = _pod("stolen", 1)  # the Job's label, no gate: it runs at once
+    stolen["metadata"]["labels"] = dict(kube.native.job(NS, "train")["metadata"]["labels"])
+    core.create_namespaced_pod(NS, stolen)
+    kube.set_phase(NS, "stolen", "Running", node="gpu-1")
+    (node,) = system.engines.engines[0].inventory()
+    outside = [g.outside.ref for g in node.gpus if g.outside]
+    assert outside == [f"pod {NS}/stolen"]  # train-0 is gpupool's: its allocation holds it

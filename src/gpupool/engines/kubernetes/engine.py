@@ -316,6 +316,7 @@ class KubernetesEngine(Engine):
         held = self.executor.gpu_indexes_by_node() if self.executor else {}
         if self.executor is not None:
             self.executor.note_cluster_pods(pods)
+            pods = self.executor.unmarked(pods)  # a copied label hides no GPU
         self._stale.clear()
         return inv.nodes_from(nodes, pods, held)
 

@@ -122,6 +122,48 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         or written by hand, names no workload)."""
         return self.intake is None or self.intake.signer.valid(obj)
 
+    def unmarked(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`pods` (the cluster's live pods) with the workload label dropped from those that
+        carry it but are no workload's (not `ours`, nor a pod of a Job that is): their GPUs
+        then count as used outside gpupool, as any pod's gpupool did not admit."""
+        labelled = [p for p in pods if _wid(p)]
+        if not labelled:
+            return pods
+        known: list[set[str]] = []
+
+        def jobs() -> set[str]:  # the uids of the Jobs that are workloads', read once
+            if not known:
+                listed = self._caches[1]() if self._caches[1] is not None else None
+                if listed is None:
+                    try:
+                        listed = self.native.list_jobs_at()[0]
+                    except KubeError:
+                        listed = []  # unknown: counted outside (gpupool under-admits)
+                known.append(
+                    {
+                        str(j["metadata"].get("uid"))
+                        for j in listed
+                        if self.ours({"kind": "Job", **j})
+                    }
+                )
+            return known[0]
+
+        def theirs(pod: Mapping[str, Any]) -> bool:
+            owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+            job = [o for o in owners if o.get("kind") == "Job" and o.get("controller")]
+            if job:
+                return str(job[0].get("uid")) not in jobs()
+            return not self.ours({"kind": "Pod", **pod})
+
+        out = []
+        for p in pods:
+            if _wid(p) and theirs(p):
+                meta = dict(p["metadata"])
+                meta["labels"] = {k: v for k, v in meta["labels"].items() if k != native.NATIVE}
+                p = {**p, "metadata": meta}
+            out.append(p)
+        return out
+
     def native_objects(self) -> list[dict[str, Any]]:
         """Every labelled Pod and Job (from the watches, else listed now), whether or not
         its mark verifies (`ours`); not a Job's pods."""
