@@ -240,9 +240,9 @@ class _Replay:
             self.report.node_requests += 1
         for down in pl.scale_down:
             self.give_back(down.node, t)
-        for name, pn in self.pool_nodes.items():
-            if pn.state is UP and pn.idle_since is not None:
-                due = pn.idle_since + self.pools[pn.pool].idle_seconds
+        for name, pn in self.pool_nodes.items():  # a node idle from now: look again then
+            if pn.state is UP and pn.idle_since == t:
+                due = t + self.pools[pn.pool].idle_seconds
                 if due > t:
                     self.push(due, _WAKE, name)
 
