@@ -13,7 +13,9 @@ does; `--no-cache` to compare). Only the `cycle()` call is timed. The first cycl
 cluster, thousands of admissions at once) is reported on its own (`cold_*`); `p99_cycle_ms`
 and `admissions_per_s` (admissions / time spent in `cycle()`) are over the steady-state cycles
 that follow. Work lasts 1 h on average (exponential); `--step` sets the virtual time between
-cycles and so how much work ends and is replaced per cycle.
+cycles and so how much work ends and is replaced per cycle. `p50_read_reasons_cpu_ms` is the
+CPU time to read every reason after a cycle (outside the cycle's time: `Decisions.pending`
+builds most of its entries on the first read).
 
     python bench/scheduler_scale.py --nodes 1000 --gpus-per-node 8 --pending 10000 --json
 
