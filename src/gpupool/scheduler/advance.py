@@ -235,6 +235,13 @@ def _note(r: Reservation, n: int, now: float) -> str:
     return f"; {gpus} reserved for {r.label} of '{r.tenant}' until {utc_text(r.end)}"
 
 
+def _on_kept(nodes: Sequence[Node], keep: Sequence[GpuRef]) -> tuple[Node, ...]:
+    """The nodes holding `keep`, with every other GPU of theirs taken: a sub-cycle over a
+    reservation's GPUs sees only those (the running work elsewhere still counts for limits)."""
+    names = {n for n, _ in keep}
+    return _only([n for n in nodes if n.name in names], keep, set())
+
+
 def _sub(
     snap: Snapshot,
     nodes: tuple[Node, ...],
@@ -245,6 +252,18 @@ def _sub(
 ) -> Decisions:
     sub = Snapshot(nodes, snap.tenants, tuple(running), snap.attained_service)
     return cycle(sub, work, now, dataclasses.replace(config, preemption=False))
+
+
+def _free(gpus: Sequence[GpuRef], running: Sequence[RunningWorkload]) -> int:
+    """How many of `gpus` no running work holds any of."""
+    keep = set(gpus)
+    names = {n for n, _ in gpus}
+    for rw in running:
+        a = rw.allocation
+        if a.node in names or a.multi_node:
+            for sh in a.shares:
+                keep.discard((sh.node, sh.gpu_index))
+    return len(keep)
 
 
 def _as_running(w: Workload, a: Admission) -> RunningWorkload:
@@ -274,15 +293,17 @@ def cycle_with_reservations(
         for a in d.admissions:
             admissions.append(a)
             running.append(_as_running(by_id[a.workload_id], a))
-        done = {a.workload_id for a in d.admissions}
-        left = [w for w in left if w.id not in done]
+        if d.admissions:
+            done = {a.workload_id for a in d.admissions}
+            left = [w for w in left if w.id not in done]
 
     # 1. holders first, on their own GPUs
     for r in live:
         if r.on(now) and got[r.id]:
-            mine = [w for w in left if r.holds(w) and w.request.wants_gpu]
+            free = _free(got[r.id], running) * 1000
+            mine = [w for w in left if r.holds(w) and 0 < w.request.total_gpu_milli <= free]
             if mine:
-                take(_sub(snap, _only(snap.nodes, got[r.id], set()), running, mine, now, config))
+                take(_sub(snap, _on_kept(snap.nodes, got[r.id]), running, mine, now, config))
     # 2. the main cycle, every kept GPU taken
     main_snap = dataclasses.replace(
         snap, nodes=_only(snap.nodes, None, kept), running=tuple(running)
@@ -300,15 +321,16 @@ def cycle_with_reservations(
         holders_wait = r.on(now) and bool(wants)
         if r.on(now):
             preemptions.extend(_stops(r, got[r.id], running, holders_wait))
+        free = _free(got[r.id], running) * 1000  # none free: nothing to place there
         ok = [
             w
             for w in left
-            if w.request.wants_gpu
+            if 0 < w.request.total_gpu_milli <= free
             and w.id not in main.unschedulable
             and may_use(r, w, now, holders_wait)
         ]
         if ok:
-            take(_sub(snap, _only(snap.nodes, got[r.id], set()), running, ok, now, config))
+            take(_sub(snap, _on_kept(snap.nodes, got[r.id]), running, ok, now, config))
     seen: set[str] = set()
     stops = []
     for p in preemptions:
@@ -317,19 +339,25 @@ def cycle_with_reservations(
             stops.append(p)
     admitted = {a.workload_id for a in admissions}
     notes = [(r, _note(r, len(got[r.id]), now)) for r in live if got[r.id]]
+    #: requested model -> the notes of the reservations whose GPUs it could have used
+    extra: dict[str | None, str] = {}
     info: dict[str, PendingInfo] = {}
     for wid, pi in main.pending.items():
         if wid in admitted:
             continue
         w = by_id.get(wid)
-        extra = "".join(
-            t
-            for r, t in notes
-            if w is not None
-            and (r.model is None or w.request.gpu_model in (None, r.model))
-            and w.request.wants_gpu
+        if w is None or not w.request.wants_gpu:
+            info[wid] = pi
+            continue
+        m = w.request.gpu_model
+        text = extra.get(m)
+        if text is None:
+            text = extra[m] = "".join(
+                t for r, t in notes if r.model is None or m is None or m == r.model
+            )
+        info[wid] = (
+            PendingInfo(pi.reason + text, pi.position, pi.tenant_position, pi.wait) if text else pi
         )
-        info[wid] = dataclasses.replace(pi, reason=pi.reason + extra) if extra else pi
     return Decisions(
         admissions=tuple(admissions),
         preemptions=tuple(stops),
