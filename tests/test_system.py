@@ -27,6 +27,8 @@ def test_the_system_registers_the_engines_nodes_and_runs_every_loop(tmp_path):
         ctx = system.ctx
         assert [loop.name for loop in ctx.loops] == [
             "scheduler",
+            "autoscale",
+            "forecast",
             "nodewatch",
             "checkpoint",
             "reconciler",
