@@ -98,8 +98,14 @@ def test_defaults(helm):
          "ClusterRoleBinding", "ClusterRoleBinding", "Service", "Service", "Service",
          "Deployment", "StatefulSet", "DaemonSet", "NetworkPolicy", "NetworkPolicy",
          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-         "MutatingWebhookConfiguration"]
+         "MutatingWebhookConfiguration", "PriorityClass"]
     )  # fmt: skip
+    # node pools' placeholder pods (issue 34): the class the engine names, below everything
+    from gpupool.engines.kubernetes.provisioning import priority_class
+
+    want, got = priority_class(), one(objs, "PriorityClass")
+    assert got["metadata"]["name"] == want["metadata"]["name"] == "gpupool-placeholder"
+    assert (got["value"], got["preemptionPolicy"]) == (want["value"], "Never")
     dep = one(objs, "Deployment")
     pod = dep["spec"]["template"]["spec"]
     (c,) = pod["containers"]
