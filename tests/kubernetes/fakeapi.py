@@ -17,10 +17,12 @@ Pods and nodes can be watched (`?watch=true`, `fakeapi_watch.py`): every change 
 recorded with its resourceVersion; `kube.watch` scripts 410 Gone, dropped and failing
 streams and a watcher left behind (see there).
 
-Kubernetes-native work (`fakeapi_native.py`, `FakeKube.native`): Pod and Job creates go
-through gpupool's admission webhook over HTTPS once registered, a gated pod is never bound,
-Jobs (batch/v1) are stored, watched, suspended and resumed (`native.job_controller`), and
-Events gpupool writes are kept in `events`.
+Kubernetes-native work (`fakeapi_native.py`, `FakeKube.native`): Pod and Job creates and
+updates go through gpupool's admission webhook over HTTPS once registered, a gated pod is
+never bound, Jobs (batch/v1) are stored, watched, suspended and resumed
+(`native.job_controller`), and Events gpupool writes are kept in `events`. How the API
+speaks (Status errors, selectors, merge and JSON patches) is `fakeapi_wire.py`, which the
+parts share.
 
 Served by uvicorn in a thread on a free loopback port; the official `kubernetes` client
 talks to it through `FakeKube.client()`.
@@ -42,81 +44,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from tests.kubernetes.fakeapi_native import NativeFake, iso
+from tests.kubernetes.fakeapi_native import NativeFake
 from tests.kubernetes.fakeapi_objects import object_routes
 from tests.kubernetes.fakeapi_provisioning import ProvisioningFake
 from tests.kubernetes.fakeapi_watch import WatchHub
+from tests.kubernetes.fakeapi_wire import iso
+from tests.kubernetes.fakeapi_wire import match_fields as _match_fields
+from tests.kubernetes.fakeapi_wire import match_labels as _match_labels
+from tests.kubernetes.fakeapi_wire import merge as _merge
+from tests.kubernetes.fakeapi_wire import status as _status
 from tests.support import ServedApp
 
 GPU = "nvidia.com/gpu"
-
-
-def _status(code: int, reason: str, message: str) -> JSONResponse:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    return JSONResponse(body, status_code=code)
-
-
-def _match_labels(labels: dict[str, str], selector: str | None) -> bool:
-    if not selector:
-        return True
-    for term in selector.split(","):
-        term = term.strip()
-        if "!=" in term:
-            k, v = term.split("!=", 1)
-            if labels.get(k) == v:
-                return False
-        elif "=" in term:
-            k, v = term.split("=", 1)
-            if labels.get(k.rstrip("=")) != v.lstrip("="):
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-def _field(obj: dict[str, Any], path: str) -> Any:
-    cur: Any = obj
-    for part in path.split("."):
-        cur = cur.get(part) if isinstance(cur, dict) else None
-    return cur
-
-
-def _match_fields(obj: dict[str, Any], selector: str | None) -> bool:
-    if not selector:
-        return True
-    for term in selector.split(","):
-        if "!=" in term:
-            k, v = term.split("!=", 1)
-            if str(_field(obj, k) or "") == v:
-                return False
-        else:
-            k, v = term.split("=", 1)
-            if str(_field(obj, k.rstrip("=")) or "") != v.lstrip("="):
-                return False
-    return True
-
-
-def _merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """JSON merge patch (RFC 7386); strategic merge treated the same for the maps we patch."""
-    for k, v in patch.items():
-        if v is None:
-            target.pop(k, None)
-        elif isinstance(v, dict) and isinstance(target.get(k), dict):
-            _merge(target[k], v)
-        else:
-            target[k] = copy.deepcopy(v)
-    return target
 
 
 def _gpu_request(pod: dict[str, Any]) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import datetime
 import json
 import ssl
 import tempfile
@@ -38,47 +37,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.kubernetes.fakeapi_wire import (
+    iso,
+    json_patch,
+    match_fields,
+    match_labels,
+    merge,
+    status,
+)
+
 if TYPE_CHECKING:
     from tests.kubernetes.fakeapi import FakeKube
 
+__all__ = ["JOB_CONTROLLER", "NativeFake", "iso", "json_patch"]
+
 JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
-
-
-def iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _unptr(part: str) -> str:
-    return part.replace("~1", "/").replace("~0", "~")
-
-
-def json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 add/replace/remove (the ops gpupool sends), on a copy."""
-    out = copy.deepcopy(obj)
-    for op in ops:
-        parts = [_unptr(p) for p in op["path"].split("/")[1:]]
-        cur: Any = out
-        for part in parts[:-1]:
-            cur = cur[int(part)] if isinstance(cur, list) else cur[part]
-        last = parts[-1]
-        if op["op"] == "remove":
-            if isinstance(cur, list):
-                cur.pop(int(last))
-            else:
-                del cur[last]
-        elif isinstance(cur, list):
-            value = copy.deepcopy(op["value"])
-            if last == "-":
-                cur.append(value)
-            elif op["op"] == "add":
-                cur.insert(int(last), value)
-            else:
-                cur[int(last)] = value
-        else:
-            if op["op"] == "replace" and last not in cur:
-                raise KeyError(f"replace of a missing member {op['path']}")
-            cur[last] = copy.deepcopy(op["value"])
-    return out
 
 
 class NativeFake:
@@ -122,21 +95,19 @@ class NativeFake:
     ) -> tuple[dict[str, Any], Response | None]:
         """`old` with `patch` (a JSON patch, or a merge patch) applied and admitted as an
         UPDATE: (the object to store, None) or (old, the refusal)."""
-        from tests.kubernetes.fakeapi import _merge, _status
-
         try:
             new = (
                 json_patch(old, patch)
                 if isinstance(patch, list)
-                else _merge(copy.deepcopy(old), patch)
+                else merge(copy.deepcopy(old), patch)
             )
         except (KeyError, IndexError, ValueError) as e:
-            return old, _status(422, "Invalid", f"the patch does not apply: {e}")
+            return old, status(422, "Invalid", f"the patch does not apply: {e}")
         if kind == "Pod":
             was = (old.get("spec") or {}).get("schedulingGates") or []
             now = (new.get("spec") or {}).get("schedulingGates") or []
             if any(g not in was for g in now):
-                return old, _status(
+                return old, status(
                     422, "Invalid", "spec.schedulingGates: Forbidden: only deletion is allowed"
                 )
         admitted, refused = self.admit(kind, ns, new, user, old=old)
@@ -151,8 +122,6 @@ class NativeFake:
         old: dict[str, Any] | None = None,
     ) -> tuple[dict[str, Any] | None, Response | None]:
         """(the object to store, None) or (None, the refusal); `old`: an UPDATE of it."""
-        from tests.kubernetes.fakeapi import _status
-
         if self.webhook_url is None:
             return obj, None
         group = {"Pod": ("", "v1", "pods"), "Job": ("batch", "v1", "jobs")}[kind]
@@ -184,14 +153,14 @@ class NativeFake:
             except (httpx.HTTPError, ValueError, KeyError) as e:
                 if self.failure_policy == "Ignore":
                     return obj, None
-                return None, _status(
+                return None, status(
                     500,
                     "InternalError",
                     f'Internal error occurred: failed calling webhook "admission.gpupool.dev": {e}',
                 )
         if not resp.get("allowed"):
             st = resp.get("status") or {}
-            return None, _status(
+            return None, status(
                 int(st.get("code") or 400),
                 "Forbidden" if st.get("code") == 403 else "Invalid",
                 f'admission webhook "admission.gpupool.dev" denied the request: '
@@ -300,13 +269,11 @@ class NativeFake:
 
     # -- routes --------------------------------------------------------------------------------
     def routes(self, record: Callable[[Request], None]) -> list[Route]:
-        from tests.kubernetes.fakeapi import _match_fields, _match_labels, _status
-
         kube = self
 
         def job_matches(j: dict[str, Any], q: Any) -> bool:
-            return _match_labels(j["metadata"].get("labels") or {}, q.get("labelSelector")) and (
-                _match_fields(j, q.get("fieldSelector"))
+            return match_labels(j["metadata"].get("labels") or {}, q.get("labelSelector")) and (
+                match_fields(j, q.get("fieldSelector"))
             )
 
         def listing(ns: str | None, q: Any) -> Response:
@@ -340,7 +307,7 @@ class NativeFake:
             user = request.headers.get("impersonate-user", "kubernetes-admin")
             with self.kube.lock:
                 if (ns, name) in self.jobs:
-                    return _status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+                    return status(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
             stored, refused = kube.admit("Job", ns, body, user)
             if refused is not None:
                 return refused
@@ -354,7 +321,7 @@ class NativeFake:
             patch = await request.json() if request.method == "PATCH" else None
             with self.kube.lock:
                 if key not in self.jobs:
-                    return _status(404, "NotFound", f'jobs.batch "{name}" not found')
+                    return status(404, "NotFound", f'jobs.batch "{name}" not found')
                 job = self.jobs[key]
                 if request.method == "GET":
                     return JSONResponse(copy.deepcopy(job))
@@ -387,7 +354,7 @@ class NativeFake:
             with self.kube.lock:
                 cfg = self.webhook_configs.get(name)
                 if cfg is None:
-                    return _status(
+                    return status(
                         404, "NotFound", f'mutatingwebhookconfigurations "{name}" not found'
                     )
                 if patch is not None:

@@ -15,6 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.kubernetes.fakeapi_wire import merge, status
+
 if TYPE_CHECKING:
     from tests.kubernetes.fakeapi import FakeKube
 
@@ -23,7 +25,6 @@ GROUPS = ("/api/v1", "/apis/rbac.authorization.k8s.io/v1", "/apis/networking.k8s
 
 def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Route]:
     """The routes of the tenancy objects, served from `self` (a FakeKube)."""
-    from tests.kubernetes.fakeapi import _merge, _status
 
     def kinds(resource: str) -> tuple[str, str]:
         kind = {
@@ -73,7 +74,7 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
         record(request)
         ns, res = request.path_params["ns"], request.path_params["res"]
         if res not in self.objects:
-            return _status(404, "NotFound", f"the server could not find {res}")
+            return status(404, "NotFound", f"the server could not find {res}")
         kind, group = kinds(res)
         store = self.objects[res]
         if request.method == "GET":
@@ -86,12 +87,12 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
         name = body.get("metadata", {}).get("name")
         with self.lock:
             if ns not in self.namespaces:
-                return _status(404, "NotFound", f'namespaces "{ns}" not found')
+                return status(404, "NotFound", f'namespaces "{ns}" not found')
             if (ns, name) in store:
-                return _status(409, "AlreadyExists", f'{res} "{name}" already exists')
+                return status(409, "AlreadyExists", f'{res} "{name}" already exists')
             refused = escalation(res, body, ns)
             if refused is not None:
-                return _status(403, "Forbidden", f'{res} "{name}" is forbidden: {refused}')
+                return status(403, "Forbidden", f'{res} "{name}" is forbidden: {refused}')
             body["metadata"]["namespace"] = ns
             body["metadata"]["resourceVersion"] = self.rv()
             body["metadata"].setdefault("uid", str(uuid.uuid4()))
@@ -102,20 +103,20 @@ def object_routes(self: FakeKube, record: Callable[[Request], None]) -> list[Rou
         record(request)
         ns, res, name = (request.path_params[k] for k in ("ns", "res", "name"))
         if res not in self.objects:
-            return _status(404, "NotFound", f"the server could not find {res}")
+            return status(404, "NotFound", f"the server could not find {res}")
         store = self.objects[res]
         patch = await request.json() if request.method == "PATCH" else None
         with self.lock:
             if (ns, name) not in store:
-                return _status(404, "NotFound", f'{res} "{name}" not found')
+                return status(404, "NotFound", f'{res} "{name}" not found')
             obj = store[(ns, name)]
             if request.method == "DELETE":
                 store.pop((ns, name))
             elif patch is not None:
-                refused = escalation(res, _merge(copy.deepcopy(obj), patch), ns)
+                refused = escalation(res, merge(copy.deepcopy(obj), patch), ns)
                 if refused is not None:
-                    return _status(403, "Forbidden", f'{res} "{name}" is forbidden: {refused}')
-                _merge(obj, patch)
+                    return status(403, "Forbidden", f'{res} "{name}" is forbidden: {refused}')
+                merge(obj, patch)
                 obj["metadata"]["resourceVersion"] = self.rv()
             return JSONResponse(copy.deepcopy(obj))
 
