@@ -77,9 +77,41 @@
     if (focused) { const el = nodes.querySelector(`[data-uuid="${CSS.escape(focused)}"]`); if (el) el.focus(); }
   }
 
+  // Node pools (issue 34): each pool's nodes by state and its requests in flight; the section
+  // stays hidden where no pool is defined.
+  function requestText(r) {
+    const n = `${r.count} node${r.count === 1 ? "" : "s"}${r.atomic ? " (all or none)" : ""}`;
+    const who = r.workload_count ? ` for ${r.workload_count} waiting workload${r.workload_count === 1 ? "" : "s"}` : "";
+    return `${n}${who}, asked ${GP.when(r.requested_at)}, withdrawn ${GP.when(r.deadline)} unless fulfilled`;
+  }
+
+  function renderPools(pools) {
+    const section = document.getElementById("pools-section");
+    section.hidden = !pools.length;
+    if (!pools.length) return;
+    document.getElementById("pools-count").textContent = `(${pools.length})`;
+    const num = (v, cls) => h("td", { class: "num" }, v ? badge(String(v), cls) : "0");
+    document.querySelector("#pools tbody").replaceChildren(...pools.map((p) => {
+      const c = p.counts;
+      const shape = p.gpus ? `${p.gpus} × ${p.gpu_model}` : `${p.cpus} CPUs`;
+      return h("tr", { dataset: { pool: p.name } },
+        h("th", { scope: "row" }, p.name),
+        h("td", {}, shape, h("br"), h("span", { class: "muted" }, `boots in ~${GP.duration(p.boot_seconds)}`)),
+        num(c.up, "state-free"), num(c.requested, "state-idle"), num(c.booting, "state-idle"),
+        num(c.powered_down, "state-down"),
+        h("td", {}, `${p.nodes.length} (${p.min_nodes}–${p.max_nodes})`),
+        h("td", {}, p.requests.length
+          ? h("ul", { class: "requests" }, p.requests.map((r) => h("li", { dataset: { request: r.id } }, requestText(r))))
+          : h("span", { class: "muted" }, "none")));
+    }));
+  }
+
   GP.ready.then((u) => {
     if (!u) return;
-    GP.poll(async () => { render(await GP.get("/dashboard/cluster")); GP.stamp(); }, REFRESH_MS);
+    GP.poll(async () => {
+      const [view, pools] = await Promise.all([GP.get("/dashboard/cluster"), GP.get("/node-pools")]);
+      render(view); renderPools(pools); GP.stamp();
+    }, REFRESH_MS);
     // The landing page fetches the chart bundle when idle, so the Usage page finds it cached.
     GP.whenIdle(() => document.head.append(h("link", { rel: "prefetch", href: `${GP.BASE}/vendor/plotly.min.js`, as: "script" })));
   });
