@@ -249,6 +249,9 @@ def test_admissions_that_run_as_admitted_stay_taken_the_others_are_undone():
     run[by_id["c"]] = running(rc.workload, n0, [other])
     _synced(cache, (n0, n1), run)
     assert cache.stats.admissions_kept == 2  # not c: undone, its new allocation applied
+    cap = cache.capacity((n0, n1), tuple(run))  # (the same again: nothing to do)
+    for rw in run:  # what is kept for each equals what its allocation takes
+        assert cache._taken[rw.workload.id][2] == cap.takes_of(rw)
     # the next cycle's admission does not start: undone
     d = cycle(
         dataclasses.replace(snap, running=tuple(run)),

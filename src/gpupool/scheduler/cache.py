@@ -143,6 +143,7 @@ class SchedulerCache:
         if len(cur) != len(running):
             return self._rebuild(nodes, running)  # listed twice: no diff by id
         taken = self._taken
+        mig = cap.gpu_mig
         gone: dict[str, _Entry] = {}
         for k in prev.keys() - cur.keys():
             wid = prev[k].workload.id
@@ -156,8 +157,13 @@ class SchedulerCache:
                 return self._rebuild(nodes, running)  # listed twice: no diff by id
             was = kept.get(wid)
             if was is not None:
-                t = cap.takes_of(rw)
                 n, takes, cpu, mem = was
+                if all(mig[g] is None for g, _, _ in takes):
+                    # what `takes_of` gives for the allocation it was admitted with (built
+                    # from the same placement), without reading the allocation again
+                    t: Takes = (n, tuple(takes), cpu, mem, sum(m for _, m, _ in takes), ())
+                else:  # a MIG instance is held whole, whatever share of it was assumed
+                    t = cap.takes_of(rw)
                 if t[0] == n and not t[5] and t[2:4] == (cpu, mem) and t[1] == tuple(takes):
                     cap.keep_running(t)  # taken since its admission
                     self.stats.admissions_kept += 1
@@ -167,8 +173,9 @@ class SchedulerCache:
                     cap.apply_takes(t, -1)
                     touched.add(t[0])
                     touched.update(t[5])
-                e = taken[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
-                self._count(e, 1)
+                kept_e: _Entry = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+                taken[wid] = kept_e
+                self._count(kept_e, 1)
                 added += 1
                 continue
             e = gone.pop(wid, None)
