@@ -11,6 +11,8 @@ from pydantic import Field
 from gpupool.api.base import INT32_MAX, In, Out
 
 BudgetPeriodName = Literal["month", "quarter"]
+#: the latest time a reservation may name: 9999-12-31 23:59:59 UTC
+MAX_TIME = 253_402_300_799.0
 BudgetModeName = Literal["warn", "borrow-only", "hold"]
 
 
@@ -20,7 +22,7 @@ class BudgetIn(In):
     tenant: str = Field(max_length=255)
     period: BudgetPeriodName = "month"
     #: GPU-hours per period (>= 0; fractions and MIG instances count their share)
-    gpu_hours: float = Field(ge=0, description="GPU-hours per period, 0 or more")
+    gpu_hours: float = Field(ge=0, le=1e12, description="GPU-hours per period, 0 or more")
     mode: BudgetModeName = "warn"
     #: count and limit only this GPU model (null: every model)
     model: str | None = Field(default=None, max_length=128)
@@ -50,8 +52,8 @@ class ReservationIn(In):
     tenant: str = Field(max_length=255)
     gpus: int = Field(ge=1, le=INT32_MAX)
     model: str | None = Field(default=None, max_length=128)
-    start: float
-    end: float
+    start: float = Field(ge=0, le=MAX_TIME, description="epoch seconds (UTC)")
+    end: float = Field(ge=0, le=MAX_TIME, description="epoch seconds (UTC)")
     users: list[str] = Field(default_factory=list, max_length=1000)
     nodes: list[str] = Field(default_factory=list, max_length=1000)
     name: str = Field(default="", max_length=128)

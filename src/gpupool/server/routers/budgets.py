@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
+from gpupool.api.base import INT32_MAX
 from gpupool.api.budgets import (
     BudgetIn,
     BudgetOut,
@@ -39,7 +40,9 @@ def put_budget(
 
 @router.delete("/budgets/{budget_id}", tags=["budgets"], status_code=204, response_class=Response)
 def delete_budget(
-    budget_id: int, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+    budget_id: int = Path(ge=1, le=INT32_MAX),
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
 ) -> Response:
     budgets.delete_budget(ctx, p, budget_id)
     return Response(status_code=204)
@@ -73,7 +76,9 @@ def add_reservation(
     response_class=Response,
 )
 def delete_reservation(
-    reservation_id: str, p: Principal = Depends(authenticated), ctx: AppContext = Depends(get_ctx)
+    reservation_id: str = Path(max_length=64),
+    p: Principal = Depends(authenticated),
+    ctx: AppContext = Depends(get_ctx),
 ) -> Response:
     reservations.delete_reservation(ctx, p, reservation_id)
     return Response(status_code=204)
