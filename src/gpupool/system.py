@@ -436,10 +436,17 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     from gpupool.server.loops.scheduler import SchedulerLoop
     from gpupool.server.loops.telemetry import node_loops
     from gpupool.server.loops.telemetry_join import AllocationTelemetry
+    from gpupool.server.services import budgets
 
     ctx.loops.add(SchedulerLoop(ctx))
     ctx.loops.add(AutoscaleLoop(ctx))  # node pools (issue 34): a no-op without them
-    ctx.loops.add(ForecastLoop(ctx))  # start-time forecasts, on their own cadence
+    ctx.loops.add(  # start-time forecasts, on their own cadence
+        ForecastLoop(  # budgets on hold and advance reservations as its inputs (issue 35)
+            ctx,
+            tenant_holds=budgets.forecast_tenant_holds(ctx),
+            capacity_holds=budgets.forecast_capacity_holds(ctx),
+        )
+    )
     ctx.loops.add(NodeWatchLoop(ctx))
     if ctx.settings.mig_relayout:
         from gpupool.server.loops.mig_relayout import MigRelayoutLoop

@@ -243,3 +243,20 @@ def test_work_on_reserved_gpus_is_told_ahead_once_across_a_restart(world):
     world.submit(gpus=1)  # lab's work waits for its reservation
     rep = world.scheduler.run_once()
     assert sorted(rep.preempted) == sorted(on_kept)
+
+
+def test_the_forecast_reads_budget_holds_and_reservations(world):
+    from gpupool.server.loops.forecast import ForecastLoop
+
+    world.clock.set(datetime(2026, 5, 31, 23, 0, tzinfo=UTC).timestamp())
+    world.put("admin", "/budgets", json={"tenant": "lab", "gpu_hours": 1, "mode": "hold"})
+    use(world, "lab", "ann", 2)
+    wid = world.submit(gpus=1)["id"]
+    world.scheduler.run_once()
+    loop = world.ctx.loops.get("forecast")
+    assert isinstance(loop, ForecastLoop)
+    loop.run_once()
+    f = state(world, wid)["pending"]["forecast"]
+    reset = datetime(2026, 6, 1, tzinfo=UTC)
+    assert f["expected"] is not None
+    assert datetime.fromisoformat(f["expected"].replace("Z", "+00:00")) >= reset

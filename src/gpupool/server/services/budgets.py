@@ -3,15 +3,19 @@ them each cycle (`time_rules`) and announces a spent budget once per period (`an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy.orm import Session
 
 from gpupool.api.budgets import BudgetIn, BudgetOut
 from gpupool.domain import Event, ValidationError
 from gpupool.domain.budgets import Budget, BudgetMode, BudgetPeriod
+from gpupool.domain.tenancy import in_subtree
 from gpupool.scheduler.budgets import spent_text
-from gpupool.scheduler.timerules import BudgetState, TimeRules
+from gpupool.scheduler.timerules import BudgetState, TimeRules, held_tenants
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.sim.forecast import CapacityHold
 from gpupool.store import BudgetRepo, EventRepo, NotFound, ReservationRepo, TenantRepo
 
 
@@ -128,3 +132,35 @@ def announce(s: Session, states: list[tuple[int, BudgetState]], now: float) -> l
         repo.set_warned(bid, st.period.label)
         out.append(e)
     return out
+
+
+def forecast_tenant_holds(ctx: AppContext) -> Callable[[float], dict[str, float]]:
+    """For the forecast loop: leaf tenant -> when its pending work may start again, for the
+    tenants under a whole-tenant budget on `hold` that is spent (when it resets). A hold on
+    one GPU model, and `borrow-only`, are not holds of the whole tenant: left out."""
+
+    def holds(now: float) -> dict[str, float]:
+        with ctx.store.read() as s:
+            rules, _ = time_rules(s, now)
+            tree = TenantRepo(s).tree()
+        out: dict[str, float] = {}
+        for h in held_tenants(rules):
+            if h.mode is BudgetMode.HOLD and h.model is None:
+                for leaf in tree.leaves():
+                    if in_subtree(leaf, h.tenant):
+                        out[leaf] = max(out.get(leaf, 0.0), h.until)
+        return out
+
+    return holds
+
+
+def forecast_capacity_holds(ctx: AppContext) -> Callable[[float], list[CapacityHold]]:
+    """For the forecast loop: the advance reservations not yet over, as capacity held for
+    their tenant over their window."""
+
+    def holds(now: float) -> list[CapacityHold]:
+        with ctx.store.read() as s:
+            live = ReservationRepo(s).list(after=now)
+        return [CapacityHold(r.tenant, r.start, r.end, r.gpus, r.model) for r in live]
+
+    return holds
