@@ -133,3 +133,19 @@ def test_without_pools_the_loop_does_nothing(world):
     world.scheduler.run_once()
     assert loop.run_once() is None
     assert world.executor.cloud.calls == []
+
+
+def test_work_only_a_pools_node_could_hold_is_accepted_and_asks_for_one(world):
+    import dataclasses
+
+    loop = _setup(world, dataclasses.replace(POOL, memory_mib=1_000_000))
+    body = {"gpus": 2, "memory_mib": 800_000, "command": ["train"]}
+    r = world.post("outsider", "/workloads", json=body)
+    assert r.status_code == 201, r.text  # n1 has 512000 MiB; a node of gpu-h100 1000000
+    world.scheduler.run_once()
+    assert _workload(world, r.json()["id"]).state == "pending"
+    assert "waiting for a node of pool gpu-h100" in _why(world, r.json()["id"])
+    loop.run_once()
+    assert world.executor.cloud.calls[0][0] == "request"
+    r = world.post("outsider", "/workloads", json={**body, "memory_mib": 2_000_000})
+    assert r.status_code == 422 and "can never run" in r.text  # no pool's node has that

@@ -20,7 +20,7 @@ from enum import StrEnum
 
 from gpupool.domain.errors import IllegalTransition, ValidationError
 from gpupool.domain.placement import check_engine_name, normalize_labels
-from gpupool.domain.resources import MILLI_PER_GPU
+from gpupool.domain.resources import GPU, MILLI_PER_GPU, Node
 
 #: the label an engine's inventory puts on each node of a pool: its pool's name
 POOL_LABEL = "gpupool.io/node-pool"
@@ -207,6 +207,18 @@ class NodePool:
     @property
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
+
+    def node(self, name: str, extra_labels: tuple[tuple[str, str], ...] = ()) -> Node:
+        """A node of this pool's shape named `name`, labelled `POOL_LABEL=<pool>` (and
+        `extra_labels`); GPUs of unstated memory get 80 GiB."""
+        gpus = tuple(
+            GPU(i, f"GPU-{name}-{i}", self.gpu_model, self.gpu_memory_mib or 81_920)
+            for i in range(self.gpus)
+        )
+        labels = tuple(
+            sorted({**self.label_map, POOL_LABEL: self.name, **dict(extra_labels)}.items())
+        )
+        return Node(name, gpus, self.cpu_milli, self.memory_mib, labels)
 
     def cost_per_node_hour(self) -> float:
         """What one node costs per hour (a pool without GPUs: cost_per_gpu_hour per node)."""

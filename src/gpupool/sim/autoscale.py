@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpupool.domain import GPU, Allocation, Node, Workload, WorkloadState
+from gpupool.domain import Allocation, Node, Workload, WorkloadState
 from gpupool.domain.errors import ValidationError
 from gpupool.domain.nodepools import (
     POOL_LABEL,
@@ -93,12 +93,7 @@ class PoolReport:
 
 def pool_node(pool: NodePool, name: str) -> Node:
     """A node of `pool`'s shape named `name`, labelled with its pool."""
-    gpus = tuple(
-        GPU(i, f"GPU-{name}-{i}", pool.gpu_model, pool.gpu_memory_mib or 81_920)
-        for i in range(pool.gpus)
-    )
-    labels = tuple(sorted({**pool.label_map, POOL_LABEL: pool.name}.items()))
-    return Node(name, gpus, pool.cpu_milli, pool.memory_mib, labels)
+    return pool.node(name)
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpupool.clock import Clock
-from gpupool.domain import GPU, Node, Workload
-from gpupool.domain.nodepools import POOL_LABEL, NodePool, PoolNodeState, RequestState
+from gpupool.domain import Node, Workload
+from gpupool.domain.nodepools import NodePool, PoolNodeState, RequestState
 from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.engines.common.executor import (
     ExecutorWithNodePools,
@@ -81,12 +81,7 @@ class FakeCloud:
 
 def node_of(pool: NodePool, name: str) -> Node:
     """A node of `pool`'s shape named `name`, labelled with its pool (and engine)."""
-    gpus = tuple(
-        GPU(i, f"GPU-{name}-{i}", pool.gpu_model, pool.gpu_memory_mib or 81_920)
-        for i in range(pool.gpus)
-    )
-    labels = {**pool.label_map, POOL_LABEL: pool.name, ENGINE_LABEL: "fake"}
-    return Node(name, gpus, pool.cpu_milli, pool.memory_mib, tuple(sorted(labels.items())))
+    return pool.node(name, ((ENGINE_LABEL, "fake"),))
 
 
 class FakeNodePools(ExecutorWithNodePools):

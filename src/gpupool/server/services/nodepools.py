@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from sqlalchemy.orm import Session
+
 from gpupool.api.nodepools import (
     NodePoolIn,
     NodePoolOut,
@@ -13,7 +15,9 @@ from gpupool.api.nodepools import (
     NodeRequestOut,
     PoolNodeOut,
 )
+from gpupool.domain import Node
 from gpupool.domain.nodepools import NodePool, NodeRequest, PoolNode, PoolNodeState
+from gpupool.engines.common.executor import ExecutorWithNodePools
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
 from gpupool.store import NodePoolRepo
@@ -78,6 +82,17 @@ def pool_out(
             for r in reqs
         ],
     )
+
+
+def reachable_nodes(ctx: AppContext, s: Session) -> list[Node]:
+    """Nodes of the pools' shapes (`max_nodes` of each) that the engine could bring up: the
+    submit check counts them, so work only a pool's node could hold is accepted and waits
+    for one. None without `ExecutorWithNodePools`."""
+    if not isinstance(ctx.executor, ExecutorWithNodePools):
+        return []
+    return [
+        p.node(f"{p.name}-to-come-{i}") for p in NodePoolRepo(s).list() for i in range(p.max_nodes)
+    ]
 
 
 def list_pools(ctx: AppContext, p: Principal) -> list[NodePoolOut]:

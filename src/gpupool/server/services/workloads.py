@@ -58,7 +58,7 @@ from gpupool.server.schemas.workloads import (
     WorkloadIn,
     WorkloadOut,
 )
-from gpupool.server.services import lifecycle, notebooks
+from gpupool.server.services import lifecycle, nodepools, notebooks
 from gpupool.server.workload_json import JSONObject, queue_entry, with_preemption
 from gpupool.store import (
     AllocationRepo,
@@ -230,6 +230,7 @@ def submit(
         multi = isinstance(ctx.executor, ExecutorWithMultiNode)
         check_multi_node(req, kind, multi, ctx.executor.name)
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
+        nodes += nodepools.reachable_nodes(ctx, s)  # node pools (issue 34): nodes to come
         check_can_ever_run(req, tenant, tree, nodes, ctx.settings.scheduler.policy)
     w = Workload(
         id=workload_id or new_workload_id(),
