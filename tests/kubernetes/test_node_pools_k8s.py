@@ -159,6 +159,55 @@ def test_waiting_work_gets_a_provisioning_request_and_runs_on_the_new_node(world
     assert notes[pr.CONSUME] == req.id and notes[pr.CLASS_ANNOTATION] == pr.ATOMIC
 
 
+def test_a_gang_gets_all_its_nodes_at_once_and_each_pod_consumes_the_request(
+    world, kube, autoscaler
+):
+    world.fill()
+    wid = world.submit(nodes=2, gpus_per_node=8)
+    world.loop("scheduler").run_once()
+    world.loop("autoscale").run_once()
+    (req,) = world.requests()
+    assert req.atomic and req.count == 2
+    autoscaler.step()
+    world.clock.advance(60)
+    autoscaler.step()
+    added = autoscaler.groups["gpu-h100"].added
+    assert len(added) == 2  # both at once
+    world.loop("autoscale").run_once()
+    assert world.requests()[0].state is RequestState.FULFILLED
+    world.inventory()
+    world.loop("scheduler").run_once()
+    assert sorted(world.get(wid)["allocation"]["nodes"]) == sorted(added)
+    pods = kube.pods_of(f"gpupool.dev/workload={wid}")
+    assert len(pods) == 2
+    assert {p["metadata"]["annotations"][pr.CONSUME] for p in pods} == {req.id}
+
+
+def test_a_restarted_server_finds_its_provisioning_requests_again(world, kube, clock, autoscaler):
+    from gpupool.engines.kubernetes.client import KubeApi
+    from gpupool.engines.kubernetes.executor import KubernetesExecutor
+
+    world.fill()
+    wid = world.submit(gpus=4)
+    world.loop("scheduler").run_once()
+    world.loop("autoscale").run_once()
+    (req,) = world.requests()
+    fresh = KubernetesExecutor(KubeApi(kube.client()), clock)  # knows nothing yet
+    (seen,) = fresh.pool_states([POOL]).requests
+    assert (seen.request, seen.state) == (req.id, RequestState.OPEN)
+    assert fresh.consume_annotations(wid) == {
+        pr.CONSUME: req.id,
+        pr.CLASS_ANNOTATION: pr.ATOMIC,
+    }
+    autoscaler.step()
+    clock.advance(60)
+    autoscaler.step()
+    (seen,) = fresh.pool_states([POOL]).requests
+    assert seen.state is RequestState.FULFILLED
+    fresh.withdraw(req.id)  # deletes its objects
+    assert not kube.provisioning.requests and not kube.provisioning.templates
+
+
 def test_a_gangs_request_is_atomic_and_a_failed_one_is_withdrawn_with_the_reason(
     world, kube, autoscaler
 ):

@@ -274,6 +274,10 @@ class KubernetesExecutor(
             )
         except m.ManifestError as e:
             raise StartError(str(e), permanent=True) from None
+        for p in pods:  # admitted for a ProvisioningRequest: its pods consume it
+            p["metadata"].setdefault("annotations", {}).update(
+                self.consume_annotations(workload.id)
+            )
         ns = svc["metadata"]["namespace"]
         names = tuple(p["metadata"]["name"] for p in pods)
         secret = m.env_secret(workload, ns, env) if env else None

@@ -227,16 +227,21 @@ class KubeNodePools(ExecutorWithNodePools):
         items = list(body.get("items") or [])
         for obj in items:
             meta = obj["metadata"]
-            rid = meta["name"]
-            if rid in self._pools.requests:
-                continue
+            rid, ns = meta["name"], meta["namespace"]
             labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+            templates = [str(ps["podTemplateRef"]["name"]) for ps in obj["spec"]["podSets"]]
+            ids = tuple(w for w in notes.get(pr.FOR_WORKLOADS, "").split(",") if w)
+            known = self._pools.requests.get(rid)
+            if known is not None:  # one request, a ProvisioningRequest per namespace
+                known.namespaces.setdefault(ns, [rid, *templates])
+                known.for_workloads = tuple(dict.fromkeys((*known.for_workloads, *ids)))
+                continue
             self._pools.requests[rid] = _Request(
                 rid,
                 labels.get(pr.POOL, ""),
                 obj["spec"]["provisioningClassName"],
-                {meta["namespace"]: [rid]},
-                tuple(w for w in notes.get(pr.FOR_WORKLOADS, "").split(",") if w),
+                {ns: [rid, *templates]},
+                ids,
             )
         return items
 
