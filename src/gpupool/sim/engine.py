@@ -25,7 +25,7 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
@@ -34,7 +34,14 @@ from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.followup import Nominations, requeued
 from gpupool.scheduler.timed import cycle_timed
 from gpupool.scheduler.timerules import TimeRules
-from gpupool.scheduler.types import Decisions, Policy, RunningWorkload, SchedulerConfig, Snapshot
+from gpupool.scheduler.types import (
+    Decisions,
+    PendingInfo,
+    Policy,
+    RunningWorkload,
+    SchedulerConfig,
+    Snapshot,
+)
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
 from gpupool.sim.scenario import Scenario
@@ -189,7 +196,7 @@ class Simulator(Wakeups):
         self.events = 0
         self.samples: list[tuple[float, dict[str, int], dict[str, float], int]] = []
         self.next_sample = 0.0
-        self.last_pending_info: dict = {}
+        self.last_pending_info: Mapping[str, PendingInfo] = {}
         self.last_demand: dict[str, int] = {}
         #: alloc or pending_milli changed since the last `_update_fair`
         self.demand_changed = True

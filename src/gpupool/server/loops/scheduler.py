@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpupool.domain import Allocation, Workload, WorkloadState
@@ -222,7 +223,7 @@ class SchedulerLoop(Loop):
         for i in range(0, len(todo), ADMIT_BATCH):  # short write transactions: API writes
             self._admit_all(todo[i : i + ADMIT_BATCH], now, report)  # interleave
         waiting = [*(waiting or ()), *self._retrying]  # incl. those that just failed to start
-        infos = d.pending
+        infos: Mapping[str, PendingInfo] = d.pending
         if waiting:
             infos = {**d.pending, **self._waiting_info(d.pending, considered or [], waiting)}
         with ctx.store.write() as s:
@@ -230,7 +231,10 @@ class SchedulerLoop(Loop):
         report.pending = len(infos)
 
     def _waiting_info(
-        self, decided: dict[str, PendingInfo], considered: list[Workload], waiting: list[Workload]
+        self,
+        decided: Mapping[str, PendingInfo],
+        considered: list[Workload],
+        waiting: list[Workload],
     ) -> dict[str, PendingInfo]:
         """Why-pending of work waiting to retry its start: its failure and when it retries,
         placed behind the work of its tenant that the cycle considered."""
