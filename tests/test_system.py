@@ -36,6 +36,7 @@ def test_the_system_registers_the_engines_nodes_and_runs_every_loop(tmp_path):
             "culler",
             "accounting",
             "history",
+            "energy",
         ]
         with ctx.store.read() as s:
             (node,) = NodeRepo(s).list()

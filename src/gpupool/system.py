@@ -428,6 +428,7 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     from gpupool.server.loops.autoscale import AutoscaleLoop
     from gpupool.server.loops.checkpoint import CheckpointLoop
     from gpupool.server.loops.culler import CullerLoop
+    from gpupool.server.loops.energy import EnergyLoop
     from gpupool.server.loops.forecast import ForecastLoop
     from gpupool.server.loops.history import HistoryLoop
     from gpupool.server.loops.inventory import InventoryLoop
@@ -475,6 +476,7 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
     ctx.loops.add(CullerLoop(ctx, joined.idle_seconds))
     ctx.loops.add(AccountingLoop(ctx, joined.busy_fraction, joined.memory_mib))
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
+    ctx.loops.add(EnergyLoop(ctx, [tl.sampler for tl in by_node.values()]))  # chargeback
     if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken
         engines.follow(ctx.loops.wake, functools.partial(_inventory_loop_name, engines))
 

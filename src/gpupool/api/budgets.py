@@ -83,7 +83,8 @@ class ChargeOut(Out):
     #: GPU-hours telemetry measured (busy and memory are known for these only)
     gpu_hours_measured: float
     gpu_memory_gib_hours: float
-    #: energy apportioned to the holders; null: no energy counter is recorded ("n/a")
+    #: kWh from the GPUs' energy counters, apportioned to holders by share; null: none
+    #: recorded for this key ("n/a")
     energy_kwh: float | None = None
     workloads: int
 

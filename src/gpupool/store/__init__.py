@@ -9,6 +9,7 @@ from gpupool.store.budgets import BudgetRepo
 from gpupool.store.chargeback import ChargebackRepo, ChargeRow
 from gpupool.store.cluster import NodeRepo
 from gpupool.store.db import Store, StoreError, open_store
+from gpupool.store.energy import EnergyRepo
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.events import EventRepo
 from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
@@ -34,6 +35,7 @@ __all__ = [
     "ChargeRow",
     "ChargebackRepo",
     "Conflict",
+    "EnergyRepo",
     "EventRepo",
     "GpuPeriod",
     "HistoryRepo",

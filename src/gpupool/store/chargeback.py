@@ -1,6 +1,9 @@
 """Chargeback: usage (the accounting rows, `UsageRow`) per tenant, user or GPU model over a
 range of UTC days, and the GPU model each workload's usage counts on.
 
+Energy comes from `usage_energy` (gpupool.store.energy), keyed the same way; a key with no
+energy recorded has none (None), not zero.
+
 A workload's model is the one it asked for, else the model of the GPUs its latest allocation
 held (looked up in `gpus`); "unknown" when neither is known (its node was removed). The sums
 are those of the usage rows, unchanged: a report's rows add up to the accounting tables.
@@ -15,6 +18,7 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpupool.store.energy import EnergyRepo
 from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, UsageRow, WorkloadRow
 from gpupool.store.scoping import in_subtree, in_subtrees
 
@@ -31,6 +35,8 @@ class ChargeRow:
     #: GPU-seconds telemetry measured (busy and memory are known for these only)
     gpu_seconds_measured: float
     workloads: int
+    #: joules from the GPUs' energy counters, by share (None: none recorded for this key)
+    energy_joules: float | None = None
 
 
 def models_of(s: Session, workload_ids: Iterable[str]) -> dict[str, str]:
@@ -90,7 +96,11 @@ class ChargebackRepo:
         if user is not None:
             q = q.where(UsageRow.user == user)
         rows = list(self.s.execute(q))
-        model = models_of(self.s, (r[0] for r in rows)) if by == "model" else {}
+        energy = EnergyRepo(self.s).rows(
+            from_day=from_day, to_day=to_day, tenants=tenants, user=user
+        )
+        ids = [r[0] for r in rows] + [e[0] for e in energy]
+        model = models_of(self.s, ids) if by == "model" else {}
         acc: dict[str, list[float]] = {}
         seen: dict[str, set[str]] = {}
         for wid, tenant, usr, alloc, busy, mem, measured in rows:
@@ -101,7 +111,14 @@ class ChargebackRepo:
             a[2] += mem
             a[3] += measured or 0.0
             seen.setdefault(key, set()).add(wid)
-        return [ChargeRow(k, *acc[k], workloads=len(seen[k])) for k in sorted(acc)]
+        joules: dict[str, float] = {}
+        for wid, tenant, usr, j in energy:
+            key = tenant if by == "tenant" else usr if by == "user" else model[wid]
+            joules[key] = joules.get(key, 0.0) + j
+        return [
+            ChargeRow(k, *acc[k], workloads=len(seen[k]), energy_joules=joules.get(k))
+            for k in sorted(acc)
+        ]
 
     def used_gpu_seconds(
         self, tenant: str, from_day: str, to_day: str, model: str | None = None

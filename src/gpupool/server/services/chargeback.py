@@ -1,8 +1,9 @@
 """Chargeback: GPU-hours allocated and busy, memory GiB-hours and energy per tenant, user or
 GPU model over a range of UTC days, limited to what the caller may read.
 
-Energy: the accounting rows do not record the GPUs' energy counters yet, so `energy_kwh` is
-null ("n/a") on every row; nothing is estimated from power or time.
+Energy: kWh from the GPUs' energy counters as the energy loop recorded them
+(gpupool.server.loops.energy), apportioned by share; null ("n/a") for a key with no energy
+recorded (GPUs no sampler of the server reads, or no counter); never estimated.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from gpupool.store import ChargebackRepo, ChargeRow
 By = Literal["tenant", "user", "model"]
 
 
-def _out(key: str, a: float, b: float, m: float, mem: float, n: int) -> ChargeOut:
+def _out(
+    key: str, a: float, b: float, m: float, mem: float, n: int, joules: float | None
+) -> ChargeOut:
     return ChargeOut(
         key=key,
         gpu_hours_allocated=a / 3600,
         gpu_hours_busy=b / 3600,
         gpu_hours_measured=m / 3600,
         gpu_memory_gib_hours=mem / 1024 / 3600,
-        energy_kwh=None,
+        energy_kwh=None if joules is None else joules / 3.6e6,
         workloads=n,
     )
 
@@ -61,9 +64,11 @@ def report(
             r.gpu_seconds_measured,
             r.gpu_memory_mib_seconds,
             r.workloads,
+            r.energy_joules,
         )
         for r in rows
     ]
+    measured = [r.energy_joules for r in rows if r.energy_joules is not None]
     total = _out(
         "total",
         sum(r.gpu_seconds_allocated for r in rows),
@@ -71,5 +76,6 @@ def report(
         sum(r.gpu_seconds_measured for r in rows),
         sum(r.gpu_memory_mib_seconds for r in rows),
         sum(r.workloads for r in rows),
+        sum(measured) if measured else None,
     )
     return ChargebackOut(by=by, from_day=f, to_day=t, rows=out, total=total)
