@@ -146,7 +146,7 @@ start_slurm() {
     done
   fi
   if [ -n "$_CLOUD" ]; then
-    printf '#!/bin/sh\nexec </dev/null >/dev/null 2>&1  # no stderr from slurmctld: slurmd would take fd 2; -b: a fresh boot\nfor n in $(SLURM_CONF=%s/slurm.conf scontrol show hostnames "$1"); do\n  echo "$n" >> %s/resumed\n  mkdir -p %s/spool-$n; SLURM_CONF=%s/slurm.conf slurmd -b -N "$n"\ndone\n' "$S" "$S" "$S" "$S" > "$S/resume.sh"
+    printf '#!/bin/sh\nexec </dev/null >/dev/null 2>&1  # no stderr from slurmctld: slurmd would take fd 2; -b: a fresh boot, 1 s after the request (slurmctld ignores a boot time, whole seconds, before its resume request)\nfor n in $(SLURM_CONF=%s/slurm.conf scontrol show hostnames "$1"); do\n  echo "$n" >> %s/resumed\n  mkdir -p %s/spool-$n; sleep 1; SLURM_CONF=%s/slurm.conf slurmd -b -N "$n"\ndone\n' "$S" "$S" "$S" "$S" > "$S/resume.sh"
     printf '#!/bin/sh\nfor n in $(SLURM_CONF=%s/slurm.conf scontrol show hostnames "$1"); do\n  echo "$n" >> %s/suspended\n  [ -f %s/run/slurmd-$n.pid ] && kill "$(cat %s/run/slurmd-$n.pid)"\ndone\nexit 0\n' "$S" "$S" "$S" "$S" > "$S/suspend.sh"
     chmod 755 "$S/resume.sh" "$S/suspend.sh"
     _POWER="ResumeProgram=$S/resume.sh
