@@ -277,3 +277,45 @@ def test_a_queued_job_cannot_be_resumed_or_widened_by_its_user():
     assert resp["allowed"] is False and "parallelism" in resp["status"]["message"]
     with hook.releasing("Job", NS, "train"):
         assert hook.review(_update(held, resumed))["response"]["allowed"] is True
+
+
+def test_the_intake_queues_a_signed_object_once_and_retries_a_refusal_later():
+    from gpupool.engines.common.engine import ExternalAnswer
+    from gpupool.engines.kubernetes.native_intake import Intake
+
+    hook, _ = _hook()
+    held = _stored(_patched(_pod(1), hook.review(_review(_pod(1)))))
+    held["metadata"]["uid"] = "u-1"
+    copied = {**held, "metadata": {**held["metadata"], "name": "copy", "uid": "u-2"}}
+    answers: list[Exception | None] = [ValidationError("lab-a's limit is 0 GPUs", "gpus")] * 2
+    calls: list[ExternalWork] = []
+    warned: list[tuple[str, str, str]] = []
+
+    def submit(work: ExternalWork) -> ExternalAnswer:
+        calls.append(work)
+        refusal = answers.pop(0) if answers else None
+        if refusal is not None:
+            raise refusal
+        return ExternalAnswer(str(work.workload_id), "ann")
+
+    clock = ManualClock(T0)
+    tenants = lambda: [Tenant("lab-a")]  # noqa: E731
+    intake = Intake(
+        submit,
+        tenants,
+        "gpupool-",
+        SIGNER,
+        lambda o, r, m: warned.append((o["metadata"]["name"], r, m)),
+        clock,
+    )
+    wid = held["metadata"]["labels"][native.NATIVE]
+    assert intake.run([held, copied]) == []
+    assert [(n, r) for n, r, _ in warned] == [("p", "Refused"), ("copy", "NotQueued")]
+    assert calls[0].workload_id == wid and calls[0].user == "ann"
+    assert intake.run([held, copied]) == [] and len(calls) == 1  # not again at once
+    clock.advance(intake.retry_s)
+    assert intake.run([held, copied]) == [] and len(calls) == 2
+    assert len(warned) == 2  # the same reason, the same objects: said once
+    clock.advance(intake.retry_s)
+    assert intake.run([held, copied]) == [wid]
+    assert intake.run([held, copied]) == [] and len(calls) == 3  # queued: not again

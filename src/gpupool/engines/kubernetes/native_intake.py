@@ -13,8 +13,8 @@ object (a gated Pod, a suspended Job) labelled `gpupool.dev/native-workload`:
   queued and stays held; a Warning Event `NotQueued` says why and what to do. No user's
   name is trusted from it, and it holds no GPU while gated;
 - the API refuses it now (a limit lowered since its review, the submitter's pending cap): a
-  Warning Event `Refused` with the API's reason; it is tried again every pass (the Event is
-  written again only when the reason changes).
+  Warning Event `Refused` with the API's reason; it is tried again after `retry_s` (the
+  Event is written again only when the reason changes).
 
 A submission costs what `gpupool submit` costs (the API's checks read every node), so one
 pass submits for at most `budget_s` on `clock`; the rest wait for the next pass.
@@ -57,14 +57,16 @@ class Intake:
         *,
         engine: str = "kubernetes",
         budget_s: float = 1.0,
+        retry_s: float = 60.0,
     ):
         self.submit, self.tenants, self.prefix = submit, tenants, prefix
         self.signer, self.warn, self.engine = signer, warn, engine
-        self.clock, self.budget_s = clock, budget_s
+        self.clock, self.budget_s, self.retry_s = clock, budget_s, retry_s
         self.queued: set[str] = set()
         #: object uid -> (resourceVersion, why it is not queued) for a mark that failed
         self._unsigned: dict[str, tuple[str, str]] = {}
-        self._refused: dict[str, str] = {}  # workload id -> the reason last written
+        #: workload id -> (the reason last written, when it was refused)
+        self._refused: dict[str, tuple[str, float]] = {}
 
     def run(self, objects: Sequence[Mapping[str, Any]]) -> list[str]:
         """Queue what is new (see the module docstring); the workload ids made now."""
@@ -88,7 +90,7 @@ class Intake:
             tenant = spaces.get(ns)
             if tenant is None:
                 continue  # no tenant's namespace (any more): not gpupool's
-            if self._unsigned.get(uid, ("", ""))[0] == rv:
+            if uid in self._unsigned and self._unsigned[uid][0] == rv:
                 continue  # unchanged since its mark failed
             try:
                 claim = self.signer.verify(obj)
@@ -102,14 +104,17 @@ class Intake:
                     'gpupool\'s webhook on (docs/kubernetes.md, "Submitting with kubectl")',
                 )
                 continue
+            said, at = self._refused.get(claim.workload_id, ("", -self.retry_s))
+            if self.clock.now() - at < self.retry_s:
+                continue  # refused a moment ago: others' turn
             work = work_of(ask, tenant, claim.submitter, self.engine)
             try:
                 self.submit(_with_id(work, claim.workload_id))
             except EngineError:
                 return made  # gpupool is starting or stopping: the next pass tries again
             except DomainError as e:  # the API's refusal, in its words
-                if self._refused.get(claim.workload_id) != str(e):
-                    self._refused[claim.workload_id] = str(e)
+                self._refused[claim.workload_id] = (str(e), self.clock.now())
+                if said != str(e):
                     self.warn(obj, "Refused", f"not queued by gpupool: {e}")
                 continue
             self.queued.add(claim.workload_id)
