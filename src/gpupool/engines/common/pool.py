@@ -14,6 +14,10 @@ local --engine slurm`).
   `locate(workload_id)` (the engine of the node of the workload's last allocation). Work
   found nowhere reads as UNKNOWN (as for one executor); a stop of such work is sent to every
   engine (each ignores work it does not know), so nothing is left running.
+- submit checks are per engine (`refusals`): work is refused when every engine it may run
+  on refuses it; work that only some engines take is pinned to the first that does
+  (`on_takers`, at submit), so the scheduler never places it on a node of an engine that
+  refuses it; ``start`` refuses such a placement too (`StartError`), for work queued before.
 - ``list_running``, ``process_map``, the attribution maps and ``prune`` merge every engine's
   answer; ``tick`` and ``close`` go to all of them.
 
@@ -24,12 +28,14 @@ uses that engine's executor directly, not a pool of one (`pool_executor`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from gpupool.domain import Allocation, Enforcement, Share, Workload
+from gpupool.domain.nodepools import NodePool
 from gpupool.engines.common import logread
 from gpupool.engines.common.executor import (
     CAPABILITIES,
@@ -38,12 +44,16 @@ from gpupool.engines.common.executor import (
     ExecutorError,
     ExecutorWithAttribution,
     ExecutorWithMultiNode,
+    ExecutorWithNodePools,
     ExecutorWithNotebooks,
     ExecutorWithPruning,
     ExecutorWithRunTimes,
     ExecutorWithSharedGPUs,
     ExecutorWithSubmitChecks,
     Handle,
+    NodeRequestStatus,
+    PoolNodeStatus,
+    PoolStates,
     RunningProcess,
     StartError,
     TemplateProblem,
@@ -154,8 +164,17 @@ class PoolExecutor(Executor):
         unix_user: str | None = None,
     ) -> Handle:
         """Start on the engine of the allocation's node; the handle names that engine's
-        executor."""
+        executor. An engine that refuses `workload` (`refusals`) does not get it: StartError,
+        permanent when every engine it may run on refuses it."""
         where = self._engine_for_start(workload, allocation)
+        ex = self.executors[where]
+        why = ex.refusal(workload) if isinstance(ex, ExecutorWithSubmitChecks) else None
+        if why is not None:  # queued before `on_takers` pinned such work: never run it here
+            raise StartError(
+                f"the {where} engine refuses this workload ({why}); it goes back to the queue "
+                "for an engine that takes it (pin one: engine=NAME)",
+                permanent=self.refusal(workload) is not None,
+            )
         before = self._where.get(workload.id)
         self._where[workload.id] = where
         try:
@@ -234,22 +253,57 @@ class PoolExecutor(Executor):
         one user only: a pool is no safer than its least isolated engine)."""
         return any(ex.one_account for ex in self._with(ExecutorWithNotebooks))
 
+    def eligible(self, workload: Workload) -> list[str]:
+        """The engines `workload` may run on: the one it is pinned to, else all of them."""
+        pinned = workload.request.engine
+        return [pinned] if pinned in self.executors else list(self.executors)
+
+    def refusals(
+        self, workload: Workload, template: Mapping[str, Any] | None = None
+    ) -> dict[str, str]:
+        """engine -> why it refuses `workload`, for each engine it may run on that refuses it
+        (its `refusal`; with `template`, also its `template_problem`; an engine without
+        submit checks refuses nothing and takes no template). Engines not named take it."""
+        out: dict[str, str] = {}
+        for name in self.eligible(workload):
+            ex = self.executors[name]
+            why, problem = None, None
+            if isinstance(ex, ExecutorWithSubmitChecks):
+                why = ex.refusal(workload)
+                if template is not None:
+                    problem = ex.template_problem(template, workload.owner)
+            elif template is not None:
+                problem = TemplateProblem("it takes no notebook template; leave it out")
+            why = why if why is not None or problem is None else problem.message
+            if why is not None:
+                out[name] = why
+        return out
+
+    def on_takers(self, workload: Workload, template: Mapping[str, Any] | None = None) -> Workload:
+        """`workload` as the pool runs it: pinned to the first engine (pool order) that takes
+        it when some engine it may run on refuses it (`refusals`), so the scheduler never
+        places it on a node of an engine that refuses it; else unchanged (also when every
+        engine refuses it: `refusal` and `template_problem` say why)."""
+        refused = self.refusals(workload, template)
+        takers = [n for n in self.eligible(workload) if n not in refused]
+        if not refused or not takers or workload.request.engine == takers[0]:
+            return workload
+        request = dataclasses.replace(workload.request, engine=takers[0])
+        return dataclasses.replace(workload, request=request)
+
     def refusal(self, workload: Workload) -> str | None:
         """Refused when every engine it may run on refuses it (the pinned one, else all of
-        them: the scheduler places it on one that takes it); the reasons name their engine."""
-        pinned = workload.request.engine
-        names = [pinned] if pinned in self.executors else list(self.executors)
-        reasons = []
-        for name in names:
-            ex = self.executors[name]
-            why = ex.refusal(workload) if isinstance(ex, ExecutorWithSubmitChecks) else None
-            if why is None:
-                return None
-            reasons.append(why if len(names) == 1 else f"the {name} engine: {why}")
-        return "; ".join(reasons)
+        them; `on_takers` pins it to one that takes it); the reasons name their engine."""
+        refused = self.refusals(workload)
+        if len(refused) < len(self.eligible(workload)):
+            return None
+        if len(refused) == 1:
+            return next(iter(refused.values()))
+        return "; ".join(f"the {name} engine: {why}" for name, why in refused.items())
 
     def template_problem(self, template: Mapping[str, Any], owner: str) -> TemplateProblem | None:
-        """None when an engine takes `template` as given, else the first engine's problem."""
+        """None when an engine takes `template` as given, else the first engine's problem
+        (`on_takers` then pins the notebook to an engine that takes it)."""
         problems = []
         for ex in self._with(ExecutorWithSubmitChecks):
             problem = ex.template_problem(template, owner)
@@ -291,6 +345,49 @@ class PoolExecutor(Executor):
         for wid in removed:
             self._where.pop(wid, None)
         return removed
+
+    # node pools (issue 34): a pool's nodes are added by its engine (`NodePool.engine`, None:
+    # the default engine's); request ids are each engine's own, so a withdrawal goes to every
+    # engine (an unknown request is a no-op by the contract), as does the release of a node
+    # no engine registered
+    def _grower(self, pool: NodePool) -> ExecutorWithNodePools:
+        where = pool.engine or self.default
+        growers: dict[str, ExecutorWithNodePools] = {
+            name: ex for name, ex in self.executors.items() if isinstance(ex, ExecutorWithNodePools)
+        }
+        grower = growers.get(where)
+        if grower is None:
+            raise ExecutorError(f"the {where} engine of node pool {pool.name} adds no nodes")
+        return grower
+
+    def request_nodes(
+        self, pool: NodePool, count: int, for_workloads: Sequence[Workload], *, atomic: bool
+    ) -> str:
+        return self._grower(pool).request_nodes(pool, count, for_workloads, atomic=atomic)
+
+    def withdraw(self, request: str) -> None:
+        for ex in self._with(ExecutorWithNodePools):
+            ex.withdraw(request)
+
+    def release_node(self, node: str) -> None:
+        where = self.nodes.get(node)
+        targets = (
+            [self.executors[where]] if where is not None else self._with(ExecutorWithNodePools)
+        )
+        for ex in targets:
+            if isinstance(ex, ExecutorWithNodePools):
+                ex.release_node(node)
+
+    def pool_states(self, pools: Sequence[NodePool]) -> PoolStates:
+        nodes: list[PoolNodeStatus] = []
+        requests: list[NodeRequestStatus] = []
+        for name, ex in self.executors.items():
+            mine = [p for p in pools if (p.engine or self.default) == name]
+            if mine and isinstance(ex, ExecutorWithNodePools):
+                states = ex.pool_states(mine)
+                nodes += states.nodes
+                requests += states.requests
+        return PoolStates(tuple(nodes), tuple(requests))
 
 
 @functools.cache

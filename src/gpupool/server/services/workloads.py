@@ -39,6 +39,7 @@ from gpupool.engines.common.executor import (
     ExecutorWithSubmitChecks,
     TemplateProblem,
 )
+from gpupool.engines.common.pool import PoolExecutor
 from gpupool.scheduler.feasibility import never_runs
 from gpupool.scheduler.types import Policy
 from gpupool.scheduler.waits import PlannedPreemption, planned_preemptions
@@ -227,26 +228,28 @@ def submit(
             raise ValidationError(
                 'a job needs a command, e.g. "command": ["python", "train.py"]', "command"
             )
+        w = Workload(
+            id=workload_id or new_workload_id(),
+            tenant=tenant,
+            owner=p.name,
+            request=req,
+            kind=kind,
+            priority=body.priority,
+            preemptible=body.preemptible,
+            requeue_on_preemption=body.requeue_on_preemption,
+            checkpointing=body.checkpointing,
+            max_runtime_s=max_runtime_s,
+            submitted_at=now,
+            command=tuple(body.command),
+            profile=body.profile,
+        )
+        w = _on_takers(ctx.executor, w, body.pod_spec)
+        req = w.request
         multi = isinstance(ctx.executor, ExecutorWithMultiNode)
         check_multi_node(req, kind, multi, ctx.executor.name)
         nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
         nodes += nodepools.reachable_nodes(ctx, s)  # node pools (issue 34): nodes to come
         check_can_ever_run(req, tenant, tree, nodes, ctx.settings.scheduler.policy)
-    w = Workload(
-        id=workload_id or new_workload_id(),
-        tenant=tenant,
-        owner=p.name,
-        request=req,
-        kind=kind,
-        priority=body.priority,
-        preemptible=body.preemptible,
-        requeue_on_preemption=body.requeue_on_preemption,
-        checkpointing=body.checkpointing,
-        max_runtime_s=max_runtime_s,
-        submitted_at=now,
-        command=tuple(body.command),
-        profile=body.profile,
-    )
     refused = notebooks.one_account_refusal(ctx, w)
     if refused is not None:
         raise PermissionDenied(refused)
@@ -310,6 +313,22 @@ def _check_template(
         problem = executor.template_problem(spec, owner)
     if problem is not None:
         raise ValidationError(problem.message, problem.field or "pod_spec")
+
+
+def _on_takers(executor: Executor, w: Workload, template: dict | None) -> Workload:
+    """In a pool of engines: `w` pinned to an engine that takes it where some refuse it
+    (`PoolExecutor.on_takers`); a template that no engine `w` may run on takes is refused
+    (422). Else `w` unchanged."""
+    if not isinstance(executor, PoolExecutor):
+        return w
+    w = executor.on_takers(w, template)
+    refused = executor.refusals(w, template)
+    if template is not None and len(refused) == len(executor.eligible(w)):
+        why = "; ".join(f"the {name} engine: {it}" for name, it in refused.items())
+        raise ValidationError(
+            f"no engine this notebook may run on takes its pod_spec ({why})", "pod_spec"
+        )
+    return w
 
 
 def visible_or_404(p: Principal, w: Workload) -> Workload:
