@@ -112,6 +112,7 @@ class ForecastingSim(Simulator):
 
 def score(sim: ForecastingSim) -> dict:
     errors, signed, held, band, beyond, beyond_right = [], [], 0, 0, 0, 0
+    reach: list[float] = []  # how far ahead the forward runs got (h) when they said "beyond"
     n = 0
     for wid, s in sim.samples.items():
         actual = sim.records[wid].first_start
@@ -119,6 +120,7 @@ def score(sim: ForecastingSim) -> dict:
         if f.expected is None:
             beyond += 1
             beyond_right += actual is None or actual >= f.until
+            reach.append((f.until - s.made_at) / 3600)
             continue
         if actual is None:
             continue  # never started in the replay: nothing to compare
@@ -144,6 +146,7 @@ def score(sim: ForecastingSim) -> dict:
         "in_band": round(band / n, 3) if n else None,
         "beyond_horizon": beyond,
         "beyond_horizon_right": beyond_right,
+        "beyond_horizon_median_reach_h": round(statistics.median(reach), 1) if reach else None,
         "forecast_cpu_s_mean": round(sim.forecast_cpu / max(1, len(sim.samples)), 2),
     }
 
@@ -158,6 +161,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=10, help="forecast every Nth waiting job")
     ap.add_argument("--max", type=int, default=150, help="forecasts per policy at most")
     ap.add_argument("--history-days", type=int, default=14, help="runs learned before")
+    ap.add_argument("--window", type=int, default=ForecastLimits().window, help="0: none")
     ap.add_argument("--horizon-h", type=float, default=ForecastLimits().horizon_s / 3600)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
@@ -177,7 +181,7 @@ def main() -> None:
         for j in sorted(before, key=lambda j: j.submit + j.duration)
         if j.tenant in teams and j.submit + j.duration <= t0
     ]
-    limits = ForecastLimits(horizon_s=a.horizon_h * 3600)
+    limits = ForecastLimits(horizon_s=a.horizon_h * 3600, window=a.window or None)
     out: dict = {
         "trace": f"{a.start} + {a.days} days, top 5 teams",
         "jobs": len(jobs),

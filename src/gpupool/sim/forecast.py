@@ -13,9 +13,11 @@ guarantee, a higher priority) makes a start later than forecast.
 The work is bounded (`ForecastLimits`): each run stops at `horizon_s` of simulated time or
 after `max_cycles` scheduler cycles, cycles are at least `step_s` apart and at least
 `resolution` of the time ahead (completions in between are taken together: a start 10 h
-ahead is known to within an hour), and each cycle sees at most `window` pending workloads
-per tenant and shape (gpupool.sim.window). Work that has not started when a run stops gets no
-time from it (`None`: "not within the horizon", `until` says when that is).
+ahead is known to within an hour), and with a `window` each cycle sees at most that many
+pending workloads per tenant and shape (gpupool.sim.window; off by default: it hides the
+work that backfills, and made forecasts far too late on Philly). Work that has not started
+when a run stops gets no time from it (`None`: "not within the horizon", `until` says when
+that is).
 
 Inputs from other rules: `tenant_holds` (tenant -> time before which none of its pending
 work may start, e.g. a budget on hold until the period resets) and `capacity_holds` (GPUs
@@ -57,7 +59,9 @@ class ForecastLimits:
     #: ... and at least this share of the time ahead apart: the far future is seen coarser
     #: (0.1: around 10 h ahead, one cycle an hour), which bounds a day to ~60 cycles
     resolution: float = 0.1
-    window: int | None = 20
+    #: at most this many pending workloads per tenant and shape in each cycle (None: all;
+    #: a window hides backfill candidates, and made forecasts far too late on Philly)
+    window: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
