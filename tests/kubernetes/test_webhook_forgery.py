@@ -168,9 +168,10 @@ def test_an_object_that_bypassed_the_webhook_is_not_queued_and_says_why(system, 
     assert len(kube.events) == n  # said once, not every pass
 
 
-def test_a_copied_label_hides_no_gpu_from_gpupool(system, kube):
+def test_a_copied_label_hides_no_gpu_and_claims_no_workload(system, kube):
     """A pod that runs with a workload label it was not given (stored while the webhook was
-    down) counts as GPUs used outside gpupool; a queued Job's own pods do not."""
+    down) counts as GPUs used outside gpupool and its processes are no workload's; a queued
+    Job's own pods are the Job's."""
     from tests.kubernetes.test_native import _job
 
     core, batch = _kubectl(kube, "admin")
@@ -187,3 +188,8 @@ def test_a_copied_label_hides_no_gpu_from_gpupool(system, kube):
     (node,) = system.engines.engines[0].inventory()
     outside = [g.outside.ref for g in node.gpus if g.outside]
     assert outside == [f"pod {NS}/stolen"]  # train-0 is gpupool's: its allocation holds it
+    # nor does it make the stolen pod's processes the Job's on the node
+    uids = [kube.pod(NS, n)["metadata"]["uid"] for n in ("train-0", "stolen")]
+    owners = system.ctx.executor.owners("pod", uids)
+    wid = kube.native.job(NS, "train")["metadata"]["labels"][native.NATIVE]
+    assert owners[uids[0]] == wid and not owners.get(uids[1])

@@ -122,23 +122,19 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         or written by hand, names no workload)."""
         return self.intake is None or self.intake.signer.valid(obj)
 
-    def unmarked(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`pods` (the cluster's live pods) with the workload label dropped from those that
-        carry it but are no workload's (not `ours`, nor a pod of a Job that is): their GPUs
-        then count as used outside gpupool, as any pod's gpupool did not admit."""
-        labelled = [p for p in pods if _wid(p)]
-        if not labelled:
-            return pods
+    def _workloads_pods(self) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a labelled pod is a workload's: `ours`, or a pod of a Job that is (the
+        Jobs read once, on first use: from the watch, else listed)."""
         known: list[set[str]] = []
 
-        def jobs() -> set[str]:  # the uids of the Jobs that are workloads', read once
+        def jobs() -> set[str]:
             if not known:
                 listed = self._caches[1]() if self._caches[1] is not None else None
                 if listed is None:
                     try:
                         listed = self.native.list_jobs_at()[0]
                     except KubeError:
-                        listed = []  # unknown: counted outside (gpupool under-admits)
+                        listed = []  # unknown: no Job's pods are taken as a workload's
                 known.append(
                     {
                         str(j["metadata"].get("uid"))
@@ -148,16 +144,26 @@ class NativeKubernetesExecutor(KubernetesExecutor):
                 )
             return known[0]
 
-        def theirs(pod: Mapping[str, Any]) -> bool:
+        def workloads(pod: Mapping[str, Any]) -> bool:
             owners = (pod.get("metadata") or {}).get("ownerReferences") or []
             job = [o for o in owners if o.get("kind") == "Job" and o.get("controller")]
             if job:
-                return str(job[0].get("uid")) not in jobs()
-            return not self.ours({"kind": "Pod", **pod})
+                return str(job[0].get("uid")) in jobs()
+            return self.ours({"kind": "Pod", **pod})
 
+        return workloads
+
+    def unmarked(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`pods` (the cluster's live pods) with the workload label dropped from those that
+        carry it but are no workload's (`_workloads_pods`): their GPUs then count as used
+        outside gpupool, as any pod's gpupool did not admit (gpupool under-admits when the
+        Jobs cannot be read, never over)."""
+        if not any(_wid(p) for p in pods):
+            return pods
+        workloads = self._workloads_pods()
         out = []
         for p in pods:
-            if _wid(p) and theirs(p):
+            if _wid(p) and not workloads(p):
                 meta = dict(p["metadata"])
                 meta["labels"] = {k: v for k, v in meta["labels"].items() if k != native.NATIVE}
                 p = {**p, "metadata": meta}
@@ -321,7 +327,8 @@ class NativeKubernetesExecutor(KubernetesExecutor):
         return super().enforcement_of(workload_id)
 
     def owners(self, container_kind: str, ids: Collection[str]) -> dict[str, str | None]:
-        """Pod UID -> workload, a queued Pod's (and a queued Job's pods') included."""
+        """Pod UID -> workload, a queued Pod's (and a queued Job's pods') included: those
+        whose mark verifies (`_workloads_pods`)."""
         out = super().owners(container_kind, ids)
         if container_kind != "pod" or all(out.get(i) for i in ids):
             return out
@@ -330,11 +337,11 @@ class NativeKubernetesExecutor(KubernetesExecutor):
             pods = cached if cached is not None else self.native.list_pods_at()[0]
         except KubeError:
             return out
-        want = set(ids)
+        want, workloads = set(ids), self._workloads_pods()
         for p in pods:
             uid = (p.get("metadata") or {}).get("uid")
-            if uid in want and not out.get(uid) and _wid(p):
-                out[uid] = _wid(p)
+            if uid in want and not out.get(uid) and _wid(p) and workloads(p):
+                out[uid] = _wid(p)  # a label alone, copied, names no workload
         return out
 
     def tick(self) -> None:
