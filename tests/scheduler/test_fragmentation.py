@@ -3,7 +3,7 @@ strand GPUs, work goes where it leaves the most free GPU usable by the work that
 
 from gpupool.scheduler import cycle
 from gpupool.scheduler.capacity import CapacityIndex
-from gpupool.scheduler.fragmentation import _whole_growth, fragmentation, growth
+from gpupool.scheduler.fragmentation import _whole_growth, fragmentation, growth, out_of_step
 from gpupool.scheduler.mix import ShapeMix, class_key
 from tests.scheduler.builders import job, node, running, snapshot, tenant
 
@@ -102,3 +102,35 @@ def test_remembered_fragmentation_is_the_fragmentation_of_the_node_state():
                 assert growth(cap, n, mix, take, 6000, GIB, memo) == growth(
                     cap, n, mix, take, 6000, GIB
                 )
+
+
+def _lean_and_rich():
+    """`a-lean`: 2 GPUs, 16 CPUs; `b-rich`: 2 GPUs, 104 CPUs; on each half a GPU is taken
+    with 6 CPUs; `c-busy` runs whole GPUs with 4 CPUs each."""
+    lean = node("a-lean", gpus=2, cpus=16, sharing="shared")
+    rich = node("b-rich", gpus=2, cpus=104, sharing="shared")
+    busy = node("c-busy", gpus=4, cpus=64, sharing="shared")
+    run = [
+        running(job("l0", fraction=0.5, cpus=6), lean, fraction=(0, 500, 8 * GIB)),
+        running(job("r0", fraction=0.5, cpus=6), rich, fraction=(0, 500, 8 * GIB)),
+    ]
+    run += [running(job(f"g{i}", gpus=1, cpus=4), busy, [i]) for i in range(4)]
+    return [lean, rich, busy], run
+
+
+def test_a_cpu_hungry_fraction_leaves_the_node_whose_cpus_would_run_out_first():
+    # A tenth of a GPU with 4 CPUs strands no GPU on a-lean by itself (growth ties, and the
+    # old order took a-lean, the first), but leaves it 1.4 free GPUs beside 6 CPUs: GPUs
+    # that CPU-hungry work cannot use. b-rich has CPUs to spare (issue 32, packing).
+    nodes, run = _lean_and_rich()
+    d = cycle(snapshot(nodes, T, run), [job("w", fraction=0.1, cpus=4)], 0.0)
+    assert placed(d, "w").node == "b-rich"
+
+
+def test_out_of_step_weighs_gpus_left_without_cpus_above_cpus_left_without_gpus():
+    nodes, run = _lean_and_rich()
+    cap = CapacityIndex(tuple(nodes), tuple(run))
+    lean, rich = cap.node_ids["a-lean"], cap.node_ids["b-rich"]
+    assert out_of_step(cap, lean, 100, 4000, 1024) > 0  # its GPUs get ahead of its CPUs
+    assert out_of_step(cap, rich, 100, 4000, 1024) < out_of_step(cap, lean, 100, 4000, 1024)
+    assert out_of_step(cap, rich, 0, 0, 0) == 0.0

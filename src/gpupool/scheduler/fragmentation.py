@@ -6,7 +6,9 @@ its work holds. A node's *fragmentation* for the mix is the free GPU (milli) its
 not use there, weighted: for one class, the free GPU less what it could take — whole GPUs in
 multiples of its count, fractions on GPUs with at least its size free — and no more than the
 node's free CPUs and memory allow at the class's CPUs and memory per GPU. A placement's score
-is how much it grows the fragmentation of its node; ties go to the tighter fit, then to the
+is how much it grows the fragmentation of its node — for a fraction, plus how much it puts
+its node's free GPU and free CPUs out of step (`out_of_step`: fractions ask for many CPUs per
+GPU milli and strand GPUs only together); ties go to the tighter fit, then to the
 better balanced node (placement.py's order without this; gpupool.scheduler.balance). (FGD,
 USENIX ATC'23, showed the direction: score a placement by what it takes from the typical
 work. The measure here also counts GPUs stranded by CPUs and memory, and weights classes by
@@ -33,6 +35,12 @@ from gpupool.scheduler.mix import MixClass
 if TYPE_CHECKING:
     from gpupool.scheduler.capacity import CapacityIndex, Shape
 
+#: what a fraction pays (`out_of_step`) per GPU of its node for the free GPU share it leaves
+#: ahead of the free CPU or memory share, and for the other way round (CPUs left without
+#: GPUs strand nothing but CPU-only work's room): chosen on `bench/packing.py`, 10 seeds of
+#: each mix (bench/results/packing.md)
+GPU_AHEAD = 2.0
+CPU_AHEAD = 0.5
 #: candidates scored per placement (nodes for whole GPUs, GPUs of distinct nodes for fractions)
 CANDIDATES = 32
 #: candidates taken from one bucket of the capacity index (spread over it)
@@ -238,14 +246,44 @@ def least_fragmenting(
 
     for key, g in _candidates(idx, (milli, lo_mem), passes, gpu_node.__getitem__):
         need = lo_mem if lo_mem else total[g] * milli // MILLI_PER_GPU
+        n = gpu_node[g]
         sc = (
-            round(growth(cap, gpu_node[g], mix, ((g, milli, need),), cpu, mem, memo)),
+            round(
+                growth(cap, n, mix, ((g, milli, need),), cpu, mem, memo)
+                + out_of_step(cap, n, milli, cpu, mem)
+            ),
             key,
             fraction_score(cap, g, milli, cpu, mem),
         )
         if best is None or sc < best[0]:
             best = (sc, key, g)
     return best
+
+
+def out_of_step(cap: CapacityIndex, n: int, milli: int, cpu: int, mem: int) -> float:
+    """How much a fraction taking `milli`, `cpu` and `mem` on node `n` puts the node's free
+    GPU and free CPUs (or memory) out of step, in GPU milli: the change of `_gap`. Fractions
+    ask for many CPUs per GPU milli (a tenth of a GPU with 4 CPUs), so no one of them strands
+    a GPU (`growth` stays 0 until the node's CPUs run out), but a node whose CPUs go faster
+    than its GPUs ends with GPUs no work can use. This sends CPU-hungry fractions to nodes
+    with CPUs to spare and leaves nodes with few CPUs per GPU to work that asks for few."""
+    return _gap(cap, n, milli, cpu, mem) - _gap(cap, n, 0, 0, 0)
+
+
+def _gap(cap: CapacityIndex, n: int, milli: int, cpu: int, mem: int) -> float:
+    """`GPU_AHEAD` × the node's GPUs × (its free GPU share − its free CPU or memory share,
+    whichever is less) once `milli`, `cpu` and `mem` are taken, if GPUs are ahead;
+    `CPU_AHEAD` × the same the other way round. In GPU milli."""
+    gpus = len(cap.node_gpus[n])
+    if not gpus:
+        return 0.0
+    g = (cap.node_free_milli[n] - milli) / (gpus * MILLI_PER_GPU)
+    ctot, mtot = cap.cpu_total[n], cap.mem_total[n]
+    c = (cap.free_cpu[n] - cpu) / ctot if ctot else 1.0
+    m = (cap.free_mem[n] - mem) / mtot if mtot else 1.0
+    h = min(c, m)
+    weight = GPU_AHEAD if g > h else CPU_AHEAD
+    return weight * abs(g - h) * gpus * MILLI_PER_GPU
 
 
 def _same(n: int) -> int:
