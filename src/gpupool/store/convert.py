@@ -6,7 +6,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from gpupool.domain import (
     GPU,
@@ -48,7 +48,35 @@ from gpupool.store.rows import (
 # -- requests (workload and profile rows carry the same request columns) -------------------
 
 
-def request_of(row: WorkloadRow | ProfileRow) -> Request:
+class RequestColumns(Protocol):
+    """The request columns workload and profile rows share (read only)."""
+
+    @property
+    def gpus(self) -> int: ...
+    @property
+    def gpu_milli(self) -> int: ...
+    @property
+    def gpu_memory_mib(self) -> int: ...
+    @property
+    def gpu_model(self) -> str | None: ...
+    @property
+    def cpu_milli(self) -> int: ...
+    @property
+    def memory_mib(self) -> int: ...
+    @property
+    def mig(self) -> str | None: ...
+
+
+def request_of(
+    row: RequestColumns,
+    *,
+    nodes: int | None = 1,
+    engine: str | None = None,
+    node_labels: str | None = None,
+) -> Request:
+    """The request of a workload or profile row. Only workload rows have the columns of
+    `nodes` and the pins (`engine`, `node_labels` as stored text): a profile is one node
+    and carries no pins (a submit adds them to the profile's request)."""
     return Request(
         gpus=row.gpus,
         gpu_milli=row.gpu_milli,
@@ -57,10 +85,9 @@ def request_of(row: WorkloadRow | ProfileRow) -> Request:
         cpu_milli=row.cpu_milli,
         memory_mib=row.memory_mib,
         mig=row.mig,
-        nodes=getattr(row, "nodes", None) or 1,  # profiles are one node
-        # profiles carry no pins (a submit adds them to the profile's request)
-        engine=getattr(row, "engine", None),
-        node_labels=labels_from_text(getattr(row, "node_labels", None)),
+        nodes=nodes or 1,
+        engine=engine,
+        node_labels=labels_from_text(node_labels),
     )
 
 
@@ -248,7 +275,7 @@ def workload_to_domain(row: WorkloadRow) -> Workload:
         id=row.id,
         tenant=row.tenant,
         owner=row.owner,
-        request=request_of(row),
+        request=request_of(row, nodes=row.nodes, engine=row.engine, node_labels=row.node_labels),
         kind=WorkloadKind(row.kind),
         priority=row.priority,
         preemptible=row.preemptible,
