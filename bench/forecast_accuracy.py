@@ -20,6 +20,9 @@ compared with when the job really started:
     nice python3 bench/forecast_accuracy.py --trace /work/shared/data/philly/philly.csv \
         --start 2017-10-02 --days 7 --policies fair,fifo --json
 
+`--plot PATH` draws, per policy, each forecast wait (`expected`, with a bar up to `latest`)
+against the real wait (PNG).
+
 Results: bench/results/forecast/accuracy_*.json and docs/scheduler.md, "Forecasts".
 """
 
@@ -151,6 +154,47 @@ def score(sim: ForecastingSim) -> dict:
     }
 
 
+def points(sim: ForecastingSim) -> list[tuple[float, float | None, float | None]]:
+    """(real wait, forecast wait, latest wait) in hours of each forecast whose job started."""
+    out = []
+    for wid, s in sim.samples.items():
+        actual = sim.records[wid].first_start
+        if actual is None:
+            continue
+        f = s.forecast
+
+        def h(t: float | None, made: float = s.made_at) -> float | None:
+            return None if t is None else (t - made) / 3600
+
+        out.append(((actual - s.made_at) / 3600, h(f.expected), h(f.latest)))
+    return out
+
+
+def plot(path: str, by_policy: dict[str, list[tuple[float, float | None, float | None]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(by_policy), figsize=(6 * len(by_policy), 5), squeeze=False)
+    for ax, (pol, pts) in zip(axes[0], by_policy.items(), strict=True):
+        known = [p for p in pts if p[1] is not None]
+        xs = [p[0] for p in known]
+        ys = [p[1] for p in known]
+        tops = [(p[2] if p[2] is not None else 24.0) - p[1] for p in known]  # type: ignore[operator]
+        ax.errorbar(xs, ys, yerr=[[0] * len(ys), tops], fmt="o", ms=3, alpha=0.6, lw=0.8)
+        beyond = [p[0] for p in pts if p[1] is None]
+        ax.plot(beyond, [24.0] * len(beyond), "x", color="red", label="not within 24 h")
+        top = max([24.0, *xs, *ys])
+        ax.plot([0, top], [0, top], color="grey", lw=0.8, label="forecast = real")
+        ax.set_title(f"{pol}: forecast at submission vs real wait")
+        ax.set_xlabel("real wait (h)")
+        ax.set_ylabel("forecast wait (h): expected, bar to latest")
+        ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", default="/work/shared/data/philly/philly.csv")
@@ -164,7 +208,9 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=ForecastLimits().window, help="0: none")
     ap.add_argument("--horizon-h", type=float, default=ForecastLimits().horizon_s / 3600)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plot", help="write a PNG of forecast vs real waits here")
     a = ap.parse_args()
+    drawn: dict[str, list[tuple[float, float | None, float | None]]] = {}
     start = datetime.date.fromisoformat(a.start)
     end = start + datetime.timedelta(days=a.days)
     every_job = read_trace(a.trace)
@@ -197,8 +243,11 @@ def main() -> None:
             "waiting_at_submit": sim.seen_waiting,
             "replay_cpu_s": round(time.process_time() - c0, 1),
         }
+        drawn[pol] = points(sim)
         if not a.json:
             print(pol, out[pol], flush=True)
+    if a.plot:
+        plot(a.plot, drawn)
     if a.json:
         print(json.dumps(out, indent=2))
 
