@@ -13,7 +13,8 @@ from gpupool.sim.metrics import to_json
 
 from .builders import job, node, run, scenario, tenant
 
-cycle_module = importlib.import_module("gpupool.scheduler.cycle")
+#: where the cycle builds its Reclaimer (gpupool.scheduler.cycle_reclaim.Preemptors)
+reclaim_module = importlib.import_module("gpupool.scheduler.cycle_reclaim")
 
 S = WorkloadState
 
@@ -108,13 +109,13 @@ def test_no_reclaim_index_is_built_when_nobody_borrows(monkeypatch):
     # the 7x slower replay: a Reclaimer (all running work sorted) was built in every cycle
     # for a guaranteed tenant whose work did not fit, though no other tenant borrowed
     built = []
-    real = cycle_module.Reclaimer
+    real = reclaim_module.Reclaimer
 
     def spy(*args, **kw):
         built.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(cycle_module, "Reclaimer", spy)
+    monkeypatch.setattr(reclaim_module, "Reclaimer", spy)
     plain = run(_single_tenant(0))
     guaranteed = run(_single_tenant(16))
     assert built == []

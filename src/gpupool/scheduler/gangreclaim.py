@@ -22,11 +22,11 @@ resumes from its checkpoint. All N nodes or none. Pure; called by gpupool.schedu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import Shape
 from gpupool.scheduler.constraints import one_engine_parts
+from gpupool.scheduler.cycle_reclaim import Preemptors
+from gpupool.scheduler.cyclestate import CycleInputs, CycleState
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.preemption import borrowing_branch, guaranteed, reclaim_due
@@ -34,46 +34,45 @@ from gpupool.scheduler.reasons import names_text, reclaim_text
 from gpupool.scheduler.reservations import Hold
 from gpupool.scheduler.types import Preemption, RunningWorkload
 
-if TYPE_CHECKING:
-    from gpupool.scheduler.cycle import _Cycle
 
-
-def reclaim_for_gang(c: _Cycle, w: Workload, shape: Shape) -> bool:
+def reclaim_for_gang(
+    ins: CycleInputs, st: CycleState, pre: Preemptors, w: Workload, shape: Shape
+) -> bool:
     """Preempt borrowed work on N nodes for gang `w` (within its tenant's guarantee, due
     after `reclaim_after_s`), or wait for work already stopping there. True if so: the nodes
     are held for it and its reason says what it waits for. False changes nothing."""
-    if not reclaim_due(w, c.now, c.config.reclaim_after_s):
+    if not reclaim_due(w, ins.now, ins.config.reclaim_after_s):
         return False
-    if not c.cache.stopping() and not borrowing_branch(c.tree, c.effective, w.tenant):
+    if not ins.cache.stopping() and not borrowing_branch(ins.tree, st.effective, w.tenant):
         return False
-    parts = one_engine_parts(c.cap, per_node(shape))
-    return any(_reclaim_on(c, w, shape, one) for one in parts)
+    parts = one_engine_parts(st.cap, per_node(shape))
+    return any(_reclaim_on(st, pre, w, shape, one) for one in parts)
 
 
-def _reclaim_on(c: _Cycle, w: Workload, shape: Shape, one: Shape) -> bool:
+def _reclaim_on(st: CycleState, pre: Preemptors, w: Workload, shape: Shape, one: Shape) -> bool:
     """`reclaim_for_gang` with each member's part `one` (pinned to one engine where the
     pool has several: a gang runs on one engine)."""
-    cap = c.cap
-    mine = {n for n, h in c.holds.items() if h.workload_id == w.id}
+    cap, holds = st.cap, st.holds
+    mine = {n for n, h in holds.items() if h.workload_id == w.id}
     chosen: list[int] = [
         n
         for n in range(len(cap.nodes))
         if cap.node_ready[n]
-        and (n in mine or n not in c.holds)
+        and (n in mine or n not in holds)
         and place_on_node(cap, n, one) is not None
     ][: shape.nodes]
-    rc = c._reclaimer_for_cycle()
+    rc = pre.reclaimer()
     stopping = 0
     while len(chosen) < shape.nodes:
         r = rc.waits_for_stopping(one)
         if r is None:
             break
-        if r.node not in chosen and (r.node in mine or r.node not in c.holds):
+        if r.node not in chosen and (r.node in mine or r.node not in holds):
             chosen.append(r.node)
             stopping += r.stopping
     victims: list[RunningWorkload] = []
     while len(chosen) < shape.nodes:
-        found = rc.find(w.tenant, one, set(c.holds) - mine | set(chosen))
+        found = rc.find(w.tenant, one, set(holds) - mine | set(chosen))
         if found is None:
             rc.give_back(victims)
             return False
@@ -81,35 +80,42 @@ def _reclaim_on(c: _Cycle, w: Workload, shape: Shape, one: Shape) -> bool:
         victims.extend(found.victims)
         chosen.append(found.node)
     for v in victims:
-        c.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
+        st.preemptions.append(Preemption(v.workload.id, w.id, rc.reason(v, w.tenant, w.id)))
     for n in chosen:
-        if n not in c.holds:
-            c._hold(n, Hold(w.tenant, w.id, one))
-    c.effective.add(w.tenant, w.owner, shape.gpu_milli)
-    c._changed()
-    c.reasons[w.id] = why = (
+        if n not in holds:
+            st.hold(n, Hold(w.tenant, w.id, one))
+    st.effective.add(w.tenant, w.owner, shape.gpu_milli)
+    st.changed()
+    st.reasons[w.id] = why = (
         reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
     )
-    c.waits.reclaiming(w, why, victims)
+    st.waits.reclaiming(w, why, victims)
     return True
 
 
-def hold_backfill(c: _Cycle) -> bool:
+def hold_backfill(ins: CycleInputs) -> bool:
     """True if held gang nodes take borrowed checkpointing work and get it back (rules
     above): `fair` (quotas), `gang_hold_backfill` and preemption on."""
-    return c.quotas and c.config.gang_hold_backfill and c.config.preemption
+    return ins.quotas and ins.config.gang_hold_backfill and ins.config.preemption
 
 
-def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bool:
+def give_back_held(
+    ins: CycleInputs,
+    st: CycleState,
+    pre: Preemptors,
+    w: Workload,
+    shape: Shape,
+    nodes: list[int],
+) -> bool:
     """Stop borrowed checkpointing work on `nodes` (held for gang `w` this cycle) so that a
     member fits on each (rules above). True if so; False changes nothing."""
     if (
-        not hold_backfill(c)
-        or not reclaim_due(w, c.now, c.config.reclaim_after_s)
-        or not c.cache.checkpointing()
+        not hold_backfill(ins)
+        or not reclaim_due(w, ins.now, ins.config.reclaim_after_s)
+        or not ins.cache.checkpointing()
     ):
         return False
-    rc = c._reclaimer_for_cycle()
+    rc = pre.reclaimer()
     one = per_node(shape)
     removed: dict[str, int] = {}
     victims: list[RunningWorkload] = []
@@ -119,9 +125,9 @@ def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bo
         chosen: list[RunningWorkload] = []
         fit = None
         for rw in rc.victims.get(n, ()):  # best victims first (least progress lost)
-            if not _borrowed_checkpointing(c, rw, removed) or not rc.eligible(rw):
+            if not _borrowed_checkpointing(ins, st, pre, rw, removed) or not rc.eligible(rw):
                 continue
-            for a in c.effective.chain(rw.workload.tenant):
+            for a in st.effective.chain(rw.workload.tenant):
                 removed[a] = removed.get(a, 0) + rw.allocation.gpu_milli
             chosen.append(rw)
             fit = rc.fits(n, one, chosen)
@@ -133,9 +139,9 @@ def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bo
     if not victims:
         return False
     rc.take(victims)
-    names = names_text([c.cap.nodes[n].name for n in nodes], most=4)
+    names = names_text([st.cap.nodes[n].name for n in nodes], most=4)
     for v in victims:
-        c.preemptions.append(
+        st.preemptions.append(
             Preemption(
                 v.workload.id,
                 w.id,
@@ -144,24 +150,31 @@ def give_back_held(c: _Cycle, w: Workload, shape: Shape, nodes: list[int]) -> bo
                 "work resumes from its checkpoint",
             )
         )
-    c.effective.add(w.tenant, w.owner, shape.gpu_milli)
-    c._changed()
-    c.reasons[w.id] = why = (
+    st.effective.add(w.tenant, w.owner, shape.gpu_milli)
+    st.changed()
+    st.reasons[w.id] = why = (
         f"stopping {len(victims)} borrowed checkpointing workload"
         f"{'s' if len(victims) != 1 else ''} on the nodes held for it ({names})"
     )
-    c.waits.reclaiming(w, why, victims)
+    st.waits.reclaiming(w, why, victims)
     return True
 
 
-def _borrowed_checkpointing(c: _Cycle, rw: RunningWorkload, removed: dict[str, int]) -> bool:
+def _borrowed_checkpointing(
+    ins: CycleInputs,
+    st: CycleState,
+    pre: Preemptors,
+    rw: RunningWorkload,
+    removed: dict[str, int],
+) -> bool:
     """True if `rw` may give a held node back: one-node checkpointing work, not chosen yet,
     whose tenant and ancestors with a guarantee all stay at or above it without `rw`."""
     w, a = rw.workload, rw.allocation
-    if not w.checkpointing or a.multi_node or w.id in c._victims:
+    if not w.checkpointing or a.multi_node or w.id in pre.victims:
         return False
-    for t in c.effective.chain(w.tenant):
-        g = guaranteed(c.tree, t)
-        if g > 0 and c.effective.of(t) - removed.get(t, 0) - a.gpu_milli < g:
+    effective = st.effective
+    for t in effective.chain(w.tenant):
+        g = guaranteed(ins.tree, t)
+        if g > 0 and effective.of(t) - removed.get(t, 0) - a.gpu_milli < g:
             return False
     return True
