@@ -22,6 +22,9 @@ def test_queue_and_show_give_the_forecast(served):  # noqa: F811
     r = gp(ctx, "ann", "queue")
     assert r.exit_code == 0, r.output
     assert "STARTS" in r.output and max(len(line) for line in r.output.splitlines()) <= 80
+    r = gp(ctx, "ann", "ls")
+    (row,) = [line for line in r.output.splitlines() if line.startswith(wid)]
+    assert "pending, now" in row  # the manual clock is in the past: expected already
     r = gp(ctx, "ann", "show", wid)
     text = " ".join(r.output.split())
     assert "starts expected to start around" in text

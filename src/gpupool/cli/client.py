@@ -246,7 +246,11 @@ def _asks(w: dict[str, Any]) -> str:
 
 def _state(w: dict[str, Any]) -> str:
     """STATE of `gpupool ls`: running work a reclaim will take says when, in short:
-    'running, preempt 03:52' (`gpupool show` says for whom)."""
+    'running, preempt 03:52' (`gpupool show` says for whom); pending work when it is
+    expected to start: 'pending, ~12m' (`gpupool show` says by when at the latest)."""
+    forecast = (w.get("pending") or {}).get("forecast")
+    if forecast:
+        return f"{w['state']}, {starts_cell(forecast).split('..')[0]}"
     plan = w.get("preemption")
     if not plan:
         return str(w["state"])
