@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -24,18 +25,21 @@ import pytest
 from gpupool.engines.kubernetes import native
 from gpupool.engines.kubernetes.podstatus import node_of
 from gpupool.store import AllocationRepo, WorkloadRepo, open_store
-from tests.kubernetes.test_mixed_pool_k8s import API, GFD, GPUPOOL, PASSWORD, Up
-from tests.kubernetes.test_native import _job, _kubectl, _pod
+from tests.kubernetes.test_native import GFD, _job, _kubectl, _pod
 from tests.support import end_process, free_port, wait_for
 
 NS = "gpupool-default"
+API = "/api/v1"
+PASSWORD = "native crash password"
+GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 PODS = ("pod-a", "pod-b", "pod-c")
 JOB = "train"
 pytestmark = pytest.mark.slow
 
 
-class NativeUp(Up):
-    """A real `gpupool up --engine kubernetes` with its admission webhook on `hook_port`."""
+class NativeUp:
+    """A real `gpupool up --engine kubernetes` with its admission webhook on `hook_port`,
+    its output read by a thread."""
 
     def __init__(self, kubeconfig: Path, data_dir: Path, port: int, hook_port: int) -> None:
         env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
@@ -52,6 +56,20 @@ class NativeUp(Up):
         self.lines: list[str] = []
         self.ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if "Uvicorn running on" in line:
+                self.ready.set()
+        self.ready.set()
+
+    def wait_ready(self) -> dict[str, str]:
+        """Wait until it serves; the admin's headers."""
+        assert self.ready.wait(90) and self.proc.poll() is None, "".join(self.lines)
+        r = httpx.post(f"{self.url}/auth/login", json={"username": "admin", "password": PASSWORD})
+        return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
 def _objects(kube) -> dict[tuple[str, str], dict[str, Any]]:
