@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 
@@ -139,3 +141,62 @@ def end_process(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float
                     p.kill()
             proc.wait(30)
     return proc.returncode
+
+
+class GpupoolUp:
+    """A real `gpupool up ARGS --port PORT` (the admin's password `password`; the test's
+    GPUPOOL_DATABASE_URL left out, `env` added), its output read by a thread; `ready` is set
+    once uvicorn serves (or the process ended)."""
+
+    def __init__(
+        self, args: list[str], port: int, password: str, env: dict[str, str] | None = None
+    ) -> None:
+        full = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=password, PYTHONUNBUFFERED="1")
+        full.pop("GPUPOOL_DATABASE_URL", None)
+        full.update(env or {})
+        command = [sys.executable, "-c", "from gpupool.cli.main import run; run()", "up"]
+        self.proc = subprocess.Popen(
+            [*command, *args, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=full,
+        )
+        self.password = password
+        self.url = f"http://127.0.0.1:{port}"
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if "Uvicorn running on" in line:
+                self.ready.set()
+        self.ready.set()  # the process ended: stop waiting
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        """Wait until it serves (fails with its output if it ended instead)."""
+        assert self.ready.wait(timeout), f"gpupool up did not start:\n{self.output}"
+        assert self.proc.poll() is None, f"gpupool up exited:\n{self.output}"
+
+    def login(self) -> dict[str, str]:
+        """The admin's headers (a fresh session token)."""
+        r = httpx.post(
+            f"{self.url}/api/v1/auth/login",
+            json={"username": "admin", "password": self.password},
+        )
+        assert r.status_code == 200, r.text
+        return {"Authorization": f"Bearer {r.json()['token']}"}
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 60) -> int:
+        """`sig`, then (not gone within `timeout` s) SIGKILL to it and its children."""
+        rc = end_process(self.proc, sig, timeout)
+        self._reader.join(10)
+        return rc

@@ -13,7 +13,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 from gpupool.engines.local.engine import mps_base
 from tests.engines.conftest import mkfifo, release, wait_ready
-from tests.support import end_process, free_hub_port, free_port, wait_for
+from tests.support import GpupoolUp, end_process, free_hub_port, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 PASSWORD = "up-test-password"
@@ -35,54 +34,24 @@ GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 STARTED: list[Up] = []
 
 
-class Up:
-    """One `gpupool up` process; `ready` is set when uvicorn says it is listening."""
+class Up(GpupoolUp):
+    """One `gpupool up` process on simulated GPUs, single-user (as root its jobs run as
+    nobody, an account that exists: tests create no accounts on the host), no JupyterHub and
+    no API workers unless `extra` says; ended after the test (`no_up_left`)."""
 
     def __init__(self, data_dir: Path, port: int, *extra: str, env: dict[str, str] | None = None):
-        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1", **(env or {}))
-        env.pop("GPUPOOL_DATABASE_URL", None)
-        self.proc = subprocess.Popen(
-            [*GPUPOOL, "up", "--simulate", "2xH100-80GB"]
-            + ["--data-dir", str(data_dir), "--port", str(port), "--user-mode", "single-user"]
+        args = (
+            ["--simulate", "2xH100-80GB", "--data-dir", str(data_dir), "--user-mode", "single-user"]
             + ([] if "--jupyterhub" in extra else ["--no-jupyterhub"])
             + ([] if "--workers" in extra else ["--workers", "0"])  # not by this host's CPUs
-            # as root, single-user jobs run as an unprivileged account: use one that exists,
-            # so that tests do not create accounts on the host
             + (["--jobs-account", "nobody"] if os.geteuid() == 0 else [])
-            + list(extra),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
+            + list(extra)
         )
+        super().__init__(args, port, PASSWORD, env=env)
         STARTED.append(self)
-        self.url = f"http://127.0.0.1:{port}"
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if "Uvicorn running on" in line:
-                self.ready.set()
-        self.ready.set()  # the process ended: stop waiting
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
 
     def wait_ready(self, timeout: float = 60) -> None:
-        assert self.ready.wait(timeout), f"gpupool up did not start:\n{self.output}"
-        assert self.proc.poll() is None, f"gpupool up exited:\n{self.output}"
-
-    def stop(self, sig: int = signal.SIGINT, timeout: float = 60) -> int:
-        """`sig`, then (not gone within `timeout` s) SIGKILL to it and its children."""
-        rc = end_process(self.proc, sig, timeout)
-        self._reader.join(10)
-        return rc
+        super().wait_ready(timeout)
 
 
 @pytest.fixture(autouse=True)

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,7 +39,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Membership, Quota, Role, Tenant, User
 from gpupool.domain.placement import ENGINE_LABEL, MULTI_NODE_LABEL
 from gpupool.engines.common.engine import Engine
 from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
@@ -51,17 +47,15 @@ from gpupool.engines.kubernetes.podstatus import node_of
 from gpupool.engines.local.engine import LocalEngine, LocalOptions
 from gpupool.engines.local.executor import LocalExecutor
 from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
-from gpupool.server.loops.reconciler import ReconcilerLoop
-from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, UserRepo, WorkloadRepo, open_store
+from gpupool.store import AllocationRepo, NodeRepo, WorkloadRepo, open_store
 from gpupool.system import System, SystemSettings, build_system
 from tests.engines.conftest import end_all, throwaway_accounts
+from tests.engines.mixed import Driven, marked, marker_dir, seed_members, starts
 from tests.kubernetes.fakeapi import FakeKube
-from tests.server.conftest import password_hash
 from tests.slurm.conftest import slurm  # noqa: F401 - the fixture, for the slurm case
-from tests.support import end_process, free_port, wait_for
+from tests.support import GpupoolUp, end_process, free_port, wait_for
 
 API = "/api/v1"
 GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
@@ -71,7 +65,6 @@ LOCAL_NODE = "mixed-ws"
 GPUS = {"local": 2, "slurm": 4}
 LAB, OTHER = "gpupool-lab", "gpupool-other"
 NS = "gpupool-default"
-GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 PASSWORD = "mixed pool password"
 ACTIVE = {"admitted", "starting", "running"}
 pytestmark = pytest.mark.slow
@@ -79,23 +72,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def markers() -> Iterator[Path]:
-    """Where each job appends a line per start: world-writable (jobs run as the members'
-    accounts), directly under /tmp (pytest's tmp dirs are 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="gpupool-mixed-k8s-markers-"))
-    d.chmod(0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
-def marked(markers: Path) -> list[str]:
-    """A job that appends one line to `markers/<workload id>` when it starts, then sleeps
-    (on Kubernetes nothing runs it: the fake kubelet only sets the pod's phase)."""
-    return ["sh", "-c", f'echo start >> {markers}/"$GPUPOOL_WORKLOAD_ID"; exec sleep 300']
-
-
-def starts(markers: Path, wid: str) -> int:
-    f = markers / wid
-    return len(f.read_text().splitlines()) if f.exists() else 0
+    with marker_dir() as d:
+        yield d
 
 
 def kubelet(kube: FakeKube) -> None:
@@ -117,55 +95,23 @@ def pod_creates(kube: FakeKube) -> int:
 
 
 @dataclass
-class Pool:
+class Pool(Driven):
     """A built system over the Kubernetes engine and `other`, and the handles to drive it."""
 
-    system: System
-    client: TestClient
-    clock: ManualClock
     kube: FakeKube
     other: str
-    tokens: dict[str, str]
-
-    def h(self, user: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[user]}"}
-
-    def submit(self, user: str, **body) -> str:
-        r = self.client.post(API + "/workloads", json=body, headers=self.h(user))
-        assert r.status_code == 201, r.text
-        self.clock.advance(1)
-        return r.json()["id"]
-
-    def get(self, user: str, wid: str) -> dict:
-        r = self.client.get(f"{API}/workloads/{wid}", headers=self.h(user))
-        assert r.status_code == 200, r.text
-        return r.json()
 
     def cancel(self, user: str, wid: str) -> None:
         r = self.client.delete(f"{API}/workloads/{wid}", headers=self.h(user))
         assert r.status_code in (200, 202), r.text
 
-    def schedule(self) -> None:
-        loop = self.system.ctx.loops.get("scheduler")
-        assert isinstance(loop, SchedulerLoop)
-        loop.run_once()
-
-    def reconcile(self) -> None:
-        loop = self.system.ctx.loops.get("reconciler")
-        assert isinstance(loop, ReconcilerLoop)
-        loop.run_once()
-
     def kubelet(self) -> None:
         kubelet(self.kube)
 
-    def settle(self, user: str, wid: str, states: set[str]) -> dict:
-        def done() -> dict | None:
-            self.kubelet()
-            self.reconcile()
-            w = self.get(user, wid)
-            return w if w["state"] in states else None
-
-        return wait_for(done, f"{wid} to become one of {states}", timeout=30)  # type: ignore[return-value]
+    def step(self) -> None:
+        """The (fake) kubelet, then a reconciler pass."""
+        self.kubelet()
+        self.reconcile()
 
     def nodes(self) -> dict[str, dict[str, str]]:
         with self.system.ctx.store.read() as s:
@@ -226,15 +172,7 @@ def pool(request, kube, tmp_path, monkeypatch) -> Iterator[Callable[[], Pool]]:
             system.stop()
         store = open_store(url)
         if not built:
-            now = clock.now()
-            with store.write() as s:
-                TenantRepo(s).save(Tenant("lab", Quota.gpus(2, 8)), now)
-                TenantRepo(s).save(Tenant("other", Quota.gpus(1, 8)), now)
-                users = UserRepo(s)
-                users.create(User("root", admin=True), password_hash(), now)
-                for name, tenant in (("slann", "lab"), ("slbob", "other")):
-                    users.create(User(name), password_hash(), now)
-                    users.set_membership(Membership(name, tenant, Role.MEMBER))
+            seed_members(store, clock.now(), limit=8)
         k8s = KubernetesEngine(KubeOptions(), api_client=kube.client())
         settings = SystemSettings(
             server=Settings(database_url=url, start_loops=False), data_dir=data_dir
@@ -245,7 +183,7 @@ def pool(request, kube, tmp_path, monkeypatch) -> Iterator[Callable[[], Pool]]:
         client.__enter__()
         built.append((system, client))
         tokens = {n: issue_token(system.ctx, n, "t", None).token for n in ("slann", "slbob")}
-        return Pool(system, client, clock, kube, other, tokens)
+        return Pool(system, client, clock, tokens, kube=kube, other=other)
 
     try:
         yield make
@@ -423,39 +361,15 @@ def test_a_guarantee_reclaims_on_kubernetes_and_restarts_adopt_both_engines(pool
     assert all(starts(markers, wid) == 1 for wid in on_other)  # nothing ran twice
 
 
-class Up:
+def up(kubeconfig: Path, data_dir: Path, port: int) -> GpupoolUp:
     """A real `gpupool up --engine kubernetes --engine local` (the fake API server through a
     kubeconfig, two simulated GPUs), its loops and the engine's watches running."""
-
-    def __init__(self, kubeconfig: Path, data_dir: Path, port: int) -> None:
-        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
-        env.pop("GPUPOOL_DATABASE_URL", None)
-        self.proc = subprocess.Popen(
-            [*GPUPOOL, "up", "--engine", "kubernetes", "--engine", "local",
-             "--kubeconfig", str(kubeconfig), "--simulate", "2xH100-80GB",
-             "--node-name", LOCAL_NODE, "--user-mode", "per-user", "--mps", "off",
-             "--data-dir", str(data_dir), "--port", str(port), "--no-jupyterhub",
-             "--workers", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
-        self.url = f"http://127.0.0.1:{port}{API}"
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if "Uvicorn running on" in line:
-                self.ready.set()
-        self.ready.set()
-
-    def wait_ready(self) -> dict[str, str]:
-        """Wait until it serves; the admin's headers."""
-        assert self.ready.wait(90) and self.proc.poll() is None, "".join(self.lines)
-        r = httpx.post(f"{self.url}/auth/login", json={"username": "admin", "password": PASSWORD})
-        return {"Authorization": f"Bearer {r.json()['token']}"}
+    return GpupoolUp(
+        ["--engine", "kubernetes", "--engine", "local", "--kubeconfig", str(kubeconfig),
+         "--simulate", "2xH100-80GB", "--node-name", LOCAL_NODE, "--user-mode", "per-user",
+         "--mps", "off", "--data-dir", str(data_dir), "--no-jupyterhub", "--workers", "0"],
+        port, PASSWORD,
+    )  # fmt: skip
 
 
 def test_kill_9_of_gpupool_up_over_kubernetes_and_local_loses_nothing(kube, markers):
@@ -467,13 +381,14 @@ def test_kill_9_of_gpupool_up_over_kubernetes_and_local_loses_nothing(kube, mark
     kubeconfig = data / "kubeconfig"
     kube.kubeconfig(kubeconfig)
     port = free_port()
-    ups = [Up(kubeconfig, data, port)]
+    ups = [up(kubeconfig, data, port)]
     wids: list[str] = []
     try:
-        h = ups[0].wait_ready()
+        ups[0].wait_ready()
+        h = ups[0].login()
         said = "".join(ups[0].lines)
         assert "2 engines in one pool: kubernetes, local (default kubernetes)" in said, said
-        url = ups[0].url
+        url = ups[0].url + API
         nodes = httpx.get(f"{url}/nodes", headers=h).json()
         engines = {n["name"]: n["labels"][ENGINE_LABEL] for n in nodes}
         assert engines == {"k8s-a": "kubernetes", "k8s-b": "kubernetes", LOCAL_NODE: "local"}
@@ -502,8 +417,9 @@ def test_kill_9_of_gpupool_up_over_kubernetes_and_local_loses_nothing(kube, mark
 
         ups[0].proc.send_signal(signal.SIGKILL)  # pods and processes run on both engines
         ups[0].proc.wait(30)
-        ups.append(Up(kubeconfig, data, port))
-        h = ups[1].wait_ready()
+        ups.append(up(kubeconfig, data, port))
+        ups[1].wait_ready()
+        h = ups[1].login()
         late = submit("kubernetes")  # runs once the loops have passed over the old work
         wait_for(lambda: all_in("running", [late]), "a job after the restart to run", timeout=60)
         for wid in wids:
@@ -521,8 +437,8 @@ def test_kill_9_of_gpupool_up_over_kubernetes_and_local_loses_nothing(kube, mark
         wait_for(lambda: all_in("cancelled", wids), "all cancelled", timeout=60)
         assert kube.pods_of(SELECTOR) == []
     finally:
-        for up in ups:
-            end_process(up.proc)
+        for each in ups:
+            end_process(each.proc)
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -16,13 +16,10 @@ engine's is `--node-name mixed-ws`; the Slurm node is this host's name).
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,92 +30,37 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.clock import ManualClock
-from gpupool.domain import Membership, Quota, Role, Tenant, User
 from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.engines.local.engine import LocalEngine, LocalOptions
 from gpupool.engines.slurm.engine import SlurmEngine, SlurmOptions
-from gpupool.server.loops.reconciler import ReconcilerLoop
-from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
-from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, UserRepo, WorkloadRepo, open_store
+from gpupool.store import AllocationRepo, NodeRepo, WorkloadRepo, open_store
 from gpupool.system import System, SystemSettings, build_system
-from tests.server.conftest import password_hash
+from tests.engines.mixed import Driven, marked, marker_dir, seed_members, starts
 from tests.slurm.conftest import sacct, sh
-from tests.support import end_process, free_port, wait_for
+from tests.support import GpupoolUp, end_process, free_port, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 API = "/api/v1"
 LOCAL_NODE = "mixed-ws"
-GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 PASSWORD = "mixed pool password"
 
 
 @pytest.fixture
 def markers() -> Iterator[Path]:
-    """Where each job appends a line per start: world-writable (jobs run as members' and
-    gpupool's own accounts), directly under /tmp (pytest's tmp dirs are 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="gpupool-mixed-markers-"))
-    d.chmod(0o1777)
-    yield d
-    subprocess.run(["rm", "-rf", str(d)], check=False)
-
-
-def marked(markers: Path, seconds: int = 300) -> list[str]:
-    """A job that appends one line to `markers/<workload id>` when it starts, then sleeps."""
-    return ["sh", "-c", f'echo start >> {markers}/"$GPUPOOL_WORKLOAD_ID"; exec sleep {seconds}']
-
-
-def starts(markers: Path, wid: str) -> int:
-    f = markers / wid
-    return len(f.read_text().splitlines()) if f.exists() else 0
+    with marker_dir() as d:
+        yield d
 
 
 @dataclass
-class Mixed:
-    system: System
-    client: TestClient
-    clock: ManualClock
-    tokens: dict[str, str]
-
-    def h(self, user: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[user]}"}
-
-    def submit(self, user: str, **body) -> str:
-        r = self.client.post(API + "/workloads", json=body, headers=self.h(user))
-        assert r.status_code == 201, r.text
-        self.clock.advance(1)
-        return r.json()["id"]
-
-    def get(self, user: str, wid: str) -> dict:
-        r = self.client.get(f"{API}/workloads/{wid}", headers=self.h(user))
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def schedule(self) -> None:
-        loop = self.system.ctx.loops.get("scheduler")
-        assert isinstance(loop, SchedulerLoop)
-        loop.run_once()
-
-    def reconcile(self) -> None:
-        loop = self.system.ctx.loops.get("reconciler")
-        assert isinstance(loop, ReconcilerLoop)
-        loop.run_once()
-
+class Mixed(Driven):
     def engine_of(self, wid: str) -> str:
         """The engine label of the node of the workload's (last) allocation."""
         with self.system.ctx.store.read() as s:
             last = AllocationRepo(s).last_for(wid)
             assert last is not None, wid
             return NodeRepo(s).get(last[0].node).label_map[ENGINE_LABEL]
-
-    def settle(self, user: str, wid: str, states: set[str]) -> dict:
-        def done() -> dict | None:
-            self.reconcile()
-            w = self.get(user, wid)
-            return w if w["state"] in states else None
-
-        return wait_for(done, f"{wid} to become one of {states}", timeout=60)  # type: ignore[return-value]
 
 
 @pytest.fixture
@@ -133,15 +75,7 @@ def mixed(slurm, tmp_path, output_dir) -> Iterator[Callable[[], Mixed]]:
     def make() -> Mixed:
         store = open_store(url)
         if not built:
-            now = clock.now()
-            with store.write() as s:
-                TenantRepo(s).save(Tenant("lab", Quota.gpus(2, 6)), now)
-                TenantRepo(s).save(Tenant("other", Quota.gpus(1, 6)), now)
-                users = UserRepo(s)
-                users.create(User("root", admin=True), password_hash(), now)
-                for name, tenant in (("slann", "lab"), ("slbob", "other")):
-                    users.create(User(name), password_hash(), now)
-                    users.set_membership(Membership(name, tenant, Role.MEMBER))
+            seed_members(store, clock.now(), limit=6)
         local = LocalEngine(LocalOptions(simulate="2xH100-80GB", node=LOCAL_NODE))
         slurm_engine = SlurmEngine(SlurmOptions(output_dir=output_dir, accounts_interval_s=0))
         settings = SystemSettings(
@@ -263,48 +197,24 @@ def _stopping(w: Mixed, wid: str) -> bool:
     return any(e["kind"] == "workload.stopping" for e in w.get("slbob", wid)["events"])
 
 
-class Up:
+def up(data_dir: Path, out: Path, port: int) -> GpupoolUp:
     """A real `gpupool up` with the local engine (simulated GPUs) and the Slurm engine."""
-
-    def __init__(self, data_dir: Path, out: Path, port: int) -> None:
-        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
-        env.pop("GPUPOOL_DATABASE_URL", None)
-        self.proc = subprocess.Popen(
-            [*GPUPOOL, "up", "--engine", "local", "--engine", "slurm",
-             "--simulate", "2xH100-80GB", "--node-name", LOCAL_NODE,
-             "--data-dir", str(data_dir), "--port", str(port), "--no-jupyterhub",
-             "--workers", "0", "--slurm-output-dir", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
-        self.url = f"http://127.0.0.1:{port}"
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if "Uvicorn running on" in line:
-                self.ready.set()
-        self.ready.set()
-
-    def wait_ready(self) -> dict[str, str]:
-        """Wait until it serves; the admin's headers."""
-        assert self.ready.wait(90) and self.proc.poll() is None, "".join(self.lines)
-        r = httpx.post(
-            f"{self.url}{API}/auth/login", json={"username": "admin", "password": PASSWORD}
-        )
-        return {"Authorization": f"Bearer {r.json()['token']}"}
+    return GpupoolUp(
+        ["--engine", "local", "--engine", "slurm", "--simulate", "2xH100-80GB",
+         "--node-name", LOCAL_NODE, "--data-dir", str(data_dir), "--no-jupyterhub",
+         "--workers", "0", "--slurm-output-dir", str(out)],
+        port, PASSWORD,
+    )  # fmt: skip
 
 
 def test_kill_9_of_a_mixed_pool_loses_nothing_and_starts_nothing_twice(slurm, tmp_path, markers):
     out = Path(tempfile.mkdtemp(prefix="gpupool-mixed-out-"))
     data, port = Path(tempfile.mkdtemp(prefix="gpupool-mixed-up-")), free_port()
-    ups = [Up(data, out, port)]
+    ups = [up(data, out, port)]
     wids: list[str] = []
     try:
-        h = ups[0].wait_ready()
+        ups[0].wait_ready()
+        h = ups[0].login()
         said = "".join(ups[0].lines)
         assert "2 engines in one pool: local, slurm (default local)" in said, said
         url = ups[0].url
@@ -333,8 +243,9 @@ def test_kill_9_of_a_mixed_pool_loses_nothing_and_starts_nothing_twice(slurm, tm
 
         ups[0].proc.send_signal(signal.SIGKILL)  # work runs on both engines
         ups[0].proc.wait(30)
-        ups.append(Up(data, out, port))
-        h = ups[1].wait_ready()
+        ups.append(up(data, out, port))
+        ups[1].wait_ready()
+        h = ups[1].login()
         # a job submitted after the restart runs: the loops have passed over the old work
         late = submit("slurm")
         wait_for(lambda: state(late) == "running", "a job after the restart runs", timeout=90)
@@ -352,8 +263,8 @@ def test_kill_9_of_a_mixed_pool_loses_nothing_and_starts_nothing_twice(slurm, tm
     finally:
         for wid in wids:
             subprocess.run(["scancel", "--name", f"gpupool-{wid}"], check=False)
-        for up in ups:
-            end_process(up.proc)
+        for each in ups:
+            end_process(each.proc)
         subprocess.run(["rm", "-rf", str(out), str(data)], check=False)
 
 

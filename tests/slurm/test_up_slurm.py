@@ -4,10 +4,8 @@ after `kill -9` of gpupool a new `gpupool up` adopts it and submits nothing twic
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -17,43 +15,25 @@ import httpx
 import pytest
 
 from tests.slurm.conftest import sh
-from tests.support import end_process, free_port, wait_for
+from tests.support import GpupoolUp, end_process, free_port, wait_for
 
-GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 PASSWORD = "slurm e2e password"
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
-class Up:
-    def __init__(self, data_dir: Path, out: Path, port: int) -> None:
-        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
-        env.pop("GPUPOOL_DATABASE_URL", None)
-        self.proc = subprocess.Popen(
-            [*GPUPOOL, "up", "--engine", "slurm", "--data-dir", str(data_dir), "--port",
-             str(port), "--no-jupyterhub", "--workers", "0", "--slurm-output-dir", str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
-        self.url = f"http://127.0.0.1:{port}"
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if "Uvicorn running on" in line:
-                self.ready.set()
-        self.ready.set()
-
-    def wait_ready(self) -> None:
-        assert self.ready.wait(60) and self.proc.poll() is None, "".join(self.lines)
+def up_slurm(data_dir: Path, out: Path, port: int) -> GpupoolUp:
+    """A real `gpupool up --engine slurm` over the test Slurm."""
+    return GpupoolUp(
+        ["--engine", "slurm", "--data-dir", str(data_dir), "--no-jupyterhub", "--workers",
+         "0", "--slurm-output-dir", str(out)],
+        port, PASSWORD,
+    )  # fmt: skip
 
 
 def test_up_engine_slurm_runs_and_adopts_after_kill_9(slurm, tmp_path):
     out = Path(tempfile.mkdtemp(prefix="gpupool-slurm-up-"))
     data, port = tmp_path / "data", free_port()
-    up = Up(data, out, port)
+    up = up_slurm(data, out, port)
     wid = None
     try:
         up.wait_ready()
@@ -86,7 +66,7 @@ def test_up_engine_slurm_runs_and_adopts_after_kill_9(slurm, tmp_path):
         job_id = in_slurm().split()[0]
         up.proc.send_signal(signal.SIGKILL)
         up.proc.wait(30)
-        again = Up(data, out, port)
+        again = up_slurm(data, out, port)
         up = again
         again.wait_ready()
         r = httpx.post(
@@ -126,7 +106,7 @@ def test_kill_9_mid_traffic_loses_nothing_and_submits_nothing_twice(slurm, tmp_p
     restarted. Every submission is there once, every one runs once in Slurm."""
     out = Path(tempfile.mkdtemp(prefix="gpupool-slurm-up-"))
     data, port = tmp_path / "data", free_port()
-    ups = [Up(data, out, port)]
+    ups = [up_slurm(data, out, port)]
     keys = [f"traffic-{i}" for i in range(10)]
     answered: dict[str, str] = {}
     tenant = "traffic"
@@ -163,7 +143,7 @@ def test_kill_9_mid_traffic_loses_nothing_and_submits_nothing_twice(slurm, tmp_p
         wait_for(lambda: len(answered) >= 4, what="four submissions answered")
         ups[0].proc.send_signal(signal.SIGKILL)  # mid-traffic: work queued, starting, running
         ups[0].proc.wait(30)
-        ups.append(Up(data, out, port))
+        ups.append(up_slurm(data, out, port))
         ups[1].wait_ready()
         submitter.join(300)
         assert len(answered) == len(keys)
