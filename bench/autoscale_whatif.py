@@ -96,7 +96,13 @@ def main() -> None:
     ap.add_argument("--idle", default="0,600,3600", help="idle timeouts, s")
     ap.add_argument("--target", type=float, default=3600.0, help="mean wait target, s")
     ap.add_argument("--only", default="", help="comma-separated policy names to run")
+    ap.add_argument("--report-only", action="store_true", help="redo the table and plot")
     args = ap.parse_args()
+    if args.report_only:
+        stem = Path(args.out) / f"whatif-{args.start}-{args.end}"
+        doc = json.loads(stem.with_suffix(".json").read_text())
+        report(doc, stem.with_suffix(".md"), stem.with_suffix(".png"), args.target)
+        return
 
     jobs = filter_jobs(read_trace(args.trace), args.start, args.end)
     work = workloads(jobs)
@@ -210,7 +216,7 @@ def report(doc: dict, md: Path, png: Path, target: float) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for fixed, marker, label in ((True, "s", "fixed size"), (False, "o", "on demand")):
         pts = [
-            (r["gpu_hours_bought_until"], r["mean_wait_s"] / 3600, n)
+            (r["gpu_hours_bought_until"], r["mean_wait_s"] / 60, n)
             for n, r in runs
             if r["fixed"] == fixed
         ]
@@ -219,10 +225,11 @@ def report(doc: dict, md: Path, png: Path, target: float) -> None:
             for x, y, n in pts:
                 ax.annotate(n.replace("demand-", ""), (x, y), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
-    ax.axhline(target / 3600, color="grey", linestyle="--", linewidth=0.8)
-    ax.set_yscale("symlog", linthresh=0.1)
+    ax.axhline(target / 60, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("GPU-hours of nodes bought during the window")
-    ax.set_ylabel("mean wait (hours)")
+    ax.set_ylabel("mean wait (minutes)")
     ax.set_title(f"Philly {doc['window'][0]}-{doc['window'][1]}: {doc['jobs']:,} jobs")
     ax.legend()
     fig.tight_layout()
