@@ -192,3 +192,23 @@ def test_fractions_are_recorded_as_the_strongest_engine_enforces_and_its_nodes_s
 
 def test_the_pool_is_named_after_its_engines():
     assert Two().pool.name == "a+b"
+
+
+def test_node_pool_calls_go_to_the_engine_that_adds_the_pools_nodes():
+    from gpupool.domain.nodepools import NodePool
+    from gpupool.engines.common.executor import ExecutorError
+
+    t = Two()  # engine a adds nodes to node pools; engine b cannot
+    shape = {"gpus": 1, "gpu_model": "H100", "cpu_milli": 8000, "memory_mib": 65536}
+    on_a, on_b = NodePool("pool-a", **shape), NodePool("pool-b", engine="b", **shape)
+    rid = t.pool.request_nodes(on_a, 2, [], atomic=True)  # no engine named: the default's
+    assert t.a.cloud.calls == [("request", rid, 2)]
+    with pytest.raises(ExecutorError, match="the b engine of node pool pool-b adds no nodes"):
+        t.pool.request_nodes(on_b, 1, [], atomic=False)
+    states = t.pool.pool_states([on_a, on_b])
+    assert {n.pool for n in states.nodes} == {"pool-a"} and len(states.nodes) == 2
+    assert [r.request for r in states.requests] == [rid]
+    t.pool.withdraw(rid)  # request ids are each engine's: every engine that has them hears it
+    t.pool.release_node("nb")  # engine b's node: b adds none, so nobody is asked
+    t.pool.release_node("pool-a-1")  # not registered yet: every engine that has pools
+    assert t.a.cloud.calls[1:] == [("withdraw", rid), ("release", "pool-a-1")]

@@ -6,19 +6,20 @@ scheduler loop) over fake engines."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
 from gpupool.clock import ManualClock
 from gpupool.domain import GPU, Allocation, Node, Share, Workload
-from gpupool.engines.common.executor import ExecutorWithSubmitChecks, StartError
+from gpupool.engines.common.executor import ExecutorWithSubmitChecks, StartError, TemplateProblem
 from gpupool.engines.common.pool import PoolExecutor
 from gpupool.engines.fake.engine import FakeEngine
 from gpupool.engines.fake.executor import FakeExecutor
 from gpupool.server.settings import Settings
 from gpupool.system import SystemSettings, build_system
-from tests.server.conftest import World, seed, serving
+from tests.server.conftest import API, World, seed, serving
 
 
 class NoBurn(FakeExecutor, ExecutorWithSubmitChecks):
@@ -26,6 +27,16 @@ class NoBurn(FakeExecutor, ExecutorWithSubmitChecks):
 
     def refusal(self, workload: Workload) -> str | None:
         return "gpu-burn is not run here" if workload.command[:1] == ("gpu-burn",) else None
+
+
+class TakesAll(FakeExecutor, ExecutorWithSubmitChecks):
+    """Refuses nothing and takes every notebook template as given."""
+
+    def refusal(self, workload: Workload) -> str | None:
+        return None
+
+    def template_problem(self, template: Mapping[str, Any], owner: str) -> TemplateProblem | None:
+        return None
 
 
 class Named(FakeEngine):
@@ -44,10 +55,11 @@ def _node(name: str, gpus: int) -> Node:
 
 
 @pytest.fixture
-def mixed(tmp_path) -> Iterator[tuple[World, NoBurn, FakeExecutor]]:
-    """Engines `a` (default; node na, 1 GPU; refuses gpu-burn) and `b` (node nb, 4 GPUs)."""
+def mixed(tmp_path) -> Iterator[tuple[World, NoBurn, TakesAll]]:
+    """Engines `a` (default; node na, 1 GPU; refuses gpu-burn, takes no template) and `b`
+    (node nb, 4 GPUs; takes everything)."""
     clock = ManualClock(1_780_000_000.0)
-    a, b = NoBurn(clock), FakeExecutor(clock)
+    a, b = NoBurn(clock), TakesAll(clock)
     settings = Settings(database_url=f"sqlite:///{tmp_path}/g.db", start_loops=False)
     engines = [Named("a", _node("na", 1), a), Named("b", _node("nb", 4), b)]
     system = build_system(SystemSettings(server=settings), engines, clock=clock)
@@ -76,6 +88,19 @@ def test_work_every_engine_it_may_run_on_refuses_is_refused_at_submit(mixed):
     body = {"gpus": 1, "command": ["gpu-burn"], "engine": "a"}
     r = w.post("member", "/workloads", json=body)
     assert r.status_code == 403 and r.json()["detail"] == "gpu-burn is not run here", r.text
+
+
+def test_a_notebook_template_goes_to_the_engine_that_takes_templates(mixed):
+    w, _, _ = mixed
+    vouched = w.h("admin") | {"X-Gpupool-Service-Token": w.tokens["admin"]}
+    nb = {"kind": "notebook", "tenant": "lab", "pod_spec": {"spec": {"containers": []}}}
+    r = w.client.post(f"{API}/workloads", json=nb, headers=vouched)
+    assert r.status_code == 201, r.text
+    assert r.json()["request"]["engine"] == "b"
+    r = w.client.post(f"{API}/workloads", json=nb | {"engine": "a"}, headers=vouched)
+    assert r.status_code == 422, r.text
+    assert "no engine this notebook may run on takes its pod_spec (the a engine:" in r.text
+    assert [e["field"] for e in r.json()["errors"]] == ["pod_spec"]
 
 
 def test_start_never_hands_a_refusing_engine_its_work():
