@@ -347,26 +347,21 @@ def forecast(
         at = max(holds.get(w.tenant, now), w.retry_at or now)
         if at > now:
             release[w.id] = at
-    typical = forward_run(
-        snapshot,
-        pending,
-        now,
-        config,
-        lambda w, e: (est(w, e).typical_s, est(w, e).source),
-        limits=limits,
-        release_at=release,
-        capacity_holds=capacity_holds,
-    )
-    long = forward_run(
-        snapshot,
-        pending,
-        now,
-        config,
-        lambda w, e: (est(w, e).long_s, est(w, e).source),
-        limits=limits,
-        release_at=release,
-        capacity_holds=capacity_holds,
-    )
+
+    def run(length: Callable[[RuntimeEstimate], float]) -> ForecastRun:
+        return forward_run(
+            snapshot,
+            pending,
+            now,
+            config,
+            lambda w, e: (length(est(w, e)), est(w, e).source),
+            limits=limits,
+            release_at=release,
+            capacity_holds=capacity_holds,
+        )
+
+    typical = run(lambda r: r.typical_s)
+    long = run(lambda r: r.long_s)
     until = min(typical.until, long.until)
     bases = _Bases(typical.ends)
     out: dict[str, Forecast] = {}
