@@ -18,9 +18,10 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpupool.store.daily import within
 from gpupool.store.energy import EnergyRepo
 from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, UsageRow, WorkloadRow
-from gpupool.store.scoping import in_subtree, in_subtrees
+from gpupool.store.scoping import in_subtree
 
 By = Literal["tenant", "user", "model"]
 UNKNOWN_MODEL = "unknown"
@@ -87,14 +88,7 @@ class ChargebackRepo:
             UsageRow.gpu_memory_mib_seconds,
             UsageRow.gpu_seconds_measured,
         ).order_by(UsageRow.id)
-        if from_day:
-            q = q.where(UsageRow.day >= from_day)
-        if to_day:
-            q = q.where(UsageRow.day <= to_day)
-        if tenants is not None:
-            q = q.where(in_subtrees(UsageRow.tenant, tenants))
-        if user is not None:
-            q = q.where(UsageRow.user == user)
+        q = q.where(*within(UsageRow, from_day=from_day, to_day=to_day, tenants=tenants, user=user))
         rows = list(self.s.execute(q))
         energy = EnergyRepo(self.s).rows(
             from_day=from_day, to_day=to_day, tenants=tenants, user=user

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from sqlalchemy import Float, Integer, String, UniqueConstraint, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from gpupool.store.daily import day_row, within
 from gpupool.store.rows import Base
-from gpupool.store.scoping import in_subtrees
 
 
 class EnergyRow(Base):
@@ -42,21 +42,16 @@ class EnergyRepo:
         gpu_seconds: float,
     ) -> None:
         """Add to the (workload, day) row, creating it when missing."""
-        row = self.s.scalar(
-            select(EnergyRow)
-            .where(EnergyRow.workload_id == workload_id, EnergyRow.day == day)
-            .with_for_update()
+        row = day_row(
+            self.s,
+            EnergyRow,
+            workload_id=workload_id,
+            tenant=tenant,
+            user=user,
+            day=day,
+            joules=0.0,
+            gpu_seconds=0.0,
         )
-        if row is None:
-            row = EnergyRow(
-                workload_id=workload_id,
-                tenant=tenant,
-                user=user,
-                day=day,
-                joules=0.0,
-                gpu_seconds=0.0,
-            )
-            self.s.add(row)
         row.joules += joules
         row.gpu_seconds += gpu_seconds
         self.s.flush()
@@ -70,15 +65,9 @@ class EnergyRepo:
         user: str | None = None,
     ) -> list[tuple[str, str, str, float]]:
         """(workload id, tenant, user, joules) over days in [from_day, to_day]."""
+        kept = within(EnergyRow, from_day=from_day, to_day=to_day, tenants=tenants, user=user)
         q = select(EnergyRow.workload_id, EnergyRow.tenant, EnergyRow.user, EnergyRow.joules)
-        if from_day:
-            q = q.where(EnergyRow.day >= from_day)
-        if to_day:
-            q = q.where(EnergyRow.day <= to_day)
-        if tenants is not None:
-            q = q.where(in_subtrees(EnergyRow.tenant, tenants))
-        if user is not None:
-            q = q.where(EnergyRow.user == user)
+        q = q.where(*kept)
         return [
             (w, t, u, float(j or 0.0)) for w, t, u, j in self.s.execute(q.order_by(EnergyRow.id))
         ]

@@ -9,8 +9,8 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpupool.store.daily import day_row, within
 from gpupool.store.rows import UsageRow
-from gpupool.store.scoping import in_subtrees
 
 GroupBy = Literal["user", "tenant", "day", "workload"]
 
@@ -61,24 +61,19 @@ class UsageRepo:
         allocated seconds telemetry measured (None: all of them)."""
         if gpu_seconds_measured is None:
             gpu_seconds_measured = gpu_seconds_allocated
-        row = self.s.scalar(
-            select(UsageRow)
-            .where(UsageRow.workload_id == workload_id, UsageRow.day == day)
-            .with_for_update()
+        row = day_row(
+            self.s,
+            UsageRow,
+            workload_id=workload_id,
+            tenant=tenant,
+            user=user,
+            day=day,
+            gpu_seconds_allocated=0.0,
+            gpu_seconds_busy=0.0,
+            gpu_seconds_measured=0.0,
+            gpu_memory_mib_seconds=0.0,
+            gpu_memory_mib_max=0,
         )
-        if row is None:
-            row = UsageRow(
-                workload_id=workload_id,
-                tenant=tenant,
-                user=user,
-                day=day,
-                gpu_seconds_allocated=0.0,
-                gpu_seconds_busy=0.0,
-                gpu_seconds_measured=0.0,
-                gpu_memory_mib_seconds=0.0,
-                gpu_memory_mib_max=0,
-            )
-            self.s.add(row)
         row.gpu_seconds_allocated += gpu_seconds_allocated
         row.gpu_seconds_busy += gpu_seconds_busy
         row.gpu_seconds_measured += gpu_seconds_measured
@@ -113,14 +108,7 @@ class UsageRepo:
             func.count(func.distinct(UsageRow.workload_id)),
             func.sum(UsageRow.gpu_seconds_measured),
         ).group_by(col)
-        if from_day:
-            q = q.where(UsageRow.day >= from_day)
-        if to_day:
-            q = q.where(UsageRow.day <= to_day)
-        if tenants is not None:
-            q = q.where(in_subtrees(UsageRow.tenant, tenants))
-        if user is not None:
-            q = q.where(UsageRow.user == user)
+        q = q.where(*within(UsageRow, from_day=from_day, to_day=to_day, tenants=tenants, user=user))
         return [
             UsageTotal(
                 str(k),
