@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.domain.nodepools import POOL_LABEL, NodePool, PoolNodeState, RequestState
+from gpupool.domain.nodepools import POOL_LABEL, PoolNodeState, RequestState
 from gpupool.engines.kubernetes import provisioning as pr
 from gpupool.engines.kubernetes.engine import KubeOptions, KubernetesEngine
 from gpupool.server.services.accounts import issue_token
@@ -24,17 +24,15 @@ from gpupool.store import NodePoolRepo, NodeRepo
 from gpupool.system import SystemSettings, build_system
 from tests.kubernetes.fakeapi_provisioning import FakeAutoscaler
 from tests.kubernetes.provreq_schema import problems
+from tests.pools import h100_pool
 
 GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
 NS = "gpupool-default"
-POOL = NodePool(
-    "gpu-h100",
-    gpus=8,
+POOL = h100_pool(
     gpu_model="NVIDIA-H100-80GB-HBM3",
     cpu_milli=16_000,
     memory_mib=65_536,
     max_nodes=2,
-    boot_seconds=240,
     idle_seconds=600,
     request_timeout_seconds=1200,
 )

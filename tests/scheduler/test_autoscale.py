@@ -5,20 +5,16 @@ back above min_nodes, requests withdrawn after their timeout with the reason say
 import dataclasses
 
 from gpupool.domain import Request
-from gpupool.domain.nodepools import NodePool, NodeRequest, PoolNode, PoolNodeState
+from gpupool.domain.nodepools import NodeRequest, PoolNode, PoolNodeState
 from gpupool.scheduler import cycle
 from gpupool.scheduler.autoscale import PoolView, ScaleDown, ScaleUp, capacity_bound, plan
+from tests.pools import h100_pool
 from tests.scheduler.builders import job, node, running, snapshot, tenant
 
 P = PoolNodeState
-H100 = NodePool(
-    "gpu-h100",
-    gpus=8,
-    gpu_model="H100",
+H100 = h100_pool(
     cpu_milli=96_000,
     memory_mib=1_000_000,
-    max_nodes=4,
-    boot_seconds=240,
     cost_per_gpu_hour=4.0,
     idle_seconds=600,
     request_timeout_seconds=1200,

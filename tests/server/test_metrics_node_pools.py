@@ -8,19 +8,12 @@ import pytest
 
 from gpupool.domain.nodepools import NodePool, NodeRequest, PoolNode, PoolNodeState, RequestState
 from gpupool.store import NodePoolRepo
+from tests.pools import h100_pool
 from tests.server.test_prometheus import Cluster, Prometheus, pytestmark  # noqa: F401
 from tests.support import ServedApp, wait_for
 
 P = PoolNodeState
-POOL = NodePool(
-    "gpu-h100",
-    gpus=8,
-    gpu_model="H100",
-    cpu_milli=64_000,
-    memory_mib=512_000,
-    max_nodes=4,
-    boot_seconds=240,
-)
+POOL = h100_pool()
 
 
 @pytest.fixture

@@ -6,24 +6,14 @@ never fulfils is withdrawn after its timeout and the waiting work's reason says 
 from __future__ import annotations
 
 from gpupool.domain import NodeState
-from gpupool.domain.nodepools import NodePool, PoolNodeState, RequestState
+from gpupool.domain.nodepools import PoolNodeState, RequestState
 from gpupool.engines.fake.engine import FakeEngine
 from gpupool.server.loops.autoscale import AutoscaleLoop
 from gpupool.server.loops.inventory import InventoryLoop
 from gpupool.store import NodePoolRepo, NodeRepo, WorkloadRepo
+from tests.pools import h100_pool
 
-POOL = NodePool(
-    "gpu-h100",
-    gpus=8,
-    gpu_model="H100",
-    cpu_milli=64_000,
-    memory_mib=512_000,
-    engine="fake",
-    max_nodes=2,
-    boot_seconds=240,
-    idle_seconds=600,
-    request_timeout_seconds=1200,
-)
+POOL = h100_pool(engine="fake", max_nodes=2, idle_seconds=600, request_timeout_seconds=1200)
 
 
 def _setup(world, pool=POOL):

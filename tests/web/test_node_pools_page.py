@@ -9,22 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpupool.domain.nodepools import NodePool, NodeRequest, PoolNode, PoolNodeState
+from gpupool.domain.nodepools import NodeRequest, PoolNode, PoolNodeState
 from gpupool.store import NodePoolRepo
+from tests.pools import h100_pool
 from tests.support import ServedApp
 from tests.web.conftest import LiveServer, build_app, login, shot
 
 P = PoolNodeState
-POOL = NodePool(
-    "gpu-h100",
-    gpus=8,
-    gpu_model="H100",
-    cpu_milli=64_000,
-    memory_mib=512_000,
-    min_nodes=0,
-    max_nodes=4,
-    boot_seconds=240,
-)
+POOL = h100_pool(min_nodes=0)
 
 
 @pytest.fixture(scope="module")
