@@ -30,6 +30,11 @@ class ReservationRow(Base):
     created_at: Mapped[float] = mapped_column(Float, default=0.0)
 
 
+def no_reservation(rid: str) -> NotFound:
+    """The answer for an unknown reservation id (and for one the asker may not read)."""
+    return NotFound(f"no reservation {rid!r}; see `gpupool reservation ls`")
+
+
 def new_reservation_id() -> str:
     return "r-" + secrets.token_hex(4)
 
@@ -67,7 +72,7 @@ class ReservationRepo:
     def get(self, rid: str) -> Reservation:
         r = self.s.get(ReservationRow, rid)
         if r is None:
-            raise NotFound(f"no reservation {rid!r}; see `gpupool reservation ls`")
+            raise no_reservation(rid)
         return reservation_of(r)
 
     def add(self, r: Reservation, now: float) -> None:
@@ -91,5 +96,5 @@ class ReservationRepo:
     def delete(self, rid: str) -> None:
         r = self.s.get(ReservationRow, rid)
         if r is None:
-            raise NotFound(f"no reservation {rid!r}; see `gpupool reservation ls`")
+            raise no_reservation(rid)
         self.s.delete(r)

@@ -22,12 +22,12 @@ from gpupool.store import (
     Conflict,
     EventRepo,
     NodeRepo,
-    NotFound,
     ReservationRepo,
     TenantRepo,
     UserRepo,
     new_reservation_id,
 )
+from gpupool.store.reservations import no_reservation
 
 #: a start this far in the past is still taken as "now" (clocks differ a little)
 PAST_SLACK_S = 60.0
@@ -146,7 +146,7 @@ def delete_reservation(ctx: AppContext, p: Principal, rid: str) -> None:
         repo = ReservationRepo(s)
         r = repo.get(rid)
         if not p.can_read(r.tenant):  # the same answer as for an unknown id
-            raise NotFound(f"no reservation {rid!r}; see `gpupool reservation ls`")
+            raise no_reservation(rid)
         p.require_manage(r.tenant, "cancel its reservations")
         repo.delete(rid)
         EventRepo(s).add(
