@@ -309,17 +309,18 @@ def _assemble(
 
     from gpupool.server.services.external import (
         check_external,
-        submit_external,
+        submitter,
         waiting_reasons,
         withdraw_external,
     )
 
     late: list[AppContext] = []  # the app's context, made once the engines are open
 
-    def submit(work: ExternalWork) -> ExternalAnswer:
-        if not late:
-            raise EngineError("gpupool is still starting; try again")
-        return submit_external(late[0], work)
+    def starting(work: ExternalWork) -> ExternalAnswer:
+        raise EngineError("gpupool is still starting; try again")
+
+    def submit_pass() -> Callable[[ExternalWork], ExternalAnswer]:
+        return submitter(late[0]) if late else starting
 
     def check(work: ExternalWork) -> None:
         if not late:
@@ -337,7 +338,7 @@ def _assemble(
     try:
         env = EngineEnv(clock, s.data_dir, record, say, tenants, held, notebook_template=pod_spec)
         env = dataclasses.replace(
-            env, submit=submit, check=check, waiting=waiting, withdraw=withdraw
+            env, submitter=submit_pass, check=check, waiting=waiting, withdraw=withdraw
         )
         executor = engines.open(env, locate)
         nodes = engines.inventory()

@@ -301,7 +301,7 @@ def test_the_intake_queues_a_signed_object_once_and_retries_a_refusal_later():
     clock = ManualClock(T0)
     tenants = lambda: [Tenant("lab-a")]  # noqa: E731
     intake = Intake(
-        submit,
+        lambda: submit,
         tenants,
         "gpupool-",
         SIGNER,

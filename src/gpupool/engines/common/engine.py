@@ -106,8 +106,11 @@ class EngineEnv:
     held(): the GPU uuids gpupool's active allocations hold now.
     notebook_template(workload_id): the engine's own template a notebook was submitted with
         (checked by `ExecutorWithSubmitChecks.template_problem`; None: none).
-    submit(work): queue `ExternalWork` as a workload, checked as the API checks a submission
-        (raises the API's own `ValidationError` / `PermissionDenied` with its reason).
+    submitter(): a `submit(work)` for one pass of the engine's intake: it queues
+        `ExternalWork` as a workload, checked as the API checks a submission (raises the
+        API's own `ValidationError` / `PermissionDenied` with its reason); the submissions of
+        one `submitter()` share what the checks read (the nodes, read once), so take a new
+        one each pass: it sees nothing changed after its first submission.
     check(work): the same checks as `submit`, read-only: nothing is queued or made.
     waiting(ids): why each of these pending workloads waits, as `gpupool queue` says it.
     withdraw(id, reason): cancel submitted work that is gone from the engine's API before it
@@ -122,7 +125,7 @@ class EngineEnv:
     held: Callable[[], Collection[str]] = lambda: ()
     #: a notebook's engine template as its spawner submitted it (None: none), by workload id
     notebook_template: Callable[[str], Mapping[str, Any] | None] = lambda workload_id: None
-    submit: Callable[[ExternalWork], ExternalAnswer] = _no_submit
+    submitter: Callable[[], Callable[[ExternalWork], ExternalAnswer]] = lambda: _no_submit
     check: Callable[[ExternalWork], None] = _no_check
     waiting: Callable[[Collection[str]], Mapping[str, str]] = lambda ids: {}
     withdraw: Callable[[str, str], None] = lambda workload_id, reason: None

@@ -147,7 +147,13 @@ class KubernetesEngine(Engine):
         signer = Signer(load_key(env.data_dir), self.options.webhook.sign_window_s)
         self.webhook = Webhook(env.check, env.tenants, prefix, signer, env.clock, engine=self.name)
         self.executor.intake = Intake(
-            env.submit, env.tenants, prefix, signer, self.executor.warn, env.clock, engine=self.name
+            env.submitter,
+            env.tenants,
+            prefix,
+            signer,
+            self.executor.warn,
+            env.clock,
+            engine=self.name,
         )
         self.executor.releasing = self.webhook.releasing
         self._env = env

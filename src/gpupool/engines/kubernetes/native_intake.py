@@ -16,8 +16,10 @@ object (a gated Pod, a suspended Job) labelled `gpupool.dev/native-workload`:
   Warning Event `Refused` with the API's reason; it is tried again after `retry_s` (the
   Event is written again only when the reason changes).
 
-A submission costs what `gpupool submit` costs (the API's checks read every node), so one
-pass submits for at most `budget_s` on `clock`; the rest wait for the next pass.
+A pass takes one `submitter()` (EngineEnv.submitter): its submissions share what the API's
+checks read (every node, read once per pass, at the first submission that checks; the next
+pass reads them again, so a node added meanwhile is seen). One pass submits for at most
+`budget_s` on `clock`; the rest wait for the next pass.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class Intake:
 
     def __init__(
         self,
-        submit: Submit,
+        submitter: Callable[[], Submit],
         tenants: Callable[[], Sequence[Tenant]],
         prefix: str,
         signer: Signer,
@@ -59,7 +61,7 @@ class Intake:
         budget_s: float = 1.0,
         retry_s: float = 60.0,
     ):
-        self.submit, self.tenants, self.prefix = submit, tenants, prefix
+        self.submitter, self.tenants, self.prefix = submitter, tenants, prefix
         self.signer, self.warn, self.engine = signer, warn, engine
         self.clock, self.budget_s, self.retry_s = clock, budget_s, retry_s
         self.queued: set[str] = set()
@@ -80,6 +82,7 @@ class Intake:
         if not fresh:
             return []
         spaces = tenant_namespaces(self.tenants(), self.prefix)
+        submit = self.submitter()  # this pass's: the nodes are read once for all of it
         made: list[str] = []
         start = self.clock.now()
         for obj in fresh:
@@ -109,7 +112,7 @@ class Intake:
                 continue  # refused a moment ago: others' turn
             work = work_of(ask, tenant, claim.submitter, self.engine)
             try:
-                self.submit(_with_id(work, claim.workload_id))
+                submit(_with_id(work, claim.workload_id))
             except EngineError:
                 return made  # gpupool is starting or stopping: the next pass tries again
             except DomainError as e:  # the API's refusal, in its words

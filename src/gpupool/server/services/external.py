@@ -13,7 +13,7 @@ checks and stores nothing (not even the default submitter).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from gpupool.api.workloads import WorkloadIn
 from gpupool.domain import Membership, Role, User, ValidationError, WorkloadState
@@ -74,10 +74,12 @@ def check_external(ctx: AppContext, work: ExternalWork) -> None:
     workloads.submit(ctx, p, _body(work), dry_run=True)
 
 
-def submit_external(ctx: AppContext, work: ExternalWork) -> ExternalAnswer:
+def submit_external(
+    ctx: AppContext, work: ExternalWork, seen: workloads.SubmitInputs | None = None
+) -> ExternalAnswer:
     """Queue `work`; raises the API's ValidationError / PermissionDenied with its reason.
     With `work.workload_id` it is queued once: again, it answers with the workload made
-    (ValidationError if that id is another object's)."""
+    (ValidationError if that id is another object's). `seen`: as `workloads.submit`'s."""
     if work.workload_id is not None:
         with ctx.store.read() as s:
             try:
@@ -92,8 +94,16 @@ def submit_external(ctx: AppContext, work: ExternalWork) -> ExternalAnswer:
                 )
             return ExternalAnswer(made.id, made.owner)
     p = principal_of(ctx, work.user, work.tenant)
-    out = workloads.submit(ctx, p, _body(work), workload_id=work.workload_id)
+    out = workloads.submit(ctx, p, _body(work), workload_id=work.workload_id, seen=seen)
     return ExternalAnswer(out.id, p.name)
+
+
+def submitter(ctx: AppContext) -> Callable[[ExternalWork], ExternalAnswer]:
+    """`submit_external` for one intake pass: its submissions share one
+    `workloads.SubmitInputs` (the nodes read once, at the first that checks); call again for
+    the next pass, which reads them anew."""
+    seen = workloads.SubmitInputs(ctx)
+    return lambda work: submit_external(ctx, work, seen)
 
 
 def waiting_reasons(ctx: AppContext, ids: Collection[str]) -> dict[str, str]:

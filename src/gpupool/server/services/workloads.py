@@ -109,6 +109,38 @@ def check_can_ever_run(
         raise ValidationError(f"this request can never run: {never.why}", never.field)
 
 
+def check_nodes(ctx: AppContext, s: Session) -> list[Node]:
+    """The nodes `check_can_ever_run` counts: those work may run on, and the node pools'
+    nodes to come (issue 34)."""
+    nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
+    return nodes + nodepools.reachable_nodes(ctx, s)
+
+
+class SubmitInputs:
+    """The tenant tree and the nodes (`check_nodes`) that submissions check against, each
+    read from the store at its first use (in that submission's read transaction) and reused
+    by every later submission given the same object: one pass of an engine's intake
+    (services.external.submitter) reads the nodes once, not once per submission. It never
+    sees a tenant or node changed after its reading: take a new one for each pass (the
+    checks are advisory; the insert re-checks that the tenant exists, the scheduler the
+    rest)."""
+
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+        self._tree: TenantTree | None = None
+        self._nodes: list[Node] | None = None
+
+    def tree(self, s: Session) -> TenantTree:
+        if self._tree is None:
+            self._tree = TenantRepo(s).tree()
+        return self._tree
+
+    def nodes(self, s: Session) -> list[Node]:
+        if self._nodes is None:
+            self._nodes = check_nodes(self.ctx, s)
+        return self._nodes
+
+
 def check_multi_node(req: Request, kind: WorkloadKind, supported: bool, engine: str) -> None:
     """Raise ValidationError for a multi-node request the engine or the kind cannot run."""
     if req.nodes == 1:
@@ -200,16 +232,19 @@ def submit(
     *,
     workload_id: str | None = None,
     dry_run: bool = False,
+    seen: SubmitInputs | None = None,
 ) -> WorkloadOut:
     """Validate (in a read transaction), then insert (a short write transaction). The checks
     are advisory: a quota changed in between is caught by the scheduler. `on_insert` runs in
     the insert's transaction (services.idempotency binds its key there). `workload_id`: the
-    id to use (an engine's, services.external); `dry_run`: check only, store nothing."""
+    id to use (an engine's, services.external); `dry_run`: check only, store nothing;
+    `seen`: the tenant tree and nodes to check against, shared by several submissions (one
+    intake pass); None: read from the store for this one."""
     now = ctx.clock.now()
     check_command(body.command, os_arg_limits(), env=body.env)  # what nothing could launch
     check_declared_env(body.env)
     with ctx.store.read() as s:
-        tree = TenantRepo(s).tree()
+        tree = seen.tree(s) if seen is not None else TenantRepo(s).tree()
         tenant = _pick_tenant(p, tree, body.tenant)
         profile = None
         if body.profile is not None:
@@ -247,8 +282,7 @@ def submit(
         req = w.request
         multi = isinstance(ctx.executor, ExecutorWithMultiNode)
         check_multi_node(req, kind, multi, ctx.executor.name)
-        nodes = [n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name)]
-        nodes += nodepools.reachable_nodes(ctx, s)  # node pools (issue 34): nodes to come
+        nodes = seen.nodes(s) if seen is not None else check_nodes(ctx, s)
         check_can_ever_run(req, tenant, tree, nodes, ctx.settings.scheduler.policy)
     refused = notebooks.one_account_refusal(ctx, w)
     if refused is not None:
