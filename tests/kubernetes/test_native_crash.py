@@ -9,13 +9,9 @@ kill or after it, nothing is lost, and each object is one workload in gpupool.""
 from __future__ import annotations
 
 import collections
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,50 +22,26 @@ from gpupool.engines.kubernetes import native
 from gpupool.engines.kubernetes.podstatus import node_of
 from gpupool.store import AllocationRepo, WorkloadRepo, open_store
 from tests.kubernetes.test_native import GFD, _job, _kubectl, _pod
-from tests.support import end_process, free_port, wait_for
+from tests.support import GpupoolUp, free_port, wait_for
 
 NS = "gpupool-default"
 API = "/api/v1"
 PASSWORD = "native crash password"
-GPUPOOL = [sys.executable, "-c", "from gpupool.cli.main import run; run()"]
 PODS = ("pod-a", "pod-b", "pod-c")
 JOB = "train"
 pytestmark = pytest.mark.slow
 
 
-class NativeUp:
-    """A real `gpupool up --engine kubernetes` with its admission webhook on `hook_port`,
-    its output read by a thread."""
-
-    def __init__(self, kubeconfig: Path, data_dir: Path, port: int, hook_port: int) -> None:
-        env = dict(os.environ, GPUPOOL_ADMIN_PASSWORD=PASSWORD, PYTHONUNBUFFERED="1")
-        env.pop("GPUPOOL_DATABASE_URL", None)
-        self.proc = subprocess.Popen(
-            [*GPUPOOL, "up", "--engine", "kubernetes", "--kubeconfig", str(kubeconfig),
-             "--kubernetes-webhook-port", str(hook_port),
-             "--kubernetes-webhook-service", "127.0.0.1",
-             "--data-dir", str(data_dir), "--port", str(port), "--no-jupyterhub",
-             "--workers", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        )  # fmt: skip
-        self.url = f"http://127.0.0.1:{port}{API}"
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if "Uvicorn running on" in line:
-                self.ready.set()
-        self.ready.set()
-
-    def wait_ready(self) -> dict[str, str]:
-        """Wait until it serves; the admin's headers."""
-        assert self.ready.wait(90) and self.proc.poll() is None, "".join(self.lines)
-        r = httpx.post(f"{self.url}/auth/login", json={"username": "admin", "password": PASSWORD})
-        return {"Authorization": f"Bearer {r.json()['token']}"}
+def _up(kubeconfig: Path, data_dir: Path, port: int, hook_port: int) -> GpupoolUp:
+    """A real `gpupool up --engine kubernetes` with its admission webhook on `hook_port`."""
+    return GpupoolUp(
+        ["--engine", "kubernetes", "--kubeconfig", str(kubeconfig),
+         "--kubernetes-webhook-port", str(hook_port),
+         "--kubernetes-webhook-service", "127.0.0.1",
+         "--data-dir", str(data_dir), "--no-jupyterhub", "--workers", "0"],
+        port,
+        PASSWORD,
+    )  # fmt: skip
 
 
 def _objects(kube) -> dict[tuple[str, str], dict[str, Any]]:
@@ -127,7 +99,7 @@ def test_kill_9_between_admissions_leaves_nothing_half_admitted(kube):
     port, hook_port = free_port(), free_port()
     # the chart's MutatingWebhookConfiguration, its caBundle empty: gpupool sets it
     kube.native.register_webhook(f"https://127.0.0.1:{hook_port}/mutate", b"")
-    ups = [NativeUp(kubeconfig, data, port, hook_port)]
+    ups = [_up(kubeconfig, data, port, hook_port)]
     try:
         ups[0].wait_ready()
         core, batch = _kubectl(kube)
@@ -161,13 +133,15 @@ def test_kill_9_between_admissions_leaves_nothing_half_admitted(kube):
         assert admitted == {wids[k] for k in first}, (admitted, first)
         assert allocs[wids[first[0]]][0].nodes == (_pinned(at_kill[first[0]]),)
 
-        ups.append(NativeUp(kubeconfig, data, port, hook_port))
-        h = ups[1].wait_ready()
+        ups.append(_up(kubeconfig, data, port, hook_port))
+        ups[1].wait_ready()
+        h = ups[1].login()
 
         def all_done() -> bool:
             _kubelet(kube)
             got = [
-                httpx.get(f"{ups[1].url}/workloads/{w}", headers=h).json() for w in wids.values()
+                httpx.get(f"{ups[1].url}{API}/workloads/{w}", headers=h).json()
+                for w in wids.values()
             ]
             return all(w["state"] == "succeeded" for w in got)
 
@@ -191,10 +165,10 @@ def test_kill_9_between_admissions_leaves_nothing_half_admitted(kube):
                 [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-1"]}]
             ]
         for wid in wids.values():
-            got = httpx.get(f"{ups[1].url}/workloads/{wid}", headers=h).json()
+            got = httpx.get(f"{ups[1].url}{API}/workloads/{wid}", headers=h).json()
             kinds = {e["kind"] for e in got["events"]}
             assert not kinds & {"workload.lost", "workload.requeued"}, (wid, kinds)
     finally:
         for up in ups:
-            end_process(up.proc)
+            up.stop()
         shutil.rmtree(data, ignore_errors=True)
