@@ -138,8 +138,10 @@ class ForecastOut(Out):
     """When pending work is expected to start: the scheduler run forward on a copy of the
     cluster with estimated run times (docs/scheduler.md, "Forecasts"). `expected`: with
     typical (p50) run times; `latest`: with long (p90) ones; null: not before `until`, the
-    end of the forecast's horizon. Renewed every 30 s or so (`made_at`: when it last
-    changed)."""
+    end of the forecast's horizon. Renewed by a background pass every 30 s on a small
+    cluster, less often as a pass grows costly (about every 20-30 min at 1,000 nodes with
+    10,000 pending); work submitted meanwhile has none until the next pass (`made_at`:
+    when it last changed)."""
 
     #: ISO 8601 UTC
     expected: str | None = None
