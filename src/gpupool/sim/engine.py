@@ -42,6 +42,7 @@ from gpupool.scheduler.types import (
     SchedulerConfig,
     Snapshot,
 )
+from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
 from gpupool.sim.scenario import Scenario
@@ -133,14 +134,20 @@ class Simulator(Wakeups):
         self.cache: SchedulerCache | None = None
         if cycle_fn is None:
             cache = self.cache = SchedulerCache()
-            rules = TimeRules(reservations=scenario.reservations)  # issue 35: reservations
+            booked = scenario.reservations  # issue 35: reservations and budgets
 
             def cycle_fn(
                 snap: Snapshot, pending: Sequence[Workload], now: float, config: SchedulerConfig
             ) -> Decisions:
+                spent = self.budgets.states() if self.budgets is not None else ()
+                rules = TimeRules(spent, booked)
                 return cycle_timed(snap, pending, now, config, cache, rules)
 
         self.s = scenario
+        #: GPU-hours used per budget this period (None: the scenario has no budgets)
+        self.budgets = (
+            BudgetMeter(scenario.budgets, scenario.nodes, 0.0) if scenario.budgets else None
+        )
         self.cycle_fn = cycle_fn
         self.clock = ManualClock(0.0)
         self.sample_every_s = sample_every_s
@@ -248,6 +255,8 @@ class Simulator(Wakeups):
                 if a:
                     for anc in self.ancestors[ten]:
                         self.attained[anc] += a * dt
+        if self.budgets is not None:
+            self.budgets.advance(t)
         self.last_t = t
         self.clock.set(t)
 
@@ -333,6 +342,8 @@ class Simulator(Wakeups):
         if rec.first_start is None:
             rec.first_start = t
         self.running[wid] = RunningWorkload(w, alloc)
+        if self.budgets is not None:
+            self.budgets.take(w, alloc, +1)
         self.alloc[w.tenant] += alloc.gpu_milli
         self.demand_changed = True
         self._push(t + rec.duration - rec.progress, _COMPLETE, wid, rec.epoch)
@@ -355,6 +366,8 @@ class Simulator(Wakeups):
         if self.levels and w.checkpointing and w.preemptible:
             self.ckpt_running[w.tenant] -= 1
         self._take(rw.allocation, -1)
+        if self.budgets is not None:
+            self.budgets.take(w, rw.allocation, -1)
         self.alloc[rw.workload.tenant] -= rw.allocation.gpu_milli
         self.demand_changed = True
         rec.run_time += t - (rec.last_start if rec.last_start is not None else t)

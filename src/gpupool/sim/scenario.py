@@ -29,6 +29,7 @@ from gpupool.domain import (
     Workload,
     WorkloadKind,
 )
+from gpupool.domain.budgets import Budget
 from gpupool.domain.errors import ValidationError as DomainValidationError
 from gpupool.domain.mig import layout_for_gpu
 from gpupool.domain.placement import ENGINE_LABEL, MPS_LABEL, MULTI_NODE_LABEL
@@ -38,6 +39,7 @@ from gpupool.scheduler.limits import TENANT
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig
 from gpupool.sim.bookings import ReservationSpec, build_reservations
+from gpupool.sim.budgets import BudgetSpec, build_budgets
 from gpupool.sim.scenario_errors import ScenarioError, validate
 
 MIB_PER_GIB = 1024
@@ -189,6 +191,8 @@ class ScenarioFile(_Strict):
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     #: advance reservations (gpupool.sim.bookings)
     reservations: list[ReservationSpec] = Field(default_factory=list)
+    #: GPU-hour budgets per tenant and calendar period (gpupool.sim.budgets)
+    budgets: list[BudgetSpec] = Field(default_factory=list)
 
 
 class ClusterFile(_Strict):
@@ -231,6 +235,8 @@ class Scenario:
     checkpoint_loss_s: float = 60.0
     #: advance reservations kept during the replay (gpupool.sim.bookings)
     reservations: tuple[Reservation, ...] = ()
+    #: GPU-hour budgets metered during the replay (gpupool.sim.budgets)
+    budgets: tuple[Budget, ...] = ()
 
     @property
     def capacity_milli(self) -> int:
@@ -500,6 +506,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
         pending_window=f.scheduler.pending_window,
         checkpoint_loss_s=f.scheduler.checkpoint_loss_s,
         reservations=build_reservations(f.reservations, tenants, nodes),
+        budgets=build_budgets(f.budgets, tenants),
     )
 
 

@@ -4,7 +4,9 @@ A mixin of `gpupool.sim.engine.Simulator` (it reads the simulator's state, chang
 time alone changes a cycle's outcome only when running work passes `min_runtime_s` (or, for
 checkpointing work, a service level) or waiting work passes `reclaim_after_s` — and only
 while a reclaim or a service-level preemption is possible at all — or when an advance
-reservation's window opens or closes while work waits.
+reservation's window opens or closes, or a `hold` or `borrow-only` budget is spent or resets,
+while work waits. While such a budget is spent no cycle is skipped as futile (its tenant's
+guarantee is not what `guarantee` says).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpupool.domain import Workload
+from gpupool.sim.budgets import BudgetMeter
 
 
 class Wakeups:
@@ -35,12 +38,15 @@ class Wakeups:
     reclaim_due_heap: list[tuple[float, str]]
     records: dict[str, Any]
     s: Any
+    budgets: BudgetMeter | None
 
     def _reclaim_possible(self, tenants: Iterable[str] | None = None) -> bool:
         """Some tenant with waiting work (of `tenants`; default all) is below its guarantee
         at some level of the tree while a sibling branch at that level is over its own (holds
         borrowed GPUs a reclaim could take back). Without such a pair no reclaim can happen,
-        whatever the time."""
+        whatever the time (or a budget is in force: then it may)."""
+        if self.budgets is not None and self.budgets.in_force():
+            return True
         used: dict[str, int] = {}
         for ten in self.leaves:
             for anc in self.ancestors[ten]:
@@ -64,6 +70,8 @@ class Wakeups:
         tenant could reclaim (see `_reclaim_possible`)."""
         if sum(self.alloc.values()) < self.capacity:
             return False
+        if self.budgets is not None and self.budgets.in_force():
+            return False
         if any(not w.request.wants_gpu for w in new_subs):
             return False
         if not self.preempting:
@@ -83,9 +91,9 @@ class Wakeups:
         """When time alone could change the next cycle's outcome; None if never."""
         due = self._reclaim_wakeup(t)
         booked = self._booking_wakeup(t)  # issue 35: a reservation's window opens or closes
-        if booked is None:
-            return due
-        return booked if due is None else min(due, booked)
+        spent = self.budgets.wakeup(t) if self.budgets is not None and self.pending else None
+        at = [x for x in (due, booked, spent) if x is not None]
+        return min(at, default=None)
 
     def _booking_wakeup(self, t: float) -> float | None:
         """The next start or end of an advance reservation after `t` while work waits (at
