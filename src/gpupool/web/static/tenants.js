@@ -60,9 +60,10 @@
     timeRules().catch(() => {});
   }
 
-  /** Budgets (tenant-admins and admins see them) and reservations (issue 35). */
+  /** Budgets (tenant-admins and admins see them) and reservations (issue 35): the list shows
+   * those not over; the calendar (calendar.js) all that fall in its range. */
   async function timeRules() {
-    const [bs, rs] = await Promise.all([GP.get("/budgets").catch(() => []), GP.get("/reservations")]);
+    const [bs, rs] = await Promise.all([GP.get("/budgets").catch(() => []), GP.get("/reservations?past=true")]);
     const hrs = (x) => (Math.round(x * 10) / 10).toString();
     document.getElementById("budgets-section").hidden = !bs.length;
     GP.fillTable("budgets", bs.map((b) => h("tr", { class: b.over ? "over" : "" },
@@ -70,7 +71,8 @@
       h("td", { class: "num" }, `${hrs(b.used_gpu_hours)} / ${hrs(b.gpu_hours)}`),
       h("td", {}, b.over ? h("span", { class: "badge borrowing" }, `over: ${b.mode}`) : b.mode),
       h("td", {}, GP.when(b.resets_at)))), "No budgets.");
-    GP.fillTable("reservations", rs.map((r) => h("tr", {},
+    GP.calendar(rs);
+    GP.fillTable("reservations", rs.filter((r) => r.state !== "over").map((r) => h("tr", {},
       h("td", {}, r.name || r.id), h("td", {}, r.users.length ? `${r.tenant} (${r.users.join(", ")})` : r.tenant),
       h("td", { class: "num" }, `${r.gpus}${r.model ? " " + r.model : ""}`),
       h("td", {}, GP.when(r.start)), h("td", {}, GP.when(r.end)), h("td", {}, r.state))), "No reservations.");
