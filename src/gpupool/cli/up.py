@@ -154,6 +154,18 @@ def _parameters() -> list[inspect.Parameter]:
             typer.Option("info", "--log-level", metavar="LEVEL", help="debug, info, warning."),
         ),
         _param(
+            "budget_webhook",
+            str | None,
+            typer.Option(
+                None,
+                "--budget-webhook",
+                metavar="URL",
+                help="POST a JSON message to this http(s) URL when a tenant's GPU-hour budget "
+                "is spent, once per period (default: $GPUPOOL_BUDGET_WEBHOOK_URL, or none).",
+                show_default=False,
+            ),
+        ),
+        _param(
             "jupyterhub",
             bool | None,
             typer.Option(
@@ -214,6 +226,7 @@ def register(app: typer.Typer) -> None:
             jupyterhub=values["jupyterhub"],
             hub_port=values["hub_port"],
             workers=_choose_workers(values["workers"]),
+            budget_webhook=values["budget_webhook"],
         )
 
     up.__signature__ = inspect.Signature(_parameters())  # type: ignore[attr-defined]
@@ -247,14 +260,18 @@ def serve(
     engine: str = "local",
     options: object | None = None,
     engines: Sequence[tuple[str, object]] = (),
+    budget_webhook: str | None = None,
 ) -> None:
     """Build the system from the flags and serve until interrupted (see the module):
     `engine` names an engine of `ENGINES`, `options` are its options (None: defaults);
     `engines`, when given, are every engine to run in one pool, (name, options) each, the
-    default first (`engine` and `options` are then ignored)."""
+    default first (`engine` and `options` are then ignored). `budget_webhook`: where a spent
+    budget is POSTed (None: $GPUPOOL_BUDGET_WEBHOOK_URL, if set)."""
+    import dataclasses
     import logging
 
     from gpupool.server.settings import Settings
+    from gpupool.server.webhook import webhook_url
     from gpupool.system import SetupError, SystemSettings, build_system
 
     if not engines:
@@ -275,6 +292,9 @@ def serve(
         server = Settings.from_env(
             database_url=os.environ.get("GPUPOOL_DATABASE_URL", f"sqlite:///{data_dir}/gpupool.db")
         )
+        if budget_webhook is not None:
+            url = webhook_url(budget_webhook, "--budget-webhook")
+            server = dataclasses.replace(server, budget_webhook_url=url)
     except ValueError as e:  # a GPUPOOL_* variable that does not parse
         _say(f"error: {e}")
         raise typer.Exit(2) from None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from gpupool.domain.retries import StartRetryPolicy
 from gpupool.scheduler.types import SchedulerConfig
+from gpupool.server.webhook import webhook_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,8 @@ class Settings:
     mig_relayout: re-cut idle `mig` GPUs for waiting MIG requests no layout serves
         (gpupool.scheduler.mig_relayout), where the engine can change layouts; off by
         default (GPUPOOL_MIG_RELAYOUT=1).
+    budget_webhook_url: where a spent GPU-hour budget is announced with a JSON POST, besides
+        the `budget.spent` event (gpupool.server.webhook); None: no POST.
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -65,6 +68,7 @@ class Settings:
     cookie_secure: bool = False
     mig_relayout: bool = False
     max_pending_per_user: int = 1000
+    budget_webhook_url: str | None = None
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -72,7 +76,7 @@ class Settings:
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
         GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_MAX_PENDING_PER_USER, GPUPOOL_COOKIE_SECURE,
-        GPUPOOL_LAUNCH_GRACE_S,
+        GPUPOOL_LAUNCH_GRACE_S, GPUPOOL_BUDGET_WEBHOOK_URL,
         GPUPOOL_START_MAX_ATTEMPTS,
         GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S; the scheduler's
         GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, ..., see
@@ -82,6 +86,8 @@ class Settings:
         values: dict[str, object] = {}
         if "GPUPOOL_DATABASE_URL" in env:
             values["database_url"] = env["GPUPOOL_DATABASE_URL"]
+        if env.get("GPUPOOL_BUDGET_WEBHOOK_URL", "").strip():
+            values["budget_webhook_url"] = webhook_url(env["GPUPOOL_BUDGET_WEBHOOK_URL"])
         for key, conv in (
             ("token_ttl_s", float),
             ("max_body_bytes", int),

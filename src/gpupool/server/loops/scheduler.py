@@ -38,6 +38,7 @@ from gpupool.server.loops.autoscale import node_pool_demand
 from gpupool.server.loops.base import Loop
 from gpupool.server.services import budgets, lifecycle, notebooks
 from gpupool.server.services.reservations import NOTICE_S, notify_stops
+from gpupool.server.webhook import Webhook
 from gpupool.store import (
     AllocationRepo,
     Conflict,
@@ -106,6 +107,9 @@ class SchedulerLoop(Loop):
         self._retrying: list[Workload] = []
         #: (budget id, period) spent and announced (the store remembers across restarts)
         self._announced: set[tuple[int, str]] = set()
+        #: where a spent budget is also announced with a JSON POST (None: nowhere)
+        url = ctx.settings.budget_webhook_url
+        self.webhook = Webhook(url) if url else None
         #: (workload id, reservation id) told of a stop at the reservation's start
         self._noticed: set[tuple[str, str]] = set()
 
@@ -132,14 +136,18 @@ class SchedulerLoop(Loop):
 
     def time_rules(self, now: float) -> TimeRules:
         """Budgets (where each stands this period) and the reservations not yet over, from
-        the store; a budget spent this period is announced once (`budget.spent` event)."""
+        the store; a budget spent this period is announced once (`budget.spent` event, and
+        the webhook's POST, queued for its thread: never waited on here)."""
         with self.ctx.store.read() as s:
             rules, states = budgets.time_rules(s, now)
         spent = {(i, st.period.label) for i, st in states if st.over} - self._announced
         if spent:
             with self.ctx.store.write() as s:
-                budgets.announce(s, states, now)
+                told = budgets.announce(s, states, now)
             self._announced |= spent
+            if self.webhook is not None:
+                for e in told:
+                    self.webhook.send(budgets.webhook_payload(e))
         return rules
 
     def reservation_notices(self, snap: Snapshot, rules: TimeRules, now: float) -> None:

@@ -4,6 +4,8 @@ them each cycle (`time_rules`) and announces a spent budget once per period (`an
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -132,6 +134,20 @@ def announce(s: Session, states: list[tuple[int, BudgetState]], now: float) -> l
         repo.set_warned(bid, st.period.label)
         out.append(e)
     return out
+
+
+def webhook_payload(e: Event) -> dict[str, Any]:
+    """The JSON the budget webhook receives for a `budget.spent` event: `kind`, `at` (epoch
+    seconds) and ISO 8601 `time`, `tenant`, `message`, and the event's data (`budget` id,
+    `period`, `used_gpu_hours`, `gpu_hours`, `mode`, `resets_at`)."""
+    return {
+        "kind": e.kind,
+        "at": e.at,
+        "time": datetime.fromtimestamp(e.at, UTC).isoformat(),
+        "tenant": e.tenant,
+        "message": e.message,
+        **dict(e.data),
+    }
 
 
 def forecast_tenant_holds(ctx: AppContext) -> Callable[[float], dict[str, float]]:
