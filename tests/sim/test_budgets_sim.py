@@ -126,3 +126,19 @@ def test_two_budgets_for_one_tenant_and_period_are_refused():
     with pytest.raises(ScenarioError) as e:
         parse_scenario(_scenario([], two))
     assert "a second monthly budget for lab; keep one" in str(e.value)
+
+
+def test_budgets_with_node_pools_are_refused_not_ignored(tmp_path):
+    from gpupool.sim.autoscale import load_pool_scenario
+
+    f = tmp_path / "pools.yaml"
+    f.write_text(
+        "cluster: {nodes: []}\n"
+        "tenants: [{name: lab, guaranteed_gpus: 0}]\n"
+        "node_pools: [{name: p, gpus: 8, max_nodes: 2}]\n"
+        "workloads: [{id: a, tenant: lab, gpus: 1, duration: 60}]\n"
+        "budgets: [{tenant: lab, gpu_hours: 1, mode: hold}]\n"
+    )
+    with pytest.raises(ScenarioError) as e:
+        load_pool_scenario(f)
+    assert "budgets: not replayed with node_pools" in str(e.value)

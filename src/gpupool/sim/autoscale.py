@@ -360,6 +360,11 @@ def load_pool_scenario(path: str | Path, policy: Any = None) -> tuple[Scenario, 
     if not isinstance(data, dict) or "node_pools" not in data:
         raise ScenarioError(["no node_pools in this scenario"], str(path))
     data = dict(data)
+    if data.get("budgets"):  # issue 35: this replay runs the plain cycle, without them
+        raise ScenarioError(
+            ["budgets: not replayed with node_pools; simulate them in a scenario without pools"],
+            str(path),
+        )
     pools = parse_pools(data.pop("node_pools"))
     cluster = dict(data.get("cluster") or {})
     fixed = list(cluster.get("nodes") or [])
