@@ -480,7 +480,12 @@ def queue(
         q = api().get("/queue", params={"tenant": tenant} if tenant else {})
         if tables.wants_json(output, as_json):
             return _print_json(q)
-        tables.show(out, QUEUE_COLUMNS, q, output, empty="nothing is waiting")
+        # STARTS only when some entry has a forecast: an all-"-" column would take the
+        # reason's room for nothing
+        cols = QUEUE_COLUMNS
+        if not any(e.get("forecast") for e in q):
+            cols = tuple(c for c in QUEUE_COLUMNS if c.header != "STARTS")
+        tables.show(out, cols, q, output, empty="nothing is waiting")
 
     go()
 
