@@ -463,7 +463,7 @@ QUEUE_COLUMNS = (
     Col("PRIORITY", lambda e: e["workload"]["priority"], wide=True, right=True),
     Col("ASKS", lambda e: asks_text(e["workload"]["request"])),
     Col("AGE", lambda e: tables.age(e["workload"]["submitted_at"]), wide=True),
-    Col("STARTS", lambda e: starts_cell(e.get("forecast"))),
+    Col("STARTS", lambda e: starts_cell(e.get("forecast")), sparse=True),
     Col("WHY IT WAITS", lambda e: e["reason"], wrap=True),
 )
 
@@ -480,12 +480,7 @@ def queue(
         q = api().get("/queue", params={"tenant": tenant} if tenant else {})
         if tables.wants_json(output, as_json):
             return _print_json(q)
-        # STARTS only when some entry has a forecast: an all-"-" column would take the
-        # reason's room for nothing
-        cols = QUEUE_COLUMNS
-        if not any(e.get("forecast") for e in q):
-            cols = tuple(c for c in QUEUE_COLUMNS if c.header != "STARTS")
-        tables.show(out, cols, q, output, empty="nothing is waiting")
+        tables.show(out, QUEUE_COLUMNS, q, output, empty="nothing is waiting")
 
     go()
 

@@ -54,7 +54,8 @@ class Col:
     """One column: its header, how to get its cell from an item, and when it shows.
 
     `wide`: only with `-o wide`. `wrap`: free text that may wrap onto more lines (every other
-    column is printed whole). `right`: right-aligned (numbers).
+    column is printed whole). `right`: right-aligned (numbers). `sparse`: left out when no
+    item has a value in it (every cell "-"), so that it takes no room for nothing.
     """
 
     header: str
@@ -62,6 +63,7 @@ class Col:
     wide: bool = False
     wrap: bool = False
     right: bool = False
+    sparse: bool = False
 
 
 def cell(value: Any) -> str:
@@ -75,7 +77,12 @@ def build(cols: Sequence[Col], items: Iterable[Any], *, wide: bool = False) -> T
     their longest word), so a table that must be narrower than that is printed wider (see
     `print_fit`) instead of cutting cells.
     """
-    shown = [c for c in cols if wide or not c.wide]
+    items = list(items)
+    shown = [
+        c
+        for c in cols
+        if (wide or not c.wide) and not (c.sparse and all(cell(c.get(i)) == "-" for i in items))
+    ]
     rows = [[cell(c.get(item)) for c in shown] for item in items]
     t = Table(box=None, pad_edge=False, header_style="bold")
     for i, c in enumerate(shown):
