@@ -103,7 +103,9 @@ _wait_for() {  # _wait_for SECONDS CMD...: bounded polling, 0.2 s steps
 }
 _SLURM_PIDS=()
 _SLURM_DEVS=()
-_slurm_pid() { [ -f "$1" ] && _SLURM_PIDS+=("$(cat "$1")"); }
+# (true when there is no pid file: callers run under set -e, and a glob with no match is
+# passed on as itself)
+_slurm_pid() { if [ -f "$1" ]; then _SLURM_PIDS+=("$(cat "$1")"); fi; }
 
 start_slurm() {
   [ -n "${GPUPOOL_TEST_SLURM:-}" ] && return
@@ -259,8 +261,8 @@ EOF
     _slurm_all_idle() { [ "$(sinfo -h -N -o '%t' | grep -cx 'idle~*')" -ge "$nodes" ]; }
     _wait_for 30 _slurm_all_idle || { _slurm_fail "not all $nodes nodes became idle ($(sinfo -h -N -o '%N %t' 2>&1))" "$S/log/slurmd-$H.log"; return; }
     export GPUPOOL_TEST_SLURM=1 GPUPOOL_TEST_SLURM_HOLD="$S/hold"
-    [ -n "$_CLOUD" ] && export GPUPOOL_TEST_SLURM_POWER="$S"
-    return
+    if [ -n "$_CLOUD" ]; then export GPUPOOL_TEST_SLURM_POWER="$S"; fi
+    return 0  # callers run under set -e
   fi
   slurmd -N "$H" >/dev/null 2>&1 || { _slurm_fail "slurmd did not start" "$S/log/slurmd.log"; return; }
   _wait_for 10 test -s "$S/run/slurmd.pid"; _slurm_pid "$S/run/slurmd.pid"
