@@ -33,6 +33,11 @@ def test_add_ls_set_rm(env):  # noqa: F811
     assert gp("node-pool", "set", "gpu-h100", token=t).exit_code == 2
     r = gp("node-pool", "add", "x", "--gpus", "1", "--gpu-model", "A", token=t)
     assert r.exit_code == 2 and "give --cpus" in r.output
+    # --label is checked as the server checks node labels (as `run --node-label` is)
+    r = gp("node-pool", "set", "gpu-h100", "--label", "cloud", token=t)
+    assert r.exit_code == 2 and "--label" in r.output and "KEY=VALUE" in r.output
+    r = gp("node-pool", "set", "gpu-h100", "--label", "a=1", "--label", "a=2", token=t)
+    assert r.exit_code == 2 and "given twice" in r.output
     r = gp(
         "node-pool", "add", "bad", "--cpus", "1", "--memory", "1G", "--boot-seconds", "0", token=t
     )

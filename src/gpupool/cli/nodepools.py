@@ -8,6 +8,7 @@ import typer
 
 from gpupool.cli import tables
 from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli.submit import parse_node_labels
 from gpupool.cli.tables import Col, Output
 
 pool_app = typer.Typer(
@@ -97,11 +98,7 @@ def _body(
     if memory:
         body["memory_mib"] = parse_mib(memory, "--memory")
     if label:
-        pairs = [x.partition("=") for x in label]
-        bad = [x for x, (_, eq, _) in zip(label, pairs, strict=True) if not eq]
-        if bad:
-            raise CliError(f"--label {bad[0]!r}: write it as KEY=VALUE", 2)
-        body["labels"] = {k: v for k, _, v in pairs}
+        body["labels"] = parse_node_labels(label, "--label")
     return body
 
 

@@ -190,16 +190,17 @@ def run(
     go()
 
 
-def parse_node_labels(pairs: list[str]) -> dict[str, str]:
-    """`--node-label KEY=VALUE` options as a mapping, each checked as the server does."""
+def parse_node_labels(pairs: list[str], flag: str = "--node-label") -> dict[str, str]:
+    """`--node-label KEY=VALUE` options (or another `flag`'s) as a mapping, each checked as
+    the server does."""
     labels: dict[str, str] = {}
     for pair in pairs:
         try:
             key, value = parse_label(pair)
         except ValidationError as e:
-            raise CliError(f"--node-label: {e}", 2) from None
+            raise CliError(f"{flag}: {e}", 2) from None
         if labels.get(key, value) != value:
-            raise CliError(f"--node-label {key} is given twice with different values", 2)
+            raise CliError(f"{flag} {key} is given twice with different values", 2)
         labels[key] = value
     return labels
 
