@@ -7,7 +7,15 @@ import dataclasses
 from gpupool.domain import Request
 from gpupool.domain.nodepools import NodeRequest, PoolNode, PoolNodeState
 from gpupool.scheduler import cycle
-from gpupool.scheduler.autoscale import PoolView, ScaleDown, ScaleUp, capacity_bound, plan
+from gpupool.scheduler.autoscale import (
+    PoolView,
+    ScaleDown,
+    ScaleUp,
+    capacity_bound,
+    plan,
+    rescue,
+)
+from gpupool.scheduler.types import Policy
 from tests.pools import h100_pool
 from tests.scheduler.builders import job, node, running, snapshot, tenant
 
@@ -150,3 +158,24 @@ def test_idle_nodes_go_back_after_idle_seconds_never_below_min_nodes():
     assert [d.node for d in two.scale_down] == ["h0"]
     # nothing goes back while work waits that the pool serves
     assert plan([PoolView(pool, nodes)], [job("w", gpus=8)], (), 700.0).scale_down == ()
+
+
+def test_a_pool_serves_only_what_feasibility_says_its_nodes_could_hold():
+    """Pool nodes come with exclusive GPUs: a fraction no present node can hold is failed
+    with the scheduler's reason, and no node is bought for it (under `fifo` it takes a
+    whole GPU, and a pool's node holds it); a gang of more nodes than the pool may have
+    is failed too, where no present node helps it."""
+    snap = snapshot([node("n1", gpus=0)], [tenant("lab-a")])
+    frac = job("frac", fraction=0.5)
+    gang = dataclasses.replace(job("gang", gpus=40), request=Request(gpus=40, nodes=5))
+    pending = [frac, gang]
+    d = cycle(snap, pending, 100.0)
+    assert set(d.unschedulable) == {"frac", "gang"}
+    fair = rescue(d, pending, [H100], snap.tenants, Policy.FAIR)
+    assert set(fair.unschedulable) == {"frac", "gang"}
+    assert plan([PoolView(H100)], [frac], (), 100.0).scale_up == ()
+    fifo = rescue(d, pending, [H100], snap.tenants, Policy.FIFO)
+    assert set(fifo.unschedulable) == {"gang"} and "frac" in fifo.pending
+    assert plan([PoolView(H100)], [frac], (), 100.0, policy=Policy.FIFO).scale_up == (
+        ScaleUp("gpu-h100", 1, ("frac",)),
+    )

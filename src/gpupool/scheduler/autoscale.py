@@ -24,22 +24,25 @@ waits for capacity like any other; nothing waits on a node that does not come.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from gpupool.domain import MILLI_PER_GPU, Allocation, TenantTree, Workload
 from gpupool.domain.nodepools import (
-    POOL_LABEL,
     NodePool,
     NodeRequest,
     PoolNode,
     PoolNodeState,
     RequestState,
 )
-from gpupool.domain.placement import ENGINE_LABEL
-from gpupool.scheduler.limits import Usage, limit_check, never_within_limits
-from gpupool.scheduler.types import Decisions, Snapshot, WaitKind, pending_info
+from gpupool.domain.placement import ENGINE_LABEL, MULTI_NODE_LABEL
+from gpupool.scheduler.capacity import MIG
+from gpupool.scheduler.feasibility import never_runs, request_shape
+from gpupool.scheduler.limits import Usage, limit_check
+from gpupool.scheduler.reasons import Hardware
+from gpupool.scheduler.types import Decisions, Policy, Snapshot, WaitKind, pending_info
 
 UP = PoolNodeState.UP
 BOOTING = PoolNodeState.BOOTING
@@ -209,10 +212,15 @@ class _Free:
 
 
 def rescue(
-    d: Decisions, pending: Sequence[Workload], pools: Sequence[NodePool], tree: TenantTree
+    d: Decisions,
+    pending: Sequence[Workload],
+    pools: Sequence[NodePool],
+    tree: TenantTree,
+    policy: Policy,
 ) -> Decisions:
-    """`d` with the work no present node could ever hold, but a node of one of `pools`
-    could (and no limit forbids), moved from `unschedulable` back to waiting."""
+    """`d` with the work no present node could ever hold, but the nodes of one of `pools`
+    could (`feasibility.never_runs` asked with the pool's nodes: its hardware, the tenant,
+    the limits under `policy`), moved from `unschedulable` back to waiting."""
     if not d.unschedulable or not pools:
         return d
     by_id = {w.id: w for w in pending}
@@ -220,8 +228,11 @@ def rescue(
         wid
         for wid in d.unschedulable
         if (w := by_id.get(wid)) is not None
-        and any(serves(p, w) for p in pools)
-        and never_within_limits(tree, w.tenant, request_milli(w)) is None
+        and any(
+            never_runs(w.request, w.tenant, tree, pool_hardware(p), policy, fixed_mig_layouts=True)
+            is None
+            for p in pools
+        )
     }
     if not saved:
         return d
@@ -238,24 +249,22 @@ def rescue(
 # -- 2. the plan ----------------------------------------------------------------------------
 
 
-def serves(pool: NodePool, w: Workload) -> bool:
-    """Whether one node of `pool` (or `nodes` of them, for a gang) could hold `w`."""
-    r = w.request
-    if r.mig is not None:
-        return False  # pool nodes come without a MIG layout
-    per_node = r.gpus // r.nodes if r.gpus else 0
-    if per_node > pool.gpus or (r.gpu_milli and not pool.gpus):
-        return False
-    if r.gpu_model is not None and (per_node or r.gpu_milli) and r.gpu_model != pool.gpu_model:
-        return False
-    if r.gpu_memory_mib and pool.gpu_memory_mib and r.gpu_memory_mib > pool.gpu_memory_mib:
-        return False
-    if r.cpu_milli > pool.cpu_milli or r.memory_mib > pool.memory_mib:
-        return False
-    if r.engine is not None and pool.engine is not None and r.engine != pool.engine:
-        return False
-    labels = {**pool.label_map, POOL_LABEL: pool.name}
-    return all(labels.get(k) == v for k, v in r.node_labels)
+@functools.lru_cache(maxsize=64)
+def pool_hardware(pool: NodePool) -> Hardware:
+    """What `pool` could hold, as the scheduler's feasibility rule sees nodes: `max_nodes`
+    nodes of its shape (`NodePool.node`; a gang needs several), exclusive GPUs without a
+    MIG layout. A pool of one engine gets its engine label (and may hold gangs: the engine
+    that runs a pool's nodes is asked for a gang's nodes at once)."""
+    extra = ((ENGINE_LABEL, pool.engine), (MULTI_NODE_LABEL, "true")) if pool.engine else ()
+    return Hardware(tuple(pool.node(f"{pool.name}-{i}", extra) for i in range(pool.max_nodes)))
+
+
+def serves(pool: NodePool, w: Workload, policy: Policy) -> bool:
+    """Whether one node of `pool` could hold `w` (a gang: its part on each node; how many
+    nodes the pool may have is `plan`'s to count) under `policy`: the hardware part of
+    `feasibility.never_runs` (a MIG instance never: pool nodes come without a layout)."""
+    shape = request_shape(w.request, policy)
+    return shape.kind != MIG and pool_hardware(pool).never_fits(shape._replace(nodes=1)) is None
 
 
 def _minutes(seconds: float) -> int:
@@ -312,11 +321,14 @@ def plan(
     busy: Collection[str],
     now: float,
     seen: Collection[str] | None = None,
+    *,
+    policy: Policy = Policy.FAIR,
 ) -> AutoscalePlan:
     """What to ask for, withdraw and give back (see the module's docstring). `waiting` is
     `capacity_bound`'s answer, in queue order; `busy` the nodes that hold gpupool work;
     `seen` the nodes the cycle that found `waiting` saw: up nodes of a pool that it did not
-    see are joining, and hold waiting work before new nodes are asked for (None: all seen)."""
+    see are joining, and hold waiting work before new nodes are asked for (None: all seen);
+    `policy` the scheduler's (`serves`: under `fifo` a fraction takes a whole GPU)."""
     withdrawals: list[Withdrawal] = []
     reasons: dict[str, str] = {}
     by_id = {w.id: w for w in waiting}
@@ -379,7 +391,7 @@ def plan(
     for w in waiting:
         if w.id in covered:
             continue
-        fits = [v.pool for v in order if serves(v.pool, w)]
+        fits = [v.pool for v in order if serves(v.pool, w, policy)]
         usable = [p for p in fits if p.name not in blocked]
         placed = False
         for p in usable:
@@ -433,7 +445,7 @@ def plan(
                 pool_of[name], PoolNodeState.REQUESTED, pool_of[name].boot_seconds, n
             )
     wanted = {u.pool for u in ups} | {
-        p.name for w in waiting for p in (v.pool for v in pools) if serves(p, w)
+        p.name for w in waiting for p in (v.pool for v in pools) if serves(p, w, policy)
     }
     downs = [d for v in pools if v.pool.name not in wanted for d in _idle(v, busy, now)]
     return AutoscalePlan(tuple(ups), tuple(downs), tuple(withdrawals), reasons)

@@ -193,7 +193,7 @@ class _Replay:
         pending = sorted(self.pending.values(), key=lambda w: (w.submitted_at, w.id))
         d = cycle(snap, pending, t, self.config)
         if self.pools:
-            d = rescue(d, pending, list(self.pools.values()), snap.tenants)
+            d = rescue(d, pending, list(self.pools.values()), snap.tenants, self.config.policy)
         for a in d.admissions:
             w = self.pending.pop(a.workload_id)
             self.admit(w, a.allocation, t)
@@ -221,7 +221,7 @@ class _Replay:
             )
             for p in self.pools.values()
         ]
-        pl = plan(views, waiting, busy, t)
+        pl = plan(views, waiting, busy, t, policy=self.config.policy)
         for up in pl.scale_up:
             pool = self.pools[up.pool]
             rid = f"r{len(self.requests) + 1}"

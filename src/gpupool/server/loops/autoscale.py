@@ -97,12 +97,13 @@ def node_pool_demand(
     if not views:
         ctx.node_pool_waiting = ()
         return d
-    d = rescue(d, pending, [v.pool for v in views], snap.tenants)
+    policy = ctx.settings.scheduler.policy
+    d = rescue(d, pending, [v.pool for v in views], snap.tenants, policy)
     held = apply_budgets(rules.budgets, snap, pending).held if rules is not None else ()
     waiting = capacity_bound(snap, pending, d, held)
     seen = frozenset(n.name for n in snap.nodes)
     ctx.node_pool_waiting, ctx.node_pool_seen = tuple(waiting), seen
-    p = plan(views, waiting, busy, now, seen)
+    p = plan(views, waiting, busy, now, seen, policy=policy)
     if not p.reasons:
         return d
     infos = dict(d.pending)
@@ -139,7 +140,8 @@ class AutoscaleLoop(Loop):
         self._record(views, states, busy, now)
         views, busy = pool_views(self.ctx.store, now)
         still = self._still_waiting()
-        self.last = p = plan(views, still, busy, now, self.ctx.node_pool_seen)
+        policy = self.ctx.settings.scheduler.policy
+        self.last = p = plan(views, still, busy, now, self.ctx.node_pool_seen, policy=policy)
         self._carry_out(p, {v.pool.name: v.pool for v in views}, still, now)
         return p
 
