@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +91,6 @@ class PoolReport:
         return out
 
 
-def pool_node(pool: NodePool, name: str) -> Node:
-    """A node of `pool`'s shape named `name`, labelled with its pool."""
-    return pool.node(name)
-
-
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -139,7 +134,7 @@ class _Replay:
         self.count += 1
         name = f"{pool.name}-{self.count}"
         self.pool_nodes[name] = PoolNode(name, pool.name, state, t, t if state is UP else None)
-        self.node_objs[name] = pool_node(pool, name)
+        self.node_objs[name] = pool.node(name)
         self.paid_since[name] = t
         return name
 
@@ -183,10 +178,7 @@ class _Replay:
             for rid, names in self.request_nodes.items():
                 req = self.requests[rid]
                 if key in names and all(self.pool_nodes[n].state is UP for n in names):
-                    self.requests[rid] = NodeRequest(
-                        req.id, req.pool, req.count, req.for_workloads, req.requested_at,
-                        RequestState.FULFILLED, req.atomic, ended_at=t,
-                    )  # fmt: skip
+                    self.requests[rid] = replace(req, state=RequestState.FULFILLED, ended_at=t)
 
     def step(self, t: float) -> None:
         snap = Snapshot(tuple(self.up_nodes()), self.scen.tenants, tuple(self.running.values()))
@@ -207,7 +199,7 @@ class _Replay:
             if pn.state is UP:
                 idle = None if name in busy else (pn.idle_since if pn.idle_since else t)
                 if idle != pn.idle_since:
-                    self.pool_nodes[name] = PoolNode(name, pn.pool, UP, pn.since, idle)
+                    self.pool_nodes[name] = replace(pn, idle_since=idle)
         waiting = capacity_bound(snap, pending, d)
         views = [
             PoolView(
@@ -242,7 +234,7 @@ class _Replay:
                     self.push(due, _WAKE, name)
 
     def admit(self, w: Workload, alloc: Allocation, t: float) -> None:
-        w = Workload(**{**_fields(w), "state": WorkloadState.RUNNING, "admitted_at": t})
+        w = replace(w, state=WorkloadState.RUNNING, admitted_at=t)
         self.running[w.id] = RunningWorkload(w, alloc)
         self.waits.append(t - w.submitted_at)
         dur = self.duration[w.id]
@@ -279,10 +271,6 @@ class _Replay:
             r.p95_wait_s = _percentile(self.waits, 0.95)
             r.max_wait_s = max(self.waits)
         return r
-
-
-def _fields(w: Workload) -> dict[str, Any]:
-    return {f: getattr(w, f) for f in w.__dataclass_fields__}
 
 
 def replay_pools(
