@@ -13,6 +13,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Tenant, ValidationError
 from gpupool.engines.common.engine import ExternalWork
 from gpupool.engines.kubernetes import native
+from gpupool.engines.kubernetes.manifests import MANAGED_BY
 from gpupool.engines.kubernetes.native_sign import Signer, Unsigned
 from gpupool.engines.kubernetes.webhook import Webhook
 from tests.kubernetes.fakeapi_native import iso, json_patch
@@ -259,6 +260,29 @@ def test_an_update_cannot_change_a_queued_objects_marks_or_release_it():
     plain = _stored(_pod(1))
     resp = hook.review(_update(plain, {**plain, "metadata": held["metadata"]}))["response"]
     assert resp["allowed"] is False
+
+
+def test_a_queued_object_cannot_be_relabelled_as_gpupools_own_to_release_it():
+    """What makes gpupool take an object as its own (`native.is_own`: the label
+    `app.kubernetes.io/managed-by: gpupool`, a controlling Job) cannot be added to a queued
+    object: the guard would then let its user ungate it, and gpupool would no longer count
+    its GPUs as anyone's."""
+    hook, _ = _hook()
+    held = _stored(_patched(_pod(1), hook.review(_review(_pod(1)))))
+    labels = held["metadata"]["labels"]
+    own = {**held, "metadata": {**held["metadata"], "labels": {**labels, MANAGED_BY: "gpupool"}}}
+    resp = hook.review(_update(held, own))["response"]
+    assert resp["allowed"] is False and MANAGED_BY in resp["status"]["message"]
+    # nor given a Job owner (the guard is not sent a Job's pods, and gpupool takes them as
+    # their Job's)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j1", "controller": True}
+    owned = {**held, "metadata": {**held["metadata"], "ownerReferences": [job]}}
+    resp = hook.review(_update(held, owned))["response"]
+    assert resp["allowed"] is False and "owner" in resp["status"]["message"]
+    # gpupool's release still passes
+    ungated = {**held, "spec": {**held["spec"], "schedulingGates": []}}
+    with hook.releasing("Pod", NS, "p"):
+        assert hook.review(_update(held, ungated))["response"]["allowed"] is True
 
 
 def test_a_queued_job_cannot_be_resumed_or_widened_by_its_user():

@@ -12,9 +12,10 @@ apply, worth nothing to anyone else.
   overwriting what the object carried. The workload is made later, when the watch sees the
   stored object (native_intake.py).
 - **UPDATE** of a queued object (it carries `gpupool.dev/native-workload`): refused when it
-  changes that label, the submitter or the signature, when it changes a queued Job's
-  parallelism, or when it removes the gate or unsuspends while gpupool holds it, unless
-  gpupool itself is releasing it (`releasing`).
+  changes that label, the submitter or the signature, when it changes what makes an object
+  gpupool's own (`native.is_own`: the managed-by label, a controlling Job), when it changes a
+  queued Job's parallelism, or when it removes the gate or unsuspends while gpupool holds
+  it, unless gpupool itself is releasing it (`releasing`).
 
 `app()` is the small ASGI app that serves it at `POST /mutate` (and `GET /healthz`);
 `WebhookServer` serves that app over HTTPS on its own port (kube-apiserver calls webhooks
@@ -73,6 +74,18 @@ def _marks(obj: Mapping[str, Any]) -> tuple[str | None, ...]:
         tmeta = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
         out.append((tmeta.get("labels") or {}).get(native.NATIVE))
     return tuple(out)
+
+
+def _ownership(obj: Mapping[str, Any]) -> tuple[object, ...]:
+    """What makes gpupool take an object as its own (`native.is_own`): its managed-by label
+    and its controlling Jobs."""
+    meta = obj.get("metadata") or {}
+    jobs = [
+        o.get("uid")
+        for o in meta.get("ownerReferences") or []
+        if o.get("kind") == "Job" and o.get("controller")
+    ]
+    return ((meta.get("labels") or {}).get(m.MANAGED_BY), tuple(jobs))
 
 
 @dataclass(frozen=True)
@@ -232,6 +245,14 @@ class Webhook:
                 f"the label {native.NATIVE} and the annotations {native.SUBMITTER} and "
                 f"{native.SIGNATURE} of work queued in gpupool cannot be added, changed or "
                 "removed; delete the object and create it again",
+            )
+        if _ownership(old) != _ownership(new):
+            self.refused += 1
+            return deny(
+                uid,
+                403,
+                f"the label {m.MANAGED_BY} and a controlling Job owner mark gpupool's own "
+                "objects; they cannot be added to or changed on work queued in gpupool",
             )
         if new.get("kind") == "Job" and native.parallelism(old) != native.parallelism(new):
             self.refused += 1
