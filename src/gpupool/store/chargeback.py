@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 from gpupool.store.daily import within
 from gpupool.store.energy import EnergyRepo
 from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, UsageRow, WorkloadRow
-from gpupool.store.scoping import in_subtree
 
 By = Literal["tenant", "user", "model"]
 UNKNOWN_MODEL = "unknown"
@@ -95,10 +94,14 @@ class ChargebackRepo:
         )
         ids = [r[0] for r in rows] + [e[0] for e in energy]
         model = models_of(self.s, ids) if by == "model" else {}
+
+        def key_of(wid: str, tenant: str, usr: str) -> str:
+            return tenant if by == "tenant" else usr if by == "user" else model[wid]
+
         acc: dict[str, list[float]] = {}
         seen: dict[str, set[str]] = {}
         for wid, tenant, usr, alloc, busy, mem, measured in rows:
-            key = tenant if by == "tenant" else usr if by == "user" else model[wid]
+            key = key_of(wid, tenant, usr)
             a = acc.setdefault(key, [0.0, 0.0, 0.0, 0.0])
             a[0] += alloc
             a[1] += busy
@@ -107,7 +110,7 @@ class ChargebackRepo:
             seen.setdefault(key, set()).add(wid)
         joules: dict[str, float] = {}
         for wid, tenant, usr, j in energy:
-            key = tenant if by == "tenant" else usr if by == "user" else model[wid]
+            key = key_of(wid, tenant, usr)
             joules[key] = joules.get(key, 0.0) + j
         return [
             ChargeRow(k, *acc[k], workloads=len(seen[k]), energy_joules=joules.get(k))
@@ -118,23 +121,11 @@ class ChargebackRepo:
         self, tenant: str, from_day: str, to_day: str, model: str | None = None
     ) -> float:
         """GPU-seconds allocated to `tenant`'s subtree over [from_day, to_day] (on `model`)."""
+        kept = within(UsageRow, from_day=from_day, to_day=to_day, tenants=[tenant])
+        allocated = func.sum(UsageRow.gpu_seconds_allocated)
         if model is None:
-            q = select(func.sum(UsageRow.gpu_seconds_allocated)).where(
-                in_subtree(UsageRow.tenant, tenant),
-                UsageRow.day >= from_day,
-                UsageRow.day <= to_day,
-            )
-            return float(self.s.scalar(q) or 0.0)
-        rows = list(
-            self.s.execute(
-                select(UsageRow.workload_id, func.sum(UsageRow.gpu_seconds_allocated))
-                .where(
-                    in_subtree(UsageRow.tenant, tenant),
-                    UsageRow.day >= from_day,
-                    UsageRow.day <= to_day,
-                )
-                .group_by(UsageRow.workload_id)
-            )
-        )
+            return float(self.s.scalar(select(allocated).where(*kept)) or 0.0)
+        q = select(UsageRow.workload_id, allocated).where(*kept).group_by(UsageRow.workload_id)
+        rows = list(self.s.execute(q))
         of = models_of(self.s, (w for w, _ in rows))
         return float(sum(v or 0.0 for w, v in rows if of[w] == model))
