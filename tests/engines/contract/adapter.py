@@ -26,6 +26,7 @@ from typing import Any
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Request, Share, Workload, WorkloadKind
+from gpupool.domain.nodepools import NodePool
 from gpupool.engines.common.executor import ExecState, ExecStatus, Executor, Handle, logs_of
 from tests.support import wait_for
 
@@ -116,6 +117,8 @@ class EngineUnderTest(ABC):
     cannot_run: str | None = None
     #: why the engine never gives up on work it launched (None: it can answer REJECTED)
     cannot_reject: str | None = "it never gives up on work it launched"
+    #: why requested nodes of a node pool cannot come up here (None: `bring_up` brings them)
+    cannot_bring_up: str | None = "it has no cloud, autoscaler or powered-down node here"
     #: the tenants and the owner of each (Unix accounts where the engine runs processes)
     members: Mapping[str, str] = {"lab": "ann", "other": "bob"}
     #: gpupool runs processes of its own on this host to start work (launcher, sbatch)
@@ -162,6 +165,10 @@ class EngineUnderTest(ABC):
     def command(self, wid: str, behaviour: Behaviour) -> tuple[str, ...]:
         """The workload's command for `behaviour` (scripted engines keep it for the record)."""
         return ("sh", "-c", behaviour.script(Path("/gpupool-contract-gate") / wid))
+
+    def bring_up(self, pool: NodePool) -> None:  # noqa: B027 - where cannot_bring_up is None
+        """Let the nodes asked for `pool` come up: the engine's cloud, autoscaler or power
+        saving acts on the request, its delays passing on the adapter's clock."""
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """End what the adapter started (its fixture's teardown)."""

@@ -126,6 +126,10 @@ class SlurmUnderTest(_Gated):
 
     name = "slurm"
     cannot_reject = None
+    cannot_bring_up = (
+        "this Slurm has no powered-down node of the contract's pool (Slurm's power saving "
+        "brings one up in tests/slurm/test_slurm_power.py, on the cloud setup of scripts/test)"
+    )
     members = SLURM_MEMBERS
     every = 0.2
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from gpupool.domain import Node, Workload
+from gpupool.domain.nodepools import NodePool
 from gpupool.engines.common.engine import EngineEnv
 from gpupool.engines.common.executor import Executor, Handle
 from gpupool.engines.fake.engine import FakeEngine
@@ -23,6 +24,7 @@ from gpupool.engines.template.engine import TemplateEngine
 from gpupool.telemetry import SimulatedSource
 from tests.engines.contract.adapter import GOT_TERM, Behaviour, EngineUnderTest
 from tests.kubernetes.fakeapi import FakeKube
+from tests.kubernetes.fakeapi_provisioning import FakeAutoscaler
 from tests.kubernetes.rbac_rules import allowed
 
 #: the pod template of a notebook as the hub's KubeSpawner sends it
@@ -80,6 +82,12 @@ class FakeUnderTest(EngineUnderTest):
         self._ex.close()
         self._ex = self._open(self._ex.reborn())
         return self._ex
+
+    cannot_bring_up = None
+
+    def bring_up(self, pool: NodePool) -> None:
+        """The fake cloud boots them on the clock (`FakeCloud.advance`)."""
+        self.clock.advance(pool.boot_seconds)
 
     def start(self, wid: str, behaviour: Behaviour | None = None, **kw: Any) -> Handle:
         # the fake's work dies of the polite signal unless it "ignores" it (the trap is
@@ -162,6 +170,17 @@ class KubernetesUnderTest(EngineUnderTest):
         self.engine.close()
         self._open()
         return self._ex
+
+    cannot_bring_up = None
+
+    def bring_up(self, pool: NodePool) -> None:
+        """The fake Cluster Autoscaler's node group for `pool` adds them, `boot_seconds`
+        after it first saw the request (on the clock)."""
+        scaler = FakeAutoscaler(self.kube, self.clock, delay_s=pool.boot_seconds)
+        scaler.add_group(pool.name, pool.gpus, pool.max_nodes, **GFD)
+        scaler.step()
+        self.clock.advance(pool.boot_seconds)
+        scaler.step()
 
     def stick(self) -> None:
         self._sticking = True
