@@ -82,3 +82,16 @@ def test_gpupool_simulate_compares_fixed_and_on_demand():
     r = CliRunner().invoke(app, ["simulate", str(EXAMPLE)], env={"COLUMNS": "80"})
     assert r.exit_code == 0 and "on demand" in r.output
     assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+def test_the_pools_nodes_only_check_requests_and_leave_the_fixed_nodes_alone(tmp_path):
+    """A fixed node keeps its name whatever it is (the pools' nodes are never the
+    scenario's); reservations, which this replay does not run, are refused like budgets."""
+    fixed = "  nodes:\n    - {name: pool-shape-mine, gpus: 8, gpu_model: H100}"
+    (tmp_path / "s.yaml").write_text(EXAMPLE.read_text().replace("  nodes: []", fixed))
+    scen, _ = load_pool_scenario(tmp_path / "s.yaml")
+    assert [n.name for n in scen.nodes] == ["pool-shape-mine"]
+    booked = "reservations:\n  - {tenant: lab-a, gpus: 8, start: 0, end: 600}\n"
+    (tmp_path / "r.yaml").write_text(EXAMPLE.read_text() + booked)
+    with pytest.raises(ScenarioError, match="reservations: not replayed with node_pools"):
+        load_pool_scenario(tmp_path / "r.yaml")

@@ -28,7 +28,6 @@ from typing import Any
 from gpupool.domain import Allocation, Node, Workload, WorkloadState
 from gpupool.domain.errors import ValidationError
 from gpupool.domain.nodepools import (
-    POOL_LABEL,
     NodePool,
     NodeRequest,
     PoolNode,
@@ -343,33 +342,18 @@ def parse_pools(items: Any) -> list[NodePool]:
 
 def load_pool_scenario(path: str | Path, policy: Any = None) -> tuple[Scenario, list[NodePool]]:
     """A scenario file with `node_pools:`: the scenario (its fixed nodes) and the pools.
-    The pools' node shapes count as nodes for the check that every request could run."""
+    Every request must fit on the fixed nodes or on the pools' nodes (`max_nodes` of each,
+    the nodes the replay makes: `NodePool.node`)."""
     data = read_yaml(path)
     if not isinstance(data, dict) or "node_pools" not in data:
         raise ScenarioError(["no node_pools in this scenario"], str(path))
     data = dict(data)
-    if data.get("budgets"):  # issue 35: this replay runs the plain cycle, without them
-        raise ScenarioError(
-            ["budgets: not replayed with node_pools; simulate them in a scenario without pools"],
-            str(path),
-        )
+    for key in ("budgets", "reservations"):  # issue 35: this replay runs the plain cycle
+        if data.get(key):
+            raise ScenarioError(
+                [f"{key}: not replayed with node_pools; simulate them in a scenario without pools"],
+                str(path),
+            )
     pools = parse_pools(data.pop("node_pools"))
-    cluster = dict(data.get("cluster") or {})
-    fixed = list(cluster.get("nodes") or [])
-    shapes = [
-        {
-            "name": f"pool-shape-{p.name}",
-            "count": p.max_nodes,
-            "gpus": p.gpus,
-            "gpu_model": p.gpu_model or "GPU",
-            "gpu_memory_gib": (p.gpu_memory_mib or 81_920) / 1024,
-            "cpus": p.cpu_milli / 1000,
-            "memory_gib": p.memory_mib / 1024,
-            "labels": {**p.label_map, POOL_LABEL: p.name},
-        }
-        for p in pools
-    ]
-    data["cluster"] = {**cluster, "nodes": fixed + shapes}
-    scen = parse_scenario(data, policy)
-    scen.nodes = tuple(n for n in scen.nodes if not n.name.startswith("pool-shape-"))
-    return scen, pools
+    coming = [p.node(f"{p.name}-{i}") for p in pools for i in range(p.max_nodes)]
+    return parse_scenario(data, policy, coming_nodes=coming), pools

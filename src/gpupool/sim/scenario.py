@@ -74,7 +74,12 @@ class NodeSpec(_Strict):
 
 
 class ClusterSpec(_Strict):
-    nodes: list[NodeSpec] = Field(min_length=1)
+    #: at least one (`parse_scenario`, `parse_cluster_file`), unless node pools may bring them
+    nodes: list[NodeSpec] = Field(default_factory=list)
+
+
+#: a cluster file or scenario without nodes (and without node pools)
+NO_NODES = "cluster.nodes: give at least one node"
 
 
 class TenantSpec(_Strict):
@@ -490,12 +495,19 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
     return config
 
 
-def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
-    """Validate parsed YAML (a dict) into a Scenario; raise ScenarioError on bad input."""
+def parse_scenario(
+    data: Any, policy: Policy | None = None, *, coming_nodes: Sequence[Node] = ()
+) -> Scenario:
+    """Validate parsed YAML (a dict) into a Scenario; raise ScenarioError on bad input.
+    `coming_nodes`: nodes that may join later (a node pool's): every request must fit on
+    the cluster's nodes or on them; they are not the scenario's nodes."""
     f: ScenarioFile = validate(ScenarioFile, data)
+    if not f.cluster.nodes and not coming_nodes:
+        raise ScenarioError([NO_NODES])
     nodes = build_nodes(f.cluster)
     tenants = build_tenants(f.tenants)
-    workloads = build_workloads(f.workloads, tenants, nodes, policy or f.scheduler.policy)
+    could_run_on = (*nodes, *coming_nodes)
+    workloads = build_workloads(f.workloads, tenants, could_run_on, policy or f.scheduler.policy)
     return Scenario(
         nodes=nodes,
         tenants=tenants,
@@ -512,4 +524,7 @@ def parse_scenario(data: Any, policy: Policy | None = None) -> Scenario:
 
 def parse_cluster_file(data: Any) -> ClusterFile:
     """Validate a cluster file (cluster, optional tenants and scheduler) for trace replay."""
-    return validate(ClusterFile, data)
+    f: ClusterFile = validate(ClusterFile, data)
+    if not f.cluster.nodes:
+        raise ScenarioError([NO_NODES])
+    return f
