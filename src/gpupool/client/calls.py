@@ -119,14 +119,17 @@ def usage(
 ) -> Call[UsageReportOut]:
     if group_by not in ("user", "tenant", "day"):
         raise InvalidInput(f"group_by={group_by!r}: give 'user', 'tenant' or 'day'", "group_by")
-    params: dict[str, str] = {"group_by": group_by}
-    for k, v in (("from", from_), ("to", to)):
-        if v is not None:
-            params[k] = _day(v, "from_" if k == "from" else k)
+    params = {"group_by": group_by} | _days(from_, to)
     for k, name in (("tenant", tenant), ("user", user)):
         if name:
             params[k] = name
     return Call("GET", "/usage", model(UsageReportOut, "GET /usage"), params=params)
+
+
+def _days(from_: date | str | None, to: date | str | None) -> dict[str, str]:
+    """The `from` and `to` query parameters of a report over days (those given), checked."""
+    given = (("from", from_, "from_"), ("to", to, "to"))
+    return {k: _day(v, what) for k, v, what in given if v is not None}
 
 
 def _day(v: date | str, what: str) -> str:
@@ -238,10 +241,7 @@ def chargeback(
 ) -> Call[ChargebackOut]:
     if by not in ("tenant", "user", "model"):
         raise InvalidInput(f"by={by!r}: give 'tenant', 'user' or 'model'", "by")
-    params: dict[str, str] = {"by": by}
-    for k, v in (("from", from_), ("to", to)):
-        if v is not None:
-            params[k] = _day(v, "from_" if k == "from" else k)
+    params = {"by": by} | _days(from_, to)
     if tenant:
         params["tenant"] = tenant
     return Call(
