@@ -352,11 +352,8 @@ class PoolExecutor(Executor):
     # no engine registered
     def _grower(self, pool: NodePool) -> ExecutorWithNodePools:
         where = pool.engine or self.default
-        growers: dict[str, ExecutorWithNodePools] = {
-            name: ex for name, ex in self.executors.items() if isinstance(ex, ExecutorWithNodePools)
-        }
-        grower = growers.get(where)
-        if grower is None:
+        grower = self.executors.get(where)
+        if not isinstance(grower, ExecutorWithNodePools):
             raise ExecutorError(f"the {where} engine of node pool {pool.name} adds no nodes")
         return grower
 
@@ -371,9 +368,7 @@ class PoolExecutor(Executor):
 
     def release_node(self, node: str) -> None:
         where = self.nodes.get(node)
-        targets = (
-            [self.executors[where]] if where is not None else self._with(ExecutorWithNodePools)
-        )
+        targets = self.executors.values() if where is None else [self.executors[where]]
         for ex in targets:
             if isinstance(ex, ExecutorWithNodePools):
                 ex.release_node(node)
