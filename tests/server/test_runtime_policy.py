@@ -130,3 +130,21 @@ def test_default_runtime_warns_then_stops_across_a_restart(world):
     ReconcilerLoop(world.ctx).run_once()
     got = world.get("member", f"/workloads/{wid}").json()
     assert got["state"] == "culled" and "max runtime of 1.0 h" in got["reason"]
+
+
+def test_a_tenant_admin_may_tighten_the_maximum_below_it_not_lift_it(world):
+    """Work runs in leaves, and a subtenant's own maximum wins over its ancestors': were a
+    tenant-admin of `lab` free to give `lab/x` any maximum, the one an admin set on `lab`
+    would bind nothing (quota limits hold on the whole chain the same way)."""
+    set_policy(world, max_runtime_s=48 * 3600)
+    r = world.post("tenant-admin", "/tenants", json={"name": "lab/x", "max_runtime_s": 72 * 3600})
+    assert r.status_code == 403, r.text
+    assert "48 h" in r.json()["detail"] and "tenant lab" in r.json()["detail"]
+    r = world.post("tenant-admin", "/tenants", json={"name": "lab/x", "max_runtime_s": 8 * 3600})
+    assert r.status_code == 201, r.text
+    r = world.patch("tenant-admin", "/tenants/lab/x", json={"max_runtime_s": 49 * 3600})
+    assert r.status_code == 403, r.text
+    assert set_policy(world, "lab/x", "tenant-admin", max_runtime_s=48 * 3600)["max_runtime_s"]
+    assert set_policy(world, "lab/x", "tenant-admin", clear_max_runtime=True)  # inherits 48 h
+    # an admin may still give a subtenant a longer maximum than its parent's
+    assert set_policy(world, "lab/x", max_runtime_s=72 * 3600)["max_runtime_s"] == 72 * 3600

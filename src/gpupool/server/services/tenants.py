@@ -6,6 +6,7 @@ import dataclasses
 
 from gpupool.domain import Tenant, TenantTree, ValidationError
 from gpupool.domain.external_names import TENANT_NAMES
+from gpupool.domain.runtime import duration_text, runtime_policy
 from gpupool.domain.tenancy import in_subtree
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
@@ -120,6 +121,22 @@ def _check_external_names(tree: TenantTree, name: str) -> None:
                 )
 
 
+def _check_runtime_ceiling(p: Principal, tree: TenantTree, t: Tenant) -> None:
+    """A tenant-admin may tighten the maximum runtime a subtenant inherits, not lift it: a
+    subtenant's own maximum wins over its ancestors' (`domain.runtime`), so one above the
+    maximum an admin set higher up would make that maximum bind nothing (PermissionDenied).
+    Admins may set any."""
+    if p.admin or t.max_runtime_s is None or t.parent is None:
+        return
+    above = runtime_policy(tree, t.parent)
+    if above.max_s is not None and t.max_runtime_s > above.max_s:
+        raise PermissionDenied(
+            f"max_runtime {duration_text(t.max_runtime_s)} is above the maximum of "
+            f"{duration_text(above.max_s)} ({above.max_from}) that {t.name} inherits; give "
+            f"at most {above.max_s:g} s, or ask an admin for a longer one"
+        )
+
+
 def create_tenant(ctx: AppContext, p: Principal, body: TenantCreateIn) -> TenantOut:
     _require_configure(p, body.name, "create it")
     tenant = Tenant(
@@ -131,7 +148,9 @@ def create_tenant(ctx: AppContext, p: Principal, body: TenantCreateIn) -> Tenant
     )
     with ctx.store.write() as s:
         repo = TenantRepo(s)
-        _check_external_names(repo.tree(), body.name)
+        tree = repo.tree()
+        _check_external_names(tree, body.name)
+        _check_runtime_ceiling(p, tree, tenant)
         repo.save(tenant, ctx.clock.now(), create=True)
     ctx.wake_scheduler()
     return get_tenant(ctx, p, body.name)
@@ -151,6 +170,8 @@ def update_tenant(ctx: AppContext, p: Principal, name: str, body: TenantUpdateIn
         elif body.idle_timeout_s is not None:
             changed = dataclasses.replace(changed, idle_timeout_s=body.idle_timeout_s)
         changed = _runtime_changed(changed, body)
+        if changed.max_runtime_s != current.max_runtime_s:
+            _check_runtime_ceiling(p, repo.tree(), changed)
         repo.save(changed, ctx.clock.now(), create=False)
     ctx.wake_scheduler()
     return get_tenant(ctx, p, name)
