@@ -25,20 +25,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpupool.domain import Workload
 from gpupool.scheduler import Snapshot
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
-from gpupool.server.loops.scheduler import SchedulerLoop
+from gpupool.server.loops.scheduler import SchedulerLoop, read_snapshot
 from gpupool.sim.forecast import CapacityHold, Forecast, ForecastLimits, forecast
 from gpupool.sim.runtimes import RuntimeEstimator
-from gpupool.store import (
-    AllocationRepo,
-    NodeRepo,
-    TenantRepo,
-    UsageRepo,
-    WorkloadRepo,
-    kept_service,
-)
+from gpupool.store import WorkloadRepo
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +86,10 @@ class ForecastLoop(Loop):
             self._learned_at = now
         return self._estimator
 
-    def snapshot(self) -> tuple[Snapshot, list]:
-        """The scheduler's view: nodes that run work, tenants, active and pending work."""
-        ctx = self.ctx
-        with ctx.store.read() as s:
-            nodes = tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
-            tree = TenantRepo(s).tree()
-            running = tuple(AllocationRepo(s).running())
-            pending = WorkloadRepo(s).pending()
-            attained = UsageRepo(s).attained_by_tenant()
-            attained.update(kept_service(s))
-        return Snapshot(nodes, tree, running, attained), pending
+    def snapshot(self) -> tuple[Snapshot, list[Workload]]:
+        """The scheduler's view (`read_snapshot`): nodes that run work, tenants, active and
+        pending work."""
+        return read_snapshot(self.ctx)
 
     def _expected_waits(self, pending: list, found: Mapping[str, Forecast], now: float) -> None:
         """/metrics: each tenant's median expected wait (gpupool_tenant_expected_wait_seconds)."""

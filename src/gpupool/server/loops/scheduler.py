@@ -19,6 +19,7 @@ pending workload gets its why-pending and queue positions stored.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -87,6 +88,20 @@ def _describe(a: Allocation) -> str:
     return f"on {a.node}: {gpus}"
 
 
+def read_snapshot(ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
+    """What a cycle sees, read in one transaction, and the pending work: the nodes that run
+    work, the tenants, the running work, and `attained_service` (see the module). Without
+    nominations: the scheduler loop keeps those (`SchedulerLoop.snapshot`)."""
+    with ctx.store.read() as s:
+        nodes = tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
+        tree = TenantRepo(s).tree()
+        running = tuple(AllocationRepo(s).running())
+        pending = WorkloadRepo(s).pending()
+        attained = UsageRepo(s).attained_by_tenant()
+        attained.update(kept_service(s))
+    return Snapshot(nodes, tree, running, attained), pending
+
+
 class SchedulerLoop(Loop):
     name = "scheduler"
 
@@ -119,20 +134,11 @@ class SchedulerLoop(Loop):
         return self.nominations.nodes
 
     def snapshot(self) -> tuple[Snapshot, list[Workload]]:
-        with self.ctx.store.read() as s:
-            nodes = tuple(n for n in NodeRepo(s).list() if self.ctx.runs_work_on(n.name))
-            tree = TenantRepo(s).tree()
-            running = tuple(AllocationRepo(s).running())
-            pending = WorkloadRepo(s).pending()
-            # Snapshot.attained_service: tenants by name, and under a workload's id what it
-            # kept from earlier attempts (checkpointing work preempted and requeued)
-            attained = UsageRepo(s).attained_by_tenant()
-            attained.update(kept_service(s))
+        snap, pending = read_snapshot(self.ctx)
         # a nomination lasts while its workload waits, or is still stopping to be moved
-        waiting = {w.id for w in pending} | {r.workload.id for r in running if r.stopping}
+        waiting = {w.id for w in pending} | {r.workload.id for r in snap.running if r.stopping}
         nominated = self.nominations.for_snapshot(waiting)
-        snap = Snapshot(nodes, tree, running, attained, nominated=nominated)
-        return snap, pending
+        return dataclasses.replace(snap, nominated=nominated), pending
 
     def time_rules(self, now: float) -> TimeRules:
         """Budgets (where each stands this period) and the reservations not yet over, from
