@@ -94,3 +94,20 @@ def test_a_bad_change_is_refused_and_the_pool_kept(world):
     assert r.status_code == 422 and "below min_nodes" in r.text
     assert world.get("admin", "/node-pools/gpu-h100").json()["min_nodes"] == 0
     assert world.patch("admin", "/node-pools/nope", json={"max_nodes": 2}).status_code == 404
+
+
+def test_a_change_accepts_what_a_new_pool_accepts():
+    """NodePoolPatchIn's fields take the same values as NodePoolSpecIn's (one set of bounds):
+    a pool could otherwise be changed into one that could not be made, or the other way."""
+    from gpupool.api.nodepools import NodePoolPatchIn, NodePoolSpecIn
+
+    spec = NodePoolSpecIn.model_json_schema()["properties"]
+    patch = NodePoolPatchIn.model_json_schema()["properties"]
+    assert set(patch) == set(spec)
+    for name, field in patch.items():
+        given = [s for s in field["anyOf"] if s.get("type") != "null"]
+        want = [s for s in spec[name].get("anyOf", [spec[name]]) if s.get("type") != "null"]
+        strip = {"default", "title", "description"}
+        assert [{k: v for k, v in s.items() if k not in strip} for s in given] == [
+            {k: v for k, v in s.items() if k not in strip} for s in want
+        ], name

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -12,26 +12,41 @@ PoolNodeStateName = Literal["up", "requested", "booting", "powered_down"]
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
+# Each field's bounds, once: a pool's spec and a change to it accept the same values.
+Gpus = Annotated[int, Field(ge=0, le=1024)]
+GpuModel = Annotated[str, Field(max_length=128)]
+GpuMemoryMib = Annotated[int, Field(ge=0, le=1 << 24)]
+Cpus = Annotated[float, Field(ge=0, le=100_000)]
+MemoryMib = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Labels = Annotated[dict[str, str], Field(max_length=32)]
+EngineName = Annotated[str, Field(min_length=1, max_length=63)]
+NodeCount = Annotated[int, Field(ge=0, le=100_000)]
+BootSeconds = Annotated[float, Field(le=86_400)]
+Cost = Annotated[float, Field(le=1_000_000)]
+IdleSeconds = Annotated[float, Field(ge=0, le=30 * 86_400)]
+TimeoutSeconds = Annotated[float, Field(gt=0, le=7 * 86_400)]
+
+
 class NodePoolSpecIn(In):
     """One node's shape (`gpus` of `gpu_model`, `gpu_memory_mib` each (0: not stated),
     `cpus`, `memory_mib`, `labels`), the bounds, the times (seconds) and the cost."""
 
-    gpus: int = Field(ge=0, le=1024)
-    gpu_model: str = Field(default="", max_length=128)
-    gpu_memory_mib: int = Field(default=0, ge=0, le=1 << 24)
-    cpus: float = Field(ge=0, le=100_000)
-    memory_mib: int = Field(ge=0, le=INT32_MAX)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    gpus: Gpus
+    gpu_model: GpuModel = ""
+    gpu_memory_mib: GpuMemoryMib = 0
+    cpus: Cpus
+    memory_mib: MemoryMib
+    labels: Labels = Field(default_factory=dict)
     #: the engine that adds its nodes; null: the only one
-    engine: str | None = Field(default=None, min_length=1, max_length=63)
-    min_nodes: int = Field(default=0, ge=0, le=100_000)
-    max_nodes: int = Field(default=1, ge=0, le=100_000)
-    boot_seconds: float = Field(default=300.0, le=86_400)
-    cost_per_gpu_hour: float = Field(default=0.0, le=1_000_000)
+    engine: EngineName | None = None
+    min_nodes: NodeCount = 0
+    max_nodes: NodeCount = 1
+    boot_seconds: BootSeconds = 300.0
+    cost_per_gpu_hour: Cost = 0.0
     #: an up node with no work for this long is given back (above min_nodes)
-    idle_seconds: float = Field(default=600.0, ge=0, le=30 * 86_400)
+    idle_seconds: IdleSeconds = 600.0
     #: a request not fulfilled within this long is withdrawn
-    request_timeout_seconds: float = Field(default=1800.0, gt=0, le=7 * 86_400)
+    request_timeout_seconds: TimeoutSeconds = 1800.0
 
 
 class NodePoolIn(NodePoolSpecIn):
@@ -41,19 +56,19 @@ class NodePoolIn(NodePoolSpecIn):
 class NodePoolPatchIn(In):
     """The fields to change; the others keep their values."""
 
-    gpus: int | None = Field(default=None, ge=0, le=1024)
-    gpu_model: str | None = Field(default=None, max_length=128)
-    gpu_memory_mib: int | None = Field(default=None, ge=0, le=1 << 24)
-    cpus: float | None = Field(default=None, ge=0, le=100_000)
-    memory_mib: int | None = Field(default=None, ge=0, le=INT32_MAX)
-    labels: dict[str, str] | None = Field(default=None, max_length=32)
-    engine: str | None = Field(default=None, min_length=1, max_length=63)
-    min_nodes: int | None = Field(default=None, ge=0, le=100_000)
-    max_nodes: int | None = Field(default=None, ge=0, le=100_000)
-    boot_seconds: float | None = Field(default=None, le=86_400)
-    cost_per_gpu_hour: float | None = Field(default=None, le=1_000_000)
-    idle_seconds: float | None = Field(default=None, ge=0, le=30 * 86_400)
-    request_timeout_seconds: float | None = Field(default=None, gt=0, le=7 * 86_400)
+    gpus: Gpus | None = None
+    gpu_model: GpuModel | None = None
+    gpu_memory_mib: GpuMemoryMib | None = None
+    cpus: Cpus | None = None
+    memory_mib: MemoryMib | None = None
+    labels: Labels | None = None
+    engine: EngineName | None = None
+    min_nodes: NodeCount | None = None
+    max_nodes: NodeCount | None = None
+    boot_seconds: BootSeconds | None = None
+    cost_per_gpu_hour: Cost | None = None
+    idle_seconds: IdleSeconds | None = None
+    request_timeout_seconds: TimeoutSeconds | None = None
 
 
 class PoolNodeOut(Out):
