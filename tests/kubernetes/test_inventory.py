@@ -114,6 +114,19 @@ def test_each_outside_slot_names_its_own_pod(kube, clock):
     assert n1.label_map["gpupool.dev/outside-gpus"] == "3"
 
 
+def test_a_pod_labelled_as_a_placeholder_counts_unless_it_runs_at_the_placeholders_priority():
+    """gpupool's placeholder pods hold GPUs any pod preempts: not use outside gpupool. The
+    label alone, which anyone may put on a pod in any namespace, hides no GPU."""
+    from gpupool.engines.kubernetes.inventory import PLACEHOLDER, PLACEHOLDER_CLASS, outside_use
+
+    disguised = _pod("team-x", "train", 2)
+    disguised["metadata"]["labels"] = {PLACEHOLDER: "gpupool-1-1"}
+    holder = _pod("gpupool-lab", "gpupool-1-1-0", 1)
+    holder["metadata"]["labels"] = {PLACEHOLDER: "gpupool-1-1"}
+    holder["spec"]["priorityClassName"] = PLACEHOLDER_CLASS
+    assert outside_use([disguised, holder], {}) == {"n1": 2}
+
+
 def test_outside_use_spares_the_slots_gpupools_own_pods_hold(kube, clock):
     from gpupool.domain import Allocation, Enforcement, Request, Share, Workload
 

@@ -267,6 +267,11 @@ def test_without_the_provisioning_request_api_placeholder_pods_ask_for_the_node(
     kv.validate(holder, "1.34.0", strict=True)
     kv.validate(pr.priority_class(), "1.34.0", strict=True)
 
+    # a pod of someone else's labelled as this request's placeholder, pending for ever:
+    # neither holds the request open nor is deleted by gpupool
+    decoy = {**holder, "metadata": {**holder["metadata"], "namespace": "team-x", "name": "d"}}
+    decoy["spec"] = {**spec, "nodeSelector": {"nowhere": "x"}}
+    kube.add_pod(decoy)
     autoscaler.step()
     world.clock.advance(60)
     autoscaler.step()  # the autoscaler adds a node for the pending placeholder
@@ -279,7 +284,8 @@ def test_without_the_provisioning_request_api_placeholder_pods_ask_for_the_node(
     world.loop("autoscale").run_once()
     (req,) = world.requests()
     assert req.state is RequestState.FULFILLED
-    assert kube.pods_of(pr.PLACEHOLDER) == []  # the node is there: the placeholder goes
+    # the node is there: the placeholder goes (and only gpupool's own)
+    assert [p["metadata"]["name"] for p in kube.pods_of(pr.PLACEHOLDER)] == ["d"]
     world.loop("scheduler").run_once()
     assert world.get(wid)["allocation"]["nodes"] == [added]
     assert pr.CONSUME not in _one_pod_of(kube, wid)["metadata"]["annotations"]

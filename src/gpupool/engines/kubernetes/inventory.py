@@ -40,6 +40,17 @@ from gpupool.engines.kubernetes.native import NATIVE
 
 #: gpupool's placeholder pods (`provisioning`): capacity asked for, not used outside gpupool
 PLACEHOLDER = "gpupool.dev/placeholder"
+#: their PriorityClass: the lowest, never preempting (any pod of gpupool's preempts them)
+PLACEHOLDER_CLASS = "gpupool-placeholder"
+
+
+def is_placeholder(pod: Mapping[str, Any]) -> bool:
+    """A placeholder pod: labelled so and of the placeholders' PriorityClass, so that any
+    pod preempts it (the label alone, anyone's to write, hides no GPU use)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    klass = (pod.get("spec") or {}).get("priorityClassName")
+    return bool(labels.get(PLACEHOLDER)) and klass == PLACEHOLDER_CLASS
+
 
 PRODUCT = "nvidia.com/gpu.product"
 MEMORY = "nvidia.com/gpu.memory"
@@ -142,7 +153,7 @@ def outside_pods(
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
-        if labels.get(m.MANAGED_BY) == "gpupool" or labels.get(NATIVE) or labels.get(PLACEHOLDER):
+        if labels.get(m.MANAGED_BY) == "gpupool" or labels.get(NATIVE) or is_placeholder(pod):
             continue  # gpupool's own, or queued through its webhook (its allocation holds it)
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue

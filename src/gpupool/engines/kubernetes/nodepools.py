@@ -58,6 +58,14 @@ class _Pools:
     provreq: bool | None = None
 
 
+def _ns(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
 class KubeNodePools(ExecutorWithNodePools):
     """`ExecutorWithNodePools` over the cluster's autoscaler (see the module). Uses the
     executor's `api`, `clock` and `settings`; `provisioning_class` is the class of a
@@ -297,6 +305,8 @@ class KubeNodePools(ExecutorWithNodePools):
             elif all(s is RequestState.FULFILLED for s, _ in states):
                 req.state = RequestState.FULFILLED
             return
+        # only the pods it made: the label is anyone's to put on a pod
+        holders = [p for p in holders if _name(p) in req.namespaces.get(_ns(p), ())]
         bound = [p for p in holders if ready.get(str((p.get("spec") or {}).get("nodeName")))]
         if holders and len(bound) == len(holders):
             req.state = RequestState.FULFILLED

@@ -26,10 +26,11 @@ from typing import Any
 
 from gpupool.domain import Workload
 from gpupool.domain.nodepools import POOL_LABEL, NodePool, RequestState
-from gpupool.engines.kubernetes.inventory import PLACEHOLDER
+from gpupool.engines.kubernetes.inventory import PLACEHOLDER, PLACEHOLDER_CLASS
 from gpupool.engines.kubernetes.manifests import GPU, MANAGED_BY
 
-__all__ = ["PLACEHOLDER"]  # label of a placeholder pod (its value: the request's id)
+#: label of a placeholder pod (its value: the request's id), and its PriorityClass
+__all__ = ["PLACEHOLDER", "PLACEHOLDER_CLASS"]
 
 GROUP, VERSION, PLURAL = "autoscaling.x-k8s.io", "v1", "provisioningrequests"
 ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
@@ -43,7 +44,6 @@ REQUEST_LABEL = "gpupool.dev/node-request"
 POOL = "gpupool.dev/node-pool"
 #: annotation of a ProvisioningRequest: the workloads it is for (comma separated)
 FOR_WORKLOADS = "gpupool.dev/for-workloads"
-PLACEHOLDER_CLASS = "gpupool-placeholder"
 #: below every workload's priority (the default is 0); placeholders never preempt
 PLACEHOLDER_PRIORITY = -1_000_000
 #: what a placeholder and a template run: nothing (the pause image)
