@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gpupool.domain import MILLI_PER_GPU, Node, Request, SharingMode, TenantTree
 from gpupool.domain.mig import instances_of
-from gpupool.scheduler.capacity import FRACTION, MIG, Shape, mig_instances
+from gpupool.scheduler.capacity import FRACTION, MIG, Shape
 from gpupool.scheduler.constraints import node_allows
 from gpupool.scheduler.limits import (
     TENANT,
@@ -35,6 +35,7 @@ from gpupool.scheduler.limits import (
     never_within,
     never_within_text,
 )
+from gpupool.scheduler.nodetables import mig_instances
 from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy
