@@ -209,6 +209,26 @@ def test_chargeback_sums_match_the_accounting_tables_exactly(world):
     assert bad.status_code == 422
 
 
+def test_chargeback_is_scoped_as_the_usage_report(world):
+    """The same scope as GET /usage: a user with no tenant role sees only their own usage, a
+    tenant one cannot read is refused, and days out of order are a 422."""
+    from gpupool.domain import User
+    from gpupool.server.services.accounts import issue_token
+    from gpupool.store import UserRepo
+
+    with world.ctx.store.write() as s:
+        UserRepo(s).create(User("nora"), "x", world.clock.now())
+    world.tokens["roleless"] = issue_token(world.ctx, "nora", "test", None).token
+    use(world, "lab", "nora", 1.0, "w-nora")
+    use(world, "lab", "ann", 2.0, "w-ann")
+    for path in ("/usage/chargeback?by=user", "/usage?group_by=user"):
+        rows = world.get("roleless", path).json()["rows"]
+        assert [(r["key"], r["gpu_hours_allocated"]) for r in rows] == [("nora", 1.0)], path
+        assert world.get("roleless", path + "&tenant=lab").status_code == 403, path
+        bad = world.get("admin", path + "&from=2026-05-02&to=2026-05-01")
+        assert bad.status_code == 422 and "swap them" in bad.text, path
+
+
 def test_work_on_reserved_gpus_is_told_ahead_once_across_a_restart(world):
     now = world.clock.now()
     # other's preemptible work takes every whole GPU, then lab books 2 of them for later

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Literal
 
 from gpupool.api.budgets import ChargebackOut, ChargeOut
-from gpupool.domain import ValidationError
 from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
-from gpupool.server.services.reports import _day
+from gpupool.server.services.reports import report_scope
 from gpupool.store import ChargebackRepo, ChargeRow
 
 By = Literal["tenant", "user", "model"]
@@ -42,19 +41,10 @@ def report(
     to_day: str | None,
     tenant: str | None,
 ) -> ChargebackOut:
-    f, t = _day(from_day, "from"), _day(to_day, "to")
-    if f and t and f > t:
-        raise ValidationError(f"'from' ({f}) is after 'to' ({t}); swap them", "from")
-    roots = p.readable_roots()
-    user = None
-    if tenant is not None:
-        p.require_read(tenant)
-        roots = [tenant]
-    if roots is not None and not roots:
-        user, roots = p.name, None  # no tenant role: only your own usage
+    sc = report_scope(p, from_day, to_day, tenant)
     with ctx.store.read() as s:
         rows: list[ChargeRow] = ChargebackRepo(s).report(
-            by, from_day=f, to_day=t, tenants=roots, user=user
+            by, from_day=sc.from_day, to_day=sc.to_day, tenants=sc.tenants, user=sc.user
         )
     out = [
         _out(
@@ -78,4 +68,4 @@ def report(
         sum(r.workloads for r in rows),
         sum(measured) if measured else None,
     )
-    return ChargebackOut(by=by, from_day=f, to_day=t, rows=out, total=total)
+    return ChargebackOut(by=by, from_day=sc.from_day, to_day=sc.to_day, rows=out, total=total)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 from typing import Literal
 
@@ -24,15 +25,27 @@ def _day(value: str | None, field: str) -> str | None:
         ) from None
 
 
-def usage(
-    ctx: AppContext,
+@dataclass(frozen=True, slots=True)
+class ReportScope:
+    """What a usage report (usage, chargeback) covers: days in [from_day, to_day] (None:
+    open), the subtrees of `tenants` (None: all) and one `user`'s rows (None: everyone's)."""
+
+    from_day: str | None
+    to_day: str | None
+    tenants: list[str] | None
+    user: str | None
+
+
+def report_scope(
     p: Principal,
-    group_by: Literal["user", "tenant", "day"],
     from_day: str | None,
     to_day: str | None,
     tenant: str | None,
-    user: str | None,
-) -> UsageReportOut:
+    user: str | None = None,
+) -> ReportScope:
+    """The days asked for, checked, and what `p` may read of them: `tenant`'s subtree (p must
+    read it), else the tenants p has a role in (all for admins); a user with no tenant role
+    sees only their own usage. `user` keeps one user's rows."""
     f, t = _day(from_day, "from"), _day(to_day, "to")
     if f and t and f > t:
         raise ValidationError(f"'from' ({f}) is after 'to' ({t}); swap them", "from")
@@ -43,8 +56,23 @@ def usage(
     if roots is not None and not roots and user in (None, p.name):
         user = p.name  # no tenant role: only your own usage
         roots = None
+    return ReportScope(f, t, roots, user)
+
+
+def usage(
+    ctx: AppContext,
+    p: Principal,
+    group_by: Literal["user", "tenant", "day"],
+    from_day: str | None,
+    to_day: str | None,
+    tenant: str | None,
+    user: str | None,
+) -> UsageReportOut:
+    sc = report_scope(p, from_day, to_day, tenant, user)
     with ctx.store.read() as s:
-        totals = UsageRepo(s).rollup(group_by, from_day=f, to_day=t, tenants=roots, user=user)
+        totals = UsageRepo(s).rollup(
+            group_by, from_day=sc.from_day, to_day=sc.to_day, tenants=sc.tenants, user=sc.user
+        )
     rows = [
         UsageOut(
             key=x.key,
@@ -60,7 +88,7 @@ def usage(
         )
         for x in totals
     ]
-    return UsageReportOut(group_by=group_by, from_day=f, to_day=t, rows=rows)
+    return UsageReportOut(group_by=group_by, from_day=sc.from_day, to_day=sc.to_day, rows=rows)
 
 
 def events(
