@@ -353,9 +353,9 @@ class PoolExecutor(Executor):
     def _grower(self, pool: NodePool) -> ExecutorWithNodePools:
         where = pool.engine or self.default
         grower = self.executors.get(where)
-        if not isinstance(grower, ExecutorWithNodePools):
-            raise ExecutorError(f"the {where} engine of node pool {pool.name} adds no nodes")
-        return grower
+        if grower is not None and isinstance(grower, ExecutorWithNodePools):
+            return grower
+        raise ExecutorError(f"the {where} engine of node pool {pool.name} adds no nodes")
 
     def request_nodes(
         self, pool: NodePool, count: int, for_workloads: Sequence[Workload], *, atomic: bool
