@@ -3,6 +3,8 @@ state (gpupool.sim.forecast) and the run-time estimates it rests on (gpupool.sim
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpupool.domain import (
     GPU,
     Allocation,
@@ -119,3 +121,15 @@ def test_the_horizon_and_cycle_cap_bound_the_work():
     assert late, "40 one-hour jobs on 2 GPUs cannot all start within 6 h"
     assert all(f.until <= NOW + 6 * 3600 for f in got.values())
     assert "not expected to start before" in forecast_text(late[0])
+
+
+def test_running_checkpointing_work_under_service_levels_is_seeded_like_admitted_work():
+    """With service levels, the replay counts running checkpointing work per tenant (its
+    level victims); work seeded from the live state is counted too, so its end is not a
+    KeyError that fails every forecast pass."""
+    r1 = running("r1", "a", 0, 600, 1800)
+    ckpt = dataclasses.replace(r1.workload, checkpointing=True, preemptible=True)
+    snap = Snapshot(NODES, TREE, (RunningWorkload(ckpt, r1.allocation), running("r2", "b", 1, 60)))
+    config = SchedulerConfig(service_levels_s=(3600.0,))
+    got = forecast(snap, [job("p1", "a")], NOW, config, RuntimeEstimator())
+    assert got["p1"].expected == NOW + 1200  # r1 ends at its max runtime

@@ -21,6 +21,7 @@ SimulationError (that would be a scheduler bug).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 import math
@@ -331,26 +332,17 @@ class Simulator(Wakeups):
         if wid not in self.pending:
             raise SimulationError(f"the scheduler admitted {wid}, which is not pending")
         w = self._remove_pending(wid)
-        self._take(alloc, +1)
         w, _ = transition(w, S.ADMITTED, t, "admitted by the scheduler")
         w, _ = transition(w, S.STARTING, t, "starting")
         w, _ = transition(w, S.RUNNING, t, "running")
         rec = self.records[wid]
         rec.workload = w
-        rec.allocation = alloc
-        rec.last_start = t
         if rec.first_start is None:
             rec.first_start = t
-        self.running[wid] = RunningWorkload(w, alloc)
-        if self.budgets is not None:
-            self.budgets.take(w, alloc, +1)
-        self.alloc[w.tenant] += alloc.gpu_milli
-        self.demand_changed = True
-        self._push(t + rec.duration - rec.progress, _COMPLETE, wid, rec.epoch)
+        self._start(rec, RunningWorkload(w, alloc), t)
         if self.preempting and w.preemptible:
             heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
         if self.levels and w.checkpointing and w.preemptible:
-            self.ckpt_running[w.tenant] = self.ckpt_running.get(w.tenant, 0) + 1
             lh = self.level_heap
             heapq.heappush(lh, (t + self.s.config.min_runtime_s, wid, rec.epoch))
             milli = alloc.gpu_milli
@@ -358,6 +350,30 @@ class Simulator(Wakeups):
                 at = t + (th * 1000.0 - rec.service) / milli if milli else math.inf
                 if t < at < math.inf:
                     heapq.heappush(lh, (at, wid, rec.epoch))
+
+    def seed_running(self, rw: RunningWorkload, at: float, remaining: float) -> None:
+        """Put work that runs at `at` in place, ending `remaining` seconds later: a replay
+        that starts from a live state (gpupool.sim.forecast). Kept as `_admit` keeps work it
+        starts, but without min-runtime or level wakeups (it started before the replay)."""
+        w = dataclasses.replace(rw.workload, state=S.RUNNING)
+        rec = self.records[w.id] = WorkloadRecord(w, remaining, first_start=at)
+        self._start(rec, RunningWorkload(w, rw.allocation, rw.stopping), at)
+
+    def _start(self, rec: WorkloadRecord, rw: RunningWorkload, t: float) -> None:
+        """`rw` runs from `t`: what it holds taken, its end queued (`_release` undoes it)."""
+        wid, w, alloc = rec.workload.id, rw.workload, rw.allocation
+        self._take(alloc, +1)
+        rec.allocation = alloc
+        rec.last_start = t
+        self.running[wid] = rw
+        if self.budgets is not None:
+            self.budgets.take(w, alloc, +1)
+        if w.tenant in self.alloc:  # seeded work may be of a tenant that is not a leaf
+            self.alloc[w.tenant] += alloc.gpu_milli
+        self.demand_changed = True
+        if self.levels and w.checkpointing and w.preemptible:
+            self.ckpt_running[w.tenant] = self.ckpt_running.get(w.tenant, 0) + 1
+        self._push(t + rec.duration - rec.progress, _COMPLETE, wid, rec.epoch)
 
     def _release(self, wid: str, t: float) -> WorkloadRecord:
         rw = self.running.pop(wid)
@@ -368,7 +384,8 @@ class Simulator(Wakeups):
         self._take(rw.allocation, -1)
         if self.budgets is not None:
             self.budgets.take(w, rw.allocation, -1)
-        self.alloc[rw.workload.tenant] -= rw.allocation.gpu_milli
+        if w.tenant in self.alloc:
+            self.alloc[w.tenant] -= rw.allocation.gpu_milli
         self.demand_changed = True
         rec.run_time += t - (rec.last_start if rec.last_start is not None else t)
         rec.epoch += 1

@@ -29,16 +29,15 @@ failed start joins at its `retry_at`. Pure: no I/O; times are on the scheduler's
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from gpupool.domain import Allocation, Request, Workload, WorkloadState
-from gpupool.scheduler.types import Decisions, RunningWorkload, SchedulerConfig, Snapshot
-from gpupool.sim.engine import _COMPLETE, _SUBMIT, Simulator, WorkloadRecord
+from gpupool.domain import Allocation, Request, Workload
+from gpupool.scheduler.types import Decisions, SchedulerConfig, Snapshot
+from gpupool.sim.engine import _SUBMIT, Simulator
 from gpupool.sim.runtimes import RuntimeEstimate, RuntimeEstimator
 from gpupool.sim.scenario import Scenario, SimWorkload
 
@@ -146,20 +145,6 @@ class _ForwardSim(Simulator):
         self.ends.append((t, self.sources.get(wid, "default")))
         super()._complete(wid, t)
 
-    def seed(self, rw: RunningWorkload, remaining: float) -> None:
-        """Put running work in place, ending `remaining` seconds from now."""
-        w = rw.workload
-        running = dataclasses.replace(w, state=WorkloadState.RUNNING)
-        rec = WorkloadRecord(running, remaining, first_start=self.now, last_start=self.now)
-        rec.allocation = rw.allocation
-        self.records[w.id] = rec
-        self._take(rw.allocation, +1)
-        rw2 = RunningWorkload(running, rw.allocation, rw.stopping)
-        self.running[w.id] = rw2
-        if w.tenant in self.alloc:
-            self.alloc[w.tenant] += rw.allocation.gpu_milli
-        self._push(self.now + remaining, _COMPLETE, w.id, rec.epoch)
-
     def _run_cycle(self, t: float) -> Decisions:
         if t > self.until or self.cycles >= self.limits.max_cycles:
             self.until = min(self.until, t)
@@ -250,7 +235,7 @@ def forward_run(
             started = w.started_at if w.started_at is not None else now
             seconds, source = runtime(w, max(0.0, now - started))
         sources[w.id] = source
-        sim.seed(rw, max(1.0, seconds))
+        sim.seed_running(rw, now, max(1.0, seconds))
     with contextlib.suppress(_Stop):  # the horizon or the cycle cap was reached
         sim.run()
     starts = {
