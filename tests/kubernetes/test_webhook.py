@@ -299,6 +299,12 @@ def test_a_queued_job_cannot_be_resumed_or_widened_by_its_user():
     wider = {**held, "spec": {**held["spec"], "parallelism": 8}}
     resp = hook.review(_update(held, wider))["response"]
     assert resp["allowed"] is False and "parallelism" in resp["status"]["message"]
+    # nor its pods' GPUs (a suspended Job's template resources may become mutable)
+    template = _pod(8)
+    template["metadata"] = held["spec"]["template"]["metadata"]
+    bigger = {**held, "spec": {**held["spec"], "template": template}}
+    resp = hook.review(_update(held, bigger))["response"]
+    assert resp["allowed"] is False and "GPUs" in resp["status"]["message"]
     with hook.releasing("Job", NS, "train"):
         assert hook.review(_update(held, resumed))["response"]["allowed"] is True
 

@@ -14,8 +14,8 @@ apply, worth nothing to anyone else.
 - **UPDATE** of a queued object (it carries `gpupool.dev/native-workload`): refused when it
   changes that label, the submitter or the signature, when it changes what makes an object
   gpupool's own (`native.is_own`: the managed-by label, a controlling Job), when it changes a
-  queued Job's parallelism, or when it removes the gate or unsuspends while gpupool holds
-  it, unless gpupool itself is releasing it (`releasing`).
+  queued Job's parallelism or its pods' GPUs, or when it removes the gate or unsuspends
+  while gpupool holds it, unless gpupool itself is releasing it (`releasing`).
 
 `app()` is the small ASGI app that serves it at `POST /mutate` (and `GET /healthz`);
 `WebhookServer` serves that app over HTTPS on its own port (kube-apiserver calls webhooks
@@ -74,6 +74,13 @@ def _marks(obj: Mapping[str, Any]) -> tuple[str | None, ...]:
         tmeta = ((obj.get("spec") or {}).get("template") or {}).get("metadata") or {}
         out.append((tmeta.get("labels") or {}).get(native.NATIVE))
     return tuple(out)
+
+
+def _asked(obj: Mapping[str, Any]) -> tuple[int, int]:
+    """What a queued object was admitted for: its pods (a Job's parallelism) and each
+    pod's GPUs."""
+    pods = native.parallelism(obj) if obj.get("kind") == "Job" else 1
+    return pods, native.pod_gpus(native.pod_spec_of(obj))
 
 
 def _ownership(obj: Mapping[str, Any]) -> tuple[object, ...]:
@@ -254,13 +261,14 @@ class Webhook:
                 f"the label {m.MANAGED_BY} and a controlling Job owner mark gpupool's own "
                 "objects; they cannot be added to or changed on work queued in gpupool",
             )
-        if new.get("kind") == "Job" and native.parallelism(old) != native.parallelism(new):
+        if _asked(old) != _asked(new):
             self.refused += 1
+            pods, gpus = _asked(old)
             return deny(
                 uid,
                 403,
-                "gpupool queued this Job for its parallelism "
-                f"({native.parallelism(old)} pods); delete it and create it again to change it",
+                f"gpupool queued this {new.get('kind')} for {pods} pod(s) (its parallelism) of "
+                f"{gpus} GPUs each; delete it and create it again to change them",
             )
         if native.held(old) and not native.held(new):
             with self._lock:
