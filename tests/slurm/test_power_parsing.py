@@ -16,6 +16,7 @@ from gpupool.domain.nodepools import POOL_LABEL, NodePool, PoolNodeState, Reques
 from gpupool.engines.slurm.cli import SlurmCLI
 from gpupool.engines.slurm.inventory import node_state, to_node
 from gpupool.engines.slurm.power import (
+    ENDED_KEPT_S,
     PowerRequest,
     SlurmNodePools,
     pool_of,
@@ -157,3 +158,19 @@ def test_only_an_up_node_is_powered_down_and_a_withdrawn_request_stays_withdrawn
     slurm.nodes["c1"] = raw("idle", ["CLOUD"], "gpupool-pool:cloud", "c1")  # came up anyway
     (r,) = power.pool_states([CLOUD]).requests
     assert r.state is RequestState.WITHDRAWN and r.message == "withdrawn by gpupool"
+
+
+def test_an_ended_request_is_reported_for_a_while_then_forgotten():
+    slurm = Sinfo(raw(*ASLEEP, name="c1"), raw(*ASLEEP, name="c2"))
+    power = Power(slurm)
+    done = power.request_nodes(CLOUD, 1, [], atomic=False)
+    slurm.nodes["c1"] = raw("idle", ["CLOUD"], "gpupool-pool:cloud", "c1")
+    power.pool_states([CLOUD])  # fulfilled now
+    power.clock.advance(60)
+    waits = power.request_nodes(CLOUD, 1, [], atomic=False)  # c2: stays open
+    power.clock.advance(ENDED_KEPT_S - 61)
+    assert {r.request for r in power.pool_states([CLOUD]).requests} == {done, waits}
+    power.clock.advance(1)
+    (left,) = power.pool_states([CLOUD]).requests
+    assert (left.request, left.state) == (waits, RequestState.OPEN)
+    assert {n.name: n.request for n in power.pool_states([CLOUD]).nodes} == {"c1": "", "c2": waits}

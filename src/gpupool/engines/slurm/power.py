@@ -29,7 +29,8 @@ reachable capacity: it stays ready, and a job gpupool submits there makes Slurm 
 
 A request for more nodes than the pool has powered down asks for those it has; one for a
 pool with none is reported withdrawn at once, saying so. Requests live in this process: after
-a restart the server's loop withdraws the old ones at their timeout.
+a restart the server's loop withdraws the old ones at their timeout; an ended one is reported
+for `ENDED_KEPT_S`, then forgotten.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ _DOWN = {"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"}
 #: base states or flags of a node that is down whatever its power state (a failed resume
 #: leaves ``DOWN+CLOUD+POWERED_DOWN``)
 _BROKEN = {"DOWN", "FAIL", "FAILING", "FUTURE"}
+#: seconds an ended request is still reported by `pool_states` (the contract's "ended
+#: recently"; the server's loop records the end at its next pass), then forgotten
+ENDED_KEPT_S = 3600.0
 
 
 def _words(raw: Mapping[str, Any]) -> set[str]:
@@ -114,6 +118,8 @@ class PowerRequest:
     at: float
     state: RequestState = RequestState.OPEN
     message: str = ""
+    #: when it ended (None: open)
+    ended_at: float | None = None
 
 
 def request_state(
@@ -170,7 +176,7 @@ class SlurmNodePools(ExecutorWithNodePools):
         names = tuple(down[:count])
         req = PowerRequest(rid, pool.name, names, self.clock.now())
         if not names or (atomic and len(names) < count):
-            req.nodes, req.state = (), RequestState.WITHDRAWN
+            req.nodes, req.state, req.ended_at = (), RequestState.WITHDRAWN, req.at
             req.message = (
                 f"Slurm has {len(down)} powered-down node(s) of pool {pool.name} (feature "
                 f"{POOL_FEATURE}{pool.name}), {count} needed"
@@ -189,6 +195,7 @@ class SlurmNodePools(ExecutorWithNodePools):
         req = self._requests().get(request)
         if req is not None and req.state is RequestState.OPEN:
             req.state, req.message = RequestState.WITHDRAWN, "withdrawn by gpupool"
+            req.ended_at = self.clock.now()
 
     def release_node(self, node: str) -> None:
         """Power `node` down now (``State=POWER_DOWN``: Slurm runs its SuspendProgram)."""
@@ -202,10 +209,16 @@ class SlurmNodePools(ExecutorWithNodePools):
 
     def pool_states(self, pools: Sequence[NodePool]) -> PoolStates:
         names = {p.name for p in pools}
+        now = self.clock.now()
+        kept = self._power_requests = {
+            rid: r
+            for rid, r in self._requests().items()
+            if r.ended_at is None or now - r.ended_at < ENDED_KEPT_S
+        }
         raw = self._nodes()
         states = {str(r["name"]): power_state(r) for r in raw}
         broken = {str(r["name"]) for r in raw if _words(r) & _BROKEN}
-        of_request = {n: r.id for r in self._requests().values() for n in r.nodes}
+        of_request = {n: r.id for r in kept.values() for n in r.nodes}
         pools_of = {str(r["name"]): pool_of(r) for r in raw}
         nodes = tuple(
             PoolNodeStatus(n, pool, states[n], of_request.get(n, ""))
@@ -213,10 +226,11 @@ class SlurmNodePools(ExecutorWithNodePools):
             if pool is not None and pool in names
         )
         reqs = []
-        for req in self._requests().values():
+        for req in kept.values():
             if req.pool not in names:
                 continue
             if req.state is RequestState.OPEN:
                 req.state, req.message = request_state(req, states, broken)
+                req.ended_at = None if req.state is RequestState.OPEN else now
             reqs.append(NodeRequestStatus(req.id, req.pool, req.state, req.message))
         return PoolStates(nodes, tuple(reqs))
