@@ -6,6 +6,7 @@ import dataclasses
 
 from gpupool.domain import Request
 from gpupool.domain.nodepools import NodeRequest, PoolNode, PoolNodeState
+from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.scheduler import cycle
 from gpupool.scheduler.autoscale import (
     PoolView,
@@ -178,4 +179,19 @@ def test_a_pool_serves_only_what_feasibility_says_its_nodes_could_hold():
     assert set(fifo.unschedulable) == {"gang"} and "frac" in fifo.pending
     assert plan([PoolView(H100)], [frac], (), 100.0, policy=Policy.FIFO).scale_up == (
         ScaleUp("gpu-h100", 1, ("frac",)),
+    )
+
+
+def test_work_that_fits_only_on_paper_still_makes_demand():
+    """Whether waiting work would fit what is free is the scheduler's placement: free nodes
+    of an engine that runs no multi-node work do not hold a gang, so it waits for a pool's
+    nodes and they are asked for."""
+    local = [dataclasses.replace(node(f"n{i}"), labels=((ENGINE_LABEL, "local"),)) for i in (1, 2)]
+    snap = snapshot(local, [tenant("lab-a")])
+    gang = dataclasses.replace(job("g", gpus=16), request=Request(gpus=16, nodes=2))
+    d = rescue(cycle(snap, [gang], 100.0), [gang], [H100], snap.tenants, Policy.FAIR)
+    waiting = capacity_bound(snap, [gang], d)
+    assert waiting == [gang]
+    assert plan([PoolView(H100)], waiting, (), 100.0).scale_up == (
+        ScaleUp("gpu-h100", 2, ("g",), atomic=True),
     )

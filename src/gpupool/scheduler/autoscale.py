@@ -29,7 +29,7 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from gpupool.domain import MILLI_PER_GPU, Allocation, TenantTree, Workload
+from gpupool.domain import MILLI_PER_GPU, TenantTree, Workload
 from gpupool.domain.nodepools import (
     NodePool,
     NodeRequest,
@@ -38,11 +38,20 @@ from gpupool.domain.nodepools import (
     RequestState,
 )
 from gpupool.domain.placement import ENGINE_LABEL, MULTI_NODE_LABEL
-from gpupool.scheduler.capacity import MIG
+from gpupool.scheduler.capacity import MIG, CapacityIndex
 from gpupool.scheduler.feasibility import never_runs, request_shape
+from gpupool.scheduler.gangs import find_gang, is_gang
 from gpupool.scheduler.limits import Usage, limit_check
+from gpupool.scheduler.placement import find_placement
 from gpupool.scheduler.reasons import Hardware
-from gpupool.scheduler.types import Decisions, Policy, Snapshot, WaitKind, pending_info
+from gpupool.scheduler.types import (
+    Decisions,
+    Policy,
+    RunningWorkload,
+    Snapshot,
+    WaitKind,
+    pending_info,
+)
 
 UP = PoolNodeState.UP
 BOOTING = PoolNodeState.BOOTING
@@ -123,20 +132,25 @@ def capacity_bound(
     pending: Sequence[Workload],
     decisions: Decisions,
     held: Collection[str] = (),
+    *,
+    policy: Policy = Policy.FAIR,
 ) -> list[Workload]:
     """The workloads of `pending` (in their order) that wait for capacity and nothing else
-    after the cycle that made `decisions` (see the module's docstring)."""
+    after the cycle that made `decisions` (see the module's docstring). Whether one would
+    fit what is free is the scheduler's own placement (`find_placement`, `find_gang`) on
+    the capacity left after the cycle's admissions, its shape as `policy` places it."""
     admitted = {a.workload_id: a.allocation for a in decisions.admissions}
     usage = Usage(snapshot.tenants)
-    free = _Free(snapshot)
     for r in snapshot.running:
         usage.add(r.workload.tenant, r.workload.owner, r.allocation.gpu_milli)
     by_id = {w.id: w for w in pending}
+    taken = list(snapshot.running)
     for wid, alloc in admitted.items():
         w = by_id.get(wid)
         if w is not None:
             usage.add(w.tenant, w.owner, alloc.gpu_milli)
-        free.take(alloc)
+            taken.append(RunningWorkload(w, alloc))
+    free = CapacityIndex(snapshot.nodes, tuple(taken))
     out: list[Workload] = []
     for w in pending:
         info = decisions.pending.get(w.id)
@@ -146,69 +160,12 @@ def capacity_bound(
             continue  # preempted work is ending for it
         if limit_check(usage, w.tenant, w.owner, request_milli(w)) is not None:
             continue  # waits on its quota or limit: a node would not let it run
-        if free.fits(w):
+        shape = request_shape(w.request, policy)
+        fits = find_gang(free, shape) if is_gang(shape) else find_placement(free, shape)
+        if fits is not None:
             continue  # it fits what is free: it waits for its turn, not for a node
         out.append(w)
     return out
-
-
-class _Free:
-    """Free whole GPUs, GPU milli, CPUs and memory per schedulable node after the cycle."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.nodes = {n.name: n for n in snapshot.nodes if n.schedulable}
-        self.gpu: dict[tuple[str, int], int] = {}
-        self.cpu: dict[str, int] = {}
-        self.mem: dict[str, int] = {}
-        for n in self.nodes.values():
-            self.cpu[n.name], self.mem[n.name] = n.cpu_milli, n.memory_mib
-            for g in n.gpus:
-                if g.schedulable:
-                    self.gpu[(n.name, g.index)] = MILLI_PER_GPU
-        for r in snapshot.running:
-            self.take(r.allocation)
-
-    def take(self, a: Allocation) -> None:
-        for s in a.shares:
-            key = (s.node, s.gpu_index)
-            if key in self.gpu:
-                self.gpu[key] -= s.milli
-        for node in a.nodes:
-            if node in self.cpu:
-                self.cpu[node] -= a.cpu_milli
-                self.mem[node] -= a.memory_mib
-
-    def fits(self, w: Workload) -> bool:
-        """Whether `w` would fit on the free capacity (a gang: on `nodes` distinct nodes)."""
-        r = w.request
-        per_node_gpus = r.gpus // r.nodes if r.gpus else 0
-        room = 0
-        for n in self.nodes.values():
-            if self.cpu[n.name] < r.cpu_milli or self.mem[n.name] < r.memory_mib:
-                continue
-            if r.engine is not None and n.label_map.get(ENGINE_LABEL, r.engine) != r.engine:
-                continue
-            labels = n.label_map
-            if any(labels.get(k) != v for k, v in r.node_labels):
-                continue
-            gpus = [
-                (g, self.gpu.get((n.name, g.index), 0))
-                for g in n.gpus
-                if (r.gpu_model is None or g.model == r.gpu_model)
-                and g.memory_mib >= r.gpu_memory_mib
-            ]
-            if per_node_gpus:
-                ok = sum(1 for _, m in gpus if m == MILLI_PER_GPU) >= per_node_gpus
-            elif r.gpu_milli or r.mig:
-                need = r.gpu_milli or MILLI_PER_GPU
-                ok = any(m >= need for _, m in gpus)
-            else:
-                ok = True
-            if ok:
-                room += 1
-                if room >= r.nodes:
-                    return True
-        return False
 
 
 def rescue(

@@ -199,7 +199,7 @@ class _Replay:
                 idle = None if name in busy else (pn.idle_since if pn.idle_since else t)
                 if idle != pn.idle_since:
                     self.pool_nodes[name] = replace(pn, idle_since=idle)
-        waiting = capacity_bound(snap, pending, d)
+        waiting = capacity_bound(snap, pending, d, policy=self.config.policy)
         views = [
             PoolView(
                 p,

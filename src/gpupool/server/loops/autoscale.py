@@ -100,7 +100,7 @@ def node_pool_demand(
     policy = ctx.settings.scheduler.policy
     d = rescue(d, pending, [v.pool for v in views], snap.tenants, policy)
     held = apply_budgets(rules.budgets, snap, pending).held if rules is not None else ()
-    waiting = capacity_bound(snap, pending, d, held)
+    waiting = capacity_bound(snap, pending, d, held, policy=policy)
     seen = frozenset(n.name for n in snap.nodes)
     ctx.node_pool_waiting, ctx.node_pool_seen = tuple(waiting), seen
     p = plan(views, waiting, busy, now, seen, policy=policy)
