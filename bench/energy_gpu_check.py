@@ -28,7 +28,6 @@ import json
 import shutil
 import sqlite3
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -37,15 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multi_gpu_check import preflight  # noqa: E402 - beside this script
 from multi_gpu_pool import (  # noqa: E402
     ENDED,
-    HERE,
-    MULTICAST_OFF,
-    PASSWORD,
     T0,
     USERS,
     Check,
     Pool,
     items,
     log,
+    work_dir,
+    write_result,
 )
 
 ENERGY_PASS_S = 60.0  # EnergyLoop's interval in `gpupool up`
@@ -181,16 +179,8 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     a.simulate_gpus = 1
     a.py = a.py or ("/usr/bin/python3" if a.dry_run else shutil.which("python3") or sys.executable)
-    work = Path(tempfile.mkdtemp(prefix="gpupool-energy-", dir="/tmp"))
-    work.chmod(0o755)  # jobs run as the jobs account and read their script from here
-    cache = work / "cache"
-    cache.mkdir(mode=0o777)
-    cache.chmod(0o1777)
-    shutil.copy(HERE / "energy_gpu_job.py", work / "energy_gpu_job.py")
-    (work / "energy_gpu_job.py").chmod(0o644)
+    work, _, a.job_env = work_dir("gpupool-energy-", ("energy_gpu_job.py",))
     a.job = str(work / "energy_gpu_job.py")
-    a.job_env = {**MULTICAST_OFF, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-    a.job_env |= {"HOME": str(cache), "XDG_CACHE_HOME": str(cache)}
     reader = None if a.dry_run else Reader()
     if reader is not None:
         reader.start()
@@ -205,13 +195,7 @@ def main() -> int:
     try:
 
         def run() -> None:
-            pool.wait(lambda: pool.http.get("/readyz").status_code == 200, 120, "gpupool up")
-            pool.login("admin", PASSWORD)
-            for user, tenant in USERS.items():
-                pool.call("POST", "/tenants", json={"name": tenant})
-                pool.call("POST", "/users", json={"name": user, "password": f"{user}-pw-12345"})
-                pool.call("PUT", f"/users/{user}/memberships/{tenant}", json={"role": "member"})
-                pool.login(user, f"{user}-pw-12345")
+            pool.set_up_users()
             gpus = sorted(items(pool.call("GET", "/gpus")), key=lambda g: g["index"])
             uuid = gpus[0]["uuid"]
             c.evidence["gpu"] = {k: gpus[0].get(k) for k in ("uuid", "model", "memory_mib")}
@@ -243,19 +227,9 @@ def main() -> int:
         c.guard(run)
     finally:
         with contextlib.suppress(Exception):
-            active = [
-                w["id"]
-                for w in items(pool.call("GET", "/workloads", params={"limit": 100}))
-                if w["state"] not in ENDED
-            ]
-            for w in active:
+            for w in pool.active():
                 pool.call("DELETE", f"/workloads/{w}")
-        log_text = []
-        with contextlib.suppress(Exception):
-            for w in items(pool.call("GET", "/workloads", params={"limit": 100})):
-                text = pool.call("GET", f"/workloads/{w['id']}/logs", params={"tail": 100})
-                log_text.append(f"===== {w['id']} {w['state']}\n{text['text']}")  # type: ignore[index]
-        (a.out / "job_logs.txt").write_text("\n".join(log_text))
+        pool.save_job_logs(100)
         result["up_exit_code"] = pool.stop()
         if reader is not None:
             reader.stop.set()
@@ -263,18 +237,10 @@ def main() -> int:
                 f.write("gpu,time_s,energy_mj,power_mw\n")
                 for u, rows in reader.samples.items():
                     f.writelines(f"{u},{t:.3f},{e},{p}\n" for t, e, p in rows)
-    dry = a.dry_run
-    result["checks"] = {ch.name: ch.record(dry) for ch in checks}
-    result["passed"] = all(ch.passed(dry) for ch in checks)
-    result["seconds"] = round(time.monotonic() - T0, 1)
-    (a.out / "energy_gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
-    for ch in checks:
-        print(f"{ch.verdict(dry)}  {ch.name}  ({ch.record(dry)['seconds']} s)")
-    for wid, d in (c.evidence.get("workloads") or {}).items():  # type: ignore[union-attr]
-        print(wid, json.dumps(d, default=str))
-    print(json.dumps(c.evidence.get("users"), default=str))
-    print(f"{'PASSED' if result['passed'] else 'FAILED'} in {result['seconds']} s")
-    return 0 if result["passed"] else 1
+    per = c.evidence.get("workloads") or {}
+    details = [f"{wid} {json.dumps(d, default=str)}" for wid, d in per.items()]  # type: ignore[union-attr]
+    details.append(json.dumps(c.evidence.get("users"), default=str))
+    return write_result(a.out, "energy_gpu_check", checks, result, a.dry_run, details)
 
 
 if __name__ == "__main__":

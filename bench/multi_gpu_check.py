@@ -38,7 +38,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -49,9 +48,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from multi_gpu_pool import (  # noqa: E402 - beside this script
     ENDED,
-    HERE,
     MULTICAST_OFF,
-    PASSWORD,
     T0,
     USERS,
     Check,
@@ -63,6 +60,8 @@ from multi_gpu_pool import (  # noqa: E402 - beside this script
     log,
     snapshot,
     uuids,
+    work_dir,
+    write_result,
 )
 
 LIMIT_MIB = 4096
@@ -378,24 +377,8 @@ def main() -> int:
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     a.py = a.py or ("/usr/bin/python3" if a.dry_run else shutil.which("python3") or sys.executable)
-    work = Path(tempfile.mkdtemp(prefix="gpupool-mgc-", dir="/tmp"))
-    work.chmod(0o755)  # jobs run as the jobs account and read their scripts from here
-    cache = work / "cache"
-    cache.mkdir(mode=0o777)
-    cache.chmod(0o1777)
-    for f in ("multi_gpu_job.py", "gpu_probe.py"):
-        shutil.copy(HERE / f, work / f)
-        (work / f).chmod(0o644)
+    work, _, a.job_env = work_dir("gpupool-mgc-", ("multi_gpu_job.py", "gpu_probe.py"))
     a.job = str(work / "multi_gpu_job.py")
-    a.job_env = {
-        **MULTICAST_OFF,
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "XDG_CACHE_HOME": str(cache),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "HOME": str(cache),
-    }
     deadline = T0 + a.deadline_s
     checks: list[Check] = []
     result: dict[str, object] = {"dry_run": a.dry_run, "python": a.py, "started": time.time()}
@@ -408,13 +391,7 @@ def main() -> int:
         checks.append(setup)
 
         def set_up() -> list[str]:
-            pool.wait(lambda: pool.http.get("/readyz").status_code == 200, 120, "gpupool up")
-            pool.login("admin", PASSWORD)
-            for user, tenant in USERS.items():
-                pool.call("POST", "/tenants", json={"name": tenant})
-                pool.call("POST", "/users", json={"name": user, "password": f"{user}-pw-12345"})
-                pool.call("PUT", f"/users/{user}/memberships/{tenant}", json={"role": "member"})
-                pool.login(user, f"{user}-pw-12345")
+            pool.set_up_users()
             gpus = sorted(items(pool.call("GET", "/gpus")), key=lambda g: g["index"])
             setup.evidence["gpus"] = gpus
             setup.evidence["cli_gpu_ls"] = pool.cli("gpu", "ls", "-o", "wide")
@@ -467,21 +444,11 @@ def main() -> int:
         for f in work.glob("release-*"):
             f.touch()
         pool.deadline = time.monotonic() + 90  # cleanup gets its own time
-        with contextlib.suppress(Exception):  # `gpupool up` leaves running jobs running
-            listed = items(pool.call("GET", "/workloads", params={"limit": 100}))
-            active = [w["id"] for w in listed if w["state"] not in ENDED]
-            result["active_at_end"] = active
+        with contextlib.suppress(Exception):
+            result["active_at_end"] = active = pool.active()
             if active:
                 pool.finish(active, work / "release-all")
-        log_text = []
-        with contextlib.suppress(Exception):
-            for w in items(pool.call("GET", "/workloads", params={"limit": 100})):
-                text = pool.call("GET", f"/workloads/{w['id']}/logs", params={"tail": 400})
-                log_text.append(
-                    f"===== {w['id']} {w.get('name')} {w['state']} "
-                    f"exit={w.get('exit_code')}\n{text['text']}"
-                )  # type: ignore[index]
-        (a.out / "job_logs.txt").write_text("\n".join(log_text))
+        pool.save_job_logs(400)
         result["up_exit_code"] = pool.stop()
         snapshot(pool, "after gpupool up stopped")
         left = [d for d in MPS_DAEMONS if Path(f"/proc/{d}").exists()]
@@ -489,15 +456,7 @@ def main() -> int:
             with contextlib.suppress(OSError):
                 os.kill(d, signal.SIGTERM)
         result["mps_daemons_left_after_stop"] = left
-    dry = a.dry_run
-    result["checks"] = {c.name: c.record(dry) for c in checks}
-    result["passed"] = all(c.passed(dry) for c in checks)
-    result["seconds"] = round(time.monotonic() - T0, 1)
-    (a.out / "multi_gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
-    for c in checks:
-        print(f"{c.verdict(dry)}  {c.name}  ({c.record(dry)['seconds']} s)")
-    print(f"{'PASSED' if result['passed'] else 'FAILED'} in {result['seconds']} s")
-    return 0 if result["passed"] else 1
+    return write_result(a.out, "multi_gpu_check", checks, result, a.dry_run)
 
 
 if __name__ == "__main__":

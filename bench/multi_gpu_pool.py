@@ -1,6 +1,7 @@
-"""The harness of bench/multi_gpu_check.py (issue 21): one `gpupool up` on this host's GPUs
-(or simulated ones with --dry-run) driven through its API and CLI as admin, alice and bob,
-and a `Check` record (criteria, evidence, timing) per check.
+"""The harness of bench/multi_gpu_check.py (issue 21) and bench/energy_gpu_check.py (issue
+35): one `gpupool up` on this host's GPUs (or simulated ones with --dry-run) driven through
+its API and CLI as admin, alice and bob, and a `Check` record (criteria, evidence, timing)
+per check; the jobs' work folder (`work_dir`) and the run's result file (`write_result`).
 
 `cluster_views` reads what gpupool shows about its GPUs from three places (the dashboard's
 API, `gpupool top --once --json` and /metrics) as GPU UUID -> [workload, user, tenant], so
@@ -13,13 +14,15 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -250,6 +253,75 @@ class Pool:
                 self.proc.wait(10)
         self.log.close()
         return self.proc.returncode
+
+    def set_up_users(self) -> None:
+        """Once `gpupool up` is ready: admin logged in, and each of `USERS` a member of its
+        tenant, logged in."""
+        self.wait(lambda: self.http.get("/readyz").status_code == 200, 120, "gpupool up")
+        self.login("admin", PASSWORD)
+        for user, tenant in USERS.items():
+            self.call("POST", "/tenants", json={"name": tenant})
+            self.call("POST", "/users", json={"name": user, "password": f"{user}-pw-12345"})
+            self.call("PUT", f"/users/{user}/memberships/{tenant}", json={"role": "member"})
+            self.login(user, f"{user}-pw-12345")
+
+    def active(self) -> list[str]:
+        """The workloads not ended yet (gpupool up leaves running jobs running)."""
+        listed = items(self.call("GET", "/workloads", params={"limit": 100}))
+        return [w["id"] for w in listed if w["state"] not in ENDED]
+
+    def save_job_logs(self, tail: int) -> None:
+        """OUT/job_logs.txt: the last `tail` lines of every workload's log."""
+        log_text = []
+        with contextlib.suppress(Exception):
+            for w in items(self.call("GET", "/workloads", params={"limit": 100})):
+                text = self.call("GET", f"/workloads/{w['id']}/logs", params={"tail": tail})
+                log_text.append(
+                    f"===== {w['id']} {w.get('name')} {w['state']} "
+                    f"exit={w.get('exit_code')}\n{text['text']}"  # type: ignore[index]
+                )
+        (self.out / "job_logs.txt").write_text("\n".join(log_text))
+
+
+def work_dir(prefix: str, scripts: Sequence[str]) -> tuple[Path, Path, dict[str, str]]:
+    """A throwaway folder under /tmp that the jobs account can read, with `scripts` (from
+    bench/) copied in; a cache folder in it that the jobs can write; and the environment
+    every job gets (multicast off, its caches there). (work, cache, job env)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    work.chmod(0o755)  # jobs run as the jobs account and read their scripts from here
+    cache = work / "cache"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o1777)
+    for f in scripts:
+        shutil.copy(HERE / f, work / f)
+        (work / f).chmod(0o644)
+    env = {
+        **MULTICAST_OFF,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "XDG_CACHE_HOME": str(cache),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "HOME": str(cache),
+    }
+    return work, cache, env
+
+
+def write_result(
+    out: Path, name: str, checks: list[Check], result: dict, dry: bool, details: Sequence[str] = ()
+) -> int:
+    """OUT/`name`.json with every check's record; each verdict, then `details`, then PASSED
+    or FAILED on stdout; the exit code (0: every check passed)."""
+    result["checks"] = {c.name: c.record(dry) for c in checks}
+    result["passed"] = all(c.passed(dry) for c in checks)
+    result["seconds"] = round(time.monotonic() - T0, 1)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
+    for c in checks:
+        print(f"{c.verdict(dry)}  {c.name}  ({c.record(dry)['seconds']} s)")
+    for line in details:
+        print(line)
+    print(f"{'PASSED' if result['passed'] else 'FAILED'} in {result['seconds']} s")
+    return 0 if result["passed"] else 1
 
 
 def items(got: object) -> list[dict]:
