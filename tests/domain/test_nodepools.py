@@ -2,6 +2,7 @@
 the table, and a request ends once."""
 
 import pytest
+from tests.pools import h100_pool
 
 from gpupool.domain import IllegalTransition, ValidationError
 from gpupool.domain.nodepools import (
@@ -15,15 +16,10 @@ from gpupool.domain.nodepools import (
 )
 
 P = PoolNodeState
-SHAPE = dict(gpus=8, gpu_model="H100", cpu_milli=96_000, memory_mib=1_000_000)
-
-
-def pool(**kw):
-    return NodePool(**{"name": "gpu-h100", **SHAPE, "max_nodes": 4, "boot_seconds": 240, **kw})
 
 
 def test_a_valid_pool_keeps_its_fields_and_sorts_labels():
-    p = pool(labels=(("zone", "b"), ("cloud", "aws")), cost_per_gpu_hour=2.5)
+    p = h100_pool(labels=(("zone", "b"), ("cloud", "aws")), cost_per_gpu_hour=2.5)
     assert p.labels == (("cloud", "aws"), ("zone", "b"))
     assert p.gpu_milli == 8000
     assert p.cost_per_node_hour() == 20.0
@@ -51,7 +47,7 @@ def test_a_valid_pool_keeps_its_fields_and_sorts_labels():
 )
 def test_bad_pools_are_refused_with_the_field_and_what_to_do(kw, field, words):
     with pytest.raises(ValidationError) as e:
-        pool(**kw)
+        h100_pool(**kw)
     assert e.value.field == field
     assert words in str(e.value)
 
@@ -59,7 +55,7 @@ def test_bad_pools_are_refused_with_the_field_and_what_to_do(kw, field, words):
 @pytest.mark.parametrize("name", ["GPU", "-a", "a_b", "", "x" * 64])
 def test_pool_names_are_dns_labels(name):
     with pytest.raises(ValidationError, match="lowercase letters"):
-        pool(name=name)
+        h100_pool(name=name)
 
 
 def test_a_cpu_pool_needs_no_gpu_model():
@@ -107,4 +103,4 @@ def test_a_request_ends_once():
     with pytest.raises(ValidationError):
         NodeRequest("r", "p", 0, (), 0.0)
     r = NodeRequest("r", "gpu-h100", 1, ("w1",), requested_at=100.0)
-    assert r.deadline(pool()) == 1900.0
+    assert r.deadline(h100_pool()) == 1900.0
