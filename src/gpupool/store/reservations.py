@@ -11,7 +11,6 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from gpupool.domain.reservations import Reservation
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import Base
-from gpupool.store.scoping import in_subtrees
 
 
 class ReservationRow(Base):
@@ -58,15 +57,11 @@ class ReservationRepo:
     def __init__(self, s: Session):
         self.s = s
 
-    def list(
-        self, *, after: float | None = None, tenants: list[str] | None = None
-    ) -> list[Reservation]:
-        """By start; `after`: only those that end later; `tenants`: those subtrees."""
+    def list(self, *, after: float | None = None) -> list[Reservation]:
+        """By start; `after`: only those that end later."""
         q = select(ReservationRow).order_by(ReservationRow.start, ReservationRow.id)
         if after is not None:
             q = q.where(ReservationRow.end > after)
-        if tenants is not None:
-            q = q.where(in_subtrees(ReservationRow.tenant, tenants))
         return [reservation_of(r) for r in self.s.scalars(q)]
 
     def get(self, rid: str) -> Reservation:
