@@ -11,25 +11,12 @@
 #   bench/multi_gpu_check.sh --dry-run --simulate-gpus 4   # as on a 4-GPU host
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-bench/results/multi_gpu_check_run}"
-mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-chmod -R a+rX "$PWD" /tmp/site 2>/dev/null || true
+. bench/gpu_host.sh
+gpu_host_setup bench/results/multi_gpu_check_run
 { date -u; nvidia-smi -L; nvidia-smi topo -m; python3 --version; command -v python3;
   python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.device_count())';
   command -v nvidia-cuda-mps-control; nproc; } > "$OUT/environment.txt" 2>&1
 timeout -k 20 420 python3 bench/multi_gpu_check.py --out "$OUT" "$@" 2>&1 | tee "$OUT/run.log"
 rc=${PIPESTATUS[0]}
 echo "== rc=$rc" | tee -a "$OUT/run.log"
-# never leave an MPS daemon behind (gpupool stops its own; this catches a killed run)
-if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-  for p in /run/gpupool/*/mps/*/pipe; do
-    [ -d "$p" ] && echo quit | CUDA_MPS_PIPE_DIRECTORY="$p" timeout 10 nvidia-cuda-mps-control
-  done
-fi
-exit "$rc"
+gpu_host_finish "$rc"
