@@ -144,9 +144,14 @@ def test_waiting_work_gets_a_provisioning_request_and_runs_on_the_new_node(world
     autoscaler.step()
     (added,) = autoscaler.groups["gpu-h100"].added
     assert pr.request_state(kube.provisioning.requests[(NS, req.id)])[0] is RequestState.FULFILLED
+    # someone's ProvisioningRequest of the same name and labels in another namespace, never
+    # provisioned, neither holds gpupool's request open nor becomes part of it
+    decoy = {**sent, "metadata": {**sent["metadata"], "namespace": "team-x"}, "status": {}}
+    kube.provisioning.requests[("team-x", req.id)] = decoy
 
     world.loop("autoscale").run_once()
     assert world.requests()[0].state is RequestState.FULFILLED
+    assert ("team-x", req.id) in kube.provisioning.requests
     assert world.pool_nodes() == {added: PoolNodeState.UP}
     assert added in world.inventory()  # the new node joins the inventory
     world.loop("scheduler").run_once()

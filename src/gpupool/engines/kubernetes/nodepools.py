@@ -49,6 +49,8 @@ class _Request:
     for_workloads: tuple[str, ...] = ()
     state: RequestState = RequestState.OPEN
     message: str = ""
+    #: found in the cluster (after a restart), not made by this process
+    adopted: bool = False
 
 
 @dataclass
@@ -240,9 +242,12 @@ class KubeNodePools(ExecutorWithNodePools):
             templates = [str(ps["podTemplateRef"]["name"]) for ps in obj["spec"]["podSets"]]
             ids = tuple(w for w in notes.get(pr.FOR_WORKLOADS, "").split(",") if w)
             known = self._pools.requests.get(rid)
-            if known is not None:  # one request, a ProvisioningRequest per namespace
-                known.namespaces.setdefault(ns, [rid, *templates])
-                known.for_workloads = tuple(dict.fromkeys((*known.for_workloads, *ids)))
+            if known is not None:
+                # one request, a ProvisioningRequest per namespace; one this process made
+                # has all its namespaces already: a namesake elsewhere is someone else's
+                if known.adopted:
+                    known.namespaces.setdefault(ns, [rid, *templates])
+                    known.for_workloads = tuple(dict.fromkeys((*known.for_workloads, *ids)))
                 continue
             self._pools.requests[rid] = _Request(
                 rid,
@@ -250,6 +255,7 @@ class KubeNodePools(ExecutorWithNodePools):
                 obj["spec"]["provisioningClassName"],
                 {ns: [rid, *templates]},
                 ids,
+                adopted=True,
             )
         return items
 
@@ -295,6 +301,7 @@ class KubeNodePools(ExecutorWithNodePools):
     ) -> None:
         """Move an open request on from what the cluster says."""
         if req.klass:
+            prs = [o for o in prs if _ns(o) in req.namespaces]
             if not prs:
                 req.state, req.message = RequestState.WITHDRAWN, "its ProvisioningRequest is gone"
                 return
