@@ -30,6 +30,12 @@ def test_add_ls_set_rm(env):  # noqa: F811
     assert r.exit_code == 1 and "below min_nodes" in r.output
     r = gp("node-pool", "set", "gpu-h100", "--max", "6", token=t)
     assert r.exit_code == 0 and "0-6" in r.output, r.output
+    r = gp(
+        "node-pool", "set", "gpu-h100", "--boot-seconds", "90", "--timeout-seconds", "5400", token=t
+    )
+    assert r.exit_code == 0, r.output
+    wide = gp("node-pool", "ls", "-o", "wide", token=t).output
+    assert "1m30s" in wide and "1h30m" in wide  # times as every table writes them
     assert gp("node-pool", "set", "gpu-h100", token=t).exit_code == 2
     r = gp("node-pool", "add", "x", "--gpus", "1", "--gpu-model", "A", token=t)
     assert r.exit_code == 2 and "give --cpus" in r.output

@@ -23,10 +23,6 @@ def _shape(p: dict[str, Any]) -> str:
     return f"{gpus}{p['cpus']:g} CPU, {p['memory_mib'] // 1024} GiB"
 
 
-def _minutes(s: float) -> str:
-    return f"{s / 60:g}m"
-
-
 COLUMNS = (
     Col("POOL", lambda p: p["name"]),
     Col("NODE", _shape),
@@ -39,10 +35,10 @@ COLUMNS = (
             + (f" ({len(p['requests'])} req)" if p["requests"] else "")
         ),
     ),
-    Col("BOOT", lambda p: _minutes(p["boot_seconds"])),
+    Col("BOOT", lambda p: tables.duration(p["boot_seconds"])),
     Col("$/GPU-H", lambda p: f"{p['cost_per_gpu_hour']:g}"),
-    Col("IDLE", lambda p: _minutes(p["idle_seconds"]), wide=True),
-    Col("TIMEOUT", lambda p: _minutes(p["request_timeout_seconds"]), wide=True),
+    Col("IDLE", lambda p: tables.duration(p["idle_seconds"]), wide=True),
+    Col("TIMEOUT", lambda p: tables.duration(p["request_timeout_seconds"]), wide=True),
     Col("LABELS", lambda p: ",".join(f"{k}={v}" for k, v in p["labels"].items()), wide=True),
 )
 
