@@ -4,6 +4,7 @@ Open with `open_store(url)`; work inside `store.read()` / `store.write()` sessio
 repositories (`TenantRepo(session)`, `WorkloadRepo(session)`, ...).
 """
 
+from gpupool.store.allocations import AllocationRepo
 from gpupool.store.attained import attained_milli_s, attempt_milli_s, gpu_hours, kept_service
 from gpupool.store.budgets import BudgetRepo
 from gpupool.store.chargeback import ChargebackRepo, ChargeRow
@@ -17,11 +18,10 @@ from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
 from gpupool.store.nodepools import NodePoolRepo
 from gpupool.store.profiles import ProfileRepo
 from gpupool.store.reservations import ReservationRepo, new_reservation_id
+from gpupool.store.rows import ROW_KEYS
 from gpupool.store.tenancy import TenantRepo, Token, TokenRepo, UserRepo, role_in
 from gpupool.store.usage import UsageRepo, UsageTotal
 from gpupool.store.workloads import (
-    ROW_KEYS,
-    AllocationRepo,
     WorkloadRecord,
     WorkloadRepo,
     new_workload_id,

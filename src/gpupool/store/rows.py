@@ -7,6 +7,8 @@ GPU amounts are milli (1000 = one GPU), memory MiB, CPU milli-CPU.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
@@ -376,3 +378,16 @@ class IdempotencyKeyRow(Base):
         ForeignKey("workloads.id", ondelete="CASCADE"), index=True
     )
     created_at: Mapped[float] = mapped_column(Float)
+
+
+#: Every column of the workloads table: `select(*WORKLOAD_COLUMNS)` gives rows with the same
+#: attribute names as `WorkloadRow`, without the ORM's per-object bookkeeping.
+WORKLOAD_COLUMNS = tuple(WorkloadRow.__table__.c)
+#: the column names of a plain row, in order
+ROW_KEYS = tuple(c.key for c in WORKLOAD_COLUMNS)
+
+
+def plain_workload(row: Sequence[object]) -> WorkloadRow:
+    """A result row as an object with WorkloadRow's attributes: reading them is about twice
+    as fast as reading a SQLAlchemy Row's (it matters for lists of hundreds)."""
+    return SimpleNamespace(**dict(zip(ROW_KEYS, row, strict=True)))  # type: ignore[return-value]

@@ -1,0 +1,199 @@
+"""The allocations repository: what each workload holds, on which GPUs.
+
+`AllocationRepo.allocate` refuses shares that would oversubscribe a GPU, checked against
+the committed allocations while holding the GPUs' row locks (see `store.db`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.orm import Session
+
+from gpupool.domain import (
+    ACTIVE_STATES,
+    MILLI_PER_GPU,
+    Allocation,
+    Enforcement,
+    Share,
+    WorkloadState,
+)
+from gpupool.scheduler.types import RunningWorkload
+from gpupool.store.convert import (
+    allocation_to_domain,
+    allocation_to_row,
+    share_to_domain,
+    workload_to_domain,
+)
+from gpupool.store.errors import Conflict, NotFound
+from gpupool.store.rows import (
+    WORKLOAD_COLUMNS,
+    AllocationRow,
+    GpuRow,
+    ShareRow,
+    WorkloadRow,
+    plain_workload,
+)
+
+
+class AllocationRepo:
+    def __init__(self, s: Session):
+        self.s = s
+
+    def active_for(self, workload_id: str) -> Allocation | None:
+        row = self.s.scalar(
+            select(AllocationRow).where(
+                AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
+            )
+        )
+        return None if row is None else allocation_to_domain(row)
+
+    def last_for(self, workload_id: str) -> tuple[Allocation, float | None] | None:
+        """The workload's latest allocation (active or released) and its release time."""
+        row = self.s.scalar(
+            select(AllocationRow)
+            .where(AllocationRow.workload_id == workload_id)
+            .order_by(AllocationRow.id.desc())
+            .limit(1)
+        )
+        return None if row is None else (allocation_to_domain(row), row.released_at)
+
+    def released_since(self, since: float) -> list[tuple[Allocation, float]]:
+        """Allocations released at or after `since`, with their release time, oldest first."""
+        q = (
+            select(AllocationRow)
+            .where(AllocationRow.released_at >= since)
+            .order_by(AllocationRow.released_at)
+        )
+        return [(allocation_to_domain(r), float(r.released_at or 0.0)) for r in self.s.scalars(q)]
+
+    def active_for_many(self, workload_ids: Collection[str]) -> dict[str, Allocation]:
+        """Active allocations of the given workloads, by workload id."""
+        if not workload_ids:
+            return {}
+        return self._active_by_workload(AllocationRow.workload_id.in_(list(workload_ids)))
+
+    def _active_by_workload(self, *where: ColumnElement[bool]) -> dict[str, Allocation]:
+        """Active allocations matching `where`, read as plain rows (two queries, no ORM
+        objects: this is on the path of every list and every scheduling pass)."""
+        q = select(*AllocationRow.__table__.c).where(AllocationRow.released_at.is_(None), *where)
+        rows = self.s.execute(q).all()
+        if not rows:
+            return {}
+        shares: dict[int, list[Share]] = {}
+        ids = [r.id for r in rows]
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            sq = (
+                select(*ShareRow.__table__.c)
+                .where(ShareRow.allocation_id.in_(ids[i : i + 500]))
+                .order_by(ShareRow.gpu_index, ShareRow.id)
+            )
+            for sh in self.s.execute(sq):
+                shares.setdefault(sh.allocation_id, []).append(share_to_domain(sh))  # type: ignore[arg-type]
+        return {
+            r.workload_id: allocation_to_domain(r, tuple(shares.get(r.id, ())))  # type: ignore[arg-type]
+            for r in rows
+        }
+
+    def active(self) -> list[Allocation]:
+        q = select(AllocationRow).where(AllocationRow.released_at.is_(None))
+        return [allocation_to_domain(r) for r in self.s.scalars(q)]
+
+    def running(self) -> list[RunningWorkload]:
+        """Active workloads (admitted, starting, running) with their allocations."""
+        allocs = self._active_by_workload()
+        q = (
+            select(*WORKLOAD_COLUMNS)
+            .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
+            .where(
+                AllocationRow.released_at.is_(None),
+                WorkloadRow.state.in_([str(s) for s in ACTIVE_STATES]),
+            )
+        )
+        out = []
+        for r in self.s.execute(q):
+            w = plain_workload(r)
+            if w.id in allocs:
+                out.append(
+                    RunningWorkload(
+                        workload_to_domain(w), allocs[w.id], stopping=w.stop_state is not None
+                    )
+                )
+        return out
+
+    def gpu_usage(self, uuids: Collection[str] | None = None) -> dict[str, tuple[int, int]]:
+        """GPU uuid -> (milli, memory MiB) held by active allocations."""
+        q = (
+            select(ShareRow.gpu_uuid, func.sum(ShareRow.milli), func.sum(ShareRow.memory_mib))
+            .join(AllocationRow, AllocationRow.id == ShareRow.allocation_id)
+            .where(AllocationRow.released_at.is_(None))
+            .group_by(ShareRow.gpu_uuid)
+        )
+        if uuids is not None:
+            q = q.where(ShareRow.gpu_uuid.in_(list(uuids)))
+        return {u: (int(m or 0), int(mem or 0)) for u, m, mem in self.s.execute(q)}
+
+    def allocate(self, allocation: Allocation) -> None:
+        """Record `allocation`; raise Conflict if the workload already holds one or if any
+        share does not fit what its GPU has left."""
+        if self.active_for(allocation.workload_id) is not None:
+            raise Conflict(f"workload {allocation.workload_id} already holds an allocation")
+        uuids = sorted({s.gpu_uuid for s in allocation.shares})
+        if uuids:
+            # Lock the GPUs (PostgreSQL; SQLite's write transaction already excludes writers).
+            gpus = {
+                g.uuid: g
+                for g in self.s.scalars(
+                    select(GpuRow)
+                    .where(GpuRow.uuid.in_(uuids))
+                    .order_by(GpuRow.uuid)
+                    .with_for_update()
+                )
+            }
+            used = self.gpu_usage(uuids)
+            want: dict[str, list[int]] = {}
+            for sh in allocation.shares:
+                g = gpus.get(sh.gpu_uuid)
+                if g is None or g.node != sh.node:  # a multi-node allocation spans nodes
+                    raise Conflict(f"GPU {sh.gpu_uuid} is not on node {sh.node}")
+                acc = want.setdefault(sh.gpu_uuid, [0, 0])
+                acc[0] += sh.milli
+                acc[1] += sh.memory_mib
+            for uuid, (milli, mem) in want.items():
+                held_milli, held_mem = used.get(uuid, (0, 0))
+                g = gpus[uuid]
+                if held_milli + milli > MILLI_PER_GPU or held_mem + mem > g.memory_mib:
+                    raise Conflict(
+                        f"GPU {g.index} on {g.node} ({uuid}) has "
+                        f"{(MILLI_PER_GPU - held_milli) / 1000:g} GPU and "
+                        f"{g.memory_mib - held_mem} MiB free, not enough for this share"
+                    )
+        self.s.add(allocation_to_row(allocation))
+        self.s.flush()
+
+    def set_enforcement(self, workload_id: str, enforcement: Mapping[str, Enforcement]) -> None:
+        """Record on the workload's active allocation the enforcement really applied on some
+        of its GPUs (GPU uuid -> enforcement); other shares are left as they are."""
+        alloc_id = self.s.scalar(
+            select(AllocationRow.id).where(
+                AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None)
+            )
+        )
+        if alloc_id is None:
+            raise NotFound(f"workload {workload_id} holds no allocation")
+        for uuid, enf in enforcement.items():
+            self.s.execute(
+                update(ShareRow)
+                .where(ShareRow.allocation_id == alloc_id, ShareRow.gpu_uuid == uuid)
+                .values(enforcement=str(enf))
+            )
+
+    def release(self, workload_id: str, now: float, to: WorkloadState | None = None) -> None:
+        """End the workload's active allocation at `now`; `to`: the state the workload moves
+        to (kept as `released_as`: which attempts ended in a preemption)."""
+        self.s.execute(
+            update(AllocationRow)
+            .where(AllocationRow.workload_id == workload_id, AllocationRow.released_at.is_(None))
+            .values(released_at=now, released_as=None if to is None else str(to))
+        )
