@@ -19,6 +19,7 @@ from gpupool.scheduler.balance import (
 )
 from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.placement import (
+    _find,
     _spread_fraction,
     _spread_whole,
     place_on_node,
@@ -29,13 +30,14 @@ from tests.scheduler.builders import node
 GIB = 1024
 
 
-def _cluster(seed: int) -> CapacityIndex:
+def _cluster(seed: int, models: tuple[str, ...] = ("H100",)) -> CapacityIndex:
     """400-500 nodes, some shared, with random free CPUs, memory and GPU milli/memory."""
     rng = random.Random(seed)
     nodes = tuple(
         node(
             f"n{i}",
             gpus=rng.choice([4, 8]),
+            model=rng.choice(models),
             gpu_gib=rng.choice([40, 80]),
             cpus=rng.choice([32, 64, 128]),
             memory_gib=rng.choice([256, 512]),
@@ -113,6 +115,46 @@ def test_fraction_spread_answers_as_find_spread(seed, milli, gpu_mem, cpus, mem_
     s = Shape(FRACTION, 0, milli, gpu_mem, "H100", cpus * 1000, mem_gib * GIB)
     idx = cap.frac["H100"]
     assert _spread_fraction(cap, idx, s) == _reference_fraction(cap, idx, s)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([100, 250, 500]),
+    st.integers(0, 64),
+    st.integers(0, 256),
+)
+def test_a_search_over_every_model_stops_where_no_later_model_can_win(
+    seed, count, milli, cpus, mem_gib
+):
+    """`_find` without a model bounds each later model's search by the best key so far: it
+    answers as the best (key, item) of the models searched each without a bound."""
+    cap = _cluster(seed, models=("A100", "H100", "L4"))
+    for s, indexes, spread in (
+        (Shape(WHOLE, count, 0, 0, None, cpus * 1000, mem_gib * GIB), cap.whole, _spread_whole),
+        (
+            Shape(FRACTION, 0, milli, 0, None, cpus * 1000, mem_gib * GIB),
+            cap.frac,
+            _spread_fraction,
+        ),
+    ):
+        hits = []
+        for m in cap.models:
+            ms = s._replace(model=m) if s.kind == WHOLE else s
+            hit = spread(cap, indexes[m], ms)
+            if hit is not None:
+                hits.append((hit[1], hit[0]))
+        p = _find(cap, s, indexes)
+        if not hits:
+            assert p is None
+            continue
+        key, item = min(hits)
+        assert p is not None
+        if s.kind == WHOLE:
+            assert p.node == item
+        else:
+            assert p.takes[0][0] == item
 
 
 def test_the_clusters_buckets_are_probed_not_read_whole():

@@ -27,7 +27,6 @@ from gpupool.scheduler.balance import (
     CANDIDATES,
     WHOLE_CANDIDATES,
     cpu_only_score,
-    fraction_score,
 )
 from gpupool.scheduler.buckets import BucketIndex, probe_ranges
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
@@ -210,12 +209,14 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
         if idx is None:
             continue
         hit: tuple[int, Any] | None
+        # a later model wins only with a smaller key, or the same key and a lower id
+        stop = None if best is None else best[0]
         if shape.kind == WHOLE:
             mshape = shape if shape.model else _with_model(shape, model)
-            hit = _spread_whole(cap, idx, mshape)
+            hit = _spread_whole(cap, idx, mshape, stop)
         else:
             mshape = shape
-            hit = _spread_fraction(cap, idx, shape)
+            hit = _spread_fraction(cap, idx, shape, stop)
         if hit is not None:
             item, key = hit
             if best is None or (key, item) < (best[0], best[1]):
@@ -259,25 +260,30 @@ def _least_fragmenting(
     return Placement(cap.gpu_node[item], ((item, shape.milli, share_memory(cap, item, shape)),))
 
 
-def _spread_whole(cap: CapacityIndex, idx: BucketIndex, s: Shape) -> tuple[int, int] | None:
-    """`BucketIndex.find_spread` over nodes by whole free GPUs, from `s.count` up: a node
-    passes if it has the CPUs and memory (and, with `gpu_memory_mib`, GPUs that big); the
-    score is `balance.whole_imbalance` with the whole free GPUs left. Written out in one loop
-    (no call per probed node): the same answer, for a fraction of the cost."""
+def _spread_whole(
+    cap: CapacityIndex, idx: BucketIndex, s: Shape, stop: int | None = None
+) -> tuple[int, int] | None:
+    """`BucketIndex.find_spread` over nodes by whole free GPUs, from `s.count` up to `stop`
+    (None: no bound): a node passes if it has the CPUs and memory (and, with
+    `gpu_memory_mib`, GPUs that big); the score is `balance.whole_imbalance` with the whole
+    free GPUs left. Written out in one loop (no call per probed node): the same answer, for
+    a fraction of the cost."""
     count, cpu, mem = s.count, s.cpu_milli, s.memory_mib
     free_cpu, free_mem = cap.free_cpu, cap.free_mem
     ctot, mtot, node_gpus = cap.cpu_total, cap.mem_total, cap.node_gpus
     big = s.gpu_memory_mib > 0
     limit = WHOLE_CANDIDATES
     for key, live in idx.buckets_from(count):
+        if stop is not None and key > stop:
+            return None
         left = key - count
         size = len(live)
         best_n = -1
         best_sc = 0.0
         ranges = ((0, size),) if size <= limit else probe_ranges(size, limit)
         every = size <= limit
-        for start, stop in ranges:
-            for r in range(start, stop):
+        for start, end in ranges:
+            for r in range(start, end):
                 n = live[r]
                 if free_cpu[n] < cpu or free_mem[n] < mem:
                     continue
@@ -311,21 +317,30 @@ def _spread_whole(cap: CapacityIndex, idx: BucketIndex, s: Shape) -> tuple[int, 
 
 
 def _spread_fraction(
-    cap: CapacityIndex, idx: BucketIndex, s: Shape
+    cap: CapacityIndex, idx: BucketIndex, s: Shape, stop: Any = None
 ) -> tuple[int, tuple[int, int]] | None:
     """`BucketIndex.find_spread` over shared GPUs by (free milli, free memory), from
-    (`s.milli`, `s.gpu_memory_mib`) up, buckets with less memory than asked skipped: a GPU
-    passes if its node has the CPUs and memory and it has the share's memory; the score is
-    `balance.fraction_score` of the first GPU probed on its node, taken as the node's (plus
-    one for that GPU being whole), less one for the GPU being whole. In one loop, as
-    `_spread_whole`."""
+    (`s.milli`, `s.gpu_memory_mib`) up to `stop` (None: no bound), buckets with less memory
+    than asked skipped: a GPU passes if its node has the CPUs and memory and it has the
+    share's memory; the score is `balance.fraction_score` of the first GPU that passed on its
+    node, taken as the node's (plus one for that GPU being whole), less one for the GPU being
+    whole. In one loop, as `_spread_whole`.
+
+    A score is the node's whole free GPUs left (an integer) plus an imbalance in [0, 1], so it
+    is never below that integer (IEEE rounding is monotone): a GPU whose integer is not below
+    the best score of its bucket so far cannot win (a tie goes to the lower id, probed first)
+    and its imbalance is not worked out."""
     milli, cpu, mem, lo_mem = s.milli, s.cpu_milli, s.memory_mib, s.gpu_memory_mib
     free_cpu, free_mem, free_gmem = cap.free_cpu, cap.free_mem, cap.free_gmem
     free_milli, total = cap.free_milli, cap.gpu_total_mem
-    gpu_node = cap.gpu_node
+    gpu_node, node_whole, node_milli = cap.gpu_node, cap.node_whole_free, cap.node_free_milli
+    node_gpus, ctot, mtot = cap.node_gpus, cap.cpu_total, cap.mem_total
     limit = CANDIDATES
-    seen_node: dict[int, float] = {}  # GPUs of one node tie but on whole-freeness
+    first: dict[int, int] = {}  # node -> whole-freeness (1/0) of its first GPU that passed
+    bases: dict[int, float] = {}  # node -> its score plus that GPU's whole-freeness
     for key, live in idx.buckets_from((milli, lo_mem)):
+        if stop is not None and key > stop:
+            return None
         if key[1] < lo_mem:
             continue
         size = len(live)
@@ -333,8 +348,8 @@ def _spread_fraction(
         best_sc = 0.0
         every = size <= limit
         ranges = ((0, size),) if every else probe_ranges(size, limit)
-        for start, stop in ranges:
-            for r in range(start, stop):
+        for start, end in ranges:
+            for r in range(start, end):
                 g = live[r]
                 n = gpu_node[g]
                 if free_cpu[n] < cpu or free_mem[n] < mem:
@@ -342,15 +357,31 @@ def _spread_fraction(
                 need = lo_mem if lo_mem else total[g] * milli // MILLI_PER_GPU
                 if free_gmem[g] < need:
                     continue
-                whole = free_milli[g] >= MILLI_PER_GPU and free_gmem[g] >= total[g]
-                base = seen_node.get(n)
-                if base is None:
-                    base = seen_node[n] = fraction_score(cap, g, milli, cpu, mem) + (
-                        1 if whole else 0
-                    )
-                sc = base - (1 if whole else 0)
-                if best_g < 0 or sc < best_sc or (sc == best_sc and g < best_g):
-                    best_g, best_sc = g, sc
+                whole = 1 if free_milli[g] >= MILLI_PER_GPU and free_gmem[g] >= total[g] else 0
+                w1 = first.get(n)
+                if w1 is None:
+                    first[n] = w1 = whole
+                if best_g < 0 or node_whole[n] - whole < best_sc:
+                    base = bases.get(n)
+                    if base is None:
+                        # = fraction_score(cap, g1, ...) + w1 for that first GPU g1, without calls
+                        gpus = len(node_gpus[n])
+                        if gpus:
+                            g_share = (node_milli[n] - milli) / (gpus * MILLI_PER_GPU)
+                            c = ctot[n]
+                            c_share = (free_cpu[n] - cpu) / c if c else 1.0
+                            m = mtot[n]
+                            m_share = (free_mem[n] - mem) / m if m else 1.0
+                            d = g_share - (m_share if m_share < c_share else c_share)
+                            if d < 0:
+                                d = -d
+                            imb = d if d < 1.0 else 1.0
+                        else:
+                            imb = 0.0
+                        base = bases[n] = (node_whole[n] - w1 + imb) + w1
+                    sc = base - whole
+                    if best_g < 0 or sc < best_sc or (sc == best_sc and g < best_g):
+                        best_g, best_sc = g, sc
                 if not every:
                     break
         if best_g >= 0:
