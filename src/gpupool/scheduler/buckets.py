@@ -13,6 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 Key = Any  # an orderable, hashable key (int or tuple of ints)
@@ -30,6 +31,13 @@ def probe_ranges(size: int, limit: int) -> tuple[tuple[int, int], ...]:
         nxt = (j + 1) * (size - 1) // last if j < last else size
         out.append((start, min(nxt, start + 4)))
     return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def probe_starts(size: int, limit: int) -> Callable[[list[int]], tuple[int, ...]]:
+    """Reads the item at the first rank of each of `probe_ranges(size, limit)` from a
+    bucket's live items, in one call."""
+    return itemgetter(*(start for start, _ in probe_ranges(size, limit)))
 
 
 class BucketIndex:

@@ -28,7 +28,7 @@ from gpupool.scheduler.balance import (
     WHOLE_CANDIDATES,
     cpu_only_score,
 )
-from gpupool.scheduler.buckets import BucketIndex, probe_ranges
+from gpupool.scheduler.buckets import BucketIndex, probe_ranges, probe_starts
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.constraints import find_pinned, shared_enforcement_on, where_of
 from gpupool.scheduler.fragmentation import least_fragmenting
@@ -267,7 +267,9 @@ def _spread_whole(
     (None: no bound): a node passes if it has the CPUs and memory (and, with
     `gpu_memory_mib`, GPUs that big); the score is `balance.whole_imbalance` with the whole
     free GPUs left. Written out in one loop (no call per probed node): the same answer, for
-    a fraction of the cost."""
+    a fraction of the cost. A large bucket's probes start from the item at each probe's
+    first rank, read at once (`probe_starts`); the rest of a probe's range is looked at only
+    where that item does not pass."""
     count, cpu, mem = s.count, s.cpu_milli, s.memory_mib
     free_cpu, free_mem = cap.free_cpu, cap.free_mem
     ctot, mtot, node_gpus = cap.cpu_total, cap.mem_total, cap.node_gpus
@@ -280,40 +282,50 @@ def _spread_whole(
         size = len(live)
         best_n = -1
         best_sc = 0.0
-        ranges = ((0, size),) if size <= limit else probe_ranges(size, limit)
         every = size <= limit
-        for start, end in ranges:
-            for r in range(start, end):
-                n = live[r]
-                if free_cpu[n] < cpu or free_mem[n] < mem:
+        cands = live if every else probe_starts(size, limit)(live)
+        for j, n in enumerate(cands):
+            if free_cpu[n] < cpu or free_mem[n] < mem or (big and place_on_node(cap, n, s) is None):
+                if every:
                     continue
-                if big and place_on_node(cap, n, s) is None:
+                start, end = probe_ranges(size, limit)[j]
+                n = _first_passing(cap, live, start + 1, end, s)
+                if n < 0:
                     continue
-                gpus = len(node_gpus[n])
-                if not gpus:
-                    sc = 0.0
-                else:
-                    c = ctot[n]
-                    c_share = (free_cpu[n] - cpu) / c if c else 1.0
-                    m = mtot[n]
-                    m_share = (free_mem[n] - mem) / m if m else 1.0
-                    # = min(1.0, abs(left / gpus - min(c_share, m_share))), without calls
-                    d = left / gpus - (c_share if c_share < m_share else m_share)
-                    if d < 0:
-                        d = -d
-                    sc = d if d < 1.0 else 1.0
-                if best_n < 0 or sc < best_sc or (sc == best_sc and n < best_n):
-                    best_n, best_sc = n, sc
-                if not every:
-                    break
+            gpus = len(node_gpus[n])
+            if not gpus:
+                sc = 0.0
+            else:
+                c = ctot[n]
+                c_share = (free_cpu[n] - cpu) / c if c else 1.0
+                m = mtot[n]
+                m_share = (free_mem[n] - mem) / m if m else 1.0
+                # = min(1.0, abs(left / gpus - min(c_share, m_share))), without calls
+                d = left / gpus - (c_share if c_share < m_share else m_share)
+                if d < 0:
+                    d = -d
+                sc = d if d < 1.0 else 1.0
+            if best_n < 0 or sc < best_sc or (sc == best_sc and n < best_n):
+                best_n, best_sc = n, sc
         if best_n >= 0:
             return best_n, key
         if not every:
-            for n in live:
-                fits = free_cpu[n] >= cpu and free_mem[n] >= mem
-                if fits and (not big or place_on_node(cap, n, s) is not None):
-                    return n, key
+            n = _first_passing(cap, live, 0, size, s)
+            if n >= 0:
+                return n, key
     return None
+
+
+def _first_passing(cap: CapacityIndex, live: list[int], start: int, end: int, s: Shape) -> int:
+    """The first node of `live[start:end]` that passes for `_spread_whole`, or -1."""
+    free_cpu, free_mem = cap.free_cpu, cap.free_mem
+    cpu, mem, big = s.cpu_milli, s.memory_mib, s.gpu_memory_mib > 0
+    for r in range(start, end):
+        n = live[r]
+        fits = free_cpu[n] >= cpu and free_mem[n] >= mem
+        if fits and (not big or place_on_node(cap, n, s) is not None):
+            return n
+    return -1
 
 
 def _spread_fraction(
@@ -431,6 +443,30 @@ def _enforcement(sharing: SharingMode, milli: int, shared: Enforcement) -> Enfor
     return Enforcement.POLICED if milli == MILLI_PER_GPU else shared
 
 
+@lru_cache(maxsize=1 << 16)
+def _share(
+    node: str,
+    gpu_index: int,
+    gpu_uuid: str,
+    milli: int,
+    memory_mib: int,
+    enforcement: Enforcement,
+    mig: tuple[str, int] | None,
+) -> Share:
+    """The Share these values make (immutable, so equal ones are one object: admissions
+    build the same few per GPU again and again)."""
+    return Share(
+        node=node,
+        gpu_index=gpu_index,
+        gpu_uuid=gpu_uuid,
+        milli=milli,
+        memory_mib=memory_mib,
+        enforcement=enforcement,
+        mig_profile=None if mig is None else mig[0],
+        mig_start=None if mig is None else mig[1],
+    )
+
+
 def to_allocation(
     cap: CapacityIndex,
     workload_id: str,
@@ -443,17 +479,15 @@ def to_allocation(
     shared = shared_enforcement
     if shared_enforcement is Enforcement.MPS and not cap.node_mps[placement.node]:
         shared = shared_enforcement_on(node.label_map, shared_enforcement)
+    name, index, uuid, sharing, mig = (
+        node.name,
+        cap.gpu_index,
+        cap.gpu_uuid,
+        cap.gpu_sharing,
+        cap.gpu_mig,
+    )
     shares = tuple(
-        Share(
-            node=node.name,
-            gpu_index=cap.gpu_index[g],
-            gpu_uuid=cap.gpu_uuid[g],
-            milli=milli,
-            memory_mib=mem,
-            enforcement=_enforcement(cap.gpu_sharing[g], milli, shared),
-            mig_profile=None if cap.gpu_mig[g] is None else cap.gpu_mig[g][0],  # type: ignore[index]
-            mig_start=None if cap.gpu_mig[g] is None else cap.gpu_mig[g][1],  # type: ignore[index]
-        )
+        _share(name, index[g], uuid[g], milli, mem, _enforcement(sharing[g], milli, shared), mig[g])
         for g, milli, mem in placement.takes
     )
     return Allocation(
