@@ -288,9 +288,15 @@ class _Cycle:
             try_tail = True
             while i < end:
                 if try_tail:
-                    # the rest of the queue may all be answered from the memos: at once
+                    # the rest of the queue may all be answered from the memos: at once (only
+                    # if its first entry is: `_fill_tail` checks the rest)
                     try_tail = False
-                    if not ufail and (tfail is not None or failed_shape) and t not in memo.not_due:
+                    c = q[i]
+                    if (
+                        not ufail
+                        and (c[3] >= tfail[0] if tfail is not None else c[2] in failed_shape)
+                        and t not in memo.not_due
+                    ):
                         filled = self._fill_tail(q, i, n, r, tfail, failed_shape)
                         if filled is not None:
                             n = filled

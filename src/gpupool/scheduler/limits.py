@@ -28,6 +28,9 @@ class Usage:
         self.user: dict[tuple[str, str], int] = {}
         self._chain: dict[str, list[str]] = {}
         self._user_caps: dict[str, list[str]] = {}
+        #: tenant -> ((ancestor, its limit) for each that sets one, nearest first;
+        #: (ancestor, its per-user cap) for each that sets one): what `limit_check` compares
+        self._limits: dict[str, tuple[list[tuple[str, int]], list[tuple[str, int]]]] = {}
 
     def chain(self, tenant: str) -> list[str]:
         """`tenant` and its ancestors, nearest first (just `tenant` if unknown)."""
@@ -49,11 +52,35 @@ class Usage:
             self._user_caps[tenant] = c
         return c
 
+    def limits(self, tenant: str) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """(the tenant limits along the chain, nearest first; the per-user caps), each as
+        (tenant that sets it, its value in milli)."""
+        got = self._limits.get(tenant)
+        if got is None:
+            tree = self.tree
+            lims = []
+            for a in self.chain(tenant):
+                lim = tree.get(a).quota.limit_milli if a in tree else None
+                if lim is not None:
+                    lims.append((a, lim))
+            caps = []
+            for a in self.capping(tenant):
+                cap = tree.get(a).quota.max_milli_per_user
+                assert cap is not None
+                caps.append((a, cap))
+            got = self._limits[tenant] = (lims, caps)
+        return got
+
     def add(self, tenant: str, user: str, milli: int) -> None:
+        held = self.tenant
         for a in self.chain(tenant):
-            self.tenant[a] = self.tenant.get(a, 0) + milli
-        for a in self.capping(tenant):
-            self.user[(a, user)] = self.user.get((a, user), 0) + milli
+            held[a] = held.get(a, 0) + milli
+        caps = self.capping(tenant)
+        if caps:
+            by_user = self.user
+            for a in caps:
+                k = (a, user)
+                by_user[k] = by_user.get(k, 0) + milli
 
     def remove(self, tenant: str, user: str, milli: int) -> None:
         self.add(tenant, user, -milli)
@@ -79,19 +106,17 @@ def limit_check(usage: Usage, tenant: str, user: str, milli: int) -> LimitHit | 
     anywhere on the ancestor chain (nearest first), or a per-user cap; None if none would."""
     if milli <= 0:
         return None
-    tree = usage.tree
-    for a in usage.chain(tenant):
-        if a not in tree:
-            continue
-        lim = tree.get(a).quota.limit_milli
-        if lim is not None and usage.of(a) + milli > lim:
-            return LimitHit(TENANT, a, at_limit_text(a, lim, usage.of(a)))
-    for a in usage.capping(tenant):
-        cap = tree.get(a).quota.max_milli_per_user
-        assert cap is not None
-        held = usage.user.get((a, user), 0)
-        if held + milli > cap:
-            return LimitHit(USER, a, user_cap_text(user, a, cap))
+    lims, caps = usage.limits(tenant)
+    used = usage.tenant
+    for a, lim in lims:
+        u = used.get(a, 0)
+        if u + milli > lim:
+            return LimitHit(TENANT, a, at_limit_text(a, lim, u))
+    if caps:
+        held_by = usage.user
+        for a, cap in caps:
+            if held_by.get((a, user), 0) + milli > cap:
+                return LimitHit(USER, a, user_cap_text(user, a, cap))
     return None
 
 
