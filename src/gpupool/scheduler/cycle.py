@@ -302,10 +302,16 @@ class _Cycle:
                             n = filled
                             i = end
                             break
-                if tfail is not None or ufail or failed_shape:
+                c = q[i]
+                if (
+                    (tfail is not None and c[3] >= tfail[0])
+                    or (ufail and c[1].owner in ufail)
+                    or c[2] in failed_shape
+                ):
                     # fast path: the entries that already failed this cycle fail again (usage
                     # only grows and capacity only shrinks within a cycle), up to the first
-                    # that needs a look: their reasons as one run
+                    # that needs a look: their reasons as one run (tried only where the next
+                    # entry may be one of them)
                     j, whys = self._memo_run(q, i, tfail, ufail, failed_shape, t)
                     if j > i:
                         self.info.add_run(q, i, whys, n + 1, r, stop=j)

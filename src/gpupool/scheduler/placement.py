@@ -123,12 +123,19 @@ def _whole_on_node(
     free_milli, free_gmem, total = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
     unshared_ids: list[int] = []
     shared_ids: list[int] = []
-    for g in cap.node_gpus[n]:
-        if not ok[g] or (model is not None and gmodel[g] != model):
-            continue
-        fm, fg = freed.get(g, _ZERO) if freed else _ZERO
-        if free_milli[g] + fm >= MILLI_PER_GPU and free_gmem[g] + fg >= total[g] >= need_mem:
-            (shared_ids if shared[g] else unshared_ids).append(g)
+    if not freed:  # (placement proper; preemption asks with resources freed)
+        for g in cap.node_gpus[n]:
+            if not ok[g] or (model is not None and gmodel[g] != model):
+                continue
+            if free_milli[g] >= MILLI_PER_GPU and free_gmem[g] >= total[g] >= need_mem:
+                (shared_ids if shared[g] else unshared_ids).append(g)
+    else:
+        for g in cap.node_gpus[n]:
+            if not ok[g] or (model is not None and gmodel[g] != model):
+                continue
+            fm, fg = freed.get(g, _ZERO)
+            if free_milli[g] + fm >= MILLI_PER_GPU and free_gmem[g] + fg >= total[g] >= need_mem:
+                (shared_ids if shared[g] else unshared_ids).append(g)
     if model is None and len({gmodel[g] for g in unshared_ids + shared_ids}) > 1:
         # all GPUs of one request share a model: the model with the fewest that suffice
         best = None
