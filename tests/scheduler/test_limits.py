@@ -86,3 +86,28 @@ def test_fifo_and_las_ignore_quotas():
             SchedulerConfig(policy=policy),
         )
         assert len(d.admissions) == 2
+
+
+def test_limit_check_names_the_nearest_limit_then_a_parents_per_user_cap():
+    """`limit_check` over the chain: the nearest tenant limit that breaks first; per-user caps
+    (also a parent's) only when no limit does; the texts carry the use."""
+    from gpupool.scheduler.limits import TENANT, USER, Usage, limit_check
+
+    t = tree(
+        tenant("physics", 0, limit=6, max_per_user=3),
+        tenant("physics/lab-a", 0, limit=4),
+        tenant("physics/lab-b"),
+    )
+    usage = Usage(t)
+    usage.add("physics/lab-a", "alice", 3000)
+    assert limit_check(usage, "physics/lab-a", "bob", 1000) is None
+    hit = limit_check(usage, "physics/lab-a", "alice", 1000)
+    assert hit is not None and (hit.scope, hit.tenant) == (USER, "physics")
+    assert hit.why == "alice is at the per-user cap of 3 GPUs in physics"
+    usage.add("physics/lab-b", "carol", 2000)
+    hit = limit_check(usage, "physics/lab-a", "bob", 2000)  # both limits break: the nearest
+    assert hit is not None and (hit.scope, hit.tenant) == (TENANT, "physics/lab-a")
+    assert hit.why == "physics/lab-a is at its limit of 4 GPUs (3 GPUs in use)"
+    hit = limit_check(usage, "physics/lab-b", "dave", 2000)  # lab-b has none: the parent's
+    assert hit is not None and hit.why == "physics is at its limit of 6 GPUs (5 GPUs in use)"
+    assert limit_check(usage, "physics/lab-b", "dave", 0) is None
