@@ -294,10 +294,12 @@ class CapacityIndex:
         if self._assumed:
             self._admitted[workload_id] = (len(self._assumed) - 1, allocation)
 
-    def logged(self, entry: int) -> tuple[int, list[tuple[int, int, int]], int, int]:
-        """Entry `entry` of the log: (node, gpu takes, cpu, memory) of one `assume`."""
+    def log_entries(
+        self, entries: list[int]
+    ) -> list[tuple[int, list[tuple[int, int, int]], int, int]]:
+        """Entries `entries` of the log: (node, gpu takes, cpu, memory) of each `assume`."""
         assert self._assumed is not None
-        return self._assumed[entry]
+        return list(map(self._assumed.__getitem__, entries))
 
     def revert_cycle(self, keep: Collection[int] = ()) -> set[int]:
         """Undo the logged `assume`s and `hold`s (newest first) but the log entries `keep`
