@@ -57,6 +57,10 @@ class _Standing:
     __slots__ = ("objs", "rows", "wids", "queues", "demand", "adjusted", "sched", "unsched")
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (the next cycle classifies afresh)."""
         #: id(workload) -> workload (holding it keeps its id from being reused)
         self.objs: dict[int, Workload] = {}
         #: id(workload) -> (workload id, tenant, why unschedulable, GPU milli, entry as filed)
@@ -175,8 +179,9 @@ class Queues:
         memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
         st = memo.standing
         if self._classify_changes(st, pending):
-            return
-        self._classify_all(pending, memo.entries, st)
+            return  # (the first cycle too: every workload is new)
+        st.reset()  # a workload listed twice or running: not kept for the next cycle
+        self._classify_all(pending, memo.entries)
 
     def _key_of(self) -> Callable[[Workload], tuple]:
         """The order key of a workload inside its queue, with no attained service and level 0
@@ -189,15 +194,11 @@ class Queues:
             return fifo_key
         return _las_0  # attained service added by `_adjusted`
 
-    def _classify_all(
-        self, pending: Sequence[Workload], entries: dict[int, tuple], st: _Standing
-    ) -> None:
-        """Classify every workload of `pending` (what `_classify_changes` keeps up to date);
-        `entries` (the cache's, per workload object) is updated in place, and `st` records
-        the result for the next cycle (left empty, unusable, if a workload was listed twice
-        or is running)."""
+    def _classify_all(self, pending: Sequence[Workload], entries: dict[int, tuple]) -> None:
+        """Classify every workload of `pending` when some are listed twice or running (what
+        `_classify_changes` does otherwise); `entries` (the cache's, per workload object) is
+        updated in place."""
         seen = {rw.workload.id for rw in self.snap.running}
-        clean = True  # no workload listed twice or running
         adjust = self._keeps_attained()
         key_of = self._key_of()
         whole_only = self.policy is Policy.FIFO
@@ -205,57 +206,27 @@ class Queues:
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
         demand = self.pending_demand
-        attained = self.snap.attained_service
-        unschedulable = self.unschedulable
-        rows: dict[int, tuple[str, str, str | None, int, Candidate | None]] = {}
-        wids: dict[str, int] = {}
-        sched: dict[int, str] = {}
-        unsched: dict[int, tuple[str, str]] = {}
-        adjusted: set[str] = set()
         for w in pending:
             wid = w.id
             if wid in seen:
-                clean = False
                 continue  # already running (or listed twice): nothing to decide
             seen.add(wid)
             k = id(w)
             e = entries.get(k)
             if e is None or e[0] is not w:
                 e = entries[k] = self._entry(w, shapes, tenant_why, whole_only, key_of)
-            why = e[1]
-            wids[wid] = k
-            if why is not None:
-                unschedulable[wid] = why
-                rows[k] = (wid, w.tenant, why, 0, None)
-                unsched[k] = (wid, why)
+            if e[1] is not None:
+                self.unschedulable[wid] = e[1]
                 continue
             t = w.tenant
             q = queues.get(t)
             if q is None:
                 q = queues[t] = []
                 demand[t] = 0
-            entry = e[3]
-            if adjust and wid in attained:
-                entry = self._adjusted(wid, entry)
-                if entry is not e[3]:
-                    adjusted.add(wid)
-            q.append(entry)
+            q.append(self._adjusted(wid, e[3]) if adjust else e[3])
             demand[t] += e[2]
-            rows[k] = (wid, t, None, e[2], entry)
-            sched[k] = t
         for q in queues.values():
             q.sort()
-        if not clean or len(rows) != len(pending):
-            st.objs = {}
-            return
-        st.objs = dict(zip(map(id, pending), pending, strict=True))
-        st.rows = rows
-        st.wids = wids
-        st.adjusted = adjusted
-        st.sched = sched
-        st.unsched = unsched
-        st.queues = dict(queues)
-        st.demand = dict(demand)
 
     def _entry(
         self,
@@ -305,16 +276,16 @@ class Queues:
         """Bring `st` (the last cycle's classification) up to date with `pending`: file the
         workloads that are new (by identity), drop those gone, re-key those whose attained
         service changed; then take queues, demand and unschedulable from it. False, having
-        changed nothing, when it cannot (a workload listed twice or running; no last cycle):
-        the caller classifies afresh, with the same result."""
-        if not st.objs:
-            return False
+        changed nothing, when it cannot (a workload listed twice or running): the caller
+        classifies afresh, with the same result. With no last cycle (`st` empty) every
+        workload is new: a full classification."""
         cur = dict(zip(map(id, pending), pending, strict=True))
         if len(cur) != len(pending):
             return False
         prev = st.objs
         gone = prev.keys() - cur.keys()
-        new = [cur[k] for k in cur.keys() - prev.keys()]
+        # in the order of `pending` when all are new (memory order: much faster to walk)
+        new = [cur[k] for k in cur.keys() - prev.keys()] if prev else list(pending)
         rows = st.rows
         gone_wids = {rows[k][0] for k in gone}
         new_wids = {w.id for w in new}
@@ -359,7 +330,7 @@ class Queues:
         for w in new:
             # = self._entry, written out (the cycle after a large admission files thousands)
             t = w.tenant
-            mk = (t, w.request)
+            mk = (w.tenant, w.request)
             hit = shapes.get(mk)
             if hit is None:
                 hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
