@@ -33,6 +33,7 @@ What it keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any
 
 from gpupool.domain import Node, TenantTree
@@ -120,7 +121,8 @@ class SchedulerCache:
         if len(cur) != len(running):
             return self._rebuild(nodes, running)  # listed twice: no diff by id
         prev = self._objs
-        new = [cur[k] for k in cur.keys() - prev.keys()]
+        # (C-level filters: cheaper than set differences of the keys)
+        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
         # the last cycle's admissions that run now with the allocation they were admitted
         # with stay taken (their log entries): not undone and applied again
         kept: list[tuple[RunningWorkload, int]] = []
@@ -147,7 +149,7 @@ class SchedulerCache:
             touched |= changed
         taken = self._taken
         gone: dict[str, _Entry] = {}
-        for k in prev.keys() - cur.keys():
+        for k in filterfalse(cur.__contains__, prev):
             wid = prev[k].workload.id
             gone[wid] = taken.pop(wid)
         if kept and not self._keep(cap, kept, logged, touched):
