@@ -38,6 +38,7 @@ from typing import Any
 
 from gpupool.domain import Node, TenantTree
 from gpupool.scheduler.capacity import CapacityIndex, Takes
+from gpupool.scheduler.mix import class_key
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import PendingInfo, RunningWorkload, SchedulerConfig
 
@@ -223,6 +224,7 @@ class SchedulerCache:
         mig = cap.gpu_mig
         any_mig = bool(cap.mig_nodes)
         keep_running = cap.keep_running
+        mix_add = cap.mix.add
         count = self._count
         for (rw, _), (n, takes, cpu, mem) in zip(kept, logged, strict=True):
             w = rw.workload
@@ -235,7 +237,8 @@ class SchedulerCache:
                 ts = tuple(takes)
                 milli = ts[0][1] if len(ts) == 1 else sum([m for _, m, _ in ts])
                 t: Takes = (n, ts, cpu, mem, milli, ())
-                keep_running(t)  # taken since its admission
+                # taken since its admission: only counted in the mix (= keep_running(t))
+                mix_add(class_key(ts, cpu, mem, milli), milli, cpu, mem, 1)
             else:  # a MIG instance is held whole, whatever share of it was assumed
                 t = cap.takes_of(rw)
                 if t[0] == n and not t[5] and t[2:4] == (cpu, mem) and t[1] == tuple(takes):
