@@ -275,9 +275,9 @@ class Queues:
     def _classify_changes(self, st: _Standing, pending: Sequence[Workload]) -> bool:
         """Bring `st` (the last cycle's classification) up to date with `pending`: file the
         workloads that are new (by identity), drop those gone, re-key those whose attained
-        service changed; then take queues, demand and unschedulable from it. False, having
-        changed nothing, when it cannot (a workload listed twice or running): the caller
-        classifies afresh, with the same result. With no last cycle (`st` empty) every
+        service changed; then take queues, demand and unschedulable from it. False when it
+        cannot (a workload listed twice or running): the caller resets `st` and classifies
+        afresh, with the same result. With no last cycle (`st` empty) every
         workload is new: a full classification."""
         cur = dict(zip(map(id, pending), pending, strict=True))
         if len(cur) != len(pending):
@@ -298,9 +298,7 @@ class Queues:
         ):
             return False
         running = self.cache.running_ids()
-        if not running.isdisjoint(new_wids) or any(
-            wid not in gone_wids for wid in running & wids.keys()
-        ):
+        if not running.isdisjoint(new_wids):
             return False
         #: per tenant, the entries to drop and to add (applied at the end, in one go)
         drop: dict[str, list[Candidate]] = {}
@@ -320,6 +318,8 @@ class Queues:
             else:
                 d.append(filed)
             demand[t] -= milli
+        if not running.isdisjoint(wids.keys()):
+            return False  # work filed before is running now, and also still pending
         if adjusted:
             adjusted -= gone_wids
         whole_only = self.policy is Policy.FIFO
