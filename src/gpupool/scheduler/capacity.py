@@ -409,12 +409,53 @@ class CapacityIndex:
         """Take `cpu`, `mem` on node `n` and (gpu id, milli, memory) on its GPUs."""
         self.free_cpu[n] -= cpu
         self.free_mem[n] -= mem
+        if self._assumed is not None:
+            self._assumed.append((n, gpu_takes, cpu, mem))
+        model = self._st.node_model[n]
+        if model is not None and self._take_refiled(n, model, gpu_takes):
+            return
         for g, milli, gmem in gpu_takes:
             self.free_milli[g] -= milli
             self.free_gmem[g] -= gmem
-        if self._assumed is not None:
-            self._assumed.append((n, gpu_takes, cpu, mem))
         self._refile(n)
+
+    def _take_refiled(self, n: int, model: str, gpu_takes: list[tuple[int, int, int]]) -> bool:
+        """`assume`'s GPU part on node `n` of one GPU `model`, the index entries brought up to
+        date from the GPUs taken only (what `_refile` gives, read from the node's entries
+        as they are: every change is refiled before the next `assume`). False, having
+        changed nothing, if a take is not a physical GPU of `n` (then `_refile`)."""
+        gpu_node, mig = self.gpu_node, self.gpu_mig
+        for g, _, _ in gpu_takes:
+            if gpu_node[g] != n or mig[g] is not None:
+                return False
+        usable = self.node_ready[n] and not self.node_held[n]
+        free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
+        ok, shared, not_shared = self.gpu_ok, self.gpu_shared, self._st.gpu_not_shared
+        d_milli = d_whole = d_every = d_unshared = 0
+        for g, milli, gmem in gpu_takes:
+            fm, gm = free_milli[g], free_gmem[g]
+            was = fm >= MILLI_PER_GPU and gm >= total[g]
+            fm2 = free_milli[g] = fm - milli
+            gm2 = free_gmem[g] = gm - gmem
+            d_milli += max(fm2, 0) - max(fm, 0)
+            good = usable and ok[g]
+            if (fm2 >= MILLI_PER_GPU and gm2 >= total[g]) is not was:
+                d = -1 if was else 1
+                d_whole += d
+                if good:
+                    d_every += d
+                    d_unshared += d * not_shared[g]
+            if shared[g]:
+                self.frac[model].set(g, (fm2, max(gm2, 0)) if good and fm2 > 0 else None)
+        self.node_free_milli[n] += d_milli
+        self.node_whole_free[n] += d_whole
+        if d_every:
+            idx = self.whole[model]
+            idx.set(n, (idx.key_of(n) or 0) + d_every or None)
+        if d_unshared:
+            idx = self.whole_unshared[model]
+            idx.set(n, (idx.key_of(n) or 0) + d_unshared or None)
+        return True
 
     def unassume(self, n: int, gpu_takes: list[tuple[int, int, int]], cpu: int, mem: int) -> None:
         """Give back what `assume` took (logged like it, so `revert_cycle` stays exact)."""
