@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import accumulate, filterfalse
 from operator import attrgetter, itemgetter
 
@@ -35,13 +36,9 @@ _NO_SERVICE: dict[str, float] = {}
 _tenant_of = attrgetter("tenant")
 
 
-def _leveled_0(w: Workload) -> tuple:
-    return leveled_in_tenant_key(w, 0)
-
-
-def _las_0(w: Workload) -> tuple:
-    return las_in_tenant_key(w, _NO_SERVICE)
-
+#: the in-tenant keys with level 0 / no attained service (`Queues._adjusted` adds those)
+_leveled_0 = partial(leveled_in_tenant_key, level=0)
+_las_0 = partial(las_in_tenant_key, attained=_NO_SERVICE)
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
