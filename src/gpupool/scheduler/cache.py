@@ -33,10 +33,12 @@ What it keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any
 
 from gpupool.domain import Node, TenantTree
 from gpupool.scheduler.capacity import CapacityIndex, Takes
+from gpupool.scheduler.mix import class_key
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import PendingInfo, RunningWorkload, SchedulerConfig
 
@@ -117,21 +119,27 @@ class SchedulerCache:
             return self._rebuild(nodes, running)
         # only the running work that is new or gone (by identity) is looked at
         cur = dict(zip(map(id, running), running, strict=True))
+        if len(cur) != len(running):
+            return self._rebuild(nodes, running)  # listed twice: no diff by id
         prev = self._objs
-        new = cur.keys() - prev.keys()
+        # (C-level filters: cheaper than set differences of the keys)
+        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
         # the last cycle's admissions that run now with the allocation they were admitted
-        # with stay taken (log entry -> what was assumed): not undone and applied again
-        kept: dict[str, tuple[int, list[tuple[int, int, int]], int, int]] = {}
+        # with stay taken (their log entries): not undone and applied again
+        kept: list[tuple[RunningWorkload, int]] = []
+        logged: list[tuple[int, list[tuple[int, int, int]], int, int]] = []
         admitted = cap.admitted()
-        if admitted and len(cur) == len(running):
-            keep: dict[str, int] = {}
-            for k in new:
-                rw = cur[k]
+        if admitted:
+            rest: list[RunningWorkload] = []
+            for rw in new:
                 hit = admitted.get(rw.workload.id)
                 if hit is not None and (hit[1] is rw.allocation or hit[1] == rw.allocation):
-                    keep[rw.workload.id] = hit[0]
-            kept = {wid: cap.logged(i) for wid, i in keep.items()}
-            touched = cap.revert_cycle(set(keep.values()))
+                    kept.append((rw, hit[0]))
+                else:
+                    rest.append(rw)
+            new = rest
+            logged = cap.log_entries([i for _, i in kept])
+            touched = cap.revert_cycle({i for _, i in kept})
         else:
             touched = cap.revert_cycle()
         if nodes is not cap.nodes:
@@ -140,53 +148,43 @@ class SchedulerCache:
                 return self._rebuild(nodes, running)
             self.stats.nodes_changed += len(changed)
             touched |= changed
-        if len(cur) != len(running):
-            return self._rebuild(nodes, running)  # listed twice: no diff by id
         taken = self._taken
-        mig = cap.gpu_mig
         gone: dict[str, _Entry] = {}
-        for k in prev.keys() - cur.keys():
+        for k in filterfalse(cur.__contains__, prev):
             wid = prev[k].workload.id
             gone[wid] = taken.pop(wid)
-        added = removed = 0
-        for k in new:
-            rw = cur[k]
+        if kept and not self._keep(cap, kept, logged, touched):
+            return self._rebuild(nodes, running)  # listed twice: no diff by id
+        added = len(kept)
+        removed = 0
+        count = self._count
+        for rw in new:
             w = rw.workload
             wid = w.id
             if wid in taken:
                 return self._rebuild(nodes, running)  # listed twice: no diff by id
-            was = kept.get(wid)
-            if was is not None:
-                n, takes, cpu, mem = was
-                if all(mig[g] is None for g, _, _ in takes):
-                    # what `takes_of` gives for the allocation it was admitted with (built
-                    # from the same placement), without reading the allocation again
-                    t: Takes = (n, tuple(takes), cpu, mem, sum(m for _, m, _ in takes), ())
-                else:  # a MIG instance is held whole, whatever share of it was assumed
-                    t = cap.takes_of(rw)
-                if t[0] == n and not t[5] and t[2:4] == (cpu, mem) and t[1] == tuple(takes):
-                    cap.keep_running(t)  # taken since its admission
-                    self.stats.admissions_kept += 1
-                else:  # (not expected) it takes other than assumed: undo that, apply this
-                    cap.release(n, takes, cpu, mem)
-                    touched.add(n)
-                    cap.apply_takes(t, -1)
-                    touched.add(t[0])
-                    touched.update(t[5])
-                kept_e: _Entry = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
-                taken[wid] = kept_e
-                self._count(kept_e, 1)
-                added += 1
-                continue
             e = gone.pop(wid, None)
             if e is not None:
                 a = rw.allocation
-                self._count(e, -1)
                 # the same allocation (tenant, user or stopping may differ): nothing moves
                 if e[1] is a or e[1] == a:
-                    e = taken[wid] = (rw, a, e[2], (w.tenant, w.owner), rw.stopping)
-                    self._count(e, 1)
+                    old = e[0].workload
+                    e2: _Entry = (rw, a, e[2], e[3], rw.stopping)
+                    if (
+                        e[4] == rw.stopping
+                        and old.max_runtime_s is None
+                        and w.max_runtime_s is None
+                        and old.checkpointing is w.checkpointing
+                        and old.tenant == w.tenant
+                        and old.owner == w.owner
+                    ):  # counted the same: only the entry changes (a snapshot of new objects)
+                        taken[wid] = e2
+                        continue
+                    count(e, -1)
+                    e2 = taken[wid] = (rw, a, e[2], (w.tenant, w.owner), rw.stopping)
+                    count(e2, 1)
                     continue
+                count(e, -1)
                 cap.apply_takes(e[2], 1)  # its allocation changed: give the old one back
                 touched.add(e[2][0])
                 touched.update(e[2][5])
@@ -197,12 +195,12 @@ class SchedulerCache:
             touched.update(t[5])
             added += 1
             e = taken[wid] = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
-            self._count(e, 1)
+            count(e, 1)
         for e in gone.values():
             cap.apply_takes(e[2], 1)
             touched.add(e[2][0])
             touched.update(e[2][5])
-            self._count(e, -1)
+            count(e, -1)
             removed += 1
         self._objs = cur
         touched.discard(-1)
@@ -211,6 +209,51 @@ class SchedulerCache:
         self.stats.allocations_added += added
         self.stats.allocations_removed += removed
         return cap
+
+    def _keep(
+        self,
+        cap: CapacityIndex,
+        kept: list[tuple[RunningWorkload, int]],
+        logged: list[tuple[int, list[tuple[int, int, int]], int, int]],
+        touched: set[int],
+    ) -> bool:
+        """File the last cycle's admissions that run now as admitted (`kept`, with `logged`:
+        what each `assume` took) as running work: their resources are taken already (not
+        undone by `revert_cycle`). False if one is listed twice (then the caller rebuilds)."""
+        taken = self._taken
+        mig = cap.gpu_mig
+        any_mig = bool(cap.mig_nodes)
+        keep_running = cap.keep_running
+        mix_add = cap.mix.add
+        count = self._count
+        for (rw, _), (n, takes, cpu, mem) in zip(kept, logged, strict=True):
+            w = rw.workload
+            wid = w.id
+            if wid in taken:
+                return False
+            if not any_mig or all(mig[g] is None for g, _, _ in takes):
+                # what `takes_of` gives for the allocation it was admitted with (built from
+                # the same placement), without reading the allocation again
+                ts = tuple(takes)
+                milli = ts[0][1] if len(ts) == 1 else sum([m for _, m, _ in ts])
+                t: Takes = (n, ts, cpu, mem, milli, ())
+                # taken since its admission: only counted in the mix (= keep_running(t))
+                mix_add(class_key(ts, cpu, mem, milli), milli, cpu, mem, 1)
+            else:  # a MIG instance is held whole, whatever share of it was assumed
+                t = cap.takes_of(rw)
+                if t[0] == n and not t[5] and t[2:4] == (cpu, mem) and t[1] == tuple(takes):
+                    keep_running(t)
+                else:  # (not expected) it takes other than assumed: undo that, apply this
+                    cap.release(n, takes, cpu, mem)
+                    touched.add(n)
+                    cap.apply_takes(t, -1)
+                    touched.add(t[0])
+                    touched.update(t[5])
+            e: _Entry = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+            taken[wid] = e
+            count(e, 1)
+        self.stats.admissions_kept += len(kept)
+        return True
 
     def _count(self, e: _Entry, sign: int) -> None:
         """Add (1) or take away (-1) what entry `e` holds in the per-(tenant, user) sums, and

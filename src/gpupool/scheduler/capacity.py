@@ -195,43 +195,40 @@ class CapacityIndex:
     def is_whole_free(self, g: int) -> bool:
         return self.free_milli[g] >= MILLI_PER_GPU and self.free_gmem[g] >= self.gpu_total_mem[g]
 
-    def _sum_node(self, n: int) -> None:
-        """`node_free_milli[n]` and `node_whole_free[n]` from the GPUs' free resources."""
-        free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
-        milli = whole = 0
-        for g in self.node_gpus[n]:
-            fm = free_milli[g]
-            if fm > 0:
-                milli += fm
-                if fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
-                    whole += 1
-        self.node_free_milli[n] = milli
-        self.node_whole_free[n] = whole
-
     def _load_indexes(self) -> None:
         """Build the indexes for all nodes at once (what `_refile` does node by node)."""
-        for n in range(len(self.nodes)):
-            self._sum_node(n)
         free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
         ok, shared, gmodel = self.gpu_ok, self.gpu_shared, self.gpu_model
+        not_shared = self._st.gpu_not_shared
         whole: dict[str, list] = {m: [] for m in self.models}
         unshared: dict[str, list] = {m: [] for m in self.models}
         frac: dict[str, list] = {m: [] for m in self.models}
+        node_free_milli, node_whole_free = self.node_free_milli, self.node_whole_free
+        ready, held, one_model = self.node_ready, self.node_held, self._st.node_model
         for n, gpus in enumerate(self.node_gpus):
-            if not gpus or not self.node_ready[n] or self.node_held[n]:
+            if not gpus:
                 continue
+            usable = ready[n] and not held[n]
             counts = {m: [0, 0] for m in self.node_models[n]}
+            one = one_model[n]
+            only = counts[one] if one is not None else None
+            milli = whole_free = 0
             for g in gpus:
-                if not ok[g]:
-                    continue
                 fm = free_milli[g]
-                if shared[g] and fm > 0:
+                if fm <= 0:
+                    continue
+                milli += fm
+                good = usable and ok[g]
+                if good and shared[g]:
                     frac[gmodel[g]].append((g, (fm, max(free_gmem[g], 0))))
                 if fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
-                    c = counts[gmodel[g]]
-                    c[0] += 1
-                    if not shared[g]:
-                        c[1] += 1
+                    whole_free += 1
+                    if good:
+                        c = only if only is not None else counts[gmodel[g]]
+                        c[0] += 1
+                        c[1] += not_shared[g]
+            node_free_milli[n] = milli
+            node_whole_free[n] = whole_free
             for m, (every, uns) in counts.items():
                 if every:
                     whole[m].append((n, every))
@@ -246,6 +243,29 @@ class CapacityIndex:
         """Recompute node `n`'s entries in the whole and fraction indexes."""
         usable = self.node_ready[n] and not self.node_held[n]
         free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
+        model = self._st.node_model[n]
+        if model is not None:  # one GPU model (most nodes): the same, written out
+            ok = self.gpu_ok
+            unshared_ok = self._st.gpu_not_shared
+            node_milli = node_whole = every = unshared = 0
+            for g in self.node_gpus[n]:
+                fm = free_milli[g]
+                if fm > 0:
+                    node_milli += fm
+                    if fm >= MILLI_PER_GPU and free_gmem[g] >= total[g]:
+                        node_whole += 1
+                        if usable and ok[g]:
+                            every += 1
+                            unshared += unshared_ok[g]
+            frac = self.frac[model]
+            for g in self._st.node_shared[n]:
+                fm = free_milli[g]
+                frac.set(g, (fm, max(free_gmem[g], 0)) if usable and ok[g] and fm > 0 else None)
+            self.node_free_milli[n] = node_milli
+            self.node_whole_free[n] = node_whole
+            self.whole[model].set(n, every or None)
+            self.whole_unshared[model].set(n, unshared or None)
+            return
         ok, shared, gmodel = self.gpu_ok, self.gpu_shared, self.gpu_model
         models = self.node_models[n]
         counts = {m: [0, 0] for m in models}
@@ -294,10 +314,12 @@ class CapacityIndex:
         if self._assumed:
             self._admitted[workload_id] = (len(self._assumed) - 1, allocation)
 
-    def logged(self, entry: int) -> tuple[int, list[tuple[int, int, int]], int, int]:
-        """Entry `entry` of the log: (node, gpu takes, cpu, memory) of one `assume`."""
+    def log_entries(
+        self, entries: list[int]
+    ) -> list[tuple[int, list[tuple[int, int, int]], int, int]]:
+        """Entries `entries` of the log: (node, gpu takes, cpu, memory) of each `assume`."""
         assert self._assumed is not None
-        return self._assumed[entry]
+        return list(map(self._assumed.__getitem__, entries))
 
     def revert_cycle(self, keep: Collection[int] = ()) -> set[int]:
         """Undo the logged `assume`s and `hold`s (newest first) but the log entries `keep`
@@ -387,12 +409,53 @@ class CapacityIndex:
         """Take `cpu`, `mem` on node `n` and (gpu id, milli, memory) on its GPUs."""
         self.free_cpu[n] -= cpu
         self.free_mem[n] -= mem
+        if self._assumed is not None:
+            self._assumed.append((n, gpu_takes, cpu, mem))
+        model = self._st.node_model[n]
+        if model is not None and self._take_refiled(n, model, gpu_takes):
+            return
         for g, milli, gmem in gpu_takes:
             self.free_milli[g] -= milli
             self.free_gmem[g] -= gmem
-        if self._assumed is not None:
-            self._assumed.append((n, gpu_takes, cpu, mem))
         self._refile(n)
+
+    def _take_refiled(self, n: int, model: str, gpu_takes: list[tuple[int, int, int]]) -> bool:
+        """`assume`'s GPU part on node `n` of one GPU `model`, the index entries brought up to
+        date from the GPUs taken only (what `_refile` gives, read from the node's entries
+        as they are: every change is refiled before the next `assume`). False, having
+        changed nothing, if a take is not a physical GPU of `n` (then `_refile`)."""
+        gpu_node, mig = self.gpu_node, self.gpu_mig
+        for g, _, _ in gpu_takes:
+            if gpu_node[g] != n or mig[g] is not None:
+                return False
+        usable = self.node_ready[n] and not self.node_held[n]
+        free_milli, free_gmem, total = self.free_milli, self.free_gmem, self.gpu_total_mem
+        ok, shared, not_shared = self.gpu_ok, self.gpu_shared, self._st.gpu_not_shared
+        d_milli = d_whole = d_every = d_unshared = 0
+        for g, milli, gmem in gpu_takes:
+            fm, gm = free_milli[g], free_gmem[g]
+            was = fm >= MILLI_PER_GPU and gm >= total[g]
+            fm2 = free_milli[g] = fm - milli
+            gm2 = free_gmem[g] = gm - gmem
+            d_milli += max(fm2, 0) - max(fm, 0)
+            good = usable and ok[g]
+            if (fm2 >= MILLI_PER_GPU and gm2 >= total[g]) is not was:
+                d = -1 if was else 1
+                d_whole += d
+                if good:
+                    d_every += d
+                    d_unshared += d * not_shared[g]
+            if shared[g]:
+                self.frac[model].set(g, (fm2, max(gm2, 0)) if good and fm2 > 0 else None)
+        self.node_free_milli[n] += d_milli
+        self.node_whole_free[n] += d_whole
+        if d_every:
+            idx = self.whole[model]
+            idx.set(n, (idx.key_of(n) or 0) + d_every or None)
+        if d_unshared:
+            idx = self.whole_unshared[model]
+            idx.set(n, (idx.key_of(n) or 0) + d_unshared or None)
+        return True
 
     def unassume(self, n: int, gpu_takes: list[tuple[int, int, int]], cpu: int, mem: int) -> None:
         """Give back what `assume` took (logged like it, so `revert_cycle` stays exact)."""

@@ -6,6 +6,9 @@ totals change (`CapacityIndex.update_nodes`). Pure: no I/O.
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import compress
+
 from gpupool.domain import GPU, MILLI_PER_GPU, Node, OutsideUse, SharingMode
 from gpupool.domain.mig import instances_of
 from gpupool.domain.placement import ENGINE_LABEL, enforces_mps
@@ -40,6 +43,10 @@ class NodeTables:
         self.node_mig: list[list[int]] = []
         self.gpu_mig: list[tuple[str, int] | None] = []
         self.mig_ids: dict[tuple[int, int, int], int] = {}
+        #: GPUs of nodes without MIG instances not yet filed, with their nodes and states
+        plain: list[GPU] = []
+        plain_node: list[int] = []
+        plain_ready: list[bool] = []
         for n, node in enumerate(nodes):
             dup = node.name in self.node_ids  # a duplicate name: the first one wins
             if not dup:
@@ -53,7 +60,19 @@ class NodeTables:
             self.node_mig.append([])
             if dup:
                 continue
-            for gpu in sorted(node.gpus, key=lambda x: x.index):
+            gpus = sorted(node.gpus, key=_index)
+            for gpu in gpus:
+                if gpu.sharing is SharingMode.MIG and gpu.mig_layout:
+                    break
+            else:  # no MIG instances: filed with the next plain nodes' GPUs, in one go
+                g0 = len(self.gpu_node) + len(plain)
+                ids.extend(range(g0, g0 + len(gpus)))
+                plain += gpus
+                plain_node += [n] * len(gpus)
+                plain_ready += [node.schedulable] * len(gpus)
+                continue
+            self._add_plain(plain, plain_node, plain_ready)
+            for gpu in gpus:
                 g = len(self.gpu_node)
                 ids.append(g)
                 self.gpu_ids[(n, gpu.index)] = g
@@ -63,6 +82,7 @@ class NodeTables:
                     self.mig_ids[(n, gpu.index, start)] = len(self.gpu_node)
                     self.node_mig[n].append(len(self.gpu_node))
                     self._add(n, gpu, mem, milli, (profile, start), node)
+        self._add_plain(plain, plain_node, plain_ready)
         self.models = sorted(set(self.gpu_model))
         #: the nodes with MIG instances (few: placement scans them)
         self.mig_nodes = [n for n, ids in enumerate(self.node_mig) if ids]
@@ -73,6 +93,11 @@ class NodeTables:
         self.node_models = [
             tuple(sorted({self.gpu_model[g] for g in ids})) for ids in self.node_gpus
         ]
+        #: per node: its one GPU model (None: none or several); its `shared` GPUs; per GPU:
+        #: 1 if it is not `shared` (what `CapacityIndex._refile` reads)
+        self.node_model = [m[0] if len(m) == 1 else None for m in self.node_models]
+        self.node_shared = [[g for g in ids if self.gpu_shared[g]] for ids in self.node_gpus]
+        self.gpu_not_shared = [0 if s else 1 for s in self.gpu_shared]
         self.labels_changed()
 
     def labels_changed(self) -> None:
@@ -92,6 +117,32 @@ class NodeTables:
             hit = self.where_memo[where] = (mask, [n for n, ok in enumerate(mask) if ok])
         return hit
 
+    def _add_plain(self, gpus: list[GPU], node: list[int], ready: list[bool]) -> None:
+        """File `gpus` (physical GPUs with no MIG instances; `node`, `ready`: per GPU its
+        node and whether that node is schedulable) under the next ids, and empty the three
+        lists: what `_add` does GPU by GPU, a column at a time."""
+        if not gpus:
+            return
+        g0 = len(self.gpu_node)
+        index = [g.index for g in gpus]
+        keys = zip(node, index, strict=True)
+        self.gpu_ids.update(zip(keys, range(g0, g0 + len(gpus)), strict=True))
+        self.gpu_node += node
+        self.gpu_index += index
+        self.gpu_uuid += [g.uuid for g in gpus]
+        self.gpu_model += [g.model for g in gpus]
+        self.gpu_total_mem += [g.memory_mib for g in gpus]
+        self.gpu_sharing += [g.sharing for g in gpus]
+        self.gpu_ok += [r and g.schedulable for g, r in zip(gpus, ready, strict=True)]
+        self.milli += [MILLI_PER_GPU] * len(gpus)
+        self.gpu_mig += [None] * len(gpus)
+        for g, gpu in enumerate(gpus, g0):
+            if gpu.outside is not None:
+                self.outside[g] = gpu.outside
+        gpus.clear()
+        node.clear()
+        ready.clear()
+
     def _add(
         self, n: int, gpu: GPU, mem: int, milli: int, mig: tuple[str, int] | None, node: Node
     ) -> None:
@@ -110,18 +161,22 @@ class NodeTables:
 
     def count_gpu_milli(self) -> int:
         """Healthy physical GPUs of ready nodes, in milli (MIG instances not counted again)."""
-        mig = self.gpu_mig
-        return MILLI_PER_GPU * sum(1 for g, ok in enumerate(self.gpu_ok) if ok and mig[g] is None)
+        return MILLI_PER_GPU * sum(
+            [ok and m is None for ok, m in zip(self.gpu_ok, self.gpu_mig, strict=True)]
+        )
 
     def count_whole_gpus(self) -> dict[str, int]:
         """Per model, the GPUs a whole-GPU request could use when free: healthy, on ready
         nodes, not in MIG mode (for reasons: 'all 4 GPUs are in use')."""
-        counts: dict[str, int] = {}
-        for g, ok in enumerate(self.gpu_ok):
-            if ok and self.gpu_mig[g] is None and self.milli[g] == MILLI_PER_GPU:
-                m = self.gpu_model[g]
-                counts[m] = counts.get(m, 0) + 1
-        return counts
+        usable = [
+            ok and m is None and milli == MILLI_PER_GPU
+            for ok, m, milli in zip(self.gpu_ok, self.gpu_mig, self.milli, strict=True)
+        ]
+        return dict(Counter(compress(self.gpu_model, usable)))
+
+
+def _index(gpu: GPU) -> int:
+    return gpu.index
 
 
 def mig_instances(gpu: GPU) -> list[tuple[str, int, int, int]]:

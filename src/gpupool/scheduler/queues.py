@@ -11,8 +11,9 @@ cache) for the next cycle. Pure: no I/O.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
-from itertools import accumulate
+from collections.abc import Callable, Sequence
+from functools import partial
+from itertools import accumulate, filterfalse
 from operator import attrgetter, itemgetter
 
 from gpupool.domain import Request, Workload
@@ -34,6 +35,11 @@ _NO_SERVICE: dict[str, float] = {}
 
 _tenant_of = attrgetter("tenant")
 
+
+#: the in-tenant keys with level 0 / no attained service (`Queues._adjusted` adds those)
+_leveled_0 = partial(leveled_in_tenant_key, level=0)
+_las_0 = partial(las_in_tenant_key, attained=_NO_SERVICE)
+
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
 
@@ -48,6 +54,10 @@ class _Standing:
     __slots__ = ("objs", "rows", "wids", "queues", "demand", "adjusted", "sched", "unsched")
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything (the next cycle classifies afresh)."""
         #: id(workload) -> workload (holding it keeps its id from being reused)
         self.objs: dict[int, Workload] = {}
         #: id(workload) -> (workload id, tenant, why unschedulable, GPU milli, entry as filed)
@@ -66,13 +76,18 @@ class _Standing:
 def _changed_queue(
     q: list[Candidate], drop: list[Candidate], add: list[Candidate]
 ) -> list[Candidate]:
-    """A new sorted queue: `q` without the entries `drop` (each in `q`), with `add`. Entries
-    are unique (keys end with the workload id). The dropped ones are found by binary search
-    and the rest copied in slices; the added ones that sort after the rest (new work is
-    usually submitted last) are appended at once, the others inserted by binary search."""
-    if drop:
+    """A new sorted queue: `q` without the entries `drop` (each one of the very objects in
+    `q`), with `add`. Entries are unique (keys end with the workload id). Few dropped ones
+    are found by binary search and the rest copied in slices, many (after a large admission)
+    by one filter; the added ones that sort after the rest (new work is usually submitted
+    last) are appended at once, the others inserted by binary search."""
+    out: list[Candidate]
+    if drop and 32 * len(drop) >= len(q):
+        gone = set(map(id, drop))
+        out = [e for e in q if id(e) not in gone]
+    elif drop:
         cut = sorted(bisect_left(q, e) for e in drop)
-        out: list[Candidate] = []
+        out = []
         prev = 0
         for i in cut:
             out += q[prev:i]
@@ -158,51 +173,54 @@ class Queues:
         worked out per workload is carried over to the next cycle, and so are the sorted queues:
         the next cycle files only the workloads that are new and drops those gone
         (`_classify_changes`)."""
-        whole_only = self.policy is Policy.FIFO
         memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
         st = memo.standing
         if self._classify_changes(st, pending):
-            return
-        self._classify_all(pending, memo.entries, whole_only)
-        self._standing(st, pending)
+            return  # (the first cycle too: every workload is new)
+        st.reset()  # a workload listed twice or running: not kept for the next cycle
+        self._classify_all(pending, memo.entries)
 
-    def _classify_all(
-        self, pending: Sequence[Workload], entries: dict[int, tuple], whole_only: bool
-    ) -> None:
-        """Classify every workload of `pending` (what `_classify_changes` keeps up to date);
-        `entries` (the cache's, per workload object) is updated in place."""
+    def _key_of(self) -> Callable[[Workload], tuple]:
+        """The order key of a workload inside its queue, with no attained service and level 0
+        (`_adjusted` adds those)."""
+        if self.policy is Policy.FAIR and self.config.service_levels_s:
+            return _leveled_0  # level added by `_adjusted`
+        if self.policy is Policy.FAIR:
+            return in_tenant_key
+        if self.policy is Policy.FIFO:
+            return fifo_key
+        return _las_0  # attained service added by `_adjusted`
+
+    def _classify_all(self, pending: Sequence[Workload], entries: dict[int, tuple]) -> None:
+        """Classify every workload of `pending` when some are listed twice or running (what
+        `_classify_changes` does otherwise); `entries` (the cache's, per workload object) is
+        updated in place."""
         seen = {rw.workload.id for rw in self.snap.running}
-        las = self.policy is Policy.LAS
-        levels = self.config.service_levels_s if self.policy is Policy.FAIR else ()
+        adjust = self._keeps_attained()
+        key_of = self._key_of()
+        whole_only = self.policy is Policy.FIFO
         shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
         demand = self.pending_demand
-        attained = self.snap.attained_service
-        unschedulable = self.unschedulable
         for w in pending:
             wid = w.id
             if wid in seen:
                 continue  # already running (or listed twice): nothing to decide
             seen.add(wid)
-            e = entries.get(id(w))
+            k = id(w)
+            e = entries.get(k)
             if e is None or e[0] is not w:
-                e = self._entry(w, entries, shapes, tenant_why, whole_only)
+                e = entries[k] = self._entry(w, shapes, tenant_why, whole_only, key_of)
             if e[1] is not None:
-                unschedulable[wid] = e[1]
+                self.unschedulable[wid] = e[1]
                 continue
             t = w.tenant
             q = queues.get(t)
             if q is None:
                 q = queues[t] = []
                 demand[t] = 0
-            entry = e[3]
-            if las and wid in attained:  # the carried key has 0 attained service
-                entry = ((attained[wid], *entry[0][1:]), *entry[1:])
-            elif levels and wid in attained:  # the carried key has level 0
-                k = entry[0]
-                entry = ((k[0], level_of(attained[wid], levels), *k[2:]), *entry[1:])
-            q.append(entry)
+            q.append(self._adjusted(wid, e[3]) if adjust else e[3])
             demand[t] += e[2]
         for q in queues.values():
             q.sort()
@@ -210,31 +228,29 @@ class Queues:
     def _entry(
         self,
         w: Workload,
-        entries: dict[int, tuple],
         shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
         tenant_why: dict[str, str | None],
         whole_only: bool,
+        key_of: Callable[[Workload], tuple],
     ) -> tuple:
-        """(workload, why unschedulable, GPU milli, queue entry) of `w`, filed in `entries`."""
-        t = w.tenant
-        mk = (t, w.request)
+        """(workload, why unschedulable, GPU milli, queue entry) of `w`; `shapes` and
+        `tenant_why` memoize per (tenant, request) and per tenant."""
+        mk = (w.tenant, w.request)
         hit = shapes.get(mk)
         if hit is None:
-            if t not in tenant_why:
-                tenant_why[t] = tenant_problem(self.tree, t)
-            shape = shape_of(w.request, whole_only)  # = feasibility.request_shape
-            why = tenant_why[t] or shape_never_runs(self.hardware, self.tree, t, shape, self.policy)
-            hit = shapes[mk] = (shape, why, shape.gpu_milli)
-        if self.policy is Policy.FAIR and self.config.service_levels_s:
-            key = leveled_in_tenant_key(w, 0)  # level added by the caller
-        elif self.policy is Policy.FAIR:
-            key = in_tenant_key(w)
-        elif self.policy is Policy.FIFO:
-            key = fifo_key(w)
-        else:
-            key = las_in_tenant_key(w, _NO_SERVICE)  # attained service added by the caller
-        e = entries[id(w)] = (w, hit[1], hit[2], (key, w, hit[0], hit[2]))
-        return e
+            hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
+        return (w, hit[1], hit[2], (key_of(w), w, hit[0], hit[2]))
+
+    def _shape(
+        self, w: Workload, tenant_why: dict[str, str | None], whole_only: bool
+    ) -> tuple[Shape, str | None, int]:
+        """(shape, why it can never run or None, GPU milli) of `w`'s request."""
+        t = w.tenant
+        if t not in tenant_why:
+            tenant_why[t] = tenant_problem(self.tree, t)
+        shape = shape_of(w.request, whole_only)  # = feasibility.request_shape
+        why = tenant_why[t] or shape_never_runs(self.hardware, self.tree, t, shape, self.policy)
+        return (shape, why, shape.gpu_milli)
 
     def _adjusted(self, wid: str, base: Candidate) -> Candidate:
         """`base` (keyed with no attained service, level 0) with the workload's attained
@@ -253,129 +269,113 @@ class Queues:
             self.policy is Policy.FAIR and self.config.service_levels_s
         )
 
-    def _standing(self, st: _Standing, pending: Sequence[Workload]) -> None:
-        """Record this cycle's (full) classification in `st` for the next cycle; `st` is left
-        empty (unusable) if a workload was listed twice or is running."""
-        objs = dict(zip(map(id, pending), pending, strict=True))
-        wids = {w.id for w in pending}
-        running = self.cache.running_ids()
-        if len(objs) != len(pending) or len(wids) != len(pending) or not running.isdisjoint(wids):
-            st.objs = {}
-            return
-        whole_only = self.policy is Policy.FIFO
-        entries: dict[int, tuple] = {}
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
-        tenant_why: dict[str, str | None] = {}
-        adjust = self._keeps_attained()
-        st.objs = objs
-        st.rows = {}
-        st.wids = {}
-        st.adjusted = set()
-        st.sched = {}
-        st.unsched = {}
-        memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending)).entries
-        for w in pending:
-            e = memo.get(id(w))
-            if e is None or e[0] is not w:
-                e = self._entry(w, entries, shapes, tenant_why, whole_only)
-            filed = self._adjusted(w.id, e[3]) if adjust else e[3]
-            if filed is not e[3]:
-                st.adjusted.add(w.id)
-            self._file_row(st, w, e, filed)
-        st.queues = {t: q for t, q in self.queues.items()}
-        st.demand = dict(self.pending_demand)
-
-    @staticmethod
-    def _file_row(st: _Standing, w: Workload, e: tuple, filed: Candidate) -> None:
-        k = id(w)
-        st.wids[w.id] = k
-        if e[1] is not None:
-            st.rows[k] = (w.id, w.tenant, e[1], 0, None)
-            st.unsched[k] = (w.id, e[1])
-        else:
-            st.rows[k] = (w.id, w.tenant, None, e[2], filed)
-            st.sched[k] = w.tenant
-
     def _classify_changes(self, st: _Standing, pending: Sequence[Workload]) -> bool:
         """Bring `st` (the last cycle's classification) up to date with `pending`: file the
         workloads that are new (by identity), drop those gone, re-key those whose attained
-        service changed; then take queues, demand and unschedulable from it. False, having
-        changed nothing, when it cannot (a workload listed twice or running; no last cycle):
-        the caller classifies afresh, with the same result."""
-        if not st.objs:
-            return False
+        service changed; then take queues, demand and unschedulable from it. False when it
+        cannot (a workload listed twice or running): the caller resets `st` and classifies
+        afresh, with the same result. With no last cycle (`st` empty) every
+        workload is new: a full classification."""
         cur = dict(zip(map(id, pending), pending, strict=True))
         if len(cur) != len(pending):
             return False
         prev = st.objs
-        gone = prev.keys() - cur.keys()
-        new = [cur[k] for k in cur.keys() - prev.keys()]
+        # (C-level filters: cheaper than set differences of the keys; `new` in the order of
+        # `pending`, which is also memory order when all are new: much faster to walk)
+        gone = list(filterfalse(cur.__contains__, prev))
+        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
         rows = st.rows
         gone_wids = {rows[k][0] for k in gone}
         new_wids = {w.id for w in new}
         if len(new_wids) != len(new):
             return False  # a workload listed twice
-        if any(wid in st.wids and wid not in gone_wids for wid in new_wids):
+        wids = st.wids
+        if not new_wids.isdisjoint(wids) and any(
+            wid in wids and wid not in gone_wids for wid in new_wids
+        ):
             return False
         running = self.cache.running_ids()
-        if not running.isdisjoint(new_wids) or any(
-            wid not in gone_wids for wid in running & st.wids.keys()
-        ):
+        if not running.isdisjoint(new_wids):
             return False
         #: per tenant, the entries to drop and to add (applied at the end, in one go)
         drop: dict[str, list[Candidate]] = {}
         add: dict[str, list[Candidate]] = {}
-
-        def unfile(k: int) -> None:
-            wid, t, why, milli, filed = rows.pop(k)
-            del st.wids[wid]
-            st.adjusted.discard(wid)
-            if why is not None:
-                del st.unsched[k]
-                return
-            del st.sched[k]
-            assert filed is not None
-            drop.setdefault(t, []).append(filed)
-            st.demand[t] -= milli
-
-        def file(w: Workload, e: tuple, filed: Candidate) -> None:
-            self._file_row(st, w, e, filed)
-            if e[1] is None:
-                add.setdefault(w.tenant, []).append(filed)
-                st.demand[w.tenant] = st.demand.get(w.tenant, 0) + e[2]
-
+        sched, unsched, demand, adjusted = st.sched, st.unsched, st.demand, st.adjusted
         for k in gone:
-            unfile(k)
+            wid, t, why, milli, filed = rows.pop(k)
+            del wids[wid]
+            if why is not None:
+                del unsched[k]
+                continue
+            del sched[k]
+            assert filed is not None
+            d = drop.get(t)
+            if d is None:
+                drop[t] = [filed]
+            else:
+                d.append(filed)
+            demand[t] -= milli
+        if not running.isdisjoint(wids.keys()):
+            return False  # work filed before is running now, and also still pending
+        if adjusted:
+            adjusted -= gone_wids
         whole_only = self.policy is Policy.FIFO
-        entries: dict[int, tuple] = {}
+        key_of = self._key_of()
         shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         adjust = self._keeps_attained()
-        bases: dict[str, tuple[Workload, tuple]] = {}
+        attained = self.snap.attained_service
         for w in new:
-            e = self._entry(w, entries, shapes, tenant_why, whole_only)
-            filed = self._adjusted(w.id, e[3]) if adjust else e[3]
-            file(w, e, filed)
-            if filed is not e[3]:
-                st.adjusted.add(w.id)
-            bases[w.id] = (w, e)
+            # = self._entry, written out (the cycle after a large admission files thousands)
+            t = w.tenant
+            mk = (w.tenant, w.request)
+            hit = shapes.get(mk)
+            if hit is None:
+                hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
+            wid = w.id
+            k = id(w)
+            wids[wid] = k
+            why = hit[1]
+            if why is not None:
+                rows[k] = (wid, t, why, 0, None)
+                unsched[k] = (wid, why)
+                continue
+            milli = hit[2]
+            filed = (key_of(w), w, hit[0], milli)
+            if adjust and wid in attained:
+                base = filed
+                filed = self._adjusted(wid, base)
+                if filed is not base:
+                    adjusted.add(wid)
+            rows[k] = (wid, t, None, milli, filed)
+            sched[k] = t
+            a = add.get(t)
+            if a is None:
+                add[t] = [filed]
+            else:
+                a.append(filed)
+            demand[t] = demand.get(t, 0) + milli
         if adjust:
             # workloads whose attained service (so their key) may have changed since filed
-            for wid in (self.snap.attained_service.keys() & st.wids.keys()) | st.adjusted:
-                if wid in bases:
+            for wid in (attained.keys() & wids.keys()) | adjusted:
+                if wid in new_wids:
                     continue
-                k = st.wids[wid]
-                w = cur[k]
+                k = wids[wid]
                 row = rows[k]
                 if row[2] is not None:
                     continue
-                e = self._entry(w, entries, shapes, tenant_why, whole_only)
-                filed = self._adjusted(wid, e[3])
-                if filed != row[4]:
-                    unfile(k)
-                    file(w, e, filed)
-                    if filed is not e[3]:
-                        st.adjusted.add(wid)
+                t, was = row[1], row[4]
+                assert was is not None
+                base = (key_of(cur[k]), *was[1:])
+                filed = self._adjusted(wid, base)
+                if filed != was:
+                    drop.setdefault(t, []).append(was)
+                    add.setdefault(t, []).append(filed)
+                    rows[k] = (wid, t, None, row[3], filed)
+                    if filed is base:
+                        adjusted.discard(wid)
+                    else:
+                        adjusted.add(wid)
         st.objs = cur
         for t in drop.keys() | add.keys():
             st.queues[t] = _changed_queue(st.queues.get(t, []), drop.get(t, []), add.get(t, []))
@@ -384,14 +384,14 @@ class Queues:
             del st.demand[t]
         # in the order a full classification gives: tenants, and unschedulable work, in the
         # order they first appear in `pending`
-        if st.unsched:
-            order = dict.fromkeys(filter(None, map(st.sched.get, map(id, pending))))
+        if unsched:
+            order = dict.fromkeys(filter(None, map(sched.get, cur)))  # `cur`: as `pending`
         else:  # every workload is filed (none running: see above): their tenants, cheaper
             order = dict.fromkeys(map(_tenant_of, pending))
         self.queues = {t: st.queues[t] for t in order}
         self.pending_demand = {t: st.demand[t] for t in order}
-        if st.unsched:
-            self.unschedulable = dict(filter(None, map(st.unsched.get, map(id, pending))))
+        if unsched:
+            self.unschedulable = dict(filter(None, map(unsched.get, cur)))
         return True
 
     # -- 3. the walk -----------------------------------------------------------------------
