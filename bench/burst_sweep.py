@@ -5,7 +5,8 @@
 
 Each variant is NAME or NAME:KEY=VALUE;KEY=VALUE (SchedulerConfig fields, as
 `trace_compare.py --set`); `fifo` is always run. Prints per variant the geometric mean over
-seeds of avg wait ÷ fifo's, the lowest guarantee kept, preemptions and GPU-hours lost.
+seeds of avg wait ÷ fifo's, the lowest guarantee kept, preemptions, GPU-hours lost and the
+wide (multi-node) jobs' average wait in hours (mean over seeds).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from trace_compare import config_overrides, lost_gpu_hours  # noqa: E402
+from trace_compare import config_overrides, lost_gpu_hours, wide_metrics  # noqa: E402
 
 from gpupool.scheduler.types import Policy  # noqa: E402
 from gpupool.sim.burst import burst_jobs  # noqa: E402
@@ -46,6 +47,7 @@ def one(variant: str, seed: int, gap: float, load: float) -> tuple[str, int, dic
             "kept": min(kept),
             "pre": m["preemptions"],
             "lost": lost_gpu_hours(r),
+            "wide_wait": wide_metrics(r)["wide"]["avg_wait"] or 0.0,
         },
     )
 
@@ -72,7 +74,8 @@ def main() -> None:
             f"({', '.join(f'{x:.2f}' for x in ratios)}), kept "
             f"{min(by[(n, s)]['kept'] for s in seeds):.3f}, preemptions "
             f"{sum(by[(n, s)]['pre'] for s in seeds)}, lost GPU-h "
-            f"{sum(by[(n, s)]['lost'] for s in seeds):.0f}",
+            f"{sum(by[(n, s)]['lost'] for s in seeds):.0f}, wide wait h "
+            f"{statistics.mean(by[(n, s)]['wide_wait'] for s in seeds) / 3600:.2f}",
             flush=True,
         )
 
