@@ -70,7 +70,7 @@ class Settings:
     cookie_secure: bool = False
     mig_relayout: bool = False
     max_pending_per_user: int = 1000
-    budget_webhook_url: str | None = None
+    budget_webhook_url: str | None = field(default=None, repr=False)  # may hold a token
     metrics_token: str | None = field(default=None, repr=False)
 
     @staticmethod
