@@ -46,7 +46,8 @@ def test_the_system_registers_the_engines_nodes_and_runs_every_loop(tmp_path):
         assert node.last_heartbeat == clock.now()
         engine.sources[0].set_utilization(0, 55.0)
         ctx.loops.get("telemetry").run_once()
-        client = TestClient(system.app)
+        # a client on the server's host: /metrics needs no scrape token then
+        client = TestClient(system.app, client=("127.0.0.1", 50000))
         metrics = client.get("/metrics").text
         assert "DCGM_FI_DEV_GPU_UTIL{" in metrics and 'Hostname="box"' in metrics
         token = issue_token(ctx, "admin", "test", None).token

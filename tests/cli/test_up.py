@@ -190,6 +190,27 @@ def test_up_rejects_a_bad_scheduler_variable(data_dir):
     assert "GPUPOOL_SERVICE_LEVELS_S='1h'" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_up_refuses_a_malformed_budget_webhook_without_printing_its_secret(data_dir):
+    """The URL may carry a token in its user info or query: the refusal shows scheme and
+    host only (gpupool.server.webhook.redact_url), for the flag and the variable alike."""
+    secret = "s3cr3t-T0KEN"
+    bad = f"ftp://bot:{secret}@hooks.example.org/x?token={secret}"
+    for flags, env in (
+        (["--budget-webhook", bad], {}),
+        ([], {"GPUPOOL_BUDGET_WEBHOOK_URL": bad}),
+    ):
+        r = subprocess.run(
+            [*GPUPOOL, "up", "--data-dir", str(data_dir), *flags],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, **env),
+        )
+        assert r.returncode == 2, r.stderr
+        assert secret not in r.stdout + r.stderr
+        assert "'ftp://hooks.example.org/…'" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_up_kubernetes_runs_jobs_as_pods_of_the_cluster(data_dir, tmp_path):
     pytest.importorskip("kubernetes")
     from tests.kubernetes.fakeapi import FakeKube

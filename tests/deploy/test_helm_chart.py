@@ -94,7 +94,7 @@ def test_defaults(helm):
     objs = render(helm, {})
     kinds = sorted(o["kind"] for o in objs)
     assert kinds == sorted(
-        ["ServiceAccount", "Secret", "Secret", "ClusterRole", "ClusterRole",
+        ["ServiceAccount", "Secret", "Secret", "Secret", "ClusterRole", "ClusterRole",
          "ClusterRoleBinding", "ClusterRoleBinding", "Service", "Service", "Service",
          "Deployment", "StatefulSet", "DaemonSet", "NetworkPolicy", "NetworkPolicy",
          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
@@ -154,6 +154,29 @@ def test_admin_password_is_random_unless_given(helm):
     (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
     ref = {e["name"]: e for e in c["env"]}["GPUPOOL_ADMIN_PASSWORD"]["valueFrom"]
     assert ref["secretKeyRef"] == {"name": "mine", "key": "pw"}
+
+
+def test_metrics_need_a_scrape_token_random_unless_given(helm):
+    """/metrics is not public in the chart either: the server gets GPUPOOL_METRICS_TOKEN from
+    a Secret (a random token, kept; or the given one; or an existing Secret)."""
+
+    def token(values):
+        objs = render(helm, values)
+        (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+        ref = {e["name"]: e for e in c["env"]}["GPUPOOL_METRICS_TOKEN"]["valueFrom"]
+        assert ref["secretKeyRef"] == {"name": "gp-gpupool-metrics", "key": "token"}
+        sec = one(objs, "Secret", "gp-gpupool-metrics")
+        assert sec["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        return base64.b64decode(sec["data"]["token"]).decode()
+
+    first = token({})
+    assert len(first) == 24 and first.isalnum() and first != token({})
+    assert token({"metrics.token": "scrape-me"}) == "scrape-me"
+    objs = render(helm, {"metrics.existingSecret": "prom", "metrics.existingSecretKey": "t"})
+    assert not [o for o in by_kind(objs, "Secret") if o["metadata"]["name"].endswith("-metrics")]
+    (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    ref = {e["name"]: e for e in c["env"]}["GPUPOOL_METRICS_TOKEN"]["valueFrom"]
+    assert ref["secretKeyRef"] == {"name": "prom", "key": "t"}
 
 
 def test_cluster_role_is_exactly_what_the_engine_uses(helm):

@@ -6,7 +6,8 @@ events (list, fieldSelector `involvedObject.name`), namespaces (create/get/patch
 tenancy objects: resourcequotas, persistentvolumeclaims, services, secrets (core/v1), roles,
 rolebindings (rbac.authorization.k8s.io/v1) and networkpolicies (networking.k8s.io/v1), each
 with create/get/list/patch (merge)/delete. No garbage collector: an object whose owner is
-deleted stays (so a test sees whether gpupool deleted it). A pod create over a quota's
+deleted stays (so a test sees whether gpupool deleted it), except the PodTemplates a deleted
+ProvisioningRequest owns (fakeapi_provisioning.py). A pod create over a quota's
 `requests.nvidia.com/gpu` is answered 403 "exceeded quota", as the real admission plugin
 does. A Role or RoleBinding granting more than the engine holds is answered 403, as RBAC's
 escalation prevention does (`fakeapi_objects.py`). Nothing schedules: kube-scheduler's and

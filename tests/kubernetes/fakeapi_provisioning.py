@@ -1,7 +1,9 @@
 """The fake API server's autoscaling (see fakeapi.py; issue 34): ProvisioningRequests
 (``autoscaling.x-k8s.io/v1``, validated on create against `provreq_schema`, as the CRD's
 structural schema makes kube-apiserver do: 422 Invalid), PodTemplates (core/v1), and
-`FakeAutoscaler`: the Cluster Autoscaler's part, on an injected clock. With `crd = False`
+`FakeAutoscaler`: the Cluster Autoscaler's part, on an injected clock. Deleting a
+ProvisioningRequest deletes the PodTemplates it owns (ownerReferences by uid), as the
+garbage collector does. With `crd = False`
 the cluster has no ProvisioningRequest API (404, as kube-apiserver answers for a resource
 nobody serves).
 
@@ -52,6 +54,18 @@ class ProvisioningFake:
         self.templates: dict[tuple[str, str], dict[str, Any]] = {}
         #: every ProvisioningRequest created, as sent (for the tests)
         self.created: list[dict[str, Any]] = []
+        #: PodTemplates the garbage collector removed with their ProvisioningRequest
+        self.collected: list[tuple[str, str]] = []
+
+    def _collect(self, ns: str, uid: str) -> None:
+        """The garbage collector's part for a deleted ProvisioningRequest (`kube.lock` held):
+        the PodTemplates of its namespace with an ownerReference to its uid go too (the
+        rest of the fake API server has no garbage collector)."""
+        for key, tpl in list(self.templates.items()):
+            owners = tpl["metadata"].get("ownerReferences") or []
+            if key[0] == ns and any(o.get("uid") == uid for o in owners):
+                self.templates.pop(key)
+                self.collected.append(key)
 
     def routes(self, record: Callable[[Request], None]) -> list[Route]:
         from tests.kubernetes.fakeapi import _match_labels, _status
@@ -107,6 +121,7 @@ class ProvisioningFake:
                 obj = self.requests[key]
                 if request.method == "DELETE":
                     self.requests.pop(key)
+                    self._collect(key[0], obj["metadata"]["uid"])
                 return JSONResponse(copy.deepcopy(obj))
 
         async def templates(request: Request) -> Response:

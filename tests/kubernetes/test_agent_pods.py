@@ -37,12 +37,18 @@ def system(request, kube, clock, tmp_path):
     kube.add_node("gpu-1", 2, labels=GFD)
     engine = KubernetesEngine(KubeOptions(), api_client=kube.client())
     db = store_url(request.param, tmp_path)
-    s = SystemSettings(server=Settings(database_url=db, start_loops=False), admin="admin")
+    s = SystemSettings(
+        server=Settings(database_url=db, start_loops=False, metrics_token=SCRAPE), admin="admin"
+    )
     system = build_system(s, engine, clock=clock)
     try:
         yield system
     finally:
         system.stop()
+
+
+#: the /metrics scrape token (the test client is not on the server's host)
+SCRAPE = "scrape-token"
 
 
 def _client(system, token: str | None = None) -> TestClient:
@@ -173,7 +179,7 @@ def test_agent_processes_are_attributed_by_pod_uid(system, kube, clock):
     assert header.split()[-2:] == ["MEM", "SM"]
 
     # /metrics: the per-process series carry workload, user and tenant
-    text = admin.get("/metrics").text
+    text = admin.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE}"}).text
     mem = {
         s.labels["pid"]: s
         for f in text_string_to_metric_families(text)

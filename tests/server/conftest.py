@@ -25,6 +25,9 @@ from tests.store.databases import DB_PARAMS, make_store
 
 API = "/api/v1"
 PASSWORD = "correct horse battery"
+#: the world's /metrics scrape token (GPUPOOL_METRICS_TOKEN); the test client is not on
+#: the server's host, so it needs it (gpupool.server.metrics_access)
+METRICS_TOKEN = "scrape-test-token"
 #: role name -> user name. "outsider" is a member of another tenant only.
 USERS = {
     "admin": "root",
@@ -47,6 +50,12 @@ class World:
     def h(self, role: str) -> dict[str, str]:
         """Authorization headers for the user of `role`."""
         return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def scrape(self) -> str:
+        """/metrics as Prometheus reads it, with the scrape token."""
+        r = self.client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+        assert r.status_code == 200, r.text
+        return r.text
 
     def get(self, role: str, path: str, **kw):
         return self.client.get(API + path, headers=self.h(role), **kw)
@@ -119,7 +128,12 @@ def world(request, tmp_path):
     store = next(gen)
     clock = ManualClock(1_780_000_000.0)
     executor = FakeExecutor(clock)
-    settings = Settings(database_url=store.url, start_loops=False, max_body_bytes=64 * 1024)
+    settings = Settings(
+        database_url=store.url,
+        start_loops=False,
+        max_body_bytes=64 * 1024,
+        metrics_token=METRICS_TOKEN,
+    )
     system = build_system(
         SystemSettings(server=settings), FakeEngine(executor), clock=clock, store=store
     )

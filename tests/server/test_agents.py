@@ -52,7 +52,7 @@ def node_of(world, name: str = "gpu-a") -> dict:
 
 
 def metrics(world) -> dict[str, list]:
-    text = world.client.get("/metrics").text
+    text = world.scrape()
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 

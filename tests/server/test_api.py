@@ -227,7 +227,7 @@ def test_profiles_submit_through_a_profile(world):
 def test_metrics_health_ready(world):
     world.submit(gpus=1)
     world.scheduler.run_once()
-    text = world.client.get("/metrics").text
+    text = world.scrape()
     assert 'gpupool_workloads{state="running",tenant="lab"} 1.0' in text
     assert 'gpupool_allocated_gpus{tenant="lab"} 1.0' in text
     assert "gpupool_scheduler_cycle_seconds_count" in text

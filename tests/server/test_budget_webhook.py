@@ -18,7 +18,7 @@ import pytest
 
 from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.settings import Settings
-from gpupool.server.webhook import Webhook
+from gpupool.server.webhook import Webhook, redact_url, scrub
 from gpupool.store import EventRepo
 from tests.server.test_budgets_reservations import state, use
 
@@ -116,9 +116,62 @@ def test_the_setting_takes_an_http_url_only():
     s = Settings.from_env({"GPUPOOL_BUDGET_WEBHOOK_URL": "https://hooks.example.org/x"})
     assert s.budget_webhook_url == "https://hooks.example.org/x"
     assert Settings.from_env({}).budget_webhook_url is None
-    for bad in ("ftp://hooks.example.org/x", "hooks.example.org", "http://"):
+    for bad in ("ftp://hooks.example.org/x", "hooks.example.org", "http://", "http://h:x/"):
         with pytest.raises(ValueError, match="give an http:// or https:// URL"):
             Settings.from_env({"GPUPOOL_BUDGET_WEBHOOK_URL": bad})
+
+
+SECRET = "s3cr3t-T0KEN"
+#: malformed webhook URLs that carry the secret in their user info, path or query
+BAD_WITH_SECRET = {
+    f"ftp://bot:{SECRET}@hooks.example.org/x?token={SECRET}": "ftp://hooks.example.org/…",
+    f"hooks.example.org/hook/{SECRET}": "…",
+    f"{SECRET}": "…",
+    f"http://bot:{SECRET}@/x?token={SECRET}": "http://…",
+    f"https://[::1/x?token={SECRET}": "https://…",
+    f"https://hooks.example.org:port{SECRET}/x": "https://…",
+    f"gopher://{SECRET}:{SECRET}@hooks.example.org:70/{SECRET}#{SECRET}": (
+        "gopher://hooks.example.org:70/…"
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_WITH_SECRET))
+def test_a_malformed_url_is_refused_without_showing_its_secret(bad):
+    with pytest.raises(ValueError) as e:
+        Settings.from_env({"GPUPOOL_BUDGET_WEBHOOK_URL": bad})
+    text = str(e.value)
+    assert SECRET not in text and "GPUPOOL_BUDGET_WEBHOOK_URL" in text
+    assert repr(BAD_WITH_SECRET[bad]) in text and "give an http:// or https:// URL" in text
+
+
+def test_redact_url_keeps_scheme_host_and_port_only():
+    assert redact_url(f"https://bot:{SECRET}@Hooks.Example.org:8443/h/{SECRET}?t={SECRET}") == (
+        "https://hooks.example.org:8443/…"
+    )
+    assert redact_url("http://[fe80::1]:9/x") == "http://[fe80::1]:9/…"
+    assert redact_url("http://hooks.example.org") == "http://hooks.example.org/…"
+    url = f"http://bot:{SECRET}@h.example/p/{SECRET}?token={SECRET}"
+    said = scrub(f"failed to post to {url}; again at /p/{SECRET} with token={SECRET}", url)
+    assert SECRET not in said and said.startswith("failed to post to …")
+
+
+def test_delivery_failures_are_logged_without_the_urls_secret(world, caplog):
+    """A receiver that refuses connections, reached through a URL with a token in its user
+    info and query: the warnings name scheme, host and port only; the setting's repr too."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: the POST fails at once
+    url = f"http://bot:{SECRET}@127.0.0.1:{port}/hooks/{SECRET}?token={SECRET}"
+    assert SECRET not in repr(replace(world.ctx.settings, budget_webhook_url=url))
+    hook = Webhook(url, timeout_s=2)
+    with caplog.at_level(logging.WARNING, logger="gpupool.server.webhook"):
+        assert hook.send({"n": 1}) and hook.wait_idle(10)
+    assert hook.failed == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert said and all(SECRET not in m for m in said), said
+    assert any(f"http://127.0.0.1:{port}/… failed" in m for m in said), said
 
 
 def test_a_full_queue_drops_with_a_warning_and_never_blocks(caplog):

@@ -113,7 +113,7 @@ def test_hold_budget_holds_new_work_until_the_reset_across_a_restart(world):
     loop = SchedulerLoop(world.ctx)
     loop.run_once()
     assert state(world, wid)["state"] == "pending" and len(spent_events()) == 1
-    metrics = world.client.get("/metrics").text
+    metrics = world.scrape()
     assert 'gpupool_budget_over{mode="hold",model="",period="month",tenant="lab"} 1.0' in metrics
     # the next month the budget resets: the work runs
     world.clock.set(datetime(2026, 6, 1, 0, 0, 5, tzinfo=UTC).timestamp())

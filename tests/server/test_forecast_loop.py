@@ -35,7 +35,7 @@ def test_pending_work_gets_a_forecast_in_the_api_and_keeps_it_over_a_restart(wor
     queue = world.get("member", "/queue").json()
     (entry,) = [e for e in queue if e["workload"]["id"] == waiting]
     assert entry["forecast"] == f
-    metrics = world.client.get("/metrics").text
+    metrics = world.scrape()
     assert f'gpupool_tenant_expected_wait_seconds{{tenant="lab"}} {7200.0 - 1:.1f}' in metrics
     # a restart: a new loop (nothing in memory) — the stored forecast is still served
     assert world.get("member", f"/workloads/{waiting}").json()["pending"]["forecast"] == f

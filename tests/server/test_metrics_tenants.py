@@ -11,7 +11,7 @@ from gpupool.store import TenantRepo
 
 
 def scrape(world) -> dict[str, dict[tuple, float]]:
-    text = world.client.get("/metrics").text
+    text = world.scrape()
     out: dict[str, dict[tuple, float]] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:

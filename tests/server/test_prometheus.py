@@ -38,6 +38,8 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "gpupoo
 PROMETHEUS = os.environ.get("GPUPOOL_PROMETHEUS") or shutil.which("prometheus")
 PROMTOOL = os.environ.get("GPUPOOL_PROMTOOL") or shutil.which("promtool")
 HOST = "sim-prom"
+#: the server's scrape token (GPUPOOL_METRICS_TOKEN): Prometheus sends it from a file
+SCRAPE_TOKEN = "prometheus-scrape-token"
 
 pytestmark = pytest.mark.skipif(
     not (PROMETHEUS and PROMTOOL),
@@ -49,7 +51,7 @@ pytestmark = pytest.mark.skipif(
 class Cluster:
     """The served gpupool app and the handles to drive it."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, metrics_token: str | None = None):
         self.clock = ManualClock(1_780_000_000.0)
         self.store = open_store(f"sqlite:///{tmp / 'gpupool.db'}")
         self.source = SimulatedSource("2xH100", clock=self.clock, hostname=HOST)
@@ -62,7 +64,9 @@ class Cluster:
             UserRepo(s).create(User("ann"), None, now)
             UserRepo(s).set_membership(Membership("ann", "lab-a", Role.MEMBER))
         self.executor = FakeExecutor(self.clock)
-        settings = Settings(database_url=self.store.url, start_loops=False)
+        settings = Settings(
+            database_url=self.store.url, start_loops=False, metrics_token=metrics_token
+        )
         engine = FakeEngine(self.executor, sources=[self.source])
         self.app = build_system(
             SystemSettings(server=settings), engine, clock=self.clock, store=self.store
@@ -85,14 +89,21 @@ class Cluster:
 
 
 class Prometheus:
-    def __init__(self, tmp: Path, target: str):
+    """A real Prometheus scraping `target`; with `token`, as docs/admin-guide.md says: the
+    scrape token in a file, `authorization: {credentials_file: ...}`."""
+
+    def __init__(self, tmp: Path, target: str, token: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp / "prometheus.yml"
+        auth = ""
+        if token is not None:
+            (tmp / "scrape-token").write_text(token + "\n")
+            auth = f"    authorization:\n      credentials_file: {tmp / 'scrape-token'}\n"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n  - job_name: gpupool\n    metrics_path: /metrics\n"
-            f"    static_configs:\n      - targets: ['{target}']\n"
+            f"{auth}    static_configs:\n      - targets: ['{target}']\n"
         )
         self.log = tmp / "prometheus.log"
         self.proc = subprocess.Popen(
@@ -133,7 +144,7 @@ def scraped(tmp_path_factory):
     """gpupool served with two lab-a workloads running, one waiting and a real process on a
     simulated GPU; Prometheus has scraped it before and after one more admission."""
     tmp = tmp_path_factory.mktemp("prometheus")
-    cluster = Cluster(tmp)
+    cluster = Cluster(tmp, metrics_token=SCRAPE_TOKEN)  # the other users scrape on 127.0.0.1
     sleeper = None
     prom = None
     served = ServedApp(cluster.app)
@@ -156,7 +167,7 @@ def scraped(tmp_path_factory):
             "the process to be attributed through /proc",
             timeout=30,
         )
-        prom = Prometheus(tmp, f"127.0.0.1:{served.port}")
+        prom = Prometheus(tmp, f"127.0.0.1:{served.port}", token=SCRAPE_TOKEN)
         wait_for(
             lambda: prom.query('gpupool_workload_wait_seconds_count{tenant="lab-a"} == 2'),
             "Prometheus to scrape gpupool",
@@ -244,7 +255,8 @@ def test_prometheus_sees_fairness_clocks_and_energy(scraped):
 
 def test_promtool_check_metrics_finds_only_dcgms_own_label_name(scraped):
     url, _ = scraped
-    text = httpx.get(f"{url}/metrics").text
+    assert httpx.get(f"{url}/metrics").status_code == 401  # the token is set: even locally
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}).text
     assert "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" in text
     run = subprocess.run(
         [str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True

@@ -161,9 +161,7 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("GET", "/api/v1/usage/chargeback"): Probe(API + "/usage/chargeback", ANY_USER),
     ("GET", "/api/v1/budgets"): Probe(API + "/budgets", ANY_USER),
     ("PUT", "/api/v1/budgets"): Probe(API + "/budgets", ADMIN, {"tenant": "lab", "gpu_hours": 5}),
-    ("DELETE", "/api/v1/budgets/{budget_id}"): Probe(
-        API + "/budgets/{bid}", ADMIN, setup=_budget
-    ),
+    ("DELETE", "/api/v1/budgets/{budget_id}"): Probe(API + "/budgets/{bid}", ADMIN, setup=_budget),
     ("GET", "/api/v1/reservations"): Probe(API + "/reservations", ANY_USER),
     ("POST", "/api/v1/reservations"): Probe(API + "/reservations", MANAGERS, BOOKING),
     ("DELETE", "/api/v1/reservations/{reservation_id}"): Probe(
@@ -187,7 +185,8 @@ POLICY: dict[tuple[str, str], Probe] = {
     ("DELETE", "/api/v1/profiles/{name}"): Probe(API + "/profiles/p1", ADMIN, setup=_profile),
     ("GET", "/healthz"): Probe("/healthz", PUBLIC),
     ("GET", "/readyz"): Probe("/readyz", PUBLIC),
-    ("GET", "/metrics"): Probe("/metrics", PUBLIC),
+    # no user's token: the scrape token only (tests/server/test_metrics_access.py)
+    ("GET", "/metrics"): Probe("/metrics", set()),
     # the dashboard (gpupool.web): its data needs a user; its pages and files are public
     ("GET", "/api/v1/dashboard/cluster"): Probe(API + "/dashboard/cluster", ANY_USER),
     ("GET", "/api/v1/dashboard/tenants"): Probe(API + "/dashboard/tenants", ANY_USER),

@@ -181,8 +181,9 @@ def test_forwarded_requests_reach_the_primary_unchanged(pair):
     r = worker.delete(f"{API}/workloads/{wid}", headers=_h(primary, "member"))
     assert r.status_code == 200, r.text
     assert [c[0] for c in primary.executor.stop_calls] == [wid]
-    # live state that only the primary has
-    assert "gpupool_scheduler_cycle_seconds" in worker.get("/metrics").text
+    # live state that only the primary has; /metrics answers only local clients (no scrape
+    # token here), and the primary judges the worker's client, not the worker
+    assert worker.get("/metrics").status_code == 403  # the worker's client is "testclient"
     assert worker.get("/readyz").json()["status"] == "ready"
 
 
@@ -197,20 +198,31 @@ def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(st
             "scheme": request.url.scheme,
         }
 
-    with primary:
-        app = create_app(
+    def worker_app():
+        return create_app(
             Settings(database_url=store.url, start_loops=False),
             executor=PrimaryOnlyExecutor(),
             clock=primary.clock,
             store=open_store(store.url, migrate=False),
             forward_to=str(api_socket(run)),
         )
+
+    with primary:
+        app = worker_app()
         with TestClient(app) as worker:  # its peer address is "testclient"
             seen = {"host": "testclient", "scheme": "http"}
             assert worker.get("/test-client").json() == seen
             # what a caller claims is replaced by what the worker saw
             spoofed = {"x-forwarded-for": "203.0.113.9", "x-forwarded-proto": "https"}
             assert worker.get("/test-client", headers=spoofed).json() == seen
+            # so a remote client cannot pass for a local one to read /metrics
+            local = {"x-forwarded-for": "127.0.0.1"}
+            assert worker.get("/metrics", headers=local).status_code == 403
+        app.state.ctx.store.close()
+        app = worker_app()
+        with TestClient(app, client=("127.0.0.1", 50000)) as worker:  # a client on this host
+            r = worker.get("/metrics")
+            assert r.status_code == 200 and "gpupool_scheduler_cycle_seconds" in r.text
         app.state.ctx.store.close()
 
 

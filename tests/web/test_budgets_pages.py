@@ -41,6 +41,19 @@ def test_chargeback_table_and_csv_match_the_accounting(page, live):
     shot(page, "usage-chargeback")
 
 
+def test_the_dashboards_own_csv_neutralises_formulas(page, live):
+    """The usage page's client-side CSV (GP.csvText, behind GP.downloadCsv) follows the
+    server's rule (gpupool.api.csvtext): text starting a formula gets a leading quote."""
+    login(page, "root", next_page="usage")
+    cells = ["=1+1", "+1", "-1", "@SUM(A1)", "\tx", "\rx", "a,b", 'say "hi"', "ok-", "line\nx"]
+    text = page.evaluate("(cells) => GP.csvText([[...cells, 3, -1.5, null]])", cells)
+    (row,) = list(csv.reader(io.StringIO(text, newline="")))
+    assert row == [
+        "'=1+1", "'+1", "'-1", "'@SUM(A1)", "'\tx", "'\rx", "a,b", 'say "hi"', "ok-", "line\nx",
+        "3", "-1.5", "",
+    ]  # fmt: skip
+
+
 def test_tenants_page_lists_budgets_and_reservations(page, live):
     store = live.app.state.ctx.store
     now = time.time()

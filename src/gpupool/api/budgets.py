@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Literal
 
 from pydantic import Field
 
 from gpupool.api.base import INT32_MAX, In, Out
+from gpupool.api.csvtext import csv_text
 
 BudgetPeriodName = Literal["month", "quarter"]
 #: the latest time a reservation may name: 9999-12-31 23:59:59 UTC
@@ -109,12 +108,14 @@ CSV_COLUMNS = (
 
 
 def chargeback_csv(rep: ChargebackOut) -> str:
-    """The report as CSV, one row per key then the total; energy 'n/a' where not recorded."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow([rep.by if c == "key" else c for c in CSV_COLUMNS])
+    """The report as CSV, one row per key then the total; energy 'n/a' where not recorded.
+    Keys are others' text (tenant, user and GPU model names): `csv_text` keeps a key that
+    would start a formula from being one."""
+    rows: list[list[str | int | float | None]] = [
+        [rep.by if c == "key" else c for c in CSV_COLUMNS]
+    ]
     for r in [*rep.rows, rep.total]:
-        w.writerow(
+        rows.append(
             [
                 r.key,
                 f"{r.gpu_hours_allocated:.6f}",
@@ -125,4 +126,4 @@ def chargeback_csv(rep: ChargebackOut) -> str:
                 r.workloads,
             ]
         )
-    return buf.getvalue()
+    return csv_text(rows)

@@ -47,6 +47,8 @@ class Settings:
         default (GPUPOOL_MIG_RELAYOUT=1).
     budget_webhook_url: where a spent GPU-hour budget is announced with a JSON POST, besides
         the `budget.spent` event (gpupool.server.webhook); None: no POST.
+    metrics_token: the scrape token /metrics asks for (`Authorization: Bearer ...`); None:
+        /metrics answers clients on this host only (gpupool.server.metrics_access).
     """
 
     database_url: str = "sqlite:///gpupool.db"
@@ -68,7 +70,8 @@ class Settings:
     cookie_secure: bool = False
     mig_relayout: bool = False
     max_pending_per_user: int = 1000
-    budget_webhook_url: str | None = None
+    budget_webhook_url: str | None = field(default=None, repr=False)  # may hold a token
+    metrics_token: str | None = field(default=None, repr=False)
 
     @staticmethod
     def from_env(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -76,7 +79,7 @@ class Settings:
         GPUPOOL_MAX_BODY_BYTES, GPUPOOL_SCHEDULER_INTERVAL_S, GPUPOOL_STOP_GRACE_S,
         GPUPOOL_API_THREADS, GPUPOOL_PASSWORD_THREADS, GPUPOOL_PASSWORD_QUEUE,
         GPUPOOL_PASSWORD_WAIT_S, GPUPOOL_MAX_PENDING_PER_USER, GPUPOOL_COOKIE_SECURE,
-        GPUPOOL_LAUNCH_GRACE_S, GPUPOOL_BUDGET_WEBHOOK_URL,
+        GPUPOOL_LAUNCH_GRACE_S, GPUPOOL_BUDGET_WEBHOOK_URL, GPUPOOL_METRICS_TOKEN,
         GPUPOOL_START_MAX_ATTEMPTS,
         GPUPOOL_START_BACKOFF_S, GPUPOOL_START_MAX_BACKOFF_S; the scheduler's
         GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S, GPUPOOL_SERVICE_LEVELS_S, ..., see
@@ -88,6 +91,8 @@ class Settings:
             values["database_url"] = env["GPUPOOL_DATABASE_URL"]
         if env.get("GPUPOOL_BUDGET_WEBHOOK_URL", "").strip():
             values["budget_webhook_url"] = webhook_url(env["GPUPOOL_BUDGET_WEBHOOK_URL"])
+        if env.get("GPUPOOL_METRICS_TOKEN", "").strip():
+            values["metrics_token"] = env["GPUPOOL_METRICS_TOKEN"].strip()
         for key, conv in (
             ("token_ttl_s", float),
             ("max_body_bytes", int),

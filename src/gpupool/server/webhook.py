@@ -25,12 +25,47 @@ TIMEOUT_S = 5.0
 MAX_QUEUED = 256
 
 
+def redact_url(text: str) -> str:
+    """What a log line or an error may show of a URL: `scheme://host[:port]/…`, never its
+    user info, path, query or fragment (a token may be in any of them). Without a
+    `scheme://` and a host it can read, only `…` (after the scheme, if any)."""
+    text = text.strip()
+    scheme, sep, _ = text.partition("://")
+    shown = f"{scheme.lower()}://" if sep and scheme.isascii() and scheme.isalpha() else ""
+    try:
+        u = urlsplit(text)
+        host, port = u.hostname, u.port
+    except ValueError:  # an unclosed [IPv6 or a port that is no number
+        host, port = None, None
+    if not shown or not host or not host.isascii() or not host.isprintable():
+        return shown + "…"
+    host = f"[{host}]" if ":" in host else host
+    return f"{shown}{host}{f':{port}' if port is not None else ''}/…"
+
+
+def scrub(message: str, url: str) -> str:
+    """`message` (an exception's text, say) without `url` or the parts of it that
+    `redact_url` leaves out."""
+    u = urlsplit(url)
+    parts = {url, url.strip(), u.netloc, u.path, u.query, u.fragment, u.netloc.rpartition("@")[0]}
+    for part in sorted((p for p in parts if len(p) > 1), key=len, reverse=True):
+        message = message.replace(part, "…")
+    return message
+
+
 def webhook_url(text: str, name: str = "GPUPOOL_BUDGET_WEBHOOK_URL") -> str:
-    """`text` if it is an http:// or https:// URL with a host; ValueError naming `name`."""
-    u = urlsplit(text.strip())
-    if u.scheme not in ("http", "https") or not u.hostname:
+    """`text` if it is an http:// or https:// URL with a host (and a port, if any, that is a
+    number); ValueError naming `name`, showing the value only as `redact_url` does."""
+    try:
+        u = urlsplit(text.strip())
+        ok = u.scheme in ("http", "https") and bool(u.hostname)
+        u.port  # noqa: B018 - raises ValueError for a port that is no number
+    except ValueError:
+        ok = False
+    if not ok:
         raise ValueError(
-            f"{name}={text!r}: give an http:// or https:// URL, e.g. https://hooks.example.org/gpupool"
+            f"{name}={redact_url(text)!r} (shown without what may be secret): give an http:// "
+            "or https:// URL with a host, e.g. https://hooks.example.org/gpupool"
         )
     return text.strip()
 
@@ -40,9 +75,9 @@ class Webhook:
 
     def __init__(self, url: str, timeout_s: float = TIMEOUT_S, max_queued: int = MAX_QUEUED):
         self.url = url
-        u = urlsplit(url)
-        #: what the log names: scheme, host and port (a secret in the path stays out of logs)
-        self.where = f"{u.scheme}://{u.netloc.rpartition('@')[2]}"
+        #: what the log names: scheme, host and port (a secret in the user info, path or
+        #: query stays out of logs)
+        self.where = redact_url(url)
         self.timeout_s = timeout_s
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(max_queued)
         self._lock = threading.Condition()
@@ -94,7 +129,7 @@ class Webhook:
                             "webhook %s answered %d; not retried", self.where, r.status_code
                         )
                 except Exception as e:  # any failure of the receiver: the thread goes on
-                    why = str(e) or type(e).__name__
+                    why = scrub(str(e), self.url) or type(e).__name__
                     log.warning("webhook %s failed: %s; not retried", self.where, why)
                 with self._lock:
                     if ok:

@@ -66,6 +66,10 @@ url
 {{- end -}}
 {{- end -}}
 
+{{- define "gpupool.metricsSecretName" -}}
+{{- .Values.metrics.existingSecret | default (printf "%s-metrics" (include "gpupool.fullname" .)) -}}
+{{- end -}}
+
 {{- define "gpupool.adminSecretName" -}}
 {{- .Values.admin.existingSecret | default (printf "%s-admin" (include "gpupool.fullname" .)) -}}
 {{- end -}}

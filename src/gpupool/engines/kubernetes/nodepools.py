@@ -7,9 +7,13 @@ lowest priority instead, from then on. `pool_states` reads the pools' nodes (lab
 `POOL_LABEL`: Ready -> up, else booting) and the requests: gpupool's ProvisioningRequests
 (one list over every namespace; a restarted server finds them again) by their conditions,
 placeholders by whether each is bound to a Ready node (then they are deleted: the node is
-there, gpupool's pods take it). `withdraw` deletes a request's objects. `release_node` does
-nothing: an idle node with no gpupool work is left to the autoscaler's own scale-down
-(nothing of gpupool pins it). Pods gpupool admits for a request carry
+there, gpupool's pods take it). `withdraw` deletes a request's objects. A request that is
+over (fulfilled or withdrawn, and reported so) has its ProvisioningRequest and PodTemplates
+deleted once its booking is over (`provisioning.booking_over`) or `KEEP_ENDED_S` after it
+ended, whichever comes first, and is forgotten; its PodTemplates are also owned by the
+ProvisioningRequest, so the garbage collector removes them with it whoever deletes it.
+`release_node` does nothing: an idle node with no gpupool work is left to the autoscaler's
+own scale-down (nothing of gpupool pins it). Pods gpupool admits for a request carry
 `autoscaling.x-k8s.io/consume-provisioning-request` (`consume_annotations`).
 """
 
@@ -36,6 +40,9 @@ from gpupool.engines.kubernetes.inventory import node_state
 from gpupool.engines.kubernetes.manifests import PodSettings, namespace_for
 
 P = PoolNodeState
+#: how long a fulfilled request's objects stay at most: its pods consume the capacity it
+#: booked within minutes (the Cluster Autoscaler books it for 10 minutes by default)
+KEEP_ENDED_S = 1800.0
 
 
 @dataclass
@@ -51,6 +58,10 @@ class _Request:
     message: str = ""
     #: found in the cluster (after a restart), not made by this process
     adopted: bool = False
+    #: when this process saw it end (fulfilled or withdrawn), and whether `pool_states`
+    #: has said so since (only then may its objects go and it be forgotten)
+    ended_at: float | None = None
+    reported: bool = False
 
 
 @dataclass
@@ -120,20 +131,14 @@ class KubeNodePools(ExecutorWithNodePools):
         return rid
 
     def _provisioning(self, req: _Request, ns: str, pool: NodePool, work: list[Workload]) -> bool:
-        """Make the request's ProvisioningRequest in `ns`; False when the cluster has no
-        ProvisioningRequest API (the templates made are removed again)."""
-        templates: list[tuple[str, int]] = []
-        names = [req.id]
-        for i, (shape, n) in enumerate(pr.pod_sets(work, req.klass == pr.ATOMIC)):
-            name = f"{req.id}-{i}"
-            body = pr.pod_template(name, ns, req.id, pool, shape)
-            self.api._call(self.api.core.create_namespaced_pod_template, ns, body)
-            templates.append((name, n))
-            names.append(name)
+        """Make the request's ProvisioningRequest in `ns`, then its PodTemplates, owned by it;
+        False when the cluster has no ProvisioningRequest API."""
+        shapes = pr.pod_sets(work, req.klass == pr.ATOMIC)
+        templates = [(f"{req.id}-{i}", n) for i, (_, n) in enumerate(shapes)]
         ids = [w.id for w in work]
         body = pr.provisioning_request(req.id, ns, pool, templates, req.klass, ids)
         try:
-            self.api._call(
+            made = self.api._call(
                 self._custom().create_namespaced_custom_object,
                 pr.GROUP,
                 pr.VERSION,
@@ -142,13 +147,18 @@ class KubeNodePools(ExecutorWithNodePools):
                 body,
             )
         except KubeError as e:
-            self._delete_templates(ns, names[1:])
             if e.status != 404:
                 raise
             self._pools.provreq = False  # no ProvisioningRequest API: placeholders from now on
             return False
         self._pools.provreq = True
-        req.namespaces[ns] = names
+        names = [req.id]
+        req.namespaces[ns] = names  # what a failure below leaves is deleted with the request
+        owner = pr.owner_reference(made)
+        for (name, _), (shape, _) in zip(templates, shapes, strict=True):
+            body = pr.pod_template(name, ns, req.id, pool, shape, owner)
+            self.api._call(self.api.core.create_namespaced_pod_template, ns, body)
+            names.append(name)
         return True
 
     def _placeholders(
@@ -204,6 +214,7 @@ class KubeNodePools(ExecutorWithNodePools):
             raise ExecutorError(f"withdrawing node request {request}: {e}") from None
         if req.state is RequestState.OPEN:
             req.state, req.message = RequestState.WITHDRAWN, "withdrawn by gpupool"
+            req.ended_at = self.clock.now()
 
     def release_node(self, node: str) -> None:
         """Nothing to do: the autoscaler removes a node idle for its own scale-down time;
@@ -284,13 +295,31 @@ class KubeNodePools(ExecutorWithNodePools):
             rid = ((pod.get("metadata") or {}).get("labels") or {}).get(pr.PLACEHOLDER, "")
             by_holder.setdefault(rid, []).append(pod)
         reqs = []
-        for req in self._pools.requests.values():
+        for req in list(self._pools.requests.values()):
             if req.pool not in names:
                 continue
             if req.state is RequestState.OPEN:
                 self._advance(req, by_pr.get(req.id, []), by_holder.get(req.id, []), ready)
+            elif req.reported and self._sweep(req, by_pr.get(req.id, [])):
+                continue
             reqs.append(NodeRequestStatus(req.id, req.pool, req.state, req.message))
+            req.reported = req.state is not RequestState.OPEN
         return PoolStates(tuple(sorted(out_nodes, key=lambda s: s.name)), tuple(reqs))
+
+    def _sweep(self, req: _Request, prs: list[dict[str, Any]]) -> bool:
+        """Delete an ended request's objects and forget it, once its booking is over (or
+        gone) or `KEEP_ENDED_S` after it ended; whether it was."""
+        mine = [o for o in prs if _ns(o) in req.namespaces]
+        ended = req.ended_at if req.ended_at is not None else self.clock.now()
+        over = all(pr.booking_over(o) for o in mine)
+        if not over and self.clock.now() - ended < KEEP_ENDED_S:
+            return False
+        try:
+            self._delete(req)
+        except KubeError as e:
+            raise ExecutorError(f"deleting the objects of node request {req.id}: {e}") from None
+        del self._pools.requests[req.id]
+        return True
 
     def _advance(
         self,
@@ -299,7 +328,18 @@ class KubeNodePools(ExecutorWithNodePools):
         holders: list[dict[str, Any]],
         ready: dict[str, bool],
     ) -> None:
-        """Move an open request on from what the cluster says."""
+        """Move an open request on from what the cluster says (noting when it ended)."""
+        self._follow(req, prs, holders, ready)
+        if req.state is not RequestState.OPEN and req.ended_at is None:
+            req.ended_at = self.clock.now()
+
+    def _follow(
+        self,
+        req: _Request,
+        prs: list[dict[str, Any]],
+        holders: list[dict[str, Any]],
+        ready: dict[str, bool],
+    ) -> None:
         if req.klass:
             prs = [o for o in prs if _ns(o) in req.namespaces]
             if not prs:

@@ -16,6 +16,12 @@
 
 `request_state` reads a request's conditions: ``Provisioned=True`` fulfilled; ``Failed``,
 ``CapacityRevoked`` or ``BookingExpired`` ``True`` withdrawn, with the condition's message.
+
+A request's PodTemplates are made after it and owned by it (`owner_reference`: its uid,
+``controller: true``), so whoever deletes the ProvisioningRequest (gpupool when the request
+is over, the autoscaler's own clean-up, an admin) has the API server's garbage collector
+delete its templates too. No ``blockOwnerDeletion``: that would need the right to update the
+request's finalizers, which gpupool does not hold.
 """
 
 from __future__ import annotations
@@ -101,14 +107,36 @@ def _labels(request: str, pool: NodePool) -> dict[str, str]:
     return {MANAGED_BY: "gpupool", REQUEST_LABEL: request, POOL: pool.name}
 
 
+def owner_reference(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The ownerReference to the ProvisioningRequest `request` (as the API server returned
+    it: with its uid) that its PodTemplates carry."""
+    meta = request["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ProvisioningRequest",
+        "name": str(meta["name"]),
+        "uid": str(meta["uid"]),
+        "controller": True,
+    }
+
+
 def pod_template(
-    name: str, namespace: str, request: str, pool: NodePool, shape: Shape
+    name: str,
+    namespace: str,
+    request: str,
+    pool: NodePool,
+    shape: Shape,
+    owner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The PodTemplate a ProvisioningRequest's pod set refers to."""
+    """The PodTemplate a ProvisioningRequest's pod set refers to, owned by `owner` (an
+    `owner_reference` to that request)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": _labels(request, pool)}
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
     return {
         "apiVersion": "v1",
         "kind": "PodTemplate",
-        "metadata": {"name": name, "namespace": namespace, "labels": _labels(request, pool)},
+        "metadata": meta,
         "template": {"metadata": {"labels": {POOL: pool.name}}, "spec": _pod_spec(pool, shape)},
     }
 
@@ -187,6 +215,16 @@ def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
         if c.get("type") == kind:
             return dict(c)
     return None
+
+
+def booking_over(pr: Mapping[str, Any]) -> bool:
+    """Whether nothing more can come of a ProvisioningRequest: ``Failed``,
+    ``CapacityRevoked`` or ``BookingExpired`` is ``True`` (the capacity it booked is no
+    longer held for its pods)."""
+    return any(
+        (c := condition(pr, kind)) is not None and c.get("status") == "True"
+        for kind in ("Failed", "CapacityRevoked", "BookingExpired")
+    )
 
 
 def request_state(pr: Mapping[str, Any]) -> tuple[RequestState, str]:

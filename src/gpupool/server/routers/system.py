@@ -1,13 +1,15 @@
-"""/healthz, /readyz, /metrics (no authentication: for probes and Prometheus)."""
+"""/healthz, /readyz (no authentication: for probes), /metrics (Prometheus: a scrape token, or
+clients on this host only; gpupool.server.metrics_access)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from gpupool import __version__
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.metrics_access import refusal
 from gpupool.server.problems import problem
 
 router = APIRouter(tags=["system"])
@@ -34,6 +36,19 @@ def readyz(ctx: AppContext = Depends(get_ctx)) -> dict[str, object] | Response:
     return {"status": "ready", "loops": loops}
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-def metrics(ctx: AppContext = Depends(get_ctx)) -> Response:
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={
+        401: {"description": "wrong or missing scrape token"},
+        403: {"description": "not from this host, and no scrape token set"},
+    },
+)
+def metrics(request: Request, ctx: AppContext = Depends(get_ctx)) -> Response:
+    """With `GPUPOOL_METRICS_TOKEN` set: `Authorization: Bearer <that token>`; without it,
+    clients on the server's host only (per-tenant series are not public)."""
+    refused = refusal(request, ctx.settings.metrics_token)
+    if refused is not None:
+        return refused
     return Response(generate_latest(ctx.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -12,6 +12,7 @@ from gpupool.api.budgets import ReservationIn, ReservationOut
 from gpupool.domain import Event, Node, ValidationError
 from gpupool.domain.budgets import utc_text
 from gpupool.domain.reservations import Reservation
+from gpupool.domain.tenancy import in_subtree
 from gpupool.scheduler.advance import assign, planned_stops, shortfall, stop_notice_text
 from gpupool.scheduler.feasibility import grant_problem
 from gpupool.scheduler.limits import gpus_text
@@ -75,6 +76,21 @@ def list_reservations(ctx: AppContext, p: Principal, past: bool) -> list[Reserva
     ]
 
 
+def _check_users(users: UserRepo, r: Reservation) -> None:
+    """Each of `r.users` must hold a role in the reservation's tenant: on it, on a tenant
+    below it (their work there is the reservation's) or on one above it (the role reaches
+    down), by exact path. A name that is no user and a user of other tenants only get the
+    same answer, so a tenant-admin learns nothing about users outside their tenants."""
+    for u in r.users:
+        held = users.memberships(u)  # none for a name that is no user: one query either way
+        if not any(in_subtree(m.tenant, r.tenant) or in_subtree(r.tenant, m.tenant) for m in held):
+            raise ValidationError(
+                f"{u!r} is not a user of tenant {r.tenant}: give users with a role in it or a "
+                f"tenant below it (`gpupool user add-to-tenant NAME {r.tenant}`)",
+                "users",
+            )
+
+
 def add_reservation(ctx: AppContext, p: Principal, body: ReservationIn) -> ReservationOut:
     p.require_manage(body.tenant, "book GPUs for it")
     now = ctx.clock.now()
@@ -99,10 +115,7 @@ def add_reservation(ctx: AppContext, p: Principal, body: ReservationIn) -> Reser
     with ctx.store.write() as s:
         tree = TenantRepo(s).tree()
         nodes = _nodes(ctx, s)
-        users = UserRepo(s)
-        for u in r.users:
-            if users.find(u) is None:
-                raise ValidationError(f"unknown user {u!r} in users", "users")
+        _check_users(UserRepo(s), r)
         names = {n.name for n in nodes}
         for n in r.nodes:
             if n not in names:

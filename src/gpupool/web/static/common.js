@@ -286,12 +286,25 @@ const GP = (() => {
     return isAdmin(u) || Object.values(roles(u)).some((r) => r === "member" || r === "tenant-admin");
   }
 
+  /** One CSV cell that a spreadsheet reads as data: text that would start a formula (= + - @,
+   * tab, CR: user, tenant and GPU model names are others' text) gets a leading ' (OWASP's
+   * rule, as gpupool.api.csvtext on the server); numbers stay numbers; quotes, commas and
+   * line breaks are quoted. */
+  function csvCell(v) {
+    if (v === null || v === undefined) return "";
+    if (typeof v === "number") return String(v);
+    let s = String(v);
+    if (/^[=+\-@\t\r]/.test(s)) s = `'${s}`;
+    return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+  }
+
+  /** CSV text of `rows` (arrays of cells), one line each. */
+  function csvText(rows) {
+    return rows.map((r) => r.map(csvCell).join(",")).join("\n") + "\n";
+  }
+
   function downloadCsv(filename, rows) {
-    const esc = (v) => {
-      const s = v === null || v === undefined ? "" : String(v);
-      return /[",\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
-    };
-    const text = rows.map((r) => r.map(esc).join(",")).join("\n") + "\n";
+    const text = csvText(rows);
     const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
     const a = h("a", { href: url, download: filename });
     document.body.append(a);
@@ -357,7 +370,7 @@ const GP = (() => {
   return {
     API, BASE, ApiError, api, get, h, fillTable, flash, clearFlash, actionError, formError,
     fieldError, poll, stamp, gpus, gib, pct, duration, when, asks, describeRequest, badge, numberField,
-    isAdmin, roles, canAdminTenant, canSubmit, downloadCsv, me, setSession, clearSession, ready,
+    isAdmin, roles, canAdminTenant, canSubmit, csvText, downloadCsv, me, setSession, clearSession, ready,
     token, whenIdle,
   };
 })();
