@@ -422,6 +422,26 @@ def test_a_user_at_a_cap_keeps_the_one_by_one_walk():
     assert d.pending["annA"].reason != d.pending["bobA"].reason
 
 
+def test_a_queue_summary_is_kept_per_tenant_and_replaced_when_its_queue_changes():
+    """The walk's queue summaries (`SchedulerCache.tails`) hold each tenant's current queue
+    only: a queue that changed replaces the tenant's summary (the old queue is let go of at
+    once, not kept until a clean-up)."""
+    n0 = node("n0", gpus=4)
+    busy = running(job("b", tenant="o", gpus=2), n0, [0, 1])
+    snap = snapshot([n0], [tenant("t", 1), tenant("u", 1), tenant("o", 2)], [busy])
+    cache = SchedulerCache()
+    for c in range(6):
+        # a new 4-GPU job in each tenant every cycle: all wait behind the first one's shape
+        pending = [
+            job(f"{t}{i}", tenant=t, gpus=4, submit=i) for t in ("t", "u") for i in range(c + 3)
+        ]
+        d = cycle(snap, pending, float(c), SchedulerConfig(), cache)
+        assert not d.admissions
+        tails = cache.tails()
+        assert sorted(tails) == ["t", "u"]
+        assert all(len(q) == c + 3 for q, _ in tails.values())
+
+
 def test_pending_info_built_through_its_slots_equals_the_dataclass():
     a = pending_info("waiting", 3, 2)
     b = PendingInfo("waiting", 3, 2)

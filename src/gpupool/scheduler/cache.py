@@ -105,7 +105,7 @@ class SchedulerCache:
         self._hardware: Hardware | None = None
         self._classified: _Classified | None = None
         self._infos: dict[tuple[str, int, int], PendingInfo] = {}
-        self._tails: dict[int, tuple] = {}
+        self._tails: dict[str, tuple] = {}
 
     # -- capacity ---------------------------------------------------------------------------
 
@@ -383,10 +383,12 @@ class SchedulerCache:
             self._infos = {}
         return self._infos
 
-    def tails(self) -> dict[int, tuple]:
-        """Per sorted tenant queue (by identity, `(queue, summary)`): what the walk needs to
-        answer the rest of a queue at once (gpupool.scheduler.queues.Tail). Emptied when it
-        holds more than 256 queues."""
-        if len(self._tails) > 256:
+    def tails(self) -> dict[str, tuple]:
+        """Per tenant, its sorted queue of the cycle that last read it and that queue's summary,
+        `(queue, summary)`: what the walk needs to answer the rest of a queue at once
+        (gpupool.scheduler.queues.Tail); replaced when the tenant's queue is a new one (the
+        old queue let go of then, not kept until a clean-up). Emptied when it holds more than
+        1,024 tenants (tenants that come and go)."""
+        if len(self._tails) > 1024:
             self._tails = {}
         return self._tails

@@ -118,8 +118,8 @@ class _Cycle:
         self.hardware = cache.hardware(nodes)
         #: (reason, position, tenant position) -> PendingInfo, shared between cycles
         self.infos = cache.info_pool(len(pending))
-        #: id(queue) -> (queue, _Tail): shared between cycles (queues are reused)
-        self._tails: dict[int, tuple[list, Tail]] = cache.tails()
+        #: tenant -> (its queue, Tail): shared between cycles (queues are reused)
+        self._tails: dict[str, tuple[list, Tail]] = cache.tails()
         usage = Usage(tree)
         effective = Usage(tree)  # without stopping work, plus reclaims promised
         held, staying = cache.held()
@@ -297,7 +297,7 @@ class _Cycle:
                         and (c[3] >= tfail[0] if tfail is not None else c[2] in failed_shape)
                         and t not in memo.not_due
                     ):
-                        filled = self._fill_tail(q, i, n, r, tfail, failed_shape)
+                        filled = self._fill_tail(t, q, i, n, r, tfail, failed_shape)
                         if filled is not None:
                             n = filled
                             i = end
@@ -378,6 +378,7 @@ class _Cycle:
 
     def _fill_tail(
         self,
+        t: str,
         q: list[Candidate],
         i: int,
         n: int,
@@ -389,9 +390,9 @@ class _Cycle:
         refuses them all, or each one's shape already failed) and no user cap was hit, give
         them their PendingInfo at once, as the walk one by one would, and return the last
         position; else None (nothing done)."""
-        tail = self._tails.get(id(q))
+        tail = self._tails.get(t)
         if tail is None or tail[0] is not q:
-            tail = self._tails[id(q)] = (q, Tail(q))
+            tail = self._tails[t] = (q, Tail(q))
         tl = tail[1]
         why: str | dict[Shape, str]
         if tfail is not None:

@@ -117,33 +117,55 @@ class Reclaimer:
         self.at = now
         #: only victims that declare checkpointing count (see `only_checkpointing`)
         self.checkpointing_only = False
+        self.now = now
+        victims = self.victims
+        young = self.young
+        stopping = self.stopping
+        node_ids = cap.node_ids
+        # every possible victim once per node it is on, keyed (priority, lost, id) once: the
+        # key is worked out here, not by each sort's comparisons (it sums the shares)
+        keyed: list[tuple[int, float, str, int, int, RunningWorkload]] = []
         for rw in running:
+            al = rw.allocation
+            shares = al.shares
+            head = al.node
             # a gang is listed on each of its nodes; chosen on one, it stops as a whole (one
             # workload), though only its part on that node is counted as freed there
-            for name in rw.allocation.nodes if rw.allocation.multi_node else (rw.allocation.node,):
-                n = cap.node_ids.get(name)
+            if len(shares) == 1:
+                s0 = shares[0]
+                names: tuple[str, ...] = (head,) if s0.node == head else al.nodes
+                milli = s0.milli
+            else:
+                names = al.nodes if al.multi_node else (head,)
+                milli = al.gpu_milli
+            if rw.stopping:
+                for name in names:
+                    n = node_ids.get(name)
+                    if n is not None:
+                        stopping.setdefault(n, []).append(rw)
+                continue
+            w = rw.workload
+            if not w.preemptible:
+                continue
+            lost = -1.0
+            for name in names:
+                n = node_ids.get(name)
                 if n is None:
                     continue
-                if rw.stopping:
-                    self.stopping.setdefault(n, []).append(rw)
-                    continue
-                w = rw.workload
-                if not w.preemptible:
-                    continue
-                started = w.started_at if w.started_at is not None else rw.allocation.since
-                if now - started < min_runtime_s:
-                    self.young[w.id] = started + min_runtime_s
-                self.victims.setdefault(n, []).append(rw)
-        self.now = now
-        lost = self.lost
-        for lst in self.victims.values():
-            lst.sort(key=lambda r: (r.workload.priority, lost(r), r.workload.id))
-        #: every possible victim, best first (lowest priority, least progress), with its node
-        flat = [(n, rw) for n, lst in self.victims.items() for rw in lst]
-        keys = sorted(
-            (rw.workload.priority, lost(rw), rw.workload.id, n, k) for k, (n, rw) in enumerate(flat)
-        )
-        self.order = [(n, flat[k][1]) for *_, n, k in keys]
+                if lost < 0.0:
+                    started = w.started_at if w.started_at is not None else al.since
+                    if now - started < min_runtime_s:
+                        young[w.id] = started + min_runtime_s
+                    lost = max(0.0, now - al.since) * milli
+                if n not in victims:
+                    victims[n] = []
+                keyed.append((w.priority, lost, w.id, n, len(keyed), rw))
+        keyed.sort()
+        #: every possible victim, best first (lowest priority, least progress), with its node;
+        #: each node's list (`victims`) in the same order
+        self.order = [(e[3], e[5]) for e in keyed]
+        for e in keyed:
+            victims[e[3]].append(e[5])
         self._failed: set[tuple[Shape, str, float, bool]] = set()
         self._branches: dict[tuple[str, str], tuple[str, str]] = {}
         self._hosts: dict[tuple[int, Shape], bool] = {}
