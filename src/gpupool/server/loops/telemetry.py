@@ -27,7 +27,7 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpupool.domain import Allocation, Enforcement, Event
+from gpupool.domain import Allocation, Enforcement, Event, Share
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.store import AllocationRepo, EventRepo, NodeRepo, NotFound, WorkloadRepo
@@ -43,6 +43,8 @@ from gpupool.telemetry import (
     SimulatedSource,
     WorkloadOwner,
 )
+from gpupool.telemetry.mps_busy import mps_estimate
+from gpupool.telemetry.sampler import Frame
 
 if TYPE_CHECKING:
     from gpupool.engines.common.engine import NodeTelemetry
@@ -208,44 +210,70 @@ class TelemetryLoop(Loop):
 
         Whole GPUs: the mean utilization of the samples taken since `since` (the latest
         sample when none). Fractional shares: the SM use of its processes in the latest
-        sample. Each share is capped at its size. None when nothing is known."""
+        sample; an MPS share whose processes NVML gives no SM use of gets its part of the
+        GPU's MPS work instead, estimated (`estimated_fraction`, docs/telemetry.md "Busy
+        time under MPS"). Each share is capped at its size. None when nothing is known."""
+        got = self._busy(allocation, since)
+        return None if got is None else got[0]
+
+    def estimated_fraction(self, allocation: Allocation, since: float | None = None) -> float:
+        """The part (0..1, by GPU milli) of `allocation` whose busy figure in `busy_fraction`
+        is an estimate (an MPS share's split of its GPU's MPS work), not a measurement."""
+        got = self._busy(allocation, since)
+        return 0.0 if got is None else got[1]
+
+    def _busy(self, allocation: Allocation, since: float | None) -> tuple[float, float] | None:
+        """(busy fraction, estimated part) of `allocation`; None when nothing is known."""
         frame = self.sampler.latest
         if frame is None or not allocation.shares:
             return None
-        owners = frame.owners
         busy = 0.0
+        estimated_milli = 0
         known = False
         for sh in allocation.shares:
-            gpu = frame.snapshot.gpu(sh.gpu_uuid)
-            if gpu is None:
+            got = self._share_util(frame, sh, allocation.workload_id, since)
+            if got is None:
                 continue
-            procs = [
-                p
-                for p in frame.snapshot.processes
-                if p.gpu_uuid == sh.gpu_uuid
-                and (o := owners.get(p.pid)) is not None
-                and o.workload_id == allocation.workload_id
-            ]
-            sm = [p.sm_util for p in procs if p.sm_util is not None]
-            window = (
-                [pt.util for pt in self.sampler.gpu_history(sh.gpu_uuid) if pt.t >= since]
-                if since is not None and sh.whole
-                else []
-            )
-            window = [u for u in window if u is not None]
-            if sm and not sh.whole:
-                util = sum(sm)
-            elif window:
-                util = sum(window) / len(window)
-            elif sh.whole and gpu.util_gpu is not None:
-                util = gpu.util_gpu
-            else:
-                continue
+            util, estimated = got
             known = True
             busy += min(sh.milli / 1000, util / 100)
+            estimated_milli += sh.milli if estimated else 0
         if not known:
             return None
-        return busy / (allocation.gpu_milli / 1000)
+        return busy / (allocation.gpu_milli / 1000), estimated_milli / allocation.gpu_milli
+
+    def _share_util(
+        self, frame: Frame, sh: Share, workload_id: str, since: float | None
+    ) -> tuple[float, bool] | None:
+        """(utilization in % of the GPU, estimated?) of one share; None when unknown."""
+        gpu = frame.snapshot.gpu(sh.gpu_uuid)
+        if gpu is None:
+            return None
+        sm = [
+            p.sm_util
+            for p in frame.snapshot.processes
+            if p.gpu_uuid == sh.gpu_uuid
+            and p.sm_util is not None
+            and (o := frame.owners.get(p.pid)) is not None
+            and o.workload_id == workload_id
+        ]
+        if not sh.whole and sh.enforcement is Enforcement.MPS and not any(sm):
+            estimate = mps_estimate(frame, sh.gpu_uuid, workload_id)
+            if estimate is not None:
+                return estimate, True
+        window = (
+            [pt.util for pt in self.sampler.gpu_history(sh.gpu_uuid) if pt.t >= since]
+            if since is not None and sh.whole
+            else []
+        )
+        window = [u for u in window if u is not None]
+        if sm and not sh.whole:
+            return sum(sm), False
+        if window:
+            return sum(window) / len(window), False
+        if sh.whole and gpu.util_gpu is not None:
+            return gpu.util_gpu, False
+        return None
 
     def memory_mib(self, allocation: Allocation) -> float:
         """GPU memory the workload's processes use now, MiB (0 when not sampled)."""
