@@ -90,6 +90,21 @@ def test_mps_clients_get_the_servers_work_split_by_share_as_an_estimate(mps, lis
         assert loop.estimated_fraction(a) == 1.0
 
 
+def test_over_a_window_the_servers_mean_is_split(world, mps):
+    src, loop, allocs = mps
+    src.serve_mps(0, SERVER)
+    t0 = world.clock.now()
+    loop.run_once()  # server at 60 %
+    world.clock.advance(10)
+    src.set_process(0, 101, sm_util=0.0)
+    src.add_process(0, 102, memory_mib=4000, sm_util=0.0, mps=True)
+    loop.run_once()  # server at 0 %
+    assert loop.busy_fraction(allocs[0]) == 0.0  # the latest sample alone
+    for a in allocs:  # the window's mean, 30 %, split: 15 % of the GPU, 0.3 of a half
+        assert loop.busy_fraction(a, since=t0) == pytest.approx(0.3)
+        assert loop.estimated_fraction(a, since=t0) == 1.0
+
+
 def test_without_per_process_figures_the_gpus_utilization_is_split(mps):
     src, loop, allocs = mps
     src.serve_mps(0, SERVER, clients_listed=False)

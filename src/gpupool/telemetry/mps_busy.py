@@ -17,15 +17,27 @@ This is an estimate: it cannot tell a busy client from an idle one that shares i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpupool.domain import Enforcement
 from gpupool.telemetry.attribution import Via
 from gpupool.telemetry.sampler import Frame
 
 
-def mps_estimate(frame: Frame, gpu_uuid: str, workload_id: str) -> float | None:
+def mps_estimate(
+    frame: Frame,
+    gpu_uuid: str,
+    workload_id: str,
+    window_mean: Callable[[int | None], float | None] | None = None,
+) -> float | None:
     """The utilization (% of the GPU) that falls to `workload_id`'s MPS share on `gpu_uuid`
     by the rule above; None when it holds no MPS share there, when its processes are
-    measured, or when neither the server's nor the GPU's utilization is known."""
+    measured, or when neither the server's nor the GPU's utilization is known.
+
+    `window_mean(pid)`: the mean SM use of process `pid` (None: the GPU's utilization) over
+    the accounted window, from the sampler's history; the frame's value where it gives None.
+    Who holds the GPU, and who is measured, is read from `frame` (the latest sample)."""
+    mean = window_mean or (lambda _pid: None)
     gpu = frame.snapshot.gpu(gpu_uuid)
     if gpu is None:
         return None
@@ -37,6 +49,7 @@ def mps_estimate(frame: Frame, gpu_uuid: str, workload_id: str) -> float | None:
     if workload_id not in holders:
         return None
     server: list[float] = []
+    server_pids: list[int] = []
     measured = 0.0  # SM use NVML gave to processes other than the server
     own: dict[str, float] = {}
     for p in frame.snapshot.processes:
@@ -45,6 +58,7 @@ def mps_estimate(frame: Frame, gpu_uuid: str, workload_id: str) -> float | None:
         o = frame.owners.get(p.pid)
         if o is not None and o.via is Via.SERVICE and o.service_gpu == gpu_uuid:
             server.append(p.sm_util)
+            server_pids.append(p.pid)
             continue
         measured += p.sm_util
         if o is not None and o.workload_id in holders:
@@ -52,9 +66,10 @@ def mps_estimate(frame: Frame, gpu_uuid: str, workload_id: str) -> float | None:
     if own.get(workload_id, 0.0) > 0:
         return None  # measured: not estimated
     if server:
-        pool = sum(server)
-    elif gpu.util_gpu is not None:
-        pool = gpu.util_gpu - measured
+        means = [mean(pid) for pid in server_pids]
+        pool = sum(s if m is None else m for s, m in zip(server, means, strict=True))
+    elif (util := mean(None)) is not None or (util := gpu.util_gpu) is not None:
+        pool = util - measured
     else:
         return None
     unmeasured = sum(m for wid, m in holders.items() if own.get(wid, 0.0) <= 0)

@@ -258,7 +258,9 @@ class TelemetryLoop(Loop):
             and o.workload_id == workload_id
         ]
         if not sh.whole and sh.enforcement is Enforcement.MPS and not any(sm):
-            estimate = mps_estimate(frame, sh.gpu_uuid, workload_id)
+            estimate = mps_estimate(
+                frame, sh.gpu_uuid, workload_id, self._window_mean(sh.gpu_uuid, since)
+            )
             if estimate is not None:
                 return estimate, True
         window = (
@@ -274,6 +276,25 @@ class TelemetryLoop(Loop):
         if sh.whole and gpu.util_gpu is not None:
             return gpu.util_gpu, False
         return None
+
+    def _window_mean(
+        self, gpu_uuid: str, since: float | None
+    ) -> Callable[[int | None], float | None]:
+        """pid -> its mean SM use on `gpu_uuid` since `since` (None: the GPU's utilization);
+        None without a window or points in it."""
+
+        def mean(pid: int | None) -> float | None:
+            if since is None:
+                return None
+            if pid is None:
+                got = [pt.util for pt in self.sampler.gpu_history(gpu_uuid) if pt.t >= since]
+            else:
+                pts = self.sampler.process_history(gpu_uuid, pid)
+                got = [pt.sm_util for pt in pts if pt.t >= since]
+            vals = [v for v in got if v is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        return mean
 
     def memory_mib(self, allocation: Allocation) -> float:
         """GPU memory the workload's processes use now, MiB (0 when not sampled)."""
