@@ -105,6 +105,22 @@ def test_over_a_window_the_servers_mean_is_split(world, mps):
         assert loop.estimated_fraction(a, since=t0) == 1.0
 
 
+def test_an_ended_share_keeps_the_estimates_of_its_window(world, mps):
+    src, loop, allocs = mps  # the accounting pass after an end: no holder in the frame now
+    src.serve_mps(0, SERVER)
+    t0 = world.clock.now()
+    loop.run_once()  # 60 % split: 30 % each
+    for a in allocs:
+        world.delete("admin", f"/workloads/{a.workload_id}")
+    src.remove_process(101)
+    src.remove_process(102)
+    world.clock.advance(5)
+    loop.run_once()
+    for a in allocs:
+        assert loop.busy_fraction(a, since=t0) == pytest.approx(0.6)
+        assert loop.estimated_fraction(a, since=t0) == 1.0
+
+
 def test_without_per_process_figures_the_gpus_utilization_is_split(mps):
     src, loop, allocs = mps
     src.serve_mps(0, SERVER, clients_listed=False)

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ENFORCED = (Enforcement.MPS, Enforcement.HARDWARE)
+MPS_ESTIMATES_KEPT = 1000  # samples per GPU: 83 min at the default 5 s
 
 
 def default_killer(source: GPUSource) -> Callable[[int], None]:
@@ -104,6 +106,9 @@ class TelemetryLoop(Loop):
         #: detection key -> the `since` it was reported with (dedupes events)
         self._warned: dict[tuple, float] = {}
         self._acted: set[tuple] = set()
+        #: GPU -> (sample time, workload id -> its MPS estimate then, % of the GPU), bounded:
+        #: the accounted window of an MPS share, even one that has ended since
+        self._mps_estimates: dict[str, deque[tuple[float, dict[str, float]]]] = {}
 
     # -- store lookups (called by the sampler) --------------------------------------------
     def _owner(self, workload_id: str) -> WorkloadOwner | None:
@@ -123,6 +128,7 @@ class TelemetryLoop(Loop):
         frame = self.sampler.sample_once()
         self._owners = frame.owners
         now = self.ctx.clock.now()
+        self._record_mps_estimates(frame, now)
         with self.ctx.store.write() as s, contextlib.suppress(NotFound):
             NodeRepo(s).heartbeat(self.node, now)
         current = {d.key: d for d in frame.detections}
@@ -167,6 +173,19 @@ class TelemetryLoop(Loop):
             return False
         owner = self._owners.get(d.pids[0]) if d.pids else None
         return owner is not None and owner.uid not in (None, 0, os.geteuid())
+
+    def _record_mps_estimates(self, frame: Frame, now: float) -> None:
+        """Keep each MPS share's estimate of this sample (docs/telemetry.md)."""
+        holders: dict[str, set[str]] = {}
+        for a in frame.allocations:
+            for sh in a.shares:
+                if sh.enforcement is Enforcement.MPS and not sh.whole:
+                    holders.setdefault(sh.gpu_uuid, set()).add(a.workload_id)
+        for gpu, wids in holders.items():
+            got = {w: e for w in wids if (e := mps_estimate(frame, gpu, w)) is not None}
+            if got:
+                ring = self._mps_estimates.setdefault(gpu, deque(maxlen=MPS_ESTIMATES_KEPT))
+                ring.append((now, got))
 
     def _record(self, d: Detection, now: float, kind: str, message: str) -> None:
         tenant = user = None
@@ -258,6 +277,13 @@ class TelemetryLoop(Loop):
             and o.workload_id == workload_id
         ]
         if not sh.whole and sh.enforcement is Enforcement.MPS and not any(sm):
+            kept = [
+                got[workload_id]
+                for t, got in self._mps_estimates.get(sh.gpu_uuid, ())
+                if since is not None and t >= since and workload_id in got
+            ]
+            if kept:  # the samples of the window, each split among who held the GPU then
+                return sum(kept) / len(kept), True
             estimate = mps_estimate(
                 frame, sh.gpu_uuid, workload_id, self._window_mean(sh.gpu_uuid, since)
             )
