@@ -117,6 +117,30 @@ def energy_rows(data: Path) -> dict[str, dict[str, float]]:
         return {w: {"joules": j, "gpu_seconds": s} for w, j, s in c.execute(q)}
 
 
+def usage_rows(data: Path) -> dict[str, dict[str, float]]:
+    """workload id -> allocated, busy, measured and estimated GPU-seconds in usage."""
+    db = next(iter(sorted(data.rglob("*.db"))), None)
+    if db is None:
+        return {}
+    cols = ("allocated", "busy", "measured", "estimated")
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as c:
+        q = (
+            "SELECT workload_id, SUM(gpu_seconds_allocated), SUM(gpu_seconds_busy), "
+            "SUM(gpu_seconds_measured), SUM(gpu_seconds_estimated) FROM usage GROUP BY 1"
+        )
+        return {r[0]: dict(zip(cols, r[1:], strict=True)) for r in c.execute(q)}
+
+
+def busy_of_halves(c: Check, ws: dict, usage: dict) -> None:
+    """The half-GPU (MPS) jobs burned the GPU: their busy time must be recorded, measured
+    or (MPS work NVML reports only under the server) estimated, docs/telemetry.md."""
+    c.evidence["usage_by_workload"] = usage
+    for wid in ws:
+        if wid != c.evidence["whole"]:
+            u = usage.get(wid) or {}
+            c.crit(f"{wid} (MPS half): busy GPU-seconds > 0", (u.get("busy") or 0) > 0, gpu=True)
+
+
 def compare(c: Check, r: Reader | None, uuid: str, ws: dict, rows: dict, charge: dict) -> None:
     """Each workload's and user's energy against the counter's delta and the power integral."""
     share = {w: (1.0 if w == c.evidence["whole"] else 0.5) for w in ws}
@@ -223,6 +247,7 @@ def main() -> int:
                 reader.stop.set()
                 reader.join(5)
             compare(c, reader, uuid, ws, energy_rows(pool.data), charge)
+            busy_of_halves(c, ws, usage_rows(pool.data))
 
         c.guard(run)
     finally:

@@ -475,7 +475,14 @@ def _add_loops(ctx: AppContext, engines: EngineSet) -> None:
         by_node[tl.node] = tl
     joined = AllocationTelemetry(by_node)  # a multi-node allocation: every node's loop
     ctx.loops.add(CullerLoop(ctx, joined.idle_seconds))
-    ctx.loops.add(AccountingLoop(ctx, joined.busy_fraction, joined.memory_mib))
+    ctx.loops.add(
+        AccountingLoop(
+            ctx,
+            joined.busy_fraction,
+            joined.memory_mib,
+            estimated_fraction=joined.estimated_fraction,
+        )
+    )
     ctx.loops.add(HistoryLoop(ctx, [tl.sampler for tl in by_node.values()]))
     ctx.loops.add(EnergyLoop(ctx, [tl.sampler for tl in by_node.values()]))  # chargeback
     if ctx.settings.start_loops:  # loops driven by hand (tests) are not woken

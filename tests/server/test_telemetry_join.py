@@ -14,8 +14,14 @@ from gpupool.server.loops.telemetry_join import AllocationTelemetry, parts_by_no
 class FakeNode:
     """One node's telemetry with fixed figures; records which shares it was asked about."""
 
-    def __init__(self, idle: float | None = None, busy: float | None = None, memory: float = 0):
-        self.idle, self.busy, self.memory = idle, busy, memory
+    def __init__(
+        self,
+        idle: float | None = None,
+        busy: float | None = None,
+        memory: float = 0,
+        estimated: float = 0.0,
+    ):
+        self.idle, self.busy, self.memory, self.estimated = idle, busy, memory, estimated
         self.asked: list[tuple[str, ...]] = []
         self.since: list[float | None] = []
 
@@ -27,6 +33,9 @@ class FakeNode:
         self.asked.append(allocation.gpu_uuids)
         self.since.append(since)
         return self.busy
+
+    def estimated_fraction(self, allocation: Allocation, since: float | None = None) -> float:
+        return self.estimated
 
     def memory_mib(self, allocation: Allocation) -> float:
         self.asked.append(allocation.gpu_uuids)
@@ -85,6 +94,16 @@ def test_busy_is_the_milli_weighted_mean_of_the_nodes_that_know():
     assert half.busy_fraction(gang(("a", 3), ("b", 1))) == pytest.approx(0.2)
     none = AllocationTelemetry({"a": FakeNode(busy=None)})
     assert none.busy_fraction(gang(("a", 3), ("b", 1))) is None
+
+
+def test_the_estimated_part_is_weighted_like_busy_over_the_nodes_that_know():
+    est = AllocationTelemetry({"a": FakeNode(busy=0.5, estimated=1.0), "b": FakeNode(busy=0.8)})
+    assert est.estimated_fraction(gang(("a", 3), ("b", 1))) == pytest.approx(0.75)
+    unknown_b = AllocationTelemetry(
+        {"a": FakeNode(busy=0.5, estimated=1.0), "b": FakeNode(busy=None, estimated=0.0)}
+    )
+    assert unknown_b.estimated_fraction(gang(("a", 3), ("b", 1))) == 1.0  # b adds no busy
+    assert AllocationTelemetry({}).estimated_fraction(gang(("a", 1))) == 0.0
 
 
 def test_memory_is_the_sum_over_the_nodes():

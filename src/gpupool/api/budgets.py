@@ -81,6 +81,9 @@ class ChargeOut(Out):
     gpu_hours_busy: float
     #: GPU-hours telemetry measured (busy and memory are known for these only)
     gpu_hours_measured: float
+    #: GPU-hours whose busy time telemetry estimated rather than measured: MPS shares whose
+    #: GPU's MPS work NVML reports only as a whole, split by share (docs/telemetry.md)
+    gpu_hours_estimated: float = 0.0
     gpu_memory_gib_hours: float
     #: kWh from the GPUs' energy counters, apportioned to holders by share; null: none
     #: recorded for this key ("n/a")
@@ -104,6 +107,7 @@ CSV_COLUMNS = (
     "gpu_memory_gib_hours",
     "energy_kwh",
     "workloads",
+    "gpu_hours_estimated",  # last: the columns before it keep their places
 )
 
 
@@ -124,6 +128,7 @@ def chargeback_csv(rep: ChargebackOut) -> str:
                 f"{r.gpu_memory_gib_hours:.6f}",
                 "n/a" if r.energy_kwh is None else f"{r.energy_kwh:.6f}",
                 r.workloads,
+                f"{r.gpu_hours_estimated:.6f}",
             ]
         )
     return csv_text(rows)

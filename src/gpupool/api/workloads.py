@@ -264,6 +264,9 @@ class UsageOut(Out):
     gpu_seconds_busy: float
     #: GPU-seconds telemetry measured; 0: busy time, efficiency and memory are unknown
     gpu_seconds_measured: float = 0.0
+    #: GPU-seconds whose busy time telemetry estimated (MPS shares split by size), not
+    #: measured; busy time and efficiency count them, memory is not known for them
+    gpu_seconds_estimated: float = 0.0
     efficiency: float | None
     gpu_memory_mib_max: int
     gpu_memory_gib_hours: float

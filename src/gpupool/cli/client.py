@@ -494,11 +494,17 @@ def _measured(r: dict[str, Any], text: str) -> str:
     return text if r.get("gpu_seconds_measured", 1) > 0 else "-"
 
 
+def _busy_known(r: dict[str, Any], text: str) -> str:
+    """`text`, or - where telemetry neither measured nor estimated busy time of the row."""
+    known = r.get("gpu_seconds_measured", 1) + r.get("gpu_seconds_estimated", 0)
+    return text if known > 0 else "-"
+
+
 def usage_columns(by: str) -> tuple[Col, ...]:
     return (
         Col(by.upper(), lambda r: r["key"]),
         Col("GPU-H ALLOC", lambda r: f"{r['gpu_hours_allocated']:.2f}", right=True),
-        Col("GPU-H BUSY", lambda r: _measured(r, f"{r['gpu_hours_busy']:.2f}"), right=True),
+        Col("GPU-H BUSY", lambda r: _busy_known(r, f"{r['gpu_hours_busy']:.2f}"), right=True),
         Col("EFFICIENCY", lambda r: _pct(r["efficiency"]), right=True),
         Col(
             "MAX MiB",

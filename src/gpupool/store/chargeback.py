@@ -34,6 +34,8 @@ class ChargeRow:
     gpu_memory_mib_seconds: float
     #: GPU-seconds telemetry measured (busy and memory are known for these only)
     gpu_seconds_measured: float
+    #: GPU-seconds whose busy time telemetry estimated (MPS shares), not measured
+    gpu_seconds_estimated: float
     workloads: int
     #: joules from the GPUs' energy counters, by share (None: none recorded for this key)
     energy_joules: float | None = None
@@ -86,6 +88,7 @@ class ChargebackRepo:
             UsageRow.gpu_seconds_busy,
             UsageRow.gpu_memory_mib_seconds,
             UsageRow.gpu_seconds_measured,
+            UsageRow.gpu_seconds_estimated,
         ).order_by(UsageRow.id)
         q = q.where(*within(UsageRow, from_day=from_day, to_day=to_day, tenants=tenants, user=user))
         rows = list(self.s.execute(q))
@@ -100,13 +103,14 @@ class ChargebackRepo:
 
         acc: dict[str, list[float]] = {}
         seen: dict[str, set[str]] = {}
-        for wid, tenant, usr, alloc, busy, mem, measured in rows:
+        for wid, tenant, usr, alloc, busy, mem, measured, estimated in rows:
             key = key_of(wid, tenant, usr)
-            a = acc.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+            a = acc.setdefault(key, [0.0, 0.0, 0.0, 0.0, 0.0])
             a[0] += alloc
             a[1] += busy
             a[2] += mem
             a[3] += measured or 0.0
+            a[4] += estimated or 0.0
             seen.setdefault(key, set()).add(wid)
         joules: dict[str, float] = {}
         for wid, tenant, usr, j in energy:

@@ -303,6 +303,8 @@ class UsageRow(Base):
     gpu_seconds_busy: Mapped[float] = mapped_column(Float, default=0.0)
     #: the part of gpu_seconds_allocated for which telemetry gave a busy fraction
     gpu_seconds_measured: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    #: the part of gpu_seconds_allocated whose busy fraction was estimated (MPS), not measured
+    gpu_seconds_estimated: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     gpu_memory_mib_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_memory_mib_max: Mapped[int] = mapped_column(Integer, default=0)
 

@@ -25,15 +25,17 @@ class UsageTotal:
     workloads: int
     #: GPU-seconds for which telemetry gave a busy fraction (0: nothing was measured)
     gpu_seconds_measured: float = 0.0
+    #: GPU-seconds whose busy fraction telemetry estimated (MPS shares), not measured
+    gpu_seconds_estimated: float = 0.0
 
     @property
     def measured(self) -> bool:
-        """Whether telemetry measured any of this usage (else busy and memory are unknown)."""
-        return self.gpu_seconds_measured > 0
+        """Whether telemetry measured or estimated any of this usage (else busy is unknown)."""
+        return self.gpu_seconds_measured > 0 or self.gpu_seconds_estimated > 0
 
     @property
     def efficiency(self) -> float | None:
-        """Busy / allocated (None when nothing was allocated or nothing measured)."""
+        """Busy / allocated (None when nothing was allocated or nothing measured/estimated)."""
         if self.gpu_seconds_allocated <= 0 or not self.measured:
             return None
         return self.gpu_seconds_busy / self.gpu_seconds_allocated
@@ -55,10 +57,12 @@ class UsageRepo:
         gpu_memory_mib_seconds: float = 0.0,
         gpu_memory_mib: int = 0,
         gpu_seconds_measured: float | None = None,
+        gpu_seconds_estimated: float = 0.0,
     ) -> None:
         """Add to the (workload, day) row, creating it when missing. `gpu_memory_mib` is the
         memory seen now; the row keeps the maximum. `gpu_seconds_measured`: the part of the
-        allocated seconds telemetry measured (None: all of them)."""
+        allocated seconds telemetry measured (None: all of them); `gpu_seconds_estimated`:
+        the part whose busy fraction it estimated instead (counted in neither twice)."""
         if gpu_seconds_measured is None:
             gpu_seconds_measured = gpu_seconds_allocated
         row = day_row(
@@ -71,12 +75,14 @@ class UsageRepo:
             gpu_seconds_allocated=0.0,
             gpu_seconds_busy=0.0,
             gpu_seconds_measured=0.0,
+            gpu_seconds_estimated=0.0,
             gpu_memory_mib_seconds=0.0,
             gpu_memory_mib_max=0,
         )
         row.gpu_seconds_allocated += gpu_seconds_allocated
         row.gpu_seconds_busy += gpu_seconds_busy
         row.gpu_seconds_measured += gpu_seconds_measured
+        row.gpu_seconds_estimated += gpu_seconds_estimated
         row.gpu_memory_mib_seconds += gpu_memory_mib_seconds
         row.gpu_memory_mib_max = max(row.gpu_memory_mib_max, gpu_memory_mib)
         self.s.flush()
@@ -107,6 +113,7 @@ class UsageRepo:
             func.max(UsageRow.gpu_memory_mib_max),
             func.count(func.distinct(UsageRow.workload_id)),
             func.sum(UsageRow.gpu_seconds_measured),
+            func.sum(UsageRow.gpu_seconds_estimated),
         ).group_by(col)
         q = q.where(*within(UsageRow, from_day=from_day, to_day=to_day, tenants=tenants, user=user))
         return [
@@ -118,8 +125,9 @@ class UsageRepo:
                 int(mx or 0),
                 int(n),
                 float(z or 0),
+                float(e or 0),
             )
-            for k, a, b, m, mx, n, z in self.s.execute(q.order_by(col))
+            for k, a, b, m, mx, n, z, e in self.s.execute(q.order_by(col))
         ]
 
     def attained_by_tenant(self) -> dict[str, float]:

@@ -134,6 +134,9 @@ class _SimGPU:
     lost: bool = False
     energy_mj: float = 0.0  # integrated from the power of each snapshot
     energy_t: float | None = None
+    #: the GPU's MPS server (`serve_mps`): its pid and whether NVML lists the clients
+    mps_server: int | None = None
+    mps_clients_listed: bool = True
 
 
 FAILABLE = (
@@ -185,6 +188,16 @@ class SimulatedSource:
         its MIG instance at `mig_start` if given."""
         kind = ProcessKind.MPS if mps else ProcessKind.COMPUTE
         self._gpu(gpu).processes[pid] = _SimProcess(pid, memory_mib, sm_util, kind, mig_start)
+
+    def serve_mps(self, gpu: int, server_pid: int | None, clients_listed: bool = True) -> None:
+        """Run GPU `gpu`'s MPS clients (processes added with `mps=True`) through an MPS server
+        `server_pid` (None: stop it), as NVML shows that: the clients' SM use is reported
+        under the server's pid (a compute process holding their memory when they are not
+        listed); the clients are listed with no SM use of their own, or (`clients_listed`
+        False) not at all. The GPU's utilization stays the sum of the work."""
+        g = self._gpu(gpu)
+        g.mps_server = server_pid
+        g.mps_clients_listed = clients_listed
 
     def set_mig(self, gpu: int, layout: str | None) -> None:
         """Turn MIG mode on with `layout`'s instances, or off (None), like an admin with
@@ -259,6 +272,21 @@ class SimulatedSource:
             simulated=True,
         )
 
+    def _processes(self, g: _SimGPU, now: float) -> tuple[ProcessSnapshot, ...]:
+        if g.mps_server is None:
+            return tuple(_process(g, p, now, p.sm_util) for p in g.processes.values())
+        clients = [p for p in g.processes.values() if p.kind is ProcessKind.MPS]
+        out = [_process(g, p, now, p.sm_util) for p in g.processes.values() if p not in clients]
+        if g.mps_clients_listed:
+            out += [_process(g, p, now, 0.0) for p in clients]
+        server = _SimProcess(
+            g.mps_server,
+            0.0 if g.mps_clients_listed else sum(p.memory_mib for p in clients),
+            min(100.0, sum(p.sm_util or 0.0 for p in clients)),
+            ProcessKind.COMPUTE,
+        )
+        return (*out, _process(g, server, now, server.sm_util))
+
     def _read(self, g: _SimGPU, now: float) -> GPUSnapshot:
         if g.lost:
             return GPUSnapshot(
@@ -273,20 +301,7 @@ class SimulatedSource:
         errors = [f"{w}: simulated failure" for w in sorted(g.failing)]
         procs: tuple[ProcessSnapshot, ...] = ()
         if "processes" not in g.failing:
-            per_process = "process_utilization" not in g.failing
-            procs = tuple(
-                ProcessSnapshot(
-                    pid=p.pid,
-                    gpu_uuid=g.uuid,
-                    gpu_index=g.index,
-                    timestamp=now,
-                    used_memory_bytes=int(p.memory_mib * MIB),
-                    sm_util=p.sm_util if per_process else None,
-                    kind=p.kind,
-                    mig_uuid=None if p.mig_start is None else _sim_mig_uuid(g.uuid, p.mig_start),
-                )
-                for p in g.processes.values()
-            )
+            procs = self._processes(g, now)
         total = g.model.memory_mib * MIB
         used_mib = min(
             g.model.memory_mib, g.extra_memory_mib + sum(p.memory_mib for p in g.processes.values())
@@ -334,6 +349,19 @@ class SimulatedSource:
             errors=tuple(errors),
             simulated=True,
         )
+
+
+def _process(g: _SimGPU, p: _SimProcess, now: float, sm: float | None) -> ProcessSnapshot:
+    return ProcessSnapshot(
+        pid=p.pid,
+        gpu_uuid=g.uuid,
+        gpu_index=g.index,
+        timestamp=now,
+        used_memory_bytes=int(p.memory_mib * MIB),
+        sm_util=sm if "process_utilization" not in g.failing else None,
+        kind=p.kind,
+        mig_uuid=None if p.mig_start is None else _sim_mig_uuid(g.uuid, p.mig_start),
+    )
 
 
 def _mig_devices(g: _SimGPU) -> tuple[MigDeviceSnapshot, ...]:

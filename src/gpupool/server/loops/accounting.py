@@ -74,12 +74,16 @@ class AccountingLoop(Loop):
         memory_mib: Callable[[Allocation], float] | None = None,
         *,
         interval_s: float = 60.0,
+        estimated_fraction: Callable[[Allocation, float], float] | None = None,
     ):
         super().__init__(interval_s, on_error=lambda n: ctx.metrics.loop_errors.labels(n).inc())
         self.ctx = ctx
         #: (allocation, accounted since) -> busy fraction over that window, or None
         self.busy_fraction = busy_fraction or (lambda a, since: None)
         self.memory_mib = memory_mib or (lambda a: 0.0)
+        #: (allocation, accounted since) -> the part (0..1) of its busy fraction that is an
+        #: estimate (MPS shares, docs/telemetry.md); those seconds count as estimated
+        self.estimated_fraction = estimated_fraction or (lambda a, since: 0.0)
         #: workload id -> (workload, allocation, accounted up to)
         self._open: dict[str, tuple[Workload, Allocation, float]] = {}
         self._resumed = False
@@ -166,6 +170,7 @@ class AccountingLoop(Loop):
                     sign = 1.0 if t1 >= t0 else -1.0
                     t0, t1 = min(t0, t1), max(t0, t1)
                     frac = self.busy_fraction(a, t0)
+                    est = 0.0 if frac is None else self.estimated_fraction(a, t0)
                     mem = self.memory_mib(a) if sign > 0 else 0.0
                     gpus = a.gpu_milli / 1000 * sign
                     for day, secs in split_by_day(t0, t1):
@@ -176,7 +181,10 @@ class AccountingLoop(Loop):
                             day=day,
                             gpu_seconds_allocated=gpus * secs,
                             gpu_seconds_busy=gpus * secs * (frac or 0.0),
-                            gpu_seconds_measured=0.0 if frac is None else gpus * secs,
+                            gpu_seconds_measured=(
+                                0.0 if frac is None else gpus * secs * (1.0 - est)
+                            ),
+                            gpu_seconds_estimated=0.0 if frac is None else gpus * secs * est,
                             gpu_memory_mib_seconds=mem * secs,
                             gpu_memory_mib=int(mem),
                         )

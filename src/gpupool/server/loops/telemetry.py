@@ -24,10 +24,11 @@ import contextlib
 import logging
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpupool.domain import Allocation, Enforcement, Event
+from gpupool.domain import Allocation, Enforcement, Event, Share
 from gpupool.server.context import AppContext
 from gpupool.server.loops.base import Loop
 from gpupool.store import AllocationRepo, EventRepo, NodeRepo, NotFound, WorkloadRepo
@@ -43,12 +44,15 @@ from gpupool.telemetry import (
     SimulatedSource,
     WorkloadOwner,
 )
+from gpupool.telemetry.mps_busy import mps_estimate
+from gpupool.telemetry.sampler import Frame
 
 if TYPE_CHECKING:
     from gpupool.engines.common.engine import NodeTelemetry
 
 log = logging.getLogger(__name__)
 ENFORCED = (Enforcement.MPS, Enforcement.HARDWARE)
+MPS_ESTIMATES_KEPT = 1000  # samples per GPU: 83 min at the default 5 s
 
 
 def default_killer(source: GPUSource) -> Callable[[int], None]:
@@ -102,6 +106,9 @@ class TelemetryLoop(Loop):
         #: detection key -> the `since` it was reported with (dedupes events)
         self._warned: dict[tuple, float] = {}
         self._acted: set[tuple] = set()
+        #: GPU -> (sample time, workload id -> its MPS estimate then, % of the GPU), bounded:
+        #: the accounted window of an MPS share, even one that has ended since
+        self._mps_estimates: dict[str, deque[tuple[float, dict[str, float]]]] = {}
 
     # -- store lookups (called by the sampler) --------------------------------------------
     def _owner(self, workload_id: str) -> WorkloadOwner | None:
@@ -121,6 +128,7 @@ class TelemetryLoop(Loop):
         frame = self.sampler.sample_once()
         self._owners = frame.owners
         now = self.ctx.clock.now()
+        self._record_mps_estimates(frame, now)
         with self.ctx.store.write() as s, contextlib.suppress(NotFound):
             NodeRepo(s).heartbeat(self.node, now)
         current = {d.key: d for d in frame.detections}
@@ -166,6 +174,19 @@ class TelemetryLoop(Loop):
         owner = self._owners.get(d.pids[0]) if d.pids else None
         return owner is not None and owner.uid not in (None, 0, os.geteuid())
 
+    def _record_mps_estimates(self, frame: Frame, now: float) -> None:
+        """Keep each MPS share's estimate of this sample (docs/telemetry.md)."""
+        holders: dict[str, set[str]] = {}
+        for a in frame.allocations:
+            for sh in a.shares:
+                if sh.enforcement is Enforcement.MPS and not sh.whole:
+                    holders.setdefault(sh.gpu_uuid, set()).add(a.workload_id)
+        for gpu, wids in holders.items():
+            got = {w: e for w in wids if (e := mps_estimate(frame, gpu, w)) is not None}
+            if got:
+                ring = self._mps_estimates.setdefault(gpu, deque(maxlen=MPS_ESTIMATES_KEPT))
+                ring.append((now, got))
+
     def _record(self, d: Detection, now: float, kind: str, message: str) -> None:
         tenant = user = None
         if d.workload_id:
@@ -208,44 +229,98 @@ class TelemetryLoop(Loop):
 
         Whole GPUs: the mean utilization of the samples taken since `since` (the latest
         sample when none). Fractional shares: the SM use of its processes in the latest
-        sample. Each share is capped at its size. None when nothing is known."""
+        sample; an MPS share whose processes NVML gives no SM use of gets its part of the
+        GPU's MPS work instead, estimated (`estimated_fraction`, docs/telemetry.md "Busy
+        time under MPS"). Each share is capped at its size. None when nothing is known."""
+        got = self._busy(allocation, since)
+        return None if got is None else got[0]
+
+    def estimated_fraction(self, allocation: Allocation, since: float | None = None) -> float:
+        """The part (0..1, by GPU milli) of `allocation` whose busy figure in `busy_fraction`
+        is an estimate (an MPS share's split of its GPU's MPS work), not a measurement."""
+        got = self._busy(allocation, since)
+        return 0.0 if got is None else got[1]
+
+    def _busy(self, allocation: Allocation, since: float | None) -> tuple[float, float] | None:
+        """(busy fraction, estimated part) of `allocation`; None when nothing is known."""
         frame = self.sampler.latest
         if frame is None or not allocation.shares:
             return None
-        owners = frame.owners
         busy = 0.0
+        estimated_milli = 0
         known = False
         for sh in allocation.shares:
-            gpu = frame.snapshot.gpu(sh.gpu_uuid)
-            if gpu is None:
+            got = self._share_util(frame, sh, allocation.workload_id, since)
+            if got is None:
                 continue
-            procs = [
-                p
-                for p in frame.snapshot.processes
-                if p.gpu_uuid == sh.gpu_uuid
-                and (o := owners.get(p.pid)) is not None
-                and o.workload_id == allocation.workload_id
-            ]
-            sm = [p.sm_util for p in procs if p.sm_util is not None]
-            window = (
-                [pt.util for pt in self.sampler.gpu_history(sh.gpu_uuid) if pt.t >= since]
-                if since is not None and sh.whole
-                else []
-            )
-            window = [u for u in window if u is not None]
-            if sm and not sh.whole:
-                util = sum(sm)
-            elif window:
-                util = sum(window) / len(window)
-            elif sh.whole and gpu.util_gpu is not None:
-                util = gpu.util_gpu
-            else:
-                continue
+            util, estimated = got
             known = True
             busy += min(sh.milli / 1000, util / 100)
+            estimated_milli += sh.milli if estimated else 0
         if not known:
             return None
-        return busy / (allocation.gpu_milli / 1000)
+        return busy / (allocation.gpu_milli / 1000), estimated_milli / allocation.gpu_milli
+
+    def _share_util(
+        self, frame: Frame, sh: Share, workload_id: str, since: float | None
+    ) -> tuple[float, bool] | None:
+        """(utilization in % of the GPU, estimated?) of one share; None when unknown."""
+        gpu = frame.snapshot.gpu(sh.gpu_uuid)
+        if gpu is None:
+            return None
+        sm = [
+            p.sm_util
+            for p in frame.snapshot.processes
+            if p.gpu_uuid == sh.gpu_uuid
+            and p.sm_util is not None
+            and (o := frame.owners.get(p.pid)) is not None
+            and o.workload_id == workload_id
+        ]
+        if not sh.whole and sh.enforcement is Enforcement.MPS and not any(sm):
+            kept = [
+                got[workload_id]
+                for t, got in self._mps_estimates.get(sh.gpu_uuid, ())
+                if since is not None and t >= since and workload_id in got
+            ]
+            if kept:  # the samples of the window, each split among who held the GPU then
+                return sum(kept) / len(kept), True
+            estimate = mps_estimate(
+                frame, sh.gpu_uuid, workload_id, self._window_mean(sh.gpu_uuid, since)
+            )
+            if estimate is not None:
+                return estimate, True
+        window = (
+            [pt.util for pt in self.sampler.gpu_history(sh.gpu_uuid) if pt.t >= since]
+            if since is not None and sh.whole
+            else []
+        )
+        window = [u for u in window if u is not None]
+        if sm and not sh.whole:
+            return sum(sm), False
+        if window:
+            return sum(window) / len(window), False
+        if sh.whole and gpu.util_gpu is not None:
+            return gpu.util_gpu, False
+        return None
+
+    def _window_mean(
+        self, gpu_uuid: str, since: float | None
+    ) -> Callable[[int | None], float | None]:
+        """pid -> its mean SM use on `gpu_uuid` since `since` (None: the GPU's utilization);
+        None without a window or points in it."""
+
+        def mean(pid: int | None) -> float | None:
+            if since is None:
+                return None
+            if pid is None:
+                got = [pt.util for pt in self.sampler.gpu_history(gpu_uuid) if pt.t >= since]
+            else:
+                pts = self.sampler.process_history(gpu_uuid, pid)
+                got = [pt.sm_util for pt in pts if pt.t >= since]
+            vals = [v for v in got if v is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        return mean
 
     def memory_mib(self, allocation: Allocation) -> float:
         """GPU memory the workload's processes use now, MiB (0 when not sampled)."""

@@ -10,6 +10,7 @@ figures (`AllocationTelemetry`):
   every GPU on every node is.
 - busy: the mean of the nodes' busy fractions weighted by their GPU milli, over the nodes
   that know; None when none does.
+- estimated: the part of that busy figure that is an estimate (MPS shares), weighted alike.
 - memory: the sum over the nodes (a node without a loop adds 0).
 
 A one-node allocation is handed to its node's loop unchanged, as before.
@@ -31,6 +32,8 @@ class NodeTelemetryReader(Protocol):
     def idle_seconds(self, allocation: Allocation) -> float | None: ...
 
     def busy_fraction(self, allocation: Allocation, since: float | None = None) -> float | None: ...
+
+    def estimated_fraction(self, allocation: Allocation, since: float | None = None) -> float: ...
 
     def memory_mib(self, allocation: Allocation) -> float: ...
 
@@ -77,6 +80,17 @@ class AllocationTelemetry:
             return known[0][0] if known else None
         milli = sum(m for _, m in known)
         return sum(f * m for f, m in known) / milli if milli else None
+
+    def estimated_fraction(self, allocation: Allocation, since: float | None = None) -> float:
+        """The part (0..1) of `busy_fraction` that is estimated (MPS shares), weighted like
+        it: by GPU milli over the nodes that know their busy fraction."""
+        known: list[tuple[float, int]] = []
+        for node, part in parts_by_node(allocation):
+            tl = self.by_node.get(node)
+            if tl is not None and tl.busy_fraction(part, since) is not None:
+                known.append((tl.estimated_fraction(part, since), part.gpu_milli))
+        milli = sum(m for _, m in known)
+        return sum(f * m for f, m in known) / milli if milli else 0.0
 
     def memory_mib(self, allocation: Allocation) -> float:
         """GPU memory the workload's processes use now on all its nodes, MiB."""

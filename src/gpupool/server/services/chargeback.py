@@ -20,13 +20,14 @@ By = Literal["tenant", "user", "model"]
 
 
 def _out(
-    key: str, a: float, b: float, m: float, mem: float, n: int, joules: float | None
+    key: str, a: float, b: float, m: float, e: float, mem: float, n: int, joules: float | None
 ) -> ChargeOut:
     return ChargeOut(
         key=key,
         gpu_hours_allocated=a / 3600,
         gpu_hours_busy=b / 3600,
         gpu_hours_measured=m / 3600,
+        gpu_hours_estimated=e / 3600,
         gpu_memory_gib_hours=mem / 1024 / 3600,
         energy_kwh=None if joules is None else joules / 3.6e6,
         workloads=n,
@@ -52,6 +53,7 @@ def report(
             r.gpu_seconds_allocated,
             r.gpu_seconds_busy,
             r.gpu_seconds_measured,
+            r.gpu_seconds_estimated,
             r.gpu_memory_mib_seconds,
             r.workloads,
             r.energy_joules,
@@ -64,6 +66,7 @@ def report(
         sum(r.gpu_seconds_allocated for r in rows),
         sum(r.gpu_seconds_busy for r in rows),
         sum(r.gpu_seconds_measured for r in rows),
+        sum(r.gpu_seconds_estimated for r in rows),
         sum(r.gpu_memory_mib_seconds for r in rows),
         sum(r.workloads for r in rows),
         sum(measured) if measured else None,

@@ -81,6 +81,7 @@ def usage(
             gpu_seconds_allocated=x.gpu_seconds_allocated,
             gpu_seconds_busy=x.gpu_seconds_busy,
             gpu_seconds_measured=x.gpu_seconds_measured,
+            gpu_seconds_estimated=x.gpu_seconds_estimated,
             efficiency=x.efficiency,
             gpu_memory_mib_max=x.gpu_memory_mib_max,
             gpu_memory_gib_hours=x.gpu_memory_mib_seconds / 1024 / 3600,
