@@ -1,5 +1,7 @@
 """`CapacityIndex.assume` brings a node's index entries up to date from the GPUs it takes only
-(capacity.py, `_take_refiled`): the result must be what refiling the node from its GPUs gives."""
+(capacity.py, `_take_refiled`): the result must be what refiling the node from its GPUs gives.
+The bulk load and the refile of a node of one GPU model are written out too: all three must
+equal the general refile (the one for nodes of several models)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,19 @@ def _state(cap: CapacityIndex) -> tuple:
     )
 
 
+def _general_refile(cap: CapacityIndex) -> tuple:
+    """The state after refiling every node through `_refile`'s general path (as if every node
+    had several GPU models), the written-out paths put back afterwards."""
+    tables = cap._st
+    one_model = tables.node_model
+    tables.node_model = [None] * len(one_model)
+    try:
+        cap.refile(set(range(len(cap.nodes))))
+        return _state(cap)
+    finally:
+        tables.node_model = one_model
+
+
 OPS = st.lists(
     st.tuples(
         st.sampled_from(["assume", "unassume", "hold"]),
@@ -65,6 +80,7 @@ OPS = st.lists(
 def test_assume_leaves_the_index_as_a_refile_of_the_node_would(ops):
     cap = CapacityIndex(_nodes())
     assert NodeState.DOWN is cap.nodes[2].state
+    assert _state(cap) == _general_refile(cap), "the bulk load"
     for what, n, picks, gmem in ops:
         gpus = cap.node_gpus[n]
         takes = [(gpus[i % len(gpus)], milli, gmem) for i, milli in picks]
@@ -77,3 +93,4 @@ def test_assume_leaves_the_index_as_a_refile_of_the_node_would(ops):
         seen = _state(cap)
         cap.refile(set(range(len(cap.nodes))))
         assert _state(cap) == seen, f"after {what} on node {n}"
+        assert _general_refile(cap) == seen, f"after {what} on node {n}, the general refile"
