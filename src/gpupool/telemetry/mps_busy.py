@@ -17,11 +17,22 @@ This is an estimate: it cannot tell a busy client from an idle one that shares i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from gpupool.domain import Enforcement
+from gpupool.domain import Allocation, Enforcement
 from gpupool.telemetry.attribution import Via
 from gpupool.telemetry.sampler import Frame
+
+
+def mps_holders(allocations: Iterable[Allocation]) -> dict[str, dict[str, int]]:
+    """GPU -> workload id -> the milli of its fractional MPS shares on that GPU."""
+    holders: dict[str, dict[str, int]] = {}
+    for a in allocations:
+        for sh in a.shares:
+            if sh.enforcement is Enforcement.MPS and not sh.whole:
+                on = holders.setdefault(sh.gpu_uuid, {})
+                on[a.workload_id] = on.get(a.workload_id, 0) + sh.milli
+    return holders
 
 
 def mps_estimate(
@@ -41,11 +52,7 @@ def mps_estimate(
     gpu = frame.snapshot.gpu(gpu_uuid)
     if gpu is None:
         return None
-    holders: dict[str, int] = {}
-    for a in frame.allocations:
-        for sh in a.shares:
-            if sh.gpu_uuid == gpu_uuid and sh.enforcement is Enforcement.MPS and not sh.whole:
-                holders[a.workload_id] = holders.get(a.workload_id, 0) + sh.milli
+    holders = mps_holders(frame.allocations).get(gpu_uuid, {})
     if workload_id not in holders:
         return None
     server: list[float] = []

@@ -44,7 +44,7 @@ from gpupool.telemetry import (
     SimulatedSource,
     WorkloadOwner,
 )
-from gpupool.telemetry.mps_busy import mps_estimate
+from gpupool.telemetry.mps_busy import mps_estimate, mps_holders
 from gpupool.telemetry.sampler import Frame
 
 if TYPE_CHECKING:
@@ -176,12 +176,7 @@ class TelemetryLoop(Loop):
 
     def _record_mps_estimates(self, frame: Frame, now: float) -> None:
         """Keep each MPS share's estimate of this sample (docs/telemetry.md)."""
-        holders: dict[str, set[str]] = {}
-        for a in frame.allocations:
-            for sh in a.shares:
-                if sh.enforcement is Enforcement.MPS and not sh.whole:
-                    holders.setdefault(sh.gpu_uuid, set()).add(a.workload_id)
-        for gpu, wids in holders.items():
+        for gpu, wids in mps_holders(frame.allocations).items():
             got = {w: e for w in wids if (e := mps_estimate(frame, gpu, w)) is not None}
             if got:
                 ring = self._mps_estimates.setdefault(gpu, deque(maxlen=MPS_ESTIMATES_KEPT))
@@ -289,19 +284,12 @@ class TelemetryLoop(Loop):
             )
             if estimate is not None:
                 return estimate, True
-        window = (
-            [pt.util for pt in self.sampler.gpu_history(sh.gpu_uuid) if pt.t >= since]
-            if since is not None and sh.whole
-            else []
-        )
-        window = [u for u in window if u is not None]
-        if sm and not sh.whole:
-            return sum(sm), False
-        if window:
-            return sum(window) / len(window), False
-        if sh.whole and gpu.util_gpu is not None:
-            return gpu.util_gpu, False
-        return None
+        if not sh.whole:
+            return (sum(sm), False) if sm else None
+        util = self._window_mean(sh.gpu_uuid, since)(None)
+        if util is None:
+            util = gpu.util_gpu
+        return None if util is None else (util, False)
 
     def _window_mean(
         self, gpu_uuid: str, since: float | None
