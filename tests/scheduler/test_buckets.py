@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupool.scheduler.buckets import BucketIndex
+from gpupool.scheduler.buckets import BucketIndex, probe_ranges, probe_starts
 
 OPS = st.lists(st.tuples(st.integers(0, 15), st.one_of(st.none(), st.integers(0, 8))), max_size=60)
 
@@ -134,3 +134,10 @@ def test_find_spread_compares_items_from_the_whole_bucket_not_its_lowest_ids():
     assert got == (856, 0)  # probes at ranks 0, 142, ..., 856, 999: the first that scores 0
     # nothing passes where the probes look: the lowest passing id of the bucket
     assert idx.find_spread(0, lambda i: i == 3, lambda i, k: 0.0, limit=8) == (3, 0)
+
+
+@given(st.integers(2, 300), st.integers(1, 70))
+def test_probe_starts_reads_each_probe_ranges_first_rank_as_a_tuple(size, limit):
+    live = [x * 7 for x in range(size)]
+    got = probe_starts(size, limit)(live)
+    assert got == tuple(live[start] for start, _ in probe_ranges(size, limit))

@@ -36,8 +36,13 @@ def probe_ranges(size: int, limit: int) -> tuple[tuple[int, int], ...]:
 @lru_cache(maxsize=4096)
 def probe_starts(size: int, limit: int) -> Callable[[list[int]], tuple[int, ...]]:
     """Reads the item at the first rank of each of `probe_ranges(size, limit)` from a
-    bucket's live items, in one call."""
-    return itemgetter(*(start for start, _ in probe_ranges(size, limit)))
+    bucket's live items, in one call (a tuple also for one range: `itemgetter` of one index
+    would give the item itself)."""
+    starts = [start for start, _ in probe_ranges(size, limit)]
+    if len(starts) == 1:
+        first = starts[0]
+        return lambda live: (live[first],)
+    return itemgetter(*starts)
 
 
 class BucketIndex:
