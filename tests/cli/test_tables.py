@@ -153,3 +153,13 @@ def test_gpu_list_joins_runs_per_node():
     shares = [("n1", 0), ("n1", 1), ("n1", 2), ("n1", 3), ("n2", 5), ("n2", 1)]
     assert tables.gpu_list(shares) == "n1:0-3 n2:1,5"
     assert tables.gpu_list([("n1", 0), ("n1", 2), ("n1", 3)]) == "n1:0,2-3"
+
+
+def test_usage_marks_estimated_busy_time_apart_from_measured():
+    cols = {c.header: c.get for c in client.usage_columns("tenant")}
+    row = {"gpu_hours_busy": 0.6, "efficiency": 0.6, "gpu_seconds_measured": 3600.0}
+    assert (cols["GPU-H BUSY"](row), cols["EFFICIENCY"](row)) == ("0.60", "60%")
+    est = row | {"gpu_seconds_measured": 0.0, "gpu_seconds_estimated": 3600.0}
+    assert (cols["GPU-H BUSY"](est), cols["EFFICIENCY"](est)) == ("~0.60", "~60%")
+    none = row | {"gpu_seconds_measured": 0.0, "efficiency": None}
+    assert (cols["GPU-H BUSY"](none), cols["EFFICIENCY"](none)) == ("-", "-")

@@ -495,9 +495,11 @@ def _measured(r: dict[str, Any], text: str) -> str:
 
 
 def _busy_known(r: dict[str, Any], text: str) -> str:
-    """`text`, or - where telemetry neither measured nor estimated busy time of the row."""
-    known = r.get("gpu_seconds_measured", 1) + r.get("gpu_seconds_estimated", 0)
-    return text if known > 0 else "-"
+    """`text`, or - where telemetry neither measured nor estimated busy time of the row;
+    ~`text` where part of it is estimated (MPS shares, docs/telemetry.md), not measured."""
+    estimated = r.get("gpu_seconds_estimated", 0)
+    known = r.get("gpu_seconds_measured", 1) + estimated
+    return "-" if known <= 0 else f"~{text}" if estimated > 0 else text
 
 
 def usage_columns(by: str) -> tuple[Col, ...]:
@@ -505,7 +507,7 @@ def usage_columns(by: str) -> tuple[Col, ...]:
         Col(by.upper(), lambda r: r["key"]),
         Col("GPU-H ALLOC", lambda r: f"{r['gpu_hours_allocated']:.2f}", right=True),
         Col("GPU-H BUSY", lambda r: _busy_known(r, f"{r['gpu_hours_busy']:.2f}"), right=True),
-        Col("EFFICIENCY", lambda r: _pct(r["efficiency"]), right=True),
+        Col("EFFICIENCY", lambda r: _busy_known(r, _pct(r["efficiency"])), right=True),
         Col(
             "MAX MiB",
             lambda r: _measured(r, str(r["gpu_memory_mib_max"])),
@@ -526,7 +528,8 @@ def usage(
     as_json: bool = tables.json_option(),
     output: Output = tables.output_option(),
 ) -> None:
-    """GPU-hours allocated and busy, and efficiency; --export for chargeback."""
+    """GPU-hours allocated and busy, and efficiency (~: partly estimated, MPS shares);
+    --export for chargeback."""
 
     @handled
     def go() -> None:
