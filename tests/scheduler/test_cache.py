@@ -449,3 +449,22 @@ def test_pending_info_built_through_its_slots_equals_the_dataclass():
     assert dataclasses.replace(a, position=4) == PendingInfo("waiting", 4, 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.reason = "x"  # type: ignore[misc]
+
+
+@SETTINGS
+@given(scenarios(), CONFIGS, st.integers(0, 50), st.floats(0.0, 1e7))
+def test_the_classification_of_work_listed_twice_equals_the_diff_path(scenario, config, k, served):
+    """A workload listed twice takes `Queues._classify_all`; the same work listed once takes
+    `_classify_changes` (from an empty record): both must classify alike (the second listing
+    ignored), with attained service re-keying one workload."""
+    snap, pending = scenario
+    if not pending:
+        return
+    wid = pending[k % len(pending)].id
+    snap = dataclasses.replace(snap, attained_service={**snap.attained_service, wid: served})
+    twice = [*pending, pending[k % len(pending)]]
+    d = cycle(snap, twice, 0.0, config)
+    once = cycle(snap, pending, 0.0, config)
+    assert d == once
+    assert list(d.unschedulable) == list(once.unschedulable)
+    assert list(d.pending) == list(once.pending)
