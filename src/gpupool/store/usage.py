@@ -29,14 +29,14 @@ class UsageTotal:
     gpu_seconds_estimated: float = 0.0
 
     @property
-    def measured(self) -> bool:
+    def busy_known(self) -> bool:
         """Whether telemetry measured or estimated any of this usage (else busy is unknown)."""
         return self.gpu_seconds_measured > 0 or self.gpu_seconds_estimated > 0
 
     @property
     def efficiency(self) -> float | None:
         """Busy / allocated (None when nothing was allocated or nothing measured/estimated)."""
-        if self.gpu_seconds_allocated <= 0 or not self.measured:
+        if self.gpu_seconds_allocated <= 0 or not self.busy_known:
             return None
         return self.gpu_seconds_busy / self.gpu_seconds_allocated
 
