@@ -299,9 +299,7 @@ class KubeNodePools(ExecutorWithNodePools):
             if req.pool not in names:
                 continue
             if req.state is RequestState.OPEN:
-                self._follow(req, by_pr.get(req.id, []), by_holder.get(req.id, []), ready)
-                if req.state is not RequestState.OPEN:
-                    req.ended_at = self.clock.now()
+                self._advance(req, by_pr.get(req.id, []), by_holder.get(req.id, []), ready)
             elif req.reported and self._sweep(req, by_pr.get(req.id, [])):
                 continue
             reqs.append(NodeRequestStatus(req.id, req.pool, req.state, req.message))
@@ -323,6 +321,18 @@ class KubeNodePools(ExecutorWithNodePools):
         del self._pools.requests[req.id]
         return True
 
+    def _advance(
+        self,
+        req: _Request,
+        prs: list[dict[str, Any]],
+        holders: list[dict[str, Any]],
+        ready: dict[str, bool],
+    ) -> None:
+        """Move an open request on from what the cluster says (noting when it ended)."""
+        self._follow(req, prs, holders, ready)
+        if req.state is not RequestState.OPEN and req.ended_at is None:
+            req.ended_at = self.clock.now()
+
     def _follow(
         self,
         req: _Request,
@@ -330,8 +340,6 @@ class KubeNodePools(ExecutorWithNodePools):
         holders: list[dict[str, Any]],
         ready: dict[str, bool],
     ) -> None:
-        """Move an open request on from what the cluster says (the caller notes when it
-        ended)."""
         if req.klass:
             prs = [o for o in prs if _ns(o) in req.namespaces]
             if not prs:
