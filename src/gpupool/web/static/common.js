@@ -303,14 +303,18 @@ const GP = (() => {
     return rows.map((r) => r.map(csvCell).join(",")).join("\n") + "\n";
   }
 
-  function downloadCsv(filename, rows) {
-    const text = csvText(rows);
+  /** Save `text` (CSV already: neutralised by csvText or by the server) as `filename`. */
+  function downloadCsvText(filename, text) {
     const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
     const a = h("a", { href: url, download: filename });
     document.body.append(a);
     a.click();
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 1000);
+  }
+
+  function downloadCsv(filename, rows) {
+    downloadCsvText(filename, csvText(rows));
   }
 
   /** Run `fn` when the browser is idle (or after 2 s at the latest). */
@@ -370,7 +374,7 @@ const GP = (() => {
   return {
     API, BASE, ApiError, api, get, h, fillTable, flash, clearFlash, actionError, formError,
     fieldError, poll, stamp, gpus, gib, pct, duration, when, asks, describeRequest, badge, numberField,
-    isAdmin, roles, canAdminTenant, canSubmit, csvText, downloadCsv, me, setSession, clearSession, ready,
+    isAdmin, roles, canAdminTenant, canSubmit, csvText, downloadCsv, downloadCsvText, me, setSession, clearSession, ready,
     token, whenIdle,
   };
 })();

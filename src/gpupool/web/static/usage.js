@@ -165,13 +165,8 @@
   async function chargebackCsv() {
     const q = await chargeback();
     const text = await GP.get(`/usage/chargeback?${q}&format=csv`);
-    const url = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
     const by = document.getElementById("charge-by").value;
-    const a = h("a", { href: url, download: `gpupool-chargeback-${by}-${last.from}-${last.to}.csv` });
-    document.body.append(a);
-    a.click();
-    a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 1000);
+    GP.downloadCsvText(`gpupool-chargeback-${by}-${last.from}-${last.to}.csv`, text);
   }
 
   GP.ready.then((u) => {
