@@ -141,12 +141,6 @@ def never_within(tree: TenantTree, tenant: str, milli: int) -> NeverWithin | Non
     return None
 
 
-def never_within_limits(tree: TenantTree, tenant: str, milli: int) -> str | None:
-    """Why `milli` can never be admitted for `tenant` even with nothing running, or None."""
-    hit = never_within(tree, tenant, milli)
-    return None if hit is None else never_within_text(hit, milli)
-
-
 # -- the texts -------------------------------------------------------------------------------
 
 
