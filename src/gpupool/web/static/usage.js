@@ -3,7 +3,11 @@
  *
  * Charts are drawn by Plotly, served from the installed `plotly` package. Its bundle is large
  * (~4.8 MB), so it is loaded only after the numbers are on screen: the efficiency table and
- * CSV export never wait for it, and the charts fill in as soon as it is ready. */
+ * CSV export never wait for it, and the charts fill in as soon as it is ready.
+ *
+ * Busy time is partly estimated for MPS shares (docs/telemetry.md, "Busy time under MPS"):
+ * as in `gpupool usage`, such values are marked ~ (with a title and a note saying why), and
+ * rows with busy time neither measured nor estimated show — (unknown), not 0. */
 "use strict";
 (() => {
   const { h } = GP;
@@ -60,12 +64,33 @@
   function key(r) { return r.key ?? r.user ?? r.tenant ?? r.day ?? "?"; }
   const alloc = (r) => hours(r.gpu_seconds_allocated ?? (r.gpu_hours_allocated ?? 0) * 3600);
   const busy = (r) => hours(r.gpu_seconds_busy ?? (r.gpu_hours_busy ?? 0) * 3600);
+  // GPU-hours whose busy time was estimated, not measured (MPS shares); a /usage row or a
+  // chargeback row. Rows of a server without the fields count as measured.
+  const estimated = (r) => hours(r.gpu_seconds_estimated ?? (r.gpu_hours_estimated ?? 0) * 3600);
+  const known = (r) => (r.gpu_seconds_measured ?? 1) + (r.gpu_seconds_estimated ?? 0) > 0;
+  const ESTIMATED_TITLE = "Partly estimated, not measured: MPS shares get their MPS server's GPU use split by share size (docs/telemetry.md, \"Busy time under MPS\")";
+
+  /** A number cell: "—" where unknown, "~text" with a title where partly estimated. */
+  function busyCell(text, isKnown, est) {
+    if (!isKnown) return h("td", { class: "num", title: "No busy time measured or estimated: unknown, not idle" }, "—");
+    if (est > 0) return h("td", { class: "num estimated", title: `${ESTIMATED_TITLE}: ${est.toFixed(2)} of the allocated GPU-h` }, `~${text}`);
+    return h("td", { class: "num" }, text);
+  }
+
+  function showNote(id, on) { document.getElementById(id).hidden = !on; }
 
   function bars(rows) {
     const keys = rows.map(key);
+    const est = rows.map(estimated);
+    const anyEst = est.some((e) => e > 0);
     return [
       { type: "bar", name: "allocated GPU-h", x: keys, y: rows.map(alloc), marker: { color: "#2563eb" } },
-      { type: "bar", name: "busy GPU-h", x: keys, y: rows.map(busy), marker: { color: "#16a34a" } },
+      {
+        type: "bar", name: anyEst ? "busy GPU-h (~ partly estimated)" : "busy GPU-h", x: keys, y: rows.map(busy),
+        marker: { color: "#16a34a" }, text: est.map((e) => (e > 0 ? "~" : "")), textposition: "outside",
+        customdata: est.map((e) => (e > 0 ? `<br>~ ${e.toFixed(2)} GPU-h estimated (MPS shares)` : "")),
+        hovertemplate: "%{x}: busy %{text}%{y:.2f} GPU-h%{customdata}<extra></extra>",
+      },
     ];
   }
 
@@ -114,11 +139,15 @@
       GP.get(`/usage?group_by=user&${q}`),
     ]);
     const t = items(tenants), u = items(users);
-    const eff = u.map((r) => ({ key: key(r), a: alloc(r), b: busy(r) }))
-      .sort((p, p2) => (p.a ? p.b / p.a : 1) - (p2.a ? p2.b / p2.a : 1));
+    // Least efficient first; rows whose efficiency is unknown last.
+    const rank = (r) => (!r.known ? 2 : r.a ? r.b / r.a : 1);
+    const eff = u.map((r) => ({ key: key(r), a: alloc(r), b: busy(r), e: estimated(r), known: known(r) }))
+      .sort((p, p2) => rank(p) - rank(p2));
     GP.fillTable("efficiency", eff.map((r) => h("tr", {},
-      h("td", {}, r.key), h("td", { class: "num" }, r.a.toFixed(2)), h("td", { class: "num" }, r.b.toFixed(2)),
-      h("td", { class: "num" }, r.a ? GP.pct((100 * r.b) / r.a) : "—"))), "No usage recorded in this range.");
+      h("td", {}, r.key), h("td", { class: "num" }, r.a.toFixed(2)), busyCell(r.b.toFixed(2), r.known, r.e),
+      r.a ? busyCell(GP.pct((100 * r.b) / r.a), r.known, r.e) : h("td", { class: "num" }, "—"))),
+    "No usage recorded in this range.");
+    showNote("eff-estimated", eff.some((r) => r.e > 0 || !r.known));
     last = { tenants: t, users: u, from: day(from), to: day(now) };
     chargeback().catch((e) => GP.fillTable("chargeback", [], `The chargeback could not be read: ${e.message}`));
     const hist = GP.get(`/dashboard/gpu-history?range_s=${rangeS}`);
@@ -134,11 +163,15 @@
   }
 
   function exportCsv() {
-    const rows = [["group_by", "key", "from", "to", "gpu_hours_allocated", "gpu_hours_busy", "efficiency", "gpu_memory_mib_max"]];
+    // As in the chargeback CSV, the last columns split gpu_hours_allocated by how its busy
+    // time is known: measured, or estimated (MPS shares). Efficiency is empty where neither.
+    const rows = [["group_by", "key", "from", "to", "gpu_hours_allocated", "gpu_hours_busy", "efficiency", "gpu_memory_mib_max",
+      "gpu_hours_measured", "gpu_hours_estimated"]];
     for (const [g, list] of [["tenant", last.tenants], ["user", last.users]]) {
       for (const r of list) {
         const a = alloc(r), b = busy(r);
-        rows.push([g, key(r), last.from, last.to, a.toFixed(4), b.toFixed(4), a ? (b / a).toFixed(4) : "", r.gpu_memory_mib_max ?? ""]);
+        rows.push([g, key(r), last.from, last.to, a.toFixed(4), b.toFixed(4), known(r) && a ? (b / a).toFixed(4) : "",
+          r.gpu_memory_mib_max ?? "", hours(r.gpu_seconds_measured ?? r.gpu_seconds_allocated).toFixed(4), estimated(r).toFixed(4)]);
       }
     }
     GP.downloadCsv(`gpupool-usage-${last.from}-${last.to}.csv`, rows);
@@ -152,13 +185,15 @@
     const rep = await GP.get(`/usage/chargeback?${q}`);
     const f = (x) => x.toFixed(2);
     const row = (r, cls) => h("tr", cls ? { class: cls } : {}, h("td", {}, r.key),
-      h("td", { class: "num" }, f(r.gpu_hours_allocated)), h("td", { class: "num" }, f(r.gpu_hours_busy)),
+      h("td", { class: "num" }, f(r.gpu_hours_allocated)),
+      busyCell(f(r.gpu_hours_busy), (r.gpu_hours_measured ?? 1) + (r.gpu_hours_estimated ?? 0) > 0, r.gpu_hours_estimated ?? 0),
       h("td", { class: "num" }, f(r.gpu_memory_gib_hours)),
       h("td", { class: "num" }, r.energy_kwh === null ? "n/a" : f(r.energy_kwh)),
       h("td", { class: "num" }, String(r.workloads)));
     const rows = rep.rows.map((r) => row(r));
     if (rep.rows.length) rows.push(row(rep.total, "total"));
     GP.fillTable("chargeback", rows, "No usage recorded in this range.");
+    showNote("charge-estimated", rep.total.gpu_hours_estimated > 0);
     return q;
   }
 
