@@ -9,7 +9,12 @@ import dataclasses
 import pytest
 from fastapi.testclient import TestClient
 
-from gpupool.server.metrics_access import is_loopback, token_matches
+from gpupool.server.metrics_access import (
+    VIA_PROXY_HEADER,
+    came_through_proxy,
+    is_loopback,
+    token_matches,
+)
 from gpupool.server.settings import Settings
 from tests.server.conftest import METRICS_TOKEN
 
@@ -47,7 +52,7 @@ def no_token(world):
     return world
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"])
 def test_without_a_token_clients_on_this_host_read_metrics(no_token, host):
     r = _scrape(no_token, (host, 1))
     assert r.status_code == 200 and PER_TENANT in r.text
@@ -76,5 +81,50 @@ def test_token_comparison_and_loopback():
     assert not token_matches("abc", "abd")
     assert not token_matches("ab", "abc") and not token_matches("abcd", "abc")
     assert is_loopback("127.0.0.1") and is_loopback("::1")
+    # IPv4-mapped loopback (a dual-stack socket's view of 127.0.0.1): Python < 3.13 says no
+    assert is_loopback("::ffff:127.0.0.1") and is_loopback("::ffff:127.8.9.10")
+    assert is_loopback("::FFFF:7f00:1") and is_loopback("::ffff:127.0.0.1%eth0")
     for host in (None, "", "localhost", "testclient", "10.0.0.1", "0.0.0.0", "::"):
         assert not is_loopback(host), host
+    for host in ("::ffff:10.0.0.1", "::ffff:203.0.113.9", "::127.0.0.1", "64:ff9b::7f00:1"):
+        assert not is_loopback(host), host  # mapped non-loopback; compatible/NAT64 forms
+
+
+# What a proxy on this host may send. It connects from 127.0.0.1, and the address uvicorn
+# takes from X-Forwarded-For may be one the client wrote: none of them is a local client.
+PROXY_HEADERS = [
+    {"X-Forwarded-For": "203.0.113.9"},
+    {"X-Forwarded-For": "127.0.0.1"},  # a local client behind it, or a remote one lying
+    {"X-Forwarded-For": "127.0.0.1, 127.0.0.1"},
+    {"Forwarded": "for=127.0.0.1"},
+    {"X-Real-IP": "127.0.0.1"},
+    {"X-Forwarded-Proto": "https"},
+    {"X-Forwarded-Host": "hub.example.org"},
+]
+
+
+@pytest.mark.parametrize("headers", PROXY_HEADERS)
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "::ffff:127.0.0.1"])
+def test_without_a_token_a_request_through_a_proxy_is_never_local(no_token, host, headers):
+    r = _scrape(no_token, (host, 1), headers)
+    assert r.status_code == 403, (host, headers, r.text)
+    assert "through a proxy" in r.json()["detail"]
+    assert PER_TENANT not in r.text
+    # the same proxy with the scrape token set: its bearer reads /metrics
+    no_token.ctx.settings = dataclasses.replace(no_token.ctx.settings, metrics_token="t0k")
+    ok = _scrape(no_token, (host, 1), headers | {"Authorization": "Bearer t0k"})
+    assert ok.status_code == 200 and PER_TENANT in ok.text
+
+
+def test_which_headers_say_a_request_came_through_a_proxy():
+    for headers in PROXY_HEADERS:
+        assert came_through_proxy(k.lower() for k in headers), headers
+    assert came_through_proxy(["x-forwarded-port"]) and came_through_proxy(["x-forwarded-prefix"])
+    assert not came_through_proxy(["host", "authorization", "user-agent", "x-forwarded"])
+    # from an API worker, its own X-Forwarded-For/-Proto say nothing: its mark says it
+    worker = ["host", "x-forwarded-for", "x-forwarded-proto"]
+    assert not came_through_proxy(worker, from_worker=True)
+    assert came_through_proxy([*worker, VIA_PROXY_HEADER], from_worker=True)
+    assert came_through_proxy([*worker, "forwarded"], from_worker=True)  # passed on as sent
+    assert came_through_proxy([*worker, "x-forwarded-host"], from_worker=True)
+    assert came_through_proxy(worker)  # over TCP those two are a proxy's

@@ -223,6 +223,13 @@ def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(st
         with TestClient(app, client=("127.0.0.1", 50000)) as worker:  # a client on this host
             r = worker.get("/metrics")
             assert r.status_code == 200 and "gpupool_scheduler_cycle_seconds" in r.text
+            # ... unless it came through a proxy: the worker replaces the headers that say
+            # so, and tells the primary (which would otherwise see a local client)
+            for proxied in ({"x-forwarded-for": "127.0.0.1"}, {"x-forwarded-proto": "https"}):
+                assert worker.get("/metrics", headers=proxied).status_code == 403, proxied
+            # a caller cannot set the worker's mark either way
+            r = worker.get("/metrics", headers={"x-gpupool-via-proxy": "0"})
+            assert r.status_code == 200
         app.state.ctx.store.close()
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpupool.server.metrics_access import FROM_WORKER, VIA_PROXY_HEADER, came_through_proxy
 from gpupool.server.problems import MEDIA_TYPE
 
 log = logging.getLogger(__name__)
@@ -57,16 +58,20 @@ _HOP = {
 
 
 #: ... nor what a caller says about where it came from: the worker says that itself
-_NOT_PASSED = _HOP | {b"x-forwarded-for", b"x-forwarded-proto"}
+_VIA_PROXY = VIA_PROXY_HEADER.encode("latin-1")
+_NOT_PASSED = _HOP | {b"x-forwarded-for", b"x-forwarded-proto", _VIA_PROXY}
 
 
 def _forwarded_for(scope: Scope) -> list[tuple[bytes, bytes]]:
     """Who the worker was talking to (after its own proxy-header handling), for the primary's
-    `ClientFromWorker`."""
+    `ClientFromWorker`, and whether the caller's request came through a proxy (the headers
+    that said so are replaced here: /metrics must still know, gpupool.server.metrics_access)."""
     out = [(b"x-forwarded-proto", scope.get("scheme", "http").encode("latin-1"))]
     client = scope.get("client")
     if client:
         out.append((b"x-forwarded-for", str(client[0]).encode("latin-1")))
+    if came_through_proxy(k.decode("latin-1").lower() for k, _ in scope["headers"]):
+        out.append((_VIA_PROXY, b"1"))
     return out
 
 
@@ -175,13 +180,15 @@ class ClientFromWorker:
     """ASGI middleware for the primary: a request that came over its Unix socket (it has no
     peer address; only the server's own workers can connect there) takes its client address
     and scheme from the worker's X-Forwarded-For / X-Forwarded-Proto, so logs name the real
-    client. Requests over TCP are left to uvicorn's own proxy-header rules."""
+    client, and is marked `FROM_WORKER` (its X-Forwarded-* headers are the worker's, not a
+    proxy's). Requests over TCP are left to uvicorn's own proxy-header rules."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("client") is None:
+            scope[FROM_WORKER] = True
             headers = dict(scope["headers"])
             # in place, as uvicorn's own proxy-header middleware does: its access log reads
             # the scope it made
