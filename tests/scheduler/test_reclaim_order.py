@@ -3,7 +3,8 @@ workload that is not stopping, once per node of the snapshot it runs on (a gang 
 nodes), lowest priority first, then least progress lost (GPU milli-seconds since it started),
 then id, then node; each node's own list in the same order. Checked against that definition
 written out here, over random running sets with gangs, fractions, ties, stopping, young and
-non-preemptible work and nodes the snapshot does not list."""
+non-preemptible work, nodes the snapshot does not list, and one-share allocations whose
+share is on another node than the allocation's own (listed on both, as a gang is)."""
 
 import dataclasses
 import random
@@ -42,7 +43,10 @@ def _running(rng: random.Random, i: int, names: list[str]) -> RunningWorkload:
     )
     started = since if rng.random() < 0.8 else None
     w = dataclasses.replace(w, state=WorkloadState.RUNNING, started_at=started)
-    alloc = Allocation(w.id, on[0], tuple(shares), since, w.request.cpu_milli, 1024)
+    head = on[0]
+    if len(shares) == 1 and rng.random() < 0.3:  # its one share on another node than its own
+        head = rng.choice([n for n in names if n != on[0]])
+    alloc = Allocation(w.id, head, tuple(shares), since, w.request.cpu_milli, 1024)
     return RunningWorkload(w, alloc, rng.random() < 0.1)
 
 
@@ -88,3 +92,32 @@ def test_victims_are_ordered_by_priority_then_progress_lost_then_id_on_every_nod
     assert rc.young == young
     # the key's progress lost is the one `lost` reports (used to compare victim sets)
     assert all(k[1] == rc.lost(rw) for k, rw in expected)
+
+
+def test_a_one_share_allocation_off_its_own_node_is_listed_on_both():
+    """Allocation.node n0, its only share on n1 (Reclaimer's one-share branch, share off the
+    head): a victim on n0 and on n1, as a gang is on each of its nodes; progress lost counts
+    its one share. Its twin on n1 with n1 as its node is listed on n1 only."""
+    listed = [node("n0", gpus=4), node("n1", gpus=4)]
+    cap = CapacityIndex(tuple(listed))
+    t = tree(tenant("a", 4))
+
+    def one_share(wid: str, head: str) -> RunningWorkload:
+        w = dataclasses.replace(job(wid), state=WorkloadState.RUNNING, started_at=0.0)
+        share = Share("n1", 2, "n1-g2", 500, 1024)
+        return RunningWorkload(w, Allocation(wid, head, (share,), 0.0, 1000, 1024), False)
+
+    off, on = one_share("w-off", "n0"), one_share("w-on", "n1")
+    rc = Reclaimer(cap, t, Usage(t), (off, on), NOW, MIN_RUNTIME)
+    n0, n1 = cap.node_ids["n0"], cap.node_ids["n1"]
+    assert [(n, rw.workload.id) for n, rw in rc.order] == [
+        (n0, "w-off"), (n1, "w-off"), (n1, "w-on")
+    ]  # fmt: skip
+    assert {n: [rw.workload.id for rw in v] for n, v in rc.victims.items()} == {
+        n0: ["w-off"], n1: ["w-off", "w-on"]
+    }  # fmt: skip
+    assert rc.lost(off) == NOW * 500
+    # stopping, it is counted as stopping on both nodes too
+    gone = dataclasses.replace(off, stopping=True)
+    rc = Reclaimer(cap, t, Usage(t), (gone,), NOW, MIN_RUNTIME)
+    assert rc.stopping == {n0: [gone], n1: [gone]} and rc.order == []
