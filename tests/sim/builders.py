@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.sim.engine import SimResult, simulate
+from gpupool.sim.engine import simulate
+from gpupool.sim.result import SimResult
 from gpupool.sim.scenario import parse_scenario
 
 

@@ -5,8 +5,9 @@ replays it; `to_json(result)` gives what `gpupool simulate --json` prints. See
 docs/scenarios.md.
 """
 
-from gpupool.sim.engine import SimResult, SimulationError, simulate
+from gpupool.sim.engine import SimulationError, simulate
 from gpupool.sim.metrics import compute_metrics, to_json
+from gpupool.sim.result import SimResult
 from gpupool.sim.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 __all__ = [

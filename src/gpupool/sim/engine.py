@@ -16,7 +16,8 @@ Decisions are applied through `gpupool.domain.transition()`:
   as Philly jobs without checkpoints do);
 - unschedulable: pending -> failed, with the scheduler's reason.
 Every admission is checked against the free capacity; an over-allocation raises
-SimulationError (that would be a scheduler bug).
+SimulationError (that would be a scheduler bug). What the replay gives (`SimResult`, a
+`WorkloadRecord` per workload, a `TenantTimeline` per tenant) is in gpupool.sim.result.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
@@ -46,6 +46,7 @@ from gpupool.scheduler.types import (
 from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
+from gpupool.sim.result import SimResult, TenantTimeline, WorkloadRecord
 from gpupool.sim.scenario import Scenario
 from gpupool.sim.wakeups import Wakeups
 from gpupool.sim.window import PendingWindow
@@ -62,62 +63,6 @@ _MAX_SAME_INSTANT_CYCLES = 100_000
 
 class SimulationError(Exception):
     """The scheduler made a decision the simulator cannot apply (e.g. over-allocation)."""
-
-
-@dataclass(slots=True)
-class WorkloadRecord:
-    """What happened to one workload during the replay."""
-
-    workload: Workload
-    duration: float
-    first_start: float | None = None
-    last_start: float | None = None
-    run_time: float = 0.0  # seconds spent running, all attempts
-    progress: float = 0.0  # seconds of `duration` done and kept (checkpointing work)
-    service: float = 0.0  # milli-GPU-seconds attained in earlier attempts and kept
-    allocation: Allocation | None = None  # the last one held
-    epoch: int = 0  # bumps on preemption, so a stale completion event is ignored
-    reason: str | None = None  # last pending/unschedulable reason
-
-    @property
-    def state(self) -> WorkloadState:
-        return self.workload.state
-
-
-@dataclass(slots=True)
-class TenantTimeline:
-    """Per-tenant time integrals (milli-GPU-seconds) over the replay."""
-
-    allocated: float = 0.0
-    fair: float = 0.0
-    owed: float = 0.0  # min(guarantee, demand) integrated
-    owed_met: float = 0.0  # min(allocated, guarantee, demand) integrated
-    #: min(guarantee, allocated + waiting work that fits in the rest of it) integrated
-    owed_fit: float = 0.0
-    owed_fit_met: float = 0.0  # min(allocated, owed_fit) integrated
-
-
-@dataclass(slots=True)
-class SimResult:
-    records: dict[str, WorkloadRecord]
-    capacity_milli: int
-    tenants: list[str]
-    guarantees: dict[str, int]
-    integrals: dict[str, TenantTimeline]
-    first_submit: float | None
-    last_end: float | None
-    allocation_ratio_at_last_submit: float | None
-    cycle_ms: list[float]
-    preemptions: int
-    events: int
-    #: (time, {tenant: allocated milli}, {tenant: fair share milli}, pending count) samples
-    samples: list[tuple[float, dict[str, int], dict[str, float], int]] = field(default_factory=list)
-    wall_s: float = 0.0
-
-    @property
-    def stuck(self) -> list[WorkloadRecord]:
-        """Workloads still pending when nothing more could happen."""
-        return [r for r in self.records.values() if r.state is S.PENDING]
 
 
 class Simulator(Wakeups):

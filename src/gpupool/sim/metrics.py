@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpupool.domain import WorkloadState
-from gpupool.sim.engine import SimResult
+from gpupool.sim.result import SimResult
 
 S = WorkloadState
 
