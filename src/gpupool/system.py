@@ -70,8 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DEFAULT_TENANT = "default"
-#: The name of the admin token each start hands JupyterHub (the previous one is revoked).
-HUB_TOKEN_NAME = "jupyterhub-hub"
 
 
 class SetupError(Exception):
@@ -231,7 +229,9 @@ def build_system(
             say(f"gpupool: made {len(fixed)} file(s) in {data_dir} private (0700/0600)")
     jupyterhub = s.jupyterhub
     if jupyterhub is None:  # auto: on when the hub's proxy is installed
-        jupyterhub = _hub_available(say)
+        from gpupool.server.hub.beside import hub_available
+
+        jupyterhub = hub_available(say)
     port = s.port
     if jupyterhub and port == s.hub_port:
         if port != 8000:
@@ -554,79 +554,23 @@ def _lock_data_dir(data_dir: Path) -> IO[str]:
     return f
 
 
-def _hub_available(say: Callable[..., None]) -> bool:
-    """Whether JupyterHub can be started here (its configurable-http-proxy is installed)."""
-    from gpupool.server.hub.config import HubSetupError, find_proxy
-
-    try:
-        find_proxy()
-    except HubSetupError as e:
-        say(f"gpupool: JupyterHub not started: {e} (or pass --no-jupyterhub to silence this)")
-        return False
-    return True
-
-
 def _hub_settings(s: SystemSettings) -> HubSettings:
-    """JupyterHub's settings when it runs beside this server (see gpupool.jupyterhub). The
-    hub only talks to gpupool's API: the engine runs its notebooks, as the account the
-    engine's rules pick."""
-    from gpupool.server.hub.config import HubSettings
+    """JupyterHub's settings when it runs beside this server, from the system's (see
+    gpupool.server.hub.beside.hub_settings)."""
+    from gpupool.server.hub.beside import hub_settings
 
     assert s.data_dir is not None, "JupyterHub needs a data directory"
-    api = f"http://{'127.0.0.1' if s.host in ('0.0.0.0', '::') else s.host}:{s.port}"
-    return HubSettings(
-        data_dir=s.data_dir / "hub",
-        api_url=api,
-        dashboard_url=api,
-        ip=s.host,
-        port=s.hub_port,
-        # JupyterHub's defaults for a public port of 8000 (proxy API 8001, hub API 8081)
-        proxy_api_port=s.hub_port + 1,
-        hub_port=s.hub_port + 81,
-    )
+    return hub_settings(s.data_dir, s.host, s.port, s.hub_port)
 
 
 def _start_hub(system: System, admin: str) -> Supervisor:
-    """Start JupyterHub as a child process talking to this server, kept running by
-    `keep_hub` (its exits are reported here with the end of its log)."""
-    from gpupool.server.hub.config import HubSetupError, find_proxy, start_hub
-    from gpupool.server.hub.keeper import check_ports, keep_hub
+    """Start JupyterHub as a child process talking to this server, kept running by its
+    keeper (gpupool.server.hub.beside.start_hub_beside)."""
+    from gpupool.server.hub.beside import start_hub_beside
+    from gpupool.server.hub.config import HubSetupError
 
-    hub = system.hub
-    assert hub is not None, "the hub runs only when SystemSettings.jupyterhub"
-    log_path = hub.data_dir / "jupyterhub.log"
+    assert system.hub is not None, "the hub runs only when SystemSettings.jupyterhub"
     try:
-        find_proxy()
-        check_ports(hub)
-        token = hub_token(system.ctx, admin)
-        keeper = keep_hub(
-            lambda: start_hub(hub, token, log_path=log_path),
-            log_path,
-            report=lambda message: system.say(f"gpupool: {message}", loud=True),
-        )
-        keeper.start()
+        return start_hub_beside(system.hub, system.ctx, admin, system.say)
     except HubSetupError as e:
         raise SetupError(f"cannot start JupyterHub: {e}") from None
-    system.say(
-        f"gpupool: JupyterHub on {hub.public_url} (users log in there; the dashboard is also "
-        f"in its Services menu; log: {log_path})",
-        loud=True,
-    )
-    return keeper
-
-
-def hub_token(ctx: AppContext, admin: str) -> str:
-    """A new admin token of `admin` for the hub (the server's default lifetime), named
-    `HUB_TOKEN_NAME`; the earlier starts' hub tokens of `admin` are revoked first, so only
-    the running hub's token is live."""
-    from gpupool.server.services.accounts import issue_token
-    from gpupool.store import TokenRepo
-
-    now = ctx.clock.now()
-    with ctx.store.write() as s:
-        repo = TokenRepo(s)
-        for old in repo.list(admin):
-            if old.name == HUB_TOKEN_NAME and old.revoked_at is None:
-                repo.revoke(old.id, now)
-    ctx.auth_changed()
-    return issue_token(ctx, admin, HUB_TOKEN_NAME, None).token

@@ -6,10 +6,11 @@ from __future__ import annotations
 from gpupool.clock import ManualClock
 from gpupool.engines.fake.engine import FakeEngine
 from gpupool.engines.fake.executor import FakeExecutor
+from gpupool.server.hub.beside import HUB_TOKEN_NAME, hub_token
 from gpupool.server.services.accounts import issue_token
 from gpupool.server.settings import Settings
 from gpupool.store import TokenRepo, open_store
-from gpupool.system import HUB_TOKEN_NAME, SystemSettings, build_system, hub_token
+from gpupool.system import SystemSettings, build_system
 
 
 def test_a_start_revokes_the_previous_starts_hub_token(tmp_path):
