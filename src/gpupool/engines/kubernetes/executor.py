@@ -35,6 +35,9 @@
   (`note_cluster_pods`, `attribution`), so the server attributes the processes the agents
   report per pod.
 - a notebook's pod template is checked at submit (`template_problem`, `notebooks`).
+
+What it remembers of each pod (`known_pods.Known`) and of each stop (`known_pods.Stop`), and
+what follows from that record alone, is in `known_pods.py`.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.clock import Clock
@@ -73,6 +75,7 @@ from gpupool.engines.kubernetes import pod_logs
 from gpupool.engines.kubernetes.attribution import PodDirectory, PodRef, other_pods
 from gpupool.engines.kubernetes.client import KubeApi, KubeError, ObjectApi
 from gpupool.engines.kubernetes.env_secrets import EnvSecrets
+from gpupool.engines.kubernetes.known_pods import Known, Stop
 from gpupool.engines.kubernetes.nodepools import KubeNodePools
 from gpupool.engines.kubernetes.podstatus import (
     config_failure,
@@ -94,40 +97,6 @@ def _refused(e: KubeError, ns: str, what: str) -> StartError:
             "raise the quota to at least the tenant's GPU limit"
         )
     return StartError(f"Kubernetes refused {what}: {e}")
-
-
-@dataclass
-class _Stop:
-    reason: str
-    due_at: float
-    forced: bool = False
-
-
-@dataclass
-class _Known:
-    """A pod this executor created or adopted."""
-
-    namespace: str
-    name: str
-    started_at: float
-    node: str | None = None
-    pod: dict[str, Any] | None = None
-    finished_at: float | None = None
-    final: ExecStatus | None = None
-    enforcement: dict[str, Enforcement] = field(default_factory=dict)
-    #: a gang: its pods' names in rank order (`name` is rank 0) and their last listed pods;
-    #: `pod` is then the pod standing for the whole gang (gang.gang_view)
-    members: tuple[str, ...] = ()
-    member_pods: dict[str, dict[str, Any]] = field(default_factory=dict)
-    service: str = ""
-    #: the Secret holding its env ("": none, or deleted already)
-    secret: str = ""
-
-    def pods(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """(name, last listed pod) of each of its pods."""
-        if not self.members:
-            return [(self.name, self.pod)]
-        return [(n, self.member_pods.get(n)) for n in self.members]
 
 
 class KubernetesExecutor(
@@ -172,8 +141,8 @@ class KubernetesExecutor(
         self.pod_spec = pod_spec or (lambda workload_id: None)
         #: workload id -> its pod; `start` (the scheduler's thread) adds while the reconciler's
         #: and the inventory's threads read: those iterate over copies
-        self._known: dict[str, _Known] = {}
-        self._stops: dict[str, _Stop] = {}
+        self._known: dict[str, Known] = {}
+        self._stops: dict[str, Stop] = {}
         self._namespaces: set[str] = set()
         self._listed = False
         #: pod UID -> pod, rebuilt whole (never mutated: request threads read it)
@@ -245,7 +214,7 @@ class KubernetesExecutor(
                 self.secrets.drop(ns, secret)
                 raise _refused(e, ns, f"the pod {ns}/{name}") from None
         self.secrets.own(ns, secret, [created])
-        self._known[workload.id] = _Known(
+        self._known[workload.id] = Known(
             ns,
             name,
             started_at(created, now),
@@ -295,7 +264,7 @@ class KubernetesExecutor(
         except KubeError as e:
             self.secrets.drop(ns, secret)
             raise _refused(e, ns, f"a pod of the gang {ns}/{names[0]}") from None
-        k = self._known[workload.id] = _Known(
+        k = self._known[workload.id] = Known(
             ns,
             names[0],
             now,
@@ -316,7 +285,7 @@ class KubernetesExecutor(
         self._stops.pop(workload_id, None)
         self._pods.add_own(workload_id, ns, pods)
 
-    def _delete_all(self, k: _Known, grace: int) -> None:
+    def _delete_all(self, k: Known, grace: int) -> None:
         """Delete its pod (a gang: every pod and the Service) and its env Secret; raises
         KubeError."""
         for name, _ in k.pods():
@@ -333,7 +302,7 @@ class KubernetesExecutor(
                 raise StartError(problem)
             self._namespaces.add(ns)
 
-    def _forget_secret(self, k: _Known) -> None:
+    def _forget_secret(self, k: Known) -> None:
         """Delete its env Secret once (the pod ended or is deleted)."""
         if k.secret and self.secrets.delete(k.namespace, k.secret):
             k.secret = ""
@@ -371,7 +340,7 @@ class KubernetesExecutor(
                 continue
             k = self._known.get(wid)
             if k is None:
-                k = self._known[wid] = _Known(
+                k = self._known[wid] = Known(
                     meta.get("namespace", ""),
                     meta.get("name", ""),
                     started_at(pod, now),
@@ -392,7 +361,7 @@ class KubernetesExecutor(
             if wid not in seen and k.pod is not None and k.final is None:
                 if cached and self._still_there(k):
                     continue
-                k.final = self._vanished(wid, k)
+                k.final = k.vanished(wid, self._stops.get(wid))
                 k.pod = None
                 k.finished_at = k.finished_at or now
         own: dict[str, PodRef] = {}
@@ -411,7 +380,7 @@ class KubernetesExecutor(
         if k is None:
             meta = members[0].get("metadata") or {}
             names = tuple(g.member_name(wid, r) for r in range(size))
-            k = self._known[wid] = _Known(
+            k = self._known[wid] = Known(
                 meta.get("namespace", ""),
                 names[0],
                 started_at(members[0], now),
@@ -430,7 +399,7 @@ class KubernetesExecutor(
         if st.state is ExecState.FAILED:
             self._delete_stuck(k, k.pods())
 
-    def _delete_stuck(self, k: _Known, pods: list[tuple[str, dict[str, Any] | None]]) -> None:
+    def _delete_stuck(self, k: Known, pods: list[tuple[str, dict[str, Any] | None]]) -> None:
         """Delete those of `pods` that have not ended (a failed gang's others; a pod whose
         container can never start)."""
         for name, pod in pods:
@@ -444,7 +413,7 @@ class KubernetesExecutor(
             except KubeError as e:
                 log.warning("stopping pod %s/%s of a failed workload: %s", k.namespace, name, e)
 
-    def _still_there(self, k: _Known) -> bool:
+    def _still_there(self, k: Known) -> bool:
         """Whether a pod the watch does not show exists (read it; keep it when so)."""
         try:
             pod = self.api.get_pod(k.namespace, k.name)
@@ -482,40 +451,12 @@ class KubernetesExecutor(
         """A notebook's pod template (`pod_spec`): `notebooks.template_problem`."""
         return nb.template_problem(template, owner)
 
-    def _vanished(self, wid: str, k: _Known) -> ExecStatus:
-        last = status_of(wid, k.pod or {})
-        stop = self._stops.get(wid)
-        if last.state.finished:
-            return last
-        if stop is not None:
-            code = 137 if stop.forced else 143
-            return ExecStatus(
-                wid,
-                ExecState.FAILED,
-                exit_code=code,
-                message="the pod was deleted",
-                stop_reason=stop.reason,
-            )
-        return ExecStatus(
-            wid,
-            ExecState.LOST,
-            message=f"the pod {k.namespace}/{k.name} was deleted outside gpupool",
-        )
-
     def enforcement_of(self, workload_id: str) -> Mapping[str, Enforcement] | None:
         """What the pod really gets per GPU (`hardware` for whole GPUs through the device
         plugin, `none` for time-sliced fractions): recorded at start, or read back from the
         pod's annotation for an adopted pod; empty while the pod is unknown."""
         k = self._known.get(workload_id)
-        if k is None:
-            return {}
-        if not k.enforcement and k.pod is not None:
-            raw = (k.pod.get("metadata", {}).get("annotations") or {}).get(m.ENFORCEMENT, "")
-            for item in filter(None, raw.split(",")):
-                uuid, _, value = item.rpartition("=")
-                if uuid and value in set(Enforcement):
-                    k.enforcement[uuid] = Enforcement(value)
-        return dict(k.enforcement)
+        return {} if k is None else k.recorded_enforcement()
 
     def poll(self, workload_id: str) -> ExecStatus:
         if not self._listed:
@@ -563,7 +504,7 @@ class KubernetesExecutor(
                 continue
             self._reject(wid, k, now)
 
-    def _reject(self, wid: str, k: _Known, now: float) -> None:
+    def _reject(self, wid: str, k: Known, now: float) -> None:
         pod = k.pod or {}
         try:
             events = self.api.pod_events(k.namespace, k.name)
@@ -597,7 +538,7 @@ class KubernetesExecutor(
             self._delete_all(k, grace)
         except KubeError as e:
             raise ExecutorError(f"deleting pod {k.namespace}/{k.name} failed: {e}") from None
-        self._stops[workload_id] = _Stop(reason, self.clock.now() + grace_s, forced=grace == 0)
+        self._stops[workload_id] = Stop(reason, self.clock.now() + grace_s, forced=grace == 0)
 
     def list_running(self) -> list[RunningProcess]:
         """From the list of this pass (`tick` runs first in every reconcile pass); listed
@@ -608,16 +549,10 @@ class KubernetesExecutor(
         for wid, k in list(self._known.items()):
             if k.pod is None or not status_of(wid, k.pod).state.alive:
                 continue
-            uuids = tuple(
-                u
-                for _, pod in k.pods()
-                for u in (((pod or {}).get("metadata") or {}).get("annotations") or {})
-                .get(m.UUIDS, "")
-                .split(",")
-                if u
-            )
             out.append(
-                RunningProcess(wid, f"{k.namespace}/{k.name}", k.started_at, k.namespace, uuids)
+                RunningProcess(
+                    wid, f"{k.namespace}/{k.name}", k.started_at, k.namespace, k.gpu_uuids()
+                )
             )
         return out
 
@@ -658,13 +593,8 @@ class KubernetesExecutor(
         """The GPU indexes gpupool's live pods hold, per node (for the inventory)."""
         out: dict[str, set[int]] = {}
         for k in list(self._known.values()):
-            if k.pod is None or k.final is not None or not k.node:
+            if k.pod is None or k.final is not None:
                 continue
-            for _, pod in k.pods():
-                node = k.node if not k.members else (node_of(pod) if pod else None)
-                if pod is None or not node:
-                    continue
-                ann = (pod.get("metadata") or {}).get("annotations") or {}
-                idx = {int(i) for i in ann.get(m.GPUS, "").split(",") if i.strip().isdigit()}
+            for node, idx in k.gpu_indexes():
                 out.setdefault(node, set()).update(idx)
         return out
