@@ -139,6 +139,8 @@ class _Cycle:
         self.nominated_node: dict[str, int] = {}
         self.nominee_tenants: set[str] = set()
         self.considered = 0
+        #: tenant -> `_tenant_key_parts`, looked up once per cycle
+        self._key_parts: dict[str, tuple[float, float, int, float | None]] = {}
 
     def run(self) -> Decisions:
         """The steps of a cycle, in order (numbered as in docs/scheduler.md)."""
@@ -230,17 +232,27 @@ class _Cycle:
         return m is not None and len(self.st.admissions) >= m
 
     def _tenant_key(self, t: str) -> tuple:
+        """Tenant `t`'s place in the walk's order now (only its usage changes in a cycle: the
+        rest is looked up once, `_key_parts`)."""
+        parts = self._key_parts.get(t)
+        if parts is None:
+            parts = self._key_parts[t] = self._tenant_key_parts(t)
+        attained, fair, g, service = parts
+        if self.ins.policy is Policy.LAS:
+            return las_tenant_key(attained, self.st.usage.of(t), t)
+        return fair_tenant_key(self.st.usage.of(t), fair, g, t, service)
+
+    def _tenant_key_parts(self, t: str) -> tuple[float, float, int, float | None]:
+        """(attained service, fair share, guaranteed milli, service per weight or None) of
+        tenant `t`: what its key reads besides its usage, the same all cycle."""
         ins = self.ins
-        tree, snap, usage = ins.tree, ins.snap, self.st.usage
-        if ins.policy is Policy.LAS:
-            return las_tenant_key(snap.attained_service.get(t, 0.0), usage.of(t), t)
-        q = tree.get(t).quota if t in tree else None
+        attained = ins.snap.attained_service.get(t, 0.0)
+        q = ins.tree.get(t).quota if t in ins.tree else None
         g = q.guaranteed_milli if q is not None else 0
         service = None
         if ins.config.borrow_order is BorrowOrder.SERVICE:
-            weight = q.weight if q is not None else 1.0
-            service = snap.attained_service.get(t, 0.0) / weight
-        return fair_tenant_key(usage.of(t), self.fair.get(t, 0.0), g, t, service)
+            service = attained / (q.weight if q is not None else 1.0)
+        return attained, self.fair.get(t, 0.0), g, service
 
     def _walk_fifo(self) -> None:
         """4.-6. One global queue in submit order, greedy: what does not fit is skipped."""
@@ -275,12 +287,14 @@ class _Cycle:
         stopped = self.st.stopped
         memo = self.memo
         consider = self._consider
-        while heap and not self._cap_reached():
+        queues, rank, admissions = self.queues, self.rank, self.st.admissions
+        most = self.ins.config.max_admissions_per_cycle  # = `_cap_reached`, read once
+        while heap and (most is None or len(admissions) < most):
             _, t = heapq.heappop(heap)
-            q = self.queues[t]
+            q = queues[t]
             i = start = walked[t]
             n = waiting[t]
-            r = self.rank[t]
+            r = rank[t]
             end = len(q)
             tfail = memo.tenant_fail.get(t)
             ufail = memo.user_fail.setdefault(t, {})
@@ -540,11 +554,12 @@ class _Cycle:
 
     def _admit(self, w: Workload, shape: Shape, p: Placement) -> None:
         """4. admit: assume the placement in the index at once, so later candidates see it."""
-        ins, cap = self.ins, self.st.cap
+        st, ins = self.st, self.ins
+        cap = st.cap
         alloc = to_allocation(cap, w.id, p, shape, ins.now, ins.config.shared_enforcement)
         cap.assume(p.node, list(p.takes), shape.cpu_milli, shape.memory_mib)
         cap.note_admission(w.id, alloc)
-        self.st.admitted(w, shape.gpu_milli, alloc)
+        st.admitted(w, shape.gpu_milli, alloc)
 
     # -- 7. decisions ----------------------------------------------------------------------
 
