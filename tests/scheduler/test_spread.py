@@ -4,6 +4,7 @@ cheaper): checked on random clusters large enough that buckets are probed, not r
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -155,6 +156,66 @@ def test_a_search_over_every_model_stops_where_no_later_model_can_win(
             assert p.node == item
         else:
             assert p.takes[0][0] == item
+
+
+def _mixed_cluster(seed: int) -> CapacityIndex:
+    """`_cluster` of A100 and H100 nodes where about one node in five has GPUs of both."""
+    rng = random.Random(seed)
+    cap = _cluster(seed, models=("A100", "H100"))
+    nodes = list(cap.nodes)
+    for i, n in enumerate(nodes):
+        if rng.random() < 0.2:
+            other = "A100" if n.gpus[0].model == "H100" else "H100"
+            k = rng.randrange(1, len(n.gpus))
+            gpus = [dataclasses.replace(g, model=other) for g in n.gpus[:k]] + list(n.gpus[k:])
+            nodes[i] = dataclasses.replace(n, gpus=tuple(gpus))
+    mixed = CapacityIndex(tuple(nodes))
+    for n in range(len(nodes)):  # the same free resources as `_cluster` gave
+        mixed.free_cpu[n], mixed.free_mem[n] = cap.free_cpu[n], cap.free_mem[n]
+        for g in mixed.node_gpus[n]:
+            mixed.free_milli[g], mixed.free_gmem[g] = cap.free_milli[g], cap.free_gmem[g]
+        mixed._refile(n)
+    return mixed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from([1, 2, 3, 4, 8]),
+    st.sampled_from([None, "A100", "H100"]),
+    st.sampled_from([0, 40 * GIB, 80 * GIB]),
+    st.integers(0, 64),
+    st.integers(0, 256),
+)
+def test_whole_gpus_are_picked_on_the_node_found_as_place_on_node_picks_them(
+    seed, count, model, gpu_mem, cpus, mem_gib
+):
+    """`_find` picks the GPUs on the node its spread found with `_whole_on_node` directly: the
+    same as `place_on_node` there, for the model of the index that node was found in. And
+    `place_on_node` without a model (the census skipped on a node of one model) takes the
+    model with the fewest usable GPUs that suffice, on nodes of one or of two models."""
+    cap = _mixed_cluster(seed)
+    s = Shape(WHOLE, count, 0, gpu_mem, model, cpus * 1000, mem_gib * GIB)
+    assert any(len(m) > 1 for m in cap.node_models)
+    for indexes in (cap.whole_unshared, cap.whole):
+        p = _find(cap, s, indexes)
+        if p is None:
+            continue
+        found = cap.gpu_model[p.takes[0][0]]
+        assert p == place_on_node(cap, p.node, s._replace(model=found))
+    if model is not None:
+        return
+    for n in range(len(cap.nodes)):  # without a model: the model with the fewest that suffice
+        usable: dict[str, int] = {}
+        for g in cap.node_gpus[n]:
+            if cap.is_whole_free(g) and cap.gpu_ok[g] and cap.gpu_total_mem[g] >= gpu_mem:
+                usable[cap.gpu_model[g]] = usable.get(cap.gpu_model[g], 0) + 1
+        enough = sorted((k, m) for m, k in usable.items() if k >= count)
+        p = place_on_node(cap, n, s)
+        if not enough or not cap.node_fits_host(n, s):
+            assert p is None
+        else:
+            assert p == place_on_node(cap, n, s._replace(model=enough[0][1]))
 
 
 def test_the_clusters_buckets_are_probed_not_read_whole():

@@ -23,7 +23,7 @@ from gpupool.scheduler.cycle_reclaim import (
     reclaim_pending,
     reclaim_under_limit,
 )
-from gpupool.scheduler.cyclestate import CycleInputs, CycleState
+from gpupool.scheduler.cyclestate import CycleInputs, CycleState, memo_run, shape_run
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.gangwalk import GangTurn, backfill_gang_nodes, place_gang
@@ -360,35 +360,14 @@ class _Cycle:
         failed_shape: dict[Shape, str],
         t: str,
     ) -> tuple[int, list[str]]:
-        """From `q[i]` on, the entries that fail from the memos alone (tenant `t` at its limit
-        for their size, their user at a cap for it, or their shape failed already, but for
-        work that may reclaim now where the failure was work not yet due): (the index of the
-        first that does not, their reasons in order)."""
-        whys: list[str] = []
-        add = whys.append
-        t_milli, t_why = tfail if tfail is not None else (0, "")
-        user = ufail.get
-        shaped = failed_shape.get
+        """`memo_run` for tenant `t` now (`shape_run` where only shapes failed: the same)."""
         not_due = self.memo.not_due.get(t)
-        now, reclaim_after_s = self.ins.now, self.ins.config.reclaim_after_s
-        end = len(q)
-        while i < end:
-            _, w, shape, milli = q[i]
-            if tfail is not None and milli >= t_milli:
-                add(t_why)
-            else:
-                uf = user(w.owner) if ufail else None
-                if uf is not None and milli >= uf[0]:
-                    add(uf[1])
-                else:
-                    why = shaped(shape)
-                    if why is None or (
-                        not_due and shape in not_due and reclaim_due(w, now, reclaim_after_s)
-                    ):
-                        break  # it failed for work not yet due; this one is
-                    add(why)
-            i += 1
-        return i, whys
+        if tfail is None and not ufail and not not_due:
+            return shape_run(q, i, failed_shape)
+        ins = self.ins
+        return memo_run(
+            q, i, tfail, ufail, failed_shape, not_due, ins.now, ins.config.reclaim_after_s
+        )
 
     def _fill_tail(
         self,
