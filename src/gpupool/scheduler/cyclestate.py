@@ -14,7 +14,6 @@ gangreclaim; moves: gpupool.scheduler.defrag) are functions of these. Pure: no I
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import islice
 
 from gpupool.domain import Allocation, TenantTree, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -227,7 +226,7 @@ def shape_run(q: list[Candidate], i: int, failed_shape: dict[Shape, str]) -> tup
     whys: list[str] = []
     add = whys.append
     shaped = failed_shape.get
-    for c in islice(q, i, None):
+    for c in map(q.__getitem__, range(i, len(q))):  # (islice would step over q[:i] first)
         why = shaped(c[2])
         if why is None:
             break
