@@ -20,6 +20,7 @@ from gpupool.scheduler.balance import (
 )
 from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.placement import (
+    Placement,
     _find,
     _spread_fraction,
     _spread_whole,
@@ -192,8 +193,9 @@ def test_whole_gpus_are_picked_on_the_node_found_as_place_on_node_picks_them(
 ):
     """`_find` picks the GPUs on the node its spread found with `_whole_on_node` directly: the
     same as `place_on_node` there, for the model of the index that node was found in. And
-    `place_on_node` without a model (the census skipped on a node of one model) takes the
-    model with the fewest usable GPUs that suffice, on nodes of one or of two models."""
+    `place_on_node` (which skips the model census on a node of one model, and stops at the
+    `count`-th exclusive GPU where there is none) picks as the rule says, on nodes of one or
+    of two models."""
     cap = _mixed_cluster(seed)
     s = Shape(WHOLE, count, 0, gpu_mem, model, cpus * 1000, mem_gib * GIB)
     assert any(len(m) > 1 for m in cap.node_models)
@@ -203,19 +205,28 @@ def test_whole_gpus_are_picked_on_the_node_found_as_place_on_node_picks_them(
             continue
         found = cap.gpu_model[p.takes[0][0]]
         assert p == place_on_node(cap, p.node, s._replace(model=found))
-    if model is not None:
-        return
-    for n in range(len(cap.nodes)):  # without a model: the model with the fewest that suffice
-        usable: dict[str, int] = {}
+    for n in range(len(cap.nodes)):  # and on every node, as the rule says
+        assert place_on_node(cap, n, s) == _reference_whole_on_node(cap, n, s)
+
+
+def _reference_whole_on_node(cap: CapacityIndex, n: int, s: Shape) -> Placement | None:
+    """`count` whole free GPUs of one model on node `n`, exclusive ones first, then shared;
+    without a model asked for, the model with the fewest such GPUs that suffice (then the
+    first by name)."""
+    if not cap.node_ready[n] or not cap.node_fits_host(n, s):
+        return None
+    by_model: dict[str, list[int]] = {}
+    for shared in (False, True):
         for g in cap.node_gpus[n]:
-            if cap.is_whole_free(g) and cap.gpu_ok[g] and cap.gpu_total_mem[g] >= gpu_mem:
-                usable[cap.gpu_model[g]] = usable.get(cap.gpu_model[g], 0) + 1
-        enough = sorted((k, m) for m, k in usable.items() if k >= count)
-        p = place_on_node(cap, n, s)
-        if not enough or not cap.node_fits_host(n, s):
-            assert p is None
-        else:
-            assert p == place_on_node(cap, n, s._replace(model=enough[0][1]))
+            if cap.gpu_shared[g] is not shared or not cap.gpu_ok[g] or not cap.is_whole_free(g):
+                continue
+            if cap.gpu_total_mem[g] >= s.gpu_memory_mib and s.model in (None, cap.gpu_model[g]):
+                by_model.setdefault(cap.gpu_model[g], []).append(g)
+    enough = sorted((len(gs), m) for m, gs in by_model.items() if len(gs) >= s.count)
+    if not enough:
+        return None
+    picks = by_model[enough[0][1]][: s.count]
+    return Placement(n, tuple((g, MILLI_PER_GPU, cap.gpu_total_mem[g]) for g in picks))
 
 
 def test_the_clusters_buckets_are_probed_not_read_whole():

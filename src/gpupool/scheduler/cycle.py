@@ -279,7 +279,8 @@ class _Cycle:
     def _walk_tenants(self) -> None:
         """4.-6. Tenants from a heap (re-ranked after each admission); inside a tenant, its
         queue in order until one is admitted. A failure does not change the tenant's key, so
-        the same tenant goes on without touching the heap."""
+        the same tenant goes on without touching the heap. Keys are unique (they end with the
+        tenant), so the order of the walk does not depend on the heap's layout."""
         heap = [(self._tenant_key(t), t) for t in self.queues]
         heapq.heapify(heap)
         walked, waiting, put = self.walked, self.waiting, self.info.put
@@ -289,8 +290,9 @@ class _Cycle:
         consider = self._consider
         queues, rank, admissions = self.queues, self.rank, self.st.admissions
         most = self.ins.config.max_admissions_per_cycle  # = `_cap_reached`, read once
-        while heap and (most is None or len(admissions) < most):
-            _, t = heapq.heappop(heap)
+        first = heapq.heappop(heap) if heap else None
+        while first is not None and (most is None or len(admissions) < most):
+            t = first[1]
             q = queues[t]
             i = start = walked[t]
             n = waiting[t]
@@ -349,7 +351,12 @@ class _Cycle:
             walked[t] = i
             waiting[t] = n
             if i < end and t not in stopped:
-                heapq.heappush(heap, (self._tenant_key(t), t))
+                # = heappush, then heappop: the tenant re-ranked, then the first one now (the
+                # same tenant at once, without a change to the heap, where its key is still
+                # the least)
+                first = heapq.heappushpop(heap, (self._tenant_key(t), t))
+            else:
+                first = heapq.heappop(heap) if heap else None
 
     def _memo_run(
         self,

@@ -123,12 +123,21 @@ def _whole_on_node(
     free_milli, free_gmem, total = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
     unshared_ids: list[int] = []
     shared_ids: list[int] = []
+    # no model census below (a model asked for, or a node of one model): the first `count`
+    # exclusive GPUs, once found, are the pick
+    one = model is not None or len(cap.node_models[n]) == 1
+    count = shape.count
     if not freed:  # (placement proper; preemption asks with resources freed)
         for g in cap.node_gpus[n]:
             if not ok[g] or (model is not None and gmodel[g] != model):
                 continue
             if free_milli[g] >= MILLI_PER_GPU and free_gmem[g] >= total[g] >= need_mem:
-                (shared_ids if shared[g] else unshared_ids).append(g)
+                if shared[g]:
+                    shared_ids.append(g)
+                else:
+                    unshared_ids.append(g)
+                    if one and len(unshared_ids) == count:
+                        break
     else:
         for g in cap.node_gpus[n]:
             if not ok[g] or (model is not None and gmodel[g] != model):
@@ -136,11 +145,7 @@ def _whole_on_node(
             fm, fg = freed.get(g, _ZERO)
             if free_milli[g] + fm >= MILLI_PER_GPU and free_gmem[g] + fg >= total[g] >= need_mem:
                 (shared_ids if shared[g] else unshared_ids).append(g)
-    if (
-        model is None
-        and len(cap.node_models[n]) > 1
-        and len({gmodel[g] for g in unshared_ids + shared_ids}) > 1
-    ):
+    if not one and len({gmodel[g] for g in unshared_ids + shared_ids}) > 1:
         # all GPUs of one request share a model: the model with the fewest that suffice
         best = None
         for m in sorted({gmodel[g] for g in unshared_ids + shared_ids}):
