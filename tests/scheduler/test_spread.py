@@ -4,6 +4,7 @@ cheaper): checked on random clusters large enough that buckets are probed, not r
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +20,7 @@ from gpupool.scheduler.balance import (
 )
 from gpupool.scheduler.capacity import FRACTION, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.placement import (
+    Placement,
     _find,
     _spread_fraction,
     _spread_whole,
@@ -155,6 +157,76 @@ def test_a_search_over_every_model_stops_where_no_later_model_can_win(
             assert p.node == item
         else:
             assert p.takes[0][0] == item
+
+
+def _mixed_cluster(seed: int) -> CapacityIndex:
+    """`_cluster` of A100 and H100 nodes where about one node in five has GPUs of both."""
+    rng = random.Random(seed)
+    cap = _cluster(seed, models=("A100", "H100"))
+    nodes = list(cap.nodes)
+    for i, n in enumerate(nodes):
+        if rng.random() < 0.2:
+            other = "A100" if n.gpus[0].model == "H100" else "H100"
+            k = rng.randrange(1, len(n.gpus))
+            gpus = [dataclasses.replace(g, model=other) for g in n.gpus[:k]] + list(n.gpus[k:])
+            nodes[i] = dataclasses.replace(n, gpus=tuple(gpus))
+    mixed = CapacityIndex(tuple(nodes))
+    for n in range(len(nodes)):  # the same free resources as `_cluster` gave
+        mixed.free_cpu[n], mixed.free_mem[n] = cap.free_cpu[n], cap.free_mem[n]
+        for g in mixed.node_gpus[n]:
+            mixed.free_milli[g], mixed.free_gmem[g] = cap.free_milli[g], cap.free_gmem[g]
+        mixed._refile(n)
+    return mixed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 10_000),
+    st.sampled_from([1, 2, 3, 4, 8]),
+    st.sampled_from([None, "A100", "H100"]),
+    st.sampled_from([0, 40 * GIB, 80 * GIB]),
+    st.integers(0, 64),
+    st.integers(0, 256),
+)
+def test_whole_gpus_are_picked_on_the_node_found_as_place_on_node_picks_them(
+    seed, count, model, gpu_mem, cpus, mem_gib
+):
+    """`_find` picks the GPUs on the node its spread found with `_whole_on_node` directly: the
+    same as `place_on_node` there, for the model of the index that node was found in. And
+    `place_on_node` (which skips the model census on a node of one model, and stops at the
+    `count`-th exclusive GPU where there is none) picks as the rule says, on nodes of one or
+    of two models."""
+    cap = _mixed_cluster(seed)
+    s = Shape(WHOLE, count, 0, gpu_mem, model, cpus * 1000, mem_gib * GIB)
+    assert any(len(m) > 1 for m in cap.node_models)
+    for indexes in (cap.whole_unshared, cap.whole):
+        p = _find(cap, s, indexes)
+        if p is None:
+            continue
+        found = cap.gpu_model[p.takes[0][0]]
+        assert p == place_on_node(cap, p.node, s._replace(model=found))
+    for n in range(len(cap.nodes)):  # and on every node, as the rule says
+        assert place_on_node(cap, n, s) == _reference_whole_on_node(cap, n, s)
+
+
+def _reference_whole_on_node(cap: CapacityIndex, n: int, s: Shape) -> Placement | None:
+    """`count` whole free GPUs of one model on node `n`, exclusive ones first, then shared;
+    without a model asked for, the model with the fewest such GPUs that suffice (then the
+    first by name)."""
+    if not cap.node_ready[n] or not cap.node_fits_host(n, s):
+        return None
+    by_model: dict[str, list[int]] = {}
+    for shared in (False, True):
+        for g in cap.node_gpus[n]:
+            if cap.gpu_shared[g] is not shared or not cap.gpu_ok[g] or not cap.is_whole_free(g):
+                continue
+            if cap.gpu_total_mem[g] >= s.gpu_memory_mib and s.model in (None, cap.gpu_model[g]):
+                by_model.setdefault(cap.gpu_model[g], []).append(g)
+    enough = sorted((len(gs), m) for m, gs in by_model.items() if len(gs) >= s.count)
+    if not enough:
+        return None
+    picks = by_model[enough[0][1]][: s.count]
+    return Placement(n, tuple((g, MILLI_PER_GPU, cap.gpu_total_mem[g]) for g in picks))
 
 
 def test_the_clusters_buckets_are_probed_not_read_whole():

@@ -437,7 +437,8 @@ class CapacityIndex:
             was = fm >= MILLI_PER_GPU and gm >= total[g]
             fm2 = free_milli[g] = fm - milli
             gm2 = free_gmem[g] = gm - gmem
-            d_milli += max(fm2, 0) - max(fm, 0)
+            # = max(fm2, 0) - max(fm, 0), without calls
+            d_milli += (fm2 if fm2 > 0 else 0) - (fm if fm > 0 else 0)
             good = usable and ok[g]
             if (fm2 >= MILLI_PER_GPU and gm2 >= total[g]) is not was:
                 d = -1 if was else 1
@@ -446,7 +447,8 @@ class CapacityIndex:
                     d_every += d
                     d_unshared += d * not_shared[g]
             if shared[g]:
-                self.frac[model].set(g, (fm2, max(gm2, 0)) if good and fm2 > 0 else None)
+                key = (fm2, gm2 if gm2 > 0 else 0) if good and fm2 > 0 else None
+                self.frac[model].set(g, key)
         self.node_free_milli[n] += d_milli
         self.node_whole_free[n] += d_whole
         if d_every:

@@ -23,7 +23,7 @@ from gpupool.scheduler.cycle_reclaim import (
     reclaim_pending,
     reclaim_under_limit,
 )
-from gpupool.scheduler.cyclestate import CycleInputs, CycleState
+from gpupool.scheduler.cyclestate import CycleInputs, CycleState, memo_run, shape_run
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.gangwalk import GangTurn, backfill_gang_nodes, place_gang
@@ -139,6 +139,8 @@ class _Cycle:
         self.nominated_node: dict[str, int] = {}
         self.nominee_tenants: set[str] = set()
         self.considered = 0
+        #: tenant -> `_tenant_key_parts`, looked up once per cycle
+        self._key_parts: dict[str, tuple[float, float, int, float | None]] = {}
 
     def run(self) -> Decisions:
         """The steps of a cycle, in order (numbered as in docs/scheduler.md)."""
@@ -230,17 +232,27 @@ class _Cycle:
         return m is not None and len(self.st.admissions) >= m
 
     def _tenant_key(self, t: str) -> tuple:
+        """Tenant `t`'s place in the walk's order now (only its usage changes in a cycle: the
+        rest is looked up once, `_key_parts`)."""
+        parts = self._key_parts.get(t)
+        if parts is None:
+            parts = self._key_parts[t] = self._tenant_key_parts(t)
+        attained, fair, g, service = parts
+        if self.ins.policy is Policy.LAS:
+            return las_tenant_key(attained, self.st.usage.of(t), t)
+        return fair_tenant_key(self.st.usage.of(t), fair, g, t, service)
+
+    def _tenant_key_parts(self, t: str) -> tuple[float, float, int, float | None]:
+        """(attained service, fair share, guaranteed milli, service per weight or None) of
+        tenant `t`: what its key reads besides its usage, the same all cycle."""
         ins = self.ins
-        tree, snap, usage = ins.tree, ins.snap, self.st.usage
-        if ins.policy is Policy.LAS:
-            return las_tenant_key(snap.attained_service.get(t, 0.0), usage.of(t), t)
-        q = tree.get(t).quota if t in tree else None
+        attained = ins.snap.attained_service.get(t, 0.0)
+        q = ins.tree.get(t).quota if t in ins.tree else None
         g = q.guaranteed_milli if q is not None else 0
         service = None
         if ins.config.borrow_order is BorrowOrder.SERVICE:
-            weight = q.weight if q is not None else 1.0
-            service = snap.attained_service.get(t, 0.0) / weight
-        return fair_tenant_key(usage.of(t), self.fair.get(t, 0.0), g, t, service)
+            service = attained / (q.weight if q is not None else 1.0)
+        return attained, self.fair.get(t, 0.0), g, service
 
     def _walk_fifo(self) -> None:
         """4.-6. One global queue in submit order, greedy: what does not fit is skipped."""
@@ -267,7 +279,8 @@ class _Cycle:
     def _walk_tenants(self) -> None:
         """4.-6. Tenants from a heap (re-ranked after each admission); inside a tenant, its
         queue in order until one is admitted. A failure does not change the tenant's key, so
-        the same tenant goes on without touching the heap."""
+        the same tenant goes on without touching the heap. Keys are unique (they end with the
+        tenant), so the order of the walk does not depend on the heap's layout."""
         heap = [(self._tenant_key(t), t) for t in self.queues]
         heapq.heapify(heap)
         walked, waiting, put = self.walked, self.waiting, self.info.put
@@ -275,12 +288,15 @@ class _Cycle:
         stopped = self.st.stopped
         memo = self.memo
         consider = self._consider
-        while heap and not self._cap_reached():
-            _, t = heapq.heappop(heap)
-            q = self.queues[t]
+        queues, rank, admissions = self.queues, self.rank, self.st.admissions
+        most = self.ins.config.max_admissions_per_cycle  # = `_cap_reached`, read once
+        first = heapq.heappop(heap) if heap else None
+        while first is not None and (most is None or len(admissions) < most):
+            t = first[1]
+            q = queues[t]
             i = start = walked[t]
             n = waiting[t]
-            r = self.rank[t]
+            r = rank[t]
             end = len(q)
             tfail = memo.tenant_fail.get(t)
             ufail = memo.user_fail.setdefault(t, {})
@@ -335,7 +351,12 @@ class _Cycle:
             walked[t] = i
             waiting[t] = n
             if i < end and t not in stopped:
-                heapq.heappush(heap, (self._tenant_key(t), t))
+                # = heappush, then heappop: the tenant re-ranked, then the first one now (the
+                # same tenant at once, without a change to the heap, where its key is still
+                # the least)
+                first = heapq.heappushpop(heap, (self._tenant_key(t), t))
+            else:
+                first = heapq.heappop(heap) if heap else None
 
     def _memo_run(
         self,
@@ -346,35 +367,14 @@ class _Cycle:
         failed_shape: dict[Shape, str],
         t: str,
     ) -> tuple[int, list[str]]:
-        """From `q[i]` on, the entries that fail from the memos alone (tenant `t` at its limit
-        for their size, their user at a cap for it, or their shape failed already, but for
-        work that may reclaim now where the failure was work not yet due): (the index of the
-        first that does not, their reasons in order)."""
-        whys: list[str] = []
-        add = whys.append
-        t_milli, t_why = tfail if tfail is not None else (0, "")
-        user = ufail.get
-        shaped = failed_shape.get
+        """`memo_run` for tenant `t` now (`shape_run` where only shapes failed: the same)."""
         not_due = self.memo.not_due.get(t)
-        now, reclaim_after_s = self.ins.now, self.ins.config.reclaim_after_s
-        end = len(q)
-        while i < end:
-            _, w, shape, milli = q[i]
-            if tfail is not None and milli >= t_milli:
-                add(t_why)
-            else:
-                uf = user(w.owner) if ufail else None
-                if uf is not None and milli >= uf[0]:
-                    add(uf[1])
-                else:
-                    why = shaped(shape)
-                    if why is None or (
-                        not_due and shape in not_due and reclaim_due(w, now, reclaim_after_s)
-                    ):
-                        break  # it failed for work not yet due; this one is
-                    add(why)
-            i += 1
-        return i, whys
+        if tfail is None and not ufail and not not_due:
+            return shape_run(q, i, failed_shape)
+        ins = self.ins
+        return memo_run(
+            q, i, tfail, ufail, failed_shape, not_due, ins.now, ins.config.reclaim_after_s
+        )
 
     def _fill_tail(
         self,
@@ -540,11 +540,12 @@ class _Cycle:
 
     def _admit(self, w: Workload, shape: Shape, p: Placement) -> None:
         """4. admit: assume the placement in the index at once, so later candidates see it."""
-        ins, cap = self.ins, self.st.cap
+        st, ins = self.st, self.ins
+        cap = st.cap
         alloc = to_allocation(cap, w.id, p, shape, ins.now, ins.config.shared_enforcement)
         cap.assume(p.node, list(p.takes), shape.cpu_milli, shape.memory_mib)
         cap.note_admission(w.id, alloc)
-        self.st.admitted(w, shape.gpu_milli, alloc)
+        st.admitted(w, shape.gpu_milli, alloc)
 
     # -- 7. decisions ----------------------------------------------------------------------
 

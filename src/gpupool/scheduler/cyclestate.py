@@ -5,7 +5,7 @@
   reasons, waits, and the tenants whose blocked work stops reclaim or backfill behind it);
 * `FailureMemo`: failures remembered for the rest of the cycle (usage only grows and capacity
   only shrinks within a cycle), dropped by `CycleState.changed` when a hold or a reclaim
-  changes what later candidates see.
+  changes what later candidates see; `memo_run` answers a run of a queue from them.
 
 The steps (reclaim: gpupool.scheduler.cycle_reclaim; gangs: gpupool.scheduler.gangwalk and
 gangreclaim; moves: gpupool.scheduler.defrag) are functions of these. Pure: no I/O.
@@ -21,7 +21,8 @@ from gpupool.scheduler.capacity import CPU_ONLY, CapacityIndex, Shape
 from gpupool.scheduler.gangs import gang_reason
 from gpupool.scheduler.limits import Usage
 from gpupool.scheduler.placement import place_on_node
-from gpupool.scheduler.preemption import Reclaim
+from gpupool.scheduler.preemption import Reclaim, reclaim_due
+from gpupool.scheduler.queues import Candidate
 from gpupool.scheduler.reasons import behind_host_text, behind_text, no_fit_reason
 from gpupool.scheduler.reservations import Hold
 from gpupool.scheduler.types import (
@@ -178,3 +179,56 @@ class CycleState:
                     return behind_host_text(h.tenant, h.workload_id, cap.nodes[n].name)
                 return behind_text(h.tenant, h.workload_id)
         return no_fit_reason(cap, shape)
+
+
+def memo_run(
+    q: list[Candidate],
+    i: int,
+    tfail: tuple[int, str] | None,
+    ufail: dict[str, tuple[int, str]],
+    failed_shape: dict[Shape, str],
+    not_due: set[Shape] | None,
+    now: float,
+    reclaim_after_s: float,
+) -> tuple[int, list[str]]:
+    """From `q[i]` on, the entries that fail from the memos alone (their tenant at its limit
+    for their size, `tfail`; their user at a cap for it, `ufail`; or their shape failed
+    already, `failed_shape`, but for work that may reclaim now where the failure was work not
+    yet due, `not_due`): (the index of the first that does not, their reasons in order)."""
+    whys: list[str] = []
+    add = whys.append
+    t_milli, t_why = tfail if tfail is not None else (0, "")
+    user = ufail.get
+    shaped = failed_shape.get
+    end = len(q)
+    while i < end:
+        _, w, shape, milli = q[i]
+        if tfail is not None and milli >= t_milli:
+            add(t_why)
+        else:
+            uf = user(w.owner) if ufail else None
+            if uf is not None and milli >= uf[0]:
+                add(uf[1])
+            else:
+                why = shaped(shape)
+                if why is None or (
+                    not_due and shape in not_due and reclaim_due(w, now, reclaim_after_s)
+                ):
+                    break  # it failed for work not yet due; this one is
+                add(why)
+        i += 1
+    return i, whys
+
+
+def shape_run(q: list[Candidate], i: int, failed_shape: dict[Shape, str]) -> tuple[int, list[str]]:
+    """`memo_run` with no limit or cap hit and no failure of work not yet due: the entries
+    from `q[i]` on whose shape failed already, read in one tight loop."""
+    whys: list[str] = []
+    add = whys.append
+    shaped = failed_shape.get
+    for c in map(q.__getitem__, range(i, len(q))):  # (islice would step over q[:i] first)
+        why = shaped(c[2])
+        if why is None:
+            break
+        add(why)
+    return i + len(whys), whys

@@ -31,6 +31,8 @@ class Usage:
         #: tenant -> ((ancestor, its limit) for each that sets one, nearest first;
         #: (ancestor, its per-user cap) for each that sets one): what `limit_check` compares
         self._limits: dict[str, tuple[list[tuple[str, int]], list[tuple[str, int]]]] = {}
+        #: tenant -> (`chain`, `capping`): what `add` walks, looked up once per call
+        self._paths: dict[str, tuple[list[str], list[str]]] = {}
 
     def chain(self, tenant: str) -> list[str]:
         """`tenant` and its ancestors, nearest first (just `tenant` if unknown)."""
@@ -72,13 +74,17 @@ class Usage:
         return got
 
     def add(self, tenant: str, user: str, milli: int) -> None:
+        """Count `milli` more held by `user` in `tenant` (every ancestor's subtree, and each
+        per-user cap on the chain)."""
+        path = self._paths.get(tenant)
+        if path is None:
+            path = self._paths[tenant] = (self.chain(tenant), self.capping(tenant))
         held = self.tenant
-        for a in self.chain(tenant):
+        for a in path[0]:
             held[a] = held.get(a, 0) + milli
-        caps = self.capping(tenant)
-        if caps:
+        if path[1]:
             by_user = self.user
-            for a in caps:
+            for a in path[1]:
                 k = (a, user)
                 by_user[k] = by_user.get(k, 0) + milli
 

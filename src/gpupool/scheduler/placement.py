@@ -123,12 +123,21 @@ def _whole_on_node(
     free_milli, free_gmem, total = cap.free_milli, cap.free_gmem, cap.gpu_total_mem
     unshared_ids: list[int] = []
     shared_ids: list[int] = []
+    # no model census below (a model asked for, or a node of one model): the first `count`
+    # exclusive GPUs, once found, are the pick
+    one = model is not None or len(cap.node_models[n]) == 1
+    count = shape.count
     if not freed:  # (placement proper; preemption asks with resources freed)
         for g in cap.node_gpus[n]:
             if not ok[g] or (model is not None and gmodel[g] != model):
                 continue
             if free_milli[g] >= MILLI_PER_GPU and free_gmem[g] >= total[g] >= need_mem:
-                (shared_ids if shared[g] else unshared_ids).append(g)
+                if shared[g]:
+                    shared_ids.append(g)
+                else:
+                    unshared_ids.append(g)
+                    if one and len(unshared_ids) == count:
+                        break
     else:
         for g in cap.node_gpus[n]:
             if not ok[g] or (model is not None and gmodel[g] != model):
@@ -136,7 +145,7 @@ def _whole_on_node(
             fm, fg = freed.get(g, _ZERO)
             if free_milli[g] + fm >= MILLI_PER_GPU and free_gmem[g] + fg >= total[g] >= need_mem:
                 (shared_ids if shared[g] else unshared_ids).append(g)
-    if model is None and len({gmodel[g] for g in unshared_ids + shared_ids}) > 1:
+    if not one and len({gmodel[g] for g in unshared_ids + shared_ids}) > 1:
         # all GPUs of one request share a model: the model with the fewest that suffice
         best = None
         for m in sorted({gmodel[g] for g in unshared_ids + shared_ids}):
@@ -232,7 +241,9 @@ def _find(cap: CapacityIndex, shape: Shape, indexes: dict) -> Placement | None:
         return None
     _, item, mshape = best
     if shape.kind == WHOLE:
-        return place_on_node(cap, item, mshape)
+        # = place_on_node(cap, item, mshape): a node in the index is ready and not held, and
+        # `_spread_whole` found the CPUs and memory there; only the GPUs are left to pick
+        return _whole_on_node(cap, item, mshape, _NOTHING)
     mem = share_memory(cap, item, shape)
     return Placement(cap.gpu_node[item], ((item, shape.milli, mem),))
 
@@ -441,15 +452,6 @@ def _find_cpu_only(cap: CapacityIndex, shape: Shape) -> Placement | None:
     return None if best is None else Placement(best[1], ())
 
 
-def _enforcement(sharing: SharingMode, milli: int, shared: Enforcement) -> Enforcement:
-    """What keeps a share to its GPU: the GPU itself only for MIG; a whole GPU bound by
-    CUDA_VISIBLE_DEVICES alone is watched (`policed`), not enforced; fractions get the
-    configured level (`mps` or `policed`)."""
-    if sharing is SharingMode.MIG:
-        return Enforcement.HARDWARE
-    return Enforcement.POLICED if milli == MILLI_PER_GPU else shared
-
-
 @lru_cache(maxsize=1 << 16)
 def _share(
     node: str,
@@ -482,6 +484,8 @@ def to_allocation(
     now: float,
     shared_enforcement: Enforcement,
 ) -> Allocation:
+    """The allocation `placement` gives `workload_id`, since `now` (its shares record their
+    enforcement: see the module's docstring)."""
     node = cap.nodes[placement.node]
     shared = shared_enforcement
     if shared_enforcement is Enforcement.MPS and not cap.node_mps[placement.node]:
@@ -493,15 +497,14 @@ def to_allocation(
         cap.gpu_sharing,
         cap.gpu_mig,
     )
-    shares = tuple(
-        _share(name, index[g], uuid[g], milli, mem, _enforcement(sharing[g], milli, shared), mig[g])
-        for g, milli, mem in placement.takes
-    )
-    return Allocation(
-        workload_id=workload_id,
-        node=node.name,
-        shares=shares,
-        since=now,
-        cpu_milli=shape.cpu_milli,
-        memory_mib=shape.memory_mib,
-    )
+    shares = []
+    for g, milli, mem in placement.takes:
+        # what keeps the share to its GPU: the GPU itself only for MIG; a whole GPU bound by
+        # CUDA_VISIBLE_DEVICES alone is watched (`policed`), not enforced; fractions get the
+        # configured level (`mps` or `policed`)
+        if sharing[g] is SharingMode.MIG:
+            how = Enforcement.HARDWARE
+        else:
+            how = Enforcement.POLICED if milli == MILLI_PER_GPU else shared
+        shares.append(_share(name, index[g], uuid[g], milli, mem, how, mig[g]))
+    return Allocation(workload_id, name, tuple(shares), now, shape.cpu_milli, shape.memory_mib)
