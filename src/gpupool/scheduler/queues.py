@@ -11,10 +11,11 @@ cache) for the next cycle. Pure: no I/O.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from itertools import accumulate, filterfalse
-from operator import attrgetter, itemgetter
+from operator import is_, itemgetter
+from typing import TypeVar
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -33,7 +34,7 @@ from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
 _NO_SERVICE: dict[str, float] = {}
 
-_tenant_of = attrgetter("tenant")
+_V = TypeVar("_V")
 
 
 #: the in-tenant keys with level 0 / no attained service (`Queues._adjusted` adds those)
@@ -51,14 +52,25 @@ class _Standing:
     Read-only for the cycle: queues that change are copied first, so a queue list handed to
     a cycle is never changed afterwards."""
 
-    __slots__ = ("objs", "rows", "wids", "queues", "demand", "adjusted", "sched", "unsched")
+    __slots__ = (
+        "objs",
+        "rows",
+        "wids",
+        "queues",
+        "demand",
+        "adjusted",
+        "sched",
+        "unsched",
+        "seen",
+    )
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (the next cycle classifies afresh)."""
-        #: id(workload) -> workload (holding it keeps its id from being reused)
+        #: id(workload) -> workload (holding it keeps its id from being reused); this and
+        #: `sched` and `unsched` are in the order of the last cycle's `pending`
         self.objs: dict[int, Workload] = {}
         #: id(workload) -> (workload id, tenant, why unschedulable, GPU milli, entry as filed)
         self.rows: dict[int, tuple[str, str, str | None, int, Candidate | None]] = {}
@@ -71,23 +83,26 @@ class _Standing:
         #: id(workload) -> tenant, for schedulable work; -> (workload id, why) otherwise
         self.sched: dict[int, str] = {}
         self.unsched: dict[int, tuple[str, str]] = {}
+        #: the cache's `calls` when this was brought up to date (SchedulerCache.started)
+        self.seen = -1
 
 
 def _changed_queue(
     q: list[Candidate], drop: list[Candidate], add: list[Candidate]
 ) -> list[Candidate]:
     """A new sorted queue: `q` without the entries `drop` (each one of the very objects in
-    `q`), with `add`. Entries are unique (keys end with the workload id). Few dropped ones
-    are found by binary search and the rest copied in slices, many (after a large admission)
-    by one filter; the added ones that sort after the rest (new work is usually submitted
-    last) are appended at once, the others inserted by binary search."""
-    out: list[Candidate]
-    if drop and 32 * len(drop) >= len(q):
+    `q`), with `add`. Entries are unique (keys end with the workload id). Many dropped
+    ones (a quarter of `q`, after a large admission) are left out by one filter; fewer are
+    found by binary search, each after the one before when `drop` is in queue order
+    (admitted work: the walk admits in queue order), at once where it is next to it, and the
+    rest copied in slices. The added ones that sort after the rest (new work is usually
+    submitted last) are appended at once, the others inserted by binary search."""
+    out: list[Candidate] = []
+    if drop and 4 * len(drop) >= len(q):
         gone = set(map(id, drop))
         out = [e for e in q if id(e) not in gone]
     elif drop:
-        cut = sorted(bisect_left(q, e) for e in drop)
-        out = []
+        cut = _positions(q, drop)
         prev = 0
         for i in cut:
             out += q[prev:i]
@@ -102,6 +117,61 @@ def _changed_queue(
         for e in add[:inside]:
             insort(out, e)
         out += add[inside:]
+    return out
+
+
+def _positions(q: list[Candidate], drop: list[Candidate]) -> list[int]:
+    """The positions in `q` of the entries `drop` (objects of `q`), ascending."""
+    n = len(q)
+    lo = 0
+    out: list[int] = []
+    for e in drop:
+        if lo < n and q[lo] is e:
+            i = lo
+        elif lo + 1 < n and q[lo + 1] is e:
+            i = lo + 1
+        else:
+            i = bisect_left(q, e, lo)
+            if i == n or q[i] is not e:  # `drop` is not in queue order
+                return sorted(bisect_left(q, e) for e in drop)
+        out.append(i)
+        lo = i + 1
+    return out
+
+
+def _identity_diff(
+    st: _Standing, pending: Sequence[Workload]
+) -> tuple[list[int], list[Workload]] | None:
+    """(ids of the workload objects gone, the workloads new, in the order of `pending`) by
+    object identity, in whatever order `pending` lists them; `st.objs` becomes `pending`'s.
+    None if an object is listed twice."""
+    cur = dict(zip(map(id, pending), pending, strict=True))
+    if len(cur) != len(pending):
+        return None
+    prev = st.objs
+    # (C-level filters: cheaper than set differences of the keys; `new` in the order of
+    # `pending`, which is also memory order when all are new: much faster to walk)
+    gone = list(filterfalse(cur.__contains__, prev))
+    new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
+    st.objs = cur
+    return gone, new
+
+
+def _in_order(order: dict[int, Workload], d: dict[int, _V]) -> dict[int, _V]:
+    """`d` with its keys in the order of those of `order` (all of `d`'s are there)."""
+    keys = list(filter(d.__contains__, order))
+    return dict(zip(keys, map(d.__getitem__, keys), strict=True))
+
+
+def _first_seen(tenants: Iterable[str], count: int) -> dict[str, None]:
+    """The first `count` distinct tenants of `tenants`, in order (all of them if fewer)."""
+    out: dict[str, None] = {}
+    if count:
+        for t in tenants:
+            if t not in out:
+                out[t] = None
+                if len(out) == count:
+                    break
     return out
 
 
@@ -175,7 +245,8 @@ class Queues:
         (`_classify_changes`)."""
         memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
         st = memo.standing
-        if self._classify_changes(st, pending):
+        if self._classify_changes(st, pending, memo.shapes, memo.tenant_why):
+            st.seen = self.cache.calls
             return  # (the first cycle too: every workload is new)
         st.reset()  # a workload listed twice or running: not kept for the next cycle
         self._classify_all(pending, memo.entries)
@@ -269,28 +340,65 @@ class Queues:
             self.policy is Policy.FAIR and self.config.service_levels_s
         )
 
-    def _classify_changes(self, st: _Standing, pending: Sequence[Workload]) -> bool:
+    def _appended(
+        self, st: _Standing, pending: Sequence[Workload]
+    ) -> tuple[list[int], list[Workload]] | None:
+        """(ids of the workload objects gone, the workloads new) when `pending` is the last
+        cycle's pending work in the same order, without the work that started running since
+        (SchedulerCache.started) and without the work found unschedulable, with new work
+        appended: what the server and the simulator give. Found in O(changes), and one
+        C-level pass that checks the order; `st.objs` is brought up to date. None, with
+        nothing changed, where `pending` is not that (then `_identity_diff`)."""
+        objs = st.objs
+        started = self.cache.started(st.seen) if objs else []
+        if started is None:
+            return None
+        wids = st.wids
+        gone = dict.fromkeys([wids[wid] for wid in started if wid in wids])
+        gone.update(dict.fromkeys(st.unsched))
+        m = len(objs) - len(gone)
+        if m > len(pending):
+            return None
+        new = list(pending[m:])  # (one listed twice is found by the caller)
+        popped = [(k, objs.pop(k)) for k in gone]
+        if not all(map(is_, objs.values(), pending)):  # the first m, in the same order
+            objs.update(popped)  # (in another order: `_identity_diff` replaces `objs`)
+            return None
+        objs.update(zip(map(id, new), new, strict=True))
+        return list(gone), new
+
+    def _classify_changes(
+        self,
+        st: _Standing,
+        pending: Sequence[Workload],
+        shapes: dict[tuple, tuple],
+        tenant_why: dict[str, str | None],
+    ) -> bool:
         """Bring `st` (the last cycle's classification) up to date with `pending`: file the
         workloads that are new (by identity), drop those gone, re-key those whose attained
         service changed; then take queues, demand and unschedulable from it. False when it
         cannot (a workload listed twice or running): the caller resets `st` and classifies
         afresh, with the same result. With no last cycle (`st` empty) every
-        workload is new: a full classification."""
-        cur = dict(zip(map(id, pending), pending, strict=True))
-        if len(cur) != len(pending):
-            return False
-        prev = st.objs
-        # (C-level filters: cheaper than set differences of the keys; `new` in the order of
-        # `pending`, which is also memory order when all are new: much faster to walk)
-        gone = list(filterfalse(cur.__contains__, prev))
-        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
+        workload is new: a full classification. `shapes` and `tenant_why` memoize `_shape`
+        (the cache's, kept between cycles).
+
+        The diff is `_appended`'s where it applies, else `_identity_diff`'s (then the running
+        work is checked against all the pending work, and `st`'s records are put in the
+        order of `pending`)."""
+        diff = self._appended(st, pending)
+        whole = diff is None
+        if diff is None:
+            diff = _identity_diff(st, pending)
+            if diff is None:
+                return False
+        gone, new = diff
         rows = st.rows
         gone_wids = {rows[k][0] for k in gone}
         new_wids = {w.id for w in new}
         if len(new_wids) != len(new):
             return False  # a workload listed twice
         wids = st.wids
-        if not new_wids.isdisjoint(wids) and any(
+        if not wids.keys().isdisjoint(new_wids) and any(
             wid in wids and wid not in gone_wids for wid in new_wids
         ):
             return False
@@ -315,14 +423,14 @@ class Queues:
             else:
                 d.append(filed)
             demand[t] -= milli
-        if not running.isdisjoint(wids.keys()):
+        # (`_appended`: the work still filed was not running last cycle, and what started
+        # since is gone)
+        if whole and not running.isdisjoint(wids.keys()):
             return False  # work filed before is running now, and also still pending
         if adjusted:
             adjusted -= gone_wids
         whole_only = self.policy is Policy.FIFO
         key_of = self._key_of()
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
-        tenant_why: dict[str, str | None] = {}
         adjust = self._keeps_attained()
         attained = self.snap.attained_service
         for w in new:
@@ -357,6 +465,7 @@ class Queues:
             demand[t] = demand.get(t, 0) + milli
         if adjust:
             # workloads whose attained service (so their key) may have changed since filed
+            objs = st.objs
             for wid in (attained.keys() & wids.keys()) | adjusted:
                 if wid in new_wids:
                     continue
@@ -366,7 +475,7 @@ class Queues:
                     continue
                 t, was = row[1], row[4]
                 assert was is not None
-                base = (key_of(cur[k]), *was[1:])
+                base = (key_of(objs[k]), *was[1:])
                 filed = self._adjusted(wid, base)
                 if filed != was:
                     drop.setdefault(t, []).append(was)
@@ -376,22 +485,21 @@ class Queues:
                         adjusted.discard(wid)
                     else:
                         adjusted.add(wid)
-        st.objs = cur
         for t in drop.keys() | add.keys():
             st.queues[t] = _changed_queue(st.queues.get(t, []), drop.get(t, []), add.get(t, []))
         for t in [t for t, q in st.queues.items() if not q]:
             del st.queues[t]
             del st.demand[t]
+        if whole:  # new work was filed in the order of `pending`, the rest is as it was
+            st.sched = sched = _in_order(st.objs, sched)
+            st.unsched = unsched = _in_order(st.objs, unsched)
         # in the order a full classification gives: tenants, and unschedulable work, in the
-        # order they first appear in `pending`
-        if unsched:
-            order = dict.fromkeys(filter(None, map(sched.get, cur)))  # `cur`: as `pending`
-        else:  # every workload is filed (none running: see above): their tenants, cheaper
-            order = dict.fromkeys(map(_tenant_of, pending))
+        # order they first appear in `pending` (that of `sched` and `unsched`)
+        order = _first_seen(sched.values(), len(st.queues))
         self.queues = {t: st.queues[t] for t in order}
         self.pending_demand = {t: st.demand[t] for t in order}
         if unsched:
-            self.unschedulable = dict(filter(None, map(unsched.get, cur)))
+            self.unschedulable = dict(unsched.values())
         return True
 
     # -- 3. the walk -----------------------------------------------------------------------
