@@ -81,7 +81,7 @@ class _Classified:
         self.config = config
         #: id(workload) -> (workload, why unschedulable, GPU milli, queue entry)
         self.entries: dict[int, tuple] = {}
-        #: (tenant, request) -> (shape, why it can never run or None, GPU milli)
+        #: (tenant, the request's fields) -> (shape, why it can never run or None, GPU milli)
         self.shapes: dict[tuple, tuple] = {}
         #: tenant -> why it can have no work (unknown, inner) or None
         self.tenant_why: dict[str, str | None] = {}

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from functools import partial
 from itertools import accumulate, filterfalse
-from operator import is_, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import TypeVar
 
 from gpupool.domain import Request, Workload
@@ -36,6 +37,10 @@ _NO_SERVICE: dict[str, float] = {}
 
 _V = TypeVar("_V")
 
+#: a request's fields as one tuple, the memo key of its shape: hashed and compared in C
+#: (the dataclass's own hash and equality run in Python, per workload classified)
+_request_fields = attrgetter(*(f.name for f in fields(Request)))
+
 
 #: the in-tenant keys with level 0 / no attained service (`Queues._adjusted` adds those)
 _leveled_0 = partial(leveled_in_tenant_key, level=0)
@@ -43,6 +48,10 @@ _las_0 = partial(las_in_tenant_key, attained=_NO_SERVICE)
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
+
+#: the order key of a queue entry: keys are unique, so sorting by it alone sorts the entries
+#: (a third faster than comparing the entries)
+_order_key = itemgetter(0)
 
 
 class _Standing:
@@ -111,7 +120,7 @@ def _changed_queue(
     else:
         out = list(q)
     if add:
-        add.sort()
+        add.sort(key=_order_key)
         # those that sort before the last entry one by one, the others appended at once
         inside = bisect_left(add, out[-1]) if out else 0
         for e in add[:inside]:
@@ -270,7 +279,7 @@ class Queues:
         adjust = self._keeps_attained()
         key_of = self._key_of()
         whole_only = self.policy is Policy.FIFO
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
+        shapes: dict[tuple, tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
         demand = self.pending_demand
@@ -294,19 +303,19 @@ class Queues:
             q.append(self._adjusted(wid, e[3]) if adjust else e[3])
             demand[t] += e[2]
         for q in queues.values():
-            q.sort()
+            q.sort(key=_order_key)
 
     def _entry(
         self,
         w: Workload,
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
+        shapes: dict[tuple, tuple[Shape, str | None, int]],
         tenant_why: dict[str, str | None],
         whole_only: bool,
         key_of: Callable[[Workload], tuple],
     ) -> tuple:
         """(workload, why unschedulable, GPU milli, queue entry) of `w`; `shapes` and
-        `tenant_why` memoize per (tenant, request) and per tenant."""
-        mk = (w.tenant, w.request)
+        `tenant_why` memoize per (tenant, request fields) and per tenant."""
+        mk = (w.tenant, _request_fields(w.request))
         hit = shapes.get(mk)
         if hit is None:
             hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
@@ -436,7 +445,7 @@ class Queues:
         for w in new:
             # = self._entry, written out (the cycle after a large admission files thousands)
             t = w.tenant
-            mk = (w.tenant, w.request)
+            mk = (t, _request_fields(w.request))
             hit = shapes.get(mk)
             if hit is None:
                 hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
