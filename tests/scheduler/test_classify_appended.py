@@ -51,7 +51,6 @@ def _standing(cache: SchedulerCache) -> tuple:
     s = c.standing
     return (
         list(s.objs.items()),
-        list(s.rows.items()),
         sorted(s.wids.items()),
         sorted(s.queues.items()),
         sorted(s.demand.items()),
@@ -127,6 +126,30 @@ def test_the_diff_of_appended_work_equals_the_diff_by_identity(scenario, config,
             assert taken[-1], f"_appended not taken after {prev}"
         snap, pending = _next(snap, pending, d, what, k, now)
         prev = what
+        now += 100.0
+
+
+@SETTINGS
+@given(scenarios(), CONFIGS, st.lists(st.tuples(STEPS, st.integers(0, 20)), max_size=6))
+def test_filing_schedulable_work_at_once_equals_filing_it_one_by_one(scenario, config, steps):
+    """`Queues._file_schedulable` (all new work schedulable: C-level passes) against
+    `_file_each` (one by one): the same decisions and the same kept classification, with
+    attained service re-keying work (LAS, levels)."""
+    snap, pending = scenario
+    at_once, one_by_one = SchedulerCache(), SchedulerCache()
+    now = 0.0
+    for what, k in [*steps, ("apply", 0)]:
+        d = cycle(snap, pending, now, config, at_once)
+        with mock.patch.object(Queues, "_file_schedulable", Queues._file_each):
+            d_each = cycle(snap, pending, now, config, one_by_one)
+        assert d == d_each, f"differs before {what}"
+        assert list(d.pending) == list(d_each.pending)
+        assert _standing(at_once) == _standing(one_by_one)
+        snap, pending = _next(snap, pending, d, what, k, now)
+        if pending and k % 3 == 0:  # some pending work with attained service
+            wid = pending[k % len(pending)].id
+            service = {**snap.attained_service, wid: 3600.0 * (1 + k)}
+            snap = dataclasses.replace(snap, attained_service=service)
         now += 100.0
 
 
