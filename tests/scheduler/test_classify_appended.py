@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupool.scheduler import SchedulerConfig, Snapshot, cycle
-from gpupool.scheduler.cache import SchedulerCache
+from gpupool.scheduler.cache import SchedulerCache, _diff
 from gpupool.scheduler.queues import Queues
 from tests.scheduler.builders import apply, job, node, snapshot, tenant, tree
 from tests.scheduler.test_cache import CONFIGS, SETTINGS, change, change_pending
@@ -112,6 +112,7 @@ def test_the_diff_of_appended_work_equals_the_diff_by_identity(scenario, config,
         return out
 
     prev = "apply"
+    rebuilds = 1  # (the first cycle builds the capacity index)
     for what, k in [*steps, ("apply", 0)]:
         with mock.patch.object(Queues, "_appended", spy):
             d = cycle(snap, pending, now, config, fast)
@@ -124,6 +125,8 @@ def test_the_diff_of_appended_work_equals_the_diff_by_identity(scenario, config,
         assert _standing(fast) == _standing(slow), f"kept differently after {prev}"
         if prev in ("apply", "submit"):
             assert taken[-1], f"_appended not taken after {prev}"
+            assert fast.stats.rebuilds == rebuilds, f"capacity rebuilt after {prev}"
+        rebuilds = fast.stats.rebuilds
         snap, pending = _next(snap, pending, d, what, k, now)
         prev = what
         now += 100.0
@@ -211,3 +214,24 @@ def test_unschedulable_work_kept_pending_in_another_order_is_listed_in_the_new_o
     assert d == fresh
     assert list(d.unschedulable) == list(fresh.unschedulable) == ["x2", "x1", "x0"]
     assert list(d.pending) == list(fresh.pending)
+
+
+@given(st.integers(0, 40), st.data())
+def test_the_running_diff_keeps_what_runs_in_order_and_finds_the_rest(n, data):
+    """`cache._diff`: the work of the last call still listed first in the same order is
+    kept, the rest of it is gone, the rest of `running` new: what is kept followed by what is
+    new is `running`, whatever its order (work listed in another order is gone and new)."""
+    before = [object() for _ in range(n)]
+    prev = {id(o): o for o in before}
+    stays = [o for o in before if data.draw(st.booleans())]
+    running = stays + [object() for _ in range(data.draw(st.integers(0, 5)))]
+    if data.draw(st.booleans()):
+        running = data.draw(st.permutations(running))
+    gone, new = _diff(prev, tuple(running))  # type: ignore[arg-type]
+    gone_ids = set(map(id, gone))
+    kept = [o for o in before if id(o) not in gone_ids]
+    assert [*kept, *new] == running
+    assert all(id(o) in prev for o in gone)
+    if running[: len(stays)] == stays:  # in order: only what ended is gone
+        assert new == running[len(stays) :]
+        assert len(gone) == n - len(stays)

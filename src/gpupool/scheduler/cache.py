@@ -17,7 +17,10 @@ What it keeps:
   applies the difference between the two snapshots: running workloads gone and new (by
   object identity, so work that stayed the same object costs nothing; a new object for a
   workload id already held is matched by id: one whose allocation changed counts as gone
-  and new), and nodes whose state, GPU health, CPUs or memory changed; only the nodes
+  and new; found by one pass of identity tests over the last running work, which costs
+  least where the work that still runs is listed first in the same order, as the server
+  and the simulator list it: work listed in another order counts as gone and new, and
+  nothing moves), and nodes whose state, GPU health, CPUs or memory changed; only the nodes
   touched are refiled. What it cannot diff cheaply — nodes added, removed, renamed or
   reordered, GPUs changed, a workload listed twice — rebuilds it;
 * the `Hardware` summary (what nodes could ever hold), while the nodes' hardware and labels
@@ -37,7 +40,6 @@ What it keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import filterfalse
 from typing import Any
 
 from gpupool.domain import Node, TenantTree
@@ -89,6 +91,27 @@ class _Classified:
         self.standing: Any = _standing()
 
 
+def _diff(
+    prev: dict[int, RunningWorkload], running: tuple[RunningWorkload, ...]
+) -> tuple[list[RunningWorkload], list[RunningWorkload]]:
+    """(the objects of `prev` gone, the objects of `running` new), by identity, where `prev`
+    is the last call's running work in its order: the longest run of `prev` that `running`
+    lists first in the same order (the work that still runs: the server and the simulator
+    keep it in order and append what starts) is kept, the rest of `prev` is gone, the rest
+    of `running` new. Work listed in another order counts as gone and new (nothing moves:
+    see `capacity`); an object listed twice is new twice (`capacity` rebuilds then). One
+    pass of identity tests over `prev`: no dict of the running work."""
+    gone: list[RunningWorkload] = []
+    j = 0
+    m = len(running)
+    for rw in prev.values():
+        if j < m and rw is running[j]:
+            j += 1
+        else:
+            gone.append(rw)
+    return gone, list(running[j:])
+
+
 class SchedulerCache:
     """State one scheduler keeps between cycles; see the module docstring for the contract."""
 
@@ -132,12 +155,9 @@ class SchedulerCache:
         if cap is None:
             return self._rebuild(nodes, running)
         # only the running work that is new or gone (by identity) is looked at
-        cur = dict(zip(map(id, running), running, strict=True))
-        if len(cur) != len(running):
-            return self._rebuild(nodes, running)  # listed twice: no diff by id
         prev = self._objs
-        # (C-level filters: cheaper than set differences of the keys)
-        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
+        gone_objs, fresh = _diff(prev, running)
+        new = fresh
         # the last cycle's admissions that run now with the allocation they were admitted
         # with stay taken (their log entries): not undone and applied again
         kept: list[tuple[RunningWorkload, int]] = []
@@ -167,8 +187,8 @@ class SchedulerCache:
             touched |= changed
         taken = self._taken
         gone: dict[str, _Entry] = {}
-        for k in filterfalse(cur.__contains__, prev):
-            wid = prev[k].workload.id
+        for rw in gone_objs:
+            wid = rw.workload.id
             gone[wid] = taken.pop(wid)
         if kept and not self._keep(cap, kept, logged, touched):
             return self._rebuild(nodes, running)  # listed twice: no diff by id
@@ -219,7 +239,9 @@ class SchedulerCache:
             touched.update(e[2][5])
             count(e, -1)
             removed += 1
-        self._objs = cur
+        for rw in gone_objs:
+            del prev[id(rw)]
+        prev.update(zip(map(id, fresh), fresh, strict=True))  # (now in the order of `running`)
         touched.discard(-1)
         cap.refile(touched)
         self.stats.diffs += 1
