@@ -38,6 +38,7 @@ CHANGES = st.sampled_from(
         "equal_copies",
         "node_added",
         "duplicate_running",
+        "running_reversed",
         "tenants_copy",
         "submit",
         "submit",
@@ -111,6 +112,8 @@ def change(snap: Snapshot, what: str, k: int) -> Snapshot:
         nodes.append(node(f"x{k}", gpus=2, model="A100", cpus=8, memory_gib=64))
     elif what == "duplicate_running" and run:
         run.append(run[k % len(run)])
+    elif what == "running_reversed":  # listed in another order: gone and new, nothing moves
+        run.reverse()
     elif what == "tenants_copy":
         return dataclasses.replace(snap, tenants=tree(*snap.tenants), running=tuple(run))
     return dataclasses.replace(snap, nodes=tuple(nodes), running=tuple(run))
@@ -209,6 +212,16 @@ def test_allocations_added_and_removed_are_diffed_not_rebuilt():
     _synced(cache, nodes, [rc])
     assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (2, 2)
     assert (cache.stats.rebuilds, cache.stats.diffs) == (1, 2)
+
+
+def test_running_work_listed_in_another_order_is_diffed_and_nothing_moves():
+    nodes, (ra, rb, rc) = _setup()
+    cache = SchedulerCache()
+    _synced(cache, nodes, [ra, rb, rc])
+    _synced(cache, nodes, [rc, rb, ra])
+    _synced(cache, nodes, [rb, ra])
+    assert (cache.stats.rebuilds, cache.stats.diffs) == (1, 2)
+    assert (cache.stats.allocations_added, cache.stats.allocations_removed) == (0, 1)
 
 
 def test_a_cycles_own_assumptions_and_holds_are_undone():

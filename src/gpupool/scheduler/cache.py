@@ -17,7 +17,10 @@ What it keeps:
   applies the difference between the two snapshots: running workloads gone and new (by
   object identity, so work that stayed the same object costs nothing; a new object for a
   workload id already held is matched by id: one whose allocation changed counts as gone
-  and new), and nodes whose state, GPU health, CPUs or memory changed; only the nodes
+  and new; found by one pass of identity tests over the last running work, which costs
+  least where the work that still runs is listed first in the same order, as the server
+  and the simulator list it: work listed in another order counts as gone and new, and
+  nothing moves), and nodes whose state, GPU health, CPUs or memory changed; only the nodes
   touched are refiled. What it cannot diff cheaply — nodes added, removed, renamed or
   reordered, GPUs changed, a workload listed twice — rebuilds it;
 * the `Hardware` summary (what nodes could ever hold), while the nodes' hardware and labels
@@ -25,7 +28,11 @@ What it keeps:
 * per pending workload object (by identity): its shape, order key and unschedulable reason,
   and per tenant its sorted queue while its run of pending work is the same workloads; kept
   while the hardware, the tenant tree (the same object) and the config are the same; pruned
-  when it grows past about twice the pending queue;
+  when it grows past about twice the pending queue. The next cycle diffs `pending` against
+  the last one's in O(changes) where it is what the server and the simulator give: the same
+  objects in the same order, without the work that left it (admitted by the last cycle,
+  new among the running work: `started`; or unschedulable), with new work appended (checked
+  by one C-level pass over the queue); otherwise by the identity of every workload;
 * `PendingInfo`s by (reason, position, tenant position): immutable, so equal ones are shared
   by workloads and cycles instead of built again; dropped when past ~4x the pending queue.
 """
@@ -33,7 +40,6 @@ What it keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import filterfalse
 from typing import Any
 
 from gpupool.domain import Node, TenantTree
@@ -69,7 +75,7 @@ def _standing() -> Any:
 class _Classified:
     """Results of classification, valid for one (hardware, tenants, config)."""
 
-    __slots__ = ("hardware", "tenants", "config", "entries", "standing")
+    __slots__ = ("hardware", "tenants", "config", "entries", "shapes", "tenant_why", "standing")
 
     def __init__(self, hardware: Hardware, tenants: TenantTree, config: SchedulerConfig):
         self.hardware = hardware
@@ -77,8 +83,33 @@ class _Classified:
         self.config = config
         #: id(workload) -> (workload, why unschedulable, GPU milli, queue entry)
         self.entries: dict[int, tuple] = {}
+        #: (tenant, the request's fields) -> (shape, why it can never run or None, GPU milli)
+        self.shapes: dict[tuple, tuple] = {}
+        #: tenant -> why it can have no work (unknown, inner) or None
+        self.tenant_why: dict[str, str | None] = {}
         #: the last cycle's classified pending work (gpupool.scheduler.queues._Standing)
         self.standing: Any = _standing()
+
+
+def _diff(
+    prev: dict[int, RunningWorkload], running: tuple[RunningWorkload, ...]
+) -> tuple[list[RunningWorkload], list[RunningWorkload]]:
+    """(the objects of `prev` gone, the objects of `running` new), by identity, where `prev`
+    is the last call's running work in its order: the longest run of `prev` that `running`
+    lists first in the same order (the work that still runs: the server and the simulator
+    keep it in order and append what starts) is kept, the rest of `prev` is gone, the rest
+    of `running` new. Work listed in another order counts as gone and new (nothing moves:
+    see `capacity`); an object listed twice is new twice (`capacity` rebuilds then). One
+    pass of identity tests over `prev`: no dict of the running work."""
+    gone: list[RunningWorkload] = []
+    j = 0
+    m = len(running)
+    for rw in prev.values():
+        if j < m and rw is running[j]:
+            j += 1
+        else:
+            gone.append(rw)
+    return gone, list(running[j:])
 
 
 class SchedulerCache:
@@ -86,6 +117,8 @@ class SchedulerCache:
 
     def __init__(self) -> None:
         self.stats = CacheStats()
+        #: `capacity` calls so far (never reset: `started` is valid for one call only)
+        self._calls = 0
         self.clear()
 
     def clear(self) -> None:
@@ -96,6 +129,9 @@ class SchedulerCache:
         self._objs: dict[int, RunningWorkload] = {}
         #: the running ids where `_taken` cannot hold them (a workload listed twice)
         self._running_ids: frozenset[str] | None = None
+        #: the ids of the work admitted by the last cycle and of the running work new (by
+        #: identity) in the last `capacity` call; None where it rebuilt
+        self._started: list[str] | None = None
         self._held: dict[tuple[str, str], int] = {}
         self._staying: dict[tuple[str, str], int] = {}
         self._limited: dict[str, RunningWorkload] = {}
@@ -114,16 +150,14 @@ class SchedulerCache:
     ) -> CapacityIndex:
         """The capacity index for this snapshot. The cycle may `assume` and `hold` on it; the
         next call undoes that first. `held()` then gives the GPU milli held per (tenant, user)."""
+        self._calls += 1
         cap = self._cap
         if cap is None:
             return self._rebuild(nodes, running)
         # only the running work that is new or gone (by identity) is looked at
-        cur = dict(zip(map(id, running), running, strict=True))
-        if len(cur) != len(running):
-            return self._rebuild(nodes, running)  # listed twice: no diff by id
         prev = self._objs
-        # (C-level filters: cheaper than set differences of the keys)
-        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
+        gone_objs, fresh = _diff(prev, running)
+        new = fresh
         # the last cycle's admissions that run now with the allocation they were admitted
         # with stay taken (their log entries): not undone and applied again
         kept: list[tuple[RunningWorkload, int]] = []
@@ -138,9 +172,12 @@ class SchedulerCache:
                 else:
                     rest.append(rw)
             new = rest
+            # (admitted work may also have ended already, or not be running yet)
+            self._started = [*admitted, *(rw.workload.id for rw in new)]
             logged = cap.log_entries([i for _, i in kept])
             touched = cap.revert_cycle({i for _, i in kept})
         else:
+            self._started = [rw.workload.id for rw in new]
             touched = cap.revert_cycle()
         if nodes is not cap.nodes:
             changed = cap.update_nodes(nodes)
@@ -150,8 +187,8 @@ class SchedulerCache:
             touched |= changed
         taken = self._taken
         gone: dict[str, _Entry] = {}
-        for k in filterfalse(cur.__contains__, prev):
-            wid = prev[k].workload.id
+        for rw in gone_objs:
+            wid = rw.workload.id
             gone[wid] = taken.pop(wid)
         if kept and not self._keep(cap, kept, logged, touched):
             return self._rebuild(nodes, running)  # listed twice: no diff by id
@@ -202,7 +239,9 @@ class SchedulerCache:
             touched.update(e[2][5])
             count(e, -1)
             removed += 1
-        self._objs = cur
+        for rw in gone_objs:
+            del prev[id(rw)]
+        prev.update(zip(map(id, fresh), fresh, strict=True))  # (now in the order of `running`)
         touched.discard(-1)
         cap.refile(touched)
         self.stats.diffs += 1
@@ -284,6 +323,21 @@ class SchedulerCache:
             else:
                 del self._staying[k]
 
+    def started(self, since: int) -> list[str] | None:
+        """The ids of the workloads the cycle before the last `capacity` call admitted, and
+        of the running workloads new (by object identity: started, or a new object for running
+        work) in that call: the pending work that may have left the queue since, besides
+        unschedulable work. Only if the call before it was call number `since` (`calls`);
+        None where that is not so or the last call rebuilt (unknown)."""
+        if since != self._calls - 1:
+            return None
+        return self._started
+
+    @property
+    def calls(self) -> int:
+        """How many `capacity` calls this cache has seen."""
+        return self._calls
+
     def running_ids(self) -> set[str] | Any:
         """The ids of the running work of the last `capacity` call (read-only)."""
         if self._running_ids is not None:
@@ -312,6 +366,7 @@ class SchedulerCache:
         self, nodes: tuple[Node, ...], running: tuple[RunningWorkload, ...]
     ) -> CapacityIndex:
         cap = CapacityIndex(tuple(nodes), running)
+        self._started = None
         self._taken = {}
         self._objs = dict(zip(map(id, running), running, strict=True))
         self._running_ids = None
@@ -363,8 +418,8 @@ class SchedulerCache:
         pending: int,
     ) -> _Classified:
         """The classification memo for these inputs (updated in place by the cycle): per
-        workload object and per tenant's run of pending work; a fresh one when the inputs
-        changed or it grew past about twice `pending`."""
+        workload object, per (tenant, request) and the last cycle's classified pending work;
+        a fresh one when the inputs changed or it grew past about twice `pending`."""
         c = self._classified
         if (
             c is None
@@ -374,6 +429,8 @@ class SchedulerCache:
             or len(c.entries) > 2 * pending + 1000
         ):
             c = self._classified = _Classified(hardware, tenants, config)
+        elif len(c.shapes) > 2 * pending + 1000:
+            c.shapes.clear()
         return c
 
     def info_pool(self, pending: int) -> dict[tuple[str, int, int], PendingInfo]:

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from gpupool.domain import Workload
 
 INF = float("inf")
+_NONE: Mapping[str, float] = {}
 
 
 def in_tenant_key(w: Workload) -> tuple:
     return (-w.priority, w.submitted_at, w.id)
 
 
-def leveled_in_tenant_key(w: Workload, level: int) -> tuple:
+def leveled_in_tenant_key(w: Workload, level: int = 0) -> tuple:
     """Inside a tenant under `fair` with service levels: priority, then the workload's
     service level (gpupool.scheduler.levels), then submit time and id."""
     return (-w.priority, level, w.submitted_at, w.id)
@@ -33,7 +34,7 @@ def fifo_key(w: Workload) -> tuple:
     return (w.submitted_at, w.id)
 
 
-def las_in_tenant_key(w: Workload, attained: Mapping[str, float]) -> tuple:
+def las_in_tenant_key(w: Workload, attained: Mapping[str, float] = _NONE) -> tuple:
     return (attained.get(w.id, 0.0), -w.priority, w.submitted_at, w.id)
 
 

@@ -11,10 +11,12 @@ cache) for the next cycle. Pure: no I/O.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import fields
 from functools import partial
-from itertools import accumulate, filterfalse
-from operator import attrgetter, itemgetter
+from itertools import accumulate, compress, filterfalse
+from operator import attrgetter, is_, itemgetter
+from typing import TypeVar
 
 from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
@@ -31,17 +33,34 @@ from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
-_NO_SERVICE: dict[str, float] = {}
+_V = TypeVar("_V")
 
+_id_of = attrgetter("id")
 _tenant_of = attrgetter("tenant")
+_request_of = attrgetter("request")
+_is_none = partial(is_, None)
+#: of a `_shape` (shape, why, GPU milli); `_milli_of` also of a queue entry
+_shape_of = itemgetter(0)
+_workload_of = itemgetter(1)
+_why_of = itemgetter(1)
+_milli_of = itemgetter(-1)
+
+#: a request's fields as one tuple, the memo key of its shape: hashed and compared in C
+#: (the dataclass's own hash and equality run in Python, per workload classified)
+_request_fields = attrgetter(*(f.name for f in fields(Request)))
 
 
-#: the in-tenant keys with level 0 / no attained service (`Queues._adjusted` adds those)
-_leveled_0 = partial(leveled_in_tenant_key, level=0)
-_las_0 = partial(las_in_tenant_key, attained=_NO_SERVICE)
+#: the in-tenant keys with level 0 / no attained service, their defaults (`Queues._adjusted`
+#: adds those)
+_leveled_0 = leveled_in_tenant_key  # (not a partial: a third of the time per call)
+_las_0 = las_in_tenant_key
 
 #: (order key, workload, shape, GPU milli)
 Candidate = tuple[tuple, Workload, Shape, int]
+
+#: the order key of a queue entry: keys are unique, so sorting by it alone sorts the entries
+#: (a third faster than comparing the entries)
+_order_key = itemgetter(0)
 
 
 class _Standing:
@@ -51,43 +70,55 @@ class _Standing:
     Read-only for the cycle: queues that change are copied first, so a queue list handed to
     a cycle is never changed afterwards."""
 
-    __slots__ = ("objs", "rows", "wids", "queues", "demand", "adjusted", "sched", "unsched")
+    __slots__ = (
+        "objs",
+        "wids",
+        "queues",
+        "demand",
+        "adjusted",
+        "sched",
+        "unsched",
+        "seen",
+    )
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         """Forget everything (the next cycle classifies afresh)."""
-        #: id(workload) -> workload (holding it keeps its id from being reused)
+        #: id(workload) -> workload (holding it keeps its id from being reused); this and
+        #: `sched` and `unsched` are in the order of the last cycle's `pending`
         self.objs: dict[int, Workload] = {}
-        #: id(workload) -> (workload id, tenant, why unschedulable, GPU milli, entry as filed)
-        self.rows: dict[int, tuple[str, str, str | None, int, Candidate | None]] = {}
         #: workload id -> id(workload), for every workload classified
         self.wids: dict[str, int] = {}
         self.queues: dict[str, list[Candidate]] = {}
         self.demand: dict[str, int] = {}
         #: workload ids whose filed entry carries attained service (LAS) or a level (fair)
         self.adjusted: set[str] = set()
-        #: id(workload) -> tenant, for schedulable work; -> (workload id, why) otherwise
-        self.sched: dict[int, str] = {}
+        #: id(workload) -> its queue entry as filed, for schedulable work; -> (workload id,
+        #: why) otherwise
+        self.sched: dict[int, Candidate] = {}
         self.unsched: dict[int, tuple[str, str]] = {}
+        #: the cache's `calls` when this was brought up to date (SchedulerCache.started)
+        self.seen = -1
 
 
 def _changed_queue(
     q: list[Candidate], drop: list[Candidate], add: list[Candidate]
 ) -> list[Candidate]:
     """A new sorted queue: `q` without the entries `drop` (each one of the very objects in
-    `q`), with `add`. Entries are unique (keys end with the workload id). Few dropped ones
-    are found by binary search and the rest copied in slices, many (after a large admission)
-    by one filter; the added ones that sort after the rest (new work is usually submitted
-    last) are appended at once, the others inserted by binary search."""
-    out: list[Candidate]
-    if drop and 32 * len(drop) >= len(q):
+    `q`), with `add`. Entries are unique (keys end with the workload id). Many dropped
+    ones (a quarter of `q`, after a large admission) are left out by one filter; fewer are
+    found by binary search, each after the one before when `drop` is in queue order
+    (admitted work: the walk admits in queue order), at once where it is next to it, and the
+    rest copied in slices. The added ones that sort after the rest (new work is usually
+    submitted last) are appended at once, the others inserted by binary search."""
+    out: list[Candidate] = []
+    if drop and 4 * len(drop) >= len(q):
         gone = set(map(id, drop))
         out = [e for e in q if id(e) not in gone]
     elif drop:
-        cut = sorted(bisect_left(q, e) for e in drop)
-        out = []
+        cut = _positions(q, drop)
         prev = 0
         for i in cut:
             out += q[prev:i]
@@ -96,12 +127,67 @@ def _changed_queue(
     else:
         out = list(q)
     if add:
-        add.sort()
+        add.sort(key=_order_key)
         # those that sort before the last entry one by one, the others appended at once
         inside = bisect_left(add, out[-1]) if out else 0
         for e in add[:inside]:
             insort(out, e)
         out += add[inside:]
+    return out
+
+
+def _positions(q: list[Candidate], drop: list[Candidate]) -> list[int]:
+    """The positions in `q` of the entries `drop` (objects of `q`), ascending."""
+    n = len(q)
+    lo = 0
+    out: list[int] = []
+    for e in drop:
+        if lo < n and q[lo] is e:
+            i = lo
+        elif lo + 1 < n and q[lo + 1] is e:
+            i = lo + 1
+        else:
+            i = bisect_left(q, e, lo)
+            if i == n or q[i] is not e:  # `drop` is not in queue order
+                return sorted(bisect_left(q, e) for e in drop)
+        out.append(i)
+        lo = i + 1
+    return out
+
+
+def _identity_diff(
+    st: _Standing, pending: Sequence[Workload]
+) -> tuple[list[int], list[Workload]] | None:
+    """(ids of the workload objects gone, the workloads new, in the order of `pending`) by
+    object identity, in whatever order `pending` lists them; `st.objs` becomes `pending`'s.
+    None if an object is listed twice."""
+    cur = dict(zip(map(id, pending), pending, strict=True))
+    if len(cur) != len(pending):
+        return None
+    prev = st.objs
+    # (C-level filters: cheaper than set differences of the keys; `new` in the order of
+    # `pending`, which is also memory order when all are new: much faster to walk)
+    gone = list(filterfalse(cur.__contains__, prev))
+    new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
+    st.objs = cur
+    return gone, new
+
+
+def _in_order(order: dict[int, Workload], d: dict[int, _V]) -> dict[int, _V]:
+    """`d` with its keys in the order of those of `order` (all of `d`'s are there)."""
+    keys = list(filter(d.__contains__, order))
+    return dict(zip(keys, map(d.__getitem__, keys), strict=True))
+
+
+def _first_seen(tenants: Iterable[str], count: int) -> dict[str, None]:
+    """The first `count` distinct tenants of `tenants`, in order (all of them if fewer)."""
+    out: dict[str, None] = {}
+    if count:
+        for t in tenants:
+            if t not in out:
+                out[t] = None
+                if len(out) == count:
+                    break
     return out
 
 
@@ -175,7 +261,8 @@ class Queues:
         (`_classify_changes`)."""
         memo = self.cache.classified(self.hardware, self.tree, self.config, len(pending))
         st = memo.standing
-        if self._classify_changes(st, pending):
+        if self._classify_changes(st, pending, memo.shapes, memo.tenant_why):
+            st.seen = self.cache.calls
             return  # (the first cycle too: every workload is new)
         st.reset()  # a workload listed twice or running: not kept for the next cycle
         self._classify_all(pending, memo.entries)
@@ -199,7 +286,7 @@ class Queues:
         adjust = self._keeps_attained()
         key_of = self._key_of()
         whole_only = self.policy is Policy.FIFO
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
+        shapes: dict[tuple, tuple[Shape, str | None, int]] = {}
         tenant_why: dict[str, str | None] = {}
         queues = self.queues
         demand = self.pending_demand
@@ -223,19 +310,19 @@ class Queues:
             q.append(self._adjusted(wid, e[3]) if adjust else e[3])
             demand[t] += e[2]
         for q in queues.values():
-            q.sort()
+            q.sort(key=_order_key)
 
     def _entry(
         self,
         w: Workload,
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]],
+        shapes: dict[tuple, tuple[Shape, str | None, int]],
         tenant_why: dict[str, str | None],
         whole_only: bool,
         key_of: Callable[[Workload], tuple],
     ) -> tuple:
         """(workload, why unschedulable, GPU milli, queue entry) of `w`; `shapes` and
-        `tenant_why` memoize per (tenant, request) and per tenant."""
-        mk = (w.tenant, w.request)
+        `tenant_why` memoize per (tenant, request fields) and per tenant."""
+        mk = (w.tenant, _request_fields(w.request))
         hit = shapes.get(mk)
         if hit is None:
             hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
@@ -269,75 +356,109 @@ class Queues:
             self.policy is Policy.FAIR and self.config.service_levels_s
         )
 
-    def _classify_changes(self, st: _Standing, pending: Sequence[Workload]) -> bool:
-        """Bring `st` (the last cycle's classification) up to date with `pending`: file the
-        workloads that are new (by identity), drop those gone, re-key those whose attained
-        service changed; then take queues, demand and unschedulable from it. False when it
-        cannot (a workload listed twice or running): the caller resets `st` and classifies
-        afresh, with the same result. With no last cycle (`st` empty) every
-        workload is new: a full classification."""
-        cur = dict(zip(map(id, pending), pending, strict=True))
-        if len(cur) != len(pending):
-            return False
-        prev = st.objs
-        # (C-level filters: cheaper than set differences of the keys; `new` in the order of
-        # `pending`, which is also memory order when all are new: much faster to walk)
-        gone = list(filterfalse(cur.__contains__, prev))
-        new = list(map(cur.__getitem__, filterfalse(prev.__contains__, cur)))
-        rows = st.rows
-        gone_wids = {rows[k][0] for k in gone}
-        new_wids = {w.id for w in new}
-        if len(new_wids) != len(new):
-            return False  # a workload listed twice
+    def _appended(
+        self, st: _Standing, pending: Sequence[Workload]
+    ) -> tuple[list[int], list[Workload]] | None:
+        """(ids of the workload objects gone, the workloads new) when `pending` is the last
+        cycle's pending work in the same order, without the work that started running since
+        (SchedulerCache.started) and without the work found unschedulable, with new work
+        appended: what the server and the simulator give. Found in O(changes), and one
+        C-level pass that checks the order; `st.objs` is brought up to date. None, with
+        nothing changed, where `pending` is not that (then `_identity_diff`)."""
+        objs = st.objs
+        started = self.cache.started(st.seen) if objs else []
+        if started is None:
+            return None
         wids = st.wids
-        if not new_wids.isdisjoint(wids) and any(
-            wid in wids and wid not in gone_wids for wid in new_wids
-        ):
-            return False
-        running = self.cache.running_ids()
-        if not running.isdisjoint(new_wids):
-            return False
-        #: per tenant, the entries to drop and to add (applied at the end, in one go)
-        drop: dict[str, list[Candidate]] = {}
-        add: dict[str, list[Candidate]] = {}
-        sched, unsched, demand, adjusted = st.sched, st.unsched, st.demand, st.adjusted
-        for k in gone:
-            wid, t, why, milli, filed = rows.pop(k)
-            del wids[wid]
-            if why is not None:
-                del unsched[k]
-                continue
-            del sched[k]
-            assert filed is not None
-            d = drop.get(t)
-            if d is None:
-                drop[t] = [filed]
+        gone = dict.fromkeys([wids[wid] for wid in started if wid in wids])
+        gone.update(dict.fromkeys(st.unsched))
+        m = len(objs) - len(gone)
+        if m > len(pending):
+            return None
+        new = list(pending[m:])  # (one listed twice is found by the caller)
+        popped = [(k, objs.pop(k)) for k in gone]
+        if not all(map(is_, objs.values(), pending)):  # the first m, in the same order
+            objs.update(popped)  # (in another order: `_identity_diff` replaces `objs`)
+            return None
+        objs.update(zip(map(id, new), new, strict=True))
+        return list(gone), new
+
+    def _shapes(
+        self,
+        new: list[Workload],
+        shapes: dict[tuple, tuple],
+        tenant_why: dict[str, str | None],
+        whole_only: bool,
+    ) -> list[tuple[Shape, str | None, int]]:
+        """`_shape` of each of `new`, from the memo `shapes` (filled with what it lacks)."""
+        keys = list(
+            zip(map(_tenant_of, new), map(_request_fields, map(_request_of, new)), strict=True)
+        )
+        hits: list = list(map(shapes.get, keys))
+        for i in compress(range(len(hits)), map(_is_none, hits)):
+            hit = shapes.get(keys[i])
+            if hit is None:
+                hit = shapes[keys[i]] = self._shape(new[i], tenant_why, whole_only)
+            hits[i] = hit
+        return hits
+
+    def _file_schedulable(
+        self,
+        st: _Standing,
+        new: list[Workload],
+        hits: list[tuple[Shape, str | None, int]],
+        key_of: Callable[[Workload], tuple],
+        add: dict[str, list[Candidate]],
+    ) -> None:
+        """File the workloads `new`, all schedulable (`hits`: their `_shape`s), in `st` and
+        in `add` (per tenant): what `_classify_changes`'s loop does one by one, in C-level
+        passes (the first cycle files every pending workload)."""
+        ks = list(map(id, new))
+        wids = list(map(_id_of, new))
+        tenants = list(map(_tenant_of, new))
+        millis = list(map(_milli_of, hits))
+        filed = list(zip(map(key_of, new), new, map(_shape_of, hits), millis, strict=True))
+        attained = self.snap.attained_service
+        if attained and self._keeps_attained():
+            for i in compress(range(len(new)), map(attained.__contains__, wids)):
+                base = filed[i]
+                filed[i] = self._adjusted(wids[i], base)
+                if filed[i] is not base:
+                    st.adjusted.add(wids[i])
+        st.wids.update(zip(wids, ks, strict=True))
+        st.sched.update(zip(ks, filed, strict=True))
+        for t, f in zip(tenants, filed, strict=True):
+            a = add.get(t)
+            if a is None:
+                add[t] = [f]
             else:
-                d.append(filed)
-            demand[t] -= milli
-        if not running.isdisjoint(wids.keys()):
-            return False  # work filed before is running now, and also still pending
-        if adjusted:
-            adjusted -= gone_wids
-        whole_only = self.policy is Policy.FIFO
-        key_of = self._key_of()
-        shapes: dict[tuple[str, Request], tuple[Shape, str | None, int]] = {}
-        tenant_why: dict[str, str | None] = {}
+                a.append(f)
+        demand = st.demand
+        for t, a in add.items():
+            demand[t] = demand.get(t, 0) + sum(map(_milli_of, a))
+
+    def _file_each(
+        self,
+        st: _Standing,
+        new: list[Workload],
+        hits: list[tuple[Shape, str | None, int]],
+        key_of: Callable[[Workload], tuple],
+        add: dict[str, list[Candidate]],
+    ) -> None:
+        """File the workloads `new` (`hits`: their `_shape`s) one by one in `st` and in
+        `add` (per tenant): the unschedulable ones with their reasons, the others as
+        `_file_schedulable` does."""
+        wids, sched, unsched, demand = st.wids, st.sched, st.unsched, st.demand
         adjust = self._keeps_attained()
         attained = self.snap.attained_service
-        for w in new:
-            # = self._entry, written out (the cycle after a large admission files thousands)
+        for w, hit in zip(new, hits, strict=True):
+            # (= self._entry, written out)
             t = w.tenant
-            mk = (w.tenant, w.request)
-            hit = shapes.get(mk)
-            if hit is None:
-                hit = shapes[mk] = self._shape(w, tenant_why, whole_only)
             wid = w.id
             k = id(w)
             wids[wid] = k
             why = hit[1]
             if why is not None:
-                rows[k] = (wid, t, why, 0, None)
                 unsched[k] = (wid, why)
                 continue
             milli = hit[2]
@@ -346,52 +467,119 @@ class Queues:
                 base = filed
                 filed = self._adjusted(wid, base)
                 if filed is not base:
-                    adjusted.add(wid)
-            rows[k] = (wid, t, None, milli, filed)
-            sched[k] = t
+                    st.adjusted.add(wid)
+            sched[k] = filed
             a = add.get(t)
             if a is None:
                 add[t] = [filed]
             else:
                 a.append(filed)
             demand[t] = demand.get(t, 0) + milli
+
+    def _classify_changes(
+        self,
+        st: _Standing,
+        pending: Sequence[Workload],
+        shapes: dict[tuple, tuple],
+        tenant_why: dict[str, str | None],
+    ) -> bool:
+        """Bring `st` (the last cycle's classification) up to date with `pending`: file the
+        workloads that are new (by identity), drop those gone, re-key those whose attained
+        service changed; then take queues, demand and unschedulable from it. False when it
+        cannot (a workload listed twice or running): the caller resets `st` and classifies
+        afresh, with the same result. With no last cycle (`st` empty) every
+        workload is new: a full classification. `shapes` and `tenant_why` memoize `_shape`
+        (the cache's, kept between cycles).
+
+        The diff is `_appended`'s where it applies, else `_identity_diff`'s (then the running
+        work is checked against all the pending work, and `st`'s records are put in the
+        order of `pending`)."""
+        diff = self._appended(st, pending)
+        whole = diff is None
+        if diff is None:
+            diff = _identity_diff(st, pending)
+            if diff is None:
+                return False
+        gone, new = diff
+        #: per tenant, the entries to drop and to add (applied at the end, in one go)
+        drop: dict[str, list[Candidate]] = {}
+        add: dict[str, list[Candidate]] = {}
+        sched, unsched, demand, adjusted = st.sched, st.unsched, st.demand, st.adjusted
+        wids = st.wids
+        gone_wids: set[str] = set()
+        for k in gone:
+            filed = sched.pop(k, None)
+            if filed is None:
+                wid = unsched.pop(k)[0]
+            else:
+                w = filed[1]
+                wid = w.id
+                t = w.tenant
+                d = drop.get(t)
+                if d is None:
+                    drop[t] = [filed]
+                else:
+                    d.append(filed)
+                demand[t] -= filed[3]
+            del wids[wid]
+            gone_wids.add(wid)
+        new_wids = {w.id for w in new}
+        if len(new_wids) != len(new) or not wids.keys().isdisjoint(new_wids):
+            return False  # a workload listed twice
+        running = self.cache.running_ids()
+        if not running.isdisjoint(new_wids):
+            return False
+        # (`_appended`: the work still filed was not running last cycle, and what started
+        # since is gone)
+        if whole and not running.isdisjoint(wids.keys()):
+            return False  # work filed before is running now, and also still pending
+        if adjusted:
+            adjusted -= gone_wids
+        whole_only = self.policy is Policy.FIFO
+        key_of = self._key_of()
+        adjust = self._keeps_attained()
+        attained = self.snap.attained_service
+        hits = self._shapes(new, shapes, tenant_why, whole_only)
+        if list(map(_why_of, hits)).count(None) == len(hits):
+            self._file_schedulable(st, new, hits, key_of, add)
+        else:
+            self._file_each(st, new, hits, key_of, add)
         if adjust:
             # workloads whose attained service (so their key) may have changed since filed
+            objs = st.objs
             for wid in (attained.keys() & wids.keys()) | adjusted:
                 if wid in new_wids:
                     continue
                 k = wids[wid]
-                row = rows[k]
-                if row[2] is not None:
-                    continue
-                t, was = row[1], row[4]
-                assert was is not None
-                base = (key_of(cur[k]), *was[1:])
+                was = sched.get(k)
+                if was is None:
+                    continue  # unschedulable
+                t = was[1].tenant
+                base = (key_of(objs[k]), *was[1:])
                 filed = self._adjusted(wid, base)
                 if filed != was:
                     drop.setdefault(t, []).append(was)
                     add.setdefault(t, []).append(filed)
-                    rows[k] = (wid, t, None, row[3], filed)
+                    sched[k] = filed
                     if filed is base:
                         adjusted.discard(wid)
                     else:
                         adjusted.add(wid)
-        st.objs = cur
         for t in drop.keys() | add.keys():
             st.queues[t] = _changed_queue(st.queues.get(t, []), drop.get(t, []), add.get(t, []))
         for t in [t for t, q in st.queues.items() if not q]:
             del st.queues[t]
             del st.demand[t]
+        if whole:  # new work was filed in the order of `pending`, the rest is as it was
+            st.sched = sched = _in_order(st.objs, sched)
+            st.unsched = unsched = _in_order(st.objs, unsched)
         # in the order a full classification gives: tenants, and unschedulable work, in the
-        # order they first appear in `pending`
-        if unsched:
-            order = dict.fromkeys(filter(None, map(sched.get, cur)))  # `cur`: as `pending`
-        else:  # every workload is filed (none running: see above): their tenants, cheaper
-            order = dict.fromkeys(map(_tenant_of, pending))
+        # order they first appear in `pending` (that of `sched` and `unsched`)
+        order = _first_seen(map(_tenant_of, map(_workload_of, sched.values())), len(st.queues))
         self.queues = {t: st.queues[t] for t in order}
         self.pending_demand = {t: st.demand[t] for t in order}
         if unsched:
-            self.unschedulable = dict(filter(None, map(unsched.get, cur)))
+            self.unschedulable = dict(unsched.values())
         return True
 
     # -- 3. the walk -----------------------------------------------------------------------
