@@ -1,0 +1,95 @@
+"""The scheduler loop's snapshot read, reusing the last cycle's domain objects.
+
+The scheduler's cache (gpupool.scheduler.cache) saves work on objects it saw last cycle:
+a pending `Workload` that is the same object is not classified again, running work that is
+the same `RunningWorkload` costs nothing in the capacity diff. `SnapshotReader` keeps, per
+workload id, the last cycle's object and the row values it was made of (the workload's
+`DOMAIN_COLUMNS`; for running work also its allocation's and shares' rows, whatever may
+change them); a row that reads back equal gets the same object, without converting it
+again. A domain object is made of those values only, so the snapshot is equal to a fresh
+read (`read_snapshot`) and the decisions the same; only the cost differs.
+
+It also keeps the why-pending stored for each pending workload as this cycle's read saw it
+(`stored`): the loop writes only the infos that differ (`WorkloadRepo.set_pending_info`),
+without reading every pending row again. A restart starts empty: its first read is the
+memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupool.domain import Workload
+from gpupool.scheduler import RunningWorkload, Snapshot
+from gpupool.server.context import AppContext
+from gpupool.store import (
+    AllocationRepo,
+    NodeRepo,
+    TenantRepo,
+    UsageRepo,
+    WorkloadRepo,
+    kept_service,
+)
+from gpupool.store.allocations import RunningRows, running_of
+from gpupool.store.convert import workload_to_domain
+from gpupool.store.rows import domain_workload
+from gpupool.store.workloads import StoredInfo
+
+
+class SnapshotReader:
+    """What the scheduler loop reads each cycle, as `read_snapshot` gives it, with the
+    objects of unchanged rows reused (see the module). One per loop; not thread-safe."""
+
+    def __init__(self) -> None:
+        #: pending workload id -> (row values, the Workload made of them), as of the last read
+        self._pending: dict[str, tuple[tuple[Any, ...], Workload]] = {}
+        #: running workload id -> (row values, the RunningWorkload made of them)
+        self._running: dict[str, tuple[RunningRows, RunningWorkload]] = {}
+        #: pending workload id -> its why-pending as stored when last read
+        self.stored: dict[str, StoredInfo] = {}
+        #: rows converted by the last read (the others were reused), for tests and benches
+        self.converted = 0
+
+    def clear(self) -> None:
+        """Forget everything (the next read converts every row)."""
+        self._pending = {}
+        self._running = {}
+        self.stored = {}
+
+    def read(self, ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
+        """The nodes that run work, the tenants, the running work and `attained_service`,
+        read in one transaction, and the pending work in queue order."""
+        with ctx.store.read() as s:
+            nodes = tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
+            tree = TenantRepo(s).tree()
+            running_rows = AllocationRepo(s).running_rows()
+            pending_rows = WorkloadRepo(s).pending_rows()
+            attained = UsageRepo(s).attained_by_tenant()
+            attained.update(kept_service(s))
+        converted = 0
+        old_run = self._running
+        run_memo: dict[str, tuple[RunningRows, RunningWorkload]] = {}
+        running: list[RunningWorkload] = []
+        for rows in running_rows:
+            hit = old_run.get(rows[0][0])
+            if hit is None or hit[0] != rows:
+                hit = (rows, running_of(*rows))
+                converted += 1
+            run_memo[rows[0][0]] = hit
+            running.append(hit[1])
+        old = self._pending
+        memo: dict[str, tuple[tuple[Any, ...], Workload]] = {}
+        stored: dict[str, StoredInfo] = {}
+        pending: list[Workload] = []
+        for values, info in pending_rows:
+            wid = values[0]
+            got = old.get(wid)
+            if got is None or got[0] != values:
+                got = (values, workload_to_domain(domain_workload(values)))
+                converted += 1
+            memo[wid] = got
+            stored[wid] = info
+            pending.append(got[1])
+        self._running, self._pending, self.stored = run_memo, memo, stored
+        self.converted = converted
+        return Snapshot(nodes, tree, tuple(running), attained), pending
