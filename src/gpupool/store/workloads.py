@@ -334,7 +334,7 @@ class WorkloadRepo:
         rows whose stored reason, positions or wait differ are written. `stored`: what the
         caller read of them (`pending_rows`, maybe in an earlier transaction): rows are then
         compared with it, not read again, and one it lacks is written. Either way the UPDATE
-        only touches rows still pending. Returns how many rows were written (or found gone)."""
+        only touches rows still pending. Returns how many rows it asked to write."""
         if not infos:
             return 0
         if stored is None:

@@ -38,15 +38,17 @@ from gpupool.store.workloads import StoredInfo
 
 class SnapshotReader:
     """What the scheduler loop reads each cycle, as `read_snapshot` gives it, with the
-    objects of unchanged rows reused (see the module). One per loop; not thread-safe."""
+    objects of unchanged rows reused (see the module). One per loop; not thread-safe.
+    `reuse=False`: every row converted afresh and no `stored` (None), as before (tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, reuse: bool = True) -> None:
+        self.reuse = reuse
         #: pending workload id -> (row values, the Workload made of them), as of the last read
         self._pending: dict[str, tuple[tuple[Any, ...], Workload]] = {}
         #: running workload id -> (row values, the RunningWorkload made of them)
         self._running: dict[str, tuple[RunningRows, RunningWorkload]] = {}
-        #: pending workload id -> its why-pending as stored when last read
-        self.stored: dict[str, StoredInfo] = {}
+        #: pending workload id -> its why-pending as stored when last read (None: not kept)
+        self.stored: dict[str, StoredInfo] | None = {} if reuse else None
         #: rows converted by the last read (the others were reused), for tests and benches
         self.converted = 0
 
@@ -54,7 +56,7 @@ class SnapshotReader:
         """Forget everything (the next read converts every row)."""
         self._pending = {}
         self._running = {}
-        self.stored = {}
+        self.stored = {} if self.reuse else None
 
     def read(self, ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
         """The nodes that run work, the tenants, the running work and `attained_service`,
@@ -90,6 +92,7 @@ class SnapshotReader:
             memo[wid] = got
             stored[wid] = info
             pending.append(got[1])
-        self._running, self._pending, self.stored = run_memo, memo, stored
+        if self.reuse:
+            self._running, self._pending, self.stored = run_memo, memo, stored
         self.converted = converted
         return Snapshot(nodes, tree, tuple(running), attained), pending
