@@ -12,9 +12,9 @@ import dataclasses
 import secrets
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Row, bindparam, delete, func, or_, select, update
+from sqlalchemy import Row, Table, bindparam, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import (
@@ -119,7 +119,7 @@ _INFO_COLUMNS = (
     WorkloadRow.tenant_position,
     WorkloadRow.pending_wait,
 )
-_T = WorkloadRow.__table__
+_T = cast(Table, WorkloadRow.__table__)
 #: one workload's why-pending, written only while it is pending (a cancel may have won)
 _SET_INFO = (
     update(_T)
@@ -233,7 +233,7 @@ class WorkloadRepo:
         )
         return [workload_to_domain(plain_workload(r)) for r in self.s.execute(q)]
 
-    def pending_rows(self) -> list[tuple[tuple[Any, ...], StoredInfo]]:
+    def pending_rows(self) -> Sequence[tuple[tuple[Any, ...], StoredInfo]]:
         """Per pending workload, in the order of `pending()`: the values of its
         `DOMAIN_COLUMNS` (`workload_to_domain(domain_workload(values))` is what `pending()`
         gives) and its stored why-pending (see `set_pending_info`). For the scheduler loop,
@@ -245,7 +245,7 @@ class WorkloadRepo:
         )
         n = len(DOMAIN_COLUMNS)
         rows = self.s.connection().execute(q)  # plain rows: not through the ORM's loading
-        return [(tuple(r[:n]), tuple(r[n:])) for r in rows]  # type: ignore[misc]
+        return [(tuple(r[:n]), tuple(r[n:])) for r in rows]
 
     def owed_waits(self) -> list[tuple[str, str, Wait]]:
         """(id, tenant, wait) of the pending workloads whose stored wait is `owed` (their
@@ -362,7 +362,7 @@ class WorkloadRepo:
             self.s.execute(_SET_INFO, params)
         return len(params)
 
-    def _stored_infos(self, ids: list[str]) -> dict[str, StoredInfo]:
+    def _stored_infos(self, ids: Sequence[str]) -> dict[str, StoredInfo]:
         """The stored why-pending of those of `ids` that are pending."""
         out: dict[str, StoredInfo] = {}
         for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit

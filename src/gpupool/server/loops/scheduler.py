@@ -245,8 +245,9 @@ class SchedulerLoop(Loop):
             infos = {**d.pending, **self._waiting_info(d.pending, considered or [], waiting)}
         # compared with what this cycle read; the work admitted now is no longer as read
         stored = self.reader.stored
-        for wid in report.admitted if stored is not None else ():
-            stored.pop(wid, None)
+        if stored is not None:
+            for wid in report.admitted:
+                stored.pop(wid, None)
         with ctx.store.write() as s:
             WorkloadRepo(s).set_pending_info(infos, stored)
         report.pending = len(infos)
