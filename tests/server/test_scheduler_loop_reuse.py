@@ -27,8 +27,7 @@ from gpupool.domain import (
 from gpupool.engines.fake.executor import FailingExecutor
 from gpupool.scheduler import SchedulerCache
 from gpupool.server.loops import scheduler as loop_module
-from gpupool.server.loops.scheduler import SchedulerLoop
-from gpupool.server.loops.snapshot import SnapshotReader
+from gpupool.server.loops.scheduler import SchedulerLoop, read_snapshot
 from gpupool.server.services import lifecycle
 from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo, new_workload_id
 from gpupool.store.rows import WorkloadRow
@@ -46,7 +45,6 @@ class Referee:
     def __init__(self, world, monkeypatch, loop: SchedulerLoop, meanwhile=None):  # noqa: ANN001
         self.world = world
         self.loop = loop
-        self.fresh = SnapshotReader(reuse=False)
         self.cache = SchedulerCache()
         self.real = loop_module.cycle_timed
         self.meanwhile = meanwhile
@@ -61,7 +59,7 @@ class Referee:
         d = self.real(snap, pending, now, config, cache, rules)
         if cache is not self.loop.cache:
             return d
-        fresh, fresh_pending = self.fresh.read(self.world.ctx)
+        fresh, fresh_pending = read_snapshot(self.world.ctx)  # new objects, as before reuse
         ids = {w.id for w in pending}
         fresh_pending = [w for w in fresh_pending if w.id in ids]
         fresh = dataclasses.replace(fresh, nominated=snap.nominated)
