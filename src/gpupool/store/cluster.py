@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Text, cast, select
@@ -84,7 +85,7 @@ class NodeRepo:
         path of every submission and every scheduling pass."""
         return [node_of(n, tuple(map(gpu_of, g))) for n, g in self.rows()]
 
-    def rows(self) -> list[NodeRows]:
+    def rows(self) -> Sequence[NodeRows]:
         """What `list()` is made of, as plain values: per node by name, its row's values and
         its GPUs' (by index), JSON columns as text (`node_of`, `gpu_of` convert them). For the
         scheduler loop, which converts only the nodes and GPUs that changed."""
