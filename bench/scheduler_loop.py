@@ -73,18 +73,31 @@ class Timer:
         return timed
 
 
-def instrument(timer: Timer) -> None:
-    """Wrap the loop's phases (by name, so that older code is timed alike)."""
+def instrument(timer: Timer) -> Callable[[], None]:
+    """Wrap the loop's phases (by name, so that older code is timed alike); returns what
+    undoes it."""
     from gpupool.server.loops import scheduler as mod
     from gpupool.store import workloads
 
     loop = mod.SchedulerLoop
+    repo = workloads.WorkloadRepo
+    saved = (loop.snapshot, mod.cycle_timed, loop._admit_all, loop.apply, repo.set_pending_info)
+
+    def restore() -> None:
+        (
+            loop.snapshot,  # type: ignore[method-assign]
+            mod.cycle_timed,
+            loop._admit_all,  # type: ignore[method-assign]
+            loop.apply,  # type: ignore[method-assign]
+            repo.set_pending_info,  # type: ignore[method-assign]
+        ) = saved
+
     loop.snapshot = timer.wrap("snapshot", loop.snapshot)  # type: ignore[method-assign]
     mod.cycle_timed = timer.wrap("cycle", mod.cycle_timed)  # type: ignore[assignment]
     loop._admit_all = timer.wrap("admit", loop._admit_all)  # type: ignore[method-assign]
     loop.apply = timer.wrap("pending_info", loop.apply)  # type: ignore[method-assign]
-    repo = workloads.WorkloadRepo
     repo.set_pending_info = timer.wrap("set_pending_info", repo.set_pending_info)  # type: ignore[method-assign]
+    return restore
 
 
 def stored_digest(store: Any) -> str:
@@ -128,7 +141,7 @@ def run(args: argparse.Namespace) -> dict:
     from gpupool.system import SystemSettings, build_system
 
     timer = Timer()
-    instrument(timer)
+    restore = instrument(timer)
     tmp = Path(tempfile.mkdtemp(prefix="gpupool-loop-bench-"))
     url = args.db or f"sqlite:///{tmp / 'gpupool.db'}"
     store = open_store(url)
@@ -223,6 +236,7 @@ def run(args: argparse.Namespace) -> dict:
         missing = args.pending - pending_count()
         if missing > 0:
             submit(missing)
+    restore()
     store.close()
     for f in tmp.iterdir():
         f.unlink()
