@@ -6,9 +6,11 @@ the committed allocations while holding the GPUs' row locks (see `store.db`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from types import SimpleNamespace
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, Row, func, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import (
@@ -16,7 +18,6 @@ from gpupool.domain import (
     MILLI_PER_GPU,
     Allocation,
     Enforcement,
-    Share,
     WorkloadState,
 )
 from gpupool.scheduler.types import RunningWorkload
@@ -28,13 +29,44 @@ from gpupool.store.convert import (
 )
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
-    WORKLOAD_COLUMNS,
+    DOMAIN_COLUMNS,
     AllocationRow,
     GpuRow,
     ShareRow,
     WorkloadRow,
-    plain_workload,
+    domain_workload,
 )
+
+_ALLOC_KEYS = tuple(c.key for c in AllocationRow.__table__.c)
+_SHARE_KEYS = tuple(c.key for c in ShareRow.__table__.c)
+#: one active workload as plain values: (its `DOMAIN_COLUMNS`, its allocation's row, its
+#: shares' rows by GPU index)
+RunningRows = tuple[tuple[Any, ...], tuple[Any, ...], tuple[tuple[Any, ...], ...]]
+
+
+def allocation_of(row: Any, shares: Iterable[Any]) -> Allocation:
+    """The allocation of a plain allocation row (or values in column order) and its shares'."""
+    if not hasattr(row, "workload_id"):
+        row = SimpleNamespace(**dict(zip(_ALLOC_KEYS, row, strict=True)))
+    return allocation_to_domain(row, tuple(share_to_domain(_share(sh)) for sh in shares))
+
+
+def _share(sh: Any) -> Any:
+    return (
+        sh
+        if hasattr(sh, "gpu_uuid")
+        else SimpleNamespace(**dict(zip(_SHARE_KEYS, sh, strict=True)))
+    )
+
+
+def running_of(
+    workload: tuple[Any, ...], allocation: tuple[Any, ...], shares: Iterable[Any]
+) -> RunningWorkload:
+    """The running workload of one `AllocationRepo.running_rows()` entry."""
+    w = domain_workload(workload)
+    return RunningWorkload(
+        workload_to_domain(w), allocation_of(allocation, shares), stopping=w.stop_state is not None
+    )
 
 
 class AllocationRepo:
@@ -77,11 +109,17 @@ class AllocationRepo:
     def _active_by_workload(self, *where: ColumnElement[bool]) -> dict[str, Allocation]:
         """Active allocations matching `where`, read as plain rows (two queries, no ORM
         objects: this is on the path of every list and every scheduling pass)."""
+        return {r.workload_id: allocation_of(r, shares) for r, shares in self._active_rows(*where)}
+
+    def _active_rows(self, *where: ColumnElement[bool]) -> list[tuple[Row[Any], list[Row[Any]]]]:
+        """Plain rows of the active allocations matching `where`, each with its shares' rows
+        (by GPU index)."""
         q = select(*AllocationRow.__table__.c).where(AllocationRow.released_at.is_(None), *where)
-        rows = self.s.execute(q).all()
+        run = self.s.connection().execute  # plain rows: not through the ORM's loading
+        rows = run(q).all()
         if not rows:
-            return {}
-        shares: dict[int, list[Share]] = {}
+            return []
+        shares: dict[int, list[Row[Any]]] = {}
         ids = [r.id for r in rows]
         for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
             sq = (
@@ -89,12 +127,9 @@ class AllocationRepo:
                 .where(ShareRow.allocation_id.in_(ids[i : i + 500]))
                 .order_by(ShareRow.gpu_index, ShareRow.id)
             )
-            for sh in self.s.execute(sq):
-                shares.setdefault(sh.allocation_id, []).append(share_to_domain(sh))  # type: ignore[arg-type]
-        return {
-            r.workload_id: allocation_to_domain(r, tuple(shares.get(r.id, ())))  # type: ignore[arg-type]
-            for r in rows
-        }
+            for sh in run(sq):
+                shares.setdefault(sh.allocation_id, []).append(sh)
+        return [(r, shares.get(r.id, [])) for r in rows]
 
     def active(self) -> list[Allocation]:
         q = select(AllocationRow).where(AllocationRow.released_at.is_(None))
@@ -102,9 +137,16 @@ class AllocationRepo:
 
     def running(self) -> list[RunningWorkload]:
         """Active workloads (admitted, starting, running) with their allocations."""
-        allocs = self._active_by_workload()
+        return [running_of(*r) for r in self.running_rows()]
+
+    def running_rows(self) -> list[RunningRows]:
+        """What `running()` is made of, as plain values: per active workload, its
+        `DOMAIN_COLUMNS`, its allocation's row and its shares' rows (by GPU index); equal
+        values make equal `running_of(...)`. For the scheduler loop, which converts only the
+        rows that changed."""
+        allocs = {r.workload_id: (tuple(r), tuple(map(tuple, sh))) for r, sh in self._active_rows()}
         q = (
-            select(*WORKLOAD_COLUMNS)
+            select(*DOMAIN_COLUMNS)
             .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
             .where(
                 AllocationRow.released_at.is_(None),
@@ -112,14 +154,10 @@ class AllocationRepo:
             )
         )
         out = []
-        for r in self.s.execute(q):
-            w = plain_workload(r)
-            if w.id in allocs:
-                out.append(
-                    RunningWorkload(
-                        workload_to_domain(w), allocs[w.id], stopping=w.stop_state is not None
-                    )
-                )
+        for r in self.s.connection().execute(q):  # plain rows: not through the ORM's loading
+            a = allocs.get(r[0])
+            if a is not None:
+                out.append((tuple(r), a[0], a[1]))
         return out
 
     def gpu_usage(self, uuids: Collection[str] | None = None) -> dict[str, tuple[int, int]]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
@@ -16,6 +20,61 @@ from gpupool.store.convert import (
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import GpuRow, NodeRow
 
+_NODE_COLUMNS = (
+    NodeRow.name,
+    NodeRow.cpu_milli,
+    NodeRow.memory_mib,
+    cast(NodeRow.labels, Text),
+    NodeRow.state,
+    NodeRow.last_heartbeat,
+)
+_GPU_COLUMNS = (
+    GpuRow.node,
+    GpuRow.index,
+    GpuRow.uuid,
+    GpuRow.model,
+    GpuRow.memory_mib,
+    GpuRow.sharing,
+    GpuRow.health,
+    cast(GpuRow.outside, Text),
+    GpuRow.mig_layout,
+)
+#: one node as plain values: (its row's, its GPUs' by index, each without the node's name)
+NodeRows = tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...]]
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def gpu_of(values: tuple[Any, ...]) -> GPU:
+    """The GPU of one GPU entry of `NodeRepo.rows()`."""
+    index, uuid, model, memory_mib, sharing, health, outside, mig_layout = values
+    return GPU(
+        index=index,
+        uuid=uuid,
+        model=model,
+        memory_mib=memory_mib,
+        sharing=SharingMode(sharing),
+        health=GPUHealth(health),
+        outside=outside_to_domain(_json(outside)),
+        mig_layout=mig_layout,
+    )
+
+
+def node_of(values: tuple[Any, ...], gpus: tuple[GPU, ...]) -> Node:
+    """The node of one `NodeRepo.rows()` entry's row values, with its `gpus` (by index)."""
+    name, cpu_milli, memory_mib, labels, state, last_heartbeat = values
+    return Node(
+        name=name,
+        gpus=gpus,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        labels=tuple(sorted((str(k), str(v)) for k, v in (_json(labels) or {}).items())),
+        state=NodeState(state),
+        last_heartbeat=last_heartbeat,
+    )
+
 
 class NodeRepo:
     def __init__(self, s: Session):
@@ -24,24 +83,18 @@ class NodeRepo:
     def list(self) -> list[Node]:
         """All nodes by name. Read as plain rows (two queries, no ORM objects): it is on the
         path of every submission and every scheduling pass."""
-        gpus: dict[str, list[GPU]] = {}
-        q = select(*GpuRow.__table__.c).order_by(GpuRow.node, GpuRow.index)
-        for r in self.s.execute(q):
-            g = r._mapping  # a column named "index" clashes with the tuple method
-            gpus.setdefault(g["node"], []).append(
-                GPU(
-                    index=g["index"],
-                    uuid=g["uuid"],
-                    model=g["model"],
-                    memory_mib=g["memory_mib"],
-                    sharing=SharingMode(g["sharing"]),
-                    health=GPUHealth(g["health"]),
-                    outside=outside_to_domain(g["outside"]),
-                    mig_layout=g["mig_layout"],
-                )
-            )
-        rows = self.s.execute(select(*NodeRow.__table__.c).order_by(NodeRow.name))
-        return [node_to_domain(r, tuple(gpus.get(r.name, ()))) for r in rows]  # type: ignore[arg-type]
+        return [node_of(n, tuple(map(gpu_of, g))) for n, g in self.rows()]
+
+    def rows(self) -> Sequence[NodeRows]:
+        """What `list()` is made of, as plain values: per node by name, its row's values and
+        its GPUs' (by index), JSON columns as text (`node_of`, `gpu_of` convert them). For the
+        scheduler loop, which converts only the nodes and GPUs that changed."""
+        run = self.s.connection().execute  # plain rows: not through the ORM's loading
+        gpus: dict[str, list[tuple[Any, ...]]] = {}
+        for g in run(select(*_GPU_COLUMNS).order_by(GpuRow.node, GpuRow.index)):
+            gpus.setdefault(g[0], []).append(tuple(g[1:]))
+        q = select(*_NODE_COLUMNS).order_by(NodeRow.name)
+        return [(tuple(r), tuple(gpus.get(r[0], ()))) for r in run(q)]
 
     def get(self, name: str) -> Node:
         row = self.s.get(NodeRow, name)

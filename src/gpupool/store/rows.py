@@ -7,6 +7,7 @@ GPU amounts are milli (1000 = one GPU), memory MiB, CPU milli-CPU.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    cast,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -393,3 +395,31 @@ def plain_workload(row: Sequence[object]) -> WorkloadRow:
     """A result row as an object with WorkloadRow's attributes: reading them is about twice
     as fast as reading a SQLAlchemy Row's (it matters for lists of hundreds)."""
     return SimpleNamespace(**dict(zip(ROW_KEYS, row, strict=True)))  # type: ignore[return-value]
+
+
+#: the columns beside a workload that loops rewrite often (why-pending and positions: the
+#: scheduler loop; the forecast: the forecast loop); no domain `Workload` field comes from them
+NOTE_KEYS = (
+    "pending_reason",
+    "queue_position",
+    "tenant_position",
+    "pending_wait",
+    "pending_forecast",
+)
+#: every other column of the workloads table (`id` first), `command` as its stored JSON text
+#: (decoded only for rows converted): what a `Workload` and whether it is stopping are made of;
+#: rows equal in these make equal domain objects
+DOMAIN_COLUMNS = tuple(
+    cast(c, Text).label("command") if c.key == "command" else c
+    for c in WORKLOAD_COLUMNS
+    if c.key not in NOTE_KEYS
+)
+DOMAIN_KEYS = tuple(c.key for c in WORKLOAD_COLUMNS if c.key not in NOTE_KEYS)
+
+
+def domain_workload(values: Sequence[object]) -> WorkloadRow:
+    """The values of `DOMAIN_COLUMNS` as an object with WorkloadRow's attributes (those
+    columns only)."""
+    row = SimpleNamespace(**dict(zip(DOMAIN_KEYS, values, strict=True)))
+    row.command = json.loads(row.command) if row.command else []
+    return row  # type: ignore[return-value]

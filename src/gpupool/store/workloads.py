@@ -12,9 +12,9 @@ import dataclasses
 import secrets
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Row, delete, func, or_, select, update
+from sqlalchemy import Row, Table, bindparam, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import (
@@ -40,6 +40,7 @@ from gpupool.store.convert import (
 )
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
+    DOMAIN_COLUMNS,
     WORKLOAD_COLUMNS,
     WorkloadEnvRow,
     WorkloadPodRow,
@@ -108,6 +109,34 @@ def _record(row: WorkloadRow) -> WorkloadRecord:
         row.endpoint,
         forecast,
     )
+
+
+#: a pending workload's stored why-pending: (reason, position, tenant position, wait as JSON)
+StoredInfo = tuple[str | None, int | None, int | None, str | None]
+_INFO_COLUMNS = (
+    WorkloadRow.pending_reason,
+    WorkloadRow.queue_position,
+    WorkloadRow.tenant_position,
+    WorkloadRow.pending_wait,
+)
+_T = cast(Table, WorkloadRow.__table__)
+#: one workload's why-pending, written only while it is pending (a cancel may have won)
+_SET_INFO = (
+    update(_T)
+    .where(_T.c.id == bindparam("b_id"), _T.c.state == str(WorkloadState.PENDING))
+    .values(
+        pending_reason=bindparam("b_r"),
+        queue_position=bindparam("b_p"),
+        tenant_position=bindparam("b_t"),
+        pending_wait=bindparam("b_w"),
+    )
+)
+
+
+def info_columns(info: PendingInfo) -> StoredInfo:
+    """`info` as its columns are stored (compare with `StoredInfo`s read back)."""
+    wait = None if info.wait is None else wait_to_json(info.wait)
+    return (info.reason, info.position, info.tenant_position, wait)
 
 
 class WorkloadRepo:
@@ -204,6 +233,20 @@ class WorkloadRepo:
         )
         return [workload_to_domain(plain_workload(r)) for r in self.s.execute(q)]
 
+    def pending_rows(self) -> Sequence[tuple[tuple[Any, ...], StoredInfo]]:
+        """Per pending workload, in the order of `pending()`: the values of its
+        `DOMAIN_COLUMNS` (`workload_to_domain(domain_workload(values))` is what `pending()`
+        gives) and its stored why-pending (see `set_pending_info`). For the scheduler loop,
+        which converts only the rows that changed."""
+        q = (
+            select(*DOMAIN_COLUMNS, *_INFO_COLUMNS)
+            .where(WorkloadRow.state == str(WorkloadState.PENDING))
+            .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
+        )
+        n = len(DOMAIN_COLUMNS)
+        rows = self.s.connection().execute(q)  # plain rows: not through the ORM's loading
+        return [(tuple(r[:n]), tuple(r[n:])) for r in rows]
+
     def owed_waits(self) -> list[tuple[str, str, Wait]]:
         """(id, tenant, wait) of the pending workloads whose stored wait is `owed` (their
         tenant is owed GPUs that a reclaim will take at `wait.until`), in queue order: what
@@ -282,42 +325,53 @@ class WorkloadRepo:
         self.s.flush()
         return new
 
-    def set_pending_info(self, infos: Mapping[str, PendingInfo]) -> None:
-        """Store the latest why-pending of each listed (still pending) workload. Only rows
-        whose stored reason or positions differ are written."""
+    def set_pending_info(
+        self,
+        infos: Mapping[str, PendingInfo],
+        stored: Mapping[str, StoredInfo] | None = None,
+    ) -> int:
+        """Store the latest why-pending of each listed workload that is still pending; only
+        rows whose stored reason, positions or wait differ are written. `stored`: what the
+        caller read of them (`pending_rows`, maybe in an earlier transaction): rows are then
+        compared with it, not read again, and one it lacks is written. Either way the UPDATE
+        only touches rows still pending. Returns how many rows it asked to write."""
         if not infos:
-            return
-        ids = list(infos)
-        stored: dict[str, tuple[str | None, int | None, int | None, str | None]] = {}
-        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
-            q = select(
-                WorkloadRow.id,
-                WorkloadRow.pending_reason,
-                WorkloadRow.queue_position,
-                WorkloadRow.tenant_position,
-                WorkloadRow.pending_wait,
-            ).where(
-                WorkloadRow.id.in_(ids[i : i + 500]),
-                WorkloadRow.state == str(WorkloadState.PENDING),
-            )
-            stored.update((wid, (r, qp, tp, pw)) for wid, r, qp, tp, pw in self.s.execute(q))
+            return 0
+        if stored is None:
+            stored = self._stored_infos(list(infos))
+            known: Collection[str] = stored
+        else:
+            known = infos
         params = []
         for wid, info in infos.items():
-            if wid not in stored:
+            if wid not in known:
                 continue
-            wait = None if info.wait is None else wait_to_json(info.wait)
-            if stored[wid] != (info.reason, info.position, info.tenant_position, wait):
+            row = info_columns(info)
+            if stored.get(wid) != row:
+                reason, position, tenant_position, wait = row
                 params.append(
                     {
-                        "id": wid,
-                        "pending_reason": info.reason,
-                        "queue_position": info.position,
-                        "tenant_position": info.tenant_position,
-                        "pending_wait": wait,
+                        "b_id": wid,
+                        "b_r": reason,
+                        "b_p": position,
+                        "b_t": tenant_position,
+                        "b_w": wait,
                     }
                 )
         if params:
-            self.s.execute(update(WorkloadRow), params)
+            self.s.execute(_SET_INFO, params)
+        return len(params)
+
+    def _stored_infos(self, ids: Sequence[str]) -> dict[str, StoredInfo]:
+        """The stored why-pending of those of `ids` that are pending."""
+        out: dict[str, StoredInfo] = {}
+        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+            q = select(WorkloadRow.id, *_INFO_COLUMNS).where(
+                WorkloadRow.id.in_(ids[i : i + 500]),
+                WorkloadRow.state == str(WorkloadState.PENDING),
+            )
+            out.update((r[0], tuple(r[1:])) for r in self.s.execute(q))  # type: ignore[misc]
+        return out
 
     def set_forecasts(self, forecasts: Mapping[str, Forecast]) -> int:
         """Store the forecast of each listed (still pending) workload; only rows whose stored

@@ -37,6 +37,7 @@ from gpupool.scheduler.types import PendingInfo
 from gpupool.server.context import AppContext
 from gpupool.server.loops.autoscale import node_pool_demand
 from gpupool.server.loops.base import Loop
+from gpupool.server.loops.snapshot import SnapshotReader
 from gpupool.server.services import budgets, lifecycle, notebooks
 from gpupool.server.services.reservations import NOTICE_S, notify_stops
 from gpupool.server.webhook import Webhook
@@ -115,6 +116,8 @@ class SchedulerLoop(Loop):
         self.last: CycleReport | None = None
         #: what the scheduler carries from one cycle to the next (see gpupool.scheduler.cache)
         self.cache = SchedulerCache()
+        #: the snapshot read, reusing the objects of unchanged rows (gpupool.server.loops.snapshot)
+        self.reader = SnapshotReader()
         #: pending workload id -> nodes where work was preempted for it (Snapshot.nominated),
         #: kept as the simulator keeps them (gpupool.scheduler.followup)
         self.nominations = Nominations()
@@ -134,7 +137,7 @@ class SchedulerLoop(Loop):
         return self.nominations.nodes
 
     def snapshot(self) -> tuple[Snapshot, list[Workload]]:
-        snap, pending = read_snapshot(self.ctx)
+        snap, pending = self.reader.read(self.ctx)
         # a nomination lasts while its workload waits, or is still stopping to be moved
         waiting = {w.id for w in pending} | {r.workload.id for r in snap.running if r.stopping}
         nominated = self.nominations.for_snapshot(waiting)
@@ -240,8 +243,13 @@ class SchedulerLoop(Loop):
         infos: Mapping[str, PendingInfo] = d.pending
         if waiting:
             infos = {**d.pending, **self._waiting_info(d.pending, considered or [], waiting)}
+        # compared with what this cycle read; the work admitted now is no longer as read
+        stored = self.reader.stored
+        if stored is not None:
+            for wid in report.admitted:
+                stored.pop(wid, None)
         with ctx.store.write() as s:
-            WorkloadRepo(s).set_pending_info(infos)
+            WorkloadRepo(s).set_pending_info(infos, stored)
         report.pending = len(infos)
 
     def _waiting_info(

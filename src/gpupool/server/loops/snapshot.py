@@ -1,0 +1,141 @@
+"""The scheduler loop's snapshot read, reusing the last cycle's domain objects.
+
+The scheduler's cache (gpupool.scheduler.cache) saves work on objects it saw last cycle:
+a pending `Workload` that is the same object is not classified again, running work that is
+the same `RunningWorkload` costs nothing in the capacity diff. `SnapshotReader` keeps, per
+workload id, the last cycle's object and the row values it was made of (the workload's
+`DOMAIN_COLUMNS`; for running work also its allocation's and shares' rows, whatever may
+change them), and so per node and GPU; a row that reads back equal gets the same object,
+without converting it again (and the nodes the same tuple when every node is the same). A
+domain object is made of those values only, so the snapshot is equal to a fresh read
+(`read_snapshot`) and the decisions the same; only the cost differs.
+
+It also keeps the why-pending stored for each pending workload as this cycle's read saw it
+(`stored`): the loop writes only the infos that differ (`WorkloadRepo.set_pending_info`),
+without reading every pending row again. A restart starts empty: its first read is the
+memory.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from gpupool.domain import GPU, Node, Workload
+from gpupool.scheduler import RunningWorkload, Snapshot
+from gpupool.server.context import AppContext
+from gpupool.store import (
+    AllocationRepo,
+    NodeRepo,
+    TenantRepo,
+    UsageRepo,
+    WorkloadRepo,
+    kept_service,
+)
+from gpupool.store.allocations import RunningRows, running_of
+from gpupool.store.cluster import NodeRows, gpu_of, node_of
+from gpupool.store.convert import workload_to_domain
+from gpupool.store.rows import domain_workload
+from gpupool.store.workloads import StoredInfo
+
+
+class SnapshotReader:
+    """What the scheduler loop reads each cycle, as `read_snapshot` gives it, with the
+    objects of unchanged rows reused (see the module). One per loop; not thread-safe.
+    `reuse=False`: every row converted afresh and no `stored` (None), as before (tests)."""
+
+    def __init__(self, *, reuse: bool = True) -> None:
+        self.reuse = reuse
+        #: pending workload id -> (row values, the Workload made of them), as of the last read
+        self._pending: dict[str, tuple[tuple[Any, ...], Workload]] = {}
+        #: running workload id -> (row values, the RunningWorkload made of them)
+        self._running: dict[str, tuple[RunningRows, RunningWorkload]] = {}
+        #: node name -> (its values, the Node); GPU uuid -> (its values, the GPU); the tuple
+        self._nodes: dict[str, tuple[NodeRows, Node]] = {}
+        self._gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
+        self._node_tuple: tuple[Node, ...] = ()
+        #: pending workload id -> its why-pending as stored when last read (None: not kept)
+        self.stored: dict[str, StoredInfo] | None = {} if reuse else None
+        #: rows converted by the last read (the others were reused), for tests and benches
+        self.converted = 0
+
+    def clear(self) -> None:
+        """Forget everything (the next read converts every row)."""
+        self._pending = {}
+        self._running = {}
+        self._nodes = {}
+        self._gpus = {}
+        self._node_tuple = ()
+        self.stored = {} if self.reuse else None
+
+    def read(self, ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
+        """The nodes that run work, the tenants, the running work and `attained_service`,
+        read in one transaction, and the pending work in queue order."""
+        with ctx.store.read() as s:
+            node_rows = [n for n in NodeRepo(s).rows() if ctx.runs_work_on(n[0][0])]
+            tree = TenantRepo(s).tree()
+            running_rows = AllocationRepo(s).running_rows()
+            pending_rows = WorkloadRepo(s).pending_rows()
+            attained = UsageRepo(s).attained_by_tenant()
+            attained.update(kept_service(s))
+        nodes, converted = self._read_nodes(node_rows)
+        old_run = self._running
+        run_memo: dict[str, tuple[RunningRows, RunningWorkload]] = {}
+        running: list[RunningWorkload] = []
+        for rows in running_rows:
+            hit = old_run.get(rows[0][0])
+            if hit is None or hit[0] != rows:
+                hit = (rows, running_of(*rows))
+                converted += 1
+            run_memo[rows[0][0]] = hit
+            running.append(hit[1])
+        old = self._pending
+        memo: dict[str, tuple[tuple[Any, ...], Workload]] = {}
+        stored: dict[str, StoredInfo] = {}
+        pending: list[Workload] = []
+        for values, info in pending_rows:
+            wid = values[0]
+            got = old.get(wid)
+            if got is None or got[0] != values:
+                got = (values, workload_to_domain(domain_workload(values)))
+                converted += 1
+            memo[wid] = got
+            stored[wid] = info
+            pending.append(got[1])
+        if self.reuse:
+            self._running, self._pending, self.stored = run_memo, memo, stored
+        self.converted = converted
+        return Snapshot(nodes, tree, tuple(running), attained), pending
+
+    def _read_nodes(self, node_rows: list[NodeRows]) -> tuple[tuple[Node, ...], int]:
+        """The nodes of `node_rows`, reusing the Node (and GPU) objects of unchanged rows,
+        and the last tuple itself when every node is the same; and how many were converted."""
+        old, old_gpus = self._nodes, self._gpus
+        memo: dict[str, tuple[NodeRows, Node]] = {}
+        gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
+        out: list[Node] = []
+        converted = 0
+        for rows in node_rows:
+            hit = old.get(rows[0][0])
+            if hit is None or hit[0] != rows:
+                made = []
+                for g in rows[1]:
+                    got = old_gpus.get(g[1])
+                    if got is None or got[0] != g:
+                        got = (g, gpu_of(g))
+                        converted += 1
+                    gpus[g[1]] = got
+                    made.append(got[1])
+                hit = (rows, node_of(rows[0], tuple(made)))
+                converted += 1
+            else:
+                for g, obj in zip(rows[1], hit[1].gpus, strict=True):
+                    gpus[g[1]] = (g, obj)
+            memo[rows[0][0]] = hit
+            out.append(hit[1])
+        last = self._node_tuple
+        same = len(out) == len(last) and all(map(operator.is_, out, last))
+        nodes = last if same else tuple(out)
+        if self.reuse:
+            self._nodes, self._gpus, self._node_tuple = memo, gpus, nodes
+        return nodes, converted
