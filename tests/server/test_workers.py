@@ -187,7 +187,16 @@ def test_forwarded_requests_reach_the_primary_unchanged(pair):
     assert worker.get("/readyz").json()["status"] == "ready"
 
 
-def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(store, tmp_path):
+@pytest.mark.parametrize("trusted", [None, "*"])
+def test_the_primary_learns_the_client_of_a_forwarded_request_from_the_worker(
+    store, tmp_path, monkeypatch, trusted
+):
+    # FORWARDED_ALLOW_IPS=* makes uvicorn trust the primary's Unix socket too: it fills in
+    # the client from the worker's X-Forwarded-For before the primary's own middleware runs
+    if trusted is None:
+        monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    else:
+        monkeypatch.setenv("FORWARDED_ALLOW_IPS", trusted)
     run = run_dir(tmp_path)
     primary = Primary(store, run)
 

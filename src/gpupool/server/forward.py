@@ -176,6 +176,14 @@ async def _unavailable(send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _over_unix_socket(scope: Scope) -> bool:
+    """Whether the request came over a Unix socket: no peer address, or (where uvicorn's
+    proxy-header rules already filled one in, e.g. `FORWARDED_ALLOW_IPS=*`, which trusts
+    the socket too) a local address without a port."""
+    server = scope.get("server")
+    return scope.get("client") is None or (server is not None and server[1] is None)
+
+
 class ClientFromWorker:
     """ASGI middleware for the primary: a request that came over its Unix socket (it has no
     peer address; only the server's own workers can connect there) takes its client address
@@ -187,7 +195,7 @@ class ClientFromWorker:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("client") is None:
+        if scope["type"] == "http" and _over_unix_socket(scope):
             scope[FROM_WORKER] = True
             headers = dict(scope["headers"])
             # in place, as uvicorn's own proxy-header middleware does: its access log reads
