@@ -23,7 +23,10 @@ by wrapping those names, so the same harness times older code.
 removed afterwards) and with this checkout's, alternately, each in its own subprocess, `--rounds`
 times each, and prints both and the ratio now / then per phase (the median of the rounds'
 ratios) and whether they decided the same (a digest of each cycle's admissions, preemptions and
-stored why-pending). `--baseline src:DIR` compares with the code in DIR.
+stored why-pending). `--baseline src:DIR` compares with the code in DIR. `--max-ratio R` (the
+CI gate in scripts/test) exits 1 when `run_once`'s CPU time now / then (p50 of a run, the best
+run of each side) is above R, or when this code decided differently in two rounds; it says
+SKIPPED, and exits 0, when the baseline commit is not in the clone.
 """
 
 from __future__ import annotations
@@ -284,6 +287,30 @@ def worker(src: Path, args: argparse.Namespace, hash_seed: int) -> dict:
     return r
 
 
+def _run_p50(r: dict, kind: str, phase: str) -> float:
+    """One run's p50 of `phase` (`kind`: wall or cpu) over its steady cycles."""
+    return statistics.median(x[kind][phase] for x in r["per_cycle"][1:])
+
+
+def gate(result: dict, max_ratio: float | None) -> int:
+    """The CI gate (scripts/test): 1 when run_once got slower than `max_ratio` (the best run
+    of each side: noise only adds time) or this code decided differently in two rounds."""
+    if max_ratio is None:
+        return 0
+    ratio = result["ratio_best_cpu_total"]
+    if not result["deterministic"]:
+        print("FAILED: the same code decided differently in two rounds", file=sys.stderr)
+        return 1
+    if ratio > max_ratio:
+        print(
+            f"FAILED: run_once takes {ratio:.2f}x the CPU time of the baseline (limit {max_ratio})",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"ok: run_once {ratio:.2f}x the baseline's CPU time (limit {max_ratio})", file=sys.stderr)
+    return 0
+
+
 def compare(args: argparse.Namespace) -> dict:
     from scheduler_scale import git, resolve_baseline
 
@@ -328,6 +355,10 @@ def compare(args: argparse.Namespace) -> dict:
             )
             for p in PHASES
         }
+    best = {s: min(_run_p50(r, "cpu", "total") for r in runs[s]) for s in runs}
+    out["ratio_best_cpu_total"] = round(best["now"] / max(1e-9, best["then"]), 3)
+    digests = [[x["digest"] for x in r["per_cycle"]] for r in runs["now"]]
+    out["deterministic"] = all(d == digests[0] for d in digests)
     out["cold_total_ms"] = {s: runs[s][0]["cold_total_ms"] for s in runs}
     then_d = [x["digest"] for x in runs["then"][0]["per_cycle"]]
     now_d = [x["digest"] for x in runs["now"][0]["per_cycle"]]
@@ -355,13 +386,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--baseline", metavar="REV", help="compare with commit REV or src:DIR")
     p.add_argument("--rounds", type=int, default=2, help="with --baseline: runs of each")
+    p.add_argument(
+        "--max-ratio",
+        type=float,
+        metavar="R",
+        help="with --baseline: exit 1 when run_once's CPU time (p50 of a run, the best run of "
+        "each side) now / then is above R, or the same code decided differently in two rounds",
+    )
     p.add_argument("--digest", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.baseline:
-        result = compare(args)
+        from scheduler_scale import NoBaseline
+
+        try:
+            result = compare(args)
+        except NoBaseline as e:
+            print(f"SKIPPED: {e}", file=sys.stderr)
+            return 0
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
-        return 0
+        return gate(result, args.max_ratio)
     if args.worker:
         args.digest = True
     result = run(args)

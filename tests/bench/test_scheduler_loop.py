@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from scheduler_loop import PHASES, run  # noqa: E402
+from scheduler_loop import PHASES, gate, run  # noqa: E402
 
 
 def test_the_bench_runs_the_loop_and_times_each_phase():
@@ -36,3 +36,11 @@ def test_the_bench_runs_the_loop_and_times_each_phase():
     from gpupool.server.loops.scheduler import SchedulerLoop
 
     assert SchedulerLoop.snapshot.__name__ == "snapshot"
+
+
+def test_the_gate_fails_a_slower_or_nondeterministic_loop_and_passes_otherwise():
+    ok = {"ratio_best_cpu_total": 1.2, "deterministic": True}
+    assert gate(ok, None) == 0  # no limit asked: report only
+    assert gate(ok, 1.5) == 0
+    assert gate({**ok, "ratio_best_cpu_total": 1.51}, 1.5) == 1
+    assert gate({**ok, "deterministic": False}, 1.5) == 1
