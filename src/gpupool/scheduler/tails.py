@@ -8,6 +8,7 @@ Candidate), sorted, with unique keys.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate
 from operator import itemgetter
@@ -15,6 +16,7 @@ from typing import Any
 
 from gpupool.scheduler.capacity import Shape
 
+_key_of = itemgetter(0)
 _shape_of = itemgetter(2)
 _milli_of = itemgetter(3)
 
@@ -33,7 +35,13 @@ class LastKeys:
 
     def update(self, q: Sequence[Any], drop: Sequence[Any], add: Sequence[Any]) -> None:
         """`q`: the queue now, that is the queue these counts were of without the entries
-        `drop` and with the entries `add` (in any order)."""
+        `drop` and with the entries `add` (in any order). Built afresh from `q` (C-level
+        passes) where the changes are two thirds as many as its entries or more (the first
+        cycle, a refill): about 0.37 us per change against 0.23 us per entry."""
+        if 3 * (len(drop) + len(add)) >= 2 * len(q):
+            self.count = Counter(map(_shape_of, q))
+            self.last = dict(zip(map(_shape_of, q), map(_key_of, q), strict=True))
+            return
         count, last = self.count, self.last
         stale: set[Shape] = set()  # shapes whose last entry went
         for e in drop:
