@@ -443,7 +443,7 @@ class SchedulerCache:
     def tails(self) -> dict[str, tuple]:
         """Per tenant, its sorted queue of the cycle that last read it and that queue's summary,
         `(queue, summary)`: what the walk needs to answer the rest of a queue at once
-        (gpupool.scheduler.queues.Tail); replaced when the tenant's queue is a new one (the
+        (gpupool.scheduler.tails.Tail); replaced when the tenant's queue is a new one (the
         old queue let go of then, not kept until a clean-up). Emptied when it holds more than
         1,024 tenants (tenants that come and go)."""
         if len(self._tails) > 1024:

@@ -47,13 +47,14 @@ from gpupool.scheduler.preemption import (
     reclaim_due,
     within_some_guarantee,
 )
-from gpupool.scheduler.queues import Candidate, Queues, Tail
+from gpupool.scheduler.queues import Candidate, Queues
 from gpupool.scheduler.reasons import (
     beyond_guarantee_text,
     requeued_text,
     untried_text,
 )
 from gpupool.scheduler.reservations import Hold, expected_start, reservation_node
+from gpupool.scheduler.tails import Tail
 from gpupool.scheduler.types import (
     BorrowOrder,
     CycleStats,
@@ -163,6 +164,7 @@ class _Cycle:
         self.unschedulable: dict[str, str] = queues.unschedulable
         self.queues: dict[str, list[Candidate]] = queues.queues
         self.pending_demand: dict[str, int] = queues.pending_demand
+        self.last_keys = queues.last_keys
         #: (fair) ids of the gangs that may hold nodes this cycle (gangwalk.may_hold)
         self.gang_turn = GangTurn(self.queues, ins.config.gang_reservations)
 
@@ -392,7 +394,7 @@ class _Cycle:
         position; else None (nothing done)."""
         tail = self._tails.get(t)
         if tail is None or tail[0] is not q:
-            tail = self._tails[t] = (q, Tail(q))
+            tail = self._tails[t] = (q, Tail(q, self.last_keys.get(t)))
         tl = tail[1]
         why: str | dict[Shape, str]
         if tfail is not None:

@@ -14,7 +14,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields
 from functools import partial
-from itertools import accumulate, compress, filterfalse
+from itertools import compress, filterfalse
 from operator import attrgetter, is_, itemgetter
 from typing import TypeVar
 
@@ -31,6 +31,7 @@ from gpupool.scheduler.ordering import (
 )
 from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
+from gpupool.scheduler.tails import LastKeys
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
 _V = TypeVar("_V")
@@ -79,6 +80,7 @@ class _Standing:
         "sched",
         "unsched",
         "seen",
+        "lasts",
     )
 
     def __init__(self) -> None:
@@ -101,6 +103,8 @@ class _Standing:
         self.unsched: dict[int, tuple[str, str]] = {}
         #: the cache's `calls` when this was brought up to date (SchedulerCache.started)
         self.seen = -1
+        #: per tenant, the last entry's key per shape of its queue (read by the walk's Tail)
+        self.lasts: dict[str, LastKeys] = {}
 
 
 def _changed_queue(
@@ -191,42 +195,6 @@ def _first_seen(tenants: Iterable[str], count: int) -> dict[str, None]:
     return out
 
 
-class Tail:
-    """Per position of a sorted queue: the shapes, the smallest GPU milli from there to the
-    end, and where each shape last occurs (used by the cycle to answer the rest of a queue
-    at once). Each part is built on first use, with C-level loops: a queue
-    that changed gets a new Tail every cycle."""
-
-    __slots__ = ("_q", "_shapes", "_min_milli", "_last")
-
-    def __init__(self, q: list[Candidate]):
-        self._q = q
-        self._shapes: list[Shape] | None = None
-        self._min_milli: list[int] | None = None
-        self._last: dict[Shape, int] | None = None
-
-    @property
-    def shapes(self) -> list[Shape]:
-        if self._shapes is None:
-            self._shapes = list(map(itemgetter(2), self._q))
-        return self._shapes
-
-    @property
-    def min_milli(self) -> list[int]:
-        """Per position, the smallest GPU milli from there to the end."""
-        if self._min_milli is None:
-            low = list(accumulate(reversed(list(map(itemgetter(3), self._q))), min))
-            low.reverse()
-            self._min_milli = low
-        return self._min_milli
-
-    def shapes_from(self, i: int) -> list[Shape]:
-        """The distinct shapes of the queue from position `i` on."""
-        if self._last is None:  # shape -> the last position it occurs at
-            self._last = dict(zip(self.shapes, range(len(self._q)), strict=True))
-        return [s for s, j in self._last.items() if j >= i]
-
-
 class Queues:
     """The classification of one cycle's pending work; read `unschedulable` (workload id ->
     reason), `queues` (tenant -> sorted candidates) and `pending_demand` (tenant -> GPU milli)
@@ -250,6 +218,8 @@ class Queues:
         self.unschedulable: dict[str, str] = {}
         self.queues: dict[str, list[Candidate]] = {}
         self.pending_demand: dict[str, int] = {}
+        #: tenant -> LastKeys.last of its queue, where kept (gpupool.scheduler.tails.Tail)
+        self.last_keys: dict[str, dict[Shape, tuple]] = {}
 
     def classify(self, pending: Sequence[Workload]) -> None:
         """Unschedulable work out; the rest into per-tenant queues, sorted by policy order.
@@ -566,10 +536,16 @@ class Queues:
                     else:
                         adjusted.add(wid)
         for t in drop.keys() | add.keys():
-            st.queues[t] = _changed_queue(st.queues.get(t, []), drop.get(t, []), add.get(t, []))
+            d, a = drop.get(t, []), add.get(t, [])
+            q = st.queues[t] = _changed_queue(st.queues.get(t, []), d, a)
+            lasts = st.lasts.get(t)
+            if lasts is None:
+                lasts = st.lasts[t] = LastKeys()
+            lasts.update(q, d, a)
         for t in [t for t, q in st.queues.items() if not q]:
             del st.queues[t]
             del st.demand[t]
+            del st.lasts[t]
         if whole:  # new work was filed in the order of `pending`, the rest is as it was
             st.sched = sched = _in_order(st.objs, sched)
             st.unsched = unsched = _in_order(st.objs, unsched)
@@ -578,6 +554,7 @@ class Queues:
         order = _first_seen(map(_tenant_of, map(_workload_of, sched.values())), len(st.queues))
         self.queues = {t: st.queues[t] for t in order}
         self.pending_demand = {t: st.demand[t] for t in order}
+        self.last_keys = {t: st.lasts[t].last for t in order}
         if unsched:
             self.unschedulable = dict(unsched.values())
         return True
