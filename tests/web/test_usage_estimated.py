@@ -76,15 +76,23 @@ def test_usage_page_marks_estimated_and_unknown_busy_time(page, live):
     expect(note).to_be_visible()
     expect(note).to_contain_text("estimated")
 
-    # the chart of GPU-hours per user marks dora's busy bar, and only hers
+    # the chart of GPU-hours per user marks dora's busy bar, and only hers; eve, unknown,
+    # gets no busy bar (not a 0 bar, which reads as idle) and a hover saying "unknown"
     page.locator("#chart-user .main-svg").first.wait_for()
     trace = page.evaluate(
         "() => { const t = document.getElementById('chart-user').data[1];"
-        " return { name: t.name, x: t.x, text: t.text }; }"
+        " return { name: t.name, x: t.x, y: t.y, text: t.text, hover: t.customdata }; }"
     )
     marks = dict(zip(trace["x"], trace["text"], strict=True))
     assert marks["dora"] == "~" and marks["ann"] == "" and marks["eve"] == ""
     assert "estimated" in trace["name"]
+    busy = dict(zip(trace["x"], trace["y"], strict=True))
+    hover = dict(zip(trace["x"], trace["hover"], strict=True))
+    assert busy["eve"] is None
+    assert busy["dora"] == pytest.approx(3.0) and busy["ann"] is not None
+    assert hover["eve"].startswith("unknown")
+    assert hover["dora"].startswith("~3.00 GPU-h") and "estimated" in hover["dora"]
+    assert "unknown" not in hover["ann"] and not hover["ann"].startswith("~")
 
     # chargeback: bio's busy GPU-h and the total include dora's estimate, marked so
     charge = page.locator("#chargeback tbody")

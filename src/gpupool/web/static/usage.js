@@ -82,14 +82,19 @@
   function bars(rows) {
     const keys = rows.map(key);
     const est = rows.map(estimated);
+    const ok = rows.map(known);
     const anyEst = est.some((e) => e > 0);
+    // A row with busy time neither measured nor estimated gets no busy bar (a 0 bar would
+    // read as idle) and says "unknown" in its hover, as the tables show "—".
     return [
       { type: "bar", name: "allocated GPU-h", x: keys, y: rows.map(alloc), marker: { color: "#2563eb" } },
       {
-        type: "bar", name: anyEst ? "busy GPU-h (~ partly estimated)" : "busy GPU-h", x: keys, y: rows.map(busy),
+        type: "bar", name: anyEst ? "busy GPU-h (~ partly estimated)" : "busy GPU-h", x: keys,
+        y: rows.map((r, i) => (ok[i] ? busy(r) : null)),
         marker: { color: "#16a34a" }, text: est.map((e) => (e > 0 ? "~" : "")), textposition: "outside",
-        customdata: est.map((e) => (e > 0 ? `<br>~ ${e.toFixed(2)} GPU-h estimated (MPS shares)` : "")),
-        hovertemplate: "%{x}: busy %{text}%{y:.2f} GPU-h%{customdata}<extra></extra>",
+        customdata: rows.map((r, i) => (!ok[i] ? "unknown (neither measured nor estimated)"
+          : `${est[i] > 0 ? "~" : ""}${busy(r).toFixed(2)} GPU-h${est[i] > 0 ? `<br>~ ${est[i].toFixed(2)} GPU-h estimated (MPS shares)` : ""}`)),
+        hovertemplate: "%{x}: busy %{customdata}<extra></extra>",
       },
     ];
   }
