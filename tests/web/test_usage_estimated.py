@@ -101,7 +101,7 @@ def test_usage_page_marks_estimated_and_unknown_busy_time(page, live):
     expect(busy_of(charge.locator("tr", has_text="lab-a"))).not_to_have_text(MARKED)
     expect(page.locator("#charge-estimated")).to_be_visible()
 
-    # the page's CSV keeps estimated GPU-hours apart (the last column, as in the chargeback's)
+    # the page's CSV keeps estimated GPU-hours apart (its last column, as the chargeback's)
     with page.expect_download() as dl:
         page.get_by_role("button", name="Export CSV").click()
     with open(dl.value.path()) as f:
@@ -111,3 +111,25 @@ def test_usage_page_marks_estimated_and_unknown_busy_time(page, live):
     assert float(rows[("user", "ann")]["gpu_hours_estimated"]) == 0.0
     assert rows[("user", "eve")]["efficiency"] == ""
     shot(page, "usage-estimated")
+
+    # a chargeback with a row unknown and nothing estimated: the note still shows, for the —
+    unknown = {"gpu_hours_busy": 0.0, "gpu_hours_measured": 0.0, "gpu_hours_estimated": 0.0}
+    measured = {"gpu_hours_busy": 1.0, "gpu_hours_measured": 2.0, "gpu_hours_estimated": 0.0}
+    common = {
+        "gpu_hours_allocated": 2.0,
+        "gpu_memory_gib_hours": 1.0,
+        "energy_kwh": None,
+        "workloads": 1,
+    }
+    rep = {
+        "by": "user",
+        "rows": [{"key": "ann", **common, **measured}, {"key": "eve", **common, **unknown}],
+        "total": {"key": "total", **common, **measured, "gpu_hours_allocated": 4.0, "workloads": 2},
+    }
+    page.route(re.compile(r"/usage/chargeback\?"), lambda route: route.fulfill(json=rep))
+    page.locator("#charge-by").select_option("user")
+    expect(busy_of(charge.locator("tr", has_text="eve"))).to_have_text("—")
+    expect(busy_of(charge.locator("tr", has_text="ann"))).to_have_text("1.00")
+    note = page.locator("#charge-estimated")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("unknown")
