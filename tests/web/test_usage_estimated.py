@@ -76,15 +76,23 @@ def test_usage_page_marks_estimated_and_unknown_busy_time(page, live):
     expect(note).to_be_visible()
     expect(note).to_contain_text("estimated")
 
-    # the chart of GPU-hours per user marks dora's busy bar, and only hers
+    # the chart of GPU-hours per user marks dora's busy bar, and only hers; eve, unknown,
+    # gets no busy bar (not a 0 bar, which reads as idle) and a hover saying "unknown"
     page.locator("#chart-user .main-svg").first.wait_for()
     trace = page.evaluate(
         "() => { const t = document.getElementById('chart-user').data[1];"
-        " return { name: t.name, x: t.x, text: t.text }; }"
+        " return { name: t.name, x: t.x, y: t.y, text: t.text, hover: t.customdata }; }"
     )
     marks = dict(zip(trace["x"], trace["text"], strict=True))
     assert marks["dora"] == "~" and marks["ann"] == "" and marks["eve"] == ""
     assert "estimated" in trace["name"]
+    busy = dict(zip(trace["x"], trace["y"], strict=True))
+    hover = dict(zip(trace["x"], trace["hover"], strict=True))
+    assert busy["eve"] is None
+    assert busy["dora"] == pytest.approx(3.0) and busy["ann"] is not None
+    assert hover["eve"].startswith("unknown")
+    assert hover["dora"].startswith("~3.00 GPU-h") and "estimated" in hover["dora"]
+    assert "unknown" not in hover["ann"] and not hover["ann"].startswith("~")
 
     # chargeback: bio's busy GPU-h and the total include dora's estimate, marked so
     charge = page.locator("#chargeback tbody")
@@ -93,7 +101,7 @@ def test_usage_page_marks_estimated_and_unknown_busy_time(page, live):
     expect(busy_of(charge.locator("tr", has_text="lab-a"))).not_to_have_text(MARKED)
     expect(page.locator("#charge-estimated")).to_be_visible()
 
-    # the page's CSV keeps estimated GPU-hours apart (the last column, as in the chargeback's)
+    # the page's CSV keeps estimated GPU-hours apart (its last column, as the chargeback's)
     with page.expect_download() as dl:
         page.get_by_role("button", name="Export CSV").click()
     with open(dl.value.path()) as f:
@@ -103,3 +111,25 @@ def test_usage_page_marks_estimated_and_unknown_busy_time(page, live):
     assert float(rows[("user", "ann")]["gpu_hours_estimated"]) == 0.0
     assert rows[("user", "eve")]["efficiency"] == ""
     shot(page, "usage-estimated")
+
+    # a chargeback with a row unknown and nothing estimated: the note still shows, for the —
+    unknown = {"gpu_hours_busy": 0.0, "gpu_hours_measured": 0.0, "gpu_hours_estimated": 0.0}
+    measured = {"gpu_hours_busy": 1.0, "gpu_hours_measured": 2.0, "gpu_hours_estimated": 0.0}
+    common = {
+        "gpu_hours_allocated": 2.0,
+        "gpu_memory_gib_hours": 1.0,
+        "energy_kwh": None,
+        "workloads": 1,
+    }
+    rep = {
+        "by": "user",
+        "rows": [{"key": "ann", **common, **measured}, {"key": "eve", **common, **unknown}],
+        "total": {"key": "total", **common, **measured, "gpu_hours_allocated": 4.0, "workloads": 2},
+    }
+    page.route(re.compile(r"/usage/chargeback\?"), lambda route: route.fulfill(json=rep))
+    page.locator("#charge-by").select_option("user")
+    expect(busy_of(charge.locator("tr", has_text="eve"))).to_have_text("—")
+    expect(busy_of(charge.locator("tr", has_text="ann"))).to_have_text("1.00")
+    note = page.locator("#charge-estimated")
+    expect(note).to_be_visible()
+    expect(note).to_contain_text("unknown")

@@ -82,14 +82,19 @@
   function bars(rows) {
     const keys = rows.map(key);
     const est = rows.map(estimated);
+    const ok = rows.map(known);
     const anyEst = est.some((e) => e > 0);
+    // A row with busy time neither measured nor estimated gets no busy bar (a 0 bar would
+    // read as idle) and says "unknown" in its hover, as the tables show "—".
     return [
       { type: "bar", name: "allocated GPU-h", x: keys, y: rows.map(alloc), marker: { color: "#2563eb" } },
       {
-        type: "bar", name: anyEst ? "busy GPU-h (~ partly estimated)" : "busy GPU-h", x: keys, y: rows.map(busy),
+        type: "bar", name: anyEst ? "busy GPU-h (~ partly estimated)" : "busy GPU-h", x: keys,
+        y: rows.map((r, i) => (ok[i] ? busy(r) : null)),
         marker: { color: "#16a34a" }, text: est.map((e) => (e > 0 ? "~" : "")), textposition: "outside",
-        customdata: est.map((e) => (e > 0 ? `<br>~ ${e.toFixed(2)} GPU-h estimated (MPS shares)` : "")),
-        hovertemplate: "%{x}: busy %{text}%{y:.2f} GPU-h%{customdata}<extra></extra>",
+        customdata: rows.map((r, i) => (!ok[i] ? "unknown (neither measured nor estimated)"
+          : `${est[i] > 0 ? "~" : ""}${busy(r).toFixed(2)} GPU-h${est[i] > 0 ? `<br>~ ${est[i].toFixed(2)} GPU-h estimated (MPS shares)` : ""}`)),
+        hovertemplate: "%{x}: busy %{customdata}<extra></extra>",
       },
     ];
   }
@@ -163,8 +168,9 @@
   }
 
   function exportCsv() {
-    // As in the chargeback CSV, the last columns split gpu_hours_allocated by how its busy
-    // time is known: measured, or estimated (MPS shares). Efficiency is empty where neither.
+    // The last two columns split gpu_hours_allocated by how its busy time is known: measured,
+    // or estimated (MPS shares); the chargeback CSV has the same two (gpu_hours_measured 4th,
+    // gpu_hours_estimated last). Efficiency is empty where neither.
     const rows = [["group_by", "key", "from", "to", "gpu_hours_allocated", "gpu_hours_busy", "efficiency", "gpu_memory_mib_max",
       "gpu_hours_measured", "gpu_hours_estimated"]];
     for (const [g, list] of [["tenant", last.tenants], ["user", last.users]]) {
@@ -177,6 +183,8 @@
     GP.downloadCsv(`gpupool-usage-${last.from}-${last.to}.csv`, rows);
   }
 
+  const chargeKnown = (r) => (r.gpu_hours_measured ?? 1) + (r.gpu_hours_estimated ?? 0) > 0;
+
   /** Chargeback (issue 35): the server's sums per tenant, user or model, and its CSV. */
   async function chargeback() {
     const by = document.getElementById("charge-by").value;
@@ -186,14 +194,14 @@
     const f = (x) => x.toFixed(2);
     const row = (r, cls) => h("tr", cls ? { class: cls } : {}, h("td", {}, r.key),
       h("td", { class: "num" }, f(r.gpu_hours_allocated)),
-      busyCell(f(r.gpu_hours_busy), (r.gpu_hours_measured ?? 1) + (r.gpu_hours_estimated ?? 0) > 0, r.gpu_hours_estimated ?? 0),
+      busyCell(f(r.gpu_hours_busy), chargeKnown(r), r.gpu_hours_estimated ?? 0),
       h("td", { class: "num" }, f(r.gpu_memory_gib_hours)),
       h("td", { class: "num" }, r.energy_kwh === null ? "n/a" : f(r.energy_kwh)),
       h("td", { class: "num" }, String(r.workloads)));
     const rows = rep.rows.map((r) => row(r));
     if (rep.rows.length) rows.push(row(rep.total, "total"));
     GP.fillTable("chargeback", rows, "No usage recorded in this range.");
-    showNote("charge-estimated", rep.total.gpu_hours_estimated > 0);
+    showNote("charge-estimated", rep.total.gpu_hours_estimated > 0 || !rep.rows.every(chargeKnown));
     return q;
   }
 
