@@ -4,12 +4,13 @@ The snapshot's `attained_service` holds the tenants' usage under their names and
 workload's id, the service it kept from earlier attempts (checkpointing work preempted and
 requeued; `gpupool.store.attained`), as the simulator passes them.
 
-Applying is "assume, then commit": each admission is committed on its own (allocation +
-`admitted`, refused by the store if a GPU no longer has room), then the executor starts the
-work. If it cannot, the admission is rolled back and `settings.start_retry` decides
-(`domain.retries`): a permanent error fails the workload with the message; a transient one
-requeues it, but it sits out the cycles until its `retry_at` (a wait that doubles with each
-failure) and fails after `max_attempts` failures in a row. Meanwhile it reserves nothing and
+Applying is "assume, then commit": each admission is committed all or nothing (allocation +
+`admitted`, refused by the store if a GPU no longer has room; `store.AdmissionRepo`, a few
+admissions per write transaction), then the executor starts the work. If it cannot, the
+admission is rolled back and `settings.start_retry` decides (`domain.retries`): a permanent
+error fails the workload with the message; a transient one requeues it, but it sits out the
+cycles until its `retry_at` (a wait that doubles with each failure) and fails after
+`max_attempts` failures in a row. Meanwhile it reserves nothing and
 the work behind it is admitted: one workload that cannot start never blocks the pool. Each
 failure is one log line.
 Preemptions stop the victim through `services.lifecycle` (its GPUs stay held until the work
