@@ -4,6 +4,7 @@ Open with `open_store(url)`; work inside `store.read()` / `store.write()` sessio
 repositories (`TenantRepo(session)`, `WorkloadRepo(session)`, ...).
 """
 
+from gpupool.store.admissions import AdmissionRepo, Admitted
 from gpupool.store.allocations import AllocationRepo
 from gpupool.store.attained import attained_milli_s, attempt_milli_s, gpu_hours, kept_service
 from gpupool.store.budgets import BudgetRepo
@@ -30,6 +31,8 @@ from gpupool.store.workloads import (
 
 __all__ = [
     "ROW_KEYS",
+    "AdmissionRepo",
+    "Admitted",
     "AllocationRepo",
     "BudgetRepo",
     "ChargeRow",

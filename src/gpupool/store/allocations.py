@@ -1,7 +1,8 @@
 """The allocations repository: what each workload holds, on which GPUs.
 
 `AllocationRepo.allocate` refuses shares that would oversubscribe a GPU, checked against
-the committed allocations while holding the GPUs' row locks (see `store.db`).
+the committed allocations while holding the GPUs' row locks (see `store.db`); the scheduler
+loop admits in batches with the same checks (`store.admissions`).
 """
 
 from __future__ import annotations

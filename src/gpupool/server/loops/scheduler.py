@@ -4,12 +4,13 @@ The snapshot's `attained_service` holds the tenants' usage under their names and
 workload's id, the service it kept from earlier attempts (checkpointing work preempted and
 requeued; `gpupool.store.attained`), as the simulator passes them.
 
-Applying is "assume, then commit": each admission is committed on its own (allocation +
-`admitted`, refused by the store if a GPU no longer has room), then the executor starts the
-work. If it cannot, the admission is rolled back and `settings.start_retry` decides
-(`domain.retries`): a permanent error fails the workload with the message; a transient one
-requeues it, but it sits out the cycles until its `retry_at` (a wait that doubles with each
-failure) and fails after `max_attempts` failures in a row. Meanwhile it reserves nothing and
+Applying is "assume, then commit": each admission is committed all or nothing (allocation +
+`admitted`, refused by the store if a GPU no longer has room; `store.AdmissionRepo`, a few
+admissions per write transaction), then the executor starts the work. If it cannot, the
+admission is rolled back and `settings.start_retry` decides (`domain.retries`): a permanent
+error fails the workload with the message; a transient one requeues it, but it sits out the
+cycles until its `retry_at` (a wait that doubles with each failure) and fails after
+`max_attempts` failures in a row. Meanwhile it reserves nothing and
 the work behind it is admitted: one workload that cannot start never blocks the pool. Each
 failure is one log line.
 Preemptions stop the victim through `services.lifecycle` (its GPUs stay held until the work
@@ -42,6 +43,7 @@ from gpupool.server.services import budgets, lifecycle, notebooks
 from gpupool.server.services.reservations import NOTICE_S, notify_stops
 from gpupool.server.webhook import Webhook
 from gpupool.store import (
+    AdmissionRepo,
     AllocationRepo,
     Conflict,
     NodeRepo,
@@ -285,26 +287,24 @@ class SchedulerLoop(Loop):
     def _admit_all(
         self, admissions: list[tuple[str, Allocation]], now: float, report: CycleReport
     ) -> None:
-        """Commit the admissions (one transaction, a savepoint each), start them, then record
-        the launches (one transaction)."""
+        """Commit the admissions (one transaction: `AdmissionRepo.admit`, each all or nothing),
+        start them, then record the launches (one transaction)."""
         ctx = self.ctx
         committed: list[tuple[Workload, Allocation, str | None, dict[str, str]]] = []
+        allocs = dict(admissions)
         with ctx.store.write() as s:
-            repo, allocs, users = WorkloadRepo(s), AllocationRepo(s), UserRepo(s)
-            for wid, alloc in admissions:
-                try:
-                    with s.begin_nested():
-                        allocs.allocate(alloc)
-                        w = repo.change_state(
-                            wid, S.ADMITTED, now, f"admitted {_describe(alloc)}", expect={S.PENDING}
-                        )
-                except Conflict as e:  # the store refused it: a GPU no longer has room, or raced
-                    report.raced[wid] = str(e)
-                    log.info("admission of %s not committed: %s", wid, e)
-                    continue
-                owner = users.find(w.owner)
+            done = AdmissionRepo(s).admit(
+                [(alloc, f"admitted {_describe(alloc)}") for _, alloc in admissions], now
+            )
+            for wid, why in done.refused.items():  # a GPU no longer has room, or raced
+                report.raced[wid] = why
+                log.info("admission of %s not committed: %s", wid, why)
+            owners = UserRepo(s).find_many({w.owner for w in done.workloads})
+            envs = WorkloadRepo(s).envs_of([w.id for w in done.workloads])
+            for w in done.workloads:
+                owner = owners.get(w.owner)
                 unix_user = owner.unix_user if owner else None
-                committed.append((w, alloc, unix_user, repo.env_of(wid)))
+                committed.append((w, allocs[w.id], unix_user, envs[w.id]))
         launched: list[tuple[str, Handle, ExecStatus | None]] = []
         for w, alloc, unix_user, env in committed:
             report.admitted.append(w.id)

@@ -1,0 +1,246 @@
+"""Admissions in batches: `AdmissionRepo.admit` commits many admissions in the caller's
+transaction with a few statements for the whole batch.
+
+One admission is an allocation and its workload's move `pending -> admitted` (with the event
+`workload.admitted`): what `AllocationRepo.allocate` then `WorkloadRepo.change_state(...,
+expect={pending})` write, in a savepoint each so that a refused one undoes only itself. Here
+every check is made first, for the batch and in its order, under the same locks (the GPUs'
+rows and the workloads' rows on PostgreSQL; SQLite's write transaction excludes writers), each
+admission accepted counting against the room of those after it; then only the accepted ones
+are written. A refused admission writes nothing and undoes nothing else, as with the
+savepoints, and the rows and events written are the same, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.orm import Session
+
+from gpupool.domain import MILLI_PER_GPU, Allocation, Workload, WorkloadState, transition
+from gpupool.store.allocations import AllocationRepo
+from gpupool.store.convert import workload_to_domain
+from gpupool.store.errors import NotFound
+from gpupool.store.rows import (
+    DOMAIN_COLUMNS,
+    AllocationRow,
+    EventRow,
+    GpuRow,
+    ShareRow,
+    WorkloadRow,
+    domain_workload,
+)
+
+_W = cast(Table, WorkloadRow.__table__)
+_A = cast(Table, AllocationRow.__table__)
+_SH = cast(Table, ShareRow.__table__)
+_EV = cast(Table, EventRow.__table__)
+#: a workload admitted: the columns `transition(pending -> admitted)` and `change_state` set
+_SET_ADMITTED = (
+    update(_W)
+    .where(_W.c.id == bindparam("b_id"))
+    .values(
+        state=bindparam("b_state"),
+        reason=bindparam("b_reason"),
+        admitted_at=bindparam("b_at"),
+        pending_reason=None,
+        queue_position=None,
+        tenant_position=None,
+        pending_wait=None,
+        pending_forecast=None,
+    )
+)
+_T = TypeVar("_T")
+
+
+def _chunks(items: Sequence[_T], n: int = 500) -> Iterator[Sequence[_T]]:
+    """`items` in slices that stay under SQLite's bound-parameter limit."""
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+@dataclass
+class Admitted:
+    """What `AdmissionRepo.admit` did: the workloads admitted (as stored now, in the order
+    given) and, for each refused one, why (the message `allocate` or `change_state` would
+    raise as Conflict)."""
+
+    workloads: list[Workload] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+class AdmissionRepo:
+    def __init__(self, s: Session):
+        self.s = s
+
+    def admit(self, admissions: Sequence[tuple[Allocation, str]], now: float) -> Admitted:
+        """Record each (allocation, reason) as its workload's admission at `now` (see the
+        module): refused if the workload already holds an allocation, if a share's GPU is not
+        on its node or lacks room for it, or if the workload is no longer pending. Raises
+        NotFound, like `change_state`, for a workload that does not exist."""
+        out = Admitted()
+        if not admissions:
+            return out
+        ids = [a.workload_id for a, _ in admissions]
+        uuids = sorted({sh.gpu_uuid for a, _ in admissions for sh in a.shares})
+        gpus = self._lock_gpus(uuids)
+        used = {u: list(v) for u, v in AllocationRepo(self.s).gpu_usage(uuids).items()}
+        holding = self._holding(ids)
+        current = self._lock_workloads(ids)
+        accepted: list[tuple[Allocation, Workload, str]] = []
+        for alloc, reason in admissions:
+            wid = alloc.workload_id
+            why = self._refusal(alloc, gpus, used, holding)
+            if why is None:
+                if wid not in current:
+                    raise NotFound(f"no workload {wid!r}; list yours with GET /api/v1/workloads")
+                w = current[wid]
+                if w.state is not WorkloadState.PENDING:
+                    why = f"workload {wid} is {w.state}, not pending"
+            if why is not None:
+                out.refused[wid] = why
+                continue
+            for sh in alloc.shares:  # its room is taken for the admissions after it
+                acc = used.setdefault(sh.gpu_uuid, [0, 0])
+                acc[0] += sh.milli
+                acc[1] += sh.memory_mib
+            holding.add(wid)
+            accepted.append((alloc, current[wid], reason))
+        if accepted:
+            out.workloads = self._write(accepted, now)
+        return out
+
+    def _lock_gpus(self, uuids: list[str]) -> dict[str, Any]:
+        """The GPUs' (uuid, node, index, memory) rows, locked (PostgreSQL) in uuid order."""
+        gpus: dict[str, Any] = {}
+        run = self.s.connection().execute
+        for part in _chunks(uuids):
+            q = (
+                select(GpuRow.uuid, GpuRow.node, GpuRow.index, GpuRow.memory_mib)
+                .where(GpuRow.uuid.in_(part))
+                .order_by(GpuRow.uuid)
+                .with_for_update()
+            )
+            gpus.update((r.uuid, r) for r in run(q))
+        return gpus
+
+    def _holding(self, ids: Sequence[str]) -> set[str]:
+        """Those of `ids` that hold an active allocation."""
+        out: set[str] = set()
+        run = self.s.connection().execute
+        for part in _chunks(ids):
+            q = select(AllocationRow.workload_id).where(
+                AllocationRow.workload_id.in_(part), AllocationRow.released_at.is_(None)
+            )
+            out.update(run(q).scalars())
+        return out
+
+    def _lock_workloads(self, ids: Sequence[str]) -> dict[str, Workload]:
+        """The workloads, their rows locked (PostgreSQL) in id order."""
+        lock = self.s.get_bind().dialect.name != "sqlite"
+        out: dict[str, Workload] = {}
+        run = self.s.connection().execute
+        for part in _chunks(sorted(set(ids))):
+            q = select(*DOMAIN_COLUMNS).where(WorkloadRow.id.in_(part)).order_by(WorkloadRow.id)
+            if lock:
+                q = q.with_for_update()
+            for r in run(q):
+                w = workload_to_domain(domain_workload(tuple(r)))
+                out[w.id] = w
+        return out
+
+    @staticmethod
+    def _refusal(
+        alloc: Allocation,
+        gpus: dict[str, Any],
+        used: dict[str, list[int]],
+        holding: set[str],
+    ) -> str | None:
+        """Why `allocate` would refuse `alloc` given what is held (None: it fits)."""
+        if alloc.workload_id in holding:
+            return f"workload {alloc.workload_id} already holds an allocation"
+        want: dict[str, list[int]] = {}
+        for sh in alloc.shares:
+            g = gpus.get(sh.gpu_uuid)
+            if g is None or g.node != sh.node:  # a multi-node allocation spans nodes
+                return f"GPU {sh.gpu_uuid} is not on node {sh.node}"
+            acc = want.setdefault(sh.gpu_uuid, [0, 0])
+            acc[0] += sh.milli
+            acc[1] += sh.memory_mib
+        for uuid, (milli, mem) in want.items():
+            held_milli, held_mem = used.get(uuid, (0, 0))
+            g = gpus[uuid]
+            if held_milli + milli > MILLI_PER_GPU or held_mem + mem > g.memory_mib:
+                return (
+                    f"GPU {g.index} on {g.node} ({uuid}) has "
+                    f"{(MILLI_PER_GPU - held_milli) / 1000:g} GPU and "
+                    f"{g.memory_mib - held_mem} MiB free, not enough for this share"
+                )
+        return None
+
+    def _write(
+        self, accepted: list[tuple[Allocation, Workload, str]], now: float
+    ) -> list[Workload]:
+        """Insert the allocations and their shares, move the workloads to admitted and append
+        their events (plain Core statements, one per table)."""
+        run = self.s.connection().execute
+        ins = insert(_A).returning(_A.c.id, sort_by_parameter_order=True)
+        alloc_ids = run(
+            ins,
+            [
+                {
+                    "workload_id": a.workload_id,
+                    "node": a.node,
+                    "since": a.since,
+                    "cpu_milli": a.cpu_milli,
+                    "memory_mib": a.memory_mib,
+                }
+                for a, _, _ in accepted
+            ],
+        ).scalars()
+        shares = [
+            {
+                "allocation_id": aid,
+                "gpu_uuid": s.gpu_uuid,
+                "node": s.node,
+                "gpu_index": s.gpu_index,
+                "milli": s.milli,
+                "memory_mib": s.memory_mib,
+                "enforcement": str(s.enforcement),
+                "mig_profile": s.mig_profile,
+                "mig_start": s.mig_start,
+            }
+            for aid, (a, _, _) in zip(alloc_ids, accepted, strict=True)
+            for s in a.shares
+        ]
+        if shares:
+            run(insert(_SH), shares)
+        admitted, changes, events = [], [], []
+        for _, w, reason in accepted:
+            new, event = transition(w, WorkloadState.ADMITTED, now, reason)
+            admitted.append(new)
+            changes.append(
+                {
+                    "b_id": new.id,
+                    "b_state": str(new.state),
+                    "b_reason": new.reason,
+                    "b_at": new.admitted_at,
+                }
+            )
+            events.append(
+                {
+                    "at": event.at,
+                    "kind": event.kind,
+                    "message": event.message,
+                    "workload_id": event.workload_id,
+                    "tenant": event.tenant,
+                    "user": event.user,
+                    "data": dict(event.data),
+                }
+            )
+        run(_SET_ADMITTED, changes)
+        run(insert(_EV), events)
+        return admitted
