@@ -20,8 +20,8 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
-from gpupool.domain import MILLI_PER_GPU, Allocation, Workload, WorkloadState, transition
-from gpupool.store.allocations import AllocationRepo
+from gpupool.domain import Allocation, Workload, WorkloadState, transition
+from gpupool.store.allocations import AllocationRepo, room_refusal
 from gpupool.store.convert import workload_to_domain
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import (
@@ -162,24 +162,7 @@ class AdmissionRepo:
         """Why `allocate` would refuse `alloc` given what is held (None: it fits)."""
         if alloc.workload_id in holding:
             return f"workload {alloc.workload_id} already holds an allocation"
-        want: dict[str, list[int]] = {}
-        for sh in alloc.shares:
-            g = gpus.get(sh.gpu_uuid)
-            if g is None or g.node != sh.node:  # a multi-node allocation spans nodes
-                return f"GPU {sh.gpu_uuid} is not on node {sh.node}"
-            acc = want.setdefault(sh.gpu_uuid, [0, 0])
-            acc[0] += sh.milli
-            acc[1] += sh.memory_mib
-        for uuid, (milli, mem) in want.items():
-            held_milli, held_mem = used.get(uuid, (0, 0))
-            g = gpus[uuid]
-            if held_milli + milli > MILLI_PER_GPU or held_mem + mem > g.memory_mib:
-                return (
-                    f"GPU {g.index} on {g.node} ({uuid}) has "
-                    f"{(MILLI_PER_GPU - held_milli) / 1000:g} GPU and "
-                    f"{g.memory_mib - held_mem} MiB free, not enough for this share"
-                )
-        return None
+        return room_refusal(alloc, gpus, used)
 
     def _write(
         self, accepted: list[tuple[Allocation, Workload, str]], now: float

@@ -7,7 +7,7 @@ loop admits in batches with the same checks (`store.admissions`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -68,6 +68,33 @@ def running_of(
     return RunningWorkload(
         workload_to_domain(w), allocation_of(allocation, shares), stopping=w.stop_state is not None
     )
+
+
+def room_refusal(
+    allocation: Allocation, gpus: Mapping[str, Any], used: Mapping[str, Sequence[int]]
+) -> str | None:
+    """Why `allocation`'s shares do not fit (None: they do): a share's GPU missing or not on
+    its node, or a GPU without the GPU milli or memory left. `gpus`: uuid -> a row with
+    `node`, `index`, `memory_mib` (locked by the caller); `used`: uuid -> (milli, memory MiB)
+    held there now. The one rule behind `AllocationRepo.allocate` and `AdmissionRepo.admit`."""
+    want: dict[str, list[int]] = {}
+    for sh in allocation.shares:
+        g = gpus.get(sh.gpu_uuid)
+        if g is None or g.node != sh.node:  # a multi-node allocation spans nodes
+            return f"GPU {sh.gpu_uuid} is not on node {sh.node}"
+        acc = want.setdefault(sh.gpu_uuid, [0, 0])
+        acc[0] += sh.milli
+        acc[1] += sh.memory_mib
+    for uuid, (milli, mem) in want.items():
+        held_milli, held_mem = used.get(uuid, (0, 0))
+        g = gpus[uuid]
+        if held_milli + milli > MILLI_PER_GPU or held_mem + mem > g.memory_mib:
+            return (
+                f"GPU {g.index} on {g.node} ({uuid}) has "
+                f"{(MILLI_PER_GPU - held_milli) / 1000:g} GPU and "
+                f"{g.memory_mib - held_mem} MiB free, not enough for this share"
+            )
+    return None
 
 
 class AllocationRepo:
@@ -190,24 +217,9 @@ class AllocationRepo:
                     .with_for_update()
                 )
             }
-            used = self.gpu_usage(uuids)
-            want: dict[str, list[int]] = {}
-            for sh in allocation.shares:
-                g = gpus.get(sh.gpu_uuid)
-                if g is None or g.node != sh.node:  # a multi-node allocation spans nodes
-                    raise Conflict(f"GPU {sh.gpu_uuid} is not on node {sh.node}")
-                acc = want.setdefault(sh.gpu_uuid, [0, 0])
-                acc[0] += sh.milli
-                acc[1] += sh.memory_mib
-            for uuid, (milli, mem) in want.items():
-                held_milli, held_mem = used.get(uuid, (0, 0))
-                g = gpus[uuid]
-                if held_milli + milli > MILLI_PER_GPU or held_mem + mem > g.memory_mib:
-                    raise Conflict(
-                        f"GPU {g.index} on {g.node} ({uuid}) has "
-                        f"{(MILLI_PER_GPU - held_milli) / 1000:g} GPU and "
-                        f"{g.memory_mib - held_mem} MiB free, not enough for this share"
-                    )
+            why = room_refusal(allocation, gpus, self.gpu_usage(uuids))
+            if why is not None:
+                raise Conflict(why)
         self.s.add(allocation_to_row(allocation))
         self.s.flush()
 

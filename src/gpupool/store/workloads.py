@@ -291,7 +291,10 @@ class WorkloadRepo:
         data: dict[str, object] | None = None,
     ) -> Workload:
         """Move a workload to `to` (see the module docstring). `expect` guards against races:
-        if the stored state is not one of them, Conflict is raised and nothing changes."""
+        if the stored state is not one of them, Conflict is raised and nothing changes.
+        (`AdmissionRepo.admit` writes `pending -> admitted` for a batch through the same
+        `transition`; tests/store/test_admissions.py holds its rows and events equal to this
+        path's: change both together.)"""
         row = self._row(workload_id, lock=True)
         current = workload_to_domain(row)
         if expect is not None and current.state not in expect:
