@@ -35,4 +35,4 @@ def test_the_bench_runs_the_loop_and_times_each_phase():
     # the phases' wrappers are taken off again
     from gpupool.server.loops.scheduler import SchedulerLoop
 
-    assert SchedulerLoop.snapshot.__name__ == "snapshot"
+    assert SchedulerLoop._read.__name__ == "_read"

@@ -261,3 +261,31 @@ def test_pending_info_written_only_where_it_changed_and_only_on_pending_rows(wor
     restarted.run_once()
     assert written[-1] == 0  # its first read is its memory: nothing to write
     check_stored(world, referee)
+
+
+def test_another_loops_read_between_the_read_and_the_apply_changes_nothing(world, monkeypatch):
+    """The MIG re-layout loop reads the scheduler's snapshot from its own thread
+    (`SchedulerLoop.snapshot`): such a read between a cycle's read and its apply must not
+    change what the apply compares with (the why-pending this cycle read)."""
+    ids = [world.submit(gpus=3)["id"] for _ in range(3)]  # lab's limit is 3: one runs
+    loop = world.scheduler
+    wid = ids[2]
+    referee: Referee
+
+    def other_read_meanwhile(pending) -> None:  # noqa: ANN001
+        cols = info_columns(referee.decisions.pending[wid])
+        names = ("pending_reason", "queue_position", "tenant_position", "pending_wait")
+
+        def put(values) -> None:  # noqa: ANN001
+            with world.ctx.store.write() as s:
+                q = update(WorkloadRow).where(WorkloadRow.id == wid)
+                s.execute(q.values(dict(zip(names, values, strict=True))))
+
+        put(cols)  # another writer stores what this cycle decides ...
+        loop.snapshot()  # ... the other loop's read sees it ...
+        put(("x", 99, 99, None))  # ... and it changes again before the apply
+
+    referee = Referee(world, monkeypatch, loop, meanwhile=other_read_meanwhile)
+    assert loop.run_once().admitted == ids[:1]
+    assert stored_infos(world)[wid][0] != "x"  # this cycle read it unlike its decision: written
+    check_stored(world, referee)
