@@ -45,6 +45,7 @@ from gpupool.store.rows import (
     WorkloadEnvRow,
     WorkloadPodRow,
     WorkloadRow,
+    domain_workload,
     plain_workload,
 )
 from gpupool.store.scoping import in_subtree, in_subtrees, starts_with
@@ -226,12 +227,8 @@ class WorkloadRepo:
         return list(self.s.execute(q))
 
     def pending(self) -> list[Workload]:
-        q = (
-            select(*WORKLOAD_COLUMNS)
-            .where(WorkloadRow.state == str(WorkloadState.PENDING))
-            .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
-        )
-        return [workload_to_domain(plain_workload(r)) for r in self.s.execute(q)]
+        """The pending workloads in queue order (submission, then id)."""
+        return [workload_to_domain(domain_workload(v)) for v, _ in self.pending_rows()]
 
     def pending_rows(self) -> Sequence[tuple[tuple[Any, ...], StoredInfo]]:
         """Per pending workload, in the order of `pending()`: the values of its

@@ -44,12 +44,8 @@ from gpupool.server.webhook import Webhook
 from gpupool.store import (
     AllocationRepo,
     Conflict,
-    NodeRepo,
-    TenantRepo,
-    UsageRepo,
     UserRepo,
     WorkloadRepo,
-    kept_service,
 )
 from gpupool.store.workloads import StoredInfo
 
@@ -93,15 +89,10 @@ def _describe(a: Allocation) -> str:
 def read_snapshot(ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
     """What a cycle sees, read in one transaction, and the pending work: the nodes that run
     work, the tenants, the running work, and `attained_service` (see the module). Without
-    nominations: the scheduler loop keeps those (`SchedulerLoop.snapshot`)."""
-    with ctx.store.read() as s:
-        nodes = tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
-        tree = TenantRepo(s).tree()
-        running = tuple(AllocationRepo(s).running())
-        pending = WorkloadRepo(s).pending()
-        attained = UsageRepo(s).attained_by_tenant()
-        attained.update(kept_service(s))
-    return Snapshot(nodes, tree, running, attained), pending
+    nominations: the scheduler loop keeps those (`SchedulerLoop.snapshot`). The loop's own
+    read, every object new: a reader that reuses nothing (gpupool.server.loops.snapshot)."""
+    snap, pending, _ = SnapshotReader(reuse=False).read(ctx)
+    return snap, pending
 
 
 def _waiting(snap: Snapshot, pending: list[Workload]) -> set[str]:

@@ -55,7 +55,8 @@ class Read(NamedTuple):
 class SnapshotReader:
     """What the scheduler loop reads each cycle, as `read_snapshot` gives it, with the
     objects of unchanged rows reused (see the module). One per loop; not thread-safe.
-    `reuse=False`: every row converted afresh and no `stored` (None), as before (tests)."""
+    `reuse=False`: every row converted afresh, nothing kept and no `stored` (None): what
+    `read_snapshot` reads with."""
 
     def __init__(self, *, reuse: bool = True) -> None:
         self.reuse = reuse
@@ -67,16 +68,6 @@ class SnapshotReader:
         self._nodes: dict[str, tuple[NodeRows, Node]] = {}
         self._gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
         self._node_tuple: tuple[Node, ...] = ()
-        #: rows converted by the last read (the others were reused), for tests and benches
-        self.converted = 0
-
-    def clear(self) -> None:
-        """Forget everything (the next read converts every row)."""
-        self._pending = {}
-        self._running = {}
-        self._nodes = {}
-        self._gpus = {}
-        self._node_tuple = ()
 
     def read(self, ctx: AppContext) -> Read:
         """The nodes that run work, the tenants, the running work and `attained_service`,
@@ -89,7 +80,7 @@ class SnapshotReader:
             pending_rows = WorkloadRepo(s).pending_rows()
             attained = UsageRepo(s).attained_by_tenant()
             attained.update(kept_service(s))
-        nodes, converted = self._read_nodes(node_rows)
+        nodes = self._read_nodes(node_rows)
         old_run = self._running
         run_memo: dict[str, tuple[RunningRows, RunningWorkload]] = {}
         running: list[RunningWorkload] = []
@@ -97,7 +88,6 @@ class SnapshotReader:
             hit = old_run.get(rows[0][0])
             if hit is None or hit[0] != rows:
                 hit = (rows, running_of(*rows))
-                converted += 1
             run_memo[rows[0][0]] = hit
             running.append(hit[1])
         old = self._pending
@@ -109,24 +99,21 @@ class SnapshotReader:
             got = old.get(wid)
             if got is None or got[0] != values:
                 got = (values, workload_to_domain(domain_workload(values)))
-                converted += 1
             memo[wid] = got
             stored[wid] = info
             pending.append(got[1])
         if self.reuse:
             self._running, self._pending = run_memo, memo
-        self.converted = converted
         snap = Snapshot(nodes, tree, tuple(running), attained)
         return Read(snap, pending, stored if self.reuse else None)
 
-    def _read_nodes(self, node_rows: list[NodeRows]) -> tuple[tuple[Node, ...], int]:
+    def _read_nodes(self, node_rows: list[NodeRows]) -> tuple[Node, ...]:
         """The nodes of `node_rows`, reusing the Node (and GPU) objects of unchanged rows,
-        and the last tuple itself when every node is the same; and how many were converted."""
+        and the last tuple itself when every node is the same."""
         old, old_gpus = self._nodes, self._gpus
         memo: dict[str, tuple[NodeRows, Node]] = {}
         gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
         out: list[Node] = []
-        converted = 0
         for rows in node_rows:
             hit = old.get(rows[0][0])
             if hit is None or hit[0] != rows:
@@ -135,11 +122,9 @@ class SnapshotReader:
                     got = old_gpus.get(g[1])
                     if got is None or got[0] != g:
                         got = (g, gpu_of(g))
-                        converted += 1
                     gpus[g[1]] = got
                     made.append(got[1])
                 hit = (rows, node_of(rows[0], tuple(made)))
-                converted += 1
             else:
                 for g, obj in zip(rows[1], hit[1].gpus, strict=True):
                     gpus[g[1]] = (g, obj)
@@ -150,4 +135,4 @@ class SnapshotReader:
         nodes = last if same else tuple(out)
         if self.reuse:
             self._nodes, self._gpus, self._node_tuple = memo, gpus, nodes
-        return nodes, converted
+        return nodes
