@@ -19,6 +19,7 @@ from gpupool.store.convert import (
     node_from,
     node_to_domain,
 )
+from gpupool.store.db import plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import GpuRow, NodeRow
 
@@ -59,8 +60,9 @@ class NodeRepo:
     def rows(self) -> Sequence[NodeRows]:
         """What `list()` is made of, as plain values: per node by name, its row's values and
         its GPUs' (by index), JSON columns as text (`node_of`, `gpu_of` convert them). For the
-        scheduler loop, which converts only the nodes and GPUs that changed."""
-        run = self.s.connection().execute  # plain rows: not through the ORM's loading
+        scheduler loop, which converts only the nodes and GPUs that changed. Read past the ORM,
+        after a flush (`plain_execute`)."""
+        run = plain_execute(self.s)  # plain rows (flushed first: see plain_execute)
         gpus: dict[str, list[tuple[Any, ...]]] = {}
         for g in run(select(*_GPU_COLUMNS).order_by(GpuRow.node, GpuRow.index)):
             gpus.setdefault(g[0], []).append(tuple(g[1:]))
