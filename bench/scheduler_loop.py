@@ -11,7 +11,8 @@ reconciler would settle it), preempted work is settled (requeued), new work is s
 the queue at `--pending`, and cycle again.
 
 Phases (wall and CPU ms, p50 over the steady cycles; the first, cold cycle apart): `snapshot`
-(`SchedulerLoop.snapshot`: the store read and the conversion to domain objects), `cycle`
+(`SchedulerLoop._read`, older code's `snapshot`: the store read and the conversion to domain
+objects), `cycle`
 (`cycle_timed`), `admit` (`SchedulerLoop._admit_all`: commits and starts), `pending_info`
 (the rest of `apply`: mostly storing the why-pending, its transaction included), of which
 `set_pending_info` is the repository call alone, and `total` (`run_once`). The phases are timed
@@ -84,18 +85,21 @@ def instrument(timer: Timer) -> Callable[[], None]:
 
     loop = mod.SchedulerLoop
     repo = workloads.WorkloadRepo
-    saved = (loop.snapshot, mod.cycle_timed, loop._admit_all, loop.apply, repo.set_pending_info)
+    # the cycle's own read: `_read` (the MIG loop reads apart, `snapshot`); older code `snapshot`
+    read = "_read" if hasattr(loop, "_read") else "snapshot"
+    saved_read = getattr(loop, read)
+    saved = (mod.cycle_timed, loop._admit_all, loop.apply, repo.set_pending_info)
 
     def restore() -> None:
+        setattr(loop, read, saved_read)
         (
-            loop.snapshot,  # type: ignore[method-assign]
             mod.cycle_timed,
             loop._admit_all,  # type: ignore[method-assign]
             loop.apply,  # type: ignore[method-assign]
             repo.set_pending_info,  # type: ignore[method-assign]
         ) = saved
 
-    loop.snapshot = timer.wrap("snapshot", loop.snapshot)  # type: ignore[method-assign]
+    setattr(loop, read, timer.wrap("snapshot", saved_read))
     mod.cycle_timed = timer.wrap("cycle", mod.cycle_timed)  # type: ignore[assignment]
     loop._admit_all = timer.wrap("admit", loop._admit_all)  # type: ignore[method-assign]
     loop.apply = timer.wrap("pending_info", loop.apply)  # type: ignore[method-assign]

@@ -35,7 +35,7 @@ def test_the_bench_runs_the_loop_and_times_each_phase():
     # the phases' wrappers are taken off again
     from gpupool.server.loops.scheduler import SchedulerLoop
 
-    assert SchedulerLoop.snapshot.__name__ == "snapshot"
+    assert SchedulerLoop._read.__name__ == "_read"
 
 
 def test_the_gate_fails_a_slower_or_nondeterministic_loop_and_passes_otherwise():

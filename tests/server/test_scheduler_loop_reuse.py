@@ -12,6 +12,7 @@ import random
 from sqlalchemy import select, update
 
 from gpupool.domain import (
+    ACTIVE_STATES,
     GPU,
     Enforcement,
     GPUHealth,
@@ -25,12 +26,21 @@ from gpupool.domain import (
     WorkloadState,
 )
 from gpupool.engines.fake.executor import FailingExecutor
-from gpupool.scheduler import SchedulerCache
+from gpupool.scheduler import RunningWorkload, SchedulerCache, Snapshot
 from gpupool.server.loops import scheduler as loop_module
-from gpupool.server.loops.scheduler import SchedulerLoop, read_snapshot
+from gpupool.server.loops.scheduler import SchedulerLoop
 from gpupool.server.services import lifecycle
-from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo, new_workload_id
-from gpupool.store.rows import WorkloadRow
+from gpupool.store import (
+    AllocationRepo,
+    NodeRepo,
+    TenantRepo,
+    UsageRepo,
+    WorkloadRepo,
+    kept_service,
+    new_workload_id,
+)
+from gpupool.store.convert import allocation_to_domain, node_to_domain, workload_to_domain
+from gpupool.store.rows import AllocationRow, NodeRow, WorkloadRow
 from gpupool.store.workloads import info_columns
 
 S = WorkloadState
@@ -38,9 +48,44 @@ OWNERS = {"lab": "ann", "other": "otto"}
 ROLES = {"lab": "member", "other": "outsider"}
 
 
+def orm_snapshot(ctx) -> tuple[Snapshot, list[Workload]]:  # noqa: ANN001
+    """What a cycle sees, made of ORM rows by the ORM converters (`node_to_domain`,
+    `allocation_to_domain`, `workload_to_domain`): apart from the plain-row path the loop
+    reads with (`NodeRepo.rows`, `running_rows`, `pending_rows` and their converters), so a
+    bug in that path does not hide in the reference too. The running work by workload id."""
+    active = {str(st) for st in ACTIVE_STATES}
+    with ctx.store.read() as s:
+        nodes = tuple(
+            node_to_domain(r)
+            for r in s.scalars(select(NodeRow).order_by(NodeRow.name))
+            if ctx.runs_work_on(r.name)
+        )
+        running = []
+        q = select(AllocationRow).where(AllocationRow.released_at.is_(None))
+        for a in s.scalars(q):
+            w = s.get(WorkloadRow, a.workload_id)
+            if w is not None and w.state in active:
+                rw = RunningWorkload(
+                    workload_to_domain(w), allocation_to_domain(a), w.stop_state is not None
+                )
+                running.append(rw)
+        q = (
+            select(WorkloadRow)
+            .where(WorkloadRow.state == str(S.PENDING))
+            .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
+        )
+        pending = [workload_to_domain(r) for r in s.scalars(q)]
+        tree = TenantRepo(s).tree()
+        attained = UsageRepo(s).attained_by_tenant()
+        attained.update(kept_service(s))
+    running.sort(key=lambda rw: rw.workload.id)
+    return Snapshot(nodes, tree, tuple(running), attained), pending
+
+
 class Referee:
     """Wraps the loop's `cycle_timed`: each cycle of `loop` is checked against a cycle over a
-    fresh read (new objects, its own cache), and the decisions are kept."""
+    fresh read through the ORM converters (`orm_snapshot`: new objects, its own cache), and
+    the decisions are kept."""
 
     def __init__(self, world, monkeypatch, loop: SchedulerLoop, meanwhile=None):  # noqa: ANN001
         self.world = world
@@ -59,12 +104,13 @@ class Referee:
         d = self.real(snap, pending, now, config, cache, rules)
         if cache is not self.loop.cache:
             return d
-        fresh, fresh_pending = read_snapshot(self.world.ctx)  # new objects, as before reuse
+        fresh, fresh_pending = orm_snapshot(self.world.ctx)  # new objects, another path
         ids = {w.id for w in pending}
         fresh_pending = [w for w in fresh_pending if w.id in ids]
-        fresh = dataclasses.replace(fresh, nominated=snap.nominated)
         assert fresh.nodes == snap.nodes
-        assert fresh.running == snap.running and fresh.attained_service == snap.attained_service
+        assert fresh.running == tuple(sorted(snap.running, key=lambda rw: rw.workload.id))
+        assert fresh.attained_service == snap.attained_service
+        fresh = dataclasses.replace(fresh, running=snap.running, nominated=snap.nominated)
         assert fresh_pending == pending
         ref = self.real(fresh, fresh_pending, now, config, self.cache, rules)
         assert d.admissions == ref.admissions
@@ -260,4 +306,32 @@ def test_pending_info_written_only_where_it_changed_and_only_on_pending_rows(wor
     restarted = referee.loop = SchedulerLoop(world.ctx)  # a restart: nothing remembered
     restarted.run_once()
     assert written[-1] == 0  # its first read is its memory: nothing to write
+    check_stored(world, referee)
+
+
+def test_another_loops_read_between_the_read_and_the_apply_changes_nothing(world, monkeypatch):
+    """The MIG re-layout loop reads the scheduler's snapshot from its own thread
+    (`SchedulerLoop.snapshot`): such a read between a cycle's read and its apply must not
+    change what the apply compares with (the why-pending this cycle read)."""
+    ids = [world.submit(gpus=3)["id"] for _ in range(3)]  # lab's limit is 3: one runs
+    loop = world.scheduler
+    wid = ids[2]
+    referee: Referee
+
+    def other_read_meanwhile(pending) -> None:  # noqa: ANN001
+        cols = info_columns(referee.decisions.pending[wid])
+        names = ("pending_reason", "queue_position", "tenant_position", "pending_wait")
+
+        def put(values) -> None:  # noqa: ANN001
+            with world.ctx.store.write() as s:
+                q = update(WorkloadRow).where(WorkloadRow.id == wid)
+                s.execute(q.values(dict(zip(names, values, strict=True))))
+
+        put(cols)  # another writer stores what this cycle decides ...
+        loop.snapshot()  # ... the other loop's read sees it ...
+        put(("x", 99, 99, None))  # ... and it changes again before the apply
+
+    referee = Referee(world, monkeypatch, loop, meanwhile=other_read_meanwhile)
+    assert loop.run_once().admitted == ids[:1]
+    assert stored_infos(world)[wid][0] != "x"  # this cycle read it unlike its decision: written
     check_stored(world, referee)

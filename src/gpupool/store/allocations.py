@@ -28,6 +28,7 @@ from gpupool.store.convert import (
     share_to_domain,
     workload_to_domain,
 )
+from gpupool.store.db import plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -141,9 +142,9 @@ class AllocationRepo:
 
     def _active_rows(self, *where: ColumnElement[bool]) -> list[tuple[Row[Any], list[Row[Any]]]]:
         """Plain rows of the active allocations matching `where`, each with its shares' rows
-        (by GPU index)."""
+        (by GPU index). Read past the ORM, after a flush (`plain_execute`)."""
         q = select(*AllocationRow.__table__.c).where(AllocationRow.released_at.is_(None), *where)
-        run = self.s.connection().execute  # plain rows: not through the ORM's loading
+        run = plain_execute(self.s)  # plain rows (flushed first: see plain_execute)
         rows = run(q).all()
         if not rows:
             return []
@@ -171,7 +172,7 @@ class AllocationRepo:
         """What `running()` is made of, as plain values: per active workload, its
         `DOMAIN_COLUMNS`, its allocation's row and its shares' rows (by GPU index); equal
         values make equal `running_of(...)`. For the scheduler loop, which converts only the
-        rows that changed."""
+        rows that changed. Read past the ORM, after a flush (`plain_execute`)."""
         allocs = {r.workload_id: (tuple(r), tuple(map(tuple, sh))) for r, sh in self._active_rows()}
         q = (
             select(*DOMAIN_COLUMNS)
@@ -182,7 +183,7 @@ class AllocationRepo:
             )
         )
         out = []
-        for r in self.s.connection().execute(q):  # plain rows: not through the ORM's loading
+        for r in plain_execute(self.s)(q):  # plain rows (flushed first: see plain_execute)
             a = allocs.get(r[0])
             if a is not None:
                 out.append((tuple(r), a[0], a[1]))

@@ -2,78 +2,50 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, cast, select
+from sqlalchemy import JSON, Text, cast, select
 from sqlalchemy.orm import Session
 
-from gpupool.domain import GPU, GPUHealth, Node, NodeState, SharingMode
+from gpupool.domain import GPU, Node, NodeState, SharingMode
 from gpupool.store.convert import (
+    GPU_FIELDS,
+    NODE_FIELDS,
+    gpu_from,
     gpu_to_domain,
     gpu_to_row,
     node_fields_to_row,
+    node_from,
     node_to_domain,
-    outside_to_domain,
 )
+from gpupool.store.db import plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import GpuRow, NodeRow
 
-_NODE_COLUMNS = (
-    NodeRow.name,
-    NodeRow.cpu_milli,
-    NodeRow.memory_mib,
-    cast(NodeRow.labels, Text),
-    NodeRow.state,
-    NodeRow.last_heartbeat,
-)
-_GPU_COLUMNS = (
-    GpuRow.node,
-    GpuRow.index,
-    GpuRow.uuid,
-    GpuRow.model,
-    GpuRow.memory_mib,
-    GpuRow.sharing,
-    GpuRow.health,
-    cast(GpuRow.outside, Text),
-    GpuRow.mig_layout,
-)
-#: one node as plain values: (its row's, its GPUs' by index, each without the node's name)
+
+def _plain(table: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
+    """`fields`' columns of `table`, JSON ones as their text (decoded by the converter only
+    for the rows converted)."""
+    cols = [getattr(table, f) for f in fields]
+    return tuple(cast(c, Text) if isinstance(c.type, JSON) else c for c in cols)
+
+
+_NODE_COLUMNS = _plain(NodeRow, NODE_FIELDS)
+_GPU_COLUMNS = (GpuRow.node, *_plain(GpuRow, GPU_FIELDS))
+#: one node as plain values: (its row's, its GPUs' by index, each without the node's name),
+#: in the order of `NODE_FIELDS` and `GPU_FIELDS`
 NodeRows = tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...]]
-
-
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def gpu_of(values: tuple[Any, ...]) -> GPU:
     """The GPU of one GPU entry of `NodeRepo.rows()`."""
-    index, uuid, model, memory_mib, sharing, health, outside, mig_layout = values
-    return GPU(
-        index=index,
-        uuid=uuid,
-        model=model,
-        memory_mib=memory_mib,
-        sharing=SharingMode(sharing),
-        health=GPUHealth(health),
-        outside=outside_to_domain(_json(outside)),
-        mig_layout=mig_layout,
-    )
+    return gpu_from(*values)
 
 
 def node_of(values: tuple[Any, ...], gpus: tuple[GPU, ...]) -> Node:
     """The node of one `NodeRepo.rows()` entry's row values, with its `gpus` (by index)."""
-    name, cpu_milli, memory_mib, labels, state, last_heartbeat = values
-    return Node(
-        name=name,
-        gpus=gpus,
-        cpu_milli=cpu_milli,
-        memory_mib=memory_mib,
-        labels=tuple(sorted((str(k), str(v)) for k, v in (_json(labels) or {}).items())),
-        state=NodeState(state),
-        last_heartbeat=last_heartbeat,
-    )
+    return node_from(gpus, *values)
 
 
 class NodeRepo:
@@ -88,8 +60,9 @@ class NodeRepo:
     def rows(self) -> Sequence[NodeRows]:
         """What `list()` is made of, as plain values: per node by name, its row's values and
         its GPUs' (by index), JSON columns as text (`node_of`, `gpu_of` convert them). For the
-        scheduler loop, which converts only the nodes and GPUs that changed."""
-        run = self.s.connection().execute  # plain rows: not through the ORM's loading
+        scheduler loop, which converts only the nodes and GPUs that changed. Read past the ORM,
+        after a flush (`plain_execute`)."""
+        run = plain_execute(self.s)  # plain rows (flushed first: see plain_execute)
         gpus: dict[str, list[tuple[Any, ...]]] = {}
         for g in run(select(*_GPU_COLUMNS).order_by(GpuRow.node, GpuRow.index)):
             gpus.setdefault(g[0], []).append(tuple(g[1:]))

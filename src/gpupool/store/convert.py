@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -132,17 +133,44 @@ def outside_to_row(o: OutsideUse | None) -> dict[str, Any] | None:
     return None if o is None else {"ref": o.ref, "user": o.user, "since": o.since}
 
 
-def gpu_to_domain(row: GpuRow) -> GPU:
+#: the columns of a GPU row a `GPU` is made of, in the order `gpu_from` takes them (the ORM
+#: path reads them off the row, `NodeRepo.rows` selects them: a new field is added here and
+#: in `gpu_from` only)
+GPU_FIELDS = ("index", "uuid", "model", "memory_mib", "sharing", "health", "outside", "mig_layout")
+_gpu_fields = operator.attrgetter(*GPU_FIELDS)
+
+
+def _decoded(value: Any) -> Any:
+    """A JSON column's value: as the ORM loads it, or its text (plain rows read it cast)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def gpu_from(
+    index: int,
+    uuid: str,
+    model: str,
+    memory_mib: int,
+    sharing: str,
+    health: str,
+    outside: Any,
+    mig_layout: str | None,
+) -> GPU:
+    """The GPU of its row's values (`GPU_FIELDS`; `outside` loaded, or its JSON text): the
+    one conversion, for ORM rows (`gpu_to_domain`) and plain ones (`NodeRepo.rows`)."""
     return GPU(
-        index=row.index,
-        uuid=row.uuid,
-        model=row.model,
-        memory_mib=row.memory_mib,
-        sharing=SharingMode(row.sharing),
-        health=GPUHealth(row.health),
-        outside=outside_to_domain(row.outside),
-        mig_layout=row.mig_layout,
+        index=index,
+        uuid=uuid,
+        model=model,
+        memory_mib=memory_mib,
+        sharing=SharingMode(sharing),
+        health=GPUHealth(health),
+        outside=outside_to_domain(_decoded(outside)),
+        mig_layout=mig_layout,
     )
+
+
+def gpu_to_domain(row: GpuRow) -> GPU:
+    return gpu_from(*_gpu_fields(row))
 
 
 def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
@@ -158,20 +186,40 @@ def gpu_to_row(gpu: GPU, node: str, row: GpuRow | None = None) -> GpuRow:
     return row
 
 
-def node_to_domain(row: NodeRow, gpus: tuple[GPU, ...] | None = None) -> Node:
-    """`row` may be an ORM row or a plain row with its columns; `gpus` (sorted by index)
-    is then given, instead of loading `row.gpus`."""
+#: the columns of a node row a `Node` is made of (its GPUs aside), in the order `node_from`
+#: takes them (as `GPU_FIELDS`)
+NODE_FIELDS = ("name", "cpu_milli", "memory_mib", "labels", "state", "last_heartbeat")
+_node_fields = operator.attrgetter(*NODE_FIELDS)
+
+
+def node_from(
+    gpus: tuple[GPU, ...],
+    name: str,
+    cpu_milli: int,
+    memory_mib: int,
+    labels: Any,
+    state: str,
+    last_heartbeat: float | None,
+) -> Node:
+    """The node of its row's values (`NODE_FIELDS`; `labels` loaded, or its JSON text) with
+    its `gpus` (by index): the one conversion, for ORM rows and plain ones."""
     return Node(
-        name=row.name,
-        gpus=gpus
-        if gpus is not None
-        else tuple(gpu_to_domain(g) for g in sorted(row.gpus, key=lambda g: g.index)),
-        cpu_milli=row.cpu_milli,
-        memory_mib=row.memory_mib,
-        labels=tuple(sorted((str(k), str(v)) for k, v in (row.labels or {}).items())),
-        state=NodeState(row.state),
-        last_heartbeat=row.last_heartbeat,
+        name=name,
+        gpus=gpus,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        labels=tuple(sorted((str(k), str(v)) for k, v in (_decoded(labels) or {}).items())),
+        state=NodeState(state),
+        last_heartbeat=last_heartbeat,
     )
+
+
+def node_to_domain(row: NodeRow, gpus: tuple[GPU, ...] | None = None) -> Node:
+    """The node of ORM row `row`; `gpus` (sorted by index) given instead of loading
+    `row.gpus`."""
+    if gpus is None:
+        gpus = tuple(gpu_to_domain(g) for g in sorted(row.gpus, key=lambda g: g.index))
+    return node_from(gpus, *_node_fields(row))
 
 
 def node_fields_to_row(node: Node, row: NodeRow) -> NodeRow:

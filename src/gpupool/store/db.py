@@ -19,7 +19,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,17 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+
+def plain_execute(s: Session) -> Callable[..., Any]:
+    """`s`'s connection's `execute`, for plain rows (not through the ORM's loading: much
+    cheaper for long reads). That skips the Session's autoflush, so it flushes first, as a
+    Session query would (nothing to do, and next to free, in a session with no changes):
+    a read in a write session never misses that session's unflushed changes."""
+    if s.autoflush:
+        s.flush()
+    return s.connection().execute
+
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000

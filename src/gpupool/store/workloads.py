@@ -38,6 +38,7 @@ from gpupool.store.convert import (
     workload_to_domain,
     workload_to_row,
 )
+from gpupool.store.db import plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -45,6 +46,7 @@ from gpupool.store.rows import (
     WorkloadEnvRow,
     WorkloadPodRow,
     WorkloadRow,
+    domain_workload,
     plain_workload,
 )
 from gpupool.store.scoping import in_subtree, in_subtrees, starts_with
@@ -226,25 +228,22 @@ class WorkloadRepo:
         return list(self.s.execute(q))
 
     def pending(self) -> list[Workload]:
-        q = (
-            select(*WORKLOAD_COLUMNS)
-            .where(WorkloadRow.state == str(WorkloadState.PENDING))
-            .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
-        )
-        return [workload_to_domain(plain_workload(r)) for r in self.s.execute(q)]
+        """The pending workloads in queue order (submission, then id)."""
+        return [workload_to_domain(domain_workload(v)) for v, _ in self.pending_rows()]
 
     def pending_rows(self) -> Sequence[tuple[tuple[Any, ...], StoredInfo]]:
         """Per pending workload, in the order of `pending()`: the values of its
         `DOMAIN_COLUMNS` (`workload_to_domain(domain_workload(values))` is what `pending()`
         gives) and its stored why-pending (see `set_pending_info`). For the scheduler loop,
-        which converts only the rows that changed."""
+        which converts only the rows that changed. Read past the ORM, after a flush
+        (`plain_execute`)."""
         q = (
             select(*DOMAIN_COLUMNS, *_INFO_COLUMNS)
             .where(WorkloadRow.state == str(WorkloadState.PENDING))
             .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
         )
         n = len(DOMAIN_COLUMNS)
-        rows = self.s.connection().execute(q)  # plain rows: not through the ORM's loading
+        rows = plain_execute(self.s)(q)  # plain rows (flushed first: see plain_execute)
         return [(tuple(r[:n]), tuple(r[n:])) for r in rows]
 
     def owed_waits(self) -> list[tuple[str, str, Wait]]:

@@ -46,13 +46,10 @@ from gpupool.store import (
     AdmissionRepo,
     AllocationRepo,
     Conflict,
-    NodeRepo,
-    TenantRepo,
-    UsageRepo,
     UserRepo,
     WorkloadRepo,
-    kept_service,
 )
+from gpupool.store.workloads import StoredInfo
 
 log = logging.getLogger(__name__)
 S = WorkloadState
@@ -94,15 +91,15 @@ def _describe(a: Allocation) -> str:
 def read_snapshot(ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
     """What a cycle sees, read in one transaction, and the pending work: the nodes that run
     work, the tenants, the running work, and `attained_service` (see the module). Without
-    nominations: the scheduler loop keeps those (`SchedulerLoop.snapshot`)."""
-    with ctx.store.read() as s:
-        nodes = tuple(n for n in NodeRepo(s).list() if ctx.runs_work_on(n.name))
-        tree = TenantRepo(s).tree()
-        running = tuple(AllocationRepo(s).running())
-        pending = WorkloadRepo(s).pending()
-        attained = UsageRepo(s).attained_by_tenant()
-        attained.update(kept_service(s))
-    return Snapshot(nodes, tree, running, attained), pending
+    nominations: the scheduler loop keeps those (`SchedulerLoop.snapshot`). The loop's own
+    read, every object new: a reader that reuses nothing (gpupool.server.loops.snapshot)."""
+    snap, pending, _ = SnapshotReader(reuse=False).read(ctx)
+    return snap, pending
+
+
+def _waiting(snap: Snapshot, pending: list[Workload]) -> set[str]:
+    """The work whose nominations last: pending, or still stopping to be moved."""
+    return {w.id for w in pending} | {r.workload.id for r in snap.running if r.stopping}
 
 
 class SchedulerLoop(Loop):
@@ -139,11 +136,22 @@ class SchedulerLoop(Loop):
         return self.nominations.nodes
 
     def snapshot(self) -> tuple[Snapshot, list[Workload]]:
-        snap, pending = self.reader.read(self.ctx)
-        # a nomination lasts while its workload waits, or is still stopping to be moved
-        waiting = {w.id for w in pending} | {r.workload.id for r in snap.running if r.stopping}
-        nominated = self.nominations.for_snapshot(waiting)
+        """What a cycle would see now, for other loops (the MIG re-layout's thread) and tests:
+        a fresh read (`read_snapshot`) with the nominations of the work it finds waiting.
+        Touches neither the loop's reader nor its nominations (another thread may be in a
+        cycle)."""
+        snap, pending = read_snapshot(self.ctx)
+        waiting = _waiting(snap, pending)
+        nominated = {k: v for k, v in dict(self.nominations.nodes).items() if k in waiting}
         return dataclasses.replace(snap, nominated=nominated), pending
+
+    def _read(self) -> tuple[Snapshot, list[Workload], dict[str, StoredInfo] | None]:
+        """This cycle's read through the loop's reader (gpupool.server.loops.snapshot): the
+        snapshot with its nominations, the pending work, and the why-pending it read."""
+        snap, pending, stored = self.reader.read(self.ctx)
+        # a nomination lasts while its workload waits, or is still stopping to be moved
+        nominated = self.nominations.for_snapshot(_waiting(snap, pending))
+        return dataclasses.replace(snap, nominated=nominated), pending, stored
 
     def time_rules(self, now: float) -> TimeRules:
         """Budgets (where each stands this period) and the reservations not yet over, from
@@ -177,7 +185,7 @@ class SchedulerLoop(Loop):
     def run_once(self) -> CycleReport:
         t0 = time.perf_counter()
         now = self.ctx.clock.now()
-        snap, pending = self.snapshot()
+        snap, pending, stored = self._read()
         report = CycleReport()
         waiting = [w for w in pending if backing_off(w.retry_at, now)]
         if waiting:  # their start failed: not considered (nor reserving) until retry_at
@@ -192,7 +200,7 @@ class SchedulerLoop(Loop):
             )
             # node pools (issue 34): work waiting for a pool's node, its reasons; see autoscale
             decisions = node_pool_demand(self.ctx, snap, pending, decisions, now, rules)
-            self.apply(decisions, snap, now, report, pending, waiting)
+            self.apply(decisions, snap, now, report, pending, waiting, stored)
         report.seconds = time.perf_counter() - t0
         self.ctx.metrics.cycle_seconds.observe(report.seconds)
         self.last = report
@@ -217,9 +225,11 @@ class SchedulerLoop(Loop):
         report: CycleReport,
         considered: list[Workload] | None = None,
         waiting: list[Workload] | None = None,
+        stored: dict[str, StoredInfo] | None = None,
     ) -> None:
         """Apply the cycle's decisions. `considered` are the pending workloads the cycle
-        decided on, `waiting` those it left out (backing off after a failed start)."""
+        decided on, `waiting` those it left out (backing off after a failed start);
+        `stored` the why-pending this cycle's read saw (None: compare with the rows)."""
         ctx = self.ctx
         for wid, reason in d.unschedulable.items():
             try:
@@ -246,7 +256,6 @@ class SchedulerLoop(Loop):
         if waiting:
             infos = {**d.pending, **self._waiting_info(d.pending, considered or [], waiting)}
         # compared with what this cycle read; the work admitted now is no longer as read
-        stored = self.reader.stored
         if stored is not None:
             for wid in report.admitted:
                 stored.pop(wid, None)

@@ -10,16 +10,20 @@ without converting it again (and the nodes the same tuple when every node is the
 domain object is made of those values only, so the snapshot is equal to a fresh read
 (`read_snapshot`) and the decisions the same; only the cost differs.
 
-It also keeps the why-pending stored for each pending workload as this cycle's read saw it
-(`stored`): the loop writes only the infos that differ (`WorkloadRepo.set_pending_info`),
-without reading every pending row again. A restart starts empty: its first read is the
-memory.
+Each read also gives the why-pending stored for each pending workload as that read saw it
+(`Read.stored`): the loop passes it to its apply, which writes only the infos that differ
+(`WorkloadRepo.set_pending_info`), without reading every pending row again. It is returned,
+not kept on the reader, so nothing read by one read is seen by another's apply. A restart
+starts empty: its first read is the memory.
+
+The reader belongs to the scheduler loop's own cycle: other loops (the MIG re-layout's
+thread) read with `read_snapshot` (`SchedulerLoop.snapshot`), never through it.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpupool.domain import GPU, Node, Workload
 from gpupool.scheduler import RunningWorkload, Snapshot
@@ -39,10 +43,20 @@ from gpupool.store.rows import domain_workload
 from gpupool.store.workloads import StoredInfo
 
 
+class Read(NamedTuple):
+    """One read: the snapshot, the pending work in queue order, and the why-pending stored
+    for each pending workload as this read saw it (None: not kept, `reuse=False`)."""
+
+    snapshot: Snapshot
+    pending: list[Workload]
+    stored: dict[str, StoredInfo] | None
+
+
 class SnapshotReader:
     """What the scheduler loop reads each cycle, as `read_snapshot` gives it, with the
     objects of unchanged rows reused (see the module). One per loop; not thread-safe.
-    `reuse=False`: every row converted afresh and no `stored` (None), as before (tests)."""
+    `reuse=False`: every row converted afresh, nothing kept and no `stored` (None): what
+    `read_snapshot` reads with."""
 
     def __init__(self, *, reuse: bool = True) -> None:
         self.reuse = reuse
@@ -54,23 +68,11 @@ class SnapshotReader:
         self._nodes: dict[str, tuple[NodeRows, Node]] = {}
         self._gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
         self._node_tuple: tuple[Node, ...] = ()
-        #: pending workload id -> its why-pending as stored when last read (None: not kept)
-        self.stored: dict[str, StoredInfo] | None = {} if reuse else None
-        #: rows converted by the last read (the others were reused), for tests and benches
-        self.converted = 0
 
-    def clear(self) -> None:
-        """Forget everything (the next read converts every row)."""
-        self._pending = {}
-        self._running = {}
-        self._nodes = {}
-        self._gpus = {}
-        self._node_tuple = ()
-        self.stored = {} if self.reuse else None
-
-    def read(self, ctx: AppContext) -> tuple[Snapshot, list[Workload]]:
+    def read(self, ctx: AppContext) -> Read:
         """The nodes that run work, the tenants, the running work and `attained_service`,
-        read in one transaction, and the pending work in queue order."""
+        read in one transaction, the pending work in queue order, and its stored
+        why-pending."""
         with ctx.store.read() as s:
             node_rows = [n for n in NodeRepo(s).rows() if ctx.runs_work_on(n[0][0])]
             tree = TenantRepo(s).tree()
@@ -78,7 +80,7 @@ class SnapshotReader:
             pending_rows = WorkloadRepo(s).pending_rows()
             attained = UsageRepo(s).attained_by_tenant()
             attained.update(kept_service(s))
-        nodes, converted = self._read_nodes(node_rows)
+        nodes = self._read_nodes(node_rows)
         old_run = self._running
         run_memo: dict[str, tuple[RunningRows, RunningWorkload]] = {}
         running: list[RunningWorkload] = []
@@ -86,7 +88,6 @@ class SnapshotReader:
             hit = old_run.get(rows[0][0])
             if hit is None or hit[0] != rows:
                 hit = (rows, running_of(*rows))
-                converted += 1
             run_memo[rows[0][0]] = hit
             running.append(hit[1])
         old = self._pending
@@ -98,23 +99,21 @@ class SnapshotReader:
             got = old.get(wid)
             if got is None or got[0] != values:
                 got = (values, workload_to_domain(domain_workload(values)))
-                converted += 1
             memo[wid] = got
             stored[wid] = info
             pending.append(got[1])
         if self.reuse:
-            self._running, self._pending, self.stored = run_memo, memo, stored
-        self.converted = converted
-        return Snapshot(nodes, tree, tuple(running), attained), pending
+            self._running, self._pending = run_memo, memo
+        snap = Snapshot(nodes, tree, tuple(running), attained)
+        return Read(snap, pending, stored if self.reuse else None)
 
-    def _read_nodes(self, node_rows: list[NodeRows]) -> tuple[tuple[Node, ...], int]:
+    def _read_nodes(self, node_rows: list[NodeRows]) -> tuple[Node, ...]:
         """The nodes of `node_rows`, reusing the Node (and GPU) objects of unchanged rows,
-        and the last tuple itself when every node is the same; and how many were converted."""
+        and the last tuple itself when every node is the same."""
         old, old_gpus = self._nodes, self._gpus
         memo: dict[str, tuple[NodeRows, Node]] = {}
         gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
         out: list[Node] = []
-        converted = 0
         for rows in node_rows:
             hit = old.get(rows[0][0])
             if hit is None or hit[0] != rows:
@@ -123,11 +122,9 @@ class SnapshotReader:
                     got = old_gpus.get(g[1])
                     if got is None or got[0] != g:
                         got = (g, gpu_of(g))
-                        converted += 1
                     gpus[g[1]] = got
                     made.append(got[1])
                 hit = (rows, node_of(rows[0], tuple(made)))
-                converted += 1
             else:
                 for g, obj in zip(rows[1], hit[1].gpus, strict=True):
                     gpus[g[1]] = (g, obj)
@@ -138,4 +135,4 @@ class SnapshotReader:
         nodes = last if same else tuple(out)
         if self.reuse:
             self._nodes, self._gpus, self._node_tuple = memo, gpus, nodes
-        return nodes, converted
+        return nodes
