@@ -44,7 +44,6 @@ from gpupool.server.services.reservations import NOTICE_S, notify_stops
 from gpupool.server.webhook import Webhook
 from gpupool.store import (
     AdmissionRepo,
-    AllocationRepo,
     Conflict,
     UserRepo,
     WorkloadRepo,
