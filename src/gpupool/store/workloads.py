@@ -12,6 +12,7 @@ import dataclasses
 import secrets
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy import Row, Table, bindparam, delete, func, or_, select, update
@@ -140,6 +141,9 @@ def info_columns(info: PendingInfo) -> StoredInfo:
     wait = None if info.wait is None else wait_to_json(info.wait)
     return (info.reason, info.position, info.tenant_position, wait)
 
+
+
+_by_b_id = itemgetter("b_id")
 
 class WorkloadRepo:
     def __init__(self, s: Session):
@@ -361,6 +365,9 @@ class WorkloadRepo:
                     }
                 )
         if params:
+            # rows locked in id order, as every multi-row write of workloads does (admissions
+            # in batches): two writers taking them in different orders could deadlock
+            params.sort(key=_by_b_id)
             self.s.execute(_SET_INFO, params)
         return len(params)
 

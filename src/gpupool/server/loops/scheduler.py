@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from gpupool.domain import Allocation, Workload, WorkloadState
 from gpupool.domain.retries import backing_off, retry_reason
@@ -100,6 +101,9 @@ def _waiting(snap: Snapshot, pending: list[Workload]) -> set[str]:
     """The work whose nominations last: pending, or still stopping to be moved."""
     return {w.id for w in pending} | {r.workload.id for r in snap.running if r.stopping}
 
+
+
+_first = itemgetter(0)
 
 class SchedulerLoop(Loop):
     name = "scheduler"
@@ -336,7 +340,9 @@ class SchedulerLoop(Loop):
         with ctx.store.write() as s:
             repo = WorkloadRepo(s)
             at = ctx.clock.now()
-            for wid, handle, status in launched:
+            # in id order: the rows are locked as the admissions' batch locks them (PostgreSQL;
+            # another order could deadlock with a second scheduler's batch)
+            for wid, handle, status in sorted(launched, key=_first):
                 try:
                     with s.begin_nested():
                         repo.set_executor_ref(wid, handle.ref)
