@@ -142,8 +142,8 @@ def info_columns(info: PendingInfo) -> StoredInfo:
     return (info.reason, info.position, info.tenant_position, wait)
 
 
-
 _by_b_id = itemgetter("b_id")
+
 
 class WorkloadRepo:
     def __init__(self, s: Session):

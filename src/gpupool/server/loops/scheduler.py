@@ -102,8 +102,8 @@ def _waiting(snap: Snapshot, pending: list[Workload]) -> set[str]:
     return {w.id for w in pending} | {r.workload.id for r in snap.running if r.stopping}
 
 
-
 _first = itemgetter(0)
+
 
 class SchedulerLoop(Loop):
     name = "scheduler"
