@@ -22,7 +22,12 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.store.allocations import AllocationRepo, room_refusal
-from gpupool.store.convert import workload_to_domain
+from gpupool.store.convert import (
+    allocation_values,
+    event_values,
+    share_values,
+    workload_to_domain,
+)
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -173,29 +178,10 @@ class AdmissionRepo:
         ins = insert(_A).returning(_A.c.id, sort_by_parameter_order=True)
         alloc_ids = run(
             ins,
-            [
-                {
-                    "workload_id": a.workload_id,
-                    "node": a.node,
-                    "since": a.since,
-                    "cpu_milli": a.cpu_milli,
-                    "memory_mib": a.memory_mib,
-                }
-                for a, _, _ in accepted
-            ],
+            [allocation_values(a) for a, _, _ in accepted],
         ).scalars()
         shares = [
-            {
-                "allocation_id": aid,
-                "gpu_uuid": s.gpu_uuid,
-                "node": s.node,
-                "gpu_index": s.gpu_index,
-                "milli": s.milli,
-                "memory_mib": s.memory_mib,
-                "enforcement": str(s.enforcement),
-                "mig_profile": s.mig_profile,
-                "mig_start": s.mig_start,
-            }
+            {"allocation_id": aid, **share_values(s)}
             for aid, (a, _, _) in zip(alloc_ids, accepted, strict=True)
             for s in a.shares
         ]
@@ -213,17 +199,7 @@ class AdmissionRepo:
                     "b_at": new.admitted_at,
                 }
             )
-            events.append(
-                {
-                    "at": event.at,
-                    "kind": event.kind,
-                    "message": event.message,
-                    "workload_id": event.workload_id,
-                    "tenant": event.tenant,
-                    "user": event.user,
-                    "data": dict(event.data),
-                }
-            )
+            events.append(event_values(event))
         run(_SET_ADMITTED, changes)
         run(insert(_EV), events)
         return admitted

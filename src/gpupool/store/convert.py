@@ -397,26 +397,34 @@ def allocation_to_domain(row: AllocationRow, shares: tuple[Share, ...] | None = 
     )
 
 
+def allocation_values(a: Allocation) -> dict[str, Any]:
+    """The columns of `a`'s allocation row (its shares: `share_values`)."""
+    return {
+        "workload_id": a.workload_id,
+        "node": a.node,
+        "since": a.since,
+        "cpu_milli": a.cpu_milli,
+        "memory_mib": a.memory_mib,
+    }
+
+
+def share_values(s: Share) -> dict[str, Any]:
+    """The columns of a share row, but its allocation id."""
+    return {
+        "gpu_uuid": s.gpu_uuid,
+        "node": s.node,
+        "gpu_index": s.gpu_index,
+        "milli": s.milli,
+        "memory_mib": s.memory_mib,
+        "enforcement": str(s.enforcement),
+        "mig_profile": s.mig_profile,
+        "mig_start": s.mig_start,
+    }
+
+
 def allocation_to_row(a: Allocation) -> AllocationRow:
     return AllocationRow(
-        workload_id=a.workload_id,
-        node=a.node,
-        since=a.since,
-        cpu_milli=a.cpu_milli,
-        memory_mib=a.memory_mib,
-        shares=[
-            ShareRow(
-                gpu_uuid=s.gpu_uuid,
-                node=s.node,
-                gpu_index=s.gpu_index,
-                milli=s.milli,
-                memory_mib=s.memory_mib,
-                enforcement=str(s.enforcement),
-                mig_profile=s.mig_profile,
-                mig_start=s.mig_start,
-            )
-            for s in a.shares
-        ],
+        **allocation_values(a), shares=[ShareRow(**share_values(s)) for s in a.shares]
     )
 
 
@@ -432,16 +440,21 @@ def event_to_domain(row: EventRow) -> Event:
     )
 
 
+def event_values(e: Event) -> dict[str, Any]:
+    """The columns of `e`'s event row."""
+    return {
+        "at": e.at,
+        "kind": e.kind,
+        "message": e.message,
+        "workload_id": e.workload_id,
+        "tenant": e.tenant,
+        "user": e.user,
+        "data": dict(e.data),
+    }
+
+
 def event_to_row(e: Event) -> EventRow:
-    return EventRow(
-        at=e.at,
-        kind=e.kind,
-        message=e.message,
-        workload_id=e.workload_id,
-        tenant=e.tenant,
-        user=e.user,
-        data=dict(e.data),
-    )
+    return EventRow(**event_values(e))
 
 
 # -- profiles ---------------------------------------------------------------------------------
