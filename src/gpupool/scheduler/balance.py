@@ -22,9 +22,11 @@ from gpupool.domain import MILLI_PER_GPU
 from gpupool.scheduler.capacity import CapacityIndex
 
 #: how many tied candidates are compared (spread over them by id); bounds the cost per placement:
-#: GPUs for a fraction, nodes for whole GPUs
-CANDIDATES = 64
-WHOLE_CANDIDATES = 64
+#: GPUs for a fraction, nodes for whole GPUs. 16 packs as well as 64 did (bench/packing.py,
+#: every mix, 1 and 8 times the cluster, scoring on and off: within 0.1 point; issue 32,
+#: bench/results/scheduler_scale.md) and searches a large bucket in a quarter of the probes
+CANDIDATES = 16
+WHOLE_CANDIDATES = 16
 
 
 def _shares(

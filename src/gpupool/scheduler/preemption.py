@@ -125,10 +125,42 @@ class Reclaimer:
         # every possible victim once per node it is on, keyed (priority, lost, id) once: the
         # key is worked out here, not by each sort's comparisons (it sums the shares)
         keyed: list[tuple[int, float, str, int, int, RunningWorkload]] = []
+        append = keyed.append
         for rw in running:
             al = rw.allocation
             shares = al.shares
             head = al.node
+            w = rw.workload
+            # the common case, in short (the same as below): not stopping, every share on the
+            # head node (listed there only), milli summed in the same pass
+            one = bool(shares) and not rw.stopping
+            if one:
+                if len(shares) == 1:
+                    s0 = shares[0]
+                    one = s0.node == head
+                    milli = s0.milli
+                else:
+                    milli = 0
+                    for s in shares:
+                        if s.node != head:
+                            one = False
+                            break
+                        milli += s.milli
+            if one:
+                if not w.preemptible:
+                    continue
+                n = node_ids.get(head)
+                if n is None:
+                    continue
+                started = w.started_at if w.started_at is not None else al.since
+                if now - started < min_runtime_s:
+                    young[w.id] = started + min_runtime_s
+                since = now - al.since
+                if n not in victims:
+                    victims[n] = []
+                lost = since * milli if since > 0.0 else 0.0
+                append((w.priority, lost, w.id, n, len(keyed), rw))
+                continue
             # a gang is listed on each of its nodes; chosen on one, it stops as a whole (one
             # workload), though only its part on that node is counted as freed there
             if len(shares) == 1:
