@@ -49,3 +49,29 @@ def test_text_added_to_a_reason_before_and_after_the_runs_are_built() -> None:
         "a": PendingInfo("other", 1, 2),
         "b": PendingInfo("full; requeued", 2, 2),
     }
+
+
+def test_views_read_the_built_entries_without_a_call_per_entry() -> None:
+    q = _queue(("a", "s"), ("b", "s"), ("c", "s"))
+    infos = PendingInfos()
+    infos.put("x", PendingInfo("why", 1, 1))
+    infos.add_run(q, 1, "full", 2, 3)  # b, c: not built until read
+    infos.add_to_reason("c", "; requeued")
+    expected = {
+        "x": PendingInfo("why", 1, 1),
+        "b": PendingInfo("full", 2, 3),
+        "c": PendingInfo("full; requeued", 3, 3),
+    }
+    # items/keys/values are the views of one dict (as the server loop reads every entry)
+    assert type(infos.items()) is type({}.items())
+    assert dict(infos.items()) == expected
+    assert list(infos.keys()) == ["x", "b", "c"] and "c" in infos.keys()
+    assert list(infos.values()) == list(expected.values())
+    # the same entries as reading key by key; later writes show in the views
+    assert {k: infos[k] for k in infos} == expected
+    infos["b"] = PendingInfo("admitted elsewhere", 2, 3)
+    del infos["x"]
+    assert dict(infos.items()) == {
+        "b": PendingInfo("admitted elsewhere", 2, 3),
+        "c": PendingInfo("full; requeued", 3, 3),
+    }

@@ -7,7 +7,15 @@ and everything that calls it (server loop, simulator, tests).
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    ItemsView,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    Sequence,
+    ValuesView,
+)
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice, repeat
@@ -320,6 +328,17 @@ class PendingInfos(MutableMapping[str, PendingInfo]):
 
     def __len__(self) -> int:
         return len(self._one) + self._count
+
+    # the views of the built entries themselves: reading every entry (the server loop stores
+    # them all) costs no call per entry, where Mapping's own views make two
+    def keys(self) -> KeysView[str]:
+        return self._built().keys()
+
+    def items(self) -> ItemsView[str, PendingInfo]:
+        return self._built().items()
+
+    def values(self) -> ValuesView[PendingInfo]:
+        return self._built().values()
 
     def __repr__(self) -> str:
         return f"PendingInfos({self._built()!r})"

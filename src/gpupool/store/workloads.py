@@ -347,7 +347,7 @@ class WorkloadRepo:
             stored = self._stored_infos(list(infos))
             known: Collection[str] = stored
         else:
-            known = infos
+            known = infos.keys()
         params = []
         for wid, info in infos.items():
             if wid not in known:

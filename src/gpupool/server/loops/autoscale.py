@@ -106,7 +106,7 @@ def node_pool_demand(
     p = plan(views, waiting, busy, now, seen, policy=policy)
     if not p.reasons:
         return d
-    infos = dict(d.pending)
+    infos = dict(d.pending.items())
     for wid, why in p.reasons.items():
         if wid in infos:
             infos[wid] = dataclasses.replace(infos[wid], reason=why)

@@ -257,7 +257,8 @@ class SchedulerLoop(Loop):
         waiting = [*(waiting or ()), *self._retrying]  # incl. those that just failed to start
         infos: Mapping[str, PendingInfo] = d.pending
         if waiting:
-            infos = {**d.pending, **self._waiting_info(d.pending, considered or [], waiting)}
+            infos = dict(d.pending.items())  # (the items view: no call per entry)
+            infos.update(self._waiting_info(d.pending, considered or [], waiting))
         # compared with what this cycle read; the work admitted now is no longer as read
         if stored is not None:
             for wid in report.admitted:
