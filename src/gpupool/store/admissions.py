@@ -23,14 +23,17 @@ from sqlalchemy.orm import Session
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.store.allocations import AllocationRepo, room_refusal
 from gpupool.store.convert import (
+    LIFECYCLE_FIELDS,
     allocation_values,
     event_values,
+    lifecycle_values,
     share_values,
     workload_to_domain,
 )
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
+    NOTE_KEYS,
     AllocationRow,
     EventRow,
     GpuRow,
@@ -43,20 +46,12 @@ _W = cast(Table, WorkloadRow.__table__)
 _A = cast(Table, AllocationRow.__table__)
 _SH = cast(Table, ShareRow.__table__)
 _EV = cast(Table, EventRow.__table__)
-#: a workload admitted: the columns `transition(pending -> admitted)` and `change_state` set
+#: a workload admitted: the columns a transition may change (`LIFECYCLE_FIELDS`, bound as
+#: `b_<column>`) and its why-pending notes cleared, as `WorkloadRepo.change_state` writes them
 _SET_ADMITTED = (
     update(_W)
     .where(_W.c.id == bindparam("b_id"))
-    .values(
-        state=bindparam("b_state"),
-        reason=bindparam("b_reason"),
-        admitted_at=bindparam("b_at"),
-        pending_reason=None,
-        queue_position=None,
-        tenant_position=None,
-        pending_wait=None,
-        pending_forecast=None,
-    )
+    .values({k: bindparam(f"b_{k}") for k in LIFECYCLE_FIELDS} | dict.fromkeys(NOTE_KEYS))
 )
 _T = TypeVar("_T")
 
@@ -192,12 +187,7 @@ class AdmissionRepo:
             new, event = transition(w, WorkloadState.ADMITTED, now, reason)
             admitted.append(new)
             changes.append(
-                {
-                    "b_id": new.id,
-                    "b_state": str(new.state),
-                    "b_reason": new.reason,
-                    "b_at": new.admitted_at,
-                }
+                {"b_id": new.id} | {f"b_{k}": v for k, v in lifecycle_values(new).items()}
             )
             events.append(event_values(event))
         run(_SET_ADMITTED, changes)

@@ -345,6 +345,37 @@ def workload_to_domain(row: WorkloadRow) -> Workload:
     )
 
 
+#: the columns a state transition (`gpupool.domain.transition`) may change: what both writers
+#: of workload states set from the new `Workload` (`WorkloadRepo.change_state` through
+#: `workload_to_row`, `AdmissionRepo.admit` for a batch through `lifecycle_values`)
+LIFECYCLE_FIELDS = (
+    "state",
+    "admitted_at",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "reason",
+    "preemptions",
+    "start_attempts",
+    "retry_at",
+)
+
+
+def lifecycle_values(w: Workload) -> dict[str, Any]:
+    """`LIFECYCLE_FIELDS` of `w` as column values (`state` as its stored text)."""
+    return {
+        "state": str(w.state),
+        "admitted_at": w.admitted_at,
+        "started_at": w.started_at,
+        "finished_at": w.finished_at,
+        "exit_code": w.exit_code,
+        "reason": w.reason,
+        "preemptions": w.preemptions,
+        "start_attempts": w.start_attempts,
+        "retry_at": w.retry_at,
+    }
+
+
 def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
     """Copy every domain field of `w` onto `row` (a new row when None)."""
     row = row or WorkloadRow(id=w.id)
@@ -358,17 +389,10 @@ def workload_to_row(w: Workload, row: WorkloadRow | None = None) -> WorkloadRow:
     row.checkpointing = w.checkpointing
     row.max_runtime_s = w.max_runtime_s
     row.submitted_at = w.submitted_at
-    row.state = str(w.state)
     row.command = list(w.command)
     row.profile = w.profile
-    row.admitted_at = w.admitted_at
-    row.started_at = w.started_at
-    row.finished_at = w.finished_at
-    row.exit_code = w.exit_code
-    row.reason = w.reason
-    row.preemptions = w.preemptions
-    row.start_attempts = w.start_attempts
-    row.retry_at = w.retry_at
+    for k, v in lifecycle_values(w).items():
+        setattr(row, k, v)
     return row
 
 

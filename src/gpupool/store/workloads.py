@@ -43,6 +43,7 @@ from gpupool.store.db import plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
+    NOTE_KEYS,
     WORKLOAD_COLUMNS,
     WorkloadEnvRow,
     WorkloadPodRow,
@@ -296,8 +297,8 @@ class WorkloadRepo:
         """Move a workload to `to` (see the module docstring). `expect` guards against races:
         if the stored state is not one of them, Conflict is raised and nothing changes.
         (`AdmissionRepo.admit` writes `pending -> admitted` for a batch through the same
-        `transition`; tests/store/test_admissions.py holds its rows and events equal to this
-        path's: change both together.)"""
+        `transition` and the same columns, `convert.LIFECYCLE_FIELDS` and `NOTE_KEYS`;
+        tests/store/test_admissions.py holds its rows and events equal to this path's.)"""
         row = self._row(workload_id, lock=True)
         current = workload_to_domain(row)
         if expect is not None and current.state not in expect:
@@ -307,9 +308,9 @@ class WorkloadRepo:
             )
         new, event = transition(current, to, now, reason, exit_code=exit_code)
         workload_to_row(new, row)
-        if to is not WorkloadState.PENDING:
-            row.pending_reason = row.queue_position = row.tenant_position = None
-            row.pending_wait = row.pending_forecast = None
+        if to is not WorkloadState.PENDING:  # its why-pending notes (NOTE_KEYS) are gone
+            for k in NOTE_KEYS:
+                setattr(row, k, None)
         if current.state in ACTIVE_STATES and to not in ACTIVE_STATES:
             AllocationRepo(self.s).release(workload_id, now, to)
             row.stop_state = row.stop_reason = row.stop_requested_at = None
