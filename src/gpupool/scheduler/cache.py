@@ -263,8 +263,12 @@ class SchedulerCache:
         mig = cap.gpu_mig
         any_mig = bool(cap.mig_nodes)
         keep_running = cap.keep_running
-        mix_add = cap.mix.add
         count = self._count
+        # summed here and counted in once at the end (as `mix.add` and `_count` one by one):
+        # per class key [workloads, milli, CPU, memory]; per (tenant, user) GPU milli held
+        mix: dict[tuple, list[int]] = {}
+        held: dict[tuple[str, str], int] = {}
+        checkpointing = 0
         for (rw, _), (n, takes, cpu, mem) in zip(kept, logged, strict=True):
             w = rw.workload
             wid = w.id
@@ -277,7 +281,16 @@ class SchedulerCache:
                 milli = ts[0][1] if len(ts) == 1 else sum([m for _, m, _ in ts])
                 t: Takes = (n, ts, cpu, mem, milli, ())
                 # taken since its admission: only counted in the mix (= keep_running(t))
-                mix_add(class_key(ts, cpu, mem, milli), milli, cpu, mem, 1)
+                k = class_key(ts, cpu, mem, milli)
+                if k:
+                    c = mix.get(k)
+                    if c is None:
+                        mix[k] = [1, milli, cpu, mem]
+                    else:
+                        c[0] += 1
+                        c[1] += milli
+                        c[2] += cpu
+                        c[3] += mem
             else:  # a MIG instance is held whole, whatever share of it was assumed
                 t = cap.takes_of(rw)
                 if t[0] == n and not t[5] and t[2:4] == (cpu, mem) and t[1] == tuple(takes):
@@ -288,9 +301,22 @@ class SchedulerCache:
                     cap.apply_takes(t, -1)
                     touched.add(t[0])
                     touched.update(t[5])
-            e: _Entry = (rw, rw.allocation, t, (w.tenant, w.owner), rw.stopping)
+            owner = (w.tenant, w.owner)
+            e: _Entry = (rw, rw.allocation, t, owner, rw.stopping)
             taken[wid] = e
-            count(e, 1)
+            if e[4] or w.max_runtime_s is not None:
+                count(e, 1)
+                continue
+            # = count(e, 1) for work not stopping and without a max runtime
+            if w.checkpointing:
+                checkpointing += 1
+            if t[4]:
+                held[owner] = held.get(owner, 0) + t[4]
+        cap.mix.add_counted(mix)
+        self._checkpointing += checkpointing
+        for sums in (self._held, self._staying):
+            for owner, milli in held.items():
+                sums[owner] = sums.get(owner, 0) + milli
         self.stats.admissions_kept += len(kept)
         return True
 

@@ -90,6 +90,23 @@ class ShapeMix:
             del self._sums[key]
         self._version += 1
 
+    def add_counted(self, sums: dict[tuple, list[int]]) -> None:
+        """Count in many workloads at once: per class key, [workloads, GPU milli, CPU milli,
+        memory MiB] summed (as `add` with `sign` 1 for each)."""
+        have = self._sums
+        for key, (n, milli, cpu, mem) in sums.items():
+            if not key or n <= 0:
+                continue
+            s = have.get(key)
+            if s is None:
+                have[key] = [n, milli, cpu, mem]
+            else:
+                s[0] += n
+                s[1] += milli
+                s[2] += cpu
+                s[3] += mem
+            self._version += 1
+
     def _top(self) -> list[tuple]:
         """The keys of the `TOP_CLASSES` classes holding the most GPU."""
         ranked = sorted(self._sums.items(), key=lambda kv: (-kv[1][1], kv[0]))
