@@ -5,8 +5,9 @@
 
 Each variant is NAME or NAME:KEY=VALUE;KEY=VALUE (SchedulerConfig fields, as
 `trace_compare.py --set`); `fifo` is always run. Prints per variant the geometric mean over
-seeds of avg wait ÷ fifo's, the lowest guarantee kept, preemptions, GPU-hours lost and the
-wide (multi-node) jobs' average wait in hours (mean over seeds).
+seeds of avg wait ÷ fifo's, the lowest guarantee kept (then each seed's lowest),
+preemptions, GPU-hours lost and the wide (multi-node) jobs' average wait in hours (mean over
+seeds).
 """
 
 from __future__ import annotations
@@ -69,10 +70,11 @@ def main() -> None:
     for v in variants:
         n = v.partition(":")[0]
         ratios = [by[(n, s)]["wait"] / by[("fifo", s)]["wait"] for s in seeds]
+        kept = [by[(n, s)]["kept"] for s in seeds]
         print(
             f"{v}: wait/fifo {statistics.geometric_mean(ratios):.3f} "
             f"({', '.join(f'{x:.2f}' for x in ratios)}), kept "
-            f"{min(by[(n, s)]['kept'] for s in seeds):.3f}, preemptions "
+            f"{min(kept):.3f} ({', '.join(f'{x:.3f}' for x in kept)}), preemptions "
             f"{sum(by[(n, s)]['pre'] for s in seeds)}, lost GPU-h "
             f"{sum(by[(n, s)]['lost'] for s in seeds):.0f}, wide wait h "
             f"{statistics.mean(by[(n, s)]['wide_wait'] for s in seeds) / 3600:.2f}",
