@@ -198,6 +198,11 @@ def _synced(cache: SchedulerCache, nodes, run) -> CapacityIndex:
             staying[k] = staying.get(k, 0) + rw.allocation.gpu_milli
     nonzero = ({k: v for k, v in held.items() if v}, {k: v for k, v in staying.items() if v})
     assert cache.held() == nonzero
+    assert cache.checkpointing() == sum(rw.workload.checkpointing for rw in run)
+    assert cache.stopping() == sum(rw.stopping for rw in run)
+    assert cache.limited() == {
+        rw.workload.id: rw for rw in run if rw.workload.max_runtime_s is not None
+    }
     return cap
 
 
@@ -244,8 +249,8 @@ def test_admissions_that_run_as_admitted_stay_taken_the_others_are_undone():
     tenants = tree(tenant("t", guaranteed=6))
     pending = [
         job("a", tenant="t", gpus=2, model="A100", cpus=2),
-        job("b", tenant="t", fraction=0.5, gpu_gib=10),
-        job("c", tenant="t", gpus=1, model="A100"),
+        dataclasses.replace(job("b", tenant="t", fraction=0.5, gpu_gib=10), checkpointing=True),
+        dataclasses.replace(job("c", tenant="t", gpus=1, model="A100"), max_runtime_s=600.0),
     ]
     cache = SchedulerCache()
     snap = snapshot([n0, n1], tenants)
