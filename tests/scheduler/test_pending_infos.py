@@ -65,7 +65,8 @@ def test_views_read_the_built_entries_without_a_call_per_entry() -> None:
     # items/keys/values are the views of one dict (as the server loop reads every entry)
     assert type(infos.items()) is type({}.items())
     assert dict(infos.items()) == expected
-    assert list(infos.keys()) == ["x", "b", "c"] and "c" in infos.keys()
+    keys = infos.keys()
+    assert list(keys) == ["x", "b", "c"] and "c" in keys and "gone" not in keys
     assert list(infos.values()) == list(expected.values())
     # the same entries as reading key by key; later writes show in the views
     assert {k: infos[k] for k in infos} == expected
