@@ -49,8 +49,14 @@ class Nominations:
         that still wait (pending, or still stopping to be moved); the others' nominations
         are dropped first. None: keep all."""
         if waiting is not None:
-            self.nodes = {k: v for k, v in self.nodes.items() if k in waiting}
+            self.nodes = self.of(waiting)
         return dict(self.nodes)
+
+    def of(self, waiting: Collection[str]) -> dict[str, tuple[str, ...]]:
+        """The nominations of the workloads in `waiting`, dropping none (`for_snapshot`
+        without its change: for a reader beside the one that keeps them, on another thread;
+        read from a copy, taken at once, so the keeper's changes meanwhile do not break it)."""
+        return {k: v for k, v in dict(self.nodes).items() if k in waiting}
 
     def record(self, d: Decisions, running: Iterable[RunningWorkload]) -> None:
         """After cycle `d` (run on a snapshot with `running`): nominate nodes for its

@@ -13,9 +13,9 @@ savepoints, and the rows and events written are the same, in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
@@ -30,6 +30,7 @@ from gpupool.store.convert import (
     share_values,
     workload_to_domain,
 )
+from gpupool.store.db import in_chunks
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -53,13 +54,6 @@ _SET_ADMITTED = (
     .where(_W.c.id == bindparam("b_id"))
     .values({k: bindparam(f"b_{k}") for k in LIFECYCLE_FIELDS} | dict.fromkeys(NOTE_KEYS))
 )
-_T = TypeVar("_T")
-
-
-def _chunks(items: Sequence[_T], n: int = 500) -> Iterator[Sequence[_T]]:
-    """`items` in slices that stay under SQLite's bound-parameter limit."""
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
 
 
 @dataclass
@@ -117,7 +111,7 @@ class AdmissionRepo:
         """The GPUs' (uuid, node, index, memory) rows, locked (PostgreSQL) in uuid order."""
         gpus: dict[str, Any] = {}
         run = self.s.connection().execute
-        for part in _chunks(uuids):
+        for part in in_chunks(uuids):
             q = (
                 select(GpuRow.uuid, GpuRow.node, GpuRow.index, GpuRow.memory_mib)
                 .where(GpuRow.uuid.in_(part))
@@ -131,7 +125,7 @@ class AdmissionRepo:
         """Those of `ids` that hold an active allocation."""
         out: set[str] = set()
         run = self.s.connection().execute
-        for part in _chunks(ids):
+        for part in in_chunks(ids):
             q = select(AllocationRow.workload_id).where(
                 AllocationRow.workload_id.in_(part), AllocationRow.released_at.is_(None)
             )
@@ -140,13 +134,15 @@ class AdmissionRepo:
 
     def _lock_workloads(self, ids: Sequence[str]) -> dict[str, Workload]:
         """The workloads, their rows locked (PostgreSQL) in id order."""
-        lock = self.s.get_bind().dialect.name != "sqlite"
         out: dict[str, Workload] = {}
         run = self.s.connection().execute
-        for part in _chunks(sorted(set(ids))):
-            q = select(*DOMAIN_COLUMNS).where(WorkloadRow.id.in_(part)).order_by(WorkloadRow.id)
-            if lock:
-                q = q.with_for_update()
+        for part in in_chunks(sorted(set(ids))):
+            q = (
+                select(*DOMAIN_COLUMNS)
+                .where(WorkloadRow.id.in_(part))
+                .order_by(WorkloadRow.id)
+                .with_for_update()  # (SQLite has no row locks; its write transaction excludes)
+            )
             for r in run(q):
                 w = workload_to_domain(domain_workload(tuple(r)))
                 out[w.id] = w

@@ -28,7 +28,7 @@ from gpupool.store.convert import (
     share_to_domain,
     workload_to_domain,
 )
-from gpupool.store.db import plain_execute
+from gpupool.store.db import in_chunks, plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -150,10 +150,10 @@ class AllocationRepo:
             return []
         shares: dict[int, list[Row[Any]]] = {}
         ids = [r.id for r in rows]
-        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+        for part in in_chunks(ids):
             sq = (
                 select(*ShareRow.__table__.c)
-                .where(ShareRow.allocation_id.in_(ids[i : i + 500]))
+                .where(ShareRow.allocation_id.in_(part))
                 .order_by(ShareRow.gpu_index, ShareRow.id)
             )
             for sh in run(sq):

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain import ACTIVE_STATES, Allocation, Workload, WorkloadState
+from gpupool.store.db import in_chunks
 from gpupool.store.rows import AllocationRow, ShareRow, WorkloadRow
 
 S = WorkloadState
@@ -51,10 +52,7 @@ def kept_service(
         whiches = [which.where(WorkloadRow.state.in_([str(x) for x in states]))]
     else:
         ids = list(workload_ids)
-        # stay under SQLite's bound-parameter limit
-        whiches = [
-            which.where(WorkloadRow.id.in_(ids[i : i + 500])) for i in range(0, len(ids), 500)
-        ]
+        whiches = [which.where(WorkloadRow.id.in_(part)) for part in in_chunks(ids)]
     batches = [
         select(AllocationRow.workload_id, held)
         .join(ShareRow, ShareRow.allocation_id == AllocationRow.id)

@@ -19,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpupool.store.daily import within
+from gpupool.store.db import in_chunks
 from gpupool.store.energy import EnergyRepo
 from gpupool.store.rows import AllocationRow, GpuRow, ShareRow, UsageRow, WorkloadRow
 
@@ -45,8 +46,7 @@ def models_of(s: Session, workload_ids: Iterable[str]) -> dict[str, str]:
     """Workload id -> the GPU model its usage counts on (see the module docstring)."""
     ids = sorted(set(workload_ids))
     out: dict[str, str] = {}
-    for i in range(0, len(ids), 500):
-        chunk = ids[i : i + 500]
+    for chunk in in_chunks(ids):
         for wid, model in s.execute(
             select(WorkloadRow.id, WorkloadRow.gpu_model).where(WorkloadRow.id.in_(chunk))
         ):

@@ -19,16 +19,26 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+_T = TypeVar("_T")
+#: ids per `IN (...)` list: SQLite's bound-parameter limit (999 in older builds) with room
+IN_LIST_MAX = 500
+
+
+def in_chunks(items: Sequence[_T], n: int = IN_LIST_MAX) -> Iterator[Sequence[_T]]:
+    """`items` in slices of at most `n`, for one `IN (...)` query each."""
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
 
 
 def plain_execute(s: Session) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ from gpupool.store.convert import (
     tenant_to_row,
     user_to_domain,
 )
+from gpupool.store.db import in_chunks
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import MembershipRow, TenantRow, TokenRow, UserRow, WorkloadRow
 
@@ -113,12 +114,11 @@ class UserRepo:
         return None if row is None or row.disabled else user_to_domain(row)
 
     def find_many(self, names: Collection[str]) -> dict[str, User]:
-        """`find` of each of `names`, in one query per 500: name -> user, for those that
-        exist and are not disabled."""
-        wanted = sorted(set(names))
+        """`find` of each of `names` (one query per `in_chunks`): name -> user, for those
+        that exist and are not disabled."""
         out: dict[str, User] = {}
-        for i in range(0, len(wanted), 500):  # stay under SQLite's bound-parameter limit
-            q = select(UserRow).where(UserRow.name.in_(wanted[i : i + 500]))
+        for part in in_chunks(sorted(set(names))):
+            q = select(UserRow).where(UserRow.name.in_(part))
             out.update((r.name, user_to_domain(r)) for r in self.s.scalars(q) if not r.disabled)
         return out
 

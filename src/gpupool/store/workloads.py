@@ -39,7 +39,7 @@ from gpupool.store.convert import (
     workload_to_domain,
     workload_to_row,
 )
-from gpupool.store.db import plain_execute
+from gpupool.store.db import in_chunks, plain_execute
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -344,14 +344,12 @@ class WorkloadRepo:
         only touches rows still pending. Returns how many rows it asked to write."""
         if not infos:
             return 0
+        read_here = stored is None  # then only the rows found pending are written
         if stored is None:
             stored = self._stored_infos(list(infos))
-            known: Collection[str] = stored
-        else:
-            known = infos.keys()
         params = []
         for wid, info in infos.items():
-            if wid not in known:
+            if read_here and wid not in stored:
                 continue
             row = info_columns(info)
             if stored.get(wid) != row:
@@ -375,9 +373,9 @@ class WorkloadRepo:
     def _stored_infos(self, ids: Sequence[str]) -> dict[str, StoredInfo]:
         """The stored why-pending of those of `ids` that are pending."""
         out: dict[str, StoredInfo] = {}
-        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+        for part in in_chunks(ids):
             q = select(WorkloadRow.id, *_INFO_COLUMNS).where(
-                WorkloadRow.id.in_(ids[i : i + 500]),
+                WorkloadRow.id.in_(part),
                 WorkloadRow.state == str(WorkloadState.PENDING),
             )
             out.update((r[0], tuple(r[1:])) for r in self.s.execute(q))  # type: ignore[misc]
@@ -391,9 +389,9 @@ class WorkloadRepo:
             return 0
         ids = list(forecasts)
         stored: dict[str, Forecast | None] = {}
-        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+        for part in in_chunks(ids):
             q = select(WorkloadRow.id, WorkloadRow.pending_forecast).where(
-                WorkloadRow.id.in_(ids[i : i + 500]),
+                WorkloadRow.id.in_(part),
                 WorkloadRow.state == str(WorkloadState.PENDING),
             )
             stored.update((wid, forecast_from_json(text)) for wid, text in self.s.execute(q))
@@ -473,16 +471,15 @@ class WorkloadRepo:
 
     def env_of(self, workload_id: str) -> dict[str, str]:
         """The environment `workload_id` declared ({} if none, or once it has ended)."""
-        row = self.s.get(WorkloadEnvRow, workload_id)
-        return {str(k): str(v) for k, v in (row.env if row else {}).items()}
+        return self.envs_of([workload_id])[workload_id]
 
     def envs_of(self, workload_ids: Collection[str]) -> dict[str, dict[str, str]]:
-        """`env_of` of each of `workload_ids`, in one query per 500 (those without one: {})."""
+        """`env_of` of each of `workload_ids` (one query per `in_chunks`; none: {})."""
         ids = list(workload_ids)
         out: dict[str, dict[str, str]] = {wid: {} for wid in ids}
-        for i in range(0, len(ids), 500):  # stay under SQLite's bound-parameter limit
+        for part in in_chunks(ids):
             q = select(WorkloadEnvRow.workload_id, WorkloadEnvRow.env).where(
-                WorkloadEnvRow.workload_id.in_(ids[i : i + 500])
+                WorkloadEnvRow.workload_id.in_(part)
             )
             for wid, env in self.s.execute(q):
                 out[wid] = {str(k): str(v) for k, v in (env or {}).items()}

@@ -145,7 +145,7 @@ class SchedulerLoop(Loop):
         cycle)."""
         snap, pending = read_snapshot(self.ctx)
         waiting = _waiting(snap, pending)
-        nominated = {k: v for k, v in dict(self.nominations.nodes).items() if k in waiting}
+        nominated = self.nominations.of(waiting)
         return dataclasses.replace(snap, nominated=nominated), pending
 
     def _read(self) -> tuple[Snapshot, list[Workload], dict[str, StoredInfo] | None]:

@@ -23,7 +23,8 @@ thread) read with `read_snapshot` (`SchedulerLoop.snapshot`), never through it.
 from __future__ import annotations
 
 import operator
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 from gpupool.domain import GPU, Node, Workload
 from gpupool.scheduler import RunningWorkload, Snapshot
@@ -41,6 +42,34 @@ from gpupool.store.cluster import NodeRows, gpu_of, node_of
 from gpupool.store.convert import workload_to_domain
 from gpupool.store.rows import domain_workload
 from gpupool.store.workloads import StoredInfo
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_O = TypeVar("_O")
+
+
+def _kept(
+    old: dict[_K, tuple[_V, _O]],
+    memo: dict[_K, tuple[_V, _O]],
+    key: _K,
+    values: _V,
+    make: Callable[[_V], _O],
+) -> _O:
+    """The object `old` keeps for `key` if it was made of values equal to `values`, else
+    `make(values)`; either is recorded in `memo` (the next read's `old`)."""
+    hit = old.get(key)
+    if hit is None or hit[0] != values:
+        hit = (values, make(values))
+    memo[key] = hit
+    return hit[1]
+
+
+def _workload_of(values: tuple[Any, ...]) -> Workload:
+    return workload_to_domain(domain_workload(values))
+
+
+def _running_of(rows: RunningRows) -> RunningWorkload:
+    return running_of(*rows)
 
 
 class Read(NamedTuple):
@@ -85,23 +114,15 @@ class SnapshotReader:
         run_memo: dict[str, tuple[RunningRows, RunningWorkload]] = {}
         running: list[RunningWorkload] = []
         for rows in running_rows:
-            hit = old_run.get(rows[0][0])
-            if hit is None or hit[0] != rows:
-                hit = (rows, running_of(*rows))
-            run_memo[rows[0][0]] = hit
-            running.append(hit[1])
+            running.append(_kept(old_run, run_memo, rows[0][0], rows, _running_of))
         old = self._pending
         memo: dict[str, tuple[tuple[Any, ...], Workload]] = {}
         stored: dict[str, StoredInfo] = {}
         pending: list[Workload] = []
         for values, info in pending_rows:
             wid = values[0]
-            got = old.get(wid)
-            if got is None or got[0] != values:
-                got = (values, workload_to_domain(domain_workload(values)))
-            memo[wid] = got
             stored[wid] = info
-            pending.append(got[1])
+            pending.append(_kept(old, memo, wid, values, _workload_of))
         if self.reuse:
             self._running, self._pending = run_memo, memo
         snap = Snapshot(nodes, tree, tuple(running), attained)
@@ -117,14 +138,8 @@ class SnapshotReader:
         for rows in node_rows:
             hit = old.get(rows[0][0])
             if hit is None or hit[0] != rows:
-                made = []
-                for g in rows[1]:
-                    got = old_gpus.get(g[1])
-                    if got is None or got[0] != g:
-                        got = (g, gpu_of(g))
-                    gpus[g[1]] = got
-                    made.append(got[1])
-                hit = (rows, node_of(rows[0], tuple(made)))
+                made = tuple(_kept(old_gpus, gpus, g[1], g, gpu_of) for g in rows[1])
+                hit = (rows, node_of(rows[0], made))
             else:
                 for g, obj in zip(rows[1], hit[1].gpus, strict=True):
                     gpus[g[1]] = (g, obj)
