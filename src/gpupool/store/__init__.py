@@ -15,6 +15,7 @@ from gpupool.store.energy import EnergyRepo
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.events import EventRepo
 from gpupool.store.history import GpuPeriod, HistoryRepo, Retention
+from gpupool.store.launches import Launch, Launched, LaunchRepo
 from gpupool.store.nodeagents import NodeReportRepo, NodeTokenRepo
 from gpupool.store.nodepools import NodePoolRepo
 from gpupool.store.profiles import ProfileRepo
@@ -42,6 +43,9 @@ __all__ = [
     "EventRepo",
     "GpuPeriod",
     "HistoryRepo",
+    "Launch",
+    "LaunchRepo",
+    "Launched",
     "NodePoolRepo",
     "NodeRepo",
     "NodeReportRepo",

@@ -134,19 +134,8 @@ class AdmissionRepo:
 
     def _lock_workloads(self, ids: Sequence[str]) -> dict[str, Workload]:
         """The workloads, their rows locked (PostgreSQL) in id order."""
-        out: dict[str, Workload] = {}
-        run = self.s.connection().execute
-        for part in in_chunks(sorted(set(ids))):
-            q = (
-                select(*DOMAIN_COLUMNS)
-                .where(WorkloadRow.id.in_(part))
-                .order_by(WorkloadRow.id)
-                .with_for_update()  # (SQLite has no row locks; its write transaction excludes)
-            )
-            for r in run(q):
-                w = workload_to_domain(domain_workload(tuple(r)))
-                out[w.id] = w
-        return out
+        rows = lock_workload_rows(self.s, ids)
+        return {wid: workload_to_domain(r) for wid, r in rows.items()}
 
     @staticmethod
     def _refusal(
@@ -189,3 +178,22 @@ class AdmissionRepo:
         run(_SET_ADMITTED, changes)
         run(insert(_EV), events)
         return admitted
+
+
+def lock_workload_rows(s: Session, ids: Sequence[str]) -> dict[str, WorkloadRow]:
+    """Workload id -> its row's `DOMAIN_COLUMNS` (`domain_workload`), for those of `ids` that
+    exist, the rows locked (PostgreSQL) in id order (SQLite has no row locks: its write
+    transaction excludes other writers)."""
+    out: dict[str, WorkloadRow] = {}
+    run = s.connection().execute
+    for part in in_chunks(sorted(set(ids))):
+        q = (
+            select(*DOMAIN_COLUMNS)
+            .where(WorkloadRow.id.in_(part))
+            .order_by(WorkloadRow.id)
+            .with_for_update()
+        )
+        for r in run(q):
+            row = domain_workload(tuple(r))
+            out[row.id] = row
+    return out

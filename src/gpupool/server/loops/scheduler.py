@@ -46,9 +46,12 @@ from gpupool.server.webhook import Webhook
 from gpupool.store import (
     AdmissionRepo,
     Conflict,
+    Launch,
+    LaunchRepo,
     UserRepo,
     WorkloadRepo,
 )
+from gpupool.store.launches import ALREADY_STARTED
 from gpupool.store.workloads import StoredInfo
 
 log = logging.getLogger(__name__)
@@ -337,33 +340,41 @@ class SchedulerLoop(Loop):
             launched.append((w.id, handle, status))
         if not launched:
             return
-        cancelled: list[str] = []
+        batch: list[Launch] = []  # the usual launches, written in one go
+        others: list[tuple[str, Handle, ExecStatus]] = []  # ended or rejected at once
+        for wid, handle, status in launched:
+            steps = lifecycle.launch_steps(handle.executor, status)
+            if steps is None:
+                assert status is not None
+                others.append((wid, handle, status))
+            else:
+                endpoint = status.endpoint if status is not None else None
+                batch.append(Launch(wid, handle.ref, steps, endpoint))
         with ctx.store.write() as s:
-            repo = WorkloadRepo(s)
+            launches = LaunchRepo(s)
             at = ctx.clock.now()
-            # in id order: the rows are locked as the admissions' batch locks them (PostgreSQL;
-            # another order could deadlock with a second scheduler's batch)
-            for wid, handle, status in sorted(launched, key=_first):
-                try:
-                    with s.begin_nested():
-                        repo.set_executor_ref(wid, handle.ref)
-                        repo.change_state(
-                            wid,
-                            S.STARTING,
-                            at,
-                            f"started by the {handle.executor} executor",
-                            expect={S.ADMITTED},
-                        )
-                        if status is not None:
-                            lifecycle.apply_status(s, repo.record(wid), status, at)
-                    report.started.append(wid)
-                except Conflict:
-                    if repo.get(wid).state in (S.STARTING, S.RUNNING):
-                        # the reconciler saw it start first (a watch woke it): keep it
-                        repo.set_executor_ref(wid, handle.ref)
-                        report.started.append(wid)
-                    else:  # cancelled while it was being started
-                        cancelled.append(wid)
+            if others:
+                # every row locked in id order first, as the admissions' batch locks them
+                # (PostgreSQL; another order could deadlock with a second scheduler's batch)
+                launches.lock([wid for wid, _, _ in launched])
+            took = launches.launch(batch, at)
+            started, cancelled = took.started, took.cancelled
+            repo = WorkloadRepo(s)
+            for wid, handle, status in sorted(others, key=_first):  # (rows locked above)
+                state = repo.get(wid).state
+                if state is S.ADMITTED:
+                    repo.set_executor_ref(wid, handle.ref)
+                    why = f"started by the {handle.executor} executor"
+                    repo.change_state(wid, S.STARTING, at, why)
+                    lifecycle.apply_status(s, repo.record(wid), status, at)
+                elif state in ALREADY_STARTED:
+                    # the reconciler saw it start first (a watch woke it): keep it
+                    repo.set_executor_ref(wid, handle.ref)
+                else:  # cancelled while it was being started
+                    cancelled.append(wid)
+                    continue
+                started.append(wid)
+        report.started.extend(sorted(started))
         for wid in cancelled:  # stop what was launched for nothing
             ctx.executor.stop(wid, "cancelled while starting", 0.0)
 

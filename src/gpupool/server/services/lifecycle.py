@@ -73,6 +73,22 @@ def apply_status(s: Session, rec: WorkloadRecord, status: ExecStatus, now: float
     return repo.change_state(w.id, S.LOST, now, f"the executor lost track of the work{detail}")
 
 
+def launch_steps(
+    executor: str, status: ExecStatus | None
+) -> tuple[tuple[WorkloadState, str], ...] | None:
+    """The states an admitted workload the executor just took moves through, with their
+    reasons, when its first poll said `status` (None: not visible yet): what `change_state`
+    to `starting` then `apply_status` would write (store.LaunchRepo writes them in batches).
+    None where `status` says the work already ended or was rejected: then the caller applies
+    it one by one (`apply_status`). A test holds this to that path."""
+    started = ((S.STARTING, f"started by the {executor} executor"),)
+    if status is None or status.state is ExecState.STARTING:
+        return started
+    if status.state is ExecState.RUNNING:
+        return (*started, (S.RUNNING, "the executor reports it running"))
+    return None
+
+
 def would_change(rec: WorkloadRecord, status: ExecStatus) -> bool:
     """Whether `apply_status(rec, status)` would change anything (False: skip the write).
     Mirrors apply_status's rules; a test holds the two together."""
