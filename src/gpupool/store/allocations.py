@@ -8,7 +8,6 @@ loop admits in batches with the same checks (`store.admissions`).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, func, select, update
@@ -36,6 +35,7 @@ from gpupool.store.rows import (
     GpuRow,
     ShareRow,
     WorkloadRow,
+    by_name,
     domain_workload,
 )
 
@@ -47,27 +47,29 @@ RunningRows = tuple[tuple[Any, ...], tuple[Any, ...], tuple[tuple[Any, ...], ...
 
 
 def allocation_of(row: Any, shares: Iterable[Any]) -> Allocation:
-    """The allocation of a plain allocation row (or values in column order) and its shares'."""
-    if not hasattr(row, "workload_id"):
-        row = SimpleNamespace(**dict(zip(_ALLOC_KEYS, row, strict=True)))
-    return allocation_to_domain(row, tuple(share_to_domain(_share(sh)) for sh in shares))
+    """The allocation of a plain row of the allocations table's columns and its shares' plain
+    rows, read by attribute (Core `Row`s: `AllocationRepo._active_rows`)."""
+    return allocation_to_domain(row, tuple(share_to_domain(sh) for sh in shares))
 
 
-def _share(sh: Any) -> Any:
-    return (
-        sh
-        if hasattr(sh, "gpu_uuid")
-        else SimpleNamespace(**dict(zip(_SHARE_KEYS, sh, strict=True)))
+def allocation_of_values(values: Sequence[Any], shares: Iterable[Sequence[Any]]) -> Allocation:
+    """The allocation of the values of an allocation row and of its shares' rows, each in its
+    table's column order (the tuples of `AllocationRepo.running_rows`)."""
+    return allocation_to_domain(
+        by_name(_ALLOC_KEYS, values),
+        tuple(share_to_domain(by_name(_SHARE_KEYS, sh)) for sh in shares),
     )
 
 
 def running_of(
-    workload: tuple[Any, ...], allocation: tuple[Any, ...], shares: Iterable[Any]
+    workload: tuple[Any, ...], allocation: tuple[Any, ...], shares: Iterable[tuple[Any, ...]]
 ) -> RunningWorkload:
     """The running workload of one `AllocationRepo.running_rows()` entry."""
     w = domain_workload(workload)
     return RunningWorkload(
-        workload_to_domain(w), allocation_of(allocation, shares), stopping=w.stop_state is not None
+        workload_to_domain(w),
+        allocation_of_values(allocation, shares),
+        stopping=w.stop_state is not None,
     )
 
 

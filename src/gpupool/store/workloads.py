@@ -411,7 +411,7 @@ class WorkloadRepo:
         """The last `limit` finished runs (started and finished), oldest first: what start-time
         forecasts learn run times from (gpupool.sim.runtimes)."""
         q = (
-            select(*WORKLOAD_COLUMNS)
+            select(*DOMAIN_COLUMNS)
             .where(
                 WorkloadRow.finished_at.is_not(None),
                 WorkloadRow.started_at.is_not(None),
@@ -422,7 +422,7 @@ class WorkloadRepo:
         )
         out = []
         for r in self.s.execute(q):
-            w = workload_to_domain(plain_workload(r))
+            w = workload_to_domain(domain_workload(r))
             ran = (w.finished_at or 0.0) - (w.started_at or 0.0)
             if ran > 0:
                 out.append(PastRun(w.owner, w.tenant, w.kind, w.request.total_gpu_milli, ran))
