@@ -39,7 +39,7 @@ from gpupool.store.convert import (
     workload_to_domain,
     workload_to_row,
 )
-from gpupool.store.db import in_chunks, plain_execute
+from gpupool.store.db import in_chunks, plain_execute, plain_executemany
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import (
     DOMAIN_COLUMNS,
@@ -367,7 +367,7 @@ class WorkloadRepo:
             # rows locked in id order, as every multi-row write of workloads does (admissions
             # in batches): two writers taking them in different orders could deadlock
             params.sort(key=_by_b_id)
-            self.s.execute(_SET_INFO, params)
+            plain_executemany(self.s, _SET_INFO, params)  # (plain text and numbers)
         return len(params)
 
     def _stored_infos(self, ids: Sequence[str]) -> dict[str, StoredInfo]:
