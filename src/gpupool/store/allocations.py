@@ -168,28 +168,59 @@ class AllocationRepo:
 
     def running(self) -> list[RunningWorkload]:
         """Active workloads (admitted, starting, running) with their allocations."""
-        return [running_of(*r) for r in self.running_rows()]
+        return [running_of(*r) for _, r in self.running_rows()]
 
-    def running_rows(self) -> list[RunningRows]:
-        """What `running()` is made of, as plain values: per active workload, its
-        `DOMAIN_COLUMNS`, its allocation's row and its shares' rows (by GPU index); equal
-        values make equal `running_of(...)`. For the scheduler loop, which converts only the
-        rows that changed. Read past the ORM, after a flush (`plain_execute`)."""
-        allocs = {r.workload_id: (tuple(r), tuple(map(tuple, sh))) for r, sh in self._active_rows()}
+    def running_rows(self, ids: Sequence[str] | None = None) -> list[tuple[int, RunningRows]]:
+        """What `running()` is made of, as plain values: per active workload (of `ids` only,
+        if given), its version (`WorkloadRow.version`) and its `DOMAIN_COLUMNS`, its
+        allocation's row and its shares' rows (by GPU index); equal values make equal
+        `running_of(...)`. For the scheduler loop, which reads only the workloads whose
+        `running_versions` entry moved. Read past the ORM, after a flush (`plain_execute`)."""
+        if ids is None:
+            return self._running_rows()
+        out = []
+        for part in in_chunks(ids):
+            out += self._running_rows(part)
+        return out
+
+    def _running_rows(self, ids: Sequence[str] | None = None) -> list[tuple[int, RunningRows]]:
+        """`running_rows` of every active workload, or of those of `ids` (one IN list)."""
+        only_a = () if ids is None else (AllocationRow.workload_id.in_(ids),)
+        allocs = {
+            r.workload_id: (tuple(r), tuple(map(tuple, sh))) for r, sh in self._active_rows(*only_a)
+        }
+        only_w = () if ids is None else (WorkloadRow.id.in_(ids),)
         q = (
-            select(*DOMAIN_COLUMNS)
+            select(WorkloadRow.version, *DOMAIN_COLUMNS)
+            .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
+            .where(
+                AllocationRow.released_at.is_(None),
+                WorkloadRow.state.in_([str(s) for s in ACTIVE_STATES]),
+                *only_w,
+            )
+        )
+        out = []
+        for r in plain_execute(self.s)(q):  # plain rows (flushed first: see plain_execute)
+            a = allocs.get(r[1])
+            if a is not None:
+                out.append((r[0], (tuple(r[1:]), a[0], a[1])))
+        return out
+
+    def running_versions(self) -> list[tuple[str, int, int]]:
+        """(workload id, version, allocation id) of each workload `running_rows` lists: a
+        workload whose entry is unchanged since an earlier read has the same `running_rows`
+        values (its domain columns by the version; its allocation and shares: an allocation
+        only ever leaves the active ones, and `set_enforcement`, the one writer of shares,
+        raises the version)."""
+        q = (
+            select(WorkloadRow.id, WorkloadRow.version, AllocationRow.id)
             .join(AllocationRow, AllocationRow.workload_id == WorkloadRow.id)
             .where(
                 AllocationRow.released_at.is_(None),
                 WorkloadRow.state.in_([str(s) for s in ACTIVE_STATES]),
             )
         )
-        out = []
-        for r in plain_execute(self.s)(q):  # plain rows (flushed first: see plain_execute)
-            a = allocs.get(r[0])
-            if a is not None:
-                out.append((tuple(r), a[0], a[1]))
-        return out
+        return [tuple(r) for r in plain_execute(self.s)(q)]  # type: ignore[misc]
 
     def gpu_usage(self, uuids: Collection[str] | None = None) -> dict[str, tuple[int, int]]:
         """GPU uuid -> (milli, memory MiB) held by active allocations."""
@@ -241,6 +272,12 @@ class AllocationRepo:
                 update(ShareRow)
                 .where(ShareRow.allocation_id == alloc_id, ShareRow.gpu_uuid == uuid)
                 .values(enforcement=str(enf))
+            )
+        if enforcement:  # the running workload changed: its version says so
+            self.s.execute(
+                update(WorkloadRow)
+                .where(WorkloadRow.id == workload_id)
+                .values(version=WorkloadRow.version + 1)
             )
 
     def release(self, workload_id: str, now: float, to: WorkloadState | None = None) -> None:

@@ -204,6 +204,12 @@ class WorkloadRow(Base):
     # Where the workload's server listens ("http://host:port"), as the executor reports it
     # for work it runs away from the hub (notebooks on a cluster); cleared when it ends.
     endpoint: Mapped[str | None] = mapped_column(String(255))
+    # Counts the writes of the row's domain columns (`DOMAIN_KEYS`): raised by a trigger of
+    # the database on every UPDATE that sets one of them (migration 0021), and by
+    # `AllocationRepo.set_enforcement` for its shares; never set by the ORM. Equal versions:
+    # equal domain columns (the scheduler loop's reader converts only rows whose version
+    # moved). The notes columns (`NOTE_KEYS`) do not raise it.
+    version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class WorkloadEnvRow(Base):
@@ -414,13 +420,15 @@ NOTE_KEYS = (
     "pending_wait",
     "pending_forecast",
 )
-#: every other column of the workloads table (`id` first), `command` as its stored JSON text
-#: (decoded only for rows converted): what a `Workload` and whether it is stopping are made of;
-#: rows equal in these make equal domain objects
+#: the column that counts writes of the others (`WorkloadRow.version`)
+VERSION_KEY = "version"
+#: every other column of the workloads table (`id` first) but the version, `command` as its
+#: stored JSON text (decoded only for rows converted): what a `Workload` and whether it is
+#: stopping are made of; rows equal in these make equal domain objects
 DOMAIN_COLUMNS = tuple(
     cast(c, Text).label("command") if c.key == "command" else c
     for c in WORKLOAD_COLUMNS
-    if c.key not in NOTE_KEYS
+    if c.key not in NOTE_KEYS and c.key != VERSION_KEY
 )
 #: the column names of `DOMAIN_COLUMNS`, in order
 DOMAIN_KEYS = tuple(c.key for c in DOMAIN_COLUMNS)

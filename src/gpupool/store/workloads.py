@@ -234,22 +234,44 @@ class WorkloadRepo:
 
     def pending(self) -> list[Workload]:
         """The pending workloads in queue order (submission, then id)."""
-        return [workload_to_domain(domain_workload(v)) for v, _ in self.pending_rows()]
+        return [workload_to_domain(domain_workload(v)) for _, v, _ in self.pending_rows()]
 
-    def pending_rows(self) -> Sequence[tuple[tuple[Any, ...], StoredInfo]]:
-        """Per pending workload, in the order of `pending()`: the values of its
+    def pending_rows(self) -> Sequence[tuple[int, tuple[Any, ...], StoredInfo]]:
+        """Per pending workload, in the order of `pending()`: its version, the values of its
         `DOMAIN_COLUMNS` (`workload_to_domain(domain_workload(values))` is what `pending()`
-        gives) and its stored why-pending (see `set_pending_info`). For the scheduler loop,
-        which converts only the rows that changed. Read past the ORM, after a flush
-        (`plain_execute`)."""
+        gives) and its stored why-pending (see `set_pending_info`). For the scheduler loop's
+        first read (later ones: `pending_versions`, then `domain_rows`). Read past the ORM,
+        after a flush (`plain_execute`)."""
         q = (
-            select(*DOMAIN_COLUMNS, *_INFO_COLUMNS)
+            select(WorkloadRow.version, *DOMAIN_COLUMNS, *_INFO_COLUMNS)
             .where(WorkloadRow.state == str(WorkloadState.PENDING))
             .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
         )
-        n = len(DOMAIN_COLUMNS)
+        n = len(DOMAIN_COLUMNS) + 1
         rows = plain_execute(self.s)(q)  # plain rows (flushed first: see plain_execute)
-        return [(tuple(r[:n]), tuple(r[n:])) for r in rows]
+        return [(r[0], tuple(r[1:n]), tuple(r[n:])) for r in rows]
+
+    def pending_versions(self) -> list[tuple[str, int, StoredInfo]]:
+        """Per pending workload, in the order of `pending()`: its id, its version
+        (`WorkloadRow.version`: equal versions, equal domain columns) and its stored
+        why-pending. For the scheduler loop, which reads the domain columns (`domain_rows`)
+        only of the workloads whose version moved. Read past the ORM, after a flush."""
+        q = (
+            select(WorkloadRow.id, WorkloadRow.version, *_INFO_COLUMNS)
+            .where(WorkloadRow.state == str(WorkloadState.PENDING))
+            .order_by(WorkloadRow.submitted_at, WorkloadRow.id)
+        )
+        return [(r[0], r[1], tuple(r[2:])) for r in plain_execute(self.s)(q)]  # type: ignore[misc]
+
+    def domain_rows(self, ids: Sequence[str]) -> dict[str, tuple[int, tuple[Any, ...]]]:
+        """Workload id -> (its version, the values of its `DOMAIN_COLUMNS`), for those of `ids`
+        that exist. Read past the ORM, after a flush (`plain_execute`)."""
+        run = plain_execute(self.s)
+        out: dict[str, tuple[int, tuple[Any, ...]]] = {}
+        for part in in_chunks(ids):
+            q = select(WorkloadRow.version, *DOMAIN_COLUMNS).where(WorkloadRow.id.in_(part))
+            out.update((r[1], (r[0], tuple(r[1:]))) for r in run(q))
+        return out
 
     def owed_waits(self) -> list[tuple[str, str, Wait]]:
         """(id, tenant, wait) of the pending workloads whose stored wait is `owed` (their

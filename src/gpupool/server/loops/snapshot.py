@@ -3,12 +3,14 @@
 The scheduler's cache (gpupool.scheduler.cache) saves work on objects it saw last cycle:
 a pending `Workload` that is the same object is not classified again, running work that is
 the same `RunningWorkload` costs nothing in the capacity diff. `SnapshotReader` keeps, per
-workload id, the last cycle's object and the row values it was made of (the workload's
-`DOMAIN_COLUMNS`; for running work also its allocation's and shares' rows, whatever may
-change them), and so per node and GPU; a row that reads back equal gets the same object,
-without converting it again (and the nodes the same tuple when every node is the same). A
-domain object is made of those values only, so the snapshot is equal to a fresh read
-(`read_snapshot`) and the decisions the same; only the cost differs.
+workload id, the last cycle's object and the version of the row it was made of
+(`WorkloadRow.version`, raised by the database on every write of a domain column; for running
+work also its allocation's id), and per node and GPU the row values. Each read first lists
+the workloads with their versions (a few columns) and reads in full, and converts, only the
+rows whose version moved and the new ones; an unchanged workload gets the same object, and
+the nodes the same tuple when every node is the same. A domain object is made of those rows
+only, so the snapshot is equal to a fresh read (`read_snapshot`) and the decisions the same;
+only the cost differs.
 
 Each read also gives the why-pending stored for each pending workload as that read saw it
 (`Read.stored`): the loop passes it to its apply, which writes only the infos that differ
@@ -26,7 +28,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
-from gpupool.domain import GPU, Node, Workload
+from gpupool.domain import GPU, Node, Workload, WorkloadState
 from gpupool.scheduler import RunningWorkload, Snapshot
 from gpupool.server.context import AppContext
 from gpupool.store import (
@@ -40,7 +42,7 @@ from gpupool.store import (
 from gpupool.store.allocations import RunningRows, running_of
 from gpupool.store.cluster import NodeRows, gpu_of, node_of
 from gpupool.store.convert import workload_to_domain
-from gpupool.store.rows import domain_workload
+from gpupool.store.rows import DOMAIN_KEYS, domain_workload
 from gpupool.store.workloads import StoredInfo
 
 _K = TypeVar("_K")
@@ -62,6 +64,16 @@ def _kept(
         hit = (values, make(values))
     memo[key] = hit
     return hit[1]
+
+
+def _moved(old: dict[str, tuple[_K, Any]], wid: str, key: _K) -> bool:
+    """True if `old` has no object for `wid` or one made at another version `key`."""
+    hit = old.get(wid)
+    return hit is None or hit[0] != key
+
+
+_STATE = DOMAIN_KEYS.index("state")
+_PENDING = str(WorkloadState.PENDING)
 
 
 def _workload_of(values: tuple[Any, ...]) -> Workload:
@@ -89,10 +101,11 @@ class SnapshotReader:
 
     def __init__(self, *, reuse: bool = True) -> None:
         self.reuse = reuse
-        #: pending workload id -> (row values, the Workload made of them), as of the last read
-        self._pending: dict[str, tuple[tuple[Any, ...], Workload]] = {}
-        #: running workload id -> (row values, the RunningWorkload made of them)
-        self._running: dict[str, tuple[RunningRows, RunningWorkload]] = {}
+        #: pending workload id -> (its version, the Workload made of its row), as of the last
+        #: read
+        self._pending: dict[str, tuple[int, Workload]] = {}
+        #: running workload id -> ((its version, its allocation's id), the RunningWorkload)
+        self._running: dict[str, tuple[tuple[int, int], RunningWorkload]] = {}
         #: node name -> (its values, the Node); GPU uuid -> (its values, the GPU); the tuple
         self._nodes: dict[str, tuple[NodeRows, Node]] = {}
         self._gpus: dict[str, tuple[tuple[Any, ...], GPU]] = {}
@@ -101,28 +114,59 @@ class SnapshotReader:
     def read(self, ctx: AppContext) -> Read:
         """The nodes that run work, the tenants, the running work and `attained_service`,
         read in one transaction, the pending work in queue order, and its stored
-        why-pending."""
+        why-pending. Workloads are listed with their versions first; only those whose
+        version (for running work: or allocation) moved since the last read, or that are
+        new, are read in full and converted."""
+        old_run = self._running if self.reuse else {}
+        old = self._pending if self.reuse else {}
         with ctx.store.read() as s:
             node_rows = [n for n in NodeRepo(s).rows() if ctx.runs_work_on(n[0][0])]
             tree = TenantRepo(s).tree()
-            running_rows = AllocationRepo(s).running_rows()
-            pending_rows = WorkloadRepo(s).pending_rows()
+            allocs, workloads = AllocationRepo(s), WorkloadRepo(s)
+            if old_run:  # the versions first, then the rows that moved
+                run_keys = [(wid, (v, a)) for wid, v, a in allocs.running_versions()]
+                stale = [wid for wid, key in run_keys if _moved(old_run, wid, key)]
+                fresh_run = {r[0][0]: (v, r) for v, r in allocs.running_rows(stale)}
+            else:  # nothing to reuse (the first read): every row at once
+                fresh_run = {r[0][0]: (v, r) for v, r in allocs.running_rows()}
+                run_keys = [(wid, (v, r[1][0])) for wid, (v, r) in fresh_run.items()]
+            fresh: dict[str, tuple[int, tuple[Any, ...]]]
+            if old:
+                pending_keys = workloads.pending_versions()
+                stale = [wid for wid, v, _ in pending_keys if _moved(old, wid, v)]
+                fresh = workloads.domain_rows(stale)
+            else:
+                rows = workloads.pending_rows()
+                fresh = {values[0]: (v, values) for v, values, _ in rows}
+                pending_keys = [(values[0], v, info) for v, values, info in rows]
             attained = UsageRepo(s).attained_by_tenant()
             attained.update(kept_service(s))
         nodes = self._read_nodes(node_rows)
-        old_run = self._running
-        run_memo: dict[str, tuple[RunningRows, RunningWorkload]] = {}
+        run_memo: dict[str, tuple[tuple[int, int], RunningWorkload]] = {}
         running: list[RunningWorkload] = []
-        for rows in running_rows:
-            running.append(_kept(old_run, run_memo, rows[0][0], rows, _running_of))
-        old = self._pending
-        memo: dict[str, tuple[tuple[Any, ...], Workload]] = {}
+        for wid, key in run_keys:
+            hit = old_run.get(wid)
+            if hit is None or hit[0] != key:
+                got = fresh_run.get(wid)
+                if got is None:
+                    continue  # (PostgreSQL) it stopped running between the two reads
+                v, rows = got
+                hit = ((v, rows[1][0]), _running_of(rows))
+            run_memo[wid] = hit
+            running.append(hit[1])
+        memo: dict[str, tuple[int, Workload]] = {}
         stored: dict[str, StoredInfo] = {}
         pending: list[Workload] = []
-        for values, info in pending_rows:
-            wid = values[0]
+        for wid, v, info in pending_keys:
+            p_hit = old.get(wid)
+            if p_hit is None or p_hit[0] != v:
+                p_got = fresh.get(wid)
+                if p_got is None or p_got[1][_STATE] != _PENDING:
+                    continue  # (PostgreSQL) it left pending between the two reads
+                p_hit = (p_got[0], _workload_of(p_got[1]))
+            memo[wid] = p_hit
             stored[wid] = info
-            pending.append(_kept(old, memo, wid, values, _workload_of))
+            pending.append(p_hit[1])
         if self.reuse:
             self._running, self._pending = run_memo, memo
         snap = Snapshot(nodes, tree, tuple(running), attained)
