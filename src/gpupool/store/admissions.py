@@ -33,15 +33,14 @@ from gpupool.store.convert import (
 from gpupool.store.db import in_chunks
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import (
-    DOMAIN_COLUMNS,
     NOTE_KEYS,
     AllocationRow,
     EventRow,
     GpuRow,
     ShareRow,
     WorkloadRow,
-    domain_workload,
 )
+from gpupool.store.workloads import lock_workload_rows
 
 _W = cast(Table, WorkloadRow.__table__)
 _A = cast(Table, AllocationRow.__table__)
@@ -178,22 +177,3 @@ class AdmissionRepo:
         run(_SET_ADMITTED, changes)
         run(insert(_EV), events)
         return admitted
-
-
-def lock_workload_rows(s: Session, ids: Sequence[str]) -> dict[str, WorkloadRow]:
-    """Workload id -> its row's `DOMAIN_COLUMNS` (`domain_workload`), for those of `ids` that
-    exist, the rows locked (PostgreSQL) in id order (SQLite has no row locks: its write
-    transaction excludes other writers)."""
-    out: dict[str, WorkloadRow] = {}
-    run = s.connection().execute
-    for part in in_chunks(sorted(set(ids))):
-        q = (
-            select(*DOMAIN_COLUMNS)
-            .where(WorkloadRow.id.in_(part))
-            .order_by(WorkloadRow.id)
-            .with_for_update()
-        )
-        for r in run(q):
-            row = domain_workload(tuple(r))
-            out[row.id] = row
-    return out

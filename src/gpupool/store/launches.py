@@ -21,7 +21,6 @@ from sqlalchemy import Table, bindparam, insert, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain import WorkloadState, transition
-from gpupool.store.admissions import lock_workload_rows
 from gpupool.store.convert import (
     LIFECYCLE_FIELDS,
     event_values,
@@ -30,6 +29,7 @@ from gpupool.store.convert import (
 )
 from gpupool.store.errors import NotFound
 from gpupool.store.rows import NOTE_KEYS, EventRow, WorkloadRow
+from gpupool.store.workloads import lock_workload_rows
 
 S = WorkloadState
 _W = cast(Table, WorkloadRow.__table__)

@@ -63,6 +63,25 @@ _RAN_STATES = (
 )
 
 
+def lock_workload_rows(s: Session, ids: Sequence[str]) -> dict[str, WorkloadRow]:
+    """Workload id -> its row's `DOMAIN_COLUMNS` (`domain_workload`), for those of `ids` that
+    exist, the rows locked (PostgreSQL) in id order (SQLite has no row locks: its write
+    transaction excludes other writers)."""
+    out: dict[str, WorkloadRow] = {}
+    run = s.connection().execute
+    for part in in_chunks(sorted(set(ids))):
+        q = (
+            select(*DOMAIN_COLUMNS)
+            .where(WorkloadRow.id.in_(part))
+            .order_by(WorkloadRow.id)
+            .with_for_update()
+        )
+        for r in run(q):
+            row = domain_workload(tuple(r))
+            out[row.id] = row
+    return out
+
+
 def new_workload_id() -> str:
     """A short random id such as `w-4k9x2m7qpa`."""
     return "w-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
