@@ -132,6 +132,12 @@ class SchedulerConfig:
     #: its checkpoint) once the gang, having waited `reclaim_after_s`, fits there without it
     #: (gpupool.scheduler.gangreclaim). False: held nodes drain (docs/scheduler.md).
     gang_hold_backfill: bool = True
+    #: (fair) a gang within its tenant's guarantee that reclaim cannot place, having waited
+    #: `reclaim_after_s`, stops `checkpointing` work of its own tenant or of tenants above
+    #: their guarantee on the N nodes that need the fewest victims, so that it starts
+    #: instead of waiting for nodes to drain (gpupool.scheduler.gangreclaim)
+    gang_clears_nodes: bool = False
+    gang_clears_own: bool = True  # EXPERIMENT
 
 
 @dataclass(frozen=True, slots=True)
