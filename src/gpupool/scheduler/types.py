@@ -138,6 +138,7 @@ class SchedulerConfig:
     #: instead of waiting for nodes to drain (gpupool.scheduler.gangreclaim)
     gang_clears_nodes: bool = False
     gang_clears_own: bool = True  # EXPERIMENT
+    gang_clears_turn: bool = False  # EXPERIMENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,133 +1,115 @@
-"""Per cycle, for each waiting gang within its tenant's guarantee (usage + gang <= guarantee):
-how many whole nodes could be freed for a member if one could stop (A) borrowed work of
-other tenants (as reclaim), (B) A plus young (< min_runtime_s) borrowed work, (C) B plus the
-gang's own tenant's work, (D) any checkpointing work. Counts cycles by which class first
-reaches N nodes (session 17).
+"""Why waiting gangs within their tenant's guarantee do not start (session 17).
 
-    PYTHONPATH=src python3 bench/results/burst/session17/diag_gangs.py SEED [GAP]
+Per cycle, for each waiting multi-node workload whose tenant's usage plus the gang stays
+within its guarantee (the gangs `guarantee_kept` counts as owed), the first class of work
+whose stop would free a member's room on N nodes: A other tenants' borrowed work that has
+run `min_runtime_s` (what reclaim may take), B also younger borrowed work, C also the gang's
+own tenant's work, D any one-node checkpointing work, none. For the cycles of class A where
+the gang had waited `reclaim_after_s`, what the cycle did for it: `noreclaim` (its tenant
+was already in `no_reclaim`), `rfg` (reclaim_for_gang's result); and its reason.
+
+    PYTHONPATH=src python3 bench/results/burst/session17/diag_gangs.py SEED [GAP] [SET]
 """
 
 import collections
+import dataclasses
 import importlib
 import re
 import sys
 
-from gpupool.sim.burst import burst_jobs
-from gpupool.sim.engine import Simulator
-from gpupool.sim.trace import trace_scenario
+sys.path.insert(0, "bench")
+
+from trace_compare import config_overrides  # noqa: E402
+
+import gpupool.scheduler.gangwalk as gw  # noqa: E402
+from gpupool.sim.burst import burst_jobs  # noqa: E402
+from gpupool.sim.engine import Simulator  # noqa: E402
+from gpupool.sim.trace import trace_scenario  # noqa: E402
+
+cy = importlib.import_module("gpupool.scheduler.cycle")
 
 
-def main(seed: int, gap: float) -> None:
-    import gpupool.scheduler.gangreclaim as gr
-    import gpupool.scheduler.gangwalk as gw
-
+def main(seed: int, gap: float, sets: str) -> None:
     calls: dict = {}
-    orig_rfg = gw.reclaim_for_gang
-    orig_on = gr._reclaim_on
+    orig_rfg, orig_place = gw.reclaim_for_gang, gw.place_gang
 
     def rfg(ins, st, pre, w, shape):
         res = orig_rfg(ins, st, pre, w, shape)
-        calls.setdefault(w.id, []).append(("rfg", res))
+        calls.setdefault(w.id, []).append(f"rfg={res}")
         return res
-
-    def on(st, pre, w, shape, one):
-        rc = pre.reclaimer()
-        res = orig_on(st, pre, w, shape, one)
-        calls.setdefault(w.id, []).append(("on", res, rc.checkpointing_only))
-        return res
-
-    gw.reclaim_for_gang = rfg
-    gr._reclaim_on = on
-    orig_place = gw.place_gang
 
     def place(ins, st, pre, turn, w, shape):
-        calls.setdefault(w.id, []).append(("noreclaim", w.tenant in st.no_reclaim))
+        calls.setdefault(w.id, []).append(f"noreclaim={w.tenant in st.no_reclaim}")
         return orig_place(ins, st, pre, turn, w, shape)
 
-    gw.place_gang = place
-    cy = importlib.import_module("gpupool.scheduler.cycle")
-
+    gw.reclaim_for_gang = rfg
     cy.place_gang = place
     scen = trace_scenario(burst_jobs(seed), load=1.2, checkpointing=True)
     scen.min_cycle_gap_s = gap
+    if sets:
+        scen.config = dataclasses.replace(scen.config, **config_overrides(sets.split(";")))
     sim = Simulator(scen)
     orig = sim._run_cycle
     cnt: collections.Counter = collections.Counter()
+    outcome: collections.Counter = collections.Counter()
     gpn = {n.name: len(n.gpus) for n in scen.nodes}
     minrt = scen.config.min_runtime_s
 
-    reasons: collections.Counter = collections.Counter()
-    examples = 0
-    examples_out = []
-
     def run_cycle(t):
-        todo = []
-        g = sim.guarantee
-        use = dict(sim.alloc)
+        g, use = sim.guarantee, dict(sim.alloc)
         by_node = collections.defaultdict(list)
         for rw in sim.running.values():
             for s in rw.allocation.shares:
                 by_node[s.node].append((rw, s.milli))
+        todo = []
         for w in list(sim.pending.values()):
             r = w.request
             if r.nodes <= 1:
                 continue
-            milli = r.total_gpu_milli
-            if use.get(w.tenant, 0) + milli > g.get(w.tenant, 0):
-                cnt["gang beyond guarantee"] += 1
+            if use.get(w.tenant, 0) + r.total_gpu_milli > g.get(w.tenant, 0):
+                cnt["gang beyond its guarantee (not owed)"] += 1
                 continue
-            per = milli // r.nodes // 1000
-            klass = collections.Counter()
-            for name, cap in gpn.items():
-                free = cap * 1000 - sum(m for _, m in by_node.get(name, ()))
-                adds = {"A": 0, "B": 0, "C": 0, "D": 0}
+            per = r.total_gpu_milli // r.nodes
+            klass: collections.Counter = collections.Counter()
+            for name, size in gpn.items():
+                free = size * 1000 - sum(m for _, m in by_node.get(name, ()))
+                adds = dict.fromkeys("ABCD", 0)
                 for rw, m in by_node.get(name, ()):
                     v = rw.workload
                     young = t - (v.started_at or rw.allocation.since) < minrt
-                    borrow = use.get(v.tenant, 0) > g.get(v.tenant, 0)
-                    if v.tenant != w.tenant and borrow and not young:
-                        adds["A"] += m
-                    if v.tenant != w.tenant and borrow:
-                        adds["B"] += m
-                    if (v.tenant != w.tenant and borrow) or v.tenant == w.tenant:
-                        adds["C"] += m
-                    if v.checkpointing and v.request.nodes <= 1:
-                        adds["D"] += m
+                    borrow = v.tenant != w.tenant and use.get(v.tenant, 0) > g.get(v.tenant, 0)
+                    adds["A"] += m if borrow and not young else 0
+                    adds["B"] += m if borrow else 0
+                    adds["C"] += m if borrow or v.tenant == w.tenant else 0
+                    adds["D"] += m if v.checkpointing and v.request.nodes <= 1 else 0
                 for k in "ABCD":
-                    if free + adds[k] >= per * 1000:
-                        klass[k] += 1
+                    klass[k] += free + adds[k] >= per
             first = next((k for k in "ABCD" if klass[k] >= r.nodes), "none")
-            cnt[f"within: nodes needed {r.nodes}, first class {first}"] += 1
+            cnt[f"within its guarantee, {r.nodes} nodes: class {first}"] += 1
             todo.append((w.id, first, t - w.submitted_at >= scen.config.reclaim_after_s))
         calls.clear()
         d = orig(t)
         for wid, first, due in todo:
-            if first == "A" and due:
-                w = sim.records[wid].workload
-                same = [
-                    (x.id, x.id in calls, calls.get(x.id))
-                    for x in sim.pending.values()
-                    if x.tenant == w.tenant and x.request == w.request and x.id != wid
-                ]
-                reasons[("calls", str(calls.get(wid)), str(same)[:200])] += 1
-                if calls.get(wid) is None and not same and examples < 3:
-                    examples_out.append((t, wid, w.tenant, w.request, d.pending.get(wid), sim.window is not None and w in sim.window.visible(sim.pending) ))
-                    examples_out.append(sorted((x.submitted_at, x.id, x.request.nodes, x.request.gpus if hasattr(x.request, "gpus") else None) for x in sim.pending.values() if x.tenant == w.tenant)[:8])
+            if first != "A" or not due:
+                continue
             pi = d.pending.get(wid)
-            why = pi.reason if pi is not None else "admitted"
-            why = re.sub(r"[0-9.]+", "#", why)[:90]
-            reasons[(first, due, why)] += 1
+            why = re.sub(r"[0-9.]+", "#", pi.reason)[:60] if pi is not None else "admitted"
+            outcome[(" ".join(calls.get(wid, ["not walked"])), why)] += 1
         return d
 
     sim._run_cycle = run_cycle
     sim.run()
+    print(f"seed {seed}, gap {gap:g} s, {sets or 'base'}: gang-cycles")
     for k, v in sorted(cnt.items()):
         print(f"{v:6d}  {k}")
-    for e in examples_out[:12]:
-        print(e)
-    for k, v in sorted(reasons.items()):
+    print("class A, due: what the cycle did (reason after the cycle)")
+    for k, v in sorted(outcome.items(), key=lambda e: -e[1]):
         print(f"{v:6d}  {k}")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 60.0)
+    main(
+        int(sys.argv[1]),
+        float(sys.argv[2]) if len(sys.argv) > 2 else 60.0,
+        sys.argv[3] if len(sys.argv) > 3 else "",
+    )
