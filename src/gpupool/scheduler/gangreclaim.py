@@ -324,8 +324,14 @@ def _clearable(
     v, a = rw.workload, rw.allocation
     if not v.checkpointing or a.multi_node or v.id in pre.victims or v.priority > w.priority:
         return False
-    if not rc.eligible(rw):
-        return False
+    least = ins.config.gang_clears_min_runtime_s
+    if least < 0:
+        if not rc.eligible(rw):
+            return False
+    else:
+        started = v.started_at if v.started_at is not None else a.since
+        if ins.now - started < least:
+            return False
     if v.tenant == w.tenant:
         return ins.config.gang_clears_own
     for t in st.effective.chain(v.tenant):

@@ -139,6 +139,7 @@ class SchedulerConfig:
     gang_clears_nodes: bool = False
     gang_clears_own: bool = True  # EXPERIMENT
     gang_clears_turn: bool = False  # EXPERIMENT
+    gang_clears_min_runtime_s: float = -1.0  # EXPERIMENT (<0: min_runtime_s)
 
 
 @dataclass(frozen=True, slots=True)
