@@ -87,7 +87,11 @@ def test_a_gang_beyond_its_guarantee_or_not_due_stops_nothing():
     g = gang("g", 2, 8)
     assert cycle(snap, [g], 300.0, late).preemptions == ()
     assert len(cycle(snap, [g], 600.0, late).preemptions) == 4
-    young = dataclasses.replace(ON, min_runtime_s=7200)  # everything has run only an hour
+    # everything has run an hour: past gang_clears_min_runtime_s (60 s), which is what counts
+    # when it is below min_runtime_s; not past 2 hours
+    longer = dataclasses.replace(ON, min_runtime_s=7200)
+    assert len(cycle(snap, [g], 0.0, longer).preemptions) == 4
+    young = dataclasses.replace(longer, gang_clears_min_runtime_s=7200)
     assert cycle(snap, [g], 0.0, young).preemptions == ()
 
 

@@ -20,16 +20,18 @@ stay at or above it without it), one-node, preemptible, run at least `min_runtim
 resumes from its checkpoint. All N nodes or none.
 
 **Clearing nodes** (`config.gang_clears_nodes`, issue 32). Where reclaim finds no N nodes
-(borrowed work is spread thin over many nodes, or mixed with the gang's own tenant's work), a
-gang within its tenant's guarantee that has waited `reclaim_after_s` stops checkpointing work
-on the N nodes that need the fewest victims (then the least progress lost): one-node,
-preemptible, checkpointing work that has run `min_runtime_s` and has no higher priority, of
-the gang's own tenant (its usage only grows by the swap, like a service-level preemption) or
-of tenants that stay at or above their guarantee without it (all victims together; every
-ancestor with a guarantee too). Work already stopping on a node counts as freed; on each
-node victims are taken best first (lowest priority, least progress) and those not needed put
-back. Victims resume from their checkpoints. All N nodes or none; the nodes are held for the
-gang, and the caller nominates them. Pure; called by gpupool.scheduler.gangwalk.
+(borrowed work is spread thin over many nodes, or mixed with the gang's own tenant's work),
+a gang within its tenant's guarantee that has waited `reclaim_after_s` stops checkpointing
+work on the N nodes that need the fewest victims (then the least progress lost): one-node,
+preemptible, checkpointing work of no higher priority that has run
+`gang_clears_min_runtime_s` (or `min_runtime_s` if shorter: it loses no progress, and on a
+cluster of minutes-long jobs nearly every node runs some younger work), of the gang's own
+tenant (its usage only grows by the swap, like a service-level preemption) or of tenants
+that stay at or above their guarantee without it (all victims together; every ancestor with
+a guarantee too). Work already stopping on a node counts as freed; on each node victims are
+taken best first (lowest priority, least progress) and those not needed put back. Victims
+resume from their checkpoints. All N nodes or none; the nodes are held for the gang, and the
+caller nominates them. Pure; called by gpupool.scheduler.gangwalk.
 """
 
 from __future__ import annotations
@@ -317,23 +319,20 @@ def _clearable(
     w: Workload,
     rw: RunningWorkload,
 ) -> bool:
-    """True if `rw` may be stopped for gang `w`: one-node, preemptible, checkpointing work,
-    run `min_runtime_s`, not chosen yet, of no higher priority; of `w`'s own tenant or of a
+    """True if `rw` (preemptible: `rc.victims`) may be stopped for gang `w`: one-node
+    checkpointing work, run `gang_clears_min_runtime_s` (or `min_runtime_s` if shorter), not
+    chosen yet, of no higher priority; of `w`'s own tenant or of a
     tenant that stays at or above its guarantee without it (all victims together: checked
     by `_clear_on`)."""
     v, a = rw.workload, rw.allocation
     if not v.checkpointing or a.multi_node or v.id in pre.victims or v.priority > w.priority:
         return False
-    least = ins.config.gang_clears_min_runtime_s
-    if least < 0:
-        if not rc.eligible(rw):
-            return False
-    else:
-        started = v.started_at if v.started_at is not None else a.since
-        if ins.now - started < least:
-            return False
+    config = ins.config
+    started = v.started_at if v.started_at is not None else a.since
+    if ins.now - started < min(config.min_runtime_s, config.gang_clears_min_runtime_s):
+        return False
     if v.tenant == w.tenant:
-        return ins.config.gang_clears_own
+        return True
     for t in st.effective.chain(v.tenant):
         g = guaranteed(ins.tree, t)
         if g > 0 and st.effective.of(t) - a.gpu_milli < g:

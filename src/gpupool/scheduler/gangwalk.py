@@ -60,9 +60,7 @@ def place_gang(
         if w.tenant not in st.no_reclaim and reclaim_for_gang(ins, st, pre, w, shape):
             return False
         # the nodes it clears are held for it: no blocked work ahead takes them
-        if (not config.gang_clears_turn or may_hold(ins, turn, w)) and clear_for_gang(
-            ins, st, pre, w, shape
-        ):
+        if clear_for_gang(ins, st, pre, w, shape):
             return False
         if reclaim_due(w, ins.now, config.reclaim_after_s):
             st.no_reclaim.add(w.tenant)

@@ -137,9 +137,10 @@ class SchedulerConfig:
     #: their guarantee on the N nodes that need the fewest victims, so that it starts
     #: instead of waiting for nodes to drain (gpupool.scheduler.gangreclaim)
     gang_clears_nodes: bool = False
-    gang_clears_own: bool = True  # EXPERIMENT
-    gang_clears_turn: bool = False  # EXPERIMENT
-    gang_clears_min_runtime_s: float = -1.0  # EXPERIMENT (<0: min_runtime_s)
+    #: (gang_clears_nodes) the work it stops has run at least this long, or `min_runtime_s`
+    #: where that is shorter: it checkpoints, so it loses no progress, and on a cluster of
+    #: minutes-long jobs some work younger than `min_runtime_s` runs on nearly every node
+    gang_clears_min_runtime_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,11 +40,11 @@ def one(seed: int, gap: float, variant: str) -> str:
     out = [f"{name} seed {seed} gap {gap:g}: avg wait {m['avg_wait']:.0f} s"]
     for t, v in sorted(m["per_tenant"].items()):
         wide = [
-            x
-            for x in r.records.values()
-            if x.workload.tenant == t and x.workload.request.nodes > 1
+            x for x in r.records.values() if x.workload.tenant == t and x.workload.request.nodes > 1
         ]
-        waits = [((x.first_start or r.last_end or 0.0) - x.workload.submitted_at) / 3600 for x in wide]
+        waits = [
+            ((x.first_start or r.last_end or 0.0) - x.workload.submitted_at) / 3600 for x in wide
+        ]
         out.append(
             f"  {t}: g {r.guarantees[t] // 1000:4d} kept {v['guarantee_kept']} "
             f"preempted {pre.get(t, 0)} (wide {pre.get(t + '*', 0)}) "
