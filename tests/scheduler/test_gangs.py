@@ -244,6 +244,8 @@ def gang_scenarios(draw):
             w = job(f"j{i}", tenant=t, gpus=draw(st.integers(1, 8)), submit=submit, cpus=cpus)
         if draw(st.booleans()):
             w = dataclasses.replace(w, max_runtime_s=draw(st.sampled_from([50.0, 150.0, 400.0])))
+        if draw(st.booleans()):
+            w = dataclasses.replace(w, checkpointing=True)
         ws.append(w)
     return snapshot(ns, tenants), ws
 
@@ -279,6 +281,7 @@ def _check(snap: Snapshot, pending: list[Workload], d) -> None:
     st.sampled_from(
         [
             FAIR,
+            dataclasses.replace(FAIR, gang_clears_nodes=True),
             SchedulerConfig(policy=Policy.FIFO),
             SchedulerConfig(policy=Policy.LAS),
             SchedulerConfig(min_runtime_s=150),

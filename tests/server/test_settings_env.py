@@ -17,8 +17,10 @@ def test_scheduler_settings_come_from_the_environment():
             "GPUPOOL_PREEMPT_LEVELS_APART": "1",
             "GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE": "off",
             "GPUPOOL_GANG_HOLD_BACKFILL": "off",
+            "GPUPOOL_GANG_CLEARS_NODES": "on",
         }
     )
+    assert s.scheduler.gang_clears_nodes is True
     assert s.scheduler.gang_hold_backfill is False
     assert s.scheduler.defrag_moves is False
     assert s.scheduler.preempt_levels_apart == 1
@@ -49,6 +51,7 @@ def test_without_variables_the_scheduler_defaults_hold():
         ("GPUPOOL_DEFRAG_MOVES", "maybe", "give on or off"),
         ("GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE", "soon", "give on or off"),
         ("GPUPOOL_GANG_HOLD_BACKFILL", "sometimes", "give on or off"),
+        ("GPUPOOL_GANG_CLEARS_NODES", "often", "give on or off"),
         ("GPUPOOL_COOKIE_SECURE", "yes please", "give on or off"),
         ("GPUPOOL_MIG_RELAYOUT", "enabled", "give on or off"),
         ("GPUPOOL_PREEMPT_LEVELS_APART", "0", "a whole number of levels, 1 or more"),

@@ -17,7 +17,21 @@ borrow may run on them (gangwalk.backfill_gang_nodes). Once the gang has waited
 `reclaim_after_s` and a member fits on each held node when such work there stops, that work
 is stopped: borrowed checkpointing work only (its tenant and every ancestor with a guarantee
 stay at or above it without it), one-node, preemptible, run at least `min_runtime_s`. It
-resumes from its checkpoint. All N nodes or none. Pure; called by gpupool.scheduler.gangwalk.
+resumes from its checkpoint. All N nodes or none.
+
+**Clearing nodes** (`config.gang_clears_nodes`, issue 32). Where reclaim finds no N nodes
+(borrowed work is spread thin over many nodes, or mixed with the gang's own tenant's work),
+a gang within its tenant's guarantee that has waited `reclaim_after_s` stops checkpointing
+work on the N nodes that need the fewest victims (then the least progress lost): one-node,
+preemptible, checkpointing work of no higher priority that has run
+`gang_clears_min_runtime_s` (or `min_runtime_s` if shorter: it loses no progress, and on a
+cluster of minutes-long jobs nearly every node runs some younger work), of the gang's own
+tenant (its usage only grows by the swap, like a service-level preemption) or of tenants
+that stay at or above their guarantee without it (all victims together; every ancestor with
+a guarantee too). Work already stopping on a node counts as freed; on each node victims are
+taken best first (lowest priority, least progress) and those not needed put back. Victims
+resume from their checkpoints. All N nodes or none; the nodes are held for the gang, and the
+caller nominates them. Pure; called by gpupool.scheduler.gangwalk.
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from gpupool.scheduler.cycle_reclaim import Preemptors
 from gpupool.scheduler.cyclestate import CycleInputs, CycleState
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.placement import place_on_node
-from gpupool.scheduler.preemption import borrowing_branch, guaranteed, reclaim_due
+from gpupool.scheduler.preemption import Reclaimer, borrowing_branch, guaranteed, reclaim_due
 from gpupool.scheduler.reasons import names_text, reclaim_text
 from gpupool.scheduler.reservations import Hold
 from gpupool.scheduler.types import Preemption, RunningWorkload
@@ -178,3 +192,159 @@ def _borrowed_checkpointing(
         if g > 0 and effective.of(t) - removed.get(t, 0) - a.gpu_milli < g:
             return False
     return True
+
+
+def clear_for_gang(
+    ins: CycleInputs, st: CycleState, pre: Preemptors, w: Workload, shape: Shape
+) -> bool:
+    """(`config.gang_clears_nodes`) Stop checkpointing work on N nodes so that gang `w`
+    (within its tenant's guarantee, due after `reclaim_after_s`) starts there (rules in the
+    module docstring, "Clearing nodes"). True if so: the nodes are held for it and its reason
+    says what it waits for. False changes nothing."""
+    config = ins.config
+    if (
+        not config.gang_clears_nodes
+        or not reclaim_due(w, ins.now, config.reclaim_after_s)
+        or not ins.cache.checkpointing()
+    ):
+        return False
+    parts = one_engine_parts(st.cap, per_node(shape))
+    return any(_clear_on(ins, st, pre, w, shape, one) for one in parts)
+
+
+def _clear_on(
+    ins: CycleInputs, st: CycleState, pre: Preemptors, w: Workload, shape: Shape, one: Shape
+) -> bool:
+    """`clear_for_gang` with each member's part `one`: the N nodes that need the fewest
+    victims (then the least progress lost), all N or none."""
+    cap, holds = st.cap, st.holds
+    rc = pre.reclaimer()
+    costs: list[tuple[int, float, int]] = []
+    plans: dict[int, tuple[list[RunningWorkload], list[RunningWorkload]]] = {}
+    for n in range(len(cap.nodes)):
+        h = holds.get(n)
+        if not cap.node_ready[n] or (h is not None and h.workload_id != w.id):
+            continue
+        if not rc.could_host(n, one):
+            continue
+        plan = _clear_node(ins, st, pre, rc, w, n, one)
+        if plan is None:
+            continue
+        plans[n] = plan
+        costs.append((len(plan[1]), sum(rc.lost(v) for v in plan[1]), n))
+    if len(costs) < shape.nodes:
+        return False
+    costs.sort()
+    # the cheapest nodes whose victims, together, take no other tenant below its guarantee
+    mine = set(st.effective.chain(w.tenant))
+    removed: dict[str, int] = {}
+    chosen: list[int] = []
+    victims: list[RunningWorkload] = []
+    for _, _, n in costs:
+        more: dict[str, int] = {}
+        for v in plans[n][1]:
+            for a in st.effective.chain(v.workload.tenant):
+                if a not in mine:
+                    more[a] = more.get(a, 0) + v.allocation.gpu_milli
+        if any(
+            (g := guaranteed(ins.tree, a)) > 0
+            and st.effective.of(a) - removed.get(a, 0) - milli < g
+            for a, milli in more.items()
+        ):
+            continue
+        for a, milli in more.items():
+            removed[a] = removed.get(a, 0) + milli
+        chosen.append(n)
+        victims.extend(plans[n][1])
+        if len(chosen) == shape.nodes:
+            break
+    if len(chosen) < shape.nodes:
+        return False
+    rc.take(victims)
+    stopping = 0
+    for n in chosen:
+        claimed = {id(r) for r in plans[n][0]}
+        if claimed:
+            rc.stopping[n] = [r for r in rc.stopping.get(n, ()) if id(r) not in claimed]
+            stopping += len(claimed)
+        if n not in holds:
+            st.hold(n, Hold(w.tenant, w.id, one))
+    for v in victims:
+        st.preemptions.append(Preemption(v.workload.id, w.id, _clear_text(v, w, shape)))
+    st.effective.add(w.tenant, w.owner, shape.gpu_milli)
+    st.changed()
+    st.reasons[w.id] = why = (
+        reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
+    )
+    st.waits.reclaiming(w, why, victims)
+    return True
+
+
+def _clear_node(
+    ins: CycleInputs,
+    st: CycleState,
+    pre: Preemptors,
+    rc: Reclaimer,
+    w: Workload,
+    n: int,
+    one: Shape,
+) -> tuple[list[RunningWorkload], list[RunningWorkload]] | None:
+    """(work already stopping on node `n` counted as freed, victims) so that `one` fits on
+    `n`, victims best first and only as many as needed; None if the work that may be
+    stopped there (`_clearable`) is not enough."""
+    if place_on_node(st.cap, n, one) is not None:
+        return [], []
+    stopping = list(rc.stopping.get(n, ()))
+    if stopping and rc.fits(n, one, stopping) is not None:
+        return stopping, []
+    victims: list[RunningWorkload] = []
+    for rw in rc.victims.get(n, ()):  # best victims first (lowest priority, least progress)
+        if not _clearable(ins, st, pre, rc, w, rw):
+            continue
+        victims.append(rw)
+        if rc.fits(n, one, stopping + victims) is not None:
+            for v in victims[-2::-1]:  # put back those not needed, most progress first
+                trial = [x for x in victims if x is not v]
+                if rc.fits(n, one, stopping + trial) is not None:
+                    victims = trial
+            return stopping, victims
+    return None
+
+
+def _clearable(
+    ins: CycleInputs,
+    st: CycleState,
+    pre: Preemptors,
+    rc: Reclaimer,
+    w: Workload,
+    rw: RunningWorkload,
+) -> bool:
+    """True if `rw` (preemptible: `rc.victims`) may be stopped for gang `w`: one-node
+    checkpointing work, run `gang_clears_min_runtime_s` (or `min_runtime_s` if shorter), not
+    chosen yet, of no higher priority; of `w`'s own tenant or of a
+    tenant that stays at or above its guarantee without it (all victims together: checked
+    by `_clear_on`)."""
+    v, a = rw.workload, rw.allocation
+    if not v.checkpointing or a.multi_node or v.id in pre.victims or v.priority > w.priority:
+        return False
+    config = ins.config
+    started = v.started_at if v.started_at is not None else a.since
+    if ins.now - started < min(config.min_runtime_s, config.gang_clears_min_runtime_s):
+        return False
+    if v.tenant == w.tenant:
+        return True
+    for t in st.effective.chain(v.tenant):
+        g = guaranteed(ins.tree, t)
+        if g > 0 and st.effective.of(t) - a.gpu_milli < g:
+            return False
+    return True
+
+
+def _clear_text(v: RunningWorkload, w: Workload, shape: Shape) -> str:
+    own = v.workload.tenant == w.tenant
+    whose = f"{w.tenant}'s own" if own else "this borrowed"
+    return (
+        f"{w.id} of {w.tenant}, within its guarantee, needs {shape.nodes} nodes at once; "
+        f"{whose} checkpointing work on {v.allocation.node} is stopped for it and resumes "
+        "from its checkpoint"
+    )

@@ -13,7 +13,12 @@ from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CPU_ONLY, Shape
 from gpupool.scheduler.cycle_reclaim import Preemptors
 from gpupool.scheduler.cyclestate import CycleInputs, CycleState, GangHold
-from gpupool.scheduler.gangreclaim import give_back_held, hold_backfill, reclaim_for_gang
+from gpupool.scheduler.gangreclaim import (
+    clear_for_gang,
+    give_back_held,
+    hold_backfill,
+    reclaim_for_gang,
+)
 from gpupool.scheduler.gangs import (
     find_gang,
     gang_allocation,
@@ -53,6 +58,9 @@ def place_gang(
     if within and config.preemption and ins.policy.value == "fair":
         # like one-node work: reclaim in queue order (gpupool.scheduler.gangreclaim)
         if w.tenant not in st.no_reclaim and reclaim_for_gang(ins, st, pre, w, shape):
+            return False
+        # the nodes it clears are held for it: no blocked work ahead takes them
+        if clear_for_gang(ins, st, pre, w, shape):
             return False
         if reclaim_due(w, ins.now, config.reclaim_after_s):
             st.no_reclaim.add(w.tenant)

@@ -191,7 +191,12 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
                 "more (1: any higher level; 2, the default, skips the next one)"
             )
         out["preempt_levels_apart"] = int(text)
-    for key in ("defrag_moves", "reclaim_checkpointing_at_once", "gang_hold_backfill"):
+    for key in (
+        "defrag_moves",
+        "reclaim_checkpointing_at_once",
+        "gang_hold_backfill",
+        "gang_clears_nodes",
+    ):
         name = "GPUPOOL_" + key.upper()
         if name in env:
             out[key] = _on_off(env, name)

@@ -184,6 +184,8 @@ class SchedulerSpec(_Strict):
     defrag_moves: bool = True
     #: (fair) borrowed checkpointing work may run on nodes held for a gang (SchedulerConfig)
     gang_hold_backfill: bool = True
+    #: (fair) a gang within its guarantee stops checkpointing work to start (SchedulerConfig)
+    gang_clears_nodes: bool = False
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)
@@ -489,6 +491,7 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         preempt_levels_apart=spec.preempt_levels_apart,
         defrag_moves=spec.defrag_moves,
         gang_hold_backfill=spec.gang_hold_backfill,
+        gang_clears_nodes=spec.gang_clears_nodes,
     )
     if spec.topology_keys is not None:
         config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))
