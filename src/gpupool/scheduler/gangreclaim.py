@@ -98,12 +98,8 @@ def _reclaim_on(st: CycleState, pre: Preemptors, w: Workload, shape: Shape, one:
     for n in chosen:
         if n not in holds:
             st.hold(n, Hold(w.tenant, w.id, one))
-    st.effective.add(w.tenant, w.owner, shape.gpu_milli)
-    st.changed()
-    st.reasons[w.id] = why = (
-        reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
-    )
-    st.waits.reclaiming(w, why, victims)
+    why = reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
+    _reclaiming(st, w, shape, victims, why)
     return True
 
 
@@ -164,14 +160,26 @@ def give_back_held(
                 "work resumes from its checkpoint",
             )
         )
+    _reclaiming(
+        st,
+        w,
+        shape,
+        victims,
+        f"stopping {len(victims)} borrowed checkpointing workload"
+        f"{'s' if len(victims) != 1 else ''} on the nodes held for it ({names})",
+    )
+    return True
+
+
+def _reclaiming(
+    st: CycleState, w: Workload, shape: Shape, victims: list[RunningWorkload], why: str
+) -> None:
+    """Gang `w` waits for `victims` to stop (`why`): its GPUs count against its guarantee
+    from now on, the failure memos are dropped, and its reason and wait say so."""
     st.effective.add(w.tenant, w.owner, shape.gpu_milli)
     st.changed()
-    st.reasons[w.id] = why = (
-        f"stopping {len(victims)} borrowed checkpointing workload"
-        f"{'s' if len(victims) != 1 else ''} on the nodes held for it ({names})"
-    )
+    st.reasons[w.id] = why
     st.waits.reclaiming(w, why, victims)
-    return True
 
 
 def _borrowed_checkpointing(
@@ -186,10 +194,18 @@ def _borrowed_checkpointing(
     w, a = rw.workload, rw.allocation
     if not w.checkpointing or a.multi_node or w.id in pre.victims:
         return False
+    return _keeps_guarantee(ins, st, w.tenant, a.gpu_milli, removed)
+
+
+def _keeps_guarantee(
+    ins: CycleInputs, st: CycleState, tenant: str, milli: int, removed: dict[str, int]
+) -> bool:
+    """True if `tenant` and every ancestor with a guarantee stay at or above it when
+    `milli` more, beyond what `removed` already takes from each, stop."""
     effective = st.effective
-    for t in effective.chain(w.tenant):
+    for t in effective.chain(tenant):
         g = guaranteed(ins.tree, t)
-        if g > 0 and effective.of(t) - removed.get(t, 0) - a.gpu_milli < g:
+        if g > 0 and effective.of(t) - removed.get(t, 0) - milli < g:
             return False
     return True
 
@@ -271,12 +287,8 @@ def _clear_on(
             st.hold(n, Hold(w.tenant, w.id, one))
     for v in victims:
         st.preemptions.append(Preemption(v.workload.id, w.id, _clear_text(v, w, shape)))
-    st.effective.add(w.tenant, w.owner, shape.gpu_milli)
-    st.changed()
-    st.reasons[w.id] = why = (
-        reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
-    )
-    st.waits.reclaiming(w, why, victims)
+    why = reclaim_text(len(victims), stopping) + f" on {shape.nodes} nodes held for it"
+    _reclaiming(st, w, shape, victims, why)
     return True
 
 
@@ -331,13 +343,7 @@ def _clearable(
     started = v.started_at if v.started_at is not None else a.since
     if ins.now - started < min(config.min_runtime_s, config.gang_clears_min_runtime_s):
         return False
-    if v.tenant == w.tenant:
-        return True
-    for t in st.effective.chain(v.tenant):
-        g = guaranteed(ins.tree, t)
-        if g > 0 and st.effective.of(t) - a.gpu_milli < g:
-            return False
-    return True
+    return v.tenant == w.tenant or _keeps_guarantee(ins, st, v.tenant, a.gpu_milli, {})
 
 
 def _clear_text(v: RunningWorkload, w: Workload, shape: Shape) -> str:
