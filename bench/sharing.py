@@ -306,7 +306,7 @@ class Bench:
     def police(self, hog_wid: str, share: Share, vwids: list[str], t0: float, sync: Path) -> dict:
         """Act as the node agent: sample, attribute, police; SIGKILL a policed over_memory."""
         from gpupool.telemetry import Attributor, DetectionKind, Policer, PolicingConfig, Sampler
-        from gpupool.telemetry.source import open_source
+        from gpupool.telemetry.opening import open_source
 
         allocs = [Allocation(w, NODE, (share,), t0) for w in [*vwids, hog_wid]]
         source = open_source(DRY_RUN_GPU if self.args.dry_run else None)
@@ -468,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         return rerender(Path(args.render))
-    from gpupool.telemetry.source import NoGPUError, TelemetryError, open_source
+    from gpupool.telemetry.opening import open_source
+    from gpupool.telemetry.source import NoGPUError, TelemetryError
 
     if args.dry_run:
         args.mps_binary = fake_mps_binary(Path(tempfile.mkdtemp(prefix="gpupool-fake-mps-")))

@@ -74,6 +74,7 @@ def test_render_of_a_missing_file_says_so(tmp_path):
 
 
 def test_without_a_gpu_it_says_so_and_exits_2(monkeypatch, capsys, tmp_path):
+    import gpupool.telemetry.opening as opening
     import gpupool.telemetry.source as source
 
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
@@ -82,7 +83,7 @@ def test_without_a_gpu_it_says_so_and_exits_2(monkeypatch, capsys, tmp_path):
     def no_gpu(*_a, **_k):
         raise source.NoGPUError("no NVIDIA driver")
 
-    monkeypatch.setattr(source, "open_source", no_gpu)
+    monkeypatch.setattr(opening, "open_source", no_gpu)
     assert sharing.main(["--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "no usable NVIDIA GPU" in err and "GPU machine" in err

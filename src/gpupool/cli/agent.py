@@ -19,7 +19,7 @@ from pathlib import Path
 import typer
 
 from gpupool.cli import tables
-from gpupool.cli.client import CliError, api, handled, out
+from gpupool.cli.base import CliError, api, handled, out
 from gpupool.cli.client_admin import node_app
 from gpupool.cli.tables import Col
 

@@ -11,9 +11,8 @@ import typer
 
 from gpupool.api.budgets import ChargebackOut, chargeback_csv
 from gpupool.cli import tables
-from gpupool.cli.client import CliError, _print_json, api, handled, out
+from gpupool.cli.base import CliError, api, handled, out, parse_duration, print_json
 from gpupool.cli.client_admin import tenant_app
-from gpupool.cli.runtime_policy import parse_duration
 from gpupool.cli.tables import Col, Output
 
 budget_app = typer.Typer(
@@ -59,7 +58,7 @@ def budget_ls(
     def go() -> None:
         rows = api().get("/budgets", params={"tenant": tenant} if tenant else {})
         if tables.wants_json(output, as_json):
-            return _print_json(rows)
+            return print_json(rows)
         tables.show(out, BUDGET_COLUMNS, rows, output, empty="no budgets")
 
     go()
@@ -145,7 +144,7 @@ def reservation_ls(
     def go() -> None:
         rows = api().get("/reservations", params={"past": "true"} if past else {})
         if tables.wants_json(output, as_json):
-            return _print_json(rows)
+            return print_json(rows)
         tables.show(out, RESERVATION_COLUMNS, rows, output, empty="no reservations")
 
     go()
@@ -206,5 +205,5 @@ def export_usage(fmt: str, by: str, from_: str | None, to: str | None) -> None:
     params = {"by": by} | {k: v for k, v in (("from", from_), ("to", to)) if v}
     rep = api().get("/usage/chargeback", params=params)
     if fmt == "json":
-        return _print_json(rep)
+        return print_json(rep)
     sys.stdout.write(chargeback_csv(ChargebackOut.model_validate(rep)))

@@ -1,32 +1,41 @@
-"""CLI commands that talk to a gpupool server over its REST API.
-
-The server URL and token come from GPUPOOL_URL / GPUPOOL_TOKEN, else from
-`~/.config/gpupool/config.toml` (written by `gpupool login`). Errors from the server are
-printed as their problem detail; exit code 1 for refused requests and unreachable servers,
-2 for bad command-line input. No tracebacks.
+"""The user's client commands (`login`, `ls`, `show`, `cancel`, `logs`, `queue`, `usage`,
+`mcp`) and the registration of every client command with the root app; `gpupool run` is in
+cli/submit.py, the admin's commands in cli/client_admin.py, what they share in cli/base.py.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import wraps
-from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from gpupool import client as sdk
-from gpupool.cli import tables
+from gpupool.cli import (
+    client_admin,  # admin commands live beside these
+    runtime_policy,  # noqa: F401  (adds `tenant set`)
+    tables,
+)
+from gpupool.cli.base import (
+    Api,
+    CliError,
+    api,
+    err,
+    handled,
+    load_config,
+    out,
+    print_json,
+    save_config,
+)
+from gpupool.cli.budgets import reservation_app  # also adds `tenant budget`
 from gpupool.cli.forecasts import starts_cell, starts_line
-from gpupool.cli.tables import Col, Output
+from gpupool.cli.submit import run
+from gpupool.cli.tables import Col, Output, asks_text
 from gpupool.domain import WorkloadState
 
 S = WorkloadState
@@ -35,135 +44,11 @@ DEFAULT_URL = sdk.DEFAULT_URL
 #: requeued, but this run of it is over)
 TERMINAL = sdk.ENDED
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-class CliError(Exception):
-    """`retry_after`: seconds after which the same request may succeed (the server could not
-    be reached or asked for a retry); None when retrying would not help."""
-
-    def __init__(
-        self,
-        message: str,
-        code: int = 1,
-        retry_after: float | None = None,
-        problem: dict[str, Any] | None = None,
-    ):
-        super().__init__(message)
-        self.code = code
-        self.retry_after = retry_after
-        #: the server's problem+json answer, if it refused the request (see cli/flags.py)
-        self.problem = problem
-
-
-# -- configuration and HTTP (both gpupool.client's) ------------------------------------
-
-
-def config_path() -> Path:
-    return sdk.config_path()
-
-
-def load_config() -> dict[str, str]:
-    """The URL and token in effect (gpupool.client.load_config), as a dict."""
-    try:
-        cfg = sdk.load_config()
-    except sdk.ConfigError as e:
-        raise CliError(str(e)) from None
-    return {"url": cfg.url} | ({"token": cfg.token} if cfg.token else {})
-
-
-def save_config(url: str, token: str) -> Path:
-    return sdk.save_config(url, token)
-
-
-class Api:
-    """The CLI's use of `gpupool.client.Client`: JSON as the server sent it (tables and
-    `--json` print it as is), and refusals as CliError (a message and an exit code)."""
-
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0):
-        try:
-            self.client = sdk.Client(url, token or "", timeout_s=timeout)
-        except sdk.GpupoolError as e:
-            raise CliError(str(e), 2) from None
-        self.url = self.client.url
-
-    def call(self, method: str, path: str, **kw: Any) -> Any:
-        with cli_errors(self.url):
-            return self.client.request(method, path, **kw)
-
-    def get(self, path: str, **kw: Any) -> Any:
-        return self.call("GET", path, **kw)
-
-    def post(self, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
-        return self.call("POST", path, json=body, headers=headers)
-
-
-def cli_error(e: sdk.GpupoolError, url: str) -> CliError:
-    """What the CLI prints for an error of the client (exit code 1)."""
-    if isinstance(e, sdk.Unreachable):
-        return CliError(
-            f"cannot reach the gpupool server at {url} ({e.why}); "
-            "is it running? Set GPUPOOL_URL or run gpupool login --url URL",
-            retry_after=e.retry_after,
-        )
-    if isinstance(e, sdk.ApiError):
-        hint = "; run gpupool login" if e.status == 401 else ""
-        return CliError(
-            f"{e.message}{hint} (HTTP {e.status})", retry_after=e.retry_after, problem=e.problem
-        )
-    return CliError(str(e))
-
-
-@contextmanager
-def cli_errors(url: str) -> Iterator[None]:
-    """Turn the client's errors into CliError inside the block."""
-    try:
-        yield
-    except sdk.GpupoolError as e:
-        raise cli_error(e, url) from None
-
-
-def api() -> Api:
-    cfg = load_config()
-    if not cfg.get("token"):
-        raise CliError("not logged in: run gpupool login (or set GPUPOOL_TOKEN)")
-    return Api(cfg["url"], cfg["token"])
-
-
-def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Print CliError as a message and exit with its code."""
-
-    @wraps(fn)
-    def wrapper(*a: Any, **kw: Any) -> Any:
-        try:
-            return fn(*a, **kw)
-        except CliError as e:
-            err.print(f"[red]error:[/red] {e}", markup=True)
-            raise typer.Exit(e.code) from None
-
-    return wrapper
-
-
-# -- parsing and printing -------------------------------------------------------------------
-
-
-def parse_mib(text: str, what: str = "--gpu-memory") -> int:
-    """'20G', '512M', '1.5GiB' -> MiB (gpupool.client.parse_mib)."""
-    try:
-        return sdk.parse_mib(text, what)
-    except sdk.InvalidInput:
-        raise CliError(f"{what} {text!r}: give a size with a unit, e.g. 20G or 512M", 2) from None
-
 
 def _when(t: float | None) -> str:
     if t is None:
         return "-"
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _print_json(data: Any) -> None:
-    tables.print_json(out, data)
 
 
 def _gpus_of(w: dict[str, Any]) -> str:
@@ -200,44 +85,6 @@ def login(
         out.print(f"token saved to {path}")
 
     go()
-
-
-def _log_pages(c: Api, wid: str, offset: int = 0) -> Iterator[dict]:
-    """The log from byte `offset` on, page by page (`?offset=`: at most 1 MiB each), until
-    a page brings nothing new, which comes last (its `note` is the latest); neither side
-    holds the whole log (gpupool.client's `log_pages`)."""
-    with cli_errors(c.url):
-        for page in c.client.log_pages(wid, offset):
-            yield page.model_dump(mode="json")
-
-
-def _follow(c: Api, wid: str, poll: float) -> Iterator[tuple[str, str | None, str]]:
-    """Yield (state, note, new log text) until the workload ends (gpupool.client's
-    `follow`)."""
-    with cli_errors(c.url):
-        for w, text in c.client.follow(wid, poll_s=poll):
-            note = None
-            if w.state == S.PENDING and w.pending:
-                note = f"waiting (#{w.pending.position} in the queue): {w.pending.reason}"
-                if w.preemptions:  # its earlier run's output stays; the next run follows
-                    note = "requeued after preemption; " + note
-            yield w.state, note, text
-
-
-def asks_text(r: dict[str, Any]) -> str:
-    """A request in a table's few columns: '2 GPUs', '0.25 GPU, 20G', '2x8 H100 GPUs',
-    'MIG 1g.10gb', 'CPU only' (`show` gives the whole description)."""
-    model = f"{r['gpu_model']} " if r.get("gpu_model") else ""
-    if (r.get("nodes") or 1) > 1:
-        return f"{r['nodes']}x{r['gpus_per_node']} {model}GPUs"
-    if r.get("mig"):
-        return f"MIG {r['mig']}" + (f" {r['gpu_model']}" if model else "")
-    if r.get("gpus"):
-        return f"{r['gpus']} {model}GPU" + ("s" if r["gpus"] > 1 else "")
-    if r.get("gpu_fraction"):
-        mem = r.get("gpu_memory_mib") or 0
-        return f"{r['gpu_fraction']:g} {model}GPU" + (f", {mem / 1024:g}G" if mem else "")
-    return "CPU only"
 
 
 def _asks(w: dict[str, Any]) -> str:
@@ -299,7 +146,7 @@ def ls(
         params += [("state", s) for s in state or []]
         ws = c.get("/workloads", params=params)
         if tables.wants_json(output, as_json):
-            return _print_json(ws)
+            return print_json(ws)
         cols = LS_ALL_COLUMNS if all_ else LS_COLUMNS
         tables.show(out, cols, ws, output, empty="no workloads")
 
@@ -316,7 +163,7 @@ def show(
     def go() -> None:
         w = api().get(f"/workloads/{workload_id}")
         if as_json:
-            return _print_json(w)
+            return print_json(w)
         print_workload(w)
 
     go()
@@ -441,13 +288,13 @@ def logs(
             page = c.get(f"/workloads/{workload_id}/logs", params={"tail": tail})
             out.out(page["text"], end="")
         elif not follow:
-            for page in _log_pages(c, workload_id):
+            for page in c.log_pages(workload_id):
                 out.out(page["text"], end="")
         if not follow:
             if page.get("note"):
                 err.print(f"note: {page['note']}")
             return
-        for _, _, text in _follow(c, workload_id, poll):
+        for _, _, text in c.follow(workload_id, poll):
             if text:
                 out.out(text, end="")
 
@@ -479,7 +326,7 @@ def queue(
     def go() -> None:
         q = api().get("/queue", params={"tenant": tenant} if tenant else {})
         if tables.wants_json(output, as_json):
-            return _print_json(q)
+            return print_json(q)
         tables.show(out, QUEUE_COLUMNS, q, output, empty="nothing is waiting")
 
     go()
@@ -540,7 +387,7 @@ def usage(
         params = {"group_by": by} | {k: v for k, v in (("from", from_), ("to", to)) if v}
         rep = api().get("/usage", params=params)
         if tables.wants_json(output, as_json):
-            return _print_json(rep)
+            return print_json(rep)
         tables.show(out, usage_columns(by), rep["rows"], output, empty="no usage in this range")
 
     go()
@@ -568,13 +415,6 @@ def mcp(
 
 def register(app: typer.Typer) -> None:
     """Add the client commands (user and admin) to the root app."""
-    from gpupool.cli import (
-        client_admin,  # admin commands live beside these
-        runtime_policy,  # noqa: F401  (adds `tenant set`)
-    )
-    from gpupool.cli.budgets import reservation_app  # also adds `tenant budget`
-    from gpupool.cli.submit import run
-
     app.command()(login)
     app.command(
         context_settings={"allow_interspersed_args": False},

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 
 from gpupool.cli import flags, tables
-from gpupool.cli.client import CliError, _print_json, api, asks_text, handled, out, parse_mib
+from gpupool.cli.base import CliError, api, handled, out, parse_duration, parse_mib, print_json
 from gpupool.cli.cluster_view import outside_text
-from gpupool.cli.tables import Col, Output
+from gpupool.cli.tables import Col, Output, asks_text
 
 tenant_app = typer.Typer(help="Tenants and their quotas.", no_args_is_help=True)
 user_app = typer.Typer(help="Users and their tenant roles.", no_args_is_help=True)
@@ -154,7 +154,7 @@ def tenant_ls(
     def go() -> None:
         ts = api().get("/tenants")
         if tables.wants_json(output, as_json):
-            return _print_json(ts)
+            return print_json(ts)
         tables.show(out, TENANT_COLUMNS, ts, output, empty="no tenants you may see")
 
     go()
@@ -244,7 +244,7 @@ def user_ls(as_json: bool = tables.json_option(), output: Output = tables.output
     def go() -> None:
         us = api().get("/users")
         if tables.wants_json(output, as_json):
-            return _print_json(us)
+            return print_json(us)
         tables.show(out, USER_COLUMNS, us, output, empty="no users you may see")
 
     go()
@@ -287,7 +287,7 @@ def gpu_ls(as_json: bool = tables.json_option(), output: Output = tables.output_
     def go() -> None:
         gs = api().get("/gpus")
         if tables.wants_json(output, as_json):
-            return _print_json(gs)
+            return print_json(gs)
         tables.show(out, GPU_COLUMNS, gs, output, empty="no GPUs registered")
 
     go()
@@ -346,7 +346,7 @@ def node_ls(as_json: bool = tables.json_option(), output: Output = tables.output
     def go() -> None:
         ns = api().get("/nodes")
         if tables.wants_json(output, as_json):
-            return _print_json(ns)
+            return print_json(ns)
         tables.show(out, NODE_COLUMNS, ns, output, empty="no nodes registered")
 
     go()
@@ -429,8 +429,6 @@ def profile_create(
 
     @handled
     def go() -> None:
-        from gpupool.cli.runtime_policy import parse_duration  # it imports this module
-
         body: dict[str, Any] = {
             "name": name,
             "gpus": gpus,
@@ -477,7 +475,7 @@ def profile_ls(
     def go() -> None:
         ps = api().get("/profiles")
         if tables.wants_json(output, as_json):
-            return _print_json(ps)
+            return print_json(ps)
         tables.show(out, PROFILE_COLUMNS, ps, output, empty="no profiles")
 
     go()

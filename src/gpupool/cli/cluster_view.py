@@ -15,7 +15,7 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from gpupool.cli import tables
-from gpupool.cli.client import Api
+from gpupool.cli.base import Api
 from gpupool.cli.tables import Col, Output
 
 

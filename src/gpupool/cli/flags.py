@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.cli.client import CliError
+from gpupool.cli.base import CliError
 from gpupool.domain.commands import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from gpupool.cli.client import CliError, api, err, handled, out
+from gpupool.cli.base import CliError, api, err, handled, out
 from gpupool.deploy.gpu_operator import MigLayout, OperatorConfigError, Options, render
 
 k8s_app = typer.Typer(

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from gpupool.cli import tables
-from gpupool.cli.client import CliError, _print_json, api, handled, out, parse_mib
+from gpupool.cli.base import CliError, api, handled, out, parse_mib, print_json
 from gpupool.cli.submit import parse_node_labels
 from gpupool.cli.tables import Col, Output
 
@@ -51,7 +51,7 @@ def pool_ls(as_json: bool = tables.json_option(), output: Output = tables.output
     def go() -> None:
         ps = api().get("/node-pools")
         if tables.wants_json(output, as_json):
-            return _print_json(ps)
+            return print_json(ps)
         tables.show(
             out, COLUMNS, ps, output, empty="no node pools (add one: gpupool node-pool add)"
         )

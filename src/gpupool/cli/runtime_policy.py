@@ -3,26 +3,13 @@ its work, docs/admin-guide.md "Runtime policy"), and the duration syntax its fla
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import typer
 
 from gpupool.cli import tables
-from gpupool.cli.client import CliError, api, handled, out
+from gpupool.cli.base import CliError, api, handled, out, parse_duration
 from gpupool.cli.client_admin import tenant_app
-
-_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*$")
-
-
-def parse_duration(text: str, flag: str) -> float:
-    """'8h', '90m', '2d', '45s', '3600' (seconds) -> seconds; CliError (exit 2) otherwise."""
-    m = _DURATION.match(text.lower())
-    seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"] if m else 0.0
-    if seconds <= 0:
-        raise CliError(f"{flag} {text!r}: give a duration above 0, e.g. 8h, 90m, 2d or 3600", 2)
-    return seconds
 
 
 def policy_text(t: dict[str, Any]) -> str:

@@ -12,12 +12,9 @@ import typer
 
 from gpupool import client as sdk
 from gpupool.cli import flags
-from gpupool.cli.client import (
-    TERMINAL,
+from gpupool.cli.base import (
     Api,
     CliError,
-    S,
-    _follow,
     api,
     cli_error,
     cli_errors,
@@ -26,6 +23,7 @@ from gpupool.cli.client import (
     out,
     parse_mib,
 )
+from gpupool.domain import WorkloadState
 from gpupool.domain.errors import ValidationError
 from gpupool.domain.placement import parse_label
 
@@ -240,17 +238,17 @@ def submit_once(c: Api, body: dict[str, Any]) -> dict[str, Any]:
 def _wait(c: Api, wid: str, poll: float) -> int:
     """Follow a workload to its end, printing queue changes and logs; return an exit code."""
     last_note = None
-    for state, note, text in _follow(c, wid, poll):
+    for state, note, text in c.follow(wid, poll):
         if note and note != last_note:
             err.print(note)
             last_note = note
         if text:
             out.out(text, end="")
-        if state in TERMINAL:
+        if state in sdk.ENDED:
             w = c.get(f"/workloads/{wid}")
             code = w["exit_code"]
             err.print(f"{wid} {state}" + (f": {w['reason']}" if w["reason"] else ""))
-            if state == S.SUCCEEDED:
+            if state == WorkloadState.SUCCEEDED:
                 return 0
             return code if isinstance(code, int) and 0 < code < 256 else 1
     return 1

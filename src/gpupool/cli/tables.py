@@ -183,3 +183,19 @@ def gpu_list(shares: Iterable[tuple[str, int]]) -> str:
                 start = prev = i
         parts.append(f"{node}:{','.join(runs)}")
     return " ".join(parts)
+
+
+def asks_text(r: dict[str, Any]) -> str:
+    """A request in a table's few columns: '2 GPUs', '0.25 GPU, 20G', '2x8 H100 GPUs',
+    'MIG 1g.10gb', 'CPU only' (`show` gives the whole description)."""
+    model = f"{r['gpu_model']} " if r.get("gpu_model") else ""
+    if (r.get("nodes") or 1) > 1:
+        return f"{r['nodes']}x{r['gpus_per_node']} {model}GPUs"
+    if r.get("mig"):
+        return f"MIG {r['mig']}" + (f" {r['gpu_model']}" if model else "")
+    if r.get("gpus"):
+        return f"{r['gpus']} {model}GPU" + ("s" if r["gpus"] > 1 else "")
+    if r.get("gpu_fraction"):
+        mem = r.get("gpu_memory_mib") or 0
+        return f"{r['gpu_fraction']:g} {model}GPU" + (f", {mem / 1024:g}G" if mem else "")
+    return "CPU only"

@@ -23,13 +23,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gpupool.cli import cluster_view, tables
-from gpupool.cli.client import Api, CliError, load_config
+from gpupool.cli.base import Api, CliError, load_config
 from gpupool.cli.tables import Col, Output
 from gpupool.telemetry.attribution import Attributor
 from gpupool.telemetry.frame_json import frame_view
+from gpupool.telemetry.opening import open_source
 from gpupool.telemetry.sampler import Frame, Sampler
 from gpupool.telemetry.simulated import SpecError
-from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError, open_source
+from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError
 
 T = TypeVar("T")
 MIB = 1024 * 1024

@@ -13,11 +13,11 @@ from gpupool.clock import Clock
 from gpupool.domain import Workload
 from gpupool.engines.common.executor import Executor
 from gpupool.server.bus import AUTH_CHANGED, PRIMARY, wake
+from gpupool.server.principal import TokenCache
 from gpupool.server.settings import Settings
 from gpupool.store import Store
 
 if TYPE_CHECKING:
-    from gpupool.server.auth import TokenCache
     from gpupool.server.bus import Bus
     from gpupool.server.loops.base import LoopGroup
     from gpupool.server.metrics import Metrics
@@ -42,7 +42,7 @@ class AppContext:
     #: the telemetry samplers of this process, whose frames and history the dashboard shows
     #: (each `TelemetryLoop` adds its own; tests may add seeded ones)
     samplers: list[Sampler] = field(default_factory=list)
-    auth_cache: TokenCache = field(default_factory=lambda: _token_cache())
+    auth_cache: TokenCache = field(default_factory=TokenCache)
     #: memo of workload JSON for the polling endpoints (see gpupool.server.workload_json)
     workload_json: WorkloadJSONMemo = field(default_factory=lambda: _workload_json())
     #: the other processes of this server, when it runs several (gpupool.server.workers)
@@ -115,7 +115,6 @@ class AppContext:
 
 
 def _token_cache() -> TokenCache:
-    from gpupool.server.auth import TokenCache
 
     return TokenCache()
 

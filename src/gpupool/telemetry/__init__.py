@@ -12,6 +12,7 @@ from gpupool.telemetry.attribution import (
     Via,
     WorkloadOwner,
 )
+from gpupool.telemetry.opening import open_source
 from gpupool.telemetry.policing import Detection, DetectionKind, Policer, PolicingConfig
 from gpupool.telemetry.sampler import Frame, GPUPoint, ProcessPoint, Sampler
 from gpupool.telemetry.simulated import SimulatedSource, SpecError, parse_spec
@@ -23,7 +24,7 @@ from gpupool.telemetry.snapshots import (
     ProcessKind,
     ProcessSnapshot,
 )
-from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError, open_source
+from gpupool.telemetry.source import GPUSource, NoGPUError, TelemetryError
 
 __all__ = [
     "WORKLOAD_ENV",

@@ -1,14 +1,13 @@
-"""Where snapshots come from: the `GPUSource` protocol and `open_source()`.
+"""What a snapshot source is: the `GPUSource` protocol and the telemetry errors.
 
 Two implementations: `NVMLSource` (real GPUs through nvidia-ml-py) and `SimulatedSource`
-(scripted fake GPUs, the only stand-in for a GPU in CI).
+(scripted fake GPUs, the only stand-in for a GPU in CI); `gpupool.telemetry.opening` picks one.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from gpupool.clock import Clock
 from gpupool.telemetry.snapshots import HostSnapshot
 
 
@@ -42,19 +41,3 @@ class GPUSource(Protocol):
     def close(self) -> None:
         """Release the driver handle. Safe to call twice."""
         ...
-
-
-def open_source(
-    simulate: str | None = None, clock: Clock | None = None, hostname: str | None = None
-) -> GPUSource:
-    """A simulated source for a spec (`4xH100-80GB,2xA100-40GB`), else the real GPUs.
-
-    Raises `SpecError` for a bad spec and `NoGPUError` when there is no GPU to read.
-    """
-    if simulate:
-        from gpupool.telemetry.simulated import SimulatedSource
-
-        return SimulatedSource(simulate, clock=clock, hostname=hostname)
-    from gpupool.telemetry.nvml import NVMLSource
-
-    return NVMLSource.open(clock=clock, hostname=hostname)

@@ -146,8 +146,9 @@ class HistoryCache:
 
 def create_api_router() -> APIRouter:
     """The `/dashboard/...` data routes, to be mounted under the API prefix."""
-    from gpupool.server.auth import Principal, authenticated
+    from gpupool.server.auth import authenticated
     from gpupool.server.loops.history import HistoryLoop
+    from gpupool.server.principal import Principal
     from gpupool.store import AllocationRepo, NodeRepo, TenantRepo, WorkloadRepo
 
     router = APIRouter(prefix="/dashboard", tags=["dashboard"])

@@ -75,6 +75,21 @@ def exit_code_of(record: Mapping[str, Any]) -> int | None:
     return code >> 8
 
 
+def gres_parts(gres: str) -> list[str]:
+    """A GRES string's parts, split at the commas outside parentheses
+    (``gpu:a100:2(S:0-1),shard:8`` → [``gpu:a100:2(S:0-1)``, ``shard:8``]; ``(null)`` → [])."""
+    parts, depth, cur = [], 0, ""
+    for ch in gres or "":
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [p for p in [*parts, cur] if p and p != "(null)"]
+
+
 def epoch(value: Any) -> float | None:
     """A Slurm time (epoch seconds; 0 or unset: not yet) as a float, else None."""
     t = number(value)

@@ -33,8 +33,9 @@ from gpupool.domain import GPU, Node, NodeState, OutsideUse, SharingMode, Valida
 from gpupool.domain.mig import MODELS as MIG_MODELS
 from gpupool.domain.mig import MigModel, parse_layout
 from gpupool.domain.nodepools import POOL_LABEL
-from gpupool.engines.slurm.cli import number, state_of
+from gpupool.engines.slurm.cli import gres_parts, number, state_of
 from gpupool.engines.slurm.power import pool_of, power_state, saving_power
+from gpupool.engines.slurm.shards import shard_label, shards_per_gpu
 
 #: the label of a node in Slurm's power saving: its state (powered_down, requested, booting)
 POWER_LABEL = "slurm.power"
@@ -82,24 +83,11 @@ def gpu_uuid(node: str, index: int) -> str:
 def parse_gres(gres: str) -> list[tuple[str, int]]:
     """``gpu:a100:4,gpu:t4:2(S:0),shard:8`` → [("a100", 4), ("t4", 2)]; type "gpu" if none."""
     out = []
-    for part in _split_gres(gres):
+    for part in gres_parts(gres):
         m = _GRES.match(part)
         if m:
             out.append((m.group("type") or "gpu", int(m.group("count"))))
     return out
-
-
-def _split_gres(gres: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in gres or "":
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [p for p in [*parts, cur] if p and p != "(null)"]
 
 
 def parse_indices(detail: Iterable[str]) -> tuple[int, ...]:
@@ -289,8 +277,6 @@ def mark_foreign(node: Node, foreign: Iterable[ForeignJob], held: Collection[str
 def with_shards(node: Node, raw: Mapping[str, Any]) -> tuple[Node, int]:
     """`node` labelled with its shards per GPU (``slurm.shards-per-gpu``) when Slurm has
     ``gres/shard`` on it, and that number (0: none). See `shards`."""
-    from gpupool.engines.slurm.shards import shard_label, shards_per_gpu
-
     per_gpu = shards_per_gpu(raw, len(node.gpus))
     if per_gpu <= 0:
         return node, 0

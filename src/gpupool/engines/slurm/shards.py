@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.domain import MILLI_PER_GPU, Enforcement
+from gpupool.engines.slurm.cli import gres_parts
 
 #: what Slurm enforces of a shard: nothing but the count
 SHARD_ENFORCEMENT = Enforcement.NONE
@@ -31,10 +32,8 @@ _SHARD = re.compile(r"^shard(?::(?P<type>[^:(]+))?:(?P<count>\d+)")
 
 def parse_shards(gres: str) -> int:
     """Shards of a node from its GRES (``gpu:fake:4,shard:fake:16(S:0)`` → 16; none → 0)."""
-    from gpupool.engines.slurm.inventory import _split_gres
-
     total = 0
-    for part in _split_gres(gres):
+    for part in gres_parts(gres):
         m = _SHARD.match(part)
         if m:
             total += int(m.group("count"))

@@ -6,13 +6,13 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from gpupool.server.auth import (
     CSRF_HEADER,
-    Principal,
     authenticated,
     clear_session_cookie,
     csrf_token,
     set_session_cookie,
 )
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.tenancy import (
     LoginIn,
     LoginOut,

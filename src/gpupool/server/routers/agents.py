@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import authenticated
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.agents import (
     NodeReportAck,
     NodeReportIn,

@@ -15,8 +15,9 @@ from gpupool.api.budgets import (
     ReservationOut,
     chargeback_csv,
 )
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import authenticated
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.services import budgets, chargeback, reservations
 
 router = APIRouter()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 
 from gpupool.api.nodepools import NodePoolIn, NodePoolOut, NodePoolPatchIn
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import authenticated
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.services import nodepools
 
 router = APIRouter(tags=["node-pools"])

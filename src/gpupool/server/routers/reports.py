@@ -6,8 +6,9 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import authenticated
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.workloads import EventOut, UsageReportOut
 from gpupool.server.services import reports
 

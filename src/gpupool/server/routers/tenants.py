@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import authenticated
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.tenancy import TenantCreateIn, TenantOut, TenantUpdateIn
 from gpupool.server.services import tenants
 

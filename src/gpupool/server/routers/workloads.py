@@ -7,8 +7,9 @@ from fastapi.responses import StreamingResponse
 
 from gpupool.domain import ValidationError, WorkloadState
 from gpupool.engines.common import logread
-from gpupool.server.auth import Principal, authenticated
+from gpupool.server.auth import authenticated
 from gpupool.server.context import AppContext, get_ctx
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.workloads import (
     Kind,
     LogsOut,

@@ -6,8 +6,8 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.domain import Membership, Role, User, ValidationError
 from gpupool.domain.tenancy import in_subtree
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.problems import NotAuthenticated, PermissionDenied, TooManyRequests
 from gpupool.server.schemas.convert import user_out
 from gpupool.server.schemas.tenancy import (

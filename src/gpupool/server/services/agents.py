@@ -29,8 +29,8 @@ from typing import Any
 
 from gpupool.domain import GPU, Event, GPUHealth, Node, NodeState
 from gpupool.engines.common.executor import Executor, ExecutorWithAttribution
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.problems import NotAuthenticated, PermissionDenied
 from gpupool.server.schemas.agents import (
     GpuTelemetryOut,

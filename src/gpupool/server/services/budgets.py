@@ -15,8 +15,8 @@ from gpupool.domain.budgets import Budget, BudgetMode, BudgetPeriod
 from gpupool.domain.tenancy import in_subtree
 from gpupool.scheduler.budgets import spent_text
 from gpupool.scheduler.timerules import BudgetState, TimeRules, held_tenants
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.sim.forecast import CapacityHold
 from gpupool.store import BudgetRepo, EventRepo, NotFound, ReservationRepo, TenantRepo
 

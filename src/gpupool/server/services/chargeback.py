@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Literal
 
 from gpupool.api.budgets import ChargebackOut, ChargeOut
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.services.reports import report_scope
 from gpupool.store import ChargebackRepo, ChargeRow
 

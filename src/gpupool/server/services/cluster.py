@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpupool.domain import GPU, GPUHealth, Node, NodeState, OutsideUse, SharingMode
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.agents import NodeTelemetryOut
 from gpupool.server.schemas.cluster import (
     GpuOut,

@@ -18,8 +18,8 @@ from collections.abc import Callable, Collection
 from gpupool.api.workloads import WorkloadIn
 from gpupool.domain import Membership, Role, User, ValidationError, WorkloadState
 from gpupool.engines.common.engine import ExternalAnswer, ExternalWork
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.services import workloads
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.tenancy import UserRepo

@@ -20,8 +20,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.domain import ValidationError, Workload
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.convert import workload_out
 from gpupool.server.schemas.workloads import WorkloadIn, WorkloadOut
 from gpupool.server.services import workloads

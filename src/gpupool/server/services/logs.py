@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from gpupool.domain import Workload, WorkloadState
 from gpupool.engines.common import logread, reruns
 from gpupool.engines.common.executor import ExecutorError, NotSupported, logs_of
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.workloads import LogsOut
 from gpupool.server.services.workloads import visible_or_404

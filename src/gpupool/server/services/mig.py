@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from gpupool.domain import GPU, SharingMode, ValidationError
 from gpupool.domain.mig import MigInstance, instances_of, layout_for_gpu, model_for
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.cluster import GpuUpdateIn, HolderOut, MigInstanceOut
 from gpupool.store import AllocationRepo, Conflict, NodeRepo
 from gpupool.telemetry import GPUSnapshot

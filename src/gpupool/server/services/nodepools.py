@@ -18,8 +18,8 @@ from gpupool.api.nodepools import (
 from gpupool.domain import Node
 from gpupool.domain.nodepools import NodePool, NodeRequest, PoolNode, PoolNodeState
 from gpupool.engines.common.executor import ExecutorWithNodePools
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.store import NodePoolRepo
 
 

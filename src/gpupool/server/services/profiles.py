@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpupool.domain import ValidationError, WorkloadKind
 from gpupool.domain.profiles import Profile
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.convert import profile_out, request_from_in
 from gpupool.server.schemas.workloads import ProfileOut, ProfileSpecIn

@@ -7,8 +7,8 @@ from datetime import date
 from typing import Literal
 
 from gpupool.domain import ValidationError
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.schemas.convert import event_out
 from gpupool.server.schemas.workloads import EventOut, UsageOut, UsageReportOut
 from gpupool.store import EventRepo, UsageRepo

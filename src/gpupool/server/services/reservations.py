@@ -17,8 +17,8 @@ from gpupool.scheduler.advance import assign, planned_stops, shortfall, stop_not
 from gpupool.scheduler.feasibility import grant_problem
 from gpupool.scheduler.limits import gpus_text
 from gpupool.scheduler.types import RunningWorkload
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.store import (
     Conflict,
     EventRepo,

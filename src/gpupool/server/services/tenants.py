@@ -8,8 +8,8 @@ from gpupool.domain import Tenant, TenantTree, ValidationError
 from gpupool.domain.external_names import TENANT_NAMES
 from gpupool.domain.runtime import duration_text, runtime_policy
 from gpupool.domain.tenancy import in_subtree
-from gpupool.server.auth import Principal
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.problems import PermissionDenied
 from gpupool.server.schemas.convert import quota_from_in, quota_out
 from gpupool.server.schemas.tenancy import TenantCreateIn, TenantOut, TenantUpdateIn

@@ -43,8 +43,9 @@ from gpupool.engines.common.pool import PoolExecutor
 from gpupool.scheduler.feasibility import never_runs
 from gpupool.scheduler.types import Policy
 from gpupool.scheduler.waits import PlannedPreemption, planned_preemptions
-from gpupool.server.auth import Principal, principal_for_token
+from gpupool.server.auth import principal_for_token
 from gpupool.server.context import AppContext
+from gpupool.server.principal import Principal
 from gpupool.server.problems import PermissionDenied, TooManyRequests
 from gpupool.server.schemas.convert import (
     allocation_out,
