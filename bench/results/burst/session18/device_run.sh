@@ -2,15 +2,15 @@
 # Session 18: run a list of replays on the device host (16 CPUs), one process a replay.
 # Usage (on the device, in the repository root, with build/q18 and .whl carried):
 #   bash build/q18/device_run.sh TASKFILE SECONDS
-# build/q18 holds tree.tar (git archive of this branch), km.tar (the same with
-# session16/km_levels.diff applied), philly.csv and whl/ (pyyaml). Each line of TASKFILE:
+# build/q18 holds tree.tar (src, bench/*.py and this folder of this branch), km.tar (the same
+# with session16/km_levels.diff applied), philly.csv.gz and whl/ (pyyaml). Each TASKFILE line:
 #   TREE burst VARIANT SEED GAP [TAG]          (TREE: base or km; burst_one.py)
 #   TREE philly SCOPE LOAD POLICY GAP [TAG [SETS]]   (trace_compare.py, one replay)
 set -u
 tasks=$1; secs=$2
 export R=${R:-/tmp/q18}; mkdir -p $R/res $R/log
 tar -xf build/q18/tree.tar -C $R && tar -xf build/q18/km.tar -C $R
-cp build/q18/philly.csv $R/philly.csv
+gunzip -c build/q18/philly.csv.gz > $R/philly.csv
 [ -n "${SKIP_PIP:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/pydantic-*.whl .whl/pydantic_core-*.whl .whl/annotated_types-*.whl \
     .whl/typing_extensions-*.whl .whl/typing_inspection-*.whl build/q18/whl/*.whl || exit 1
@@ -35,7 +35,7 @@ rc=$?
 echo "$(date +%T) done rc=$rc $tree $kind $*"
 EOS
 nproc; python3 --version; date +%T
-grep -v '^#' "$tasks" | timeout "$secs" xargs -P 16 -L 1 bash $R/one.sh
+grep -v "^#" "$tasks" | timeout "$secs" xargs -P "${P:-16}" -L 1 bash $R/one.sh
 echo "xargs rc=$? at $(date +%T)"
 sleep 2
 tar -czf "$OUT/res.tar.gz" -C $R res log
