@@ -136,7 +136,7 @@ class SchedulerConfig:
     #: `reclaim_after_s`, stops `checkpointing` work of its own tenant or of tenants above
     #: their guarantee on the N nodes that need the fewest victims, so that it starts
     #: instead of waiting for nodes to drain (gpupool.scheduler.gangreclaim)
-    gang_clears_nodes: bool = False
+    gang_clears_nodes: bool = True
     #: (gang_clears_nodes) the work it stops has run at least this long, or `min_runtime_s`
     #: where that is shorter: it checkpoints, so it loses no progress, and on a cluster of
     #: minutes-long jobs some work younger than `min_runtime_s` runs on nearly every node

@@ -185,7 +185,7 @@ class SchedulerSpec(_Strict):
     #: (fair) borrowed checkpointing work may run on nodes held for a gang (SchedulerConfig)
     gang_hold_backfill: bool = True
     #: (fair) a gang within its guarantee stops checkpointing work to start (SchedulerConfig)
-    gang_clears_nodes: bool = False
+    gang_clears_nodes: bool = True
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)
