@@ -46,6 +46,7 @@ from gpupool.domain import Node, TenantTree
 from gpupool.scheduler.capacity import CapacityIndex, Takes
 from gpupool.scheduler.mix import class_key
 from gpupool.scheduler.reasons import Hardware
+from gpupool.scheduler.standing import Standing
 from gpupool.scheduler.types import PendingInfo, RunningWorkload, SchedulerConfig
 
 #: per running workload id: (the RunningWorkload seen last, its allocation, what it takes,
@@ -66,12 +67,6 @@ class CacheStats:
     admissions_kept: int = 0
 
 
-def _standing() -> Any:
-    from gpupool.scheduler.queues import _Standing  # queues imports this module
-
-    return _Standing()
-
-
 class _Classified:
     """Results of classification, valid for one (hardware, tenants, config)."""
 
@@ -87,8 +82,8 @@ class _Classified:
         self.shapes: dict[tuple, tuple] = {}
         #: tenant -> why it can have no work (unknown, inner) or None
         self.tenant_why: dict[str, str | None] = {}
-        #: the last cycle's classified pending work (gpupool.scheduler.queues._Standing)
-        self.standing: Any = _standing()
+        #: the last cycle's classified pending work
+        self.standing = Standing()
 
 
 def _diff(

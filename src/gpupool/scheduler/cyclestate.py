@@ -22,9 +22,9 @@ from gpupool.scheduler.gangs import gang_reason
 from gpupool.scheduler.limits import Usage
 from gpupool.scheduler.placement import place_on_node
 from gpupool.scheduler.preemption import Reclaim, reclaim_due
-from gpupool.scheduler.queues import Candidate
 from gpupool.scheduler.reasons import behind_host_text, behind_text, no_fit_reason
 from gpupool.scheduler.reservations import Hold
+from gpupool.scheduler.standing import Candidate
 from gpupool.scheduler.types import (
     Admission,
     Policy,

@@ -31,6 +31,7 @@ from gpupool.scheduler.ordering import (
 )
 from gpupool.scheduler.placement import shape_of
 from gpupool.scheduler.reasons import Hardware
+from gpupool.scheduler.standing import Candidate, Standing
 from gpupool.scheduler.tails import LastKeys
 from gpupool.scheduler.types import Policy, SchedulerConfig, Snapshot
 
@@ -56,55 +57,9 @@ _request_fields = attrgetter(*(f.name for f in fields(Request)))
 _leveled_0 = leveled_in_tenant_key  # (not a partial: a third of the time per call)
 _las_0 = las_in_tenant_key
 
-#: (order key, workload, shape, GPU milli)
-Candidate = tuple[tuple, Workload, Shape, int]
-
 #: the order key of a queue entry: keys are unique, so sorting by it alone sorts the entries
 #: (a third faster than comparing the entries)
 _order_key = itemgetter(0)
-
-
-class _Standing:
-    """The classified pending work of the last cycle, kept in the cache's memo so that the
-    next cycle applies only what changed (workloads gone and new, by object identity).
-
-    Read-only for the cycle: queues that change are copied first, so a queue list handed to
-    a cycle is never changed afterwards."""
-
-    __slots__ = (
-        "objs",
-        "wids",
-        "queues",
-        "demand",
-        "adjusted",
-        "sched",
-        "unsched",
-        "seen",
-        "lasts",
-    )
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget everything (the next cycle classifies afresh)."""
-        #: id(workload) -> workload (holding it keeps its id from being reused); this and
-        #: `sched` and `unsched` are in the order of the last cycle's `pending`
-        self.objs: dict[int, Workload] = {}
-        #: workload id -> id(workload), for every workload classified
-        self.wids: dict[str, int] = {}
-        self.queues: dict[str, list[Candidate]] = {}
-        self.demand: dict[str, int] = {}
-        #: workload ids whose filed entry carries attained service (LAS) or a level (fair)
-        self.adjusted: set[str] = set()
-        #: id(workload) -> its queue entry as filed, for schedulable work; -> (workload id,
-        #: why) otherwise
-        self.sched: dict[int, Candidate] = {}
-        self.unsched: dict[int, tuple[str, str]] = {}
-        #: the cache's `calls` when this was brought up to date (SchedulerCache.started)
-        self.seen = -1
-        #: per tenant, the last entry's key per shape of its queue (read by the walk's Tail)
-        self.lasts: dict[str, LastKeys] = {}
 
 
 def _changed_queue(
@@ -160,7 +115,7 @@ def _positions(q: list[Candidate], drop: list[Candidate]) -> list[int]:
 
 
 def _identity_diff(
-    st: _Standing, pending: Sequence[Workload]
+    st: Standing, pending: Sequence[Workload]
 ) -> tuple[list[int], list[Workload]] | None:
     """(ids of the workload objects gone, the workloads new, in the order of `pending`) by
     object identity, in whatever order `pending` lists them; `st.objs` becomes `pending`'s.
@@ -327,7 +282,7 @@ class Queues:
         )
 
     def _appended(
-        self, st: _Standing, pending: Sequence[Workload]
+        self, st: Standing, pending: Sequence[Workload]
     ) -> tuple[list[int], list[Workload]] | None:
         """(ids of the workload objects gone, the workloads new) when `pending` is the last
         cycle's pending work in the same order, without the work that started running since
@@ -374,7 +329,7 @@ class Queues:
 
     def _file_schedulable(
         self,
-        st: _Standing,
+        st: Standing,
         new: list[Workload],
         hits: list[tuple[Shape, str | None, int]],
         key_of: Callable[[Workload], tuple],
@@ -409,7 +364,7 @@ class Queues:
 
     def _file_each(
         self,
-        st: _Standing,
+        st: Standing,
         new: list[Workload],
         hits: list[tuple[Shape, str | None, int]],
         key_of: Callable[[Workload], tuple],
@@ -448,7 +403,7 @@ class Queues:
 
     def _classify_changes(
         self,
-        st: _Standing,
+        st: Standing,
         pending: Sequence[Workload],
         shapes: dict[tuple, tuple],
         tenant_why: dict[str, str | None],
