@@ -19,10 +19,10 @@ is recorded `policed` instead (`shared_enforcement_on`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
-from gpupool.domain import MILLI_PER_GPU, Enforcement, Node, Request
+from gpupool.domain import Enforcement, Node, Request
 from gpupool.domain.placement import (
     ENGINE_LABEL,
     enforces_mps,
@@ -30,12 +30,6 @@ from gpupool.domain.placement import (
     labels_text,
     runs_multi_node,
 )
-
-if TYPE_CHECKING:
-    from gpupool.scheduler.capacity import CapacityIndex, Shape
-    from gpupool.scheduler.placement import Placement
-
-    PlaceOnNode = Callable[[CapacityIndex, int, Shape], Placement | None]
 
 
 class Where(NamedTuple):
@@ -81,19 +75,6 @@ def engine_groups(engines: Sequence[str | None], ids: list[int]) -> list[list[in
     if not names:
         return [ids]
     return [[n for n in ids if engines[n] in (e, None)] for e in names]
-
-
-def one_engine_parts(cap: CapacityIndex, one: Shape) -> list[Shape]:
-    """A gang member's part `one`, once per engine of the pool (name order), pinned to it:
-    what makes room for a gang on one engine (`gangreclaim`). `[one]` when no node has an
-    engine label, or the gang is pinned to an engine already."""
-    where = one.where or Where(multi_node=True)
-    if where.engine is not None:
-        return [one]
-    names = sorted({e for e in cap.node_engine if e is not None})
-    if not names:
-        return [one]
-    return [one._replace(where=where._replace(engine=e)) for e in names]
 
 
 # -- reasons ---------------------------------------------------------------------------------
@@ -152,124 +133,10 @@ def none_match_text(nodes: Sequence[Node], where: Where) -> str:
     return text
 
 
-def _nodes_noun(where: Where) -> str:
+def nodes_noun(where: Where) -> str:
     """'no node of it' / 'no node with it' / 'no node that runs multi-node work'."""
     if where.engine is not None:
         return "no node of it"
     if where.labels:
         return "no node with " + ("them" if len(where.labels) > 1 else "it")
     return "no node that runs multi-node work"
-
-
-def no_fit_text(cap: CapacityIndex, shape: Shape, what: str, host: str) -> str:
-    """Why constrained `shape` does not fit now: counted over the nodes it may use only.
-    `what` and `host` describe the shape (gpupool.scheduler.reasons)."""
-    from gpupool.scheduler.capacity import FRACTION, WHOLE
-
-    where = shape.where
-    assert where is not None
-    head = where_text(cap.nodes, where)
-    noun = _nodes_noun(where)
-    model = f"{shape.model} " if shape.model else ""
-    if shape.kind == WHOLE:
-        most = _most_whole(cap, shape, cap.where_mask(where))
-        s = "s" if shape.count != 1 else ""
-        if most < shape.count:
-            return f"{head}: {noun} has {shape.count} free {model}GPU{s} (the most is {most})"
-        return f"{head}: {noun} with {shape.count} free {model}GPU{s} also has {host} free"
-    if shape.kind == FRACTION:
-        return f"{head}: {noun} has a shared {model}GPU with {shape.milli / MILLI_PER_GPU:g} free"
-    return f"{head}: {noun} has room for {what} now"
-
-
-def _most_whole(cap: CapacityIndex, shape: Shape, allowed: list[bool]) -> int:
-    """The most whole free GPUs of one model (`shape.model` if given) on one usable node
-    that `allowed` lets it use: from the top of the whole-GPU index down, the first
-    allowed node's count (as `CapacityIndex.most_whole_free`, on the allowed nodes)."""
-    most = 0
-    for m in [shape.model] if shape.model is not None else cap.models:
-        idx = cap.whole.get(m)
-        if idx is None:
-            continue
-        for key in reversed(idx.keys()):
-            if key <= most:
-                break
-            if any(allowed[n] for n in idx.items_under(key)):
-                most = key
-                break
-    return most
-
-
-# -- placement on the allowed nodes ----------------------------------------------------------
-
-
-def find_pinned(cap: CapacityIndex, shape: Shape, place: PlaceOnNode) -> Placement | None:
-    """The placement of constrained `shape` on the usable nodes it may use, or None.
-
-    Whole GPUs: the allowed node in the lowest bucket of the whole-GPU index (fewest whole
-    free GPUs that suffice; exclusive GPUs first), lowest id among equals; fractions: the
-    allowed shared GPU with the least free milli, then memory; otherwise (MIG, CPU only, or
-    nothing found in the indexes for a fraction) the first allowed usable node in id order
-    where `place` fits it. `place` is placement.place_on_node (it checks the constraint too)."""
-    from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, WHOLE
-
-    allowed = cap.where_mask(shape.where)
-    models = [shape.model] if shape.model is not None else cap.models
-    if shape.kind == WHOLE:
-        for indexes in (cap.whole_unshared, cap.whole):
-            best: tuple | None = None
-            for m in models:
-                idx = indexes.get(m)
-                if idx is None:
-                    continue
-                one = shape._replace(model=m)
-                for key, live in idx.buckets_from(shape.count):
-                    hit = next(
-                        (p for n in live if allowed[n] and (p := place(cap, n, one)) is not None),
-                        None,
-                    )
-                    if hit is not None:
-                        if best is None or (key, hit.node) < best[0]:
-                            best = ((key, hit.node), hit)
-                        break
-            if best is not None:
-                return best[1]
-        return None
-    if shape.kind == FRACTION:
-        best = None
-        for m in models:
-            idx = cap.frac.get(m)
-            if idx is None:
-                continue
-            for key, live in idx.buckets_from((shape.milli, shape.gpu_memory_mib)):
-                if key[1] < shape.gpu_memory_mib:
-                    continue
-                found = None
-                for g in live:
-                    n = cap.gpu_node[g]
-                    if allowed[n] and cap.node_fits_host(n, shape):
-                        need = shape.gpu_memory_mib or cap.gpu_total_mem[g] * shape.milli // 1000
-                        if cap.free_gmem[g] >= need:
-                            found = (key, g, n, need)
-                            break
-                if found is not None:
-                    if best is None or found[:2] < best[:2]:
-                        best = found
-                    break
-        if best is not None:
-            from gpupool.scheduler.placement import Placement
-
-            return Placement(best[2], ((best[1], shape.milli, best[3]),))
-    fallback = None
-    for n in cap.where_nodes(shape.where):
-        if not cap.node_ready[n]:
-            continue
-        if cap.node_held[n] and not (shape.kind == CPU_ONLY and cap.fits_beside_hold(n, shape)):
-            continue
-        p = place(cap, n, shape)
-        if p is None:
-            continue
-        if shape.kind != CPU_ONLY or not cap.node_gpus[n]:
-            return p
-        fallback = fallback or p
-    return fallback

@@ -37,8 +37,8 @@ caller nominates them. Pure; called by gpupool.scheduler.gangwalk.
 from __future__ import annotations
 
 from gpupool.domain import Workload
-from gpupool.scheduler.capacity import Shape
-from gpupool.scheduler.constraints import one_engine_parts
+from gpupool.scheduler.capacity import CapacityIndex, Shape
+from gpupool.scheduler.constraints import Where
 from gpupool.scheduler.cycle_reclaim import Preemptors
 from gpupool.scheduler.cyclestate import CycleInputs, CycleState
 from gpupool.scheduler.gangs import per_node
@@ -354,3 +354,16 @@ def _clear_text(v: RunningWorkload, w: Workload, shape: Shape) -> str:
         f"{whose} checkpointing work on {v.allocation.node} is stopped for it and resumes "
         "from its checkpoint"
     )
+
+
+def one_engine_parts(cap: CapacityIndex, one: Shape) -> list[Shape]:
+    """A gang member's part `one`, once per engine of the pool (name order), pinned to it:
+    what makes room for a gang on one engine (`gangreclaim`). `[one]` when no node has an
+    engine label, or the gang is pinned to an engine already."""
+    where = one.where or Where(multi_node=True)
+    if where.engine is not None:
+        return [one]
+    names = sorted({e for e in cap.node_engine if e is not None})
+    if not names:
+        return [one]
+    return [one._replace(where=where._replace(engine=e)) for e in names]

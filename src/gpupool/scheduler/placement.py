@@ -30,7 +30,7 @@ from gpupool.scheduler.balance import (
 )
 from gpupool.scheduler.buckets import BucketIndex, probe_ranges, probe_starts
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
-from gpupool.scheduler.constraints import find_pinned, shared_enforcement_on, where_of
+from gpupool.scheduler.constraints import shared_enforcement_on, where_of
 from gpupool.scheduler.fragmentation import least_fragmenting
 from gpupool.scheduler.mig import find_mig, mig_on_node
 
@@ -194,10 +194,10 @@ def find_placement(cap: CapacityIndex, shape: Shape) -> Placement | None:
     """The best placement for `shape` on usable (ready, not held) nodes, or None.
 
     Whole GPUs are looked for first among non-shared GPUs, then among all of them. Work
-    constrained to some nodes is placed among those (constraints.find_pinned)."""
+    constrained to some nodes is placed among those (`find_pinned`)."""
     if shape.where is not None:
         if not cap.unrestricted(shape.where):
-            return find_pinned(cap, shape, place_on_node)
+            return find_pinned(cap, shape)
         shape = shape._replace(where=None)
     if shape.kind == CPU_ONLY:
         return _find_cpu_only(cap, shape)
@@ -508,3 +508,75 @@ def to_allocation(
             how = Enforcement.POLICED if milli == MILLI_PER_GPU else shared
         shares.append(_share(name, index[g], uuid[g], milli, mem, how, mig[g]))
     return Allocation(workload_id, name, tuple(shares), now, shape.cpu_milli, shape.memory_mib)
+
+
+def find_pinned(cap: CapacityIndex, shape: Shape) -> Placement | None:
+    """The placement of constrained `shape` on the usable nodes it may use, or None.
+
+    Whole GPUs: the allowed node in the lowest bucket of the whole-GPU index (fewest whole
+    free GPUs that suffice; exclusive GPUs first), lowest id among equals; fractions: the
+    allowed shared GPU with the least free milli, then memory; otherwise (MIG, CPU only, or
+    nothing found in the indexes for a fraction) the first allowed usable node in id order
+    where `place_on_node` fits it (it checks the constraint too)."""
+    allowed = cap.where_mask(shape.where)
+    models = [shape.model] if shape.model is not None else cap.models
+    if shape.kind == WHOLE:
+        for indexes in (cap.whole_unshared, cap.whole):
+            best: tuple | None = None
+            for m in models:
+                idx = indexes.get(m)
+                if idx is None:
+                    continue
+                one = shape._replace(model=m)
+                for key, live in idx.buckets_from(shape.count):
+                    hit = next(
+                        (
+                            p
+                            for n in live
+                            if allowed[n] and (p := place_on_node(cap, n, one)) is not None
+                        ),
+                        None,
+                    )
+                    if hit is not None:
+                        if best is None or (key, hit.node) < best[0]:
+                            best = ((key, hit.node), hit)
+                        break
+            if best is not None:
+                return best[1]
+        return None
+    if shape.kind == FRACTION:
+        best = None
+        for m in models:
+            idx = cap.frac.get(m)
+            if idx is None:
+                continue
+            for key, live in idx.buckets_from((shape.milli, shape.gpu_memory_mib)):
+                if key[1] < shape.gpu_memory_mib:
+                    continue
+                found = None
+                for g in live:
+                    n = cap.gpu_node[g]
+                    if allowed[n] and cap.node_fits_host(n, shape):
+                        need = shape.gpu_memory_mib or cap.gpu_total_mem[g] * shape.milli // 1000
+                        if cap.free_gmem[g] >= need:
+                            found = (key, g, n, need)
+                            break
+                if found is not None:
+                    if best is None or found[:2] < best[:2]:
+                        best = found
+                    break
+        if best is not None:
+            return Placement(best[2], ((best[1], shape.milli, best[3]),))
+    fallback = None
+    for n in cap.where_nodes(shape.where):
+        if not cap.node_ready[n]:
+            continue
+        if cap.node_held[n] and not (shape.kind == CPU_ONLY and cap.fits_beside_hold(n, shape)):
+            continue
+        p = place_on_node(cap, n, shape)
+        if p is None:
+            continue
+        if shape.kind != CPU_ONLY or not cap.node_gpus[n]:
+            return p
+        fallback = fallback or p
+    return fallback

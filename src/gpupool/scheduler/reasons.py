@@ -16,8 +16,8 @@ from gpupool.domain.placement import ENGINE_LABEL
 from gpupool.scheduler.capacity import CPU_ONLY, FRACTION, MIG, WHOLE, CapacityIndex, Shape
 from gpupool.scheduler.constraints import (
     engine_groups,
-    no_fit_text,
     node_allows,
+    nodes_noun,
     none_match_text,
     where_text,
 )
@@ -482,3 +482,40 @@ __all__ = [
     "untried_text",
     "what",
 ]
+
+
+def no_fit_text(cap: CapacityIndex, shape: Shape, what: str, host: str) -> str:
+    """Why constrained `shape` does not fit now: counted over the nodes it may use only.
+    `what` and `host` describe the shape (gpupool.scheduler.reasons)."""
+    where = shape.where
+    assert where is not None
+    head = where_text(cap.nodes, where)
+    noun = nodes_noun(where)
+    model = f"{shape.model} " if shape.model else ""
+    if shape.kind == WHOLE:
+        most = _most_whole(cap, shape, cap.where_mask(where))
+        s = "s" if shape.count != 1 else ""
+        if most < shape.count:
+            return f"{head}: {noun} has {shape.count} free {model}GPU{s} (the most is {most})"
+        return f"{head}: {noun} with {shape.count} free {model}GPU{s} also has {host} free"
+    if shape.kind == FRACTION:
+        return f"{head}: {noun} has a shared {model}GPU with {shape.milli / MILLI_PER_GPU:g} free"
+    return f"{head}: {noun} has room for {what} now"
+
+
+def _most_whole(cap: CapacityIndex, shape: Shape, allowed: list[bool]) -> int:
+    """The most whole free GPUs of one model (`shape.model` if given) on one usable node
+    that `allowed` lets it use: from the top of the whole-GPU index down, the first
+    allowed node's count (as `CapacityIndex.most_whole_free`, on the allowed nodes)."""
+    most = 0
+    for m in [shape.model] if shape.model is not None else cap.models:
+        idx = cap.whole.get(m)
+        if idx is None:
+            continue
+        for key in reversed(idx.keys()):
+            if key <= most:
+                break
+            if any(allowed[n] for n in idx.items_under(key)):
+                most = key
+                break
+    return most
