@@ -63,6 +63,17 @@ def effective_config(config: SchedulerConfig, snapshot: Snapshot) -> SchedulerCo
     return dataclasses.replace(config, service_levels_s=levels)
 
 
+def fixed_ladder(config: SchedulerConfig, scale: float) -> SchedulerConfig:
+    """`config` with the thresholds in force at `scale` as its absolute levels and no
+    relative ones: for a forward replay from a snapshot (gpupool.sim.forecast) that must
+    decide with the ladder of the moment, not estimate a scale of its own."""
+    if not config.service_levels_relative:
+        return config
+    return dataclasses.replace(
+        config, service_levels_s=ladder(config, scale), service_levels_relative=()
+    )
+
+
 def level_of(attained_milli_s: float, levels_s: tuple[float, ...]) -> int:
     """How many thresholds (GPU-seconds) `attained_milli_s` (milli-GPU-seconds) has passed."""
     return bisect_right(levels_s, attained_milli_s / 1000.0)
