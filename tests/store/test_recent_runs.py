@@ -9,6 +9,7 @@ import pytest
 
 from gpupool.domain import Allocation, WorkloadState
 from gpupool.store import AllocationRepo, WorkloadRepo, recent_runs
+from gpupool.store.attained import _first_starts
 from tests.store.test_attained import T0, alloc, attempt
 from tests.store.test_store import seed, workload
 
@@ -87,3 +88,13 @@ def test_the_window_is_the_last_workloads_by_first_start(store):
         assert sorted(recent_runs(s, 2, NOW)) == [(500.0, False), (2000.0, False)]
         assert len(recent_runs(s, 3, NOW)) == 3
         assert recent_runs(s, 0, NOW) == []
+
+
+def test_the_walk_gives_the_same_window_page_by_page(store):
+    ids = _world(store)
+    with store.read() as s:
+        whole = _first_starts(s, 100)
+        assert set(whole) == set(ids.values()) - {ids["failed_start"], ids["cpu"]}
+        for page in (1, 2, 3):  # pages of 1 to 3 allocations: the same window
+            assert _first_starts(s, 100, page) == whole
+            assert _first_starts(s, 3, page) == _first_starts(s, 3)
