@@ -20,7 +20,14 @@ from tests.scheduler.test_properties import CONFIG_CHOICES, scenarios
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 CONFIGS = st.sampled_from(
-    [*CONFIG_CHOICES, SchedulerConfig(min_runtime_s=0, max_admissions_per_cycle=1)]
+    [
+        *CONFIG_CHOICES,
+        SchedulerConfig(min_runtime_s=0, max_admissions_per_cycle=1),
+        # relative service levels: the ladder moves with Snapshot.service_scale ("scale")
+        SchedulerConfig(
+            min_runtime_s=0, service_levels_relative=(0.5, 5.0), preempt_levels_apart=1
+        ),
+    ]
 )
 
 #: what may happen between two cycles, besides applying the decisions
@@ -49,6 +56,7 @@ CHANGES = st.sampled_from(
         "pending_running",
         "attained",
         "attained_gone",
+        "scale",
     ]
 )
 
@@ -116,6 +124,8 @@ def change(snap: Snapshot, what: str, k: int) -> Snapshot:
         run.reverse()
     elif what == "tenants_copy":
         return dataclasses.replace(snap, tenants=tree(*snap.tenants), running=tuple(run))
+    elif what == "scale":  # the caller's run-length scale moved (0: none, absolute levels)
+        return dataclasses.replace(snap, service_scale=[0.0, 60.0, 600.0, 3600.0][k % 4])
     return dataclasses.replace(snap, nodes=tuple(nodes), running=tuple(run))
 
 

@@ -37,6 +37,33 @@ def test_service_levels_can_be_turned_off(off):
     assert Settings.from_env({"GPUPOOL_SERVICE_LEVELS_S": off}).scheduler.service_levels_s == ()
 
 
+def test_relative_service_levels_come_from_the_environment():
+    s = Settings.from_env(
+        {
+            "GPUPOOL_SERVICE_LEVELS_RELATIVE": "10, 0.1,1",
+            "GPUPOOL_SERVICE_LEVELS_QUANTILE": "0.95",
+            "GPUPOOL_SERVICE_LEVELS_HYSTERESIS": "2",
+            "GPUPOOL_SERVICE_LEVELS_WINDOW": "2000",
+        }
+    ).scheduler
+    assert s.service_levels_relative == (0.1, 1.0, 10.0)
+    assert s.service_levels_quantile == 0.95
+    assert s.service_levels_hysteresis == 2.0
+    assert s.service_levels_window == 2000
+    # the defaults: 0.2 / 2 / 20 x the p80 run length of the last 5,000 runs, 1.5x hysteresis
+    d = Settings.from_env({}).scheduler
+    assert d.service_levels_relative == (0.2, 2.0, 20.0)
+    assert (d.service_levels_quantile, d.service_levels_hysteresis) == (0.8, 1.5)
+    assert d.service_levels_window == 5000
+
+
+@pytest.mark.parametrize("off", ["off", "", "none"])
+def test_relative_service_levels_can_be_turned_off(off):
+    s = Settings.from_env({"GPUPOOL_SERVICE_LEVELS_RELATIVE": off}).scheduler
+    assert s.service_levels_relative == ()
+    assert s.service_levels_s == SchedulerConfig().service_levels_s  # the absolute ones stay
+
+
 def test_without_variables_the_scheduler_defaults_hold():
     assert Settings.from_env({}).scheduler == SchedulerConfig()
 
@@ -48,6 +75,17 @@ def test_without_variables_the_scheduler_defaults_hold():
         ("GPUPOOL_MIN_RUNTIME_S", "-5", "must be 0 or more"),
         ("GPUPOOL_SERVICE_LEVELS_S", "1h,10h", "e.g. 1800,18000,180000"),
         ("GPUPOOL_SERVICE_LEVELS_S", "0,3600", "must be above 0"),
+        ("GPUPOOL_SERVICE_LEVELS_RELATIVE", "p80", "e.g. 0.2,2,20"),
+        ("GPUPOOL_SERVICE_LEVELS_RELATIVE", "0,2,20", "must be above 0"),
+        ("GPUPOOL_SERVICE_LEVELS_RELATIVE", "0.2,-2", "must be above 0"),
+        ("GPUPOOL_SERVICE_LEVELS_QUANTILE", "80%", "above 0 and at most 1"),
+        ("GPUPOOL_SERVICE_LEVELS_QUANTILE", "80", "above 0 and at most 1"),
+        ("GPUPOOL_SERVICE_LEVELS_QUANTILE", "0", "above 0 and at most 1"),
+        ("GPUPOOL_SERVICE_LEVELS_QUANTILE", "nan", "above 0 and at most 1"),
+        ("GPUPOOL_SERVICE_LEVELS_HYSTERESIS", "0.5", "a factor of 1 or more"),
+        ("GPUPOOL_SERVICE_LEVELS_HYSTERESIS", "large", "a factor of 1 or more"),
+        ("GPUPOOL_SERVICE_LEVELS_WINDOW", "0", "a whole number of recently started"),
+        ("GPUPOOL_SERVICE_LEVELS_WINDOW", "5e3", "a whole number of recently started"),
         ("GPUPOOL_DEFRAG_MOVES", "maybe", "give on or off"),
         ("GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE", "soon", "give on or off"),
         ("GPUPOOL_GANG_HOLD_BACKFILL", "sometimes", "give on or off"),

@@ -27,6 +27,7 @@ from gpupool.scheduler.cyclestate import CycleInputs, CycleState, memo_run, shap
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.gangwalk import GangTurn, backfill_gang_nodes, place_gang
+from gpupool.scheduler.levels import effective_config
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
@@ -88,6 +89,7 @@ def cycle(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        config = effective_config(config, snapshot)  # relative service levels (levels.py)
         return _Cycle(snapshot, pending, now, config, cache).run()
     finally:
         if was_enabled:

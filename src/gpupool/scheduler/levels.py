@@ -17,21 +17,61 @@ tenants; inside a tenant:
   find N whole nodes again, which on a busy cluster of small jobs takes hours (issue 32).
 
 Victims on one node, highest level then most attained service first, only until the
-candidate fits; the node needing the fewest victims (then the least GPU milli) wins. Pure.
+candidate fits; the node needing the fewest victims (then the least GPU milli) wins.
+
+**Levels relative to the pool's time scale** (`SchedulerConfig.service_levels_relative`): the
+thresholds are multiples of `Snapshot.service_scale`, a quantile of the pool's run lengths
+that the caller estimates and keeps (`gpupool.scheduler.levelscale`: Kaplan-Meier over
+recently started runs, with hysteresis). Without a scale yet, the absolute `service_levels_s`
+apply. `ladder` is the one home of the rule; `cycle()` applies it (`effective_config`) and
+the simulator asks it for its level wakeups and pending window. Pure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from bisect import bisect_right
 from collections.abc import Mapping
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CapacityIndex, Shape
 from gpupool.scheduler.placement import Placement, place_on_node
-from gpupool.scheduler.types import RunningWorkload
+from gpupool.scheduler.types import RunningWorkload, SchedulerConfig, Snapshot
 
 #: how many nodes with victims are compared per candidate (bounds the cost)
 NODES_COMPARED = 8
+
+
+def ladder(config: SchedulerConfig, scale: float) -> tuple[float, ...]:
+    """The service-level thresholds (GPU-seconds) in force: with `service_levels_relative` and
+    a scale (GPU-seconds, above 0), its multiples of `scale`; else `config.service_levels_s`
+    (also when that is empty: service levels off, relative ones too)."""
+    rel = config.service_levels_relative
+    if not rel or scale <= 0 or not config.service_levels_s:
+        return config.service_levels_s
+    return tuple(sorted(round(m * scale, 3) for m in rel if m > 0))
+
+
+def effective_config(config: SchedulerConfig, snapshot: Snapshot) -> SchedulerConfig:
+    """`config` with the thresholds of `ladder` in `service_levels_s` (itself when they are
+    the absolute ones)."""
+    if not config.service_levels_relative or snapshot.service_scale <= 0:
+        return config
+    levels = ladder(config, snapshot.service_scale)
+    if levels == config.service_levels_s:
+        return config
+    return dataclasses.replace(config, service_levels_s=levels)
+
+
+def fixed_ladder(config: SchedulerConfig, scale: float) -> SchedulerConfig:
+    """`config` with the thresholds in force at `scale` as its absolute levels and no
+    relative ones: for a forward replay from a snapshot (gpupool.sim.forecast) that must
+    decide with the ladder of the moment, not estimate a scale of its own."""
+    if not config.service_levels_relative:
+        return config
+    return dataclasses.replace(
+        config, service_levels_s=ladder(config, scale), service_levels_relative=()
+    )
 
 
 def level_of(attained_milli_s: float, levels_s: tuple[float, ...]) -> int:

@@ -79,6 +79,11 @@ class Snapshot:
     #: keeps them for it (like Kubernetes' nominatedNodeName), so the reclaimed capacity is
     #: not taken by other work before it starts. Empty: no nominations.
     nominated: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the pool's run-length scale, GPU-seconds, that relative service levels are multiples
+    #: of (`SchedulerConfig.service_levels_relative`): kept by the caller with
+    #: `gpupool.scheduler.levelscale.LevelScale` (a Kaplan-Meier quantile of recently started
+    #: runs, finished or not). 0: none yet, the absolute `service_levels_s` apply.
+    service_scale: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,23 @@ class SchedulerConfig:
     #: or is preempted for them. Default 0.5, 5 and 50 GPU-hours (measured in
     #: docs/report-philly.md); empty: off.
     service_levels_s: tuple[float, ...] = (1800.0, 18000.0, 180000.0)
+    #: (fair) service levels relative to the pool's own time scale: the thresholds are these
+    #: multiples of `Snapshot.service_scale` (the `service_levels_quantile` of the run lengths
+    #: of recently started runs, in GPU-seconds, estimated by the caller with
+    #: `levelscale.LevelScale`) instead of `service_levels_s`, which apply while there is no
+    #: scale yet (a fresh pool). Default 0.2 / 2 / 20 x the p80 run length (issue 32, session
+    #: 18: at the server's 2 s cadence it shortened the wait on the burst and Philly workloads
+    #: and kept the guarantees better than the absolute ladder). Empty: absolute levels only;
+    #: an empty `service_levels_s` turns service levels off, relative ones too.
+    service_levels_relative: tuple[float, ...] = (0.2, 2.0, 20.0)
+    #: (fair, relative levels) the quantile of the run lengths that the scale is
+    service_levels_quantile: float = 0.8
+    #: (fair, relative levels) the scale moves only when a new estimate differs from it by more
+    #: than this factor (either way), so the ladder does not move with every finished run
+    service_levels_hysteresis: float = 1.5
+    #: (fair, relative levels) how many recently started runs the scale is estimated from
+    #: (the caller keeps them; each counted once, from its first start)
+    service_levels_window: int = 5000
     #: (fair, service levels) waiting work preempts its tenant's own work only when that is at
     #: least this many levels above its own. 1: any higher level; the default 2 leaves work of
     #: a similar size alone (preempting it at every threshold made everyone's wait longer:

@@ -153,9 +153,14 @@ def _on_off(env: Mapping[str, str], name: str) -> bool:
 def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
     """SchedulerConfig fields from GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S (seconds),
     GPUPOOL_SERVICE_LEVELS_S (thresholds in GPU-seconds, comma-separated, e.g.
-    `1800,18000`; `off` or empty turns service levels off), GPUPOOL_PREEMPT_LEVELS_APART (a
-    whole number, 1 or more), GPUPOOL_DEFRAG_MOVES and GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE
-    (`on` or `off`). A bad value raises ValueError naming the variable and what it takes."""
+    `1800,18000`; `off` or empty turns service levels off), GPUPOOL_SERVICE_LEVELS_RELATIVE
+    (multiples of the pool's run-length scale, comma-separated, e.g. `0.2,2,20`; `off` or
+    empty: the absolute levels only), GPUPOOL_SERVICE_LEVELS_QUANTILE (the run-length
+    quantile that is the scale, above 0 and at most 1), GPUPOOL_SERVICE_LEVELS_HYSTERESIS (a
+    factor, 1 or more), GPUPOOL_SERVICE_LEVELS_WINDOW (recently started workloads, a whole
+    number, 1 or more), GPUPOOL_PREEMPT_LEVELS_APART (a whole number, 1 or more),
+    GPUPOOL_DEFRAG_MOVES and GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE (`on` or `off`). A bad
+    value raises ValueError naming the variable and what it takes."""
     out: dict[str, object] = {}
     for key in ("reclaim_after_s", "min_runtime_s"):
         name = "GPUPOOL_" + key.upper()
@@ -183,6 +188,43 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
         if any(x <= 0 for x in levels):
             raise ValueError(f"GPUPOOL_SERVICE_LEVELS_S={text!r}: thresholds must be above 0")
         out["service_levels_s"] = levels
+    if "GPUPOOL_SERVICE_LEVELS_RELATIVE" in env:
+        text = env["GPUPOOL_SERVICE_LEVELS_RELATIVE"].strip()
+        try:
+            multiples = (
+                ()
+                if text.lower() in ("", "off", "none")
+                else tuple(sorted(float(x) for x in text.split(",")))
+            )
+        except ValueError:
+            raise ValueError(
+                f"GPUPOOL_SERVICE_LEVELS_RELATIVE={text!r}: give multiples of the pool's "
+                "run-length scale separated by commas (e.g. 0.2,2,20), or off"
+            ) from None
+        if any(not x > 0 or x == float("inf") for x in multiples):
+            raise ValueError(f"GPUPOOL_SERVICE_LEVELS_RELATIVE={text!r}: multiples must be above 0")
+        out["service_levels_relative"] = multiples
+    for key, what, ok in (
+        ("quantile", "a quantile above 0 and at most 1 (e.g. 0.8)", lambda v: 0 < v <= 1),
+        ("hysteresis", "a factor of 1 or more (e.g. 1.5)", lambda v: 1 <= v < float("inf")),
+    ):
+        name = "GPUPOOL_SERVICE_LEVELS_" + key.upper()
+        if name in env:
+            try:
+                v = float(env[name])
+            except ValueError:
+                v = float("nan")
+            if not ok(v):
+                raise ValueError(f"{name}={env[name]!r}: give {what}")
+            out["service_levels_" + key] = v
+    if "GPUPOOL_SERVICE_LEVELS_WINDOW" in env:
+        text = env["GPUPOOL_SERVICE_LEVELS_WINDOW"].strip()
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(
+                f"GPUPOOL_SERVICE_LEVELS_WINDOW={text!r}: give a whole number of recently "
+                "started workloads, 1 or more (e.g. 5000)"
+            )
+        out["service_levels_window"] = int(text)
     if "GPUPOOL_PREEMPT_LEVELS_APART" in env:
         text = env["GPUPOOL_PREEMPT_LEVELS_APART"].strip()
         if not text.isdigit() or int(text) < 1:

@@ -33,6 +33,7 @@ from gpupool.clock import ManualClock
 from gpupool.domain import Allocation, Workload, WorkloadState, transition
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.followup import Nominations, requeued
+from gpupool.scheduler.levels import ladder
 from gpupool.scheduler.timed import cycle_timed
 from gpupool.scheduler.timerules import TimeRules
 from gpupool.scheduler.types import (
@@ -46,6 +47,7 @@ from gpupool.scheduler.types import (
 from gpupool.sim.budgets import BudgetMeter
 from gpupool.sim.fairshare import FairShares
 from gpupool.sim.owed import PendingSizes
+from gpupool.sim.relative import RelativeLevels
 from gpupool.sim.result import SimResult, TenantTimeline, WorkloadRecord
 from gpupool.sim.scenario import Scenario
 from gpupool.sim.wakeups import Wakeups
@@ -124,6 +126,12 @@ class Simulator(Wakeups):
             scenario.config.service_levels_s
             if self.preempting and scenario.config.policy == Policy.FAIR
             else ()
+        )
+        #: relative service levels: the window of started runs and the scale (levels.ladder)
+        self.relative = (
+            RelativeLevels(scenario.config)
+            if self.levels and scenario.config.service_levels_relative
+            else None
         )
         #: tenant -> running checkpointing workloads (possible level victims), with levels
         self.ckpt_running: dict[str, int] = {}
@@ -284,17 +292,38 @@ class Simulator(Wakeups):
         rec.workload = w
         if rec.first_start is None:
             rec.first_start = t
+            if self.relative is not None and alloc.gpu_milli:  # (CPU-only work: no run)
+                self.relative.start(wid)
         self._start(rec, RunningWorkload(w, alloc), t)
         if self.preempting and w.preemptible:
             heapq.heappush(self.min_runtime_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
         if self.levels and w.checkpointing and w.preemptible:
-            lh = self.level_heap
-            heapq.heappush(lh, (t + self.s.config.min_runtime_s, wid, rec.epoch))
-            milli = alloc.gpu_milli
-            for th in self.levels:
-                at = t + (th * 1000.0 - rec.service) / milli if milli else math.inf
-                if t < at < math.inf:
-                    heapq.heappush(lh, (at, wid, rec.epoch))
+            heapq.heappush(self.level_heap, (t + self.s.config.min_runtime_s, wid, rec.epoch))
+            self._level_wakeups(rec, alloc.gpu_milli, t, t)
+
+    def _level_wakeups(self, rec: WorkloadRecord, milli: int, start: float, t: float) -> None:
+        """Wake a cycle when work running since `start` passes each level after `t`."""
+        for th in self.levels:
+            at = start + (th * 1000.0 - rec.service) / milli if milli else math.inf
+            if t < at < math.inf:
+                heapq.heappush(self.level_heap, (at, rec.workload.id, rec.epoch))
+
+    def _relevel(self, t: float) -> None:
+        """Relative service levels: estimate the scale again (when due); when it moved,
+        re-key the pending window and wake cycles at the new levels."""
+        rel = self.relative
+        if rel is None or not rel.update(self.records, self.running, t):
+            return
+        self.levels = ladder(self.s.config, rel.scale.scale)
+        if self.window is not None:
+            window = PendingWindow(self.window.size, self.levels)
+            for w in self.pending.values():
+                window.add(w, self.workload_service)
+            self.window = window
+        for wid, rw in self.running.items():
+            w, rec = rw.workload, self.records[wid]
+            if w.checkpointing and w.preemptible and rec.last_start is not None:
+                self._level_wakeups(rec, rw.allocation.gpu_milli, rec.last_start, t)
 
     def seed_running(self, rw: RunningWorkload, at: float, remaining: float) -> None:
         """Put work that runs at `at` in place, ending `remaining` seconds later: a replay
@@ -359,6 +388,10 @@ class Simulator(Wakeups):
 
     def _complete(self, wid: str, t: float) -> None:
         self.workload_service.pop(wid, None)
+        if self.relative is not None:
+            rec, rw = self.records[wid], self.running[wid]
+            ran = t - (rec.last_start if rec.last_start is not None else t)
+            self.relative.finish(wid, (rec.service + ran * rw.allocation.gpu_milli) / 1000.0)
         rec = self._release(wid, t)
         rec.workload, _ = transition(rec.workload, S.SUCCEEDED, t, "finished", exit_code=0)
 
@@ -371,6 +404,7 @@ class Simulator(Wakeups):
     # ------------------------------------------------------------------ cycle
 
     def _run_cycle(self, t: float) -> Decisions:
+        self._relevel(t)
         snap = Snapshot(
             nodes=self.s.nodes,
             tenants=self.s.tenants,
@@ -379,6 +413,7 @@ class Simulator(Wakeups):
             if self.workload_service
             else dict(self.attained),
             nominated=self.nominations.for_snapshot(),
+            service_scale=self.relative.scale.scale if self.relative is not None else 0.0,
         )
         pending = self._pending_for_cycle()
         t0 = time.perf_counter()

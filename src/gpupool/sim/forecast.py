@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpupool.domain import Allocation, Request, Workload
+from gpupool.scheduler.levels import fixed_ladder
 from gpupool.scheduler.types import Decisions, SchedulerConfig, Snapshot
 from gpupool.sim.engine import _SUBMIT, Simulator
 from gpupool.sim.runtimes import RuntimeEstimate, RuntimeEstimator
@@ -214,7 +215,8 @@ def forward_run(
         nodes=snapshot.nodes,
         tenants=snapshot.tenants,
         workloads=work,
-        config=config,
+        # relative service levels: the ladder of the snapshot's scale, fixed for the run
+        config=fixed_ladder(config, snapshot.service_scale),
         cycle_interval_s=limits.step_s,
         min_cycle_gap_s=limits.step_s,
         pending_window=limits.window,

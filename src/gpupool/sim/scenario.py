@@ -178,6 +178,18 @@ class SchedulerSpec(_Strict):
     service_levels_s: list[float] = Field(
         default_factory=lambda: list(SchedulerConfig().service_levels_s)
     )
+    #: (fair) service levels relative to the pool's run lengths: multiples of a quantile of
+    #: them, GPU-seconds (SchedulerConfig, gpupool.scheduler.levelscale); empty: absolute
+    service_levels_relative: list[float] = Field(
+        default_factory=lambda: list(SchedulerConfig().service_levels_relative)
+    )
+    service_levels_quantile: float = Field(
+        default=SchedulerConfig().service_levels_quantile, gt=0, le=1
+    )
+    service_levels_hysteresis: float = Field(
+        default=SchedulerConfig().service_levels_hysteresis, ge=1
+    )
+    service_levels_window: int = Field(default=SchedulerConfig().service_levels_window, ge=1)
     #: (fair) waiting work preempts its tenant's own work only this many levels above it
     preempt_levels_apart: int = Field(default=2, ge=1)
     #: (fair) work owed whole GPUs may have smaller checkpointing work moved (SchedulerConfig)
@@ -492,6 +504,10 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         defrag_moves=spec.defrag_moves,
         gang_hold_backfill=spec.gang_hold_backfill,
         gang_clears_nodes=spec.gang_clears_nodes,
+        service_levels_relative=tuple(sorted(x for x in spec.service_levels_relative if x > 0)),
+        service_levels_quantile=spec.service_levels_quantile,
+        service_levels_hysteresis=spec.service_levels_hysteresis,
+        service_levels_window=spec.service_levels_window,
     )
     if spec.topology_keys is not None:
         config = dataclasses.replace(config, topology_keys=tuple(spec.topology_keys))

@@ -6,7 +6,13 @@ repositories (`TenantRepo(session)`, `WorkloadRepo(session)`, ...).
 
 from gpupool.store.admissions import AdmissionRepo, Admitted
 from gpupool.store.allocations import AllocationRepo
-from gpupool.store.attained import attained_milli_s, attempt_milli_s, gpu_hours, kept_service
+from gpupool.store.attained import (
+    attained_milli_s,
+    attempt_milli_s,
+    gpu_hours,
+    kept_service,
+    recent_runs,
+)
 from gpupool.store.budgets import BudgetRepo
 from gpupool.store.chargeback import ChargebackRepo, ChargeRow
 from gpupool.store.cluster import NodeRepo
@@ -68,6 +74,7 @@ __all__ = [
     "attempt_milli_s",
     "gpu_hours",
     "kept_service",
+    "recent_runs",
     "new_reservation_id",
     "new_workload_id",
     "open_store",

@@ -8,9 +8,9 @@ import dataclasses
 import sys
 
 sys.path.insert(0, "bench")
-import gpupool.sim.relative as rel  # noqa: E402
 from trace_compare import scope_jobs  # noqa: E402
 
+import gpupool.sim.relative as rel  # noqa: E402
 from gpupool.scheduler.types import Policy  # noqa: E402
 from gpupool.sim.burst import burst_jobs  # noqa: E402
 from gpupool.sim.engine import simulate  # noqa: E402

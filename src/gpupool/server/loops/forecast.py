@@ -19,6 +19,7 @@ reservations) are passed to the forward run when given.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import statistics
 import time
@@ -88,8 +89,12 @@ class ForecastLoop(Loop):
 
     def snapshot(self) -> tuple[Snapshot, list[Workload]]:
         """The scheduler's view (`read_snapshot`): nodes that run work, tenants, active and
-        pending work."""
-        return read_snapshot(self.ctx)
+        pending work, and the scheduler loop's service scale (relative service levels)."""
+        snap, pending = read_snapshot(self.ctx)
+        loop = self.ctx.loops.get("scheduler")
+        if isinstance(loop, SchedulerLoop) and loop.level_scale.scale:
+            snap = dataclasses.replace(snap, service_scale=loop.level_scale.scale)
+        return snap, pending
 
     def _expected_waits(self, pending: list, found: Mapping[str, Forecast], now: float) -> None:
         """/metrics: each tenant's median expected wait (gpupool_tenant_expected_wait_seconds)."""

@@ -2,7 +2,13 @@
 
 The snapshot's `attained_service` holds the tenants' usage under their names and, under a
 workload's id, the service it kept from earlier attempts (checkpointing work preempted and
-requeued; `gpupool.store.attained`), as the simulator passes them.
+requeued; `gpupool.store.attained`), as the simulator passes them. Its `service_scale` is
+the pool's run-length scale for relative service levels
+(`SchedulerConfig.service_levels_relative`): the loop keeps a `LevelScale` and estimates it
+again at most every `ESTIMATE_EVERY_S` (300 s) from the last `service_levels_window`
+workloads to start (`gpupool.store.attained.recent_runs`), as the simulator does from its
+replay; until there is an estimate (fewer than 50 finished runs) the scale is 0 and the
+absolute `service_levels_s` apply.
 
 Applying is "assume, then commit": each admission is committed all or nothing (allocation +
 `admitted`, refused by the store if a GPU no longer has room; `store.AdmissionRepo`, a few
@@ -33,9 +39,11 @@ from gpupool.engines.common.executor import ExecState, ExecStatus, ExecutorError
 from gpupool.scheduler import Decisions, SchedulerCache, Snapshot
 from gpupool.scheduler.advance import planned_stops
 from gpupool.scheduler.followup import Nominations
+from gpupool.scheduler.levels import ladder
+from gpupool.scheduler.levelscale import ESTIMATE_EVERY_S, LevelScale
 from gpupool.scheduler.timed import cycle_timed
 from gpupool.scheduler.timerules import TimeRules
-from gpupool.scheduler.types import PendingInfo
+from gpupool.scheduler.types import PendingInfo, Policy
 from gpupool.server.context import AppContext
 from gpupool.server.loops.autoscale import node_pool_demand
 from gpupool.server.loops.base import Loop
@@ -50,6 +58,7 @@ from gpupool.store import (
     LaunchRepo,
     UserRepo,
     WorkloadRepo,
+    recent_runs,
 )
 from gpupool.store.launches import ALREADY_STARTED
 from gpupool.store.workloads import StoredInfo
@@ -135,6 +144,10 @@ class SchedulerLoop(Loop):
         self.webhook = Webhook(url) if url else None
         #: (workload id, reservation id) told of a stop at the reservation's start
         self._noticed: set[tuple[str, str]] = set()
+        #: the pool's run-length scale (relative service levels; Snapshot.service_scale)
+        self.level_scale = LevelScale()
+        #: when the scale was last estimated (the loop's clock)
+        self._scaled_at = float("-inf")
 
     @property
     def nominated(self) -> dict[str, tuple[str, ...]]:
@@ -149,15 +162,41 @@ class SchedulerLoop(Loop):
         snap, pending = read_snapshot(self.ctx)
         waiting = _waiting(snap, pending)
         nominated = self.nominations.of(waiting)
-        return dataclasses.replace(snap, nominated=nominated), pending
+        scale = self.level_scale.scale
+        return dataclasses.replace(snap, nominated=nominated, service_scale=scale), pending
 
-    def _read(self) -> tuple[Snapshot, list[Workload], dict[str, StoredInfo] | None]:
+    def _read(self, now: float) -> tuple[Snapshot, list[Workload], dict[str, StoredInfo] | None]:
         """This cycle's read through the loop's reader (gpupool.server.loops.snapshot): the
-        snapshot with its nominations, the pending work, and the why-pending it read."""
+        snapshot with its nominations and the service scale, the pending work, and the
+        why-pending it read."""
         snap, pending, stored = self.reader.read(self.ctx)
         # a nomination lasts while its workload waits, or is still stopping to be moved
         nominated = self.nominations.for_snapshot(_waiting(snap, pending))
-        return dataclasses.replace(snap, nominated=nominated), pending, stored
+        scale = self.service_scale(now)
+        return dataclasses.replace(snap, nominated=nominated, service_scale=scale), pending, stored
+
+    def service_scale(self, now: float) -> float:
+        """The run-length scale of relative service levels (GPU-seconds; 0: none yet, the
+        absolute levels apply), estimated again from the store when `ESTIMATE_EVERY_S` have
+        passed since the last estimate (`LevelScale`: it moves only beyond the hysteresis).
+        0 without relative levels (or service levels, or the `fair` policy)."""
+        cfg = self.ctx.settings.scheduler
+        relative = cfg.service_levels_relative and cfg.service_levels_s
+        if not relative or cfg.policy is not Policy.FAIR:
+            return 0.0
+        if not self._scaled_at <= now < self._scaled_at + ESTIMATE_EVERY_S:
+            self._scaled_at = now
+            with self.ctx.store.read() as s:
+                runs = recent_runs(s, cfg.service_levels_window, now)
+            scale = self.level_scale
+            if scale.update(runs, cfg.service_levels_quantile, cfg.service_levels_hysteresis):
+                log.info(
+                    "service levels: p%g run length %.0f GPU-seconds, levels at %s GPU-seconds",
+                    cfg.service_levels_quantile * 100,
+                    scale.scale,
+                    ", ".join(f"{x:g}" for x in ladder(cfg, scale.scale)),
+                )
+        return self.level_scale.scale
 
     def time_rules(self, now: float) -> TimeRules:
         """Budgets (where each stands this period) and the reservations not yet over, from
@@ -191,7 +230,7 @@ class SchedulerLoop(Loop):
     def run_once(self) -> CycleReport:
         t0 = time.perf_counter()
         now = self.ctx.clock.now()
-        snap, pending, stored = self._read()
+        snap, pending, stored = self._read(now)
         report = CycleReport()
         waiting = [w for w in pending if backing_off(w.retry_at, now)]
         if waiting:  # their start failed: not considered (nor reserving) until retry_at
