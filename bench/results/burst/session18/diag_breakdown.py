@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import random
 import sys
 from collections import defaultdict
@@ -60,10 +59,11 @@ def gpu_class(j: dict) -> str:
 
 def period_class(st):
     def f(j: dict) -> str:
-        for k, (a, b) in enumerate(st):
+        for a, b in st:
             if a <= j["submit"] < b:
                 return "busy"
         return "rest"
+
     return f
 
 
@@ -97,7 +97,9 @@ def table(runs: dict[str, dict], key, title: str, order=None) -> None:
         for v in names:
             n, w, pre, post, p = agg[v][k]
             N = n_all[v]
-            cells.append(f"{w / N:.0f} ({pre / N:.0f}+{post / N:.0f}), avg {w / max(n, 1) / 60:.1f} min")
+            cells.append(
+                f"{w / N:.0f} ({pre / N:.0f}+{post / N:.0f}), avg {w / max(n, 1) / 60:.1f} min"
+            )
             cells.append(str(p))
             tot[v][0] += w / N
             tot[v][1] += pre / N
@@ -121,13 +123,19 @@ def main() -> None:
     st = storms(seed)
     print(f"seed {seed}: busy periods (submit, s) " + ", ".join(f"{a:.0f}-{b:.0f}" for a, b in st))
     for v, r in runs.items():
-        print(f"  {v}: avg wait {r['avg_wait']:.0f} s, preemptions {r['preemptions']}, cpu {r['cpu_s']} s")
+        print(
+            f"  {v}: avg wait {r['avg_wait']:.0f} s, preemptions {r['preemptions']}, cpu {r['cpu_s']} s"  # noqa: E501
+        )
     table(runs, len_class, "By run length (duration)", ["<2m", "2-10m", "10-60m", ">60m"])
     table(runs, gpu_class, "By GPUs", ["1", "2-8", "16-64 (gang)"])
     table(runs, lambda j: j["tenant"], "By tenant")
     table(runs, period_class(st), "By submit period", ["busy", "rest"])
-    table(runs, lambda j: f"{period_class(st)(j)} {len_class(j)}", "Period x length",
-          [f"{p} {c}" for p in ("busy", "rest") for c in ("<2m", "2-10m", "10-60m", ">60m")])
+    table(
+        runs,
+        lambda j: f"{period_class(st)(j)} {len_class(j)}",
+        "Period x length",
+        [f"{p} {c}" for p in ("busy", "rest") for c in ("<2m", "2-10m", "10-60m", ">60m")],
+    )
     # time series: wait accrued per 10-min bucket of submit time
     print("\nWait by submit time (10-min buckets, s/job of the mean)")
     print("| from (min) | jobs | busy | " + " | ".join(names) + " |")
@@ -142,7 +150,11 @@ def main() -> None:
         row.append("*" if any(a < hi and lo < e for a, e in st) else "")
         for v in names:
             N = sum(1 for j in runs[v]["jobs"] if j["wait"] is not None)
-            w = sum(j["wait"] for j in runs[v]["jobs"] if lo <= j["submit"] < hi and j["wait"] is not None)
+            w = sum(
+                j["wait"]
+                for j in runs[v]["jobs"]
+                if lo <= j["submit"] < hi and j["wait"] is not None
+            )
             row.append(f"{w / N:.0f}")
         print("| " + " | ".join(row) + " |")
 

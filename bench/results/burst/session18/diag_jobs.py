@@ -23,12 +23,11 @@ from trace_compare import config_overrides  # noqa: E402
 from wait_bound import by_length  # noqa: E402
 
 from gpupool.scheduler.types import Policy  # noqa: E402
-from gpupool.sim.burst import burst_jobs  # noqa: E402
 from gpupool.sim import engine as _engine  # noqa: E402
+from gpupool.sim.burst import burst_jobs  # noqa: E402
 from gpupool.sim.engine import simulate  # noqa: E402
 from gpupool.sim.metrics import compute_metrics  # noqa: E402
 from gpupool.sim.trace import trace_scenario  # noqa: E402
-
 
 #: instrumentation (this script only, the product code is unchanged): every preemption as
 #: (workload id, reason, time) and every move of the relative-levels scale as (time, ladder)
@@ -74,16 +73,41 @@ def main() -> None:
     for wid, rec in r.records.items():
         w = rec.workload
         rows.append(
-            [wid, w.tenant, gpus.get(wid), rec.duration, w.submitted_at, rec.first_start,
-             w.finished_at, rec.run_time, w.preemptions, str(w.state)]
+            [
+                wid,
+                w.tenant,
+                gpus.get(wid),
+                rec.duration,
+                w.submitted_at,
+                rec.first_start,
+                w.finished_at,
+                rec.run_time,
+                w.preemptions,
+                str(w.state),
+            ]
         )
     res = {
-        "variant": variant, "seed": seed, "gap": gap, "cpu_s": round(time.process_time() - t0, 1),
-        "avg_wait": m["avg_wait"], "preemptions": m["preemptions"],
+        "variant": variant,
+        "seed": seed,
+        "gap": gap,
+        "cpu_s": round(time.process_time() - t0, 1),
+        "avg_wait": m["avg_wait"],
+        "preemptions": m["preemptions"],
         "kept": {t: v["guarantee_kept"] for t, v in m["per_tenant"].items()},
-        "guarantees": r.guarantees, "capacity_milli": r.capacity_milli,
-        "cols": ["id", "tenant", "gpus", "duration", "submit", "first_start", "finished",
-                 "run_time", "preemptions", "state"],
+        "guarantees": r.guarantees,
+        "capacity_milli": r.capacity_milli,
+        "cols": [
+            "id",
+            "tenant",
+            "gpus",
+            "duration",
+            "submit",
+            "first_start",
+            "finished",
+            "run_time",
+            "preemptions",
+            "state",
+        ],
         "rows": rows,
         "preempts": PREEMPTS,
         "scales": SCALES,

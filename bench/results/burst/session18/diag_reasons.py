@@ -1,11 +1,10 @@
 """Preemption reasons and the relative-levels ladder of an instrumented diag_jobs.py output.
 
-    python3 bench/results/burst/session18/diag_reasons.py DIR NAME SEED
+python3 bench/results/burst/session18/diag_reasons.py DIR NAME SEED
 """
 
 import gzip
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,8 +17,10 @@ with gzip.open(Path(d) / f"{name}-seed{seed}-gap2.json.gz", "rt") as f:
     r = json.load(f)
 jobs = {row[0]: dict(zip(r["cols"], row, strict=True)) for row in r["rows"]}
 st = storms(seed)
-print("ladder moves (t min: levels GPU-s):",
-      "; ".join(f"{t / 60:.0f}: {', '.join(f'{x:.0f}' for x in lv)}" for t, lv in r["scales"]))
+print(
+    "ladder moves (t min: levels GPU-s):",
+    "; ".join(f"{t / 60:.0f}: {', '.join(f'{x:.0f}' for x in lv)}" for t, lv in r["scales"]),
+)
 
 
 def kind(reason: str) -> str:
@@ -47,7 +48,7 @@ for k, n in sorted(c.items(), key=lambda x: -x[1]):
 print("reason kinds:", Counter(kind(x[1]) for x in r["preempts"]).most_common())
 # the wait after the first start of jobs preempted only by one kind
 by_job: dict = {}
-for wid, reason, t in r["preempts"]:
+for wid, reason, _t in r["preempts"]:
     by_job.setdefault(wid, set()).add(kind(reason))
 N = sum(1 for j in jobs.values() if j["state"] == "succeeded")
 post = Counter()
@@ -59,7 +60,9 @@ for wid, ks in by_job.items():
     k = next(iter(ks)) if len(ks) == 1 else "several kinds"
     post[k] += j["finished"] - j["first_start"] - j["run_time"]
     cnt[k] += 1
-print("| preempted by | jobs | wait after first start, s/job of the mean (all jobs) | per job, min |")
+print(
+    "| preempted by | jobs | wait after first start, s/job of the mean (all jobs) | per job, min |"
+)
 print("|---|---|---|---|")
 for k, w in post.most_common():
     print(f"| {k} | {cnt[k]} | {w / N:.0f} | {w / cnt[k] / 60:.1f} |")

@@ -14,7 +14,9 @@ for v in sys.argv[3:]:
     r = load(d, v, seed)
     J = [j for j in r["jobs"] if j["wait"] is not None]
     N = len(J)
-    print(f"\n{v} seed {seed}: | GPUs | length | jobs | preempted jobs | preemptions | after-start wait s/job of mean | per preempted job, min | lost GPU-h |")
+    print(
+        f"\n{v} seed {seed}: | GPUs | length | jobs | preempted jobs | preemptions | after-start wait s/job of mean | per preempted job, min | lost GPU-h |"  # noqa: E501
+    )
     print("|---|---|---|---|---|---|---|---|")
     for g in ("1", "2-8", "16-64 (gang)"):
         for c in ("<2m", "2-10m", "10-60m", ">60m"):
@@ -24,5 +26,7 @@ for v in sys.argv[3:]:
             P = [j for j in S if j["preemptions"]]
             post = sum(j["post_wait"] for j in S)
             lost = sum((j["run_time"] - j["duration"]) * j["gpus"] for j in S) / 3600
-            print(f"| {g} | {c} | {len(S)} | {len(P)} | {sum(j['preemptions'] for j in S)} | "
-                  f"{post / N:.0f} | {post / max(len(P), 1) / 60:.1f} | {lost:.1f} |")
+            print(
+                f"| {g} | {c} | {len(S)} | {len(P)} | {sum(j['preemptions'] for j in S)} | "
+                f"{post / N:.0f} | {post / max(len(P), 1) / 60:.1f} | {lost:.1f} |"
+            )

@@ -32,9 +32,13 @@ def avg(res, t):
     return sum(w) / len(w) / 60
 
 
-print(f"seed {seed} | tenant | jobs | guarantee GPUs (share) | GPU-h all (share) | GPU-h busy (share) | busy ÷ guarantee share | fifo avg wait min | fair avg wait min |")
+print(
+    f"seed {seed} | tenant | jobs | guarantee GPUs (share) | GPU-h all (share) | GPU-h busy (share) | busy ÷ guarantee share | fifo avg wait min | fair avg wait min |"  # noqa: E501
+)
 print("|---|---|---|---|---|---|---|---|---|")
 for t in sorted(rows):
     n, b, a = rows[t]
-    print(f"| {t} | {n} | {g.get(t, 0):.0f} ({g.get(t, 0) / G:.0%}) | {a:.0f} ({a / T:.0%}) | {b:.0f} ({b / B:.0%}) | "
-          f"{(b / B) / (g.get(t, 0) / G):.1f} | {avg(fifo, t):.1f} | {avg(fair, t):.1f} |")
+    print(
+        f"| {t} | {n} | {g.get(t, 0):.0f} ({g.get(t, 0) / G:.0%}) | {a:.0f} ({a / T:.0%}) | {b:.0f} ({b / B:.0%}) | "  # noqa: E501
+        f"{(b / B) / (g.get(t, 0) / G):.1f} | {avg(fifo, t):.1f} | {avg(fair, t):.1f} |"
+    )
