@@ -150,6 +150,28 @@ def _on_off(env: Mapping[str, str], name: str) -> bool:
     return text in _ON
 
 
+def _positive_list(name: str, value: str, hint: str) -> tuple[float, ...]:
+    """Comma-separated numbers above 0, sorted; `off`, `none` or empty: ()."""
+    text = value.strip()
+    if text.lower() in ("", "off", "none"):
+        return ()
+    try:
+        numbers = tuple(sorted(float(x) for x in text.split(",")))
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: give {hint}, or off") from None
+    if any(not 0 < x < float("inf") for x in numbers):
+        raise ValueError(f"{name}={text!r}: the numbers must be above 0")
+    return numbers
+
+
+def _whole(name: str, value: str, hint: str) -> int:
+    """A whole number, 1 or more."""
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name}={text!r}: give {hint}")
+    return int(text)
+
+
 def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
     """SchedulerConfig fields from GPUPOOL_RECLAIM_AFTER_S, GPUPOOL_MIN_RUNTIME_S (seconds),
     GPUPOOL_SERVICE_LEVELS_S (thresholds in GPU-seconds, comma-separated, e.g.
@@ -172,38 +194,16 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
             if v < 0:
                 raise ValueError(f"{name}={env[name]!r} must be 0 or more")
             out[key] = v
-    if "GPUPOOL_SERVICE_LEVELS_S" in env:
-        text = env["GPUPOOL_SERVICE_LEVELS_S"].strip()
-        try:
-            levels = (
-                ()
-                if text.lower() in ("", "off", "none")
-                else tuple(sorted(float(x) for x in text.split(",")))
-            )
-        except ValueError:
-            raise ValueError(
-                f"GPUPOOL_SERVICE_LEVELS_S={text!r}: give GPU-second thresholds separated by "
-                "commas (e.g. 1800,18000,180000), or off"
-            ) from None
-        if any(x <= 0 for x in levels):
-            raise ValueError(f"GPUPOOL_SERVICE_LEVELS_S={text!r}: thresholds must be above 0")
-        out["service_levels_s"] = levels
-    if "GPUPOOL_SERVICE_LEVELS_RELATIVE" in env:
-        text = env["GPUPOOL_SERVICE_LEVELS_RELATIVE"].strip()
-        try:
-            multiples = (
-                ()
-                if text.lower() in ("", "off", "none")
-                else tuple(sorted(float(x) for x in text.split(",")))
-            )
-        except ValueError:
-            raise ValueError(
-                f"GPUPOOL_SERVICE_LEVELS_RELATIVE={text!r}: give multiples of the pool's "
-                "run-length scale separated by commas (e.g. 0.2,2,20), or off"
-            ) from None
-        if any(not x > 0 or x == float("inf") for x in multiples):
-            raise ValueError(f"GPUPOOL_SERVICE_LEVELS_RELATIVE={text!r}: multiples must be above 0")
-        out["service_levels_relative"] = multiples
+    for key, hint in (
+        ("service_levels_s", "GPU-second thresholds separated by commas (e.g. 1800,18000,180000)"),
+        (
+            "service_levels_relative",
+            "multiples of the pool's run-length scale separated by commas (e.g. 0.2,2,20)",
+        ),
+    ):
+        name = "GPUPOOL_" + key.upper()
+        if name in env:
+            out[key] = _positive_list(name, env[name], hint)
     for key, what, ok in (
         ("quantile", "a quantile above 0 and at most 1 (e.g. 0.8)", lambda v: 0 < v <= 1),
         ("hysteresis", "a factor of 1 or more (e.g. 1.5)", lambda v: 1 <= v < float("inf")),
@@ -217,22 +217,20 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
             if not ok(v):
                 raise ValueError(f"{name}={env[name]!r}: give {what}")
             out["service_levels_" + key] = v
-    if "GPUPOOL_SERVICE_LEVELS_WINDOW" in env:
-        text = env["GPUPOOL_SERVICE_LEVELS_WINDOW"].strip()
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(
-                f"GPUPOOL_SERVICE_LEVELS_WINDOW={text!r}: give a whole number of recently "
-                "started workloads, 1 or more (e.g. 5000)"
-            )
-        out["service_levels_window"] = int(text)
-    if "GPUPOOL_PREEMPT_LEVELS_APART" in env:
-        text = env["GPUPOOL_PREEMPT_LEVELS_APART"].strip()
-        if not text.isdigit() or int(text) < 1:
-            raise ValueError(
-                f"GPUPOOL_PREEMPT_LEVELS_APART={text!r}: give a whole number of levels, 1 or "
-                "more (1: any higher level; 2, the default, skips the next one)"
-            )
-        out["preempt_levels_apart"] = int(text)
+    for key, hint in (
+        (
+            "service_levels_window",
+            "a whole number of recently started workloads, 1 or more (e.g. 5000)",
+        ),
+        (
+            "preempt_levels_apart",
+            "a whole number of levels, 1 or more (1: any higher level; 2, the default, skips "
+            "the next one)",
+        ),
+    ):
+        name = "GPUPOOL_" + key.upper()
+        if name in env:
+            out[key] = _whole(name, env[name], hint)
     for key in (
         "defrag_moves",
         "reclaim_checkpointing_at_once",
