@@ -297,11 +297,14 @@ def _run_p50(r: dict, kind: str, phase: str) -> float:
 
 
 def gate(result: dict, max_ratio: float | None) -> int:
-    """The CI gate (scripts/test): 1 when run_once got slower than `max_ratio` (the best run
-    of each side: noise only adds time) or this code decided differently in two rounds."""
+    """The CI gate (scripts/test): 1 when run_once got slower than `max_ratio` (in the best
+    run of each side and in the median of the rounds' ratios: `scheduler_scale.slowdown`) or
+    this code decided differently in two rounds."""
     if max_ratio is None:
         return 0
-    ratio = result["ratio_best_cpu_total"]
+    from scheduler_scale import slowdown
+
+    ratio = slowdown(result["ratio_best_cpu_total"], result["ratio_cpu"]["total"])
     if not result["deterministic"]:
         print("FAILED: the same code decided differently in two rounds", file=sys.stderr)
         return 1

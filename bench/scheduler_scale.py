@@ -443,6 +443,15 @@ def compare(args: argparse.Namespace) -> dict:
     }
 
 
+def slowdown(best: float, paired: float) -> float:
+    """The ratio the gates judge (here and scheduler_loop.py): the lesser of the best-round
+    ratio and the median of the rounds' ratios, in CPU time. A slower code shows in both; a
+    machine that is quieter for one round of one side (a session beside it pausing) moves
+    only the first, and busier for a while only the second, as seen in an A/A run (best 1.36,
+    median 0.99: one round of the baseline ran a third faster than every other round)."""
+    return round(min(best, paired), 3)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=1000)
@@ -502,14 +511,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(json.dumps(result) if args.json else json.dumps(result, indent=1))
         if args.max_ratio is not None:
-            # CPU time (on a shared machine the wall time also counts the time a process waited),
-            # the best round of each side (noise only adds time)
-            ratio = result["ratio_best_cpu"]
+            ratio = slowdown(result["ratio_best_cpu"], result["ratio_p50_cpu"])
             ok = ratio <= args.max_ratio
             print(
-                f"scheduler speed gate: now / then = {ratio} (CPU time per cycle, p50, best of "
-                f"{args.rounds} alternating rounds each; median of the rounds' ratios "
-                f"{result['ratio_p50_cpu']}, wall {result['ratio_p50']}) against "
+                f"scheduler speed gate: now / then = {ratio} (CPU time per cycle, p50: the "
+                f"lesser of the best of {args.rounds} alternating rounds each, "
+                f"{result['ratio_best_cpu']}, and the median of the rounds' ratios, "
+                f"{result['ratio_p50_cpu']}; wall {result['ratio_p50']}) against "
                 f"{result['baseline'][:12]}: then {result['then']['p50_cpu_ms']} ms, now "
                 f"{result['now']['p50_cpu_ms']} ms; limit {args.max_ratio}: "
                 + ("ok" if ok else "FAIL: the scheduler got slower")

@@ -48,6 +48,12 @@ def test_the_gate_fails_above_the_ratio_and_passes_below(capsys):
     assert "limit 1000.0: ok" in capsys.readouterr().out
 
 
+def test_the_gate_judges_a_slowdown_seen_in_the_best_rounds_and_in_the_median():
+    assert scheduler_scale.slowdown(1.36, 0.99) == 0.99  # one lucky baseline round (A/A run)
+    assert scheduler_scale.slowdown(1.0, 1.4) == 1.0  # a busy stretch of the machine
+    assert scheduler_scale.slowdown(1.5, 1.4) == 1.4  # slower in both: a slowdown
+
+
 def test_a_commit_is_checked_out_in_a_worktree_that_is_removed_afterwards(capsys):
     before = _worktrees()
     rc = scheduler_scale.main(["--baseline", "HEAD", "--rounds", "1", "--json", *TINY])
