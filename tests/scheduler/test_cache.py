@@ -129,9 +129,20 @@ def change(snap: Snapshot, what: str, k: int) -> Snapshot:
     return dataclasses.replace(snap, nodes=tuple(nodes), running=tuple(run))
 
 
+@st.composite
+def checkpointing_scenarios(draw):
+    """`scenarios()` with some work checkpointing: service levels, siblings' levels (which
+    move while work waits) and the reclaim order of checkpointing victims come into play."""
+    snap, pending = draw(scenarios())
+    flags = draw(st.lists(st.booleans(), min_size=len(pending), max_size=len(pending)))
+    return snap, [
+        dataclasses.replace(w, checkpointing=f) for w, f in zip(pending, flags, strict=True)
+    ]
+
+
 @SETTINGS
 @given(
-    scenarios(),
+    st.one_of(scenarios(), checkpointing_scenarios()),
     CONFIGS,
     st.lists(st.tuples(CHANGES, st.integers(0, 20)), min_size=1, max_size=8),
     st.booleans(),

@@ -61,13 +61,23 @@ def test_the_gang_clears_two_nodes_and_starts_there_next_cycle():
 def test_only_as_many_victims_as_needed_least_progress_first():
     # a 2 x 4 gang needs 4 GPUs on each node; lab-c (guaranteed 4) may lose only one of its
     # two, so reclaim frees one node of two: the rule stops one workload per node, on n-0
-    # a0 (run a minute) rather than c0 (an hour)
+    # a0 (run a minute) rather than c0 (an hour) when victims go by least progress
     snap = _cluster(c_guarantee=4, a0_since=-60.0)
     g = gang("g", 2, 4)
+    by_progress = dataclasses.replace(ON, reclaim_checkpointing_by_service=False)
     assert cycle(snap, [g], 0.0, OFF).preemptions == ()
-    d = cycle(snap, [g], 0.0, ON)
+    d = cycle(snap, [g], 0.0, by_progress)
     victims = {p.workload_id for p in d.preemptions}
     assert len(victims) == 2 and "a0" in victims and victims & {"a1", "c1"}
+
+
+def test_checkpointing_victims_by_most_service_by_default():
+    # the same, with the default order for checkpointing victims (a restart loses only the
+    # checkpoint): on n-0 c0 (an hour of service) rather than a0 (a minute)
+    snap = _cluster(c_guarantee=4, a0_since=-60.0)
+    d = cycle(snap, [gang("g", 2, 4)], 0.0, ON)
+    victims = {p.workload_id for p in d.preemptions}
+    assert len(victims) == 2 and "c0" in victims and "a0" not in victims
 
 
 def test_nothing_is_stopped_when_the_gang_cannot_be_completed():

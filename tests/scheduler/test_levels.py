@@ -119,8 +119,9 @@ def test_a_tenant_below_its_guarantee_reclaims_borrowed_work_before_stopping_its
 
 
 def test_by_default_only_work_two_levels_up_is_preempted():
-    """Defaults: levels at 0.5, 5 and 50 GPU-hours, victims 2 or more levels above."""
-    cfg = SchedulerConfig()
+    """Defaults: levels at 0.5, 5 and 50 GPU-hours, victims 2 or more levels above (each
+    job at its own level: the siblings' level is test_sibling_levels.py's)."""
+    cfg = SchedulerConfig(service_levels_siblings_s=0.0)
     assert cfg.preempt_levels_apart == 2
     fresh = [job("short", gpus=1, submit=NOW)]
     # 3 GPU-hours each: level 1, one level above the fresh job: kept

@@ -18,9 +18,15 @@ def test_scheduler_settings_come_from_the_environment():
             "GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE": "off",
             "GPUPOOL_GANG_HOLD_BACKFILL": "off",
             "GPUPOOL_GANG_CLEARS_NODES": "on",
+            "GPUPOOL_SERVICE_LEVELS_SIBLINGS_S": "0",
+            "GPUPOOL_SERVICE_LEVELS_FINE_ORDER": "off",
+            "GPUPOOL_RECLAIM_CHECKPOINTING_BY_SERVICE": "off",
         }
     )
     assert s.scheduler.gang_clears_nodes is True
+    assert s.scheduler.service_levels_siblings_s == 0.0
+    assert s.scheduler.service_levels_fine_order is False
+    assert s.scheduler.reclaim_checkpointing_by_service is False
     assert s.scheduler.gang_hold_backfill is False
     assert s.scheduler.defrag_moves is False
     assert s.scheduler.preempt_levels_apart == 1
@@ -90,6 +96,10 @@ def test_without_variables_the_scheduler_defaults_hold():
         ("GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE", "soon", "give on or off"),
         ("GPUPOOL_GANG_HOLD_BACKFILL", "sometimes", "give on or off"),
         ("GPUPOOL_GANG_CLEARS_NODES", "often", "give on or off"),
+        ("GPUPOOL_SERVICE_LEVELS_FINE_ORDER", "fine", "give on or off"),
+        ("GPUPOOL_RECLAIM_CHECKPOINTING_BY_SERVICE", "most", "give on or off"),
+        ("GPUPOOL_SERVICE_LEVELS_SIBLINGS_S", "10 min", "is not a number of seconds"),
+        ("GPUPOOL_SERVICE_LEVELS_SIBLINGS_S", "-1", "must be 0 or more"),
         ("GPUPOOL_COOKIE_SECURE", "yes please", "give on or off"),
         ("GPUPOOL_MIG_RELAYOUT", "enabled", "give on or off"),
         ("GPUPOOL_PREEMPT_LEVELS_APART", "0", "a whole number of levels, 1 or more"),

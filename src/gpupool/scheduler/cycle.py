@@ -27,7 +27,7 @@ from gpupool.scheduler.cyclestate import CycleInputs, CycleState, memo_run, shap
 from gpupool.scheduler.fairshare import fair_shares
 from gpupool.scheduler.gangs import per_node
 from gpupool.scheduler.gangwalk import GangTurn, backfill_gang_nodes, place_gang
-from gpupool.scheduler.levels import effective_config
+from gpupool.scheduler.levels import effective_config, with_sibling_levels
 from gpupool.scheduler.limits import (
     TENANT,
     Usage,
@@ -113,11 +113,14 @@ class _Cycle:
         self.cache = cache = cache if cache is not None else SchedulerCache()
         policy = Policy(config.policy)
         tree = snapshot.tenants
+        nodes = tuple(snapshot.nodes)
+        cap = cache.capacity(nodes, snapshot.running)
+        if cache.checkpointing():
+            # waiting work takes its running siblings' service level (levels.py)
+            snapshot = with_sibling_levels(snapshot, pending, now, config)
         self.ins = ins = CycleInputs(
             snapshot, now, config, policy, tree, cache, quotas=policy is Policy.FAIR
         )
-        nodes = tuple(snapshot.nodes)
-        cap = cache.capacity(nodes, snapshot.running)
         self.hardware = cache.hardware(nodes)
         #: (reason, position, tenant position) -> PendingInfo, shared between cycles
         self.infos = cache.info_pool(len(pending))

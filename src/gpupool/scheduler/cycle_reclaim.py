@@ -51,6 +51,7 @@ class Preemptors:
                 ins.snap.running,
                 ins.now,
                 ins.config.min_runtime_s,
+                ins.snap.attained_service if ins.config.reclaim_checkpointing_by_service else None,
             )
             self._reclaimer.taken = self.victims
         return self._reclaimer

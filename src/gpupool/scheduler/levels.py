@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from gpupool.domain import Workload
 from gpupool.scheduler.capacity import CapacityIndex, Shape
 from gpupool.scheduler.placement import Placement, place_on_node
-from gpupool.scheduler.types import RunningWorkload, SchedulerConfig, Snapshot
+from gpupool.scheduler.types import Policy, RunningWorkload, SchedulerConfig, Snapshot
 
 #: how many nodes with victims are compared per candidate (bounds the cost)
 NODES_COMPARED = 8
@@ -185,3 +185,66 @@ class LevelPreemptor:
                 smem = cap.gpu_total_mem[g] if s.whole else s.memory_mib
                 gpu[g] = (m0 + s.milli, g0 + smem)
         return place_on_node(cap, n, shape, cpu, mem, gpu)
+
+
+def sibling_service(
+    snapshot: Snapshot, pending: Sequence[Workload], now: float, window_s: float
+) -> dict[str, float]:
+    """Workload id -> the service (milli-GPU-seconds) a waiting `checkpointing` workload takes
+    from its siblings (`SchedulerConfig.service_levels_siblings_s`), only where more than its
+    own kept service: the most attained by `checkpointing` work of the same tenant, owner and
+    request submitted within `window_s` of it, running (kept plus the current run) or
+    waiting again after a preemption (kept). Pure; O(running + pending)."""
+    attained = snapshot.attained_service
+    groups: dict[tuple, list[tuple[float, float]]] = {}
+    for rw in snapshot.running:
+        w = rw.workload
+        if w.checkpointing:
+            a = rw.allocation
+            s = attained.get(w.id, 0.0) + max(0.0, now - a.since) * a.gpu_milli
+            groups.setdefault((w.tenant, w.owner, w.request), []).append((w.submitted_at, s))
+    if attained:
+        for w in pending:
+            s = attained.get(w.id, 0.0)
+            if s > 0.0 and w.checkpointing:
+                groups.setdefault((w.tenant, w.owner, w.request), []).append((w.submitted_at, s))
+    out: dict[str, float] = {}
+    if not groups:
+        return out
+    for w in pending:
+        if not w.checkpointing:
+            continue
+        sibs = groups.get((w.tenant, w.owner, w.request))
+        if sibs is None:
+            continue
+        at = w.submitted_at
+        best = max((s for sub, s in sibs if abs(sub - at) <= window_s), default=0.0)
+        if best > attained.get(w.id, 0.0):
+            out[w.id] = best
+    return out
+
+
+def with_sibling_levels(
+    snapshot: Snapshot, pending: Sequence[Workload], now: float, config: SchedulerConfig
+) -> Snapshot:
+    """`snapshot` with `sibling_service` merged into its attained service under the waiting
+    workloads' ids, which is what their order and level read (`Queues`, the level
+    preemptor); itself when the option is off or gives nothing. `cycle()` calls it only while
+    some `checkpointing` work runs."""
+    window = config.service_levels_siblings_s
+    if window <= 0 or not config.service_levels_s or config.policy is not Policy.FAIR:
+        return snapshot
+    hints = sibling_service(snapshot, pending, now, window)
+    if not hints:
+        return snapshot
+    return dataclasses.replace(snapshot, attained_service={**snapshot.attained_service, **hints})
+
+
+def fine_level(attained_milli_s: float, levels_s: tuple[float, ...]) -> float:
+    """The level of `level_of`, plus the fraction of the way to the next threshold (below 1;
+    none at the top level): the in-tenant order of `service_levels_fine_order`, least attained
+    service first inside a level."""
+    level = bisect_right(levels_s, attained_milli_s / 1000.0)
+    if level >= len(levels_s):
+        return float(level)
+    return level + min(0.999, attained_milli_s / (levels_s[level] * 1000.0))

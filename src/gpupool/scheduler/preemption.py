@@ -16,7 +16,11 @@ Rules (all must hold for a victim):
 * victims are taken on one node, lowest priority first, then least progress first (GPU-time
   since they started: what a restart loses), only until the candidate fits there; victims
   that turn out not to be needed are put back; the node whose victim set has the lowest top
-  priority, then the least progress in all, then the fewest victims, wins.
+  priority, then the least progress in all, then the fewest victims, wins. With
+  `reclaim_checkpointing_by_service` (the default), `checkpointing` work, whose restart loses
+  only its checkpoint, comes before other work of its priority, the most attained service
+  first (with heavy-tailed run lengths, the work that has run longest is the likeliest to run
+  longest still), and counts as the least progress in the node's sum.
 
 Work that is already stopping counts as freed: if the candidate fits once it has stopped, no
 new victim is chosen. Victims are returned; the candidate is admitted in a later cycle, once
@@ -25,7 +29,7 @@ the caller has stopped them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -103,9 +107,13 @@ class Reclaimer:
         running: tuple[RunningWorkload, ...],
         now: float,
         min_runtime_s: float,
+        most_service: Mapping[str, float] | None = None,
     ):
         self.cap = cap
         self.tree = tree
+        #: (`reclaim_checkpointing_by_service`) attained service per workload id: then
+        #: `checkpointing` victims go first, the most service first (`lost`)
+        self.most_service = most_service
         self.usage = usage
         self.taken: set[str] = set()
         self.stopping: dict[int, list[RunningWorkload]] = {}
@@ -192,6 +200,10 @@ class Reclaimer:
                 if n not in victims:
                     victims[n] = []
                 keyed.append((w.priority, lost, w.id, n, len(keyed), rw))
+        if most_service is not None:
+            keyed = [
+                (e[0], self.lost(e[5]), *e[2:]) if e[5].workload.checkpointing else e for e in keyed
+            ]
         keyed.sort()
         #: every possible victim, best first (lowest priority, least progress), with its node;
         #: each node's list (`victims`) in the same order
@@ -216,8 +228,14 @@ class Reclaimer:
                         self.model_usage[k] = self.model_usage.get(k, 0) + rw.allocation.gpu_milli
 
     def lost(self, rw: RunningWorkload) -> float:
-        """The progress `rw` loses if preempted now: GPU milli-seconds since it started."""
-        return max(0.0, self.now - rw.allocation.since) * rw.allocation.gpu_milli
+        """The order key of what preempting `rw` now costs: the GPU milli-seconds since it
+        started; with `most_service`, for `checkpointing` work (a restart loses only its
+        checkpoint) minus one minus its attained service (kept plus this run), so that such
+        work goes first, the most served first."""
+        ran = max(0.0, self.now - rw.allocation.since) * rw.allocation.gpu_milli
+        if self.most_service is not None and rw.workload.checkpointing:
+            return -(self.most_service.get(rw.workload.id, 0.0) + ran) - 1.0
+        return ran
 
     def _model_of(self, rw: RunningWorkload) -> str | None:
         a = rw.allocation

@@ -22,7 +22,7 @@ from gpupool.domain import Request, Workload
 from gpupool.scheduler.cache import SchedulerCache
 from gpupool.scheduler.capacity import Shape
 from gpupool.scheduler.feasibility import shape_never_runs, tenant_problem
-from gpupool.scheduler.levels import level_of
+from gpupool.scheduler.levels import fine_level, level_of
 from gpupool.scheduler.ordering import (
     fifo_key,
     in_tenant_key,
@@ -273,8 +273,10 @@ class Queues:
         if self.policy is Policy.LAS:
             return ((attained[wid], *base[0][1:]), *base[1:])
         k = base[0]
-        level = level_of(attained[wid], self.config.service_levels_s)
-        return ((k[0], level, *k[2:]), *base[1:])
+        levels = self.config.service_levels_s
+        if self.config.service_levels_fine_order:
+            return ((k[0], fine_level(attained[wid], levels), *k[2:]), *base[1:])
+        return ((k[0], level_of(attained[wid], levels), *k[2:]), *base[1:])
 
     def _keeps_attained(self) -> bool:
         return self.policy is Policy.LAS or bool(

@@ -146,6 +146,21 @@ class SchedulerConfig:
     #: a similar size alone (preempting it at every threshold made everyone's wait longer:
     #: docs/report-philly.md).
     preempt_levels_apart: int = 2
+    #: (fair, service levels) a waiting `checkpointing` workload takes the service level of its
+    #: siblings when that is higher than its own: the most service attained so far by
+    #: `checkpointing` work (running, or waiting again) of the same tenant, owner and request
+    #: submitted within this many seconds of it (the runs of one sweep share a time scale, so
+    #: the rest of a sweep whose first runs have run long waits behind fresh work). 0: off
+    #: (gpupool.scheduler.levels; issue 32, session 19: with the two options below, the
+    #: burst workload waits 0.50 instead of 0.58 x fifo, docs/scheduler.md)
+    service_levels_siblings_s: float = 600.0
+    #: (fair, service levels) inside a level, waiting work is ordered by its service (its own
+    #: kept service, or its siblings') before its submit time: least attained first
+    service_levels_fine_order: bool = True
+    #: (fair) reclaim takes `checkpointing` victims (a restart loses only their checkpoint)
+    #: before others of the same priority, the most attained service first; False: the least
+    #: progress first, whatever the kind (gpupool.scheduler.preemption)
+    reclaim_checkpointing_by_service: bool = True
     #: (fair) work owed GPUs that reclaim cannot place may have smaller `checkpointing` work
     #: moved off one node to free places on others (gpupool.scheduler.defrag)
     defrag_moves: bool = True

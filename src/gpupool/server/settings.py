@@ -181,10 +181,13 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
     quantile that is the scale, above 0 and at most 1), GPUPOOL_SERVICE_LEVELS_HYSTERESIS (a
     factor, 1 or more), GPUPOOL_SERVICE_LEVELS_WINDOW (recently started workloads, a whole
     number, 1 or more), GPUPOOL_PREEMPT_LEVELS_APART (a whole number, 1 or more),
-    GPUPOOL_DEFRAG_MOVES and GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE (`on` or `off`). A bad
-    value raises ValueError naming the variable and what it takes."""
+    GPUPOOL_SERVICE_LEVELS_SIBLINGS_S (seconds, 0: off), GPUPOOL_DEFRAG_MOVES,
+    GPUPOOL_RECLAIM_CHECKPOINTING_AT_ONCE, GPUPOOL_GANG_HOLD_BACKFILL,
+    GPUPOOL_GANG_CLEARS_NODES, GPUPOOL_SERVICE_LEVELS_FINE_ORDER and
+    GPUPOOL_RECLAIM_CHECKPOINTING_BY_SERVICE (`on` or `off`). A bad value raises ValueError
+    naming the variable and what it takes."""
     out: dict[str, object] = {}
-    for key in ("reclaim_after_s", "min_runtime_s"):
+    for key in ("reclaim_after_s", "min_runtime_s", "service_levels_siblings_s"):
         name = "GPUPOOL_" + key.upper()
         if name in env:
             try:
@@ -236,6 +239,8 @@ def scheduler_from_env(env: Mapping[str, str]) -> dict[str, object]:
         "reclaim_checkpointing_at_once",
         "gang_hold_backfill",
         "gang_clears_nodes",
+        "service_levels_fine_order",
+        "reclaim_checkpointing_by_service",
     ):
         name = "GPUPOOL_" + key.upper()
         if name in env:

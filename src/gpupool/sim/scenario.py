@@ -198,6 +198,15 @@ class SchedulerSpec(_Strict):
     gang_hold_backfill: bool = True
     #: (fair) a gang within its guarantee stops checkpointing work to start (SchedulerConfig)
     gang_clears_nodes: bool = True
+    #: (fair, service levels) waiting checkpointing work takes its siblings' level:
+    #: same tenant, owner and request, submitted within this many seconds; 0: off
+    service_levels_siblings_s: float = Field(
+        default=SchedulerConfig().service_levels_siblings_s, ge=0
+    )
+    #: (fair, service levels) inside a level, the least served waiting work first
+    service_levels_fine_order: bool = True
+    #: (fair) reclaim takes checkpointing victims first, the most served first
+    reclaim_checkpointing_by_service: bool = True
     #: simulator only: run time a preempted `checkpointing` workload loses (saving and
     #: loading its checkpoint); it keeps the rest of its progress
     checkpoint_loss_s: float = Field(default=60.0, ge=0)
@@ -504,6 +513,9 @@ def scheduler_config(spec: SchedulerSpec, policy: Policy | None = None) -> Sched
         defrag_moves=spec.defrag_moves,
         gang_hold_backfill=spec.gang_hold_backfill,
         gang_clears_nodes=spec.gang_clears_nodes,
+        service_levels_siblings_s=spec.service_levels_siblings_s,
+        service_levels_fine_order=spec.service_levels_fine_order,
+        reclaim_checkpointing_by_service=spec.reclaim_checkpointing_by_service,
         service_levels_relative=tuple(sorted(x for x in spec.service_levels_relative if x > 0)),
         service_levels_quantile=spec.service_levels_quantile,
         service_levels_hysteresis=spec.service_levels_hysteresis,

@@ -5,8 +5,11 @@ The server passes all pending work to each cycle; a replay of a long trace passe
 the scheduler would walk first, for speed. The order is the scheduler's own (priority, then,
 with service levels, the level, then submit time: `gpupool.scheduler.ordering`), and there
 is one queue per request shape because the scheduler skips a shape once it has failed, so
-waiting 8-GPU jobs must not hide a 1-GPU job that fits. A workload's level is fixed while it
-waits. Pure bookkeeping: no clock, no I/O.
+waiting 8-GPU jobs must not hide a 1-GPU job that fits. A workload's level here is that of
+its own kept service, fixed while it waits: the siblings' levels and the order inside a level
+(`SchedulerConfig.service_levels_siblings_s`, `service_levels_fine_order`) move while work
+waits, and apply only to the work the window shows (an approximation, docs/scenarios.md).
+Pure bookkeeping: no clock, no I/O.
 """
 
 from __future__ import annotations
