@@ -128,11 +128,14 @@ SHAPES = [
 
 
 class Workgen:
-    def __init__(self, rng: random.Random, tenants: list[str]):
+    def __init__(self, rng: random.Random, tenants: list[str], checkpointing: float = 0.0):
         self.rng = rng
         self.tenants = tenants
         self.n = 0
         self.weights = [s[0] for s in SHAPES]
+        #: the share of workloads that declare checkpointing (drawn only when above 0, so the
+        #: default workload is the one of before)
+        self.checkpointing = checkpointing
 
     def make(self, now: float) -> tuple[Workload, float]:
         r = self.rng
@@ -156,7 +159,10 @@ class Workgen:
             preemptible=r.random() > 0.1,
             submitted_at=now,
         )
-        return w, r.expovariate(1 / 3600)
+        d = r.expovariate(1 / 3600)
+        if self.checkpointing > 0 and r.random() < self.checkpointing:
+            w = dataclasses.replace(w, checkpointing=True)
+        return w, d
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -164,7 +170,7 @@ def run(args: argparse.Namespace) -> dict:
     nodes = tuple(build_nodes(args.nodes, args.gpus_per_node))
     cache = None if args.no_cache else SchedulerCache()
     tree, leaves = build_tenants(args.tenants, args.nodes * args.gpus_per_node)
-    gen = Workgen(rng, leaves)
+    gen = Workgen(rng, leaves, args.checkpointing)
     config = SchedulerConfig(policy=Policy(args.policy), min_runtime_s=60)
     now = 0.0
     pending: dict[str, Workload] = {}
@@ -240,6 +246,7 @@ def run(args: argparse.Namespace) -> dict:
         "pending": args.pending,
         "tenants": args.tenants,
         "policy": args.policy,
+        "checkpointing": args.checkpointing,
         "cache": not args.no_cache,
         "cycles": args.cycles,
         "cold_cycle_ms": round(times[0] * 1000, 1),
@@ -320,7 +327,8 @@ def worker(src: Path, args: argparse.Namespace, hash_seed: int) -> dict:
     PYTHONHASHSEED `hash_seed`: both sides of a round get the same one, so the layout of
     their dicts and sets, which moves timings by several percent, is alike)."""
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--json"]
-    for k in ("nodes", "gpus_per_node", "pending", "tenants", "cycles", "step", "policy", "seed"):
+    keys = ("nodes", "gpus_per_node", "pending", "tenants", "cycles", "step", "policy", "seed")
+    for k in (*keys, "checkpointing"):
         argv += ["--" + k.replace("_", "-"), str(getattr(args, k))]
     env = dict(os.environ, PYTHONPATH=str(src), PYTHONHASHSEED=str(hash_seed))
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
@@ -468,6 +476,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--policy", choices=[x.value for x in Policy], default="fair")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--checkpointing",
+        type=float,
+        default=0.0,
+        help="share of workloads that declare checkpointing (service levels, siblings' "
+        "levels and reclaim by service come into play); default 0",
+    )
     p.add_argument(
         "--no-cache",
         action="store_true",
