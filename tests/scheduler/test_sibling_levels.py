@@ -58,6 +58,13 @@ def test_the_most_service_of_siblings_within_the_window_by_hand():
         "p8": 2 * MILLI_H,
     }
     assert sibling_service(snap, pending, NOW, 1000.0)["p8"] == 9 * MILLI_H
+    # in steps of 0.75 GPU-hours (the cycle's: an eighth of the first level), rounded down
+    assert sibling_service(snap, pending, NOW, 600.0, 0.75 * MILLI_H) == {
+        "p1": 1.5 * MILLI_H,
+        "p2": 9 * MILLI_H,
+        "p7": 1.5 * MILLI_H,
+        "p8": 1.5 * MILLI_H,
+    }
     # within 100 s only p7 (waiting, 1 h kept) is a sibling, of p1
     assert sibling_service(snap, pending, NOW, 100.0) == {"p1": 1 * MILLI_H}
 
@@ -124,3 +131,31 @@ def test_reclaim_takes_checkpointing_work_first_the_most_served_first():
     assert victims(cycle(snap, want, NOW, cfg)) == ["old"]
     by_progress = dataclasses.replace(cfg, reclaim_checkpointing_by_service=False)
     assert victims(cycle(snap, want, NOW, by_progress)) == ["plain"]
+
+
+def test_a_kept_cache_re_keys_work_whose_service_moved_and_only_that():
+    """Cycle 1: the node is full. Cycle 2: y's service passed x's and a GPU is free: a kept
+    cache keys y again (x first, as a fresh cycle decides); x, whose service did not move,
+    keeps its entry."""
+    from gpupool.scheduler.cache import SchedulerCache
+
+    n = node("n", gpus=1)
+    busy = running(job("busy", tenant="lab-b", gpus=1), n, [0], since=NOW - 60)
+    ts = [tenant("lab-a", 1), tenant("lab-b", 0)]
+    pending = [
+        ckpt(job("x", user="ann", gpus=1, submit=0)),
+        ckpt(job("y", user="bob", gpus=1, submit=10)),
+    ]
+    cfg = SchedulerConfig(
+        min_runtime_s=0, reclaim_after_s=10**9, reclaim_checkpointing_at_once=False
+    )
+    cache = SchedulerCache()
+    snap1 = snapshot([n], ts, [busy], attained={"x": 0.9 * MILLI_H, "y": 0.6 * MILLI_H})
+    assert admitted(cycle(snap1, pending, NOW, cfg, cache)) == []
+    # the same tenant tree object (a new one would reset the cache's classification)
+    snap2 = dataclasses.replace(
+        snap1, running=(), attained_service={"x": 0.9 * MILLI_H, "y": 0.95 * MILLI_H}
+    )
+    d = cycle(snap2, pending, NOW + 2, cfg, cache)
+    assert d == cycle(snap2, pending, NOW + 2, cfg)
+    assert admitted(d) == ["x"]

@@ -116,7 +116,7 @@ class _Cycle:
         nodes = tuple(snapshot.nodes)
         cap = cache.capacity(nodes, snapshot.running)
         if cache.checkpointing():
-            # waiting work takes its running siblings' service level (levels.py)
+            # waiting checkpointing work takes its siblings' service level (levels.py)
             snapshot = with_sibling_levels(snapshot, pending, now, config)
         self.ins = ins = CycleInputs(
             snapshot, now, config, policy, tree, cache, quotas=policy is Policy.FAIR

@@ -22,7 +22,8 @@ resumes from its checkpoint. All N nodes or none.
 **Clearing nodes** (`config.gang_clears_nodes`, issue 32). Where reclaim finds no N nodes
 (borrowed work is spread thin over many nodes, or mixed with the gang's own tenant's work),
 a gang within its tenant's guarantee that has waited `reclaim_after_s` stops checkpointing
-work on the N nodes that need the fewest victims (then the least progress lost): one-node,
+work on the N nodes that need the fewest victims (then the least progress lost, as
+`Reclaimer.lost` orders it: with reclaim by service, the most served first): one-node,
 preemptible, checkpointing work of no higher priority that has run
 `gang_clears_min_runtime_s` (or `min_runtime_s` if shorter: it loses no progress, and on a
 cluster of minutes-long jobs nearly every node runs some younger work), of the gang's own

@@ -30,7 +30,7 @@ the simulator asks it for its level wakeups and pending window. Pure.
 from __future__ import annotations
 
 import dataclasses
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 
 from gpupool.domain import Workload
@@ -187,14 +187,31 @@ class LevelPreemptor:
         return place_on_node(cap, n, shape, cpu, mem, gpu)
 
 
+#: siblings' service counts in steps of this fraction of the first level's threshold, so a
+#: waiting workload's key moves a few times a level, not every cycle (`sibling_service`)
+SIBLING_STEPS = 8
+
+
+def _sibling_key(w: Workload) -> tuple:
+    """Siblings share tenant, owner and GPU request (GPUs, fraction, GPU memory, model, MIG
+    profile, nodes): plain values, hashed without the request's own `__hash__`."""
+    r = w.request
+    return (w.tenant, w.owner, r.gpus, r.gpu_milli, r.gpu_memory_mib, r.gpu_model, r.mig, r.nodes)
+
+
 def sibling_service(
-    snapshot: Snapshot, pending: Sequence[Workload], now: float, window_s: float
+    snapshot: Snapshot,
+    pending: Sequence[Workload],
+    now: float,
+    window_s: float,
+    step_milli_s: float = 0.0,
 ) -> dict[str, float]:
     """Workload id -> the service (milli-GPU-seconds) a waiting `checkpointing` workload takes
     from its siblings (`SchedulerConfig.service_levels_siblings_s`), only where more than its
     own kept service: the most attained by `checkpointing` work of the same tenant, owner and
-    request submitted within `window_s` of it, running (kept plus the current run) or
-    waiting again after a preemption (kept). Pure; O(running + pending)."""
+    GPU request (`_sibling_key`) submitted within `window_s` of it, running (kept plus the
+    current run) or waiting again after a preemption (kept), rounded down to a multiple of
+    `step_milli_s` (when above 0). Pure; O((running + pending) log)."""
     attained = snapshot.attained_service
     groups: dict[tuple, list[tuple[float, float]]] = {}
     for rw in snapshot.running:
@@ -202,23 +219,34 @@ def sibling_service(
         if w.checkpointing:
             a = rw.allocation
             s = attained.get(w.id, 0.0) + max(0.0, now - a.since) * a.gpu_milli
-            groups.setdefault((w.tenant, w.owner, w.request), []).append((w.submitted_at, s))
+            groups.setdefault(_sibling_key(w), []).append((w.submitted_at, s))
+    waiting = [w for w in pending if w.checkpointing]
     if attained:
-        for w in pending:
+        for w in waiting:
             s = attained.get(w.id, 0.0)
-            if s > 0.0 and w.checkpointing:
-                groups.setdefault((w.tenant, w.owner, w.request), []).append((w.submitted_at, s))
+            if s > 0.0:
+                groups.setdefault(_sibling_key(w), []).append((w.submitted_at, s))
     out: dict[str, float] = {}
     if not groups:
         return out
-    for w in pending:
-        if not w.checkpointing:
+    #: per group, the submit times in order and the services in the same order
+    index: dict[tuple, tuple[list[float], list[float]]] = {}
+    for key, sibs in groups.items():
+        sibs.sort()
+        index[key] = ([sub for sub, _ in sibs], [s for _, s in sibs])
+    for w in waiting:
+        hit = index.get(_sibling_key(w))
+        if hit is None:
             continue
-        sibs = groups.get((w.tenant, w.owner, w.request))
-        if sibs is None:
-            continue
+        subs, services = hit
         at = w.submitted_at
-        best = max((s for sub, s in sibs if abs(sub - at) <= window_s), default=0.0)
+        lo = bisect_left(subs, at - window_s)
+        hi = bisect_right(subs, at + window_s)
+        if lo >= hi:
+            continue
+        best = max(services[lo:hi])
+        if step_milli_s > 0.0:
+            best -= best % step_milli_s
         if best > attained.get(w.id, 0.0):
             out[w.id] = best
     return out
@@ -234,7 +262,8 @@ def with_sibling_levels(
     window = config.service_levels_siblings_s
     if window <= 0 or not config.service_levels_s or config.policy is not Policy.FAIR:
         return snapshot
-    hints = sibling_service(snapshot, pending, now, window)
+    step = config.service_levels_s[0] * 1000.0 / SIBLING_STEPS
+    hints = sibling_service(snapshot, pending, now, window, step)
     if not hints:
         return snapshot
     return dataclasses.replace(snapshot, attained_service={**snapshot.attained_service, **hints})

@@ -347,11 +347,14 @@ class Queues:
         filed = list(zip(map(key_of, new), new, map(_shape_of, hits), millis, strict=True))
         attained = self.snap.attained_service
         if attained and self._keeps_attained():
+            served = st.served
             for i in compress(range(len(new)), map(attained.__contains__, wids)):
                 base = filed[i]
-                filed[i] = self._adjusted(wids[i], base)
+                wid = wids[i]
+                filed[i] = self._adjusted(wid, base)
+                served[wid] = attained[wid]
                 if filed[i] is not base:
-                    st.adjusted.add(wids[i])
+                    st.adjusted.add(wid)
         st.wids.update(zip(wids, ks, strict=True))
         st.sched.update(zip(ks, filed, strict=True))
         for t, f in zip(tenants, filed, strict=True):
@@ -393,6 +396,7 @@ class Queues:
             if adjust and wid in attained:
                 base = filed
                 filed = self._adjusted(wid, base)
+                st.served[wid] = attained[wid]
                 if filed is not base:
                     st.adjusted.add(wid)
             sched[k] = filed
@@ -462,6 +466,10 @@ class Queues:
             return False  # work filed before is running now, and also still pending
         if adjusted:
             adjusted -= gone_wids
+        served = st.served
+        if served:
+            for wid in gone_wids:
+                served.pop(wid, None)
         whole_only = self.policy is Policy.FIFO
         key_of = self._key_of()
         adjust = self._keeps_attained()
@@ -477,10 +485,17 @@ class Queues:
             for wid in (attained.keys() & wids.keys()) | adjusted:
                 if wid in new_wids:
                     continue
+                value = attained.get(wid)
+                if value is not None and served.get(wid) == value:
+                    continue  # keyed with this service already (the config is the same)
                 k = wids[wid]
                 was = sched.get(k)
                 if was is None:
                     continue  # unschedulable
+                if value is None:
+                    served.pop(wid, None)
+                else:
+                    served[wid] = value
                 t = was[1].tenant
                 base = (key_of(objs[k]), *was[1:])
                 filed = self._adjusted(wid, base)

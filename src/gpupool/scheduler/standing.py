@@ -25,6 +25,7 @@ class Standing:
         "queues",
         "demand",
         "adjusted",
+        "served",
         "sched",
         "unsched",
         "seen",
@@ -45,6 +46,9 @@ class Standing:
         self.demand: dict[str, int] = {}
         #: workload ids whose filed entry carries attained service (LAS) or a level (fair)
         self.adjusted: set[str] = set()
+        #: workload id -> the attained service (Snapshot.attained_service) its filed entry
+        #: was keyed with: an entry whose value is the same next cycle is not keyed again
+        self.served: dict[str, float] = {}
         #: id(workload) -> its queue entry as filed, for schedulable work; -> (workload id,
         #: why) otherwise
         self.sched: dict[int, Candidate] = {}

@@ -148,7 +148,7 @@ class SchedulerConfig:
     preempt_levels_apart: int = 2
     #: (fair, service levels) a waiting `checkpointing` workload takes the service level of its
     #: siblings when that is higher than its own: the most service attained so far by
-    #: `checkpointing` work (running, or waiting again) of the same tenant, owner and request
+    #: `checkpointing` work (running, or waiting again) of the same tenant, owner and GPU request
     #: submitted within this many seconds of it (the runs of one sweep share a time scale, so
     #: the rest of a sweep whose first runs have run long waits behind fresh work). 0: off
     #: (gpupool.scheduler.levels; issue 32, session 19: with the two options below, the

@@ -199,7 +199,7 @@ class SchedulerSpec(_Strict):
     #: (fair) a gang within its guarantee stops checkpointing work to start (SchedulerConfig)
     gang_clears_nodes: bool = True
     #: (fair, service levels) waiting checkpointing work takes its siblings' level:
-    #: same tenant, owner and request, submitted within this many seconds; 0: off
+    #: same tenant, owner and GPU request, submitted within this many seconds; 0: off
     service_levels_siblings_s: float = Field(
         default=SchedulerConfig().service_levels_siblings_s, ge=0
     )
