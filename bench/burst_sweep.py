@@ -4,7 +4,9 @@
         'base' 'levels:service_levels_s=180,1800,18000,180000'
 
 Each variant is NAME or NAME:KEY=VALUE;KEY=VALUE (SchedulerConfig fields, as
-`trace_compare.py --set`); `fifo` is always run. Prints per variant the geometric mean over
+`trace_compare.py --set`, and `window=none|N`: the replay's pending window, none = every
+waiting workload passed to each cycle, as the server does); a NAME starting with `fifo` runs
+the `fifo` policy; `fifo` is always run. Prints per variant the geometric mean over
 seeds of avg wait ÷ fifo's, the lowest guarantee kept (then each seed's lowest),
 preemptions, GPU-hours lost and the wide (multi-node) jobs' average wait in hours (mean over
 seeds).
@@ -32,11 +34,16 @@ from gpupool.sim.trace import trace_scenario  # noqa: E402
 
 def one(variant: str, seed: int, gap: float, load: float) -> tuple[str, int, dict]:
     name, _, sets = variant.partition(":")
-    policy = Policy.FIFO if name == "fifo" else Policy.FAIR
+    policy = Policy.FIFO if name.startswith("fifo") else Policy.FAIR
     scen = trace_scenario(burst_jobs(seed), policy=policy, load=load, checkpointing=True)
     scen.min_cycle_gap_s = gap
-    if sets:
-        scen.config = dataclasses.replace(scen.config, **config_overrides(sets.split(";")))
+    pairs = [p for p in sets.split(";") if p and not p.startswith("window=")]
+    for p in sets.split(";"):
+        if p.startswith("window="):
+            w = p.partition("=")[2]
+            scen.pending_window = None if w == "none" else int(w)
+    if pairs:
+        scen.config = dataclasses.replace(scen.config, **config_overrides(pairs))
     r = simulate(scen)
     m = compute_metrics(r)
     kept = [v["guarantee_kept"] for v in m["per_tenant"].values() if v["guarantee_kept"]]

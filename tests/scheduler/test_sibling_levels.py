@@ -159,3 +159,13 @@ def test_a_kept_cache_re_keys_work_whose_service_moved_and_only_that():
     d = cycle(snap2, pending, NOW + 2, cfg, cache)
     assert d == cycle(snap2, pending, NOW + 2, cfg)
     assert admitted(d) == ["x"]
+
+
+def test_a_policy_given_as_text_applies_the_siblings_too():
+    """SchedulerConfig.policy may come as the text "fair" (a StrEnum value elsewhere)."""
+    n = node("n", gpus=1)
+    long = running(ckpt(job("s0", user="ann", gpus=1, submit=0)), n, [0], since=NOW - 6 * H)
+    snap = snapshot([n], [tenant("lab-a", 1)], [long])
+    mine = ckpt(job("s1", user="ann", gpus=1, submit=60))
+    as_text = dataclasses.replace(DEFAULT, policy="fair")
+    assert victims(cycle(snap, [mine], NOW, as_text)) == []

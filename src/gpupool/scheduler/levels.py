@@ -260,7 +260,7 @@ def with_sibling_levels(
     preemptor); itself when the option is off or gives nothing. `cycle()` calls it only while
     some `checkpointing` work runs."""
     window = config.service_levels_siblings_s
-    if window <= 0 or not config.service_levels_s or config.policy is not Policy.FAIR:
+    if window <= 0 or not config.service_levels_s or config.policy != Policy.FAIR:
         return snapshot
     step = config.service_levels_s[0] * 1000.0 / SIBLING_STEPS
     hints = sibling_service(snapshot, pending, now, window, step)
@@ -270,9 +270,9 @@ def with_sibling_levels(
 
 
 def fine_level(attained_milli_s: float, levels_s: tuple[float, ...]) -> float:
-    """The level of `level_of`, plus the fraction of the way to the next threshold (below 1;
-    none at the top level): the in-tenant order of `service_levels_fine_order`, least attained
-    service first inside a level."""
+    """The level of `level_of`, plus the service as a fraction of the next threshold (below
+    1; nothing at the top level): the in-tenant order of `service_levels_fine_order`, least
+    attained service first inside a level."""
     level = bisect_right(levels_s, attained_milli_s / 1000.0)
     if level >= len(levels_s):
         return float(level)

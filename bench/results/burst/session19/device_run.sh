@@ -18,7 +18,7 @@ cd $ROOT || exit 1
 export PYTHONPATH=$ROOT/src:/tmp/site PYTHONUNBUFFERED=1
 if [ "$kind" = burst ]; then
   log=$R/log/burst-${1%%:*}-$2-$3-${4:-}.log
-  python3 bench/results/burst/session19/burst_one.py "$1" "$2" "$3" $R/res "${4:-}" >"$log" 2>&1
+  python3 bench/results/burst/session18/burst_one.py "$1" "$2" "$3" $R/res "${4:-}" >"$log" 2>&1
 else
   scope=$1; load=$2; pol=$3; gap=$4; tag=${5:-}; sets=${6:-}
   extra=(); [ -n "$tag" ] && extra+=(--tag "$tag")
